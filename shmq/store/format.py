@@ -1,0 +1,435 @@
+"""Byte layouts of everything shmq stores (docs/FORMAT.md is the prose twin of this module).
+
+This is the only module that knows where a field sits in a commitlog record, a consume-queue
+entry or an index file; the store, the replica and the Spark job all go through it. Pure code:
+no I/O, so every layout can be tested on plain byte buffers.
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+import numpy as np
+
+from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+
+# --------------------------------------------------------------------------- commitlog record
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+
+# Field offsets inside a record (big-endian, packed, RocketMQ's order).
+OFF_TOTALSIZE = 0
+OFF_MAGIC = 4
+OFF_BODYCRC = 8
+OFF_QUEUEID = 12
+OFF_FLAG = 16
+OFF_QUEUEOFFSET = 20
+OFF_PHYSICALOFFSET = 28
+OFF_SYSFLAG = 36
+OFF_BORNTIMESTAMP = 40
+OFF_BORNHOST = 48
+OFF_STORETIMESTAMP = 56
+OFF_STOREHOST = 64
+OFF_RECONSUMETIMES = 72
+OFF_PREPAREDTXOFFSET = 76
+OFF_BODYLEN = 84
+OFF_BODY = 88
+
+HEADER = struct.Struct(">iIiiiqqiqqqqiqi")
+assert HEADER.size == OFF_BODY
+FIXED_OVERHEAD = OFF_BODY + 1 + 2  # header + topic length byte + properties length short = 91
+BLANK = struct.Struct(">iI")  # end-of-segment filler: remaining size, BLANK_MAGIC
+MIN_BLANK = BLANK.size
+
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_U16 = struct.Struct(">H")
+
+# SYSFLAG bits
+FLAG_COMPRESSED = 0x1
+FLAG_MULTI_TAGS = 0x2
+TRANSACTION_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED = 0x4
+TRANSACTION_COMMIT = 0x8
+TRANSACTION_ROLLBACK = 0xC
+
+# Limits
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # body, like RocketMQ's maxMessageSize
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+MAX_RECORD_SIZE = FIXED_OVERHEAD + MAX_MESSAGE_SIZE + MAX_TOPIC_LENGTH + MAX_PROPERTIES_LENGTH
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# Property keys the broker reads (RocketMQ's names).
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QID = "REAL_QID"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_TRAN_MSG = "TRAN_MSG"
+PROPERTY_PGROUP = "PGROUP"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    """Total size of a record with these variable parts."""
+    return FIXED_OVERHEAD + body_len + topic_len + props_len
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """BODYCRC as RocketMQ stores it: crc32 of the body with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def transaction_type(sysflag: int) -> int:
+    return sysflag & TRANSACTION_MASK
+
+
+def enters_consume_queue(sysflag: int) -> bool:
+    """Prepared and rolled-back transaction records are never visible to consumers."""
+    t = sysflag & TRANSACTION_MASK
+    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_topic(topic: str) -> bytes:
+    """Validate a topic name as RocketMQ does and return its UTF-8 bytes."""
+    if not isinstance(topic, str) or not topic:
+        raise BadTopicError(f"topic must be a non-empty string, got {topic!r}")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise BadTopicError(f"topic {topic[:20]!r}... is {len(topic)} chars; at most {MAX_TOPIC_LENGTH}")
+    if not TOPIC_PATTERN.match(topic):
+        raise BadTopicError(f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]")
+    return topic.encode("ascii")
+
+
+def encode_properties(props: Mapping[str, str] | None) -> bytes:
+    """`key\\x01value\\x02` repeated; keys and values may not contain the two separators."""
+    if not props:
+        return b""
+    parts = []
+    for k, v in props.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise BadPropertiesError(f"property {k!r}={v!r}: keys and values must be str")
+        if not k:
+            raise BadPropertiesError("property key must not be empty")
+        for s in (k, v):
+            if NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s:
+                raise BadPropertiesError(f"property {k!r}: \\x01 and \\x02 are reserved separators")
+        parts.append(f"{k}\x01{v}\x02")
+    raw = "".join(parts).encode("utf-8")
+    if len(raw) > MAX_PROPERTIES_LENGTH:
+        raise BadPropertiesError(f"properties are {len(raw)} bytes encoded; at most {MAX_PROPERTIES_LENGTH}")
+    return raw
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    if not raw:
+        return {}
+    text = bytes(raw).decode("utf-8")
+    out: dict[str, str] = {}
+    for item in text.split("\x02"):
+        if item:
+            k, _, v = item.partition("\x01")
+            out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------- encode / decode
+
+
+def encode_message(
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int = 0,
+    flag: int = 0,
+    properties: Mapping[str, str] | None = None,
+    sysflag: int = 0,
+    born_timestamp: int | None = None,
+    born_host: int = 0,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+    crc: int | None = None,
+) -> bytes:
+    """Encode a record as a client hands it to the store: broker-owned fields left zero.
+
+    The store fills QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and STOREHOST when it appends.
+    """
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise TypeError(f"message body must be bytes, got {type(body).__name__}")
+    topic_b = check_topic(topic)
+    if len(body) > MAX_MESSAGE_SIZE:
+        raise MessageTooLargeError(f"message body is {len(body)} bytes; at most {MAX_MESSAGE_SIZE}")
+    props_b = encode_properties(properties)
+    size = record_size(len(body), len(topic_b), len(props_b))
+    buf = bytearray(size)
+    HEADER.pack_into(
+        buf, 0, size, MESSAGE_MAGIC, body_crc(body) if crc is None else crc, queue_id, flag,
+        0, 0, sysflag, int(time.time() * 1000) if born_timestamp is None else born_timestamp,
+        born_host, 0, 0, reconsume_times, prepared_tx_offset, len(body),
+    )
+    p = OFF_BODY
+    buf[p:p + len(body)] = body
+    p += len(body)
+    buf[p] = len(topic_b)
+    buf[p + 1:p + 1 + len(topic_b)] = topic_b
+    p += 1 + len(topic_b)
+    _U16.pack_into(buf, p, len(props_b))
+    buf[p + 2:] = props_b
+    return bytes(buf)
+
+
+@dataclass(slots=True)
+class StoredRecord:
+    """A decoded commitlog record. `body` is a view into the buffer it came from."""
+
+    total_size: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sysflag: int
+    born_timestamp: int
+    born_host: int
+    store_timestamp: int
+    store_host: int
+    reconsume_times: int
+    prepared_tx_offset: int
+    body: memoryview
+    topic: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return offset_msg_id(self.store_host, self.physical_offset)
+
+
+def split_keys(keys: str | None) -> list[str]:
+    return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
+
+
+def decode_record(buf, pos: int = 0) -> StoredRecord:
+    """Decode the record at `pos`; raises CorruptRecordError if it is not a well-formed record."""
+    (size, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts, store_host,
+     reconsume, prep, body_len) = HEADER.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC:
+        raise CorruptRecordError(f"bad magic {magic:#x} at {pos}")
+    mv = memoryview(buf)
+    p = pos + OFF_BODY
+    body = mv[p:p + body_len]
+    p += body_len
+    topic_len = mv[p]
+    topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("ascii")
+    p += 1 + topic_len
+    (props_len,) = _U16.unpack_from(buf, p)
+    props = decode_properties(mv[p + 2:p + 2 + props_len])
+    if record_size(body_len, topic_len, props_len) != size:
+        raise CorruptRecordError(f"record at {pos}: sizes do not add up to TOTALSIZE {size}")
+    return StoredRecord(size, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts,
+                        store_host, reconsume, prep, body, topic, props)
+
+
+class CorruptRecordError(ValueError):
+    """A byte range that should hold a record does not."""
+
+
+# --------------------------------------------------------------------------- recovery check
+
+RECORD_OK = 0
+RECORD_BLANK = 1  # end-of-segment filler: continue in the next segment
+RECORD_END = 2  # nothing valid here: the log ends at this position
+
+
+def check_record(buf, pos: int, limit: int, expected_offset: int, verify_crc: bool = True) -> tuple[int, int]:
+    """Classify the bytes at `pos` (no further than `limit`) during a recovery scan.
+
+    Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
+    store writes last) and, when asked, body CRC all agree; anything else ends the log, so a
+    torn or overwritten tail is cut there.
+    """
+    if limit - pos < MIN_BLANK:
+        return RECORD_END, 0
+    size, magic = BLANK.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return (RECORD_BLANK, size) if size == limit - pos else (RECORD_END, 0)
+    if magic != MESSAGE_MAGIC or size < FIXED_OVERHEAD or size > limit - pos:
+        return RECORD_END, 0
+    (_, _, crc, _, _, _, phys, _, _, _, store_ts, _, _, _, body_len) = HEADER.unpack_from(buf, pos)
+    if phys != expected_offset or store_ts <= 0 or body_len < 0 or OFF_BODY + body_len + 3 > size:
+        return RECORD_END, 0
+    p = pos + OFF_BODY + body_len
+    topic_len = buf[p]
+    if p + 1 + topic_len + 2 > pos + size:
+        return RECORD_END, 0
+    (props_len,) = _U16.unpack_from(buf, p + 1 + topic_len)
+    if record_size(body_len, topic_len, props_len) != size:
+        return RECORD_END, 0
+    if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY:p]) != crc:
+        return RECORD_END, 0
+    return RECORD_OK, size
+
+
+def iter_records(buf, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int]]:
+    """Yield (position, size) of each valid record from `pos` until the first non-record."""
+    while True:
+        status, size = check_record(buf, pos, limit, base_offset + pos, verify_crc)
+        if status != RECORD_OK:
+            return
+        yield pos, size
+        pos += size
+
+
+# --------------------------------------------------------------------------- batch patching
+
+
+def walk_batch(buf, count: int | None = None) -> np.ndarray:
+    """Start positions of the records packed back to back in `buf` (by their TOTALSIZE)."""
+    starts = []
+    pos, end = 0, len(buf)
+    while pos < end and (count is None or len(starts) < count):
+        (size,) = _I32.unpack_from(buf, pos)
+        if size < FIXED_OVERHEAD or pos + size > end:
+            raise CorruptRecordError(f"batch record at {pos} has TOTALSIZE {size}, buffer is {end}")
+        starts.append(pos)
+        pos += size
+    return np.asarray(starts, dtype=np.int64)
+
+
+_BYTE_LANES8 = np.arange(8, dtype=np.int64)
+
+
+def scatter_u64(dst: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
+    """Write big-endian 64-bit `values` at byte `positions` of a uint8 array, vectorised."""
+    be = np.asarray(values, dtype=">i8").view(np.uint8).reshape(-1, 8)
+    dst[positions[:, None] + _BYTE_LANES8] = be
+
+
+def gather_i32(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Read big-endian 32-bit signed ints at byte `positions` of a uint8 array."""
+    idx = positions[:, None] + _BYTE_LANES8[:4]
+    return np.ascontiguousarray(src[idx]).view(">i4").reshape(-1).astype(np.int64)
+
+
+def gather_i64(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    idx = positions[:, None] + _BYTE_LANES8
+    return np.ascontiguousarray(src[idx]).view(">i8").reshape(-1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- consume queue
+
+CQ_ENTRY_SIZE = 20
+CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+assert CQ_DTYPE.itemsize == CQ_ENTRY_SIZE
+CQ_ENTRY = struct.Struct(">qiq")
+
+
+def tags_code(tags: str | None) -> int:
+    """The 8-byte tag hash a consume-queue entry carries; 0 for a message without tags."""
+    if not tags:
+        return 0
+    return zlib.crc32(tags.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- index file
+
+INDEX_HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phys, end phys, slots used, index count
+INDEX_HEADER_SIZE = INDEX_HEADER.size
+assert INDEX_HEADER_SIZE == 40
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INDEX_SLOT_DTYPE = np.dtype(">i4")
+INDEX_ENTRY_DTYPE = np.dtype([("key_hash", ">i4"), ("phys_offset", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+assert INDEX_ENTRY_DTYPE.itemsize == INDEX_ENTRY_SIZE
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def index_key_hash(topic: str, key: str) -> int:
+    """Hash of `topic#key`, the string RocketMQ indexes; non-negative 31-bit."""
+    return zlib.crc32(f"{topic}#{key}".encode("utf-8")) & 0x7FFFFFFF
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+CHECKPOINT = struct.Struct(">qqq")  # physic msg ts @0, logics msg ts @8, index msg ts @16
+CHECKPOINT_FILE_SIZE = 4096
+
+# --------------------------------------------------------------------------- file names
+
+OFFSET_NAME_DIGITS = 20
+
+
+def offset_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def parse_offset_file_name(name: str) -> int | None:
+    return int(name) if len(name) == OFFSET_NAME_DIGITS and name.isdigit() else None
+
+
+# --------------------------------------------------------------------------- message ids
+
+
+def offset_msg_id(store_host: int, physical_offset: int) -> str:
+    """Store host (8 bytes) + commitlog offset (8 bytes) as 32 upper-case hex chars."""
+    return f"{store_host & 0xFFFFFFFFFFFFFFFF:016X}{physical_offset:016X}"
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[int, int]:
+    """Inverse of offset_msg_id: (store host, commitlog offset)."""
+    if len(msg_id) != 32:
+        raise ValueError(f"offset message id must be 32 hex chars, got {msg_id!r}")
+    return int(msg_id[:16], 16), int(msg_id[16:], 16)
+
+
+class UniqKeyGenerator:
+    """Client message ids (UNIQ_KEY): pid (4) + random (4) + unix seconds (4) + counter (4).
+
+    Unique across processes on a host (pid + a random word survive pid reuse) and sortable by
+    creation within one producer; 16 bytes shown as 32 upper-case hex chars.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = f"{os.getpid() & 0xFFFFFFFF:08X}{int.from_bytes(os.urandom(4), 'big'):08X}"
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFFFFFF
+            n = self._counter
+        return f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}{n:08X}"
