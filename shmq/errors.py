@@ -32,3 +32,27 @@ class StoreLockedError(ShmqError, RuntimeError):
 
 class ConfigError(ShmqError, ValueError):
     """A configuration file or key is wrong."""
+
+
+class CorruptFrameError(ShmqError, ValueError):
+    """A ring holds a malformed frame or impossible counters; the peer is buggy or hostile, drop the channel."""
+
+
+class ControlProtocolError(ShmqError, ValueError):
+    """A control-queue message cannot be decoded (wrong version, truncated, bad JSON)."""
+
+
+class ControlTimeoutError(ShmqError, TimeoutError):
+    """The control queue did not accept or answer a request in time; is the broker overloaded or stuck?"""
+
+
+class BrokerNotFoundError(ShmqError, LookupError):
+    """No broker serves this name or store: start one with `shmq broker --store DIR`."""
+
+
+class BrokerGoneError(ShmqError, ConnectionError):
+    """The broker went away (its control queue or segments were removed, or it died)."""
+
+
+class StateLayoutError(ShmqError, ValueError):
+    """The state segment has a wrong magic or version; broker and client versions differ."""

@@ -265,6 +265,61 @@ class CorruptRecordError(ValueError):
     """A byte range that should hold a record does not."""
 
 
+@dataclass(slots=True)
+class EncodedBatch:
+    """Records of one topic packed back to back, with what the client computes for dispatch.
+
+    Producers do the per-message work (encoding, tag hash, key hashes) so the broker only
+    copies and patches; `key_records[i]` is the record that `key_hashes[i]` belongs to.
+    """
+
+    buf: bytes
+    starts: np.ndarray
+    tags_codes: np.ndarray
+    key_hashes: np.ndarray
+    key_records: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def message_properties(tags: str | None = None, keys: str | None = None, uniq_key: str | None = None,
+                       user: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Properties in shmq's order: TAGS first (readers check tags at a fixed place), then the rest."""
+    props: dict[str, str] = {}
+    if tags:
+        props[PROPERTY_TAGS] = tags
+    if keys:
+        props[PROPERTY_KEYS] = keys
+    if uniq_key:
+        props[PROPERTY_UNIQ_KEY] = uniq_key
+    if user:
+        props.update(user)
+    return props
+
+
+def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, str] | None] | None = None,
+                 born_host: int = 0) -> EncodedBatch:
+    """Encode records for one topic and precompute their tag hashes and index key hashes."""
+    props_list = properties if properties is not None else [None] * len(bodies)
+    parts, starts, tags, key_hashes, key_records = [], [], [], [], []
+    pos = 0
+    now = int(time.time() * 1000)
+    for i, (body, props) in enumerate(zip(bodies, props_list)):
+        rec = encode_message(topic, body, properties=props, born_timestamp=now, born_host=born_host)
+        parts.append(rec)
+        starts.append(pos)
+        pos += len(rec)
+        props = props or {}
+        tags.append(tags_code(props.get(PROPERTY_TAGS)))
+        uniq = props.get(PROPERTY_UNIQ_KEY)
+        for key in ([uniq] if uniq else []) + split_keys(props.get(PROPERTY_KEYS)):
+            key_hashes.append(index_key_hash(topic, key))
+            key_records.append(i)
+    return EncodedBatch(b"".join(parts), np.array(starts, np.int64), np.array(tags, np.int64),
+                        np.array(key_hashes, np.int64), np.array(key_records, np.int64))
+
+
 # --------------------------------------------------------------------------- recovery check
 
 RECORD_OK = 0

@@ -1,0 +1,124 @@
+"""Expired-file cleanup and the disk-full guard (RocketMQ's CleanCommitLogService and friends).
+
+Every cleanResourceInterval: measure the disk; past diskSpaceWarningLevelRatio refuse writes
+(the store raises DiskFullError, nothing is half-written). Commitlog segments older than
+fileReservedTime are deleted at the deleteWhen hours, or at any time once the disk is over
+diskMaxUsedSpaceRatio; past diskSpaceCleanForciblyRatio the oldest segments go even if not
+expired. The active segment is never deleted. Consume-queue and index files that point only
+below the commitlog's new min offset follow.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shmq.store.flush import ServiceThread
+
+if TYPE_CHECKING:
+    from shmq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanDecision:
+    """What one round should do, from the clock and the disk (pure: tested alone)."""
+
+    disk_full: bool  # refuse writes
+    delete_expired: bool  # delete segments past fileReservedTime
+    delete_forcibly: bool  # delete oldest segments even if not expired
+
+
+def decide(used_ratio: float, hour: int, delete_when: str, max_used_percent: int, forcibly_ratio: float,
+           warning_ratio: float, manual: bool = False) -> CleanDecision:
+    hours = {int(h) for h in delete_when.split(";") if h.strip()}
+    over = used_ratio > max_used_percent / 100
+    return CleanDecision(
+        disk_full=used_ratio > warning_ratio,
+        delete_expired=manual or hour in hours or over,
+        delete_forcibly=used_ratio > forcibly_ratio,
+    )
+
+
+def disk_used_ratio(path: str) -> float:
+    usage = shutil.disk_usage(path)
+    return usage.used / usage.total if usage.total else 0.0
+
+
+class CleanupService(ServiceThread):
+    """Runs the cleanup rounds for a MessageStore."""
+
+    name = "CleanupService"
+
+    def __init__(self, store: "MessageStore") -> None:
+        super().__init__(store.config.clean_resource_interval / 1000)
+        self.store = store
+        self._manual = False
+        self.check_disk()
+
+    def execute_delete_files_manually(self) -> None:
+        """Delete expired files on the next round whatever the hour (an admin command)."""
+        self._manual = True
+        self.wakeup()
+
+    def check_disk(self) -> CleanDecision:
+        cfg = self.store.config
+        d = decide(disk_used_ratio(self.store.store_dir), time.localtime().tm_hour, cfg.delete_when,
+                   cfg.disk_max_used_space_ratio, cfg.disk_space_clean_forcibly_ratio,
+                   cfg.disk_space_warning_level_ratio, self._manual)
+        if d.disk_full != self.store.disk_full:
+            log.warning("disk of %s %s", self.store.store_dir,
+                        "is full: refusing writes" if d.disk_full else "has room again: accepting writes")
+        self.store.disk_full = d.disk_full
+        return d
+
+    def _run_once(self) -> None:
+        d = self.check_disk()
+        self._manual = False
+        deleted = 0
+        if d.delete_expired or d.delete_forcibly:
+            deleted = self.delete_commitlog_segments(d.delete_forcibly)
+        if deleted:
+            self.clean_logics()
+            self.check_disk()
+
+    def delete_commitlog_segments(self, forcibly: bool) -> int:
+        """Delete expired (or, forcibly, the oldest) segments, at most deleteFileBatchMax a round."""
+        cfg = self.store.config
+        queue = self.store.commitlog.queue
+        reserved = cfg.file_reserved_time * 3600
+        now = time.time()
+        deleted = 0
+        while deleted < cfg.delete_file_batch_max:
+            with self.store.commitlog.put_lock:
+                if len(queue.files) <= 1:
+                    break
+                oldest = queue.files[0]
+                try:
+                    age = now - os.stat(oldest.path).st_mtime
+                except FileNotFoundError:
+                    age = reserved + 1
+                if age <= reserved and not forcibly:
+                    break
+                queue.delete_first(1)
+            deleted += 1
+            log.info("deleted commitlog segment %s (%s)", oldest.path, "forcibly" if age <= reserved else "expired")
+            if forcibly and not self.check_disk().delete_forcibly:
+                break
+            if deleted < cfg.delete_file_batch_max:
+                time.sleep(cfg.delete_commit_log_files_interval / 1000)
+        return deleted
+
+    def clean_logics(self) -> None:
+        """Drop consume-queue and index files that only point below the commitlog's min offset."""
+        min_offset = self.store.commitlog.min_offset
+        for cq in self.store.consume_queues():
+            with self.store.commitlog.put_lock:
+                cq.delete_expired(min_offset)
+        if self.store.index is not None:
+            with self.store.commitlog.put_lock:
+                self.store.index.delete_files_below(min_offset)

@@ -1,0 +1,237 @@
+"""ConsumeQueue: per topic/queue, 20-byte entries pointing into the commitlog.
+
+Entry i of the queue is the message with queue offset i; entries are read and written as
+numpy structured arrays straight over the mapped files, so a range read, a tag filter and a
+time search are array operations.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import numpy as np
+
+from shmq.store import format as fmt
+from shmq.store.mapped_file import MappedFileQueue
+
+# Entry written in front of the first real one when a queue starts past offset 0 (RocketMQ's
+# fillPreBlank); readers skip it.
+BLANK_SIZE = 0x7FFFFFFF
+
+
+class ConsumeQueue:
+    """One topic/queue's index of commitlog positions, in queue-offset order."""
+
+    def __init__(self, store_dir: str, topic: str, queue_id: int, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = os.path.join(store_dir, "consumequeue", topic, str(queue_id))
+        self.queue = MappedFileQueue(self.directory, file_size)
+        self.entries_per_file = file_size // fmt.CQ_ENTRY_SIZE
+        self._views: dict[int, np.ndarray] = {}
+        self.min_offset = 0  # first queue offset still readable
+        self.max_offset = 0  # next queue offset to write
+        self.max_phys_end = -1  # end of the last dispatched record in the commitlog
+
+    # ------------------------------------------------------------------ files
+
+    def _entries(self, mf) -> np.ndarray:
+        v = self._views.get(mf.file_from_offset)
+        if v is None:
+            v = np.frombuffer(mf.mm, dtype=fmt.CQ_DTYPE)
+            self._views[mf.file_from_offset] = v
+        return v
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Find the end of valid entries (the first zero-size entry) from the last three files."""
+        files = self.queue.files
+        if not files:
+            return
+        end = files[0].file_from_offset
+        for mf in files[max(0, len(files) - 3):]:
+            sizes = self._entries(mf)["size"]
+            zero = np.flatnonzero(sizes == 0)
+            n = int(zero[0]) if len(zero) else len(sizes)
+            end = mf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
+            if n < len(sizes):
+                break
+        self._set_end(end)
+        self._find_min_offset()
+
+    def _set_end(self, end_bytes: int) -> None:
+        self._drop_views_after(end_bytes)
+        self.queue.truncate(end_bytes)
+        self.max_offset = end_bytes // fmt.CQ_ENTRY_SIZE
+        self.max_phys_end = -1
+        if self.max_offset > self.min_offset:
+            last = self.entry(self.max_offset - 1)
+            if last is not None and last["size"] != BLANK_SIZE:
+                self.max_phys_end = int(last["offset"]) + int(last["size"])
+
+    def _drop_views_after(self, end_bytes: int) -> None:
+        for start in [s for s in self._views if s >= end_bytes and s > 0]:
+            del self._views[start]
+
+    def _find_min_offset(self) -> None:
+        files = self.queue.files
+        self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE if files else self.max_offset
+        if files:
+            sizes = self._entries(files[0])["size"]
+            real = np.flatnonzero(sizes != BLANK_SIZE)
+            if len(real):
+                self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE + int(real[0])
+        self.min_offset = min(self.min_offset, self.max_offset)
+
+    # ------------------------------------------------------------------ writing
+
+    def put_batch(self, phys: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray, first_queue_offset: int) -> int:
+        """Write entries for queue offsets first_queue_offset...; entries already present are skipped.
+
+        Skipping makes dispatch idempotent, so recovery can re-dispatch a range safely.
+        Returns the number of entries written.
+        """
+        skip = self.max_offset - first_queue_offset
+        if skip >= len(phys):
+            return 0
+        if skip > 0:
+            phys, sizes, tags_codes = phys[skip:], sizes[skip:], tags_codes[skip:]
+            first_queue_offset = self.max_offset
+        if first_queue_offset > self.max_offset:
+            self._fill_blanks(first_queue_offset)
+        n = len(phys)
+        done = 0
+        while done < n:
+            qoff = first_queue_offset + done
+            mf = self.queue.last_file(qoff * fmt.CQ_ENTRY_SIZE)
+            entries = self._entries(mf)
+            i = (qoff * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
+            k = min(n - done, len(entries) - i)
+            part = entries[i:i + k]
+            part["size"] = sizes[done:done + k]
+            part["tags_code"] = tags_codes[done:done + k]
+            part["offset"] = phys[done:done + k]
+            mf.wrote_position = (i + k) * fmt.CQ_ENTRY_SIZE
+            done += k
+        self.max_offset = first_queue_offset + n
+        self.max_phys_end = int(phys[-1]) + int(sizes[-1])
+        return n
+
+    def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Scalar form of put_batch for single-message appends."""
+        if queue_offset < self.max_offset:
+            return False
+        if queue_offset > self.max_offset:
+            self._fill_blanks(queue_offset)
+        mf = self.queue.last_file(queue_offset * fmt.CQ_ENTRY_SIZE)
+        pos = queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset
+        fmt.CQ_ENTRY.pack_into(mf.view, pos, phys, size, tags_code)
+        mf.wrote_position = pos + fmt.CQ_ENTRY_SIZE
+        self.max_offset = queue_offset + 1
+        self.max_phys_end = phys + size
+        return True
+
+    def _fill_blanks(self, queue_offset: int) -> None:
+        """Start a queue past offset 0 (its earlier messages were cleaned from the commitlog)."""
+        was_empty = self.max_offset == self.min_offset
+        if not self.queue.files:
+            self.queue.last_file(queue_offset * fmt.CQ_ENTRY_SIZE)
+            self.max_offset = self.queue.files[0].file_from_offset // fmt.CQ_ENTRY_SIZE
+        n = queue_offset - self.max_offset
+        if n > 0:
+            self.put_batch(np.zeros(n, np.int64), np.full(n, BLANK_SIZE, np.int64), np.zeros(n, np.int64),
+                           self.max_offset)
+        if was_empty:
+            self.min_offset = queue_offset
+
+    # ------------------------------------------------------------------ reading
+
+    def entry(self, queue_offset: int) -> np.void | None:
+        mf = self.queue.find(queue_offset * fmt.CQ_ENTRY_SIZE)
+        if mf is None or queue_offset >= self.max_offset:
+            return None
+        return self._entries(mf)[(queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE]
+
+    def get_range(self, queue_offset: int, max_num: int) -> np.ndarray:
+        """A copy of up to `max_num` entries from `queue_offset`, stopping at a file end."""
+        queue_offset = max(queue_offset, self.min_offset)
+        if queue_offset >= self.max_offset or max_num <= 0:
+            return np.empty(0, dtype=fmt.CQ_DTYPE)
+        mf = self.queue.find(queue_offset * fmt.CQ_ENTRY_SIZE)
+        if mf is None:
+            return np.empty(0, dtype=fmt.CQ_DTYPE)
+        entries = self._entries(mf)
+        i = (queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
+        k = min(max_num, self.max_offset - queue_offset, len(entries) - i)
+        return entries[i:i + k].copy()
+
+    def offset_for_timestamp(self, timestamp: int, store_ts_at: Callable[[int], int]) -> int:
+        """The first queue offset whose message was stored at or after `timestamp` (ms).
+
+        Binary search over the entries; `store_ts_at(phys)` reads STORETIMESTAMP from the
+        commitlog. Store timestamps never go backwards, so the queue is sorted by them.
+        Returns max_offset when every message is older.
+        """
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            ts = store_ts_at(int(e["offset"])) if e is not None and e["size"] != BLANK_SIZE else -1
+            if ts < 0:  # entry points below the commitlog's min offset: treat as older
+                lo = mid + 1
+            elif ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------------ maintenance
+
+    def truncate_dirty(self, phys_end: int) -> None:
+        """Drop entries pointing at or past `phys_end` (a commitlog tail that recovery cut)."""
+        if self.max_offset <= self.min_offset or self.max_phys_end <= phys_end:
+            return
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:  # first entry with offset >= phys_end (entries are in commitlog order)
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e["size"] != BLANK_SIZE and int(e["offset"]) >= phys_end:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._set_end(lo * fmt.CQ_ENTRY_SIZE)
+        self.min_offset = min(self.min_offset, self.max_offset)
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        """Delete files whose entries all point below the commitlog's min offset; returns count."""
+        deleted = 0
+        files = self.queue.files
+        while len(files) > 1:
+            last = self._entries(files[0])[-1]
+            if int(last["offset"]) + int(last["size"]) > min_commitlog_offset and last["size"] != BLANK_SIZE:
+                break
+            self._views.pop(files[0].file_from_offset, None)
+            self.queue.delete_first(1)
+            deleted += 1
+        if deleted:
+            self._find_min_offset()
+        head = self.get_range(self.min_offset, self.entries_per_file)
+        if len(head):
+            stale = (head["size"] == BLANK_SIZE) | (head["offset"] < min_commitlog_offset)
+            self.min_offset += int(np.argmin(stale)) if not stale.all() else len(head)
+        return deleted
+
+    def flush(self) -> None:
+        self.queue.flush()
+
+    def close(self) -> None:
+        self._views.clear()
+        self.queue.close()
+
+    def destroy(self) -> None:
+        self._views.clear()
+        for mf in self.queue.files:
+            mf.destroy()
+        self.queue.files = []

@@ -1,0 +1,266 @@
+"""Fixed-size mmap'd segment files named by their 20-digit start offset (RocketMQ's MappedFile).
+
+The commitlog and every consume queue are a MappedFileQueue: a list of equal-size segments,
+the last one being written. The next segment is created and its pages touched in a
+background thread before it is needed, so the writer never stalls on page faults.
+"""
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from typing import Iterator
+
+import numpy as np
+
+from shmq.store import format as fmt
+
+log = logging.getLogger(__name__)
+PAGE_SIZE = mmap.PAGESIZE
+
+
+class MappedFile:
+    """One segment: the whole file mapped shared, written at `wrote_position`."""
+
+    def __init__(self, path: str, size: int, create: bool = True) -> None:
+        self.path = path
+        self.size = size
+        self.file_from_offset = fmt.parse_offset_file_name(os.path.basename(path))
+        if self.file_from_offset is None:
+            raise ValueError(f"{path}: segment names are 20-digit offsets")
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            actual = os.fstat(self.fd).st_size
+            if actual == 0 and create:
+                os.ftruncate(self.fd, size)
+            elif actual != size:
+                raise ValueError(f"{path} is {actual} bytes, expected segment size {size}")
+            self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.array = np.frombuffer(self.mm, dtype=np.uint8)
+        self.view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.last_modified = os.fstat(self.fd).st_mtime
+
+    @property
+    def file_to_offset(self) -> int:
+        return self.file_from_offset + self.size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.size
+
+    @property
+    def remaining(self) -> int:
+        return self.size - self.wrote_position
+
+    def warm(self) -> None:
+        """Fault every page in now (numpy writes release the GIL) so appends never wait on it."""
+        self.array[::PAGE_SIZE] = 0
+
+    def flush(self) -> int:
+        """Make everything written so far durable; returns the flushed position."""
+        pos = self.wrote_position
+        if pos > self.flushed_position:
+            os.fdatasync(self.fd)
+            self.flushed_position = pos
+            self.last_modified = time.time()
+        return pos
+
+    def zero_from(self, pos: int) -> None:
+        """Clear the bytes from `pos` to the end: a truncated tail must not look like records later."""
+        self.array[pos:] = 0
+
+    def close(self) -> None:
+        """Unmap and close; a view still held by a reader keeps the mapping alive until it is dropped."""
+        self.array = None  # type: ignore[assignment]
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            log.debug("%s: mapping still exported; it is released when the last view goes", self.path)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class AllocateMappedFileService:
+    """Creates and warms the next segment in the background (RocketMQ's AllocateMappedFileService)."""
+
+    def __init__(self, warm: bool = True) -> None:
+        self._warm = warm
+        self._lock = threading.Lock()
+        self._ready: dict[str, MappedFile] = {}
+        self._pending: dict[str, threading.Thread] = {}
+        self._closed = False
+
+    def request(self, path: str, size: int) -> None:
+        """Start preparing `path` unless it is already prepared or in progress."""
+        with self._lock:
+            if self._closed or path in self._ready or path in self._pending:
+                return
+            t = threading.Thread(target=self._prepare, args=(path, size), name="AllocateMappedFile", daemon=True)
+            self._pending[path] = t
+        t.start()
+
+    def _prepare(self, path: str, size: int) -> None:
+        try:
+            mf = MappedFile(path, size)
+            if self._warm:
+                mf.warm()
+        except OSError as e:
+            log.warning("pre-allocating %s failed: %s", path, e)
+            with self._lock:
+                self._pending.pop(path, None)
+            return
+        with self._lock:
+            self._pending.pop(path, None)
+            if self._closed:
+                mf.destroy()
+            else:
+                self._ready[path] = mf
+
+    def take(self, path: str, size: int) -> MappedFile:
+        """The prepared segment for `path`, waiting for one in progress, else created now."""
+        with self._lock:
+            t = self._pending.get(path)
+        if t is not None:
+            t.join()
+        with self._lock:
+            mf = self._ready.pop(path, None)
+        return mf if mf is not None else MappedFile(path, size)
+
+    def shutdown(self) -> None:
+        """Stop preparing and delete prepared-but-unused segments (they hold no data)."""
+        with self._lock:
+            self._closed = True
+            pending = list(self._pending.values())
+        for t in pending:
+            t.join()
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for mf in ready.values():
+            mf.destroy()
+
+
+class MappedFileQueue:
+    """The segments of one log (commitlog, or one consume queue), oldest first."""
+
+    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.allocator = allocator
+        self.files: list[MappedFile] = []
+
+    def load(self) -> None:
+        """Open every existing segment; wrote positions are set later by recovery."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if fmt.parse_offset_file_name(n) is not None)
+        for name in names:
+            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            self.files.append(mf)
+        for a, b in zip(self.files, self.files[1:]):
+            if b.file_from_offset != a.file_to_offset:
+                raise ValueError(f"{self.directory}: segment {b.path} does not follow {a.path}")
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data."""
+        if not self.files:
+            return 0
+        last = self.files[-1]
+        return last.file_from_offset + last.wrote_position
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in reversed(self.files):
+            if mf.flushed_position:
+                return mf.file_from_offset + mf.flushed_position
+        return self.min_offset
+
+    def last_file(self, start_offset: int = 0) -> MappedFile:
+        """The segment to write to, creating the next (or the first, at `start_offset`) if needed."""
+        if self.files and not self.files[-1].is_full:
+            return self.files[-1]
+        if self.files:
+            start = self.files[-1].file_to_offset
+        else:
+            start = start_offset - start_offset % self.file_size
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, fmt.offset_file_name(start))
+        if self.allocator is not None:
+            mf = self.allocator.take(path, self.file_size)
+            self.allocator.request(os.path.join(self.directory, fmt.offset_file_name(start + self.file_size)),
+                                   self.file_size)
+        else:
+            mf = MappedFile(path, self.file_size)
+        self.files.append(mf)
+        return mf
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding `offset`, or None if it is outside the queue."""
+        if not self.files or offset < self.files[0].file_from_offset:
+            return None
+        i = (offset - self.files[0].file_from_offset) // self.file_size
+        if i >= len(self.files):
+            return None
+        return self.files[i]
+
+    def flush(self) -> None:
+        for mf in self.files:
+            if mf.wrote_position > mf.flushed_position:
+                mf.flush()
+
+    def dirty_pages(self) -> int:
+        return sum((mf.wrote_position - mf.flushed_position) // PAGE_SIZE for mf in self.files[-2:])
+
+    def truncate(self, offset: int) -> None:
+        """Cut the queue at `offset`: later segments deleted, the tail of the last one zeroed."""
+        keep = []
+        for mf in self.files:
+            if mf.file_from_offset > offset:
+                mf.destroy()
+                continue
+            if offset < mf.file_to_offset:
+                pos = offset - mf.file_from_offset
+                mf.zero_from(pos)
+                mf.wrote_position = mf.flushed_position = pos
+            keep.append(mf)
+        self.files = keep
+
+    def delete_first(self, count: int = 1) -> list[str]:
+        """Remove the oldest `count` segments (never the last one); returns their paths."""
+        removed = []
+        while count > 0 and len(self.files) > 1:
+            mf = self.files.pop(0)
+            mf.destroy()
+            removed.append(mf.path)
+            count -= 1
+        return removed
+
+    def __iter__(self) -> Iterator[MappedFile]:
+        return iter(self.files)
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self.files = []
