@@ -61,6 +61,10 @@ class BrokerConfig:
     store_host: int = 0  # shmq: 8-byte store host id written into records and offset msg ids
 
     def __post_init__(self) -> None:
+        # RocketMQ 5 writes these two as percentages (90), 4.x as fractions (0.90): accept both
+        for name in ("disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
+            if getattr(self, name) > 1:
+                setattr(self, name, getattr(self, name) / 100)
         self.validate()
 
     def validate(self) -> None:
@@ -100,7 +104,7 @@ class BrokerConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, raw in values.items():
-            name = key if key in fields else _snake(key)
+            name = key if key in fields else _ALIASES.get(key) or _snake(key)
             if name not in fields:
                 raise ConfigError(f"unknown config key {key!r}")
             kwargs[name] = _coerce(fields[name], raw, key)
@@ -129,6 +133,10 @@ class BrokerConfig:
     def to_properties(self) -> str:
         """The config as a RocketMQ-style broker.conf."""
         return "".join(f"{camel(f.name)}={_render(getattr(self, f.name))}\n" for f in dataclasses.fields(self))
+
+
+# RocketMQ spellings that do not follow from our field names
+_ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
 
 
 def parse_properties(text: str, origin: str = "<config>") -> dict[str, str]:

@@ -7,11 +7,11 @@ record's position, so a record whose patching was cut short by a crash is never 
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -20,6 +20,7 @@ import numpy as np
 from shmq.store import format as fmt
 from shmq.store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
 
+log = logging.getLogger(__name__)
 _TS_HOST = struct.Struct(">qq")  # STORETIMESTAMP, STOREHOST (adjacent)
 _QOFF_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, physical written last)
 _I32 = struct.Struct(">i")
@@ -83,66 +84,51 @@ class CommitLog:
         _TS_HOST.pack_into(view, pos + fmt.OFF_STORETIMESTAMP, store_timestamp, self.store_host)
         if _I32.unpack_from(view, pos + fmt.OFF_BODYCRC)[0] == 0:
             (body_len,) = _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)
-            body = view[pos + fmt.OFF_BODY:pos + fmt.OFF_BODY + body_len]
-            _I32.pack_into(view, pos + fmt.OFF_BODYCRC, zlib.crc32(body) & 0x7FFFFFFF)
+            _I32.pack_into(view, pos + fmt.OFF_BODYCRC, fmt.body_crc(view[pos + fmt.OFF_BODY:pos + fmt.OFF_BODY + body_len]))
         phys = mf.file_from_offset + pos
         _QOFF_PHYS.pack_into(view, pos + fmt.OFF_QUEUEOFFSET, queue_offset, phys)
         mf.wrote_position = pos + size
         self.confirmed = (phys + size, store_timestamp)
         return phys
 
-    def append_batch(self, buf, starts: np.ndarray, first_queue_offset: int, queue_id: int,
-                     store_timestamp: int) -> AppendResult:
-        """Append records packed back to back in `buf` (record i starts at starts[i]).
+    def append_batch(self, buf, starts: np.ndarray, sizes: np.ndarray, first_queue_offset: int, queue_id: int,
+                     store_timestamp: int, missing_crc: np.ndarray | None = None) -> AppendResult:
+        """Append records packed back to back in `buf` (record i: `sizes[i]` bytes at `starts[i]`).
 
-        One copy per segment touched; the owned fields of all records are patched with a few
-        vectorised numpy scatters. A batch that crosses a segment end is split there.
+        One copy per segment touched, then one vectorised scatter patches the owned fields of
+        all records; `missing_crc` lists records whose BODYCRC the client left 0. A batch that
+        crosses a segment end is split there.
         """
         src = np.frombuffer(buf, dtype=np.uint8)
         n = len(starts)
-        ends = np.empty(n, dtype=np.int64)
-        ends[:-1] = starts[1:]
-        ends[-1] = len(src)
+        ends = starts + sizes
         phys_all = np.empty(n, dtype=np.int64)
-        first_phys = -1
         i = 0
         while i < n:
-            mf = self._segment_for(int(ends[i] - starts[i]))
-            room = mf.remaining - fmt.MIN_BLANK
-            # records i..j-1 fit in this segment
-            j = i + int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
+            mf = self._segment_for(int(sizes[i]))
+            # records i..j-1 fit in this segment, leaving room for the blank filler
+            j = i + int(np.searchsorted(ends[i:] - starts[i], mf.remaining - fmt.MIN_BLANK, side="right"))
             lo, hi = int(starts[i]), int(ends[j - 1])
             pos = mf.wrote_position
-            dst = mf.array
-            dst[pos:pos + hi - lo] = src[lo:hi]
-            rel = starts[i:j] - lo + pos
-            phys = rel + mf.file_from_offset
-            phys_all[i:j] = phys
-            if first_phys < 0:
-                first_phys = int(phys[0])
-            self._patch(mf, rel, first_queue_offset + i, queue_id, store_timestamp)
+            mf.array[pos:pos + hi - lo] = src[lo:hi]
+            rel = starts[i:j] + (pos - lo)
+            phys_all[i:j] = rel + mf.file_from_offset
+            if missing_crc is not None:
+                self._fill_crc(mf, rel, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
+            fmt.patch_owned_fields(mf.array, rel, queue_id, store_timestamp, self.store_host,
+                                   first_queue_offset + i, mf.file_from_offset + pos)
             mf.wrote_position = pos + hi - lo
             i = j
-        self.confirmed = (int(phys_all[-1] + ends[-1] - starts[-1]), store_timestamp)
-        return AppendResult(first_phys, len(src), phys_all, store_timestamp)
+        end = int(phys_all[-1] + sizes[-1])
+        self.confirmed = (end, store_timestamp)
+        return AppendResult(int(phys_all[0]), end - int(phys_all[0]), phys_all, store_timestamp)
 
-    def _patch(self, mf: MappedFile, rel: np.ndarray, first_queue_offset: int, queue_id: int,
-               store_timestamp: int) -> None:
-        dst = mf.array
-        n = len(rel)
-        lanes4 = rel[:, None] + np.arange(4)
-        dst[lanes4 + fmt.OFF_QUEUEID] = np.frombuffer(_I32.pack(queue_id), np.uint8)
-        dst[rel[:, None] + np.arange(16) + fmt.OFF_STORETIMESTAMP] = np.frombuffer(
-            _TS_HOST.pack(store_timestamp, self.store_host), np.uint8)
-        crc = fmt.gather_i32(dst, rel + fmt.OFF_BODYCRC)
-        if not crc.all():
-            view = mf.view
-            for p in rel[crc == 0].tolist():
-                (body_len,) = _I32.unpack_from(view, p + fmt.OFF_BODYLEN)
-                body = view[p + fmt.OFF_BODY:p + fmt.OFF_BODY + body_len]
-                _I32.pack_into(view, p + fmt.OFF_BODYCRC, zlib.crc32(body) & 0x7FFFFFFF)
-        fmt.scatter_u64(dst, rel + fmt.OFF_QUEUEOFFSET, np.arange(first_queue_offset, first_queue_offset + n))
-        fmt.scatter_u64(dst, rel + fmt.OFF_PHYSICALOFFSET, rel + mf.file_from_offset)
+    @staticmethod
+    def _fill_crc(mf: MappedFile, rel: np.ndarray, which: np.ndarray) -> None:
+        view = mf.view
+        for p in rel[which].tolist():
+            (body_len,) = _I32.unpack_from(view, p + fmt.OFF_BODYLEN)
+            _I32.pack_into(view, p + fmt.OFF_BODYCRC, fmt.body_crc(view[p + fmt.OFF_BODY:p + fmt.OFF_BODY + body_len]))
 
     # ------------------------------------------------------------------ reading
 
@@ -184,17 +170,15 @@ class CommitLog:
         """(segment, position, size) of every valid record from `offset` to the end of the log."""
         mf = self.queue.find(offset)
         while mf is not None:
-            pos = offset - mf.file_from_offset
-            limit = mf.wrote_position
-            while True:
-                status, size = fmt.check_record(mf.view, pos, limit, mf.file_from_offset + pos, verify_crc)
-                if status == fmt.RECORD_OK:
-                    yield mf, pos, size
-                    pos += size
-                elif status == fmt.RECORD_BLANK:
-                    break
-                else:
+            for status, pos, size in fmt.scan_segment(mf.view, offset - mf.file_from_offset, mf.wrote_position,
+                                                      mf.file_from_offset, verify_crc):
+                if status == fmt.RECORD_END:
                     return
+                if status == fmt.RECORD_BAD_CRC:
+                    log.warning("commitlog record at %d fails its body CRC; kept, later records follow it",
+                                mf.file_from_offset + pos)
+                if status != fmt.RECORD_BLANK:
+                    yield mf, pos, size
             offset = mf.file_to_offset
             mf = self.queue.find(offset)
 

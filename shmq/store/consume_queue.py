@@ -197,7 +197,7 @@ class ConsumeQueue:
         while lo < hi:  # first entry with offset >= phys_end (entries are in commitlog order)
             mid = (lo + hi) // 2
             e = self.entry(mid)
-            if e["size"] != BLANK_SIZE and int(e["offset"]) >= phys_end:
+            if e["size"] != BLANK_SIZE and int(e["offset"]) + int(e["size"]) > phys_end:
                 hi = mid
             else:
                 lo = mid + 1

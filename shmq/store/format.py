@@ -142,9 +142,10 @@ def encode_properties(props: Mapping[str, str] | None) -> bytes:
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Inverse of encode_properties; bytes that are not UTF-8 are replaced, never an error."""
     if not raw:
         return {}
-    text = bytes(raw).decode("utf-8")
+    text = bytes(raw).decode("utf-8", "replace")
     out: dict[str, str] = {}
     for item in text.split("\x02"):
         if item:
@@ -251,7 +252,7 @@ def decode_record(buf, pos: int = 0) -> StoredRecord:
     body = mv[p:p + body_len]
     p += body_len
     topic_len = mv[p]
-    topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("ascii")
+    topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("ascii", "replace")
     p += 1 + topic_len
     (props_len,) = _U16.unpack_from(buf, p)
     props = decode_properties(mv[p + 2:p + 2 + props_len])
@@ -325,14 +326,16 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
 RECORD_OK = 0
 RECORD_BLANK = 1  # end-of-segment filler: continue in the next segment
 RECORD_END = 2  # nothing valid here: the log ends at this position
+RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not match BODYCRC
 
 
 def check_record(buf, pos: int, limit: int, expected_offset: int, verify_crc: bool = True) -> tuple[int, int]:
     """Classify the bytes at `pos` (no further than `limit`) during a recovery scan.
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
-    store writes last) and, when asked, body CRC all agree; anything else ends the log, so a
-    torn or overwritten tail is cut there.
+    store writes last) and, when asked, body CRC all agree. A record that is whole but fails
+    only the CRC is RECORD_BAD_CRC (the caller decides by what follows it); anything else ends
+    the log, so a torn or overwritten tail is cut there.
     """
     if limit - pos < MIN_BLANK:
         return RECORD_END, 0
@@ -351,18 +354,35 @@ def check_record(buf, pos: int, limit: int, expected_offset: int, verify_crc: bo
     (props_len,) = _U16.unpack_from(buf, p + 1 + topic_len)
     if record_size(body_len, topic_len, props_len) != size:
         return RECORD_END, 0
-    if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY:p]) != crc:
+    # BODYCRC does not cover topic and properties: a tail torn inside them (zeroed by a crash)
+    # shows as a NUL last topic byte or properties not ending in their separator (0x02).
+    if topic_len == 0 or buf[p + topic_len] == 0 or (props_len and buf[pos + size - 1] != 0x02):
         return RECORD_END, 0
+    if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY:p]) != crc:
+        return RECORD_BAD_CRC, size
     return RECORD_OK, size
 
 
-def iter_records(buf, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int]]:
-    """Yield (position, size) of each valid record from `pos` until the first non-record."""
+def scan_segment(buf, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
+    """Yield (status, position, size) of the records of one segment from `pos`.
+
+    Ends after RECORD_BLANK (go on in the next segment) or RECORD_END. A record failing only
+    its CRC is yielded as RECORD_BAD_CRC when a good record or the segment's blank follows it
+    (the store wrote past it, so it is not a torn tail: a client sent a wrong CRC or the disk
+    corrupted it later), and ends the log otherwise.
+    """
     while True:
         status, size = check_record(buf, pos, limit, base_offset + pos, verify_crc)
-        if status != RECORD_OK:
+        if status == RECORD_BAD_CRC:
+            nxt, _ = check_record(buf, pos + size, limit, base_offset + pos + size, verify_crc)
+            if nxt not in (RECORD_OK, RECORD_BLANK):
+                status = RECORD_END
+        if status == RECORD_END:
+            yield status, pos, 0
             return
-        yield pos, size
+        yield status, pos, size
+        if status == RECORD_BLANK:
+            return
         pos += size
 
 
@@ -383,21 +403,44 @@ def walk_batch(buf, count: int | None = None) -> np.ndarray:
 
 
 _BYTE_LANES8 = np.arange(8, dtype=np.int64)
+# Bytes of the header fields a batch is validated by: TOTALSIZE, MAGICCODE, BODYCRC, SYSFLAG, BODYLEN.
+CHECK_LANES = np.concatenate([np.arange(o, o + 4) for o in
+                              (OFF_TOTALSIZE, OFF_MAGIC, OFF_BODYCRC, OFF_SYSFLAG, OFF_BODYLEN)]).astype(np.int64)
+# Bytes the store owns: QUEUEID, STORETIMESTAMP + STOREHOST (the same for a whole batch), then
+# QUEUEOFFSET + PHYSICALOFFSET, written last so a record whose PHYSICALOFFSET is set is whole.
+CONST_PATCH_LANES = np.concatenate([np.arange(OFF_QUEUEID, OFF_QUEUEID + 4),
+                                    np.arange(OFF_STORETIMESTAMP, OFF_STOREHOST + 8)]).astype(np.int64)
+OFFSET_PATCH_LANES = np.arange(OFF_QUEUEOFFSET, OFF_PHYSICALOFFSET + 8, dtype=np.int64)
+_CONST_PATCH = struct.Struct(">iqq")
 
 
-def scatter_u64(dst: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
-    """Write big-endian 64-bit `values` at byte `positions` of a uint8 array, vectorised."""
-    be = np.asarray(values, dtype=">i8").view(np.uint8).reshape(-1, 8)
-    dst[positions[:, None] + _BYTE_LANES8] = be
+def gather_header_fields(src: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(n, 5) int64: TOTALSIZE, MAGICCODE (unsigned), BODYCRC, SYSFLAG, BODYLEN of each record; one gather."""
+    fields = np.ascontiguousarray(src[starts[:, None] + CHECK_LANES]).view(">i4").astype(np.int64)
+    fields[:, 1] &= 0xFFFFFFFF
+    return fields
+
+
+def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int, store_timestamp: int,
+                       store_host: int, first_queue_offset: int, first_phys: int) -> None:
+    """Write the store-owned fields of records at `positions` (segment-relative) in two scatters."""
+    n = len(positions)
+    dst[positions[:, None] + CONST_PATCH_LANES] = np.frombuffer(
+        _CONST_PATCH.pack(queue_id, store_timestamp, store_host), np.uint8)
+    offsets = np.empty((n, 2), ">i8")
+    offsets[:, 0] = np.arange(first_queue_offset, first_queue_offset + n)
+    offsets[:, 1] = positions + (first_phys - int(positions[0]))
+    dst[positions[:, None] + OFFSET_PATCH_LANES] = offsets.view(np.uint8)
 
 
 def gather_i32(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Read big-endian 32-bit signed ints at byte `positions` of a uint8 array."""
+    """Big-endian 32-bit signed ints at byte `positions` of a uint8 array, as int64."""
     idx = positions[:, None] + _BYTE_LANES8[:4]
     return np.ascontiguousarray(src[idx]).view(">i4").reshape(-1).astype(np.int64)
 
 
 def gather_i64(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Big-endian 64-bit signed ints at byte `positions` of a uint8 array."""
     idx = positions[:, None] + _BYTE_LANES8
     return np.ascontiguousarray(src[idx]).view(">i8").reshape(-1).astype(np.int64)
 

@@ -170,6 +170,10 @@ class MappedFileQueue:
         if not os.path.isdir(self.directory):
             return
         names = sorted(n for n in os.listdir(self.directory) if fmt.parse_offset_file_name(n) is not None)
+        # A crash between creating a segment and sizing it (MappedFile: open O_CREAT, then
+        # ftruncate) leaves an empty file at the end; it never held data, so drop it.
+        while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
+            os.unlink(os.path.join(self.directory, names.pop()))
         for name in names:
             mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False)
             mf.wrote_position = mf.flushed_position = self.file_size

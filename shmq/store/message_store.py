@@ -32,6 +32,7 @@ from shmq.store.mapped_file import AllocateMappedFileService
 
 log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
+MAX_QUEUE_ID = 65535
 
 
 class PutStatus(enum.Enum):
@@ -83,6 +84,7 @@ class MessageStore:
         self.disk_full = False
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
+        self._valid_topics: set[str] = set()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
         self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
@@ -143,7 +145,8 @@ class MessageStore:
         self._load_consume_queues(cq_dir)
         if cfg.message_index_enable:
             self.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
-        end = recovery.recover_commitlog(self.commitlog, abnormal, self.checkpoint.min_timestamp())
+        end = recovery.recover_commitlog(self.commitlog, abnormal,
+                                         self.checkpoint.min_timestamp(self.index is not None))
         for cq in self._queues.values():
             cq.recover()
             cq.truncate_dirty(end)
@@ -174,10 +177,12 @@ class MessageStore:
         if abnormal:
             i = recovery.abnormal_start_file(self.commitlog, self.checkpoint.min_timestamp(self.index is not None))
             return self.commitlog.queue.files[i].file_from_offset
+        # clean shutdown: dispatch is synchronous and in log order, so everything before the
+        # most advanced queue's last entry is dispatched (RocketMQ's reput offset likewise)
         ends = [cq.max_phys_end for cq in self._queues.values() if cq.max_phys_end >= 0]
         if self.index is not None and self.index.end_phys_offset >= 0:
             ends.append(self.index.end_phys_offset + 1)
-        return min(ends) if ends else self.commitlog.min_offset
+        return max(ends) if ends else self.commitlog.min_offset
 
     def _redispatch(self, start: int) -> None:
         count = 0
@@ -225,11 +230,12 @@ class MessageStore:
         """Flush everything, write the checkpoint, remove the abort marker, release the lock."""
         if not self.running:
             return
-        self.running = False
         with self.commitlog.put_lock:
-            for s in reversed(self._services):
-                s.shutdown()
-            self._services = []
+            self.running = False  # from here on puts are refused
+        for s in reversed(self._services):
+            s.shutdown()  # outside the lock: cleanup and flush rounds take it
+        self._services = []
+        with self.commitlog.put_lock:
             self.allocator.shutdown()
             self.commitlog.flush(0)
             self._flush_logics()
@@ -275,6 +281,14 @@ class MessageStore:
 
     # ------------------------------------------------------------------ put
 
+    def _check_queue(self, topic: str, queue_id: int) -> None:
+        """Topic names become folder names: only RocketMQ's characters; queue ids 0..65535."""
+        if topic not in self._valid_topics:
+            fmt.check_topic(topic)
+            self._valid_topics.add(topic)
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise ValueError(f"queue id {queue_id} is outside 0..{MAX_QUEUE_ID}")
+
     def _check_writable(self) -> None:
         if not self.running:
             raise StoreClosedError("the message store is shut down")
@@ -291,6 +305,7 @@ class MessageStore:
         `wait_flush` is False (the broker then waits on `group_commit` itself).
         """
         self._check_writable()
+        self._check_queue(topic, queue_id)
         size = len(record)
         sysflag = self._validate_record(topic, record, size)
         if tags_code is None or key_hashes is None:
@@ -308,9 +323,7 @@ class MessageStore:
             if enters:
                 cq.put(phys, size, tags_code, qoff)
             if key_hashes and self.index is not None:
-                n = len(key_hashes)
-                self.index.put_batch(np.asarray(key_hashes, np.int64), np.full(n, phys, np.int64),
-                                     np.full(n, ts, np.int64))
+                self.index.put(key_hashes, phys, ts)
             self._dispatched_ts = ts
         result = PutMessageResult(PutStatus.PUT_OK, phys, size, qoff, 1, ts)
         return self._await_flush(result) if wait_flush else result
@@ -319,27 +332,21 @@ class MessageStore:
                      wait_flush: bool = True) -> PutMessageResult:
         """Append a batch of records of one topic to one queue (RocketMQ's MessageExtBatch)."""
         self._check_writable()
-        n = len(batch)
-        if n == 0:
+        self._check_queue(topic, queue_id)
+        if len(batch) == 0:
             raise ValueError("empty batch")
-        self._validate_batch(topic, batch)
+        sizes, missing_crc = self._validate_batch(topic, batch)
         with self.commitlog.put_lock:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
             cq = self._queue(topic, queue_id)
             qoff = cq.max_offset
             ts = self.commitlog.next_store_timestamp()
-            res = self.commitlog.append_batch(batch.buf, batch.starts, qoff, queue_id, ts)
-            ends = np.empty(n, np.int64)
-            ends[:-1] = batch.starts[1:]
-            ends[-1] = len(batch.buf)
-            dispatch(DispatchRequest(topic, queue_id, qoff, res.phys_offsets, ends - batch.starts,
-                                     batch.tags_codes, ts, batch.key_hashes, batch.key_records),
-                     cq, self.index)
+            res = self.commitlog.append_batch(batch.buf, batch.starts, sizes, qoff, queue_id, ts, missing_crc)
+            dispatch(DispatchRequest(topic, queue_id, qoff, res.phys_offsets, sizes, batch.tags_codes, ts,
+                                     batch.key_hashes, batch.key_records), cq, self.index)
             self._dispatched_ts = ts
-        result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset,
-                                  int(res.phys_offsets[-1] + ends[-1] - batch.starts[-1] - res.wrote_offset),
-                                  qoff, n, ts)
+        result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, len(sizes), ts)
         return self._await_flush(result) if wait_flush else result
 
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
@@ -375,36 +382,40 @@ class MessageStore:
             raise fmt.CorruptRecordError("record's field lengths do not add up to its TOTALSIZE")
         return sysflag
 
-    def _validate_batch(self, topic: str, batch: fmt.EncodedBatch) -> None:
-        """Vectorised checks of every record's size, magic, topic and transaction flag."""
+    def _validate_batch(self, topic: str, batch: fmt.EncodedBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectorised checks of every record's size, magic, topic and transaction flag.
+
+        Returns the record sizes and the records whose BODYCRC the client left 0 (None if none).
+        """
         src = np.frombuffer(batch.buf, np.uint8)
+        if len(src) > self.config.max_message_size:
+            raise MessageTooLargeError(f"batch of {len(src)} bytes is over maxMessageSize {self.config.max_message_size}; "
+                                       "split it (a single message may be sent alone)")
         starts = batch.starts
-        n = len(starts)
-        sizes = fmt.gather_i32(src, starts)
-        ends = np.empty(n, np.int64)
-        ends[:-1] = starts[1:]
-        ends[-1] = len(src)
-        if starts[0] != 0 or not np.array_equal(sizes, ends - starts):
+        if len(src) < fmt.FIXED_OVERHEAD * len(starts) or starts[0] != 0 or (starts[1:] <= starts[:-1]).any() \
+                or starts[-1] > len(src) - fmt.FIXED_OVERHEAD:
+            raise fmt.CorruptRecordError("batch record starts do not fit the buffer")
+        fields = fmt.gather_header_fields(src, starts)
+        sizes, magic, crc, sysflag, body_len = fields.T
+        if sizes[-1] != len(src) - starts[-1] or not np.array_equal(sizes[:-1], np.diff(starts)):
             raise fmt.CorruptRecordError("batch record sizes do not tile the buffer")
-        if sizes.max() > fmt.MAX_RECORD_SIZE or len(src) > self.config.max_message_size + fmt.MAX_RECORD_SIZE:
-            raise MessageTooLargeError(f"batch of {len(src)} bytes is over maxMessageSize {self.config.max_message_size}")
-        magic = fmt.gather_i32(src, starts + fmt.OFF_MAGIC) & 0xFFFFFFFF
         if (magic != fmt.MESSAGE_MAGIC).any():
             raise fmt.CorruptRecordError("batch record with a bad magic code")
-        if (fmt.gather_i32(src, starts + fmt.OFF_SYSFLAG) & fmt.TRANSACTION_MASK).any():
+        if (sysflag & fmt.TRANSACTION_MASK).any():
             raise ValueError("transactional records cannot be sent in a batch")
-        body_len = fmt.gather_i32(src, starts + fmt.OFF_BODYLEN)
         if (body_len < 0).any() or (body_len > sizes - fmt.FIXED_OVERHEAD).any():
             raise fmt.CorruptRecordError("batch record body length out of range")
-        topic_b = np.frombuffer(topic.encode("ascii", "replace"), np.uint8)
-        tpos = starts + fmt.OFF_BODY + body_len
+        topic_b = topic.encode("ascii")
         t = len(topic_b)
-        if (src[tpos] != t).any() or not (src[tpos[:, None] + 1 + np.arange(t)] == topic_b).all():
+        expect = np.frombuffer(bytes([t]) + topic_b, np.uint8)
+        tail = src[(starts + fmt.OFF_BODY + body_len)[:, None] + np.arange(t + 3)]
+        if not (tail[:, :t + 1] == expect).all():
             raise BadTopicError(f"batch records must all be of topic {topic!r}")
-        ppos = tpos + 1 + t
-        props_len = src[ppos].astype(np.int64) * 256 + src[ppos + 1]
+        props_len = tail[:, t + 1].astype(np.int64) * 256 + tail[:, t + 2]
         if not np.array_equal(fmt.FIXED_OVERHEAD + body_len + t + props_len, sizes):
             raise fmt.CorruptRecordError("batch record field lengths do not add up to TOTALSIZE")
+        missing = np.flatnonzero(crc == 0)
+        return sizes, (missing if len(missing) else None)
 
     # ------------------------------------------------------------------ read
 

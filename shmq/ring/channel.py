@@ -1,0 +1,109 @@
+"""A client's channel: one segment with a request ring and a response ring, plus doorbells.
+
+Segment ``/shmq.<broker>.ch.<client id>``: a 64-byte header (magic, client id, ring
+capacity), the request ring (client -> broker), the response ring (broker -> client).
+The client sleeps on its own doorbell ``/shmq.<broker>.ch.<client id>.bell``; the broker
+sleeps on one doorbell ``/shmq.<broker>.bell`` shared by all channels, since it can only wait
+on one semaphore, and parks with its flag raised in every ring it serves.
+"""
+from __future__ import annotations
+
+import struct
+
+import posix_ipc
+
+from shmq.errors import BrokerGoneError, CorruptFrameError
+from shmq.ring.doorbell import Doorbell
+from shmq.ring.framing import Ring, RingLayout
+from shmq.ring.shm import Segment, ipc_name, unlink_segment
+
+CHANNEL_MAGIC = 0x314E4843514D53  # b"SMQCHN1" as little-endian
+_HEADER = struct.Struct("<QQQ")
+_HEADER_BYTES = 64
+
+
+def channel_name(broker: str, client_id: int) -> str:
+    """Name of the channel segment of ``client_id``."""
+    return ipc_name(broker, f"ch.{client_id}")
+
+
+def client_bell_name(broker: str, client_id: int) -> str:
+    """Name of the doorbell the client sleeps on."""
+    return ipc_name(broker, f"ch.{client_id}.bell")
+
+
+def broker_bell_name(broker: str) -> str:
+    """Name of the one doorbell the broker sleeps on."""
+    return ipc_name(broker, "bell")
+
+
+def channel_size(ring_bytes: int) -> int:
+    """Segment bytes for two rings of ``ring_bytes`` data each."""
+    return _HEADER_BYTES + 2 * RingLayout(ring_bytes).size
+
+
+class Channel:
+    """Both rings and doorbells of one client; the broker creates it, the client opens it."""
+
+    def __init__(self, broker: str, client_id: int, segment: Segment, client_bell: Doorbell,
+                 broker_bell: Doorbell, owns_broker_bell: bool) -> None:
+        self.broker = broker
+        self.client_id = client_id
+        self.segment = segment
+        self.client_bell = client_bell
+        self.broker_bell = broker_bell
+        self._owns_broker_bell = owns_broker_bell
+        magic, cid, capacity = _HEADER.unpack_from(segment.buf, 0)
+        if magic != CHANNEL_MAGIC or cid != client_id:
+            raise CorruptFrameError(f"{segment.name} is not the channel of client {client_id}")
+        layout = RingLayout(capacity)
+        self.requests = Ring(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout)
+        second = _HEADER_BYTES + layout.size
+        self.responses = Ring(segment.buf[second:second + layout.size], layout)
+
+    @classmethod
+    def create(cls, broker: str, client_id: int, ring_bytes: int, broker_bell: Doorbell) -> Channel:
+        """Broker side: create the segment, format both rings, create the client's doorbell."""
+        layout = RingLayout(ring_bytes)
+        name = channel_name(broker, client_id)
+        segment = Segment.create(name, channel_size(ring_bytes))
+        try:
+            Ring.create(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout).close()
+            second = _HEADER_BYTES + layout.size
+            Ring.create(segment.buf[second:second + layout.size], layout).close()
+            _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes)
+            bell = Doorbell.create(client_bell_name(broker, client_id))
+        except BaseException:
+            segment.close()
+            unlink_segment(name)
+            raise
+        return cls(broker, client_id, segment, bell, broker_bell, owns_broker_bell=False)
+
+    @classmethod
+    def open(cls, broker: str, client_id: int) -> Channel:
+        """Client side: map the channel the broker made for ``client_id``."""
+        try:
+            segment = Segment.open(channel_name(broker, client_id))
+        except posix_ipc.ExistentialError:
+            raise BrokerGoneError(f"channel {channel_name(broker, client_id)} does not exist") from None
+        try:
+            client_bell = Doorbell.open(client_bell_name(broker, client_id))
+            broker_bell = Doorbell.open(broker_bell_name(broker))
+        except posix_ipc.ExistentialError:
+            segment.close()
+            raise BrokerGoneError(f"doorbells of broker {broker!r} are gone") from None
+        return cls(broker, client_id, segment, client_bell, broker_bell, owns_broker_bell=True)
+
+    def close(self) -> None:
+        """Unmap and close this side's handles (names stay until ``unlink``)."""
+        self.requests.close()
+        self.responses.close()
+        self.segment.close()
+        self.client_bell.close()
+        if self._owns_broker_bell:
+            self.broker_bell.close()
+
+    def unlink(self) -> None:
+        """Broker side: remove the segment and the client's doorbell names."""
+        unlink_segment(self.segment.name)
+        self.client_bell.unlink()

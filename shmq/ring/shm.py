@@ -1,0 +1,118 @@
+"""POSIX shared-memory segments named ``/shmq.<broker>.<what>``, and clean-up of leftovers.
+
+Every shmq segment and named semaphore carries its broker's name as a prefix, so a broker
+(or a test) can find and remove what a crashed predecessor left in /dev/shm.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+
+import posix_ipc
+
+SHM_DIR = "/dev/shm"
+MODE = 0o600
+_BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_WHAT = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def check_broker_name(broker: str) -> str:
+    """Return ``broker`` if usable in IPC names (letters, digits, ``_``, ``-``; no dots)."""
+    if not isinstance(broker, str) or not _BROKER_NAME.fullmatch(broker):
+        raise ValueError(f"bad broker name {broker!r}: use 1-64 letters, digits, '_' or '-'")
+    return broker
+
+
+def ipc_name(broker: str, what: str) -> str:
+    """The POSIX IPC name of object ``what`` of ``broker``: ``/shmq.<broker>.<what>``."""
+    if not _WHAT.fullmatch(what):
+        raise ValueError(f"bad IPC object name {what!r}")
+    return f"/shmq.{check_broker_name(broker)}.{what}"
+
+
+class Segment:
+    """A mapped POSIX shared-memory segment; ``buf`` is a memoryview of all of it."""
+
+    def __init__(self, name: str, mm: mmap.mmap, read_only: bool) -> None:
+        self.name = name
+        self.read_only = read_only
+        self._mm = mm
+        self.buf = memoryview(mm)
+        self.size = len(mm)
+
+    @classmethod
+    def create(cls, name: str, size: int, mode: int = MODE) -> Segment:
+        """Create a new zero-filled segment; fails with ``posix_ipc.ExistentialError`` if it exists."""
+        shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=mode, size=size)
+        try:
+            mm = mmap.mmap(shm.fd, size)
+        except BaseException:
+            shm.close_fd()
+            posix_ipc.unlink_shared_memory(name)
+            raise
+        shm.close_fd()
+        return cls(name, mm, read_only=False)
+
+    @classmethod
+    def open(cls, name: str, read_only: bool = False) -> Segment:
+        """Map an existing segment (whole size); ``posix_ipc.ExistentialError`` if missing."""
+        shm = posix_ipc.SharedMemory(name, read_only=read_only)
+        try:
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            mm = mmap.mmap(shm.fd, shm.size, access=access)
+        finally:
+            shm.close_fd()
+        return cls(name, mm, read_only)
+
+    def close(self) -> None:
+        """Unmap, or leave unmapping to the garbage collector if views of it are still alive."""
+        try:
+            self.buf.release()
+            self._mm.close()
+        except BufferError:
+            pass
+
+    def unlink(self) -> None:
+        """Remove the name (mappings stay valid until closed)."""
+        unlink_segment(self.name)
+
+    def __enter__(self) -> Segment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def unlink_segment(name: str) -> bool:
+    """Remove a segment name; False if it was already gone."""
+    try:
+        posix_ipc.unlink_shared_memory(name)
+    except posix_ipc.ExistentialError:
+        return False
+    return True
+
+
+def leftovers(broker: str) -> list[str]:
+    """Entries of /dev/shm that belong to ``broker`` (segments and ``sem.`` semaphores)."""
+    prefix = f"shmq.{check_broker_name(broker)}."
+    try:
+        entries = os.listdir(SHM_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(e for e in entries if e.startswith(prefix) or e.startswith("sem." + prefix))
+
+
+def remove_leftovers(broker: str) -> list[str]:
+    """Unlink every segment and named semaphore of ``broker``; return what was removed."""
+    removed = []
+    for entry in leftovers(broker):
+        try:
+            if entry.startswith("sem."):
+                posix_ipc.unlink_semaphore("/" + entry[4:])
+            else:
+                posix_ipc.unlink_shared_memory("/" + entry)
+        except posix_ipc.ExistentialError:
+            continue
+        removed.append(entry)
+    return removed

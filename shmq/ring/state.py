@@ -1,0 +1,260 @@
+"""The state segment: what the broker publishes for clients and the monitor to read.
+
+The broker is the only writer; everyone else maps ``/shmq.<broker>.state`` read-only and
+never slows the broker down. Fixed-capacity numpy structured tables follow a header::
+
+    0    magic u64, version u32, header bytes u32, the six table capacities u32
+    64   seq u64: the seqlock over every table (odd while the broker writes)
+    128  broker pid, control-queue key, broker liveness key, start time, store dir
+
+Readers copy what they need between two loads of an even, unchanged ``seq`` and retry
+otherwise, so multi-word entries are never seen torn. A lone aligned 8-byte field (a queue's
+max offset) is atomic on its own and may be read without the seqlock. Rows have a ``used``
+flag; names are NUL-padded UTF-8. ``StateLayout`` and ``StateView`` are pure and work over any
+buffer; ``StateWriter`` and ``StateReader`` add the mapping.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, TypeVar
+
+import numpy as np
+import posix_ipc
+
+from shmq.errors import BrokerGoneError, BrokerNotFoundError, StateLayoutError
+from shmq.ring.shm import Segment, ipc_name, unlink_segment
+
+MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
+VERSION = 1
+HEADER_BYTES = 1024
+_SEQ = 8
+NAME = "S128"
+
+HEADER = np.dtype({
+    "names": ["magic", "version", "header_bytes", "topics", "queues", "groups", "members",
+              "offsets", "clients", "seq", "broker_pid", "control_key", "alive_key",
+              "started_ms", "store_dir"],
+    "formats": ["<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4",
+                "<u4", "<u4", "<u8", "S512"],
+    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192],
+    "itemsize": HEADER_BYTES,
+})
+TOPIC = np.dtype([("used", "u1"), ("perm", "u1"), ("read_queues", "<u2"), ("write_queues", "<u2"),
+                  ("queue_base", "<u4"), ("msgs_in", "<u8"), ("bytes_in", "<u8"),
+                  ("msgs_out", "<u8"), ("bytes_out", "<u8"), ("name", NAME)], align=True)
+QUEUE = np.dtype([("topic", "<u4"), ("queue_id", "<u4"), ("min_offset", "<i8"),
+                  ("max_offset", "<i8")], align=True)
+GROUP = np.dtype([("used", "u1"), ("model", "u1"), ("members", "<u4"), ("version", "<u8"),
+                  ("name", NAME)], align=True)
+MEMBER = np.dtype([("used", "u1"), ("group", "<u4"), ("client_id", "<u8")], align=True)
+OFFSET = np.dtype([("used", "u1"), ("group", "<u4"), ("queue", "<u4"), ("offset", "<i8")], align=True)
+CLIENT = np.dtype([("used", "u1"), ("role", "u1"), ("pid", "<u4"), ("alive_key", "<u4"),
+                   ("group", "<i4"), ("client_id", "<u8"), ("attached_ms", "<u8"),
+                   ("request_fill", "<u4"), ("response_fill", "<u4")], align=True)
+STATS = np.dtype([("msgs_in", "<u8"), ("bytes_in", "<u8"), ("msgs_out", "<u8"), ("bytes_out", "<u8"),
+                  ("busy_rejections", "<u8"), ("max_phy_offset", "<i8"), ("flush_offset", "<i8"),
+                  ("replica_offset", "<i8")], align=True)
+_TABLES = (("topics", TOPIC), ("queues", QUEUE), ("groups", GROUP), ("members", MEMBER),
+           ("offsets", OFFSET), ("clients", CLIENT))
+
+T = TypeVar("T")
+
+
+def _align64(n: int) -> int:
+    return (n + 63) & ~63
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """Table capacities, and from them where each table sits in the segment."""
+
+    topics: int = 256
+    queues: int = 4096
+    groups: int = 128
+    members: int = 1024
+    offsets: int = 16384
+    clients: int = 1024
+
+    def places(self) -> dict[str, tuple[np.dtype, int, int]]:
+        """Table name -> (row dtype, rows, byte offset); ``stats`` is one row at the end."""
+        out = {}
+        pos = HEADER_BYTES
+        for name, dtype in _TABLES:
+            rows = getattr(self, name)
+            out[name] = (dtype, rows, pos)
+            pos = _align64(pos + dtype.itemsize * rows)
+        out["stats"] = (STATS, 1, pos)
+        return out
+
+    @property
+    def size(self) -> int:
+        """Segment bytes."""
+        _, _, pos = self.places()["stats"]
+        return _align64(pos + STATS.itemsize)
+
+
+class StateView:
+    """The header and tables as numpy arrays over a buffer (the segment or a copy of it)."""
+
+    def __init__(self, buf: Any, layout: StateLayout) -> None:
+        self.layout = layout
+        self.header = np.frombuffer(buf, HEADER, 1, 0)
+        places = layout.places()
+        self.topics, self.queues, self.groups, self.members, self.offsets, self.clients, stats = (
+            np.frombuffer(buf, dtype, rows, pos) for dtype, rows, pos in places.values())
+        self.stats = stats
+
+    def topic_slot(self, name: str) -> int | None:
+        """Row of topic ``name``, or None."""
+        hits = np.flatnonzero((self.topics["used"] != 0) & (self.topics["name"] == name.encode()))
+        return int(hits[0]) if len(hits) else None
+
+    def group_slot(self, name: str) -> int | None:
+        """Row of consumer group ``name``, or None."""
+        hits = np.flatnonzero((self.groups["used"] != 0) & (self.groups["name"] == name.encode()))
+        return int(hits[0]) if len(hits) else None
+
+    def group_members(self, group: int) -> list[int]:
+        """Sorted client ids of the live members of group row ``group``."""
+        rows = self.members[(self.members["used"] != 0) & (self.members["group"] == group)]
+        return sorted(int(c) for c in rows["client_id"])
+
+    def topic_queues(self, slot: int) -> np.ndarray:
+        """The queue rows of topic row ``slot`` (a view)."""
+        t = self.topics[slot]
+        count = max(int(t["read_queues"]), int(t["write_queues"]))
+        base = int(t["queue_base"])
+        return self.queues[base:base + count]
+
+
+def format_state(buf: Any, layout: StateLayout, store_dir: str, control_key: int, alive_key: int,
+                 broker_pid: int) -> None:
+    """Write a fresh header (tables zero) into ``buf``."""
+    if len(store_dir.encode()) > HEADER["store_dir"].itemsize:
+        raise ValueError(f"store path too long for the state segment: {store_dir}")
+    header = np.frombuffer(buf, HEADER, 1, 0)
+    header[0] = (0, VERSION, HEADER_BYTES, layout.topics, layout.queues, layout.groups,
+                 layout.members, layout.offsets, layout.clients, 0, broker_pid, control_key,
+                 alive_key, int(time.time() * 1000), store_dir.encode())
+    header["magic"] = MAGIC
+
+
+def read_layout(buf: Any) -> StateLayout:
+    """The layout a state buffer declares; ``StateLayoutError`` if it is not ours."""
+    if len(buf) < HEADER_BYTES:
+        raise StateLayoutError("state segment is shorter than its header")
+    h = np.frombuffer(buf, HEADER, 1, 0)[0]
+    if int(h["magic"]) != MAGIC:
+        raise StateLayoutError("state segment has a wrong magic (not shmq, or not initialised)")
+    if int(h["version"]) != VERSION or int(h["header_bytes"]) != HEADER_BYTES:
+        raise StateLayoutError(f"state segment version {int(h['version'])}, this shmq reads {VERSION}")
+    layout = StateLayout(*(int(h[name]) for name, _ in _TABLES))
+    if len(buf) < layout.size:
+        raise StateLayoutError(f"state segment of {len(buf)} bytes is smaller than its layout ({layout.size})")
+    return layout
+
+
+def state_name(broker: str) -> str:
+    """Name of ``broker``'s state segment."""
+    return ipc_name(broker, "state")
+
+
+class StateWriter:
+    """The broker's read-write mapping; change tables only inside ``with writer.update()``."""
+
+    def __init__(self, segment: Segment, layout: StateLayout) -> None:
+        self.segment = segment
+        self.view = StateView(segment.buf, layout)
+        self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+
+    @classmethod
+    def create(cls, broker: str, store_dir: str, control_key: int, alive_key: int,
+               layout: StateLayout | None = None) -> StateWriter:
+        """Create and format ``/shmq.<broker>.state``."""
+        layout = layout or StateLayout()
+        segment = Segment.create(state_name(broker), layout.size)
+        format_state(segment.buf, layout, store_dir, control_key, alive_key, os.getpid())
+        return cls(segment, layout)
+
+    @contextmanager
+    def update(self) -> Iterator[StateView]:
+        """Seqlock write section: ``seq`` is odd inside, bumped to the next even on exit."""
+        seq = self._seq[_SEQ]
+        self._seq[_SEQ] = seq + 1
+        try:
+            yield self.view
+        finally:
+            self._seq[_SEQ] = seq + 2
+
+    def close(self) -> None:
+        """Unmap (the name stays)."""
+        self._seq.release()
+        self.view = None  # type: ignore[assignment]
+        self.segment.close()
+
+    def unlink(self) -> None:
+        """Remove the segment name."""
+        unlink_segment(self.segment.name)
+
+
+class StateReader:
+    """A read-only mapping with seqlock-consistent reads."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.layout = read_layout(segment.buf)
+        self.view = StateView(segment.buf, self.layout)
+        self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+
+    @classmethod
+    def open(cls, broker: str) -> StateReader:
+        """Map ``broker``'s state read-only; ``BrokerNotFoundError`` if there is none."""
+        try:
+            return cls(Segment.open(state_name(broker), read_only=True))
+        except posix_ipc.ExistentialError:
+            raise BrokerNotFoundError(f"no broker named {broker!r} is running (no state segment)") from None
+
+    @property
+    def seq(self) -> int:
+        """Current seqlock value (changes on every broker update)."""
+        return self._seq[_SEQ]
+
+    def read(self, fn: Callable[[StateView], T], timeout: float = 1.0) -> T:
+        """``fn(view)`` from one consistent moment; ``fn`` must copy what it returns.
+
+        Retried while the broker writes; a sequence stuck odd past ``timeout`` means the
+        broker died mid-update.
+        """
+        seqs = self._seq
+        deadline = None
+        while True:
+            before = seqs[_SEQ]
+            if not before & 1:
+                try:
+                    result = fn(self.view)
+                except Exception:
+                    if seqs[_SEQ] == before:
+                        raise
+                else:
+                    if seqs[_SEQ] == before:
+                        return result
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() > deadline:
+                raise BrokerGoneError("state segment stuck mid-update: the broker died while writing it")
+            time.sleep(0)
+
+    def snapshot(self, timeout: float = 1.0) -> StateView:
+        """A private consistent copy of the whole segment."""
+        size = self.layout.size
+        data = self.read(lambda _: bytes(self.segment.buf[:size]), timeout)
+        return StateView(bytearray(data), self.layout)
+
+    def close(self) -> None:
+        """Unmap."""
+        self._seq.release()
+        self.view = None  # type: ignore[assignment]
+        self.segment.close()

@@ -1,0 +1,397 @@
+"""Message-key index: RocketMQ's IndexFile (a hash table of chains on disk) and its folder.
+
+One file = header, `slot_num` slots, `index_num` entries (layout in format.py). A slot holds
+the number of the newest entry whose key hash maps to it; each entry holds the number of the
+previous entry of the same slot, so a query walks one chain newest first. Entry numbers start
+at 1 (0 = empty), so a file holds `index_num - 1` entries. Unlike RocketMQ, the header's index
+count is the number of entries (0 for a new file), so an all-zero file is a valid empty one.
+
+Writes go through one shared mmap in this order: entries, index count, slots, slots-used,
+end phys offset, end timestamp. The end phys offset is the commit point of a put: after a
+crash, `truncate` drops entries past it, repairs slots that point at dropped entries, and the
+store re-dispatches those records.
+"""
+from __future__ import annotations
+
+import datetime
+import mmap
+import os
+import struct
+import threading
+
+import numpy as np
+
+from shmq.store.format import (
+    INDEX_ENTRY_DTYPE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE,
+    INDEX_SLOT_DTYPE,
+    INDEX_SLOT_SIZE,
+    index_file_size,
+    index_key_hash,
+)
+
+_ENTRY = struct.Struct(">iqii")  # key hash, phys offset, time diff (s), prev entry number
+assert _ENTRY.size == INDEX_ENTRY_SIZE
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+# Header field offsets (INDEX_HEADER order).
+_H_BEGIN_TS, _H_END_TS, _H_BEGIN_PHYS, _H_END_PHYS, _H_SLOTS_USED, _H_COUNT = 0, 8, 16, 24, 32, 36
+_MAX_DIFF = 0x7FFFFFFF
+_NAME_FORMAT = "%Y%m%d%H%M%S%f"  # yyyyMMddHHmmssSSS once the microseconds are cut to 3 digits
+_NAME_LEN = 17
+
+
+class IndexFile:
+    """One mmap'd index file; not thread-safe on its own (IndexService serialises access)."""
+
+    def __init__(self, path: str, slot_num: int, index_num: int) -> None:
+        if slot_num <= 0 or index_num <= 1:
+            raise ValueError(f"slot_num must be > 0 and index_num > 1, got {slot_num}, {index_num}")
+        self.path = path
+        self._slot_num = slot_num
+        self._index_num = index_num
+        size = index_file_size(slot_num, index_num)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual == 0:  # new, or created by a run that died before ftruncate
+                os.ftruncate(fd, size)  # sparse: pages are allocated when first written
+            elif actual != size:
+                raise ValueError(f"{path}: {actual} bytes, expected {size} for slot_num={slot_num}, "
+                                 f"index_num={index_num}; was the index configured differently?")
+            self._mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._entry_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
+        self._slots = np.frombuffer(self._mm, INDEX_SLOT_DTYPE, slot_num, INDEX_HEADER_SIZE)
+        self._entries = np.frombuffer(self._mm, INDEX_ENTRY_DTYPE, index_num, self._entry_base)
+        (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, self._slots_used,
+         self._count) = INDEX_HEADER.unpack_from(self._mm, 0)
+        if not 0 <= self._count < index_num:
+            self.close()
+            raise ValueError(f"{path}: header index count {self._count} outside [0, {index_num})")
+        self._dirty = False
+
+    # ------------------------------------------------------------------ header
+
+    @property
+    def index_count(self) -> int:
+        return self._count
+
+    @property
+    def is_full(self) -> bool:
+        return self._count >= self._index_num - 1
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self._begin_ts
+
+    @property
+    def end_timestamp(self) -> int:
+        return self._end_ts
+
+    @property
+    def begin_phys_offset(self) -> int:
+        return self._begin_phys
+
+    @property
+    def end_phys_offset(self) -> int:
+        return self._end_phys
+
+    def _set_begin(self, ts: int, phys: int) -> None:
+        self._begin_ts, self._begin_phys = ts, phys
+        _I64.pack_into(self._mm, _H_BEGIN_TS, ts)
+        _I64.pack_into(self._mm, _H_BEGIN_PHYS, phys)
+
+    def _set_end(self, ts: int, phys: int) -> None:
+        """Commit point of a put: written last, end phys before end ts."""
+        self._end_ts, self._end_phys = ts, phys
+        _I32.pack_into(self._mm, _H_SLOTS_USED, self._slots_used)
+        _I64.pack_into(self._mm, _H_END_PHYS, phys)
+        _I64.pack_into(self._mm, _H_END_TS, ts)
+
+    # ------------------------------------------------------------------ writes
+
+    def put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
+        """Index records in phys order (31-bit hashes, store timestamps in ms); returns how many fit."""
+        n = min(len(key_hashes), self._index_num - 1 - self._count)
+        if n <= 0:
+            return 0
+        hashes = np.asarray(key_hashes[:n], dtype=np.int64)
+        phys = np.asarray(phys_offsets[:n], dtype=np.int64)
+        ts = np.asarray(store_timestamps[:n], dtype=np.int64)
+        if self._count == 0:
+            self._set_begin(int(ts[0]), int(phys[0]))
+        first = self._count + 1
+
+        # Group the batch by slot (stable, so entry numbers rise within a group): a group's
+        # first entry links to the slot's old head, each later one to its predecessor.
+        slots = hashes % self._slot_num
+        order = np.argsort(slots, kind="stable")
+        s_sorted = slots[order]
+        head = np.empty(n, dtype=bool)
+        head[0] = True
+        np.not_equal(s_sorted[1:], s_sorted[:-1], out=head[1:])
+        old_heads = self._slots[s_sorted[head]]
+        nums_sorted = order + first
+        prev_sorted = np.empty(n, dtype=np.int64)
+        prev_sorted[1:] = nums_sorted[:-1]
+        prev_sorted[head] = old_heads
+        prev = np.empty(n, dtype=np.int64)
+        prev[order] = prev_sorted
+
+        diff = ts - self._begin_ts
+        diff //= 1000
+        np.maximum(diff, 0, out=diff)  # a clock that stepped back must not wrap (np.clip is 2x slower)
+        np.minimum(diff, _MAX_DIFF, out=diff)
+
+        block = self._entries[first:first + n]
+        block["key_hash"] = hashes
+        block["phys_offset"] = phys
+        block["time_diff"] = diff
+        block["prev"] = prev
+        self._count = first + n - 1
+        _I32.pack_into(self._mm, _H_COUNT, self._count)
+        tail = np.empty(n, dtype=bool)
+        tail[-1] = True
+        tail[:-1] = head[1:]
+        self._slots[s_sorted[tail]] = nums_sorted[tail]
+        self._slots_used += int(np.count_nonzero(old_heads == 0))
+        self._set_end(int(ts[-1]), int(phys[-1]))
+        self._dirty = True
+        return n
+
+    def put(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
+        """Index one record (same layout as put_batch, without numpy's per-call cost)."""
+        num = self._count + 1
+        if num >= self._index_num:
+            return False
+        if num == 1:
+            self._set_begin(store_timestamp, phys_offset)
+        mm = self._mm
+        slot_pos = INDEX_HEADER_SIZE + (key_hash % self._slot_num) * INDEX_SLOT_SIZE
+        (old,) = _I32.unpack_from(mm, slot_pos)
+        diff = (store_timestamp - self._begin_ts) // 1000
+        if not 0 <= diff <= _MAX_DIFF:
+            diff = 0 if diff < 0 else _MAX_DIFF
+        _ENTRY.pack_into(mm, self._entry_base + num * INDEX_ENTRY_SIZE, key_hash, phys_offset, diff, old)
+        self._count = num
+        _I32.pack_into(mm, _H_COUNT, num)
+        _I32.pack_into(mm, slot_pos, num)
+        if old == 0:
+            self._slots_used += 1
+            _I32.pack_into(mm, _H_SLOTS_USED, self._slots_used)
+        # _set_end inlined: this path is per record.
+        self._end_ts, self._end_phys, self._dirty = store_timestamp, phys_offset, True
+        _I64.pack_into(mm, _H_END_PHYS, phys_offset)
+        _I64.pack_into(mm, _H_END_TS, store_timestamp)
+        return True
+
+    # ------------------------------------------------------------------ reads
+
+    def query(self, key_hash: int, begin_ts: int, end_ts: int, max_num: int) -> list[int]:
+        """Phys offsets of entries with this hash stored in [begin_ts, end_ts] (s precision), newest first.
+
+        Stops at the first entry older than begin_ts, as RocketMQ does: a chain is in store order.
+        """
+        out: list[int] = []
+        mm, count, base, begin = self._mm, self._count, self._entry_base, self._begin_ts
+        (num,) = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % self._slot_num) * INDEX_SLOT_SIZE)
+        while 0 < num <= count and len(out) < max_num:
+            h, phys, diff, prev = _ENTRY.unpack_from(mm, base + num * INDEX_ENTRY_SIZE)
+            ts = begin + diff * 1000
+            if ts < begin_ts:
+                break
+            if h == key_hash and ts <= end_ts:
+                out.append(phys)
+            num = prev if prev < num else 0  # chains only point back; anything else is damage
+        return out
+
+    # ------------------------------------------------------------------ repair
+
+    def truncate(self, phys_end: int) -> None:
+        """Drop entries at phys >= phys_end or past the committed end; repair the slots.
+
+        Also the crash sanitiser: entries written after the last committed end phys offset
+        (and slots pointing at them or past the index count) are undone, so re-dispatching
+        those records neither loses nor duplicates them.
+        """
+        old = self._count
+        new = 0  # no committed put yet (end timestamp still 0): nothing survives
+        if self._end_ts > 0:
+            cut = min(phys_end, self._end_phys + 1)
+            new = int(np.searchsorted(self._entries["phys_offset"][1:old + 1], cut, side="left"))
+        self._count = new
+        _I32.pack_into(self._mm, _H_COUNT, new)
+
+        slots, prev_of = self._slots, self._entries["prev"]
+        bad = np.flatnonzero((slots > new) | (slots < 0))
+        while bad.size:  # walk each damaged chain back, one step a round, until it is below the cut
+            at = slots[bad].astype(np.int64)
+            ok = (at > 0) & (at < self._index_num)
+            back = np.zeros_like(at)
+            back[ok] = prev_of[at[ok]]
+            back[back >= at] = 0  # a link that does not go back ends the chain
+            back[back < 0] = 0
+            slots[bad] = back
+            bad = bad[back > new]
+        self._entries[new + 1:old + 1] = 0
+
+        self._slots_used = int(np.count_nonzero(slots))
+        if new == 0:
+            self._set_begin(0, 0)
+            self._set_end(0, 0)
+        elif new < old:
+            last = self._entries[new]
+            self._set_end(self._begin_ts + int(last["time_diff"]) * 1000, int(last["phys_offset"]))
+        else:  # nothing dropped: keep the exact (ms) end timestamp; rounding it to s would change it
+            _I32.pack_into(self._mm, _H_SLOTS_USED, self._slots_used)
+        self._dirty = True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self) -> None:
+        """fdatasync the file (it releases the GIL, mmap.flush does not); no-op if clean."""
+        if self._dirty:
+            self._dirty = False
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        """Unmap and close; numpy views must go first or mmap.close raises BufferError."""
+        if self._mm is None:
+            return
+        self._slots = self._entries = None
+        self._mm.close()
+        self._mm = None
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        os.unlink(self.path)
+
+
+def _next_file_name(last: str | None) -> str:
+    """Creation time as yyyyMMddHHmmssSSS (RocketMQ's name), forced above the last name so that
+    name order stays creation order through clock steps and several rolls in one millisecond."""
+    name = datetime.datetime.now().strftime(_NAME_FORMAT)[:_NAME_LEN]
+    if last is not None and name <= last:
+        bumped = datetime.datetime.strptime(last + "000", _NAME_FORMAT) + datetime.timedelta(milliseconds=1)
+        name = bumped.strftime(_NAME_FORMAT)[:_NAME_LEN]
+    return name
+
+
+class IndexService:
+    """The index/ folder: a list of IndexFiles, newest last; rolls to a new file when full.
+
+    `_lock` serialises puts, queries and file removal, so a query never walks a closed map;
+    removal also takes `_remove_lock`, which flush holds instead so fdatasync never blocks puts.
+    """
+
+    def __init__(self, index_dir: str, slot_num: int, index_num: int) -> None:
+        self._dir = index_dir
+        self._slot_num = slot_num
+        self._index_num = index_num
+        self._lock = threading.Lock()
+        self._remove_lock = threading.Lock()
+        os.makedirs(index_dir, exist_ok=True)
+        names = sorted(n for n in os.listdir(index_dir) if len(n) == _NAME_LEN and n.isdigit())
+        self._files: list[IndexFile] = []
+        try:
+            for name in names:
+                self._files.append(IndexFile(os.path.join(index_dir, name), slot_num, index_num))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def files(self) -> list[IndexFile]:
+        """A snapshot of the files, oldest first."""
+        return list(self._files)
+
+    def _writable(self) -> IndexFile:
+        if not self._files or self._files[-1].is_full:
+            last = os.path.basename(self._files[-1].path) if self._files else None
+            path = os.path.join(self._dir, _next_file_name(last))
+            self._files.append(IndexFile(path, self._slot_num, self._index_num))
+        return self._files[-1]
+
+    def put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
+        """Index all of them, rolling to new files as they fill."""
+        hashes = np.asarray(key_hashes, dtype=np.int64)
+        phys = np.asarray(phys_offsets, dtype=np.int64)
+        ts = np.asarray(store_timestamps, dtype=np.int64)
+        done = 0
+        with self._lock:
+            while done < len(hashes):
+                done += self._writable().put_batch(hashes[done:], phys[done:], ts[done:])
+
+    def put(self, key_hashes: list[int], phys_offset: int, store_timestamp: int) -> None:
+        """Index the keys of one record (the single-message path: no numpy per-call cost)."""
+        with self._lock:
+            for h in key_hashes:
+                self._writable().put(h, phys_offset, store_timestamp)  # _writable never returns a full file
+
+    def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
+        """Phys offsets of records indexed under topic#key, newest first, at most max_num.
+
+        Hashes collide: callers must read each record and check its key.
+        """
+        key_hash = index_key_hash(topic, key)
+        out: list[int] = []
+        with self._lock:
+            for f in reversed(self._files):
+                if len(out) >= max_num:
+                    break
+                if f.index_count and f.begin_timestamp <= end_ts and f.end_timestamp >= begin_ts:
+                    out += f.query(key_hash, begin_ts, end_ts, max_num - len(out))
+        return out
+
+    def _newest_used(self) -> IndexFile | None:
+        return next((f for f in reversed(self._files) if f.index_count), None)
+
+    @property
+    def end_phys_offset(self) -> int:
+        """Phys offset of the last indexed record, -1 if none: dispatch skips records below it."""
+        f = self._newest_used()
+        return f.end_phys_offset if f else -1
+
+    @property
+    def last_store_timestamp(self) -> int:
+        """Store timestamp of the last indexed record (the checkpoint's index field), 0 if none."""
+        f = self._newest_used()
+        return f.end_timestamp if f else 0
+
+    def truncate(self, phys_end: int) -> None:
+        """Forget records at phys >= phys_end: delete whole (and empty) files, cut the one that
+        straddles. The newest remaining file always goes through IndexFile.truncate, which also
+        sanitises it after a crash.
+        """
+        with self._remove_lock, self._lock:
+            while self._files and (not self._files[-1].index_count or self._files[-1].begin_phys_offset >= phys_end):
+                self._files.pop().destroy()
+            if self._files:
+                self._files[-1].truncate(phys_end)
+
+    def delete_files_below(self, min_phys_offset: int) -> int:
+        """Delete the oldest files whose records all lie below min_phys_offset (never the newest)."""
+        deleted = 0
+        with self._remove_lock, self._lock:
+            while len(self._files) > 1 and self._files[0].end_phys_offset < min_phys_offset:
+                self._files.pop(0).destroy()
+                deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        with self._remove_lock:
+            for f in self.files:
+                f.flush()
+
+    def close(self) -> None:
+        with self._remove_lock, self._lock:
+            for f in self._files:
+                f.close()
+            self._files = []

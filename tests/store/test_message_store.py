@@ -1,0 +1,166 @@
+import os
+import time
+
+import numpy as np
+import pytest
+
+from shmq.errors import BadTopicError, DiskFullError, MessageTooLargeError, StoreLockedError
+from shmq.store import format as fmt
+from shmq.store.message_store import GetStatus, MessageStore, PutStatus
+
+from .conftest import record
+
+
+def test_put_get_statuses_and_tag_filter(store):
+    for i in range(10):
+        r = store.put_message("Orders", 1, record("Orders", b"m%d" % i, tags="A" if i % 2 else "B"))
+        assert r.status is PutStatus.PUT_OK and r.queue_offset == i
+    assert store.get_message("Nope", 0, 0).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
+    res = store.get_message("Orders", 1, 0, 32, tags={"A"})
+    assert res.status is GetStatus.FOUND and res.next_begin_offset == 10
+    assert [bytes(m.body) for m in res.messages] == [b"m1", b"m3", b"m5", b"m7", b"m9"]
+    assert store.get_message("Orders", 1, 0, 4, tags={"C"}).status is GetStatus.NO_MATCHED_MESSAGE
+    assert store.get_message("Orders", 1, 10).status is GetStatus.OFFSET_OVERFLOW_ONE
+    assert store.get_message("Orders", 1, 11).status is GetStatus.OFFSET_OVERFLOW_BADLY
+    all_ = store.get_message("Orders", 1, 3, 4)
+    assert [m.queue_offset for m in all_.messages] == [3, 4, 5, 6] and all_.next_begin_offset == 7
+
+
+def test_batch_put_and_queries(store):
+    gen = fmt.UniqKeyGenerator()
+    uniq = [gen.next() for _ in range(100)]
+    props = [fmt.message_properties(tags="T%d" % (i % 3), keys=f"order-{i} shared", uniq_key=uniq[i])
+             for i in range(100)]
+    r = store.put_messages("Pay", 2, fmt.encode_batch("Pay", [b"p%d" % i for i in range(100)], props))
+    assert r.status is PutStatus.PUT_OK and r.msg_num == 100 and r.queue_offset == 0
+    assert store.get_max_offset_in_queue("Pay", 2) == 100
+    found = store.query_message("Pay", "order-42")
+    assert [bytes(m.body) for m in found] == [b"p42"]
+    assert len(store.query_message("Pay", "shared", max_num=30)) == 30
+    assert bytes(store.query_by_uniq_key("Pay", uniq[7]).body) == b"p7"
+    assert store.query_message("Other", "order-42") == []
+    m = store.get_message("Pay", 2, 5, 1).messages[0]
+    assert bytes(store.view_message_by_id(m.offset_msg_id).body) == b"p5"
+
+
+def test_offset_by_time(store):
+    before = int(time.time() * 1000)
+    for i in range(5):
+        store.put_message("T", 0, record("T", b"a"))
+    time.sleep(0.02)
+    mid = int(time.time() * 1000)
+    for i in range(5):
+        store.put_message("T", 0, record("T", b"b"))
+    assert store.get_offset_in_queue_by_time("T", 0, before - 10_000) == 0
+    assert store.get_offset_in_queue_by_time("T", 0, mid) == 5
+    assert store.get_offset_in_queue_by_time("T", 0, mid + 60_000) == 10
+
+
+def test_reopen_keeps_everything(tmp_path, small_config):
+    d = str(tmp_path / "s")
+    with MessageStore(d, small_config) as s:
+        offs = [s.put_message("T", i % 4, record("T", os.urandom(700), keys=f"k{i}")).wrote_offset for i in range(300)]
+        bodies = [bytes(s.look_message_by_offset(o).body) for o in offs]
+        assert len(s.commitlog.queue.files) > 3
+    assert not os.path.exists(os.path.join(d, "abort"))
+    with MessageStore(d, small_config) as s:
+        assert [bytes(s.look_message_by_offset(o).body) for o in offs] == bodies
+        assert sum(s.get_max_offset_in_queue("T", q) for q in range(4)) == 300
+        assert [bytes(m.body) for m in s.query_message("T", "k123")] == [bodies[123]]
+        r = s.put_message("T", 0, record("T", b"after"))
+        assert r.queue_offset == 75 and r.wrote_offset >= offs[-1]
+
+
+def test_second_store_on_same_dir_fails(store):
+    with pytest.raises(StoreLockedError, match="already open"):
+        MessageStore(store.store_dir, store.config).start()
+
+
+def test_bad_input_rejected_store_unharmed(store):
+    store.put_message("T", 0, record("T", b"ok"))
+    with pytest.raises(BadTopicError):
+        store.put_message("Other", 0, record("T", b"x"))
+    with pytest.raises(fmt.CorruptRecordError):
+        store.put_message("T", 0, record("T", b"x")[:-3])
+    with pytest.raises(fmt.CorruptRecordError):
+        store.put_message("T", 0, os.urandom(200))
+    big = bytearray(record("T", b"x"))
+    big[fmt.OFF_BODYLEN:fmt.OFF_BODYLEN + 4] = (5 * 2**20).to_bytes(4, "big")
+    with pytest.raises((MessageTooLargeError, fmt.CorruptRecordError)):
+        store.put_message("T", 0, bytes(big))
+    batch = fmt.encode_batch("T", [b"a", b"b", b"c"])
+    garbled = bytearray(batch.buf)
+    garbled[batch.starts[1] + fmt.OFF_MAGIC] ^= 0xFF
+    with pytest.raises(fmt.CorruptRecordError):
+        store.put_messages("T", 0, fmt.EncodedBatch(bytes(garbled), batch.starts, batch.tags_codes,
+                                                    batch.key_hashes, batch.key_records))
+    with pytest.raises(BadTopicError):
+        store.put_messages("U", 0, batch)
+    short = fmt.EncodedBatch(batch.buf[:-1], batch.starts, batch.tags_codes, batch.key_hashes, batch.key_records)
+    with pytest.raises(fmt.CorruptRecordError):
+        store.put_messages("T", 0, short)
+    assert store.get_max_offset_in_queue("T", 0) == 1
+    assert store.put_message("T", 0, record("T", b"still fine")).queue_offset == 1
+    assert [bytes(m.body) for m in store.get_message("T", 0, 0).messages] == [b"ok", b"still fine"]
+
+
+def test_transaction_half_and_rollback_not_in_queue(store):
+    store.put_message("Tx", 0, record("Tx", b"prepared", sysflag=fmt.TRANSACTION_PREPARED))
+    store.put_message("Tx", 0, record("Tx", b"rolled back", sysflag=fmt.TRANSACTION_ROLLBACK))
+    store.put_message("Tx", 0, record("Tx", b"committed", sysflag=fmt.TRANSACTION_COMMIT))
+    store.put_message("Tx", 0, record("Tx", b"plain"))
+    assert [bytes(m.body) for m in store.get_message("Tx", 0, 0).messages] == [b"committed", b"plain"]
+
+
+def test_sync_flush_acks_after_flush(tmp_path, small_config):
+    small_config["flushDiskType"] = "SYNC_FLUSH"
+    with MessageStore(str(tmp_path / "s"), small_config) as s:
+        r = s.put_message("T", 0, record("T", b"durable"))
+        assert r.status is PutStatus.PUT_OK
+        assert s.commitlog.queue.flushed_offset >= r.end_offset
+        b = s.put_messages("T", 0, fmt.encode_batch("T", [b"x"] * 50))
+        assert s.commitlog.queue.flushed_offset >= b.end_offset
+
+
+def test_disk_full_refuses_writes(tmp_path, small_config):
+    small_config["diskSpaceWarningLevelRatio"] = 0.0001
+    with MessageStore(str(tmp_path / "s"), small_config) as s:
+        with pytest.raises(DiskFullError, match="refused"):
+            s.put_message("T", 0, record("T", b"x"))
+        assert s.commitlog.max_offset == 0
+
+
+def test_cleanup_deletes_expired_segments_and_queues(tmp_path, small_config):
+    small_config.update(fileReservedTime=1, deleteCommitLogFilesInterval=0)
+    with MessageStore(str(tmp_path / "s"), small_config) as s:
+        for i in range(600):
+            s.put_message("T", 0, record("T", b"z" * 600, keys=f"k{i}"))
+        files = list(s.commitlog.queue.files)
+        assert len(files) > 5
+        old = time.time() - 2 * 3600
+        for mf in files[:3]:
+            os.utime(mf.path, (old, old))
+        s.clean_service.execute_delete_files_manually()
+        deadline = time.time() + 5
+        while s.commitlog.min_offset < files[3].file_from_offset and time.time() < deadline:
+            time.sleep(0.02)
+        assert s.commitlog.min_offset == files[3].file_from_offset
+        assert not any(os.path.exists(mf.path) for mf in files[:3])
+        cq = s.find_consume_queue("T", 0)
+        first = cq.get_range(cq.min_offset, 1)[0]
+        assert int(first["offset"]) >= s.commitlog.min_offset
+        assert s.get_message("T", 0, 0).status is GetStatus.OFFSET_TOO_SMALL
+        assert s.get_message("T", 0, cq.min_offset).status is GetStatus.FOUND
+        assert s.query_message("T", "k0") == [] and s.query_message("T", "k599")
+
+
+def test_forcible_cleanup_over_ratio(tmp_path, small_config):
+    small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
+                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=3)
+    with MessageStore(str(tmp_path / "s"), small_config) as s:
+        for i in range(300):
+            s.put_message("T", 0, record("T", b"z" * 600))
+        n = len(s.commitlog.queue.files)
+        assert s.clean_service.delete_commitlog_segments(forcibly=True) == 3
+        assert len(s.commitlog.queue.files) == n - 3
+        s.put_message("T", 0, record("T", b"still writable"))
