@@ -164,3 +164,26 @@ def test_forcible_cleanup_over_ratio(tmp_path, small_config):
         assert s.clean_service.delete_commitlog_segments(forcibly=True) == 3
         assert len(s.commitlog.queue.files) == n - 3
         s.put_message("T", 0, record("T", b"still writable"))
+
+
+def test_wrong_client_crc_does_not_cut_later_records(tmp_path, small_config):
+    d = str(tmp_path / "s")
+    with MessageStore(d, small_config) as s:
+        s.put_message("T", 0, record("T", b"before"))
+        s.put_message("T", 0, record("T", b"lying", crc=12345))
+        for i in range(5):
+            s.put_message("T", 0, record("T", b"after%d" % i))
+    open(os.path.join(d, "abort"), "w").close()  # as if the broker had crashed
+    with MessageStore(d, small_config) as s:
+        bodies = [bytes(m.body) for m in s.get_message("T", 0, 0).messages]
+        assert bodies == [b"before", b"lying"] + [b"after%d" % i for i in range(5)]
+
+
+def test_bad_names_rejected(store):
+    with pytest.raises(BadTopicError):
+        store.put_message("../x", 0, record("T", b"x"))
+    with pytest.raises(ValueError, match="queue id"):
+        store.put_message("T", -1, record("T", b"x"))
+    with pytest.raises(MessageTooLargeError, match="split"):
+        store.put_messages("T", 0, fmt.encode_batch("T", [b"x" * (1 << 20)] * 5))
+    assert store.topics() == {}
