@@ -38,6 +38,7 @@ class BrokerConfig:
     flush_commit_log_thorough_interval: int = 10_000  # ms: flush whatever is dirty at least this often
     flush_interval_consume_queue: int = 1000  # ms
     flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000  # ms: flush every queue and write the checkpoint
     sync_flush_timeout: int = 5000  # ms, SYNC_FLUSH ack gives FLUSH_DISK_TIMEOUT after this
     warm_mapped_file_enable: bool = True  # shmq: touch the next segment's pages ahead of time
     # cleanup

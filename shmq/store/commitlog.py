@@ -185,10 +185,7 @@ class CommitLog:
     def flush(self, least_pages: int = 0) -> tuple[int, int]:
         """Flush dirty segments if at least `least_pages` pages are dirty; returns the covered (offset, ts)."""
         covered = self.confirmed
-        if least_pages and self.queue.dirty_pages() < least_pages:
-            return -1, 0
-        self.queue.flush()
-        return covered
+        return covered if self.queue.flush(least_pages) else (-1, 0)
 
     def close(self) -> None:
         self.queue.close()

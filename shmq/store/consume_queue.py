@@ -223,8 +223,8 @@ class ConsumeQueue:
             self.min_offset += int(np.argmin(stale)) if not stale.all() else len(head)
         return deleted
 
-    def flush(self) -> None:
-        self.queue.flush()
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.queue.flush(least_pages)
 
     def close(self) -> None:
         self._views.clear()

@@ -138,16 +138,25 @@ class GroupCommitService(ServiceThread):
 
 
 class FlushConsumeQueueService(ServiceThread):
-    """Flush consume queues and index files, then advance the checkpoint."""
+    """Flush consume queues and index files; a thorough round (every least-pages rule off) also
+    advances the checkpoint, as RocketMQ's FlushConsumeQueueService does."""
 
     name = "FlushConsumeQueueService"
 
-    def __init__(self, flush_logics: Callable[[], None], interval_ms: int) -> None:
+    def __init__(self, flush_logics: Callable[[int], None], interval_ms: int, least_pages: int,
+                 thorough_interval_ms: int) -> None:
         super().__init__(interval_ms / 1000)
         self._flush_logics = flush_logics
+        self._least_pages = least_pages
+        self._thorough = thorough_interval_ms / 1000
+        self._last_thorough = time.monotonic()
 
     def _run_once(self) -> None:
-        self._flush_logics()
+        least = self._least_pages
+        if time.monotonic() - self._last_thorough >= self._thorough:
+            least = 0
+            self._last_thorough = time.monotonic()
+        self._flush_logics(least)
 
     def _on_stop(self) -> None:
-        self._flush_logics()
+        self._flush_logics(0)

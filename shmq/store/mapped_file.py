@@ -10,7 +10,6 @@ import logging
 import mmap
 import os
 import threading
-import time
 from typing import Iterator
 
 import numpy as np
@@ -46,7 +45,6 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
-        self.last_modified = os.fstat(self.fd).st_mtime
 
     @property
     def file_to_offset(self) -> int:
@@ -70,7 +68,6 @@ class MappedFile:
         if pos > self.flushed_position:
             os.fdatasync(self.fd)
             self.flushed_position = pos
-            self.last_modified = time.time()
         return pos
 
     def zero_from(self, pos: int) -> None:
@@ -229,10 +226,14 @@ class MappedFileQueue:
             return None
         return self.files[i]
 
-    def flush(self) -> None:
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush dirty segments if at least `least_pages` pages are dirty; True if it did."""
+        if least_pages and self.dirty_pages() < least_pages:
+            return False
         for mf in self.files:
             if mf.wrote_position > mf.flushed_position:
                 mf.flush()
+        return True
 
     def dirty_pages(self) -> int:
         return sum((mf.wrote_position - mf.flushed_position) // PAGE_SIZE for mf in self.files[-2:])

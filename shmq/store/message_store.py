@@ -202,7 +202,9 @@ class MessageStore:
             self._services.append(FlushRealTimeService(
                 self.commitlog.flush, self._on_commitlog_flushed, cfg.flush_interval_commit_log,
                 cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval))
-        self._services.append(FlushConsumeQueueService(self._flush_logics, cfg.flush_interval_consume_queue))
+        self._services.append(FlushConsumeQueueService(
+            self._flush_logics, cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
+            cfg.flush_consume_queue_thorough_interval))
         from shmq.store.cleanup import CleanupService
         self.clean_service = CleanupService(self)
         self._services.append(self.clean_service)
@@ -213,15 +215,19 @@ class MessageStore:
         if ts > self.checkpoint.physic_msg_timestamp:
             self.checkpoint.physic_msg_timestamp = ts
 
-    def _flush_logics(self) -> None:
-        """Flush consume queues and index, then the checkpoint (whose timestamps they now cover)."""
+    def _flush_logics(self, least_pages: int = 0) -> None:
+        """Flush consume queues and index; a thorough flush (least_pages 0) also writes the
+        checkpoint, whose timestamps must only cover what is really on disk."""
         ts = self._dispatched_ts
         with self._queues_lock:
             queues = list(self._queues.values())
         for cq in queues:
-            cq.flush()
+            cq.flush(least_pages)
         if self.index is not None:
             self.index.flush()
+        if least_pages:
+            return
+        if self.index is not None:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, ts)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
         self.checkpoint.flush()

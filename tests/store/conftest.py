@@ -10,6 +10,7 @@ SMALL = {
     "maxIndexNum": 512,
     "flushIntervalCommitLog": 50,
     "flushIntervalConsumeQueue": 50,
+    "flushConsumeQueueThoroughInterval": 100,
 }
 
 
