@@ -181,22 +181,34 @@ def encode_message(
     if len(body) > MAX_MESSAGE_SIZE:
         raise MessageTooLargeError(f"message body is {len(body)} bytes; at most {MAX_MESSAGE_SIZE}")
     props_b = encode_properties(properties)
-    size = record_size(len(body), len(topic_b), len(props_b))
-    buf = bytearray(size)
-    HEADER.pack_into(
-        buf, 0, size, MESSAGE_MAGIC, body_crc(body) if crc is None else crc, queue_id, flag,
-        0, 0, sysflag, int(time.time() * 1000) if born_timestamp is None else born_timestamp,
-        born_host, 0, 0, reconsume_times, prepared_tx_offset, len(body),
-    )
-    p = OFF_BODY
-    buf[p:p + len(body)] = body
-    p += len(body)
+    buf = bytearray(record_size(len(body), len(topic_b), len(props_b)))
+    pack_message_into(buf, 0, topic_b, body, props_b, body_crc(body) if crc is None else crc, flag=flag,
+                      sysflag=sysflag, queue_id=queue_id,
+                      born_timestamp=int(time.time() * 1000) if born_timestamp is None else born_timestamp,
+                      born_host=born_host, reconsume_times=reconsume_times, prepared_tx_offset=prepared_tx_offset)
+    return bytes(buf)
+
+
+def pack_message_into(buf, pos: int, topic_b: bytes, body, props_b: bytes, crc: int, *, flag: int = 0,
+                      sysflag: int = 0, queue_id: int = 0, born_timestamp: int = 0, born_host: int = 0,
+                      reconsume_times: int = 0, prepared_tx_offset: int = 0) -> int:
+    """Write a record at `pos` of a writable buffer (a ring slot: no intermediate copy); returns its size.
+
+    Arguments are already checked and encoded (see encode_message); store-owned fields are left zero.
+    """
+    body_len = len(body)
+    size = FIXED_OVERHEAD + body_len + len(topic_b) + len(props_b)
+    HEADER.pack_into(buf, pos, size, MESSAGE_MAGIC, crc, queue_id, flag, 0, 0, sysflag, born_timestamp,
+                     born_host, 0, 0, reconsume_times, prepared_tx_offset, body_len)
+    p = pos + OFF_BODY
+    buf[p:p + body_len] = body
+    p += body_len
     buf[p] = len(topic_b)
     buf[p + 1:p + 1 + len(topic_b)] = topic_b
     p += 1 + len(topic_b)
     _U16.pack_into(buf, p, len(props_b))
-    buf[p + 2:] = props_b
-    return bytes(buf)
+    buf[p + 2:p + 2 + len(props_b)] = props_b
+    return size
 
 
 @dataclass(slots=True)

@@ -58,6 +58,7 @@ class PutMessageResult:
     queue_offset: int  # queue offset of the (first) record
     msg_num: int
     store_timestamp: int
+    phys_offsets: np.ndarray | None = None  # per record, for a batch (records may straddle a segment end)
 
     @property
     def end_offset(self) -> int:
@@ -352,7 +353,8 @@ class MessageStore:
             dispatch(DispatchRequest(topic, queue_id, qoff, res.phys_offsets, sizes, batch.tags_codes, ts,
                                      batch.key_hashes, batch.key_records), cq, self.index)
             self._dispatched_ts = ts
-        result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, len(sizes), ts)
+        result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, len(sizes), ts,
+                                  res.phys_offsets)
         return self._await_flush(result) if wait_flush else result
 
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:

@@ -1,0 +1,5 @@
+import sys
+
+from shmq.cli import main
+
+sys.exit(main())

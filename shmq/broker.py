@@ -1,0 +1,113 @@
+"""shmq.Broker: run a broker as a child process (for programs, demos and tests)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Mapping
+
+from shmq.config import BrokerConfig
+from shmq.errors import BrokerNotFoundError, ShmqError
+from shmq.ring.liveness import Watch
+from shmq.ring.shm import check_broker_name
+from shmq.ring.state import StateReader
+
+
+class BrokerStartError(ShmqError, RuntimeError):
+    """The broker process exited or did not come up in time; the message carries its log."""
+
+
+class Broker:
+    """``python -m shmq broker`` as a child; returns once it serves. Its log is ``STORE/broker.log``."""
+
+    def __init__(self, store_dir: str, name: str = "default", config: Mapping[str, Any] | str | None = None,
+                 timeout: float = 30.0) -> None:
+        self.store_dir = os.path.abspath(store_dir)
+        self.name = check_broker_name(name)
+        os.makedirs(self.store_dir, exist_ok=True)
+        self.log_path = os.path.join(self.store_dir, "broker.log")
+        self._config_file = None
+        cmd = [sys.executable, "-m", "shmq", "broker", "--store", self.store_dir, "--name", self.name]
+        if isinstance(config, Mapping):
+            props = BrokerConfig.load(config).to_properties()  # a bad key fails here, in the caller
+            fd, self._config_file = tempfile.mkstemp(prefix=f"shmq-{name}-", suffix=".conf")
+            with os.fdopen(fd, "w") as f:
+                f.write(props)
+            cmd += ["--config", self._config_file]
+        elif config is not None:
+            cmd += ["--config", os.fspath(config)]
+        self._log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerStartError(f"broker {self.name!r} exited with status {self.process.returncode}:\n{self.log()}")
+            try:
+                reader = StateReader.open(self.name)
+            except (BrokerNotFoundError, ShmqError):
+                reader = None
+            if reader is not None:
+                h = reader.view.header[0]
+                ready = int(h["broker_pid"]) == self.process.pid and Watch(int(h["alive_key"])).is_alive()
+                reader.close()
+                if ready:
+                    return
+            time.sleep(0.01)
+        raise BrokerStartError(f"broker {self.name!r} did not come up within {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        """What this broker wrote to its log since it was started."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM (graceful: answer in flight, flush, persist, clean up) and wait; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._cleanup()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, like a crash (for tests): leftovers stay until the next broker of this name starts."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._config_file:
+            try:
+                os.unlink(self._config_file)
+            except FileNotFoundError:
+                pass
+            self._config_file = None
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,656 @@
+"""The broker process: one loop that moves frames between client channels and the message store.
+
+Each pass drains every request ring in batches, groups consecutive SENDs of one topic/queue
+into one ``put_messages`` call, answers on the response rings (after one group commit for
+the whole pass under SYNC_FLUSH), publishes max offsets into the state segment and wakes
+long-polling consumers. Between passes it serves the control queue (attach, detach, admin)
+and a timer tick (client liveness, long-poll timeouts, offset persistence). With nothing to
+do it parks on its doorbell; while busy it makes no system call per message.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import posix_ipc
+import sysv_ipc
+
+from shmq import protocol as P
+from shmq.config import SYNC_FLUSH, BrokerConfig
+from shmq.errors import (BrokerNotFoundError, ControlProtocolError, CorruptFrameError, DiskFullError,
+                         ShmqError, StoreClosedError)
+from shmq.procs import admin
+from shmq.procs.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.procs.publish import StatePublisher, now_ms
+from shmq.procs.topics import TopicConfig, TopicConfigManager
+from shmq.ring import shm
+from shmq.ring.channel import Channel, broker_bell_name, channel_name, client_bell_name
+from shmq.ring.control import Attach, ControlQueue, Detach, Reply, sysv_key
+from shmq.ring.doorbell import Doorbell, park, wake
+from shmq.ring.framing import CONSUMER, PRODUCER
+from shmq.ring.liveness import Liveness, Watch, remove_if_dead
+from shmq.ring.state import StateReader, StateWriter
+from shmq.store import format as fmt
+from shmq.store.message_store import MessageStore
+
+log = logging.getLogger("shmq.broker")
+
+MAX_FRAMES_PER_PASS = 256
+MIN_RING_BYTES = 4096
+MAX_RING_BYTES = 64 * 1024 * 1024
+CONTROL_INTERVAL_NS = 1_000_000
+TICK_NS = 10_000_000
+LIVENESS_NS = 40_000_000
+FILL_NS = 200_000_000
+IDLE_PARK_S = 0.02
+
+
+class BrokerRunningError(ShmqError, RuntimeError):
+    """A live broker already uses this name."""
+
+
+@dataclass(eq=False)
+class Client:
+    """An attached client: its channel, its liveness, the responses waiting for ring room."""
+
+    client_id: int
+    pid: int
+    role: str
+    group: str | None
+    channel: Channel
+    watch: Watch
+    attached_ms: int
+    out: deque = field(default_factory=deque)
+    alive: bool = True
+
+
+@dataclass(eq=False)
+class PullWaiter:
+    client: Client
+    req_id: int
+    offset: int
+    deadline_ns: int
+
+
+def _put_error_code(e: Exception) -> int:
+    if isinstance(e, (DiskFullError, StoreClosedError)):
+        return P.SERVICE_NOT_AVAILABLE
+    if isinstance(e, ValueError):
+        return P.MESSAGE_ILLEGAL
+    return P.SYSTEM_ERROR
+
+
+class BrokerController:
+    """Owns the store, the IPC objects of one broker name, and the serving loop."""
+
+    def __init__(self, store_dir: str, name: str = "default", config: Any = None) -> None:
+        self.name = shm.check_broker_name(name)
+        self.store_dir = os.path.realpath(store_dir)
+        self.config = BrokerConfig.load(config)
+        self.store: MessageStore | None = None
+        self.clients: dict[int, Client] = {}
+        self.waiters: dict[tuple[str, int], list[PullWaiter]] = {}
+        self._stopping = False
+        self._park_flags: list = []
+        self._flush_waits: deque = deque()
+        self._flush_pending: list[tuple[Client, list[P.SendResultFrame]]] = []
+        self._flush_end = 0
+        self._touched: dict[tuple[str, int], None] = {}
+        self._counts: dict[str, list[int]] = {}
+        self._busy = 0
+        self._wait_ns = self.config.wait_time_mills_in_send_queue * 1_000_000
+        self._sync_flush = self.config.flush_disk_type == SYNC_FLUSH
+        self._store_host = self.config.store_host
+
+    # ------------------------------------------------------------------ start / stop
+
+    def start(self) -> "BrokerController":
+        """Take the name and the store, remove a crashed predecessor's leftovers, create the IPC objects."""
+        self._claim_name()
+        os.makedirs(self.store_dir, exist_ok=True)
+        self.store = MessageStore(self.store_dir, self.config).start()
+        try:
+            self._create_ipc()
+        except BaseException:
+            self.store.shutdown()
+            raise
+        return self
+
+    def _claim_name(self) -> None:
+        try:
+            old = StateReader.open(self.name)
+        except BrokerNotFoundError:
+            old = None
+        except Exception as e:  # a torn or foreign state segment: a crashed predecessor's
+            log.warning("removing unreadable state segment of %r: %s", self.name, e)
+            old = None
+        if old is not None:
+            h = old.view.header[0]
+            alive_key, control_key = int(h["alive_key"]), int(h["control_key"])
+            clients = [int(k) for k in old.view.clients["alive_key"][old.view.clients["used"] != 0]]
+            store = bytes(h["store_dir"]).rstrip(b"\0").decode(errors="replace")
+            old.close()
+            if Watch(alive_key).is_alive():
+                raise BrokerRunningError(f"a broker named {self.name!r} is already running (store {store}); "
+                                         "stop it or pick another --name")
+            log.info("cleaning up after a crashed broker %r (store %s)", self.name, store)
+            _remove_queue(control_key)
+            remove_if_dead(alive_key)
+            for key in clients:
+                remove_if_dead(key)
+        removed = shm.remove_leftovers(self.name)
+        if removed:
+            log.info("removed leftovers of a crashed broker: %s", ", ".join(removed))
+
+    def _create_ipc(self) -> None:
+        control_key = sysv_key(self.store_dir, "control")
+        alive_key = sysv_key(self.store_dir, "alive")
+        _remove_queue(control_key)  # we hold the store lock: whoever made these is dead
+        remove_if_dead(alive_key)
+        self.liveness = Liveness.hold(alive_key)
+        self.control = ControlQueue.create(control_key)
+        self.bell = Doorbell.create(broker_bell_name(self.name))
+        self.topics = TopicConfigManager(self.store_dir, self.config.default_topic_queue_nums)
+        self.consumers = ConsumerManager()
+        self.offsets = ConsumerOffsetManager(self.store_dir)
+        self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key)
+        self.publisher = StatePublisher(self.state)
+        self.publish_topics()
+
+    def request_stop(self, *_: object) -> None:
+        """Signal handler: finish the current pass, then shut down gracefully."""
+        self._stopping = True
+
+    def serve_forever(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        try:
+            self._loop()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Answer what is in flight, flush, persist offsets and topics, remove every IPC object."""
+        if self.store is None:
+            return
+        try:
+            self._pass(time.monotonic_ns())
+            deadline = time.monotonic() + self.config.sync_flush_timeout / 1000
+            while self._flush_waits and time.monotonic() < deadline:
+                self._deliver_flushed(time.monotonic_ns())
+                time.sleep(0.001)
+            for c in list(self.clients.values()):
+                self._flush_out(c)
+        except Exception:
+            log.exception("error while answering in-flight requests at shutdown")
+        self.offsets.persist()
+        self.state.close()
+        self.state.unlink()
+        self.control.remove()
+        for c in list(self.clients.values()):
+            self._release_client(c, remove_liveness=not c.watch.is_alive())
+        self.bell.close()
+        self.bell.unlink()
+        self.store.shutdown()
+        self.store = None
+        self.liveness.release()
+        log.info("broker %r stopped", self.name)
+
+    # ------------------------------------------------------------------ loop
+
+    def _loop(self) -> None:
+        next_control = next_tick = next_live = next_fill = time.monotonic_ns()
+        next_persist = next_tick + self.config.flush_consumer_offset_interval * 1_000_000
+        while not self._stopping:
+            now = time.monotonic_ns()
+            work = self._pass(now)
+            if work == 0 or now >= next_control:
+                work += self._serve_control()
+                next_control = now + CONTROL_INTERVAL_NS
+            if now >= next_tick:
+                next_tick = now + TICK_NS
+                self._expire_waiters(now)
+                if now >= next_live:
+                    next_live = now + LIVENESS_NS
+                    self._check_liveness()
+                if now >= next_fill:
+                    next_fill = now + FILL_NS
+                    self._publish_fill()
+                if now >= next_persist:
+                    next_persist = now + self.config.flush_consumer_offset_interval * 1_000_000
+                    if self.offsets.dirty:
+                        self.offsets.persist()
+            if work == 0 and not self._stopping:
+                try:
+                    park(self._has_work, self._park_flags, self.bell, IDLE_PARK_S)
+                except posix_ipc.SignalError:
+                    pass
+
+    def _has_work(self) -> bool:
+        if self._stopping or (self._flush_waits and self._flush_waits[0][0].done()):
+            return True
+        for c in self.clients.values():
+            if c.out:
+                if c.channel.responses.writable(len(c.out[0][1])):
+                    return True
+            elif c.channel.requests.has_data():
+                return True
+        return False
+
+    def _rebuild_park_flags(self) -> None:
+        flags = []
+        for c in self.clients.values():
+            flags.append((c.channel.requests, CONSUMER))
+            flags.append((c.channel.responses, PRODUCER))
+        self._park_flags = flags
+
+    def _pass(self, now: int) -> int:
+        work = 0
+        for c in list(self.clients.values()):
+            if c.out:
+                self._flush_out(c)
+                if c.out:
+                    continue  # back pressure: the client is not reading its responses
+            work += self._serve_channel(c, now)
+        if self._flush_pending:
+            fut = self.store.group_commit.request(self._flush_end)
+            fut.add_done_callback(self._on_flushed)
+            self._flush_waits.append((fut, self._flush_pending, now + self.config.sync_flush_timeout * 1_000_000))
+            self._flush_pending = []
+        if self._flush_waits:
+            work += self._deliver_flushed(now)
+        if self._touched:
+            self._after_puts()
+        for c in self.clients.values():
+            if c.out:
+                self._flush_out(c)
+        return work
+
+    def _on_flushed(self, _fut) -> None:
+        self.bell.ring()
+
+    def _deliver_flushed(self, now: int) -> int:
+        n = 0
+        while self._flush_waits:
+            fut, pending, deadline = self._flush_waits[0]
+            if not fut.done() and now < deadline:
+                break
+            self._flush_waits.popleft()
+            ok = fut.done() and fut.result()
+            for c, results in pending:
+                if not c.alive:
+                    continue
+                for r in results:
+                    if not ok:
+                        r.status = P.FLUSH_DISK_TIMEOUT
+                    c.out.append((P.SEND_RESULT, P.encode_send_result(r)))
+                n += len(results)
+        return n
+
+    def _flush_out(self, c: Client) -> None:
+        if not c.alive:
+            c.out.clear()
+            return
+        ring = c.channel.responses
+        written = ring.write_batch(c.out)
+        for _ in range(written):
+            c.out.popleft()
+        if written:
+            wake(ring, CONSUMER, c.channel.client_bell)
+
+    # ------------------------------------------------------------------ requests
+
+    def _serve_channel(self, c: Client, now: int) -> int:
+        ring = c.channel.requests
+        try:
+            frames = ring.read_batch(MAX_FRAMES_PER_PASS)
+            if not frames:
+                return 0
+            self._handle_frames(c, frames, now)
+        except CorruptFrameError as e:
+            self._drop(c, f"malformed frame: {e}")
+            return 1
+        ring.release()
+        wake(ring, PRODUCER, c.channel.client_bell)
+        return len(frames)
+
+    def _handle_frames(self, c: Client, frames: list, now: int) -> None:
+        run: list[P.Send] = []
+        key = None
+        for kind, view in frames:
+            if kind == P.SEND:
+                s = P.decode_send(view)
+                if now - s.enqueue_ns > self._wait_ns:
+                    self._reject_busy(c, s.req_id, s.flags, now - s.enqueue_ns)
+                    continue
+                if (s.topic, s.queue_id) != key:
+                    self._put_run(c, run)
+                    run, key = [], (s.topic, s.queue_id)
+                run.append(s)
+                continue
+            self._put_run(c, run)
+            run, key = [], None
+            if kind == P.SEND_BATCH:
+                b = P.decode_send_batch(view)
+                if now - b.enqueue_ns > self._wait_ns:
+                    self._reject_busy(c, b.req_id, b.flags, now - b.enqueue_ns)
+                else:
+                    self._put_batch(c, b)
+            elif kind == P.COMMIT_OFFSET:
+                co = P.decode_commit_offset(view)
+                self.offsets.commit(co.group, co.topic, co.queue_id, co.offset)
+                self.publisher.offset(co.group, co.topic, co.queue_id, co.offset)
+            elif kind == P.PULL_WAIT:
+                self._register_waiter(c, P.decode_pull_wait(view), now)
+            elif kind == P.HEARTBEAT:
+                P.decode_heartbeat(view)
+            else:
+                raise CorruptFrameError(f"frame kind {kind} is not a request")
+        self._put_run(c, run)
+
+    def _reject_busy(self, c: Client, req_id: int, flags: int, waited_ns: int) -> None:
+        self._busy += 1
+        if not flags & P.FLAG_ONEWAY:
+            c.out.append((P.ERROR, P.encode_error(
+                req_id, P.SYSTEM_BUSY, f"[TIMEOUT_CLEAN_QUEUE] broker busy: request waited {waited_ns // 1_000_000} ms "
+                f"in the send queue, over waitTimeMillsInSendQueue {self.config.wait_time_mills_in_send_queue} ms")))
+
+    def _error(self, c: Client, req_id: int, flags: int, code: int, message: str) -> None:
+        if not flags & P.FLAG_ONEWAY:
+            c.out.append((P.ERROR, P.encode_error(req_id, code, message)))
+
+    def _topic_for_send(self, topic: str) -> tuple[TopicConfig | None, int, str]:
+        tc = self.topics.get(topic)
+        if tc is None:
+            try:
+                fmt.check_topic(topic)
+            except ValueError as e:
+                return None, P.MESSAGE_ILLEGAL, str(e)
+            if not self.config.auto_create_topic_enable:
+                return None, P.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist and autoCreateTopicEnable is false"
+            tc = self.topics.create_or_update(topic)
+            log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
+            self.publish_topics()
+        if not tc.writable:
+            return None, P.NO_PERMISSION, f"topic {topic!r} is not writable (perm {tc.perm})"
+        return tc, 0, ""
+
+    def _put_run(self, c: Client, run: list[P.Send]) -> None:
+        """Store consecutive SENDs of one topic and requested queue with one store call."""
+        if not run:
+            return
+        topic = run[0].topic
+        tc, code, message = self._topic_for_send(topic)
+        if tc is None:
+            for s in run:
+                self._error(c, s.req_id, s.flags, code, message)
+            return
+        qid = run[0].queue_id if run[0].queue_id >= 0 else tc.next_queue()
+        if qid >= tc.write_queue_nums:
+            for s in run:
+                self._error(c, s.req_id, s.flags, P.SYSTEM_ERROR,
+                            f"queue id {qid} is illegal: topic {topic!r} has {tc.write_queue_nums} write queues")
+            return
+        self._store_sends(c, topic, qid, run)
+
+    def _store_sends(self, c: Client, topic: str, qid: int, run: list[P.Send]) -> None:
+        try:
+            if len(run) == 1:
+                s = run[0]
+                r = self.store.put_message(topic, qid, bytes(s.record), s.tags_code, s.key_hashes, wait_flush=False)
+                phys = [r.wrote_offset]
+            else:
+                r = self.store.put_messages(topic, qid, _join_sends(run), wait_flush=False)
+                phys = r.phys_offsets.tolist()
+        except Exception as e:
+            if len(run) > 1:  # find the bad one(s); the others still go in
+                for s in run:
+                    self._store_sends(c, topic, qid, [s])
+                return
+            if not isinstance(e, (ValueError, ShmqError)):
+                log.exception("put of a message to %s/%d failed", topic, qid)
+            self._error(c, run[0].req_id, run[0].flags, _put_error_code(e), f"{type(e).__name__}: {e}")
+            return
+        results = [P.SendResultFrame(s.req_id, P.SEND_OK, qid, r.queue_offset + i, phys[i], r.store_timestamp,
+                                     self._store_host)
+                   for i, s in enumerate(run) if not s.flags & P.FLAG_ONEWAY]
+        self._stored(c, topic, qid, len(run), r.wrote_bytes, r.end_offset, results)
+
+    def _put_batch(self, c: Client, b: P.SendBatch) -> None:
+        tc, code, message = self._topic_for_send(b.topic)
+        if tc is None:
+            return self._error(c, b.req_id, b.flags, code, message)
+        qid = b.queue_id if b.queue_id >= 0 else tc.next_queue()
+        if qid >= tc.write_queue_nums:
+            return self._error(c, b.req_id, b.flags, P.SYSTEM_ERROR,
+                               f"queue id {qid} is illegal: topic {b.topic!r} has {tc.write_queue_nums} write queues")
+        try:
+            r = self.store.put_messages(b.topic, qid, b.batch, wait_flush=False)
+        except Exception as e:
+            if not isinstance(e, (ValueError, ShmqError)):
+                log.exception("batch put to %s/%d failed", b.topic, qid)
+            return self._error(c, b.req_id, b.flags, _put_error_code(e), f"{type(e).__name__}: {e}")
+        results = []
+        if not b.flags & P.FLAG_ONEWAY:
+            results.append(P.SendResultFrame(b.req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset,
+                                             r.store_timestamp, self._store_host, r.msg_num, r.phys_offsets.tolist()))
+        self._stored(c, b.topic, qid, r.msg_num, r.wrote_bytes, r.end_offset, results)
+
+    def _stored(self, c: Client, topic: str, qid: int, msgs: int, nbytes: int, end: int,
+                results: list[P.SendResultFrame]) -> None:
+        self._touched[(topic, qid)] = None
+        cnt = self._counts.setdefault(topic, [0, 0])
+        cnt[0] += msgs
+        cnt[1] += nbytes
+        if not results:
+            return
+        if self._sync_flush:
+            self._flush_pending.append((c, results))
+            self._flush_end = max(self._flush_end, end)
+        else:
+            c.out.extend((P.SEND_RESULT, P.encode_send_result(r)) for r in results)
+
+    def _after_puts(self) -> None:
+        """Publish new max offsets and counters, and wake consumers waiting on those queues."""
+        store = self.store
+        items = []
+        for topic, qid in self._touched:
+            hi = store.get_max_offset_in_queue(topic, qid)
+            items.append((topic, qid, store.get_min_offset_in_queue(topic, qid), hi))
+            waiting = self.waiters.get((topic, qid))
+            if waiting:
+                keep = []
+                for w in waiting:
+                    if w.offset < hi:
+                        self._answer_waiter(w, hi, False)
+                    else:
+                        keep.append(w)
+                self.waiters[(topic, qid)] = keep
+        self._touched.clear()
+        self.publisher.queue_offsets(items)
+        msgs = sum(m for m, _ in self._counts.values())
+        nbytes = sum(b for _, b in self._counts.values())
+        self.publisher.topic_counters({t: (m, b) for t, (m, b) in self._counts.items()})
+        self._counts.clear()
+        flushed = self.store.group_commit.flushed_offset if self.store.group_commit else -1
+        self.publisher.stats(msgs, nbytes, self._busy, store.commitlog.max_offset, flushed)
+        self._busy = 0
+
+    # ------------------------------------------------------------------ long polling
+
+    def _register_waiter(self, c: Client, pw: P.PullWait, now: int) -> None:
+        hi = self.store.get_max_offset_in_queue(pw.topic, pw.queue_id)
+        if hi > pw.offset or pw.timeout_ms == 0:
+            c.out.append((P.WAKE, P.encode_wake(pw.req_id, hi, hi <= pw.offset)))
+            return
+        w = PullWaiter(c, pw.req_id, pw.offset, now + pw.timeout_ms * 1_000_000)
+        self.waiters.setdefault((pw.topic, pw.queue_id), []).append(w)
+
+    def _answer_waiter(self, w: PullWaiter, max_offset: int, timed_out: bool) -> None:
+        if w.client.alive:
+            w.client.out.append((P.WAKE, P.encode_wake(w.req_id, max_offset, timed_out)))
+
+    def _expire_waiters(self, now: int) -> None:
+        for (topic, qid), waiting in list(self.waiters.items()):
+            keep = []
+            for w in waiting:
+                if not w.client.alive:
+                    continue
+                if now >= w.deadline_ns:
+                    self._answer_waiter(w, self.store.get_max_offset_in_queue(topic, qid), True)
+                else:
+                    keep.append(w)
+            if keep:
+                self.waiters[(topic, qid)] = keep
+            else:
+                del self.waiters[(topic, qid)]
+
+    # ------------------------------------------------------------------ control plane
+
+    def _serve_control(self) -> int:
+        n = 0
+        while n < 32:
+            try:
+                req = self.control.recv_request(0)
+            except ControlProtocolError as e:
+                log.warning("dropped a malformed control message: %s", e)
+                n += 1
+                continue
+            if req is None:
+                break
+            n += 1
+            try:
+                if isinstance(req, Attach):
+                    body = self._attach(req)
+                elif isinstance(req, Detach):
+                    c = self.clients.get(req.client_id)
+                    if c is not None:
+                        self._drop(c, None)
+                    body = {}
+                else:
+                    body = admin.handle(self, req.client_id, req.command, req.args)
+                reply = Reply(req.client_id, req.req_id, True, body)
+            except (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
+                reply = Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+            try:
+                self.control.send_reply(reply, timeout=0.5)
+            except Exception as e:
+                log.warning("could not answer client %d: %s", req.client_id, e)
+        return n
+
+    def _attach(self, req: Attach) -> dict:
+        if req.client_id in self.clients:
+            raise ValueError(f"client id {req.client_id} is already attached")
+        rb = req.ring_bytes
+        if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):
+            raise ValueError(f"ring_bytes must be a power of two in {MIN_RING_BYTES}..{MAX_RING_BYTES}, got {rb}")
+        watch = Watch(req.alive_key)
+        if not watch.is_alive():
+            raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held")
+        shm.unlink_segment(channel_name(self.name, req.client_id))  # a dead client's, with a recycled id
+        try:
+            posix_ipc.unlink_semaphore(client_bell_name(self.name, req.client_id))
+        except posix_ipc.ExistentialError:
+            pass
+        channel = Channel.create(self.name, req.client_id, rb, self.bell)
+        info = req.info or {}
+        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), channel, watch, now_ms())
+        self.clients[req.client_id] = c
+        self._rebuild_park_flags()
+        self.publish_clients()
+        log.info("client %d (pid %d, %s %s) attached", c.client_id, c.pid, c.role, c.group or "")
+        return {"channel": channel.segment.name, "store_dir": self.store_dir, "store_host": self._store_host}
+
+    def _check_liveness(self) -> None:
+        for c in list(self.clients.values()):
+            if not c.watch.is_alive():
+                self._serve_channel(c, time.monotonic_ns())  # what it published before dying is sent
+                if c.alive:
+                    self._drop(c, "client died", remove_liveness=True)
+
+    def _drop(self, c: Client, reason: str | None, remove_liveness: bool = False) -> None:
+        """Reclaim a client's channel: detach (reason None), death, or a malformed frame."""
+        if reason is None:
+            log.info("client %d (pid %d) detached", c.client_id, c.pid)
+        else:
+            log.warning("dropping client %d (pid %d): %s", c.client_id, c.pid, reason)
+        self._release_client(c, remove_liveness)
+        changed = self.consumers.remove_client(c.client_id)
+        if changed:
+            self.publish_groups()
+        self.publish_clients()
+
+    def _release_client(self, c: Client, remove_liveness: bool) -> None:
+        c.alive = False
+        c.out.clear()
+        self.clients.pop(c.client_id, None)
+        self._rebuild_park_flags()
+        c.channel.close()
+        c.channel.unlink()
+        if remove_liveness:
+            c.watch.remove()
+
+    # ------------------------------------------------------------------ publishing
+
+    def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]:
+        return self.store.get_min_offset_in_queue(topic, qid), self.store.get_max_offset_in_queue(topic, qid)
+
+    def publish_topics(self) -> None:
+        self.publisher.topics(self.topics.topics, self.queue_offsets, self.offsets.offsets)
+
+    def publish_groups(self) -> None:
+        self.publisher.groups(self.consumers.groups, self.offsets.offsets)
+        self.publish_clients()
+
+    def publish_clients(self) -> None:
+        self.publisher.clients((c.client_id, c.role, c.pid, c.watch.key, c.group, c.attached_ms)
+                               for c in self.clients.values())
+
+    def _publish_fill(self) -> None:
+        if self.clients:
+            self.publisher.client_fill({c.client_id: (c.channel.requests.used(), c.channel.responses.used())
+                                        for c in self.clients.values()})
+
+
+def _join_sends(run: list[P.Send]) -> fmt.EncodedBatch:
+    """Consecutive single SENDs as one batch: one copy of the records, dispatch data as arrays."""
+    sizes = np.fromiter((len(s.record) for s in run), np.int64, len(run))
+    starts = np.zeros(len(run), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    key_hashes, key_records = [], []
+    for i, s in enumerate(run):
+        if s.key_hashes:
+            key_hashes.extend(s.key_hashes)
+            key_records.extend([i] * len(s.key_hashes))
+    return fmt.EncodedBatch(b"".join([s.record for s in run]), starts,
+                            np.fromiter((s.tags_code for s in run), np.int64, len(run)),
+                            np.array(key_hashes, np.int64), np.array(key_records, np.int64))
+
+
+def _remove_queue(key: int) -> None:
+    try:
+        sysv_ipc.MessageQueue(key).remove()
+    except sysv_ipc.ExistentialError:
+        pass
+
+
+def run_broker(store_dir: str, name: str = "default", config: Any = None) -> int:
+    """Entry point of `shmq broker`: serve until SIGTERM/SIGINT; exit status 0, or 2 on a start error."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s broker[{name}] %(levelname)s %(message)s")
+    try:
+        controller = BrokerController(store_dir, name, config).start()
+    except (ShmqError, ValueError, OSError) as e:
+        print(f"shmq broker: error: {e}", file=sys.stderr)
+        return 2
+    log.info("serving store %s as broker %r (pid %d, %s)", controller.store_dir, name, os.getpid(),
+             controller.config.flush_disk_type)
+    controller.serve_forever()
+    return 0
