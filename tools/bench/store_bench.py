@@ -15,10 +15,9 @@ property, like a real producer's):
   batch, no index   the same with messageIndexEnable=false (the key index's cost).
   plain copy        the physical reference: the same batch bytes copied with one numpy slice
                     assignment per batch into a pre-warmed mmap of a file of segment size.
-  read, batch form  ConsumeQueue.get_range + np.isin tag filter (half of the records match) +
-                    columnar decode: QUEUEOFFSET, STORETIMESTAMP, BODYLEN and body positions of
-                    all matching records gathered from the segment's uint8 array with
-                    format.gather_i64 / gather_i32 (no per-record Python objects).
+  read, batch form  what a consumer process does: consumer_batch.read_batch over read-only
+                    mappings (StoreReader): consume-queue range + tag-hash filter (half of the
+                    records match) + exact tag check + columnar decode (no per-record objects).
   read, get_message the per-message API (max_num=32, tags={"TagA"}) for comparison.
 
 Read rates count consume-queue entries scanned (half of them are delivered).
@@ -59,13 +58,11 @@ if REPO not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from shmq.consumer_batch import read_batch  # noqa: E402
+from shmq.filter import TagFilter  # noqa: E402
 from shmq.store import format as fmt  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
-
-try:
-    from shmq.store.consume_queue import BLANK_SIZE  # noqa: E402
-except ImportError:  # pragma: no cover
-    BLANK_SIZE = 0x7FFFFFFF
+from shmq.store.reader import StoreReader  # noqa: E402
 
 TOPIC = "BenchTopic"
 BATCH = 256
@@ -306,60 +303,11 @@ def bench_plain_copy(path: str, size: int, batches, target: int):
     return run, close
 
 
-def decode_range(store: MessageStore, cq, qoff: int, n: int, want: np.ndarray) -> tuple[int, dict]:
-    """CQ range read + tag filter + columnar decode; returns (entries scanned, columns)."""
-    e = cq.get_range(qoff, n)
-    k = len(e)
-    if k == 0:
-        return 0, {}
-    keep = np.isin(e["tags_code"], want)
-    keep &= e["size"] != BLANK_SIZE
-    offs = e["offset"][keep].astype(np.int64)
-    if len(offs) == 0:
-        return k, {}
-    clq = store.commitlog.queue
-    mf = clq.find(int(offs[0]))
-    if int(offs[-1]) < mf.file_to_offset:  # the usual case: the whole range in one segment
-        parts = [(mf, offs)]
-    else:  # split at segment ends (offsets are in commitlog order)
-        parts, i = [], 0
-        while i < len(offs):
-            mf = clq.find(int(offs[i]))
-            j = int(np.searchsorted(offs, mf.file_to_offset, side="left"))
-            parts.append((mf, offs[i:j]))
-            i = j
-    cols: dict[str, list] = {"queue_offset": [], "store_timestamp": [], "body_len": [], "body_pos": []}
-    for mf, o in parts:
-        rel = o - mf.file_from_offset
-        arr = mf.array
-        cols["queue_offset"].append(fmt.gather_i64(arr, rel + fmt.OFF_QUEUEOFFSET))
-        cols["store_timestamp"].append(fmt.gather_i64(arr, rel + fmt.OFF_STORETIMESTAMP))
-        cols["body_len"].append(fmt.gather_i32(arr, rel + fmt.OFF_BODYLEN))
-        cols["body_pos"].append(o + fmt.OFF_BODY)  # commitlog offsets of the bodies
-    out = {c: v[0] if len(v) == 1 else np.concatenate(v) for c, v in cols.items()}
-    out["_keep"] = keep
-    return k, out
-
-
-def check_decode(store: MessageStore, cq, want_code: int, body_size: int) -> None:
-    """Untimed: the columnar decode agrees with the store's own per-record decode."""
-    qoff = cq.min_offset
-    k, cols = decode_range(store, cq, qoff, 512, np.array([want_code], np.int64))
-    kept_q = qoff + np.flatnonzero(cols["_keep"])
-    assert np.array_equal(cols["queue_offset"], kept_q), "gathered queue offsets do not match"
-    assert (cols["body_len"] == body_size).all(), "gathered body lengths do not match"
-    e = cq.get_range(qoff, 512)[cols["_keep"]]
-    for i in (0, len(e) - 1):
-        rec = store.commitlog.read(int(e["offset"][i]))
-        assert rec.tags == TAGS[0] and rec.queue_offset == int(cols["queue_offset"][i])
-        assert rec.store_timestamp == int(cols["store_timestamp"][i]) and len(rec.body) == body_size
-        pos = int(cols["body_pos"][i])
-        assert bytes(store.commitlog.data(pos, body_size)) == bytes(rec.body)
-
-
-def bench_read_batch(store: MessageStore, qid: int, range_size: int, target: int, want_code: int, avg_size: float):
+def bench_read_batch(store: MessageStore, qid: int, range_size: int, target: int, avg_size: float):
+    """The consumer's batch pull (consumer_batch.read_batch) over read-only mappings of the store."""
     cq = store.find_consume_queue(TOPIC, qid)
-    want = np.array([want_code], np.int64)
+    reader = StoreReader(store.store_dir)
+    expression = TagFilter(TAGS[0])
 
     def run(deadline: float) -> tuple[int, int, bool]:
         done = delivered = 0
@@ -368,15 +316,14 @@ def bench_read_batch(store: MessageStore, qid: int, range_size: int, target: int
         while done < target:
             if q >= cq.max_offset:
                 q = cq.min_offset
-            k, cols = decode_range(store, cq, q, min(range_size, target - done), want)
-            q += k
-            done += k
-            if cols:
-                delivered += len(cols["queue_offset"])
+            batch = read_batch(reader, TOPIC, qid, q, min(range_size, target - done), cq.max_offset, expression)
+            done += batch.next_offset - q
+            delivered += len(batch)
+            q = batch.next_offset
             if clock() > deadline:
                 break
         return done, int(done * avg_size), done < target
-    return run
+    return run, reader
 
 
 def bench_read_get(store: MessageStore, qid: int, target: int, avg_size: float):
@@ -426,7 +373,6 @@ def run_size(runner: Runner, plan: SizePlan, tmp: str, seg: int, results: list[M
     rec_size = sum(len(b.buf) for b in batches) / plan.pool
     say(f"[{label}] record size {rec_size:.0f} B, pool {plan.pool} records; client encode {human(statistics.median(m.rates))} rec/s")
     singles = singles_from(batches)
-    want_code = fmt.tags_code(TAGS[0])
 
     # single appends
     d = os.path.join(tmp, f"single-{plan.body}")
@@ -453,10 +399,10 @@ def run_size(runner: Runner, plan: SizePlan, tmp: str, seg: int, results: list[M
         say(f"[{label}] batch append {human(statistics.median(m.rates))} rec/s{' (capped)' if m.capped else ''}")
 
         cq = store.find_consume_queue(TOPIC, 0)
-        check_decode(store, cq, want_code, plan.body)
         m = Measurement(label, N_READ)
-        fn = bench_read_batch(store, 0, args.read_range, plan.read_batch, want_code, rec_size)
+        fn, reader = bench_read_batch(store, 0, args.read_range, plan.read_batch, rec_size)
         runner.timed(m, fn, profile_key="read-batch")
+        reader.close()
         m.extra["queue_entries"] = cq.max_offset - cq.min_offset
         results.append(m)
         say(f"[{label}] read batch form {human(statistics.median(m.rates))} entries/s")
