@@ -59,6 +59,23 @@ class ServiceThread(abc.ABC):
             self._thread.join()
 
 
+class LeastPagesRule:
+    """Flush only with at least `least_pages` dirty pages, but everything every `thorough_ms`."""
+
+    def __init__(self, least_pages: int, thorough_ms: int) -> None:
+        self.least_pages = least_pages
+        self.thorough = thorough_ms / 1000
+        self.last_thorough = time.monotonic()
+
+    def next_round(self) -> int:
+        """The least-pages value for this round: 0 when a thorough flush is due."""
+        now = time.monotonic()
+        if now - self.last_thorough >= self.thorough:
+            self.last_thorough = now
+            return 0
+        return self.least_pages
+
+
 class FlushRealTimeService(ServiceThread):
     """ASYNC_FLUSH of the commitlog."""
 
@@ -69,16 +86,10 @@ class FlushRealTimeService(ServiceThread):
         super().__init__(interval_ms / 1000)
         self._flush = flush
         self._on_flushed = on_flushed
-        self._least_pages = least_pages
-        self._thorough = thorough_interval_ms / 1000
-        self._last_thorough = time.monotonic()
+        self._rule = LeastPagesRule(least_pages, thorough_interval_ms)
 
     def _run_once(self) -> None:
-        least = self._least_pages
-        if time.monotonic() - self._last_thorough >= self._thorough:
-            least = 0
-            self._last_thorough = time.monotonic()
-        offset, ts = self._flush(least)
+        offset, ts = self._flush(self._rule.next_round())
         if offset >= 0:
             self._on_flushed(offset, ts)
 
@@ -147,16 +158,10 @@ class FlushConsumeQueueService(ServiceThread):
                  thorough_interval_ms: int) -> None:
         super().__init__(interval_ms / 1000)
         self._flush_logics = flush_logics
-        self._least_pages = least_pages
-        self._thorough = thorough_interval_ms / 1000
-        self._last_thorough = time.monotonic()
+        self._rule = LeastPagesRule(least_pages, thorough_interval_ms)
 
     def _run_once(self) -> None:
-        least = self._least_pages
-        if time.monotonic() - self._last_thorough >= self._thorough:
-            least = 0
-            self._last_thorough = time.monotonic()
-        self._flush_logics(least)
+        self._flush_logics(self._rule.next_round())
 
     def _on_stop(self) -> None:
         self._flush_logics(0)
