@@ -159,6 +159,37 @@ def decode_send(payload) -> Send:
     return Send(req_id, enq, qid, flags, tags, topic, keys, payload[p:p + rlen])
 
 
+_KEYS = [struct.Struct(f"<{n}q") for n in range(9)]
+_SEND_SIZE = _SEND.size
+_unpack_send = _SEND.unpack_from
+
+
+def send_fields(payload) -> tuple[int, int, int, int, int, bytes, tuple[int, ...], memoryview]:
+    """The broker's hot-path SEND decoder: what ``decode_send`` checks, without the allocations.
+
+    Returns (req_id, enqueue_ns, queue_id, flags, tags_code, topic bytes, key hashes, record
+    view); the topic is left undecoded so the caller can compare it with the previous frame's
+    (``decode_topic`` turns it into a checked ``str``).
+    """
+    try:
+        req_id, enq, qid, flags, tags, t, n, rlen = _unpack_send(payload)
+    except struct.error:
+        raise CorruptFrameError("SEND frame shorter than its header") from None
+    if t == 0 or t > fmt.MAX_TOPIC_LENGTH:
+        raise CorruptFrameError(f"SEND topic length {t}")
+    p = _SEND_SIZE + ((t + 7) & ~7)
+    k = p + 8 * n
+    if len(payload) != k + rlen:
+        raise CorruptFrameError(f"SEND frame is {len(payload)} bytes, its fields say {k + rlen}")
+    keys = (_KEYS[n] if n < 9 else struct.Struct(f"<{n}q")).unpack_from(payload, p) if n else ()
+    return req_id, enq, qid, flags, tags, bytes(payload[_SEND_SIZE:_SEND_SIZE + t]), keys, payload[k:]
+
+
+def decode_topic(raw: bytes) -> str:
+    """A SEND topic from ``send_fields`` as ``str``; ``CorruptFrameError`` if not ASCII."""
+    return _text(raw, "SEND topic")
+
+
 # --------------------------------------------------------------------------- SEND_BATCH
 
 
@@ -225,7 +256,7 @@ def decode_send_batch(payload) -> SendBatch:
         raise CorruptFrameError("SEND_BATCH key record numbers out of range")
     if starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= blen:
         raise CorruptFrameError("SEND_BATCH record starts do not fit the records")
-    body = data[16 * (count + n):]
+    body = memoryview(data)[16 * (count + n):]  # a view of the private copy: no second copy of the records
     return SendBatch(req_id, enq, qid, flags, topic, fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
 
 
@@ -312,6 +343,41 @@ def encode_send_result(r: SendResultFrame) -> bytes:
     if r.count > 1:
         return head + struct.pack(f"<{r.count}q", *r.phys_offsets)
     return head
+
+
+# A run of single-message SEND_RESULTs encoded at once, as whole ring frames ([u32 length][u32
+# kind] + payload): the broker answers a batch of SENDs with one numpy fill and one copy into the
+# response ring (``Ring.write_packed``) instead of one Python encode and write per message.
+RESULT_FRAME = np.dtype([("length", "<u4"), ("kind", "<u4"), ("req_id", "<u8"), ("status", "<u2"),
+                         ("pad", "<u2"), ("queue_id", "<i4"), ("queue_offset", "<i8"), ("phys_offset", "<i8"),
+                         ("store_timestamp", "<i8"), ("store_host", "<i8"), ("count", "<u4"), ("pad2", "<u4")])
+assert RESULT_FRAME.itemsize == 8 + _RESULT.size and RESULT_FRAME.itemsize % 8 == 0
+
+
+def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: int, first_queue_offset: int,
+                      phys_offsets, store_timestamp: int, store_host: int) -> np.ndarray | None:
+    """Framed SEND_RESULTs (``RESULT_FRAME`` rows) for the non-oneway ones of consecutive SENDs.
+
+    Message ``i`` got queue offset ``first_queue_offset + i`` and physical offset
+    ``phys_offsets[i]``; None when every one was oneway. Set ``status`` on the rows before
+    ``tobytes()`` if the flush failed.
+    """
+    n = len(req_ids)
+    keep = (np.fromiter(flags, np.uint32, n) & FLAG_ONEWAY) == 0
+    if not keep.any():
+        return None
+    a = np.zeros(n, RESULT_FRAME)
+    a["length"] = _RESULT.size
+    a["kind"] = SEND_RESULT
+    a["req_id"] = req_ids
+    a["queue_id"] = queue_id
+    a["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+    a["phys_offset"] = phys_offsets
+    a["store_timestamp"] = store_timestamp
+    a["store_host"] = store_host
+    a["count"] = 1
+    a["status"] = SEND_OK
+    return a if keep.all() else a[keep]
 
 
 def decode_send_result(payload) -> SendResultFrame:

@@ -112,3 +112,23 @@ def test_batch_key_records_out_of_range():
     batch.key_records[:] = 5
     with pytest.raises(CorruptFrameError, match="key record"):
         P.decode(P.SEND_BATCH, P.encode_send_batch(1, 2, 3, 0, "T", batch))
+
+
+def test_packed_send_results_decode_like_single_ones():
+    import struct
+    from shmq.ring.framing import frame_bytes
+    req_ids, flags = [5, 6, 7, 8], [0, P.FLAG_ONEWAY, 0, 0]
+    a = P.pack_send_results(req_ids, flags, 2, 100, [1000, 1100, 1200, 1300], 77, 99)
+    assert len(a) == 3 and P.RESULT_FRAME.itemsize == frame_bytes(len(P.encode_send_result(
+        P.SendResultFrame(1, 0, 0, 0, 0, 0, 0))))
+    raw = a.tobytes()
+    size = P.RESULT_FRAME.itemsize
+    got = []
+    for i in range(3):
+        length, kind = struct.unpack_from("<II", raw, i * size)
+        assert kind == P.SEND_RESULT
+        got.append(P.decode_send_result(raw[i * size + 8:i * size + 8 + length]))
+    assert [(r.req_id, r.queue_offset, r.phys_offset, r.queue_id, r.store_timestamp, r.store_host, r.count, r.status)
+            for r in got] == [(5, 100, 1000, 2, 77, 99, 1, P.SEND_OK), (7, 102, 1200, 2, 77, 99, 1, P.SEND_OK),
+                              (8, 103, 1300, 2, 77, 99, 1, P.SEND_OK)]
+    assert P.pack_send_results([1], [P.FLAG_ONEWAY], 0, 0, [0], 0, 0) is None

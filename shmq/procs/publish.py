@@ -12,11 +12,14 @@ from typing import Callable, Iterable
 
 from shmq.procs.groups import BROADCASTING, ConsumerGroup
 from shmq.procs.topics import TopicConfig
-from shmq.ring.state import StateWriter
+from shmq.ring.state import QUEUE, StateWriter
 
 ROLE_PRODUCER = 1
 ROLE_CONSUMER = 2
 ROLES = {"producer": ROLE_PRODUCER, "consumer": ROLE_CONSUMER}
+_QUEUE_WORDS = QUEUE.itemsize // 8
+_MIN_WORD = QUEUE.fields["min_offset"][1] // 8
+_MAX_WORD = QUEUE.fields["max_offset"][1] // 8
 
 
 class StatePublisher:
@@ -77,14 +80,25 @@ class StatePublisher:
         return block[0] + queue_id if block is not None and queue_id < block[1] else None
 
     def queue_offsets(self, items: Iterable[tuple[str, int, int, int]]) -> None:
-        """Publish (topic, qid, min, max) after a pass of puts."""
-        with self.writer.update() as v:
-            q = v.queues
+        """Publish (topic, qid, min, max) after a pass of puts.
+
+        The hot path of every broker pass: plain aligned 8-byte stores through a ``memoryview``
+        of the queue table (one ``memcpy`` each, never torn) instead of numpy structured-field
+        assignment, which costs ~1 us per field; the seqlock is still bumped once.
+        """
+        w = self.writer
+        q64 = w.queue_words
+        per_row = _QUEUE_WORDS
+        seq = w.begin()
+        try:
             for topic, qid, lo, hi in items:
                 row = self.queue_row(topic, qid)
                 if row is not None:
-                    q[row]["min_offset"] = lo
-                    q[row]["max_offset"] = hi
+                    i = row * per_row
+                    q64[i + _MIN_WORD] = lo
+                    q64[i + _MAX_WORD] = hi
+        finally:
+            w.end(seq)
 
     def topic_counters(self, counts: dict[str, tuple[int, int]]) -> None:
         """Add messages/bytes stored per topic to its row."""
@@ -163,6 +177,22 @@ class StatePublisher:
             for i in range(len(c)):
                 if c[i]["used"] and int(c[i]["client_id"]) in fills:
                     c[i]["request_fill"], c[i]["response_fill"] = fills[int(c[i]["client_id"])]
+
+    def counters(self, counts: dict[str, tuple[int, int]], msgs_in: int, bytes_in: int, busy: int,
+                 max_phy_offset: int, flush_offset: int) -> None:
+        """Per-topic counters and the broker stats in one seqlock section (the broker calls it on its tick)."""
+        with self.writer.update() as v:
+            for topic, (msgs, nbytes) in counts.items():
+                row = self._topic_rows.get(topic)
+                if row is not None:
+                    v.topics[row]["msgs_in"] += msgs
+                    v.topics[row]["bytes_in"] += nbytes
+            s = v.stats
+            s["msgs_in"] += msgs_in
+            s["bytes_in"] += bytes_in
+            s["busy_rejections"] += busy
+            s["max_phy_offset"] = max_phy_offset
+            s["flush_offset"] = flush_offset
 
     def stats(self, msgs_in: int, bytes_in: int, busy: int, max_phy_offset: int, flush_offset: int) -> None:
         with self.writer.update() as v:

@@ -169,6 +169,19 @@ class StateWriter:
         self.segment = segment
         self.view = StateView(segment.buf, layout)
         self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+        _, rows, pos = layout.places()["queues"]
+        # the queue table as native 8-byte words: lone aligned stores of a max offset (hot path)
+        self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
+
+    def begin(self) -> int:
+        """Open a seqlock write section without a context manager (hot path); pass the result to ``end``."""
+        seq = self._seq[_SEQ]
+        self._seq[_SEQ] = seq + 1
+        return seq
+
+    def end(self, seq: int) -> None:
+        """Close the section ``begin`` opened."""
+        self._seq[_SEQ] = seq + 2
 
     @classmethod
     def create(cls, broker: str, store_dir: str, control_key: int, alive_key: int,
@@ -192,6 +205,7 @@ class StateWriter:
     def close(self) -> None:
         """Unmap (the name stays)."""
         self._seq.release()
+        self.queue_words.release()
         self.view = None  # type: ignore[assignment]
         self.segment.close()
 

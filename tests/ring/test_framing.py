@@ -197,3 +197,61 @@ def test_matches_reference_queue(ops):
     for kind, view in c.read_batch(1000):
         assert (kind, bytes(view)) == pending.popleft()
     assert not pending
+
+
+def _packed(kind: int, payload_len: int, count: int, seed: int) -> bytes:
+    size = frame_bytes(payload_len)
+    out = bytearray()
+    for i in range(count):
+        frame = bytearray(size)
+        struct.pack_into("<II", frame, 0, payload_len, kind)
+        frame[8:8 + payload_len] = bytes((seed + i + j) % 251 for j in range(payload_len))
+        out += frame
+    return bytes(out)
+
+
+def test_write_packed_wraps_and_stops_when_full():
+    p, c, _ = make(256)
+    assert p.write_batch([(16, b"a" * 40)]) == 1  # 48 bytes: packed frames of 64 then wrap at 240
+    c.read_batch(1)
+    c.release()
+    frames = _packed(17, 56, 10, 0)
+    assert p.write_packed(frames, 64) == 3  # 48..240 holds 3, the 4th needs a wrap and room
+    got = c.read_batch(10)
+    assert [(k, bytes(v)) for k, v in got] == [(17, frames[i * 64 + 8:(i + 1) * 64]) for i in range(3)]
+    c.release()
+    assert p.write_packed(frames[192:], 64) == 3  # wrap marker (16 bytes), then 3 frames from offset 0
+    got = c.read_batch(10)
+    assert [bytes(v) for _, v in got] == [frames[i * 64 + 8:(i + 1) * 64] for i in range(3, 6)]
+    with pytest.raises(ValueError):
+        p.write_packed(frames, 60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("packed"), st.integers(0, 6), st.sampled_from([0, 8, 24, 56])),
+                          st.tuples(st.just("write"), st.integers(0, 60)),
+                          st.tuples(st.just("read"), st.integers(1, 8))), max_size=80))
+def test_write_packed_matches_reference_queue(ops):
+    p, c, _ = make(256)
+    pending: deque[tuple[int, bytes]] = deque()
+    seed = 0
+    for op in ops:
+        seed += 1
+        if op[0] == "packed":
+            _, count, n = op
+            frames = _packed(20, n, count, seed)
+            size = frame_bytes(n)
+            done = p.write_packed(frames, size)
+            pending.extend((20, frames[i * size + 8:i * size + 8 + n]) for i in range(done))
+        elif op[0] == "write":
+            data = bytes((seed + j) % 251 for j in range(op[1]))
+            if p.try_write(21, data):
+                pending.append((21, data))
+        else:
+            for kind, view in c.read_batch(op[1]):
+                assert (kind, bytes(view)) == pending.popleft()
+            c.release()
+        assert 0 <= p.used() <= 256
+    for kind, view in c.read_batch(1000):
+        assert (kind, bytes(view)) == pending.popleft()
+    assert not pending

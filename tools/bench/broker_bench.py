@@ -3,6 +3,9 @@
 Scenarios: batch API (send_batch of 256), send_oneway, sync send round trip (p50/p99), and
 8 sync-sender processes against a SYNC_FLUSH broker (group commit). Each runs ``--rounds``
 times on a fresh store and the median is reported (the dev machines are shared and noisy).
+Next to msgs/s it reports structural figures that noise moves much less: broker CPU us and
+voluntary context switches (sleeps) per message, and from the broker's shutdown log the
+requests served per busy pass and the parks per request.
 
     .venv/bin/python tools/bench/broker_bench.py [--seconds S] [--rounds N]
 """
@@ -11,9 +14,12 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import re
 import statistics
 import tempfile
 import time
+
+import psutil
 
 import shmq
 from shmq import Message, Producer
@@ -44,7 +50,7 @@ def _oneway(p: Producer, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _sync(p: Producer, seconds: float) -> tuple[float, float]:
+def _sync(p: Producer, seconds: float) -> tuple[float, float, int]:
     msg = Message("Bench", BODY)
     lat = []
     end = time.perf_counter() + seconds
@@ -53,7 +59,7 @@ def _sync(p: Producer, seconds: float) -> tuple[float, float]:
         p.send(msg)
         lat.append(time.perf_counter() - t)
     lat.sort()
-    return lat[len(lat) // 2] * 1e6, lat[int(len(lat) * 0.99)] * 1e6
+    return lat[len(lat) // 2] * 1e6, lat[int(len(lat) * 0.99)] * 1e6, len(lat)
 
 
 def _sync_sender(name: str, seconds: float, start_at: float, out) -> None:
@@ -82,18 +88,63 @@ def _sync_flush_8(name: str, seconds: float) -> float:
     return total / seconds
 
 
+class _BrokerMeter:
+    """CPU time and context switches the broker process spends per message (structural, less noisy than msgs/s)."""
+
+    def __init__(self, pid: int) -> None:
+        self.proc = psutil.Process(pid)
+        self._start()
+
+    def _start(self) -> None:
+        self.cpu, self.ctx = self.proc.cpu_times(), self.proc.num_ctx_switches()
+
+    def per_msg(self, msgs: float) -> tuple[float, float]:
+        """(broker CPU us/msg, broker voluntary context switches (sleeps) /msg) since the last call."""
+        cpu, ctx = self.proc.cpu_times(), self.proc.num_ctx_switches()
+        us = ((cpu.user - self.cpu.user) + (cpu.system - self.cpu.system)) * 1e6 / max(msgs, 1)
+        sleeps = (ctx.voluntary - self.ctx.voluntary) / max(msgs, 1)
+        self._start()
+        return us, sleeps
+
+
 def run_round(seconds: float) -> dict[str, float]:
     out = {}
     name = f"bench{os.getpid()}"
-    with tempfile.TemporaryDirectory() as d, shmq.Broker(d, name, CONFIG):
+    with tempfile.TemporaryDirectory() as d, shmq.Broker(d, name, CONFIG) as broker:
+        meter = _BrokerMeter(broker.pid)
         with Producer("bench", broker=name) as p:
             p.send(Message("Bench", BODY))
+            meter.per_msg(1)
             out["batch msgs/s"] = _batch(p, seconds)
+            out["batch broker us/msg"], out["batch broker sleeps/msg"] = meter.per_msg(out["batch msgs/s"] * seconds)
             out["oneway msgs/s"] = _oneway(p, seconds)
-            out["sync p50 us"], out["sync p99 us"] = _sync(p, seconds)
-    with tempfile.TemporaryDirectory() as d, shmq.Broker(d, name, dict(CONFIG, flushDiskType="SYNC_FLUSH")):
+            out["oneway broker us/msg"], out["oneway broker sleeps/msg"] = meter.per_msg(out["oneway msgs/s"] * seconds)
+            out["sync p50 us"], out["sync p99 us"], n = _sync(p, seconds)
+            out["sync broker us/msg"], out["sync broker sleeps/msg"] = meter.per_msg(n)
+        broker.stop()
+        loop = _loop_stats(broker.log())
+    if loop:
+        out["requests/busy pass (all)"] = loop["frames"] / max(loop["busy_passes"], 1)
+        out["broker parks/request (all)"] = loop["parks"] / max(loop["frames"], 1)
+        out["client posts/request (all)"] = loop["posts"] / max(loop["frames"], 1)
+    with tempfile.TemporaryDirectory() as d, shmq.Broker(d, name, dict(CONFIG, flushDiskType="SYNC_FLUSH")) as broker:
+        meter = _BrokerMeter(broker.pid)
         out["SYNC_FLUSH 8 senders msgs/s"] = _sync_flush_8(name, seconds)
+        out["SYNC_FLUSH broker us/msg"], _ = meter.per_msg(out["SYNC_FLUSH 8 senders msgs/s"] * seconds)
     return out
+
+
+def _loop_stats(log_text: str) -> dict[str, int] | None:
+    """The serving-loop counters the broker logs when it stops."""
+    m = re.search(r"loop: (\d+) frames in (\d+) busy passes, (\d+) parks \((\d+) timed out\), (\d+) spins "
+                  r"that found work, (\d+) client doorbell posts", log_text)
+    if m is None:
+        return None
+    return dict(zip(("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts"), map(int, m.groups())))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:>12,.1f}" if abs(v) >= 10 or v == 0 else f"{v:>12.4f}"
 
 
 def main() -> None:
@@ -104,7 +155,7 @@ def main() -> None:
     rounds = [run_round(args.seconds) for _ in range(args.rounds)]
     for key in rounds[0]:
         values = [r[key] for r in rounds]
-        print(f"{key:>28}: median {statistics.median(values):>12,.1f}   (runs: {', '.join(f'{v:,.1f}' for v in values)})")
+        print(f"{key:>30}: median {_fmt(statistics.median(values))}   (runs: {', '.join(_fmt(v).strip() for v in values)})")
 
 
 if __name__ == "__main__":
