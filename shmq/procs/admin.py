@@ -12,8 +12,7 @@ if TYPE_CHECKING:
 
 
 def _update_topic(b: "BrokerController", client_id: int, a: dict) -> dict:
-    tc = b.topics.create_or_update(str(a["topic"]), a.get("read_queue_nums"), a.get("write_queue_nums"), a.get("perm"))
-    b.publish_topics()
+    tc = b.update_topic(str(a["topic"]), a.get("read_queue_nums"), a.get("write_queue_nums"), a.get("perm"))
     return {"topic": tc.to_json()}
 
 

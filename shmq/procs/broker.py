@@ -484,9 +484,11 @@ class BrokerController:
                 return None, P.MESSAGE_ILLEGAL, str(e)
             if not self.config.auto_create_topic_enable:
                 return None, P.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist and autoCreateTopicEnable is false"
-            tc = self.topics.create_or_update(topic)
+            try:
+                tc = self.update_topic(topic)
+            except ValueError as e:
+                return None, P.SYSTEM_ERROR, f"cannot create topic {topic!r}: {e}"
             log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
-            self.publish_topics()
         if not tc.writable:
             return None, P.NO_PERMISSION, f"topic {topic!r} is not writable (perm {tc.perm})"
         return tc, 0, ""
@@ -734,6 +736,22 @@ class BrokerController:
 
     def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]:
         return self.store.get_min_offset_in_queue(topic, qid), self.store.get_max_offset_in_queue(topic, qid)
+
+    def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
+                     perm: int | None = None) -> TopicConfig:
+        """Create or change a topic and publish it; if the state segment is full the change is undone
+        (ValueError), so one client's topic never takes the broker down."""
+        old = self.topics.get(name)
+        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm)
+        try:
+            self.publish_topics()
+        except ValueError:
+            if old is None:
+                self.topics.delete(name)
+            else:
+                self.topics.create_or_update(name, old.read_queue_nums, old.write_queue_nums, old.perm)
+            raise
+        return tc
 
     def publish_topics(self) -> None:
         self.publisher.topics(self.topics.topics, self.queue_offsets, self.offsets.offsets)

@@ -22,6 +22,10 @@ _MIN_WORD = QUEUE.fields["min_offset"][1] // 8
 _MAX_WORD = QUEUE.fields["max_offset"][1] // 8
 
 
+def _shape(tc: TopicConfig) -> tuple[int, int, int]:
+    return tc.perm, tc.read_queue_nums, tc.write_queue_nums
+
+
 class StatePublisher:
     def __init__(self, writer: StateWriter) -> None:
         self.writer = writer
@@ -29,6 +33,7 @@ class StatePublisher:
         self._topic_rows: dict[str, int] = {}
         self._queue_blocks: dict[str, tuple[int, int]] = {}  # topic -> (base, size)
         self._queue_next = 0
+        self._shapes: dict[str, tuple[int, int, int]] = {}  # topic -> what its rows were written from
         self._queue_cap = layout.queues
         self._topic_cap = layout.topics
         self._group_rows: dict[str, int] = {}
@@ -38,42 +43,64 @@ class StatePublisher:
 
     def topics(self, topics: dict[str, TopicConfig], offsets: Callable[[str, int], tuple[int, int]],
                committed: dict[tuple[str, str, int], int]) -> None:
-        """Rewrite the topic table (after create/update/delete); ``offsets(topic, qid)`` -> (min, max)."""
-        for gone in set(self._topic_rows) - set(topics):
-            del self._topic_rows[gone]
-            del self._queue_blocks[gone]
-        for name, tc in topics.items():
-            size = max(tc.read_queue_nums, tc.write_queue_nums)
-            if name not in self._topic_rows:
-                free = sorted(set(range(self._topic_cap)) - set(self._topic_rows.values()))
-                if not free:
-                    raise ValueError(f"state segment holds at most {self._topic_cap} topics")
-                self._topic_rows[name] = free[0]
-            block = self._queue_blocks.get(name)
-            if block is None or block[1] < size:
-                self._queue_blocks[name] = self._alloc_queues(size)
-        with self.writer.update() as v:
-            v.topics[:] = 0
-            for name, row in self._topic_rows.items():
-                tc = topics[name]
-                base, _ = self._queue_blocks[name]
-                v.topics[row] = (1, tc.perm, tc.read_queue_nums, tc.write_queue_nums, base, 0, 0, 0, 0, name.encode())
-                for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
-                    lo, hi = offsets(name, qid)
-                    v.queues[base + qid] = (row, qid, lo, hi)
-        self.offsets(committed)
+        """Publish topic changes (create/update/delete); ``offsets(topic, qid)`` -> (min, max).
 
-    def _alloc_queues(self, size: int) -> tuple[int, int]:
-        if self._queue_next + size > self._queue_cap:  # compact: hand out blocks again from 0
-            self._queue_next = 0
-            for name, (_, n) in sorted(self._queue_blocks.items()):
-                self._queue_blocks[name] = (self._queue_next, n)
-                self._queue_next += n
-            if self._queue_next + size > self._queue_cap:
-                raise ValueError(f"state segment holds at most {self._queue_cap} queues")
-        block = (self._queue_next, size)
-        self._queue_next += size
-        return block
+        Only the rows of topics that changed are written, so creating the n-th topic costs the
+        same as the first. Rows are allocated before anything is written: a table that is full
+        raises ValueError and leaves the published state as it was.
+        """
+        rows, blocks = dict(self._topic_rows), dict(self._queue_blocks)
+        gone = {n: rows.pop(n) for n in list(rows) if n not in topics}
+        for n in gone:
+            del blocks[n]
+        changed = [n for n, tc in topics.items() if self._shapes.get(n) != _shape(tc)]
+        free = iter(sorted(set(range(self._topic_cap)) - set(rows.values())))
+        queue_next, moved = self._queue_next, False
+        for name in changed:
+            if name not in rows:
+                row = next(free, None)
+                if row is None:
+                    raise ValueError(f"state segment holds at most {self._topic_cap} topics")
+                rows[name] = row
+            size = max(topics[name].read_queue_nums, topics[name].write_queue_nums)
+            if name not in blocks or blocks[name][1] < size:
+                moved |= name in blocks
+                blocks.pop(name, None)
+                queue_next, compacted = self._alloc_queues(blocks, queue_next, size)
+                moved |= compacted
+                blocks[name] = (queue_next - size, size)
+        self._topic_rows, self._queue_blocks, self._queue_next = rows, blocks, queue_next
+        initial = not self._shapes
+        self._shapes = {n: _shape(tc) for n, tc in topics.items()}
+        rewrite = list(topics) if moved else changed
+        with self.writer.update() as v:
+            for row in gone.values():
+                v.topics[row] = 0
+            if moved:
+                v.queues[:] = 0
+            for name in rewrite:
+                tc = topics[name]
+                base, size = blocks[name]
+                v.topics[rows[name]] = (1, tc.perm, tc.read_queue_nums, tc.write_queue_nums, base, 0, 0, 0, 0,
+                                        name.encode())
+                for qid in range(size):
+                    lo, hi = offsets(name, qid)
+                    v.queues[base + qid] = (rows[name], qid, lo, hi)
+        if initial or gone or moved:
+            self.offsets(committed)
+
+    def _alloc_queues(self, blocks: dict[str, tuple[int, int]], queue_next: int, size: int) -> tuple[int, bool]:
+        """Reserve `size` queue rows after `queue_next` in `blocks` (compacting them if the end is
+        reached); returns the new end and whether existing blocks moved."""
+        if queue_next + size <= self._queue_cap:
+            return queue_next + size, False
+        queue_next = 0
+        for name, (_, n) in sorted(blocks.items()):
+            blocks[name] = (queue_next, n)
+            queue_next += n
+        if queue_next + size > self._queue_cap:
+            raise ValueError(f"state segment holds at most {self._queue_cap} queues")
+        return queue_next + size, True
 
     def queue_row(self, topic: str, queue_id: int) -> int | None:
         block = self._queue_blocks.get(topic)

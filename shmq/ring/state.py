@@ -71,11 +71,11 @@ def _align64(n: int) -> int:
 class StateLayout:
     """Table capacities, and from them where each table sits in the segment."""
 
-    topics: int = 256
-    queues: int = 4096
-    groups: int = 128
-    members: int = 1024
-    offsets: int = 16384
+    topics: int = 4096
+    queues: int = 65536
+    groups: int = 256
+    members: int = 2048
+    offsets: int = 131072
     clients: int = 1024
 
     def places(self) -> dict[str, tuple[np.dtype, int, int]]:
