@@ -6,6 +6,7 @@ no I/O, so every layout can be tested on plain byte buffers.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import struct
@@ -122,7 +123,7 @@ def check_topic(topic: str) -> bytes:
 
 
 def encode_properties(props: Mapping[str, str] | None) -> bytes:
-    """`key\\x01value\\x02` repeated; keys and values may not contain the two separators."""
+    """`key\x01value\x02` repeated; keys and values may not contain the two separators."""
     if not props:
         return b""
     parts = []
@@ -209,6 +210,57 @@ def pack_message_into(buf, pos: int, topic_b: bytes, body, props_b: bytes, crc: 
     _U16.pack_into(buf, p, len(props_b))
     buf[p + 2:p + 2 + len(props_b)] = props_b
     return size
+
+
+HEADER_DTYPE = np.dtype({
+    "names": ["total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+              "sysflag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+              "prepared_tx_offset", "body_len"],
+    "formats": [">i4", ">u4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">i8", ">i8", ">i4",
+                ">i8", ">i4"],
+    "offsets": [OFF_TOTALSIZE, OFF_MAGIC, OFF_BODYCRC, OFF_QUEUEID, OFF_FLAG, OFF_QUEUEOFFSET,
+                OFF_PHYSICALOFFSET, OFF_SYSFLAG, OFF_BORNTIMESTAMP, OFF_BORNHOST, OFF_STORETIMESTAMP,
+                OFF_STOREHOST, OFF_RECONSUMETIMES, OFF_PREPAREDTXOFFSET, OFF_BODYLEN],
+    "itemsize": OFF_BODY,
+})
+
+
+def pack_records(topic_b: bytes, bodies: list, props: list[bytes], crcs: list[int], flags: list[int] | None = None,
+                 sysflags: list[int] | None = None, born_timestamp: int = 0, born_host: int = 0) -> tuple[bytes, np.ndarray]:
+    """Records of one topic back to back (a batch), headers built as one numpy array.
+
+    Arguments are already checked and encoded; returns the buffer and each record's start.
+    One join instead of a pack_into and four slice copies per record.
+    """
+    n = len(bodies)
+    body_lens = np.fromiter(map(len, bodies), np.int64, n)
+    props_lens = np.fromiter(map(len, props), np.int64, n)
+    sizes = FIXED_OVERHEAD + len(topic_b) + body_lens + props_lens
+    h = np.zeros(n, HEADER_DTYPE)
+    h["total_size"] = sizes
+    h["magic"] = MESSAGE_MAGIC
+    h["body_crc"] = crcs
+    if flags is not None:
+        h["flag"] = flags
+    if sysflags is not None:
+        h["sysflag"] = sysflags
+    h["born_timestamp"] = born_timestamp
+    h["born_host"] = born_host
+    h["body_len"] = body_lens
+    head = memoryview(h.tobytes())
+    topic_part = bytes([len(topic_b)]) + topic_b
+    parts: list = []
+    append = parts.append
+    for i in range(n):
+        append(head[i * OFF_BODY:(i + 1) * OFF_BODY])
+        append(bodies[i])
+        append(topic_part)
+        p = props[i]
+        append(len(p).to_bytes(2, "big"))
+        append(p)
+    starts = np.zeros(n, np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return b"".join(parts), starts
 
 
 @dataclass(slots=True)
@@ -314,23 +366,24 @@ def message_properties(tags: str | None = None, keys: str | None = None, uniq_ke
 def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, str] | None] | None = None,
                  born_host: int = 0) -> EncodedBatch:
     """Encode records for one topic and precompute their tag hashes and index key hashes."""
+    topic_b = check_topic(topic)
     props_list = properties if properties is not None else [None] * len(bodies)
-    parts, starts, tags, key_hashes, key_records = [], [], [], [], []
-    pos = 0
-    now = int(time.time() * 1000)
-    for i, (body, props) in enumerate(zip(bodies, props_list)):
-        rec = encode_message(topic, body, properties=props, born_timestamp=now, born_host=born_host)
-        parts.append(rec)
-        starts.append(pos)
-        pos += len(rec)
+    for body in bodies:
+        if len(body) > MAX_MESSAGE_SIZE:
+            raise MessageTooLargeError(f"message body is {len(body)} bytes; at most {MAX_MESSAGE_SIZE}")
+    tags, key_hashes, key_records = [], [], []
+    for i, props in enumerate(props_list):
         props = props or {}
         tags.append(tags_code(props.get(PROPERTY_TAGS)))
         uniq = props.get(PROPERTY_UNIQ_KEY)
         for key in ([uniq] if uniq else []) + split_keys(props.get(PROPERTY_KEYS)):
             key_hashes.append(index_key_hash(topic, key))
             key_records.append(i)
-    return EncodedBatch(b"".join(parts), np.array(starts, np.int64), np.array(tags, np.int64),
-                        np.array(key_hashes, np.int64), np.array(key_records, np.int64))
+    buf, starts = pack_records(topic_b, bodies, [encode_properties(p) for p in props_list],
+                               [body_crc(b) for b in bodies], born_timestamp=int(time.time() * 1000),
+                               born_host=born_host)
+    return EncodedBatch(buf, starts, np.array(tags, np.int64), np.array(key_hashes, np.int64),
+                        np.array(key_records, np.int64))
 
 
 # --------------------------------------------------------------------------- recovery check
@@ -465,8 +518,11 @@ assert CQ_DTYPE.itemsize == CQ_ENTRY_SIZE
 CQ_ENTRY = struct.Struct(">qiq")
 
 
+@functools.lru_cache(maxsize=4096)
 def tags_code(tags: str | None) -> int:
-    """The 8-byte tag hash a consume-queue entry carries; 0 for a message without tags."""
+    """The 8-byte tag hash a consume-queue entry carries; 0 for a message without tags.
+
+    Cached: a producer sends few distinct tags, and this runs once per message."""
     if not tags:
         return 0
     return zlib.crc32(tags.encode("utf-8"))
@@ -543,3 +599,11 @@ class UniqKeyGenerator:
             self._counter = (self._counter + 1) & 0xFFFFFFFF
             n = self._counter
         return f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}{n:08X}"
+
+    def next_block(self, count: int) -> list[str]:
+        """`count` ids at once (a batch): one lock and one clock read."""
+        with self._lock:
+            first = self._counter + 1
+            self._counter = (self._counter + count) & 0xFFFFFFFF
+        head = f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}"
+        return [f"{head}{(first + i) & 0xFFFFFFFF:08X}" for i in range(count)]

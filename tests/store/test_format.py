@@ -133,3 +133,22 @@ def test_scan_keeps_bad_crc_record_only_when_followed_by_a_good_one():
     tail = a + b + bytearray(32)  # the bad record is last: a torn tail, cut there
     got = [(st, p) for st, p, _ in fmt.scan_segment(tail, 0, len(tail), 0, verify_crc=True)]
     assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_END, len(a))]
+
+
+@given(st.lists(st.tuples(st.binary(max_size=200), props), min_size=1, max_size=20),
+       st.integers(0, 2**40), st.integers(-2**63, 2**63 - 1))
+def test_pack_records_equals_encode_message(items, born, host):
+    bodies = [b for b, _ in items]
+    encoded_props = [fmt.encode_properties(p) for _, p in items]
+    buf, starts = fmt.pack_records(b"Topic", bodies, encoded_props, [fmt.body_crc(b) for b in bodies],
+                                   [7] * len(items), [fmt.FLAG_COMPRESSED] * len(items), born, host)
+    singles = [fmt.encode_message("Topic", b, properties=p, flag=7, sysflag=fmt.FLAG_COMPRESSED,
+                                  born_timestamp=born, born_host=host) for b, p in items]
+    assert buf == b"".join(singles)
+    assert starts.tolist() == np.cumsum([0] + [len(r) for r in singles[:-1]]).tolist()
+
+
+def test_uniq_key_blocks_continue_the_sequence():
+    gen = fmt.UniqKeyGenerator()
+    ids = [gen.next()] + gen.next_block(5) + [gen.next()]
+    assert [int(i[-8:], 16) for i in ids] == list(range(1, 8)) and len(set(ids)) == 7
