@@ -138,6 +138,9 @@ class BrokerController:
         self._claim_name()
         os.makedirs(self.store_dir, exist_ok=True)
         self.store = MessageStore(self.store_dir, self.config).start()
+        # before the state segment announces us: a stop right after start must be graceful
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
         try:
             self._create_ipc()
         except BaseException:
@@ -191,8 +194,6 @@ class BrokerController:
         self._stopping = True
 
     def serve_forever(self) -> None:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
         try:
             self._loop()
         finally:

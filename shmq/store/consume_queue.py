@@ -7,6 +7,7 @@ time search are array operations.
 from __future__ import annotations
 
 import os
+import struct
 from typing import Callable
 
 import numpy as np
@@ -14,6 +15,8 @@ import numpy as np
 from shmq.store import format as fmt
 from shmq.store.mapped_file import MappedFileQueue
 
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 # Entry written in front of the first real one when a queue starts past offset 0 (RocketMQ's
 # fillPreBlank); readers skip it.
 BLANK_SIZE = 0x7FFFFFFF
@@ -110,9 +113,9 @@ class ConsumeQueue:
             i = (qoff * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
             k = min(n - done, len(entries) - i)
             part = entries[i:i + k]
-            part["size"] = sizes[done:done + k]
-            part["tags_code"] = tags_codes[done:done + k]
             part["offset"] = phys[done:done + k]
+            part["tags_code"] = tags_codes[done:done + k]
+            part["size"] = sizes[done:done + k]  # last: recovery takes a non-zero size as a whole entry
             mf.wrote_position = (i + k) * fmt.CQ_ENTRY_SIZE
             done += k
         self.max_offset = first_queue_offset + n
@@ -127,7 +130,10 @@ class ConsumeQueue:
             self._fill_blanks(queue_offset)
         mf = self.queue.last_file(queue_offset * fmt.CQ_ENTRY_SIZE)
         pos = queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset
-        fmt.CQ_ENTRY.pack_into(mf.view, pos, phys, size, tags_code)
+        view = mf.view
+        _I64.pack_into(view, pos, phys)
+        _I64.pack_into(view, pos + 12, tags_code)
+        _I32.pack_into(view, pos + 8, size)  # last: recovery takes a non-zero size as a whole entry
         mf.wrote_position = pos + fmt.CQ_ENTRY_SIZE
         self.max_offset = queue_offset + 1
         self.max_phys_end = phys + size

@@ -515,7 +515,6 @@ def gather_i64(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
 CQ_ENTRY_SIZE = 20
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert CQ_DTYPE.itemsize == CQ_ENTRY_SIZE
-CQ_ENTRY = struct.Struct(">qiq")
 
 
 @functools.lru_cache(maxsize=4096)
