@@ -1,10 +1,10 @@
-# shmq — make install | test | bench-store
+# shmq — make install | demo | test | bench [QUICK=1] | bench-store
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test bench-store clean
+.PHONY: install demo test bench bench-store clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -15,8 +15,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the main job: a broker, producers and consumers in separate processes, verified
+demo: $(STAMP)
+	$(PY) tools/demo.py $(DEMO_ARGS)
+
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
+bench: $(STAMP)
+	QUICK=$(QUICK) $(PY) -m tools.bench.suite $(BENCH_ARGS)
 
 bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)

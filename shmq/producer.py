@@ -1,16 +1,13 @@
 """Producer: encodes messages straight into its channel's request ring and matches answers to futures.
 
-A response-reader thread parks on the client doorbell, completes futures by request id,
-fails them all with BrokerGoneError when the broker's liveness semaphore says it died, and
-expires requests past their deadline. After a broker restart the next send attaches again.
+The connection's reader thread completes futures by request id, fails them all with
+BrokerGoneError when the broker dies, and expires requests past their deadline. After a
+broker restart the next send attaches again (``shmq.client.BrokerConnection``).
 """
 from __future__ import annotations
 
-import itertools
-import logging
 import os
 import random
-import threading
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,35 +15,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from shmq import protocol as P
-from shmq.errors import (BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
-                         MessageTooLargeError, ShmqError)
+from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
+from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageQueue, SendResult, SendStatus
-from shmq.ring.channel import Channel, broker_bell_name
-from shmq.ring.control import Attach, ControlQueue, Detach, new_client_id
-from shmq.ring.doorbell import Doorbell, park, wake
-from shmq.ring.framing import CONSUMER, PRODUCER
-from shmq.ring.liveness import Liveness, Watch
-from shmq.ring.state import StateReader
 from shmq.store import format as fmt
 
-log = logging.getLogger(__name__)
 
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
-_CHECK_S = 0.05
 
 Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
-
-
-class BrokerError(ShmqError):
-    """The broker refused a request; ``code`` is RocketMQ's ResponseCode number."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"broker error {code}: {message}")
-        self.code = code
 
 
 class BrokerBusyError(BrokerError):
@@ -100,36 +81,6 @@ class _Pending:
     retries_left: int
 
 
-class _Session:
-    """One attachment to one broker incarnation."""
-
-    def __init__(self, name: str, client_id: int, liveness: Liveness, state: StateReader, channel: Channel,
-                 broker: Watch, store_host: int) -> None:
-        self.name = name
-        self.client_id = client_id
-        self.liveness = liveness
-        self.state = state
-        self.channel = channel
-        self.broker = broker
-        self.store_host = store_host
-        self.alive = True
-        self.control_key = int(state.view.header[0]["control_key"])
-
-    def close(self, detach: bool) -> None:
-        if detach and self.broker.is_alive():
-            try:
-                ControlQueue.open(self.control_key).call(Detach(self.client_id, next(_req_ids)), timeout=1.0)
-            except (ShmqError, OSError):
-                pass
-        self.alive = False
-        self.channel.close()
-        self.state.close()
-        self.liveness.release()
-
-
-_req_ids = itertools.count(1)
-
-
 def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[list[Message]]:
     """Cut a list into batches whose encoded size stays under ``limit`` (RocketMQ's ListSplitter)."""
     out: list[list[Message]] = []
@@ -158,7 +109,6 @@ class Producer:
                  max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
                  start_timeout: float = 3.0) -> None:
         self.group = group
-        self.broker_name = broker or os.environ.get("SHMQ_BROKER") or "default"
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.compress_over = compress_msg_body_over_howmuch
@@ -166,31 +116,22 @@ class Producer:
         self.ring_bytes = ring_bytes
         self.start_timeout = start_timeout
         self._uniq = fmt.UniqKeyGenerator()
-        self._lock = threading.Lock()  # request-ring writes and session changes
         self._pending: dict[int, _Pending] = {}
-        self._session: _Session | None = None
-        self._started = False
         self._executor: ThreadPoolExecutor | None = None
+        self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
+                                      self._broker_died)
+        self.broker_name = self._conn.broker_name
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "Producer":
         """Attach to the broker; ``BrokerNotFoundError`` within ``start_timeout`` if none runs."""
-        with self._lock:
-            self._connect(time.monotonic() + self.start_timeout)
-        self._started = True
+        self._conn.start(self.start_timeout)
         return self
 
     def shutdown(self) -> None:
         """Detach and release everything; requests still waiting fail."""
-        self._started = False
-        with self._lock:
-            s, self._session = self._session, None
-        if s is not None:
-            s.alive = False
-            s.channel.client_bell.ring()
-            self._reader.join(2.0)
-            s.close(detach=True)
+        self._conn.shutdown()
         self._fail_all(ShmqError("the producer was shut down"))
         if self._executor is not None:
             self._executor.shutdown(wait=False)
@@ -201,60 +142,11 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _connect(self, deadline: float) -> _Session:
-        """Attach (caller holds the lock); waits for a broker to appear until ``deadline``."""
-        last = "no state segment"
-        while True:
-            try:
-                return self._attach_once(deadline)
-            except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
-                last = str(e)
-            if time.monotonic() >= deadline:
-                raise BrokerNotFoundError(
-                    f"no broker named {self.broker_name!r} is serving ({last}); start one with "
-                    f"`shmq broker --store DIR --name {self.broker_name}`")
-            time.sleep(0.02)
-
-    def _attach_once(self, deadline: float) -> _Session:
-        state = StateReader.open(self.broker_name)
-        try:
-            h = state.view.header[0]
-            broker = Watch(int(h["alive_key"]))
-            if not broker.is_alive():
-                raise BrokerNotFoundError("the last broker of this name died")
-            control = ControlQueue.open(int(h["control_key"]))
-            liveness = Liveness.hold()
-        except BaseException:
-            state.close()
-            raise
-        client_id = new_client_id()
-        try:
-            req = Attach(client_id, next(_req_ids), os.getpid(), liveness.key, self.ring_bytes,
-                         {"role": "producer", "group": self.group})
-            control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
-            bell = Doorbell.open(broker_bell_name(self.broker_name))
-            bell.ring()
-            bell.close()
-            reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
-            if not reply.ok:
-                raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
-            channel = Channel.open(self.broker_name, client_id)
-        except BaseException:
-            liveness.release()
-            state.close()
-            raise
-        s = _Session(self.broker_name, client_id, liveness, state, channel, broker, int(reply.body.get("store_host", 0)))
-        self._session = s
-        self._reader = threading.Thread(target=self._read_loop, args=(s,), name=f"shmq-producer-{client_id}", daemon=True)
-        self._reader.start()
-        return s
-
     # ------------------------------------------------------------------ public API
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's write queues (the auto-create default before the topic exists)."""
-        with self._lock:
-            s = self._live_session(time.monotonic() + self.send_msg_timeout)
+        s = self._conn.live_session(time.monotonic() + self.send_msg_timeout)
 
         def count(v) -> int:
             slot = v.topic_slot(topic)
@@ -337,7 +229,7 @@ class Producer:
     # ------------------------------------------------------------------ encoding
 
     def _born_host(self) -> int:
-        s = self._session
+        s = self._conn.session
         return s.client_id if s is not None else os.getpid()
 
     def _encode(self, msg: Message) -> _Encoded:
@@ -386,8 +278,7 @@ class Producer:
                                   born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
-            with self._lock:
-                self._write(P.SEND, size, fill, next(_req_ids), deadline)
+            self._write(P.SEND, size, fill, next_request_id(), deadline)
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
@@ -406,12 +297,11 @@ class Producer:
         p = _Pending(fut, lambda: None, build, deadline, 0.0, self.retry_times_when_send_failed)
 
         def attempt() -> None:
-            req_id = next(_req_ids)
+            req_id = next_request_id()
             p.attempt_deadline = min(deadline, time.monotonic() + per_attempt)
             self._pending[req_id] = p
             try:
-                with self._lock:
-                    self._write(kind, size, fill, req_id, deadline)
+                self._write(kind, size, fill, req_id, deadline)
             except BaseException:
                 self._pending.pop(req_id, None)
                 raise
@@ -419,39 +309,13 @@ class Producer:
         attempt()
         return fut
 
-    def _live_session(self, deadline: float) -> _Session:
-        s = self._session
-        if s is None or not s.alive:
-            if not self._started:
-                raise ShmqError("the producer is not started (call start())")
-            try:
-                s = self._connect(deadline)
-            except BrokerNotFoundError as e:
-                raise BrokerGoneError(f"broker {self.broker_name!r} is gone and did not come back: {e}") from None
-        return s
-
     def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
-        """Encode one frame straight into the request ring (caller holds the lock) and ring the broker."""
-        s = self._live_session(deadline)
-        ring = s.channel.requests
-        try:
-            view = ring.reserve(kind, size)
-        except ValueError:
-            raise MessageTooLargeError(f"request of {size} bytes does not fit the channel ring") from None
-        while view is None:
-            if not s.alive:
-                raise BrokerGoneError(f"broker {self.broker_name!r} died")
-            if time.monotonic() > deadline:
-                raise SendTimeoutError(f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?")
-            time.sleep(50e-6)
-            view = ring.reserve(kind, size)
-        fill(view, req_id)
-        ring.commit()
-        wake(ring, CONSUMER, s.channel.broker_bell)
+        self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
+            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
 
     def _retry(self, p: _Pending, error: Exception) -> None:
         """Retry ``p`` if it has attempts and time left, else fail it with ``error``."""
-        if p.retries_left > 0 and time.monotonic() < p.deadline and self._started:
+        if p.retries_left > 0 and time.monotonic() < p.deadline and self._conn.started:
             p.retries_left -= 1
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-retry")
@@ -467,31 +331,6 @@ class Producer:
                 p.future.set_exception(e if not isinstance(e, BrokerGoneError) else error)
 
     # ------------------------------------------------------------------ responses
-
-    def _read_loop(self, s: _Session) -> None:
-        ring = s.channel.responses
-        bell = s.channel.client_bell
-        next_check = time.monotonic() + _CHECK_S
-        try:
-            while s.alive:
-                frames = ring.read_batch(256)
-                if frames:
-                    for kind, view in frames:
-                        self._on_response(kind, view)
-                    del frames, view
-                    ring.release()
-                    wake(ring, PRODUCER, s.channel.broker_bell)
-                else:
-                    park(ring.has_data, [(ring, CONSUMER)], bell, _CHECK_S, spin=0.0)
-                now = time.monotonic()
-                if now >= next_check:
-                    next_check = now + _CHECK_S
-                    if not s.broker.is_alive():
-                        self._broker_died(s, "its liveness semaphore was released")
-                        return
-                    self._expire(now)
-        except CorruptFrameError as e:
-            self._broker_died(s, f"it wrote a malformed response: {e}")
 
     def _on_response(self, kind: int, view) -> None:
         if kind == P.SEND_RESULT:
@@ -519,13 +358,7 @@ class Producer:
                 self._retry(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
                                                 f"{self.send_msg_timeout} s"))
 
-    def _broker_died(self, s: _Session, why: str) -> None:
-        log.warning("broker %r went away: %s", self.broker_name, why)
-        s.alive = False
-        with self._lock:
-            if self._session is s:
-                self._session = None
-            s.close(detach=False)
+    def _broker_died(self, s: Session, why: str) -> None:
         self._fail_all(BrokerGoneError(f"broker {self.broker_name!r} went away ({why}); "
                                        "the next send attaches again once it restarts"))
 

@@ -1,0 +1,59 @@
+"""What consumers read from the broker's state segment: queues, their offsets, group members.
+
+Reads go through the seqlock. A topic's row and queue block are cached and re-checked on each
+read (the broker moves a block only when the topic grows), so the hot read of a few max
+offsets costs a handful of field loads, not a scan of the topic table.
+"""
+from __future__ import annotations
+
+from shmq.ring.state import StateReader, StateView
+
+
+class BrokerState:
+    """Consumer-side queries over one broker incarnation's state segment."""
+
+    def __init__(self, reader: StateReader) -> None:
+        self.reader = reader
+        self._rows: dict[str, tuple[int, int, int]] = {}  # topic -> (topic row, queue base, queue count)
+
+    def _topic(self, v: StateView, topic: str) -> tuple[int, int, int] | None:
+        """(row, queue base, read queues) of ``topic``, checked against the live table; None if absent."""
+        cached = self._rows.get(topic)
+        if cached is not None:
+            t = v.topics[cached[0]]
+            if t["used"] and int(t["queue_base"]) == cached[1] and int(t["read_queues"]) == cached[2] \
+                    and t["name"] == topic.encode():
+                return cached
+        slot = v.topic_slot(topic)
+        if slot is None:
+            return None
+        t = v.topics[slot]
+        found = (slot, int(t["queue_base"]), int(t["read_queues"]))
+        self._rows[topic] = found
+        return found
+
+    def read_queue_count(self, topic: str) -> int:
+        """The topic's read queues; 0 when the topic does not exist (yet)."""
+        def fn(v: StateView) -> int:
+            t = self._topic(v, topic)
+            return t[2] if t is not None else 0
+        return self.reader.read(fn)
+
+    def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; (0, 0) for a queue that does not exist (yet)."""
+        def fn(v: StateView) -> tuple[int, int]:
+            t = self._topic(v, topic)
+            if t is None or queue_id >= t[2]:
+                return 0, 0
+            q = v.queues[t[1] + queue_id]
+            return int(q["min_offset"]), int(q["max_offset"])
+        return self.reader.read(fn)
+
+    def group_members(self, group: str) -> tuple[int, list[int]]:
+        """(version, sorted live member client ids) of a group."""
+        def fn(v: StateView) -> tuple[int, list[int]]:
+            slot = v.group_slot(group)
+            if slot is None:
+                return -1, []
+            return int(v.groups[slot]["version"]), v.group_members(slot)
+        return self.reader.read(fn)

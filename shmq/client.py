@@ -1,0 +1,279 @@
+"""BrokerConnection: a client's link to a named broker, shared by producers and consumers.
+
+It attaches over the control queue with a role, writes frames into the channel's request ring
+(reserve, encode in place, commit), runs a reader thread that hands every response frame to
+its owner, sees the broker die through its liveness semaphore, and attaches again to the next
+broker incarnation when its owner asks for a live session. Detaches on shutdown.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from shmq.errors import (BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
+                         MessageTooLargeError, ShmqError)
+from shmq.ring.channel import Channel, broker_bell_name
+from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
+from shmq.ring.doorbell import Doorbell, park, wake
+from shmq.ring.framing import CONSUMER, PRODUCER
+from shmq.ring.liveness import Liveness, Watch
+from shmq.ring.state import StateReader
+
+log = logging.getLogger(__name__)
+
+CHECK_S = 0.05  # how often the reader thread checks the broker's liveness and calls on_tick
+DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
+
+_req_ids = itertools.count(1)
+
+FrameHandler = Callable[[int, memoryview], None]
+
+
+def next_request_id() -> int:
+    """A request id unique in this process (frames and control requests share the space)."""
+    return next(_req_ids)
+
+
+def broker_name_or_default(broker: str | None) -> str:
+    """The broker a client talks to: the argument, then ``SHMQ_BROKER``, then ``default``."""
+    return broker or os.environ.get("SHMQ_BROKER") or "default"
+
+
+class BrokerError(ShmqError):
+    """The broker refused a request; ``code`` is RocketMQ's ResponseCode number (0 for admin replies)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"broker error {code}: {message}")
+        self.code = code
+
+
+class Session:
+    """One attachment to one broker incarnation: channel, state segment, the broker's liveness."""
+
+    def __init__(self, name: str, client_id: int, liveness: Liveness, state: StateReader, channel: Channel,
+                 broker: Watch, control: ControlQueue, reply: dict[str, Any]) -> None:
+        self.name = name
+        self.client_id = client_id
+        self.liveness = liveness
+        self.state = state
+        self.channel = channel
+        self.broker = broker
+        self.control = control
+        self.store_host = int(reply.get("store_host", 0))
+        self.store_dir = str(reply.get("store_dir") or
+                             bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
+        self.alive = True
+
+    def admin(self, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Run an admin command (join_group, query_offset, ...) and return its result."""
+        reply = self.control.call(Admin(self.client_id, next_request_id(), command, args), timeout)
+        if not reply.ok:
+            raise BrokerError(0, f"{command}: {reply.body.get('error')}")
+        return reply.body
+
+    def close(self, detach: bool) -> None:
+        """Release this side; with ``detach``, first let the broker read every frame written
+        (it drops a detaching client's ring unread: a last commit or oneway send would be lost)."""
+        if detach and self.broker.is_alive():
+            deadline = time.monotonic() + DRAIN_S
+            while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():
+                time.sleep(0.001)
+            try:
+                self.control.call(Detach(self.client_id, next_request_id()), timeout=1.0)
+            except (ShmqError, OSError):
+                pass
+        self.alive = False
+        self.channel.close()
+        self.state.close()
+        self.liveness.release()
+
+
+class BrokerConnection:
+    """Attach, write frames, dispatch responses, reconnect; ``lock`` guards ring writes and session changes.
+
+    ``on_response(kind, view)`` runs in the reader thread for every response frame (the view is
+    valid only during the call); ``on_tick(now)`` every ``CHECK_S``; ``on_lost(session, why)``
+    once when the broker of ``session`` dies.
+    """
+
+    def __init__(self, broker: str | None, role: str, group: str, ring_bytes: int, on_response: FrameHandler,
+                 on_tick: Callable[[float], None] | None = None,
+                 on_lost: Callable[[Session, str], None] | None = None) -> None:
+        self.broker_name = broker_name_or_default(broker)
+        self.role = role
+        self.group = group
+        self.ring_bytes = ring_bytes
+        self.on_response = on_response
+        self.on_tick = on_tick
+        self.on_lost = on_lost
+        self.lock = threading.RLock()
+        self.session: Session | None = None
+        self.started = False
+        self._reader: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float) -> Session:
+        """Attach; ``BrokerNotFoundError`` within ``timeout`` if no broker of this name serves."""
+        with self.lock:
+            s = self._connect(time.monotonic() + timeout)
+        self.started = True
+        return s
+
+    def shutdown(self) -> None:
+        """Detach and stop the reader thread."""
+        self.started = False
+        with self.lock:
+            s, self.session = self.session, None
+        if s is not None:
+            s.alive = False
+            s.channel.client_bell.ring()
+            if self._reader is not None and self._reader is not threading.current_thread():
+                self._reader.join(2.0)
+            s.close(detach=True)
+
+    def live_session(self, deadline: float) -> Session:
+        """The current session, attaching again (until ``deadline``) after the broker restarted."""
+        s = self.session
+        if s is not None and s.alive:
+            return s
+        with self.lock:
+            s = self.session
+            if s is not None and s.alive:
+                return s
+            if not self.started:
+                raise ShmqError(f"the {self.role} is not started (call start())")
+            try:
+                return self._connect(deadline)
+            except BrokerNotFoundError as e:
+                raise BrokerGoneError(f"broker {self.broker_name!r} is gone and did not come back: {e}") from None
+
+    def _connect(self, deadline: float) -> Session:
+        """Attach (caller holds the lock); waits for a broker to appear until ``deadline``."""
+        last = "no state segment"
+        while True:
+            try:
+                return self._attach_once(deadline)
+            except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
+                last = str(e)
+            if time.monotonic() >= deadline:
+                raise BrokerNotFoundError(
+                    f"no broker named {self.broker_name!r} is serving ({last}); start one with "
+                    f"`shmq broker --store DIR --name {self.broker_name}`")
+            time.sleep(0.02)
+
+    def _attach_once(self, deadline: float) -> Session:
+        state = StateReader.open(self.broker_name)
+        try:
+            h = state.view.header[0]
+            broker = Watch(int(h["alive_key"]))
+            if not broker.is_alive():
+                raise BrokerNotFoundError("the last broker of this name died")
+            control = ControlQueue.open(int(h["control_key"]))
+            liveness = Liveness.hold()
+        except BaseException:
+            state.close()
+            raise
+        client_id = new_client_id()
+        try:
+            req = Attach(client_id, next_request_id(), os.getpid(), liveness.key, self.ring_bytes,
+                         {"role": self.role, "group": self.group})
+            control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
+            bell = Doorbell.open(broker_bell_name(self.broker_name))
+            bell.ring()
+            bell.close()
+            reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
+            if not reply.ok:
+                raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
+            channel = Channel.open(self.broker_name, client_id)
+        except BaseException:
+            liveness.release()
+            state.close()
+            raise
+        s = Session(self.broker_name, client_id, liveness, state, channel, broker, control, reply.body)
+        self.session = s
+        self._reader = threading.Thread(target=self._read_loop, args=(s,), name=f"shmq-{self.role}-{client_id}",
+                                        daemon=True)
+        self._reader.start()
+        return s
+
+    # ------------------------------------------------------------------ requests
+
+    def write(self, kind: int, size: int, fill: Callable[[memoryview, int], None], req_id: int, deadline: float,
+              on_full: Callable[[], Exception]) -> Session:
+        """Encode one frame straight into the request ring with ``fill(view, req_id)`` and ring the broker.
+
+        Waits for ring room until ``deadline``, then raises ``on_full()``.
+        """
+        with self.lock:
+            s = self.live_session(deadline)
+            ring = s.channel.requests
+            try:
+                view = ring.reserve(kind, size)
+            except ValueError:
+                raise MessageTooLargeError(f"request of {size} bytes does not fit the channel ring") from None
+            while view is None:
+                if not s.alive:
+                    raise BrokerGoneError(f"broker {self.broker_name!r} died")
+                if time.monotonic() > deadline:
+                    raise on_full()
+                time.sleep(50e-6)
+                view = ring.reserve(kind, size)
+            fill(view, req_id)
+            ring.commit()
+            wake(ring, CONSUMER, s.channel.broker_bell)
+            return s
+
+    def write_frame(self, kind: int, payload: bytes, deadline: float) -> Session:
+        """Write an encoded frame (its request id is already inside ``payload``)."""
+        def fill(view: memoryview, _req_id: int) -> None:
+            view[:] = payload
+
+        return self.write(kind, len(payload), fill, 0, deadline,
+                          lambda: ControlTimeoutError(f"the request ring to broker {self.broker_name!r} stayed full"))
+
+    def admin(self, command: str, args: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
+        """An admin command over the control queue of the live session."""
+        return self.live_session(time.monotonic() + timeout).admin(command, args, timeout)
+
+    # ------------------------------------------------------------------ responses
+
+    def _read_loop(self, s: Session) -> None:
+        ring = s.channel.responses
+        bell = s.channel.client_bell
+        next_check = time.monotonic() + CHECK_S
+        try:
+            while s.alive:
+                frames = ring.read_batch(256)
+                if frames:
+                    for kind, view in frames:
+                        self.on_response(kind, view)
+                    del frames, view
+                    ring.release()
+                    wake(ring, PRODUCER, s.channel.broker_bell)
+                else:
+                    park(ring.has_data, [(ring, CONSUMER)], bell, CHECK_S, spin=0.0)
+                now = time.monotonic()
+                if now >= next_check:
+                    next_check = now + CHECK_S
+                    if not s.broker.is_alive():
+                        self._broker_died(s, "its liveness semaphore was released")
+                        return
+                    if self.on_tick is not None:
+                        self.on_tick(now)
+        except CorruptFrameError as e:
+            self._broker_died(s, f"it wrote a malformed response: {e}")
+
+    def _broker_died(self, s: Session, why: str) -> None:
+        log.warning("broker %r went away: %s", self.broker_name, why)
+        s.alive = False
+        with self.lock:
+            if self.session is s:
+                self.session = None
+            s.close(detach=False)
+        if self.on_lost is not None:
+            self.on_lost(s, why)

@@ -1,0 +1,189 @@
+"""PushConsumer against a real broker: groups across processes, member death, broadcasting, orderly,
+redelivery, where a new group starts."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+
+import shmq
+from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer
+
+from .procs import bodies, expect_line, received, spawn, stop, wait_for
+
+
+def _consumer(broker: str, group: str, listener, **kw) -> PushConsumer:
+    c = PushConsumer(group, broker=broker, **kw)
+    c.subscribe(kw.pop("topic", "T"), "*")
+    c.register_listener(listener)
+    return c
+
+
+def test_clustering_group_of_two_processes_gets_each_message_once(store_dir, broker_name, config, tmp_path):
+    a_out, b_out = str(tmp_path / "a"), str(tmp_path / "b")
+    a = spawn("consume", broker_name, "cg", a_out)
+    b = None
+    with shmq.Broker(store_dir, broker_name, config):
+        try:
+            expect_line(a, "ready")
+            first = spawn("produce", broker_name, "T", 300)
+            expect_line(first, "sent")
+            stop(first)
+            b = spawn("consume", broker_name, "cg", b_out)  # joins mid-stream: a rebalance hands queues over
+            expect_line(b, "ready")
+            second = spawn("produce", broker_name, "T", 300, opts={"start": 300})
+            expect_line(second, "sent")
+            stop(second)
+            assert wait_for(lambda: len(bodies(a_out, b_out)) == 600, 20), len(bodies(a_out, b_out))
+        finally:
+            assert stop(a) == 0 and (b is None or stop(b) == 0)
+    got = bodies(a_out, b_out)
+    assert set(got) == {str(i) for i in range(600)}
+    assert max(got.values()) == 1, [k for k, v in got.items() if v > 1][:10]
+    assert {q for _, q, _ in received(a_out)[-50:]}.isdisjoint({q for _, q, _ in received(b_out)[-50:]})
+
+
+def test_member_killed_mid_stream_survivors_get_everything(store_dir, broker_name, config, tmp_path):
+    outs = [str(tmp_path / f"c{i}") for i in range(3)]
+    with shmq.Broker(store_dir, broker_name, config):
+        members = [spawn("consume", broker_name, "cg", out, opts={"delay": 0.002}) for out in outs]
+        try:
+            for m in members:
+                expect_line(m, "ready")
+            producer = spawn("produce", broker_name, "T", 1500, opts={"pause": 0.0005})
+            assert wait_for(lambda: len(received(outs[0])) > 20, 20)
+            members[0].send_signal(signal.SIGKILL)
+            expect_line(producer, "sent")
+            stop(producer)
+            assert wait_for(lambda: len(bodies(*outs)) == 1500, 30), 1500 - len(bodies(*outs))
+        finally:
+            for m in members:
+                stop(m)
+    assert set(bodies(*outs)) == {str(i) for i in range(1500)}
+
+
+def test_broadcasting_each_member_gets_everything(store_dir, broker_name, config, tmp_path):
+    outs = [str(tmp_path / f"c{i}") for i in range(2)]
+    with shmq.Broker(store_dir, broker_name, config):
+        members = [spawn("consume", broker_name, "bg", out,
+                         opts={"model": "BROADCASTING", "instance": f"i{i}", "offset_dir": str(tmp_path / "offsets")})
+                   for i, out in enumerate(outs)]
+        try:
+            for m in members:
+                expect_line(m, "ready")
+            producer = spawn("produce", broker_name, "T", 400)
+            expect_line(producer, "sent")
+            stop(producer)
+            assert wait_for(lambda: all(len(bodies(o)) == 400 for o in outs), 20)
+        finally:
+            for m in members:
+                stop(m)
+    for o in outs:
+        got = bodies(o)
+        assert set(got) == {str(i) for i in range(400)} and max(got.values()) == 1
+    assert (tmp_path / "offsets" / "i0" / "bg.json").exists()
+
+
+def test_orderly_listener_keeps_per_order_id_order(store_dir, broker_name, config, tmp_path):
+    out = str(tmp_path / "orderly")
+    with shmq.Broker(store_dir, broker_name, config):
+        c = spawn("consume", broker_name, "og", out, opts={"orderly": True, "topic": "Ord"})
+        try:
+            expect_line(c, "ready")
+            producers = [spawn("produce", broker_name, "Ord", 200, opts={"order_ids": 16, "start": k * 200})
+                         for k in range(2)]
+            for p in producers:
+                expect_line(p, "sent")
+                stop(p)
+            assert wait_for(lambda: len(received(out)) >= 400, 20)
+        finally:
+            stop(c)
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for body, _, _ in received(out):
+        oid, n = body.split(":")
+        seqs[oid].append(int(n))
+    for oid, ns in seqs.items():
+        per_producer = [[n for n in ns if n // 200 == k] for k in range(2)]
+        assert all(p == sorted(p) for p in per_producer), oid
+    assert sum(len(v) for v in seqs.values()) == 400
+
+
+def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, config):
+    seen: list[tuple[bytes, int]] = []
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        def listener(msgs, ctx):
+            m = msgs[0]
+            seen.append((m.body, m.reconsume_times))
+            if m.body == b"1" and m.reconsume_times < 2:
+                ctx.suspend_current_queue_time_millis = 50
+                return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            return ConsumeResult.SUCCESS
+        c = PushConsumer("og", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
+        c.subscribe("Sus")
+        c.register_listener(listener, orderly=True)
+        for i in range(4):
+            p.send(Message("Sus", b"%d" % i), selector=lambda qs, m, a: qs[0])
+        with c:
+            assert wait_for(lambda: len(seen) >= 6, 10)
+    assert seen == [(b"0", 0), (b"1", 0), (b"1", 1), (b"1", 2), (b"2", 0), (b"3", 0)]
+
+
+def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, config):
+    seen = Counter()
+    deliveries: dict[bytes, set[int]] = defaultdict(set)
+    lock = threading.Lock()
+
+    def listener(msgs, ctx):
+        with lock:
+            for m in msgs:
+                deliveries[m.body].add(m.reconsume_times)
+            for m in msgs:
+                if int(m.body) % 5 == 0 and m.reconsume_times < 2:
+                    return ConsumeResult.RECONSUME_LATER
+                if int(m.body) == 7 and m.reconsume_times == 0:
+                    raise RuntimeError("a listener that throws is retried too")
+            seen.update(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        c = _consumer(broker_name, "rg", listener, consume_from=ConsumeFrom.FIRST_OFFSET,
+                      consume_message_batch_max_size=4)
+        for i in range(100):
+            p.send_oneway(Message("T", b"%d" % i))
+        with c:
+            assert wait_for(lambda: len(seen) == 100, 15), 100 - len(seen)
+        pc = shmq.PullConsumer("rg", broker=broker_name).start()
+        committed = sum(pc.fetch_consume_offset(q, from_store=True) for q in pc.fetch_queues("T"))
+        pc.shutdown()
+    assert all(deliveries[b"%d" % i] >= {0, 1, 2} for i in range(0, 100, 5))  # redelivered, counting up
+    assert deliveries[b"7"] >= {0, 1}
+    assert committed == 100  # shutdown committed everything, nothing past a message still in redelivery
+
+
+def test_consume_from_for_new_groups(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        for i in range(20):
+            p.send(Message("T", b"old%d" % i))
+        time.sleep(0.05)
+        middle = int(time.time() * 1000)
+        time.sleep(0.05)
+        for i in range(10):
+            p.send(Message("T", b"mid%d" % i))
+        got: dict[str, list[bytes]] = defaultdict(list)
+        consumers = []
+        for name, kw in (("first", {"consume_from": ConsumeFrom.FIRST_OFFSET}),
+                         ("last", {"consume_from": ConsumeFrom.LAST_OFFSET}),
+                         ("stamp", {"consume_from": ConsumeFrom.TIMESTAMP, "consume_timestamp": middle})):
+            c = _consumer(broker_name, name, lambda msgs, ctx, name=name: got[name].extend(m.body for m in msgs)
+                          or ConsumeResult.SUCCESS, **kw)
+            consumers.append(c.start())
+        time.sleep(0.3)  # every member has its queues and start offsets
+        for i in range(5):
+            p.send(Message("T", b"new%d" % i))
+        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 10), \
+            {k: len(v) for k, v in got.items()}
+        for c in consumers:
+            c.shutdown()
+    assert sorted(got["last"]) == [b"new%d" % i for i in range(5)]
+    assert sorted(got["stamp"]) == sorted([b"mid%d" % i for i in range(10)] + [b"new%d" % i for i in range(5)])

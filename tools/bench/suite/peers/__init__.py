@@ -1,0 +1,8 @@
+"""One module per peer: a ``System`` subclass plus the worker functions its processes run."""
+from __future__ import annotations
+
+
+def all_systems() -> list:
+    from . import fifo, mpqueue, natsjs, plaincopy, redisstreams, shmqpeer, zmqipc
+    return [shmqpeer.Shmq(), plaincopy.PlainCopy(), mpqueue.MpQueue(), fifo.FasterFifo(), zmqipc.ZmqIpc(),
+            redisstreams.RedisStreams(), natsjs.NatsJetStream()]

@@ -1,0 +1,161 @@
+"""The results as a rich table on screen, a JSON file and a markdown page."""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime
+
+REF = "shmq"
+
+
+def _k(v: float) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:.2f}M"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.0f}"
+
+
+def _us(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _first(text: str) -> str:
+    return text.strip().splitlines()[0][:160] if text.strip() else text
+
+
+def _cell(entry: dict) -> str:
+    if entry.get("runs"):
+        return ""
+    if entry.get("na"):
+        return entry["na"]
+    if entry.get("errors"):
+        return "failed: " + _first(entry["errors"][-1])
+    return "no result"
+
+
+def _ratio(res: dict, key: str, name: str, metric: str, lower_better: bool = False) -> str:
+    me = res["results"][key]["systems"].get(REF, {}).get(metric, {})
+    other = res["results"][key]["systems"].get(name, {}).get(metric, {})
+    if name == REF or not me or not other or not other.get("median") or not me.get("median"):
+        return "—"
+    r = me["median"] / other["median"]
+    return f"{1 / r if lower_better else r:.2f}×"
+
+
+def rows(res: dict) -> dict[str, list[list[str]]]:
+    """Tables as lists of rows (first row: header), shared by the screen and markdown output."""
+    tables: dict[str, list[list[str]]] = {}
+    tput = [["workload", "system", "msg/s (median)", "min–max", "MB/s", "shmq ×", "note"]]
+    lat = [["system", "p50 µs", "p99 µs", "p99.9 µs", "p50 min–max", "shmq × (p50)", "note"]]
+    dur = [["system", "msg/s (median)", "min–max", "p50 µs", "p99 µs", "shmq ×", "mode"]]
+    for key, w in res["results"].items():
+        for name, e in w["systems"].items():
+            note = _cell(e)
+            sysnote = res["systems"][name]["note"]
+            if w["kind"] == "tput":
+                if e.get("runs"):
+                    m = e["msgs_s"]
+                    capped = " (time-capped: sent fewer than the count)" if e.get("capped") else ""
+                    tput.append([key.removeprefix("tput "), name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}",
+                                 f"{e['mb_s']['median']:.1f}", _ratio(res, key, name, "msgs_s"), (sysnote + capped).strip()])
+                else:
+                    tput.append([key.removeprefix("tput "), name, "—", "", "", "", note])
+            elif w["kind"] == "latency":
+                if e.get("runs"):
+                    lat.append([name, _us(e["p50_us"]["median"]), _us(e["p99_us"]["median"]), _us(e["p999_us"]["median"]),
+                                f"{_us(e['p50_us']['min'])}–{_us(e['p50_us']['max'])}",
+                                _ratio(res, key, name, "p50_us", lower_better=True), sysnote])
+                else:
+                    lat.append([name, "—", "", "", "", "", note])
+            else:
+                if e.get("runs"):
+                    m = e["msgs_s"]
+                    dur.append([name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}", _us(e["p50_us"]["median"]),
+                                _us(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
+                                res["systems"][name]["durable_note"]])
+                else:
+                    dur.append([name, "—", "", "", "", "", note])
+    tables["Throughput (end to end: received and acked)"] = tput
+    lat_key = next(k for k, w in res["results"].items() if w["kind"] == "latency")
+    tables[f"Round trip of one synchronous send ({lat_key})"] = lat
+    dur_key = next(k for k, w in res["results"].items() if w["kind"] == "durable")
+    tables[f"Durability: acked only once on disk ({dur_key})"] = dur
+    x = res.get("extras", {}).get(REF, {})
+    q = x.get("queues", {})
+    if "error" in q or not q:
+        tables["shmq queue-count scaling (send throughput, 100 B)"] = [["queues", "msg/s", "ratio to 8"],
+                                                                         ["—", _first(q.get("error", "not run")), ""]]
+    else:
+        t = [["queues", "msg/s (median)", "min–max", "ratio to 8 queues"]]
+        for n, v in q.items():
+            if "error" in v:
+                t.append([n, "—", _first(v["error"]), ""])
+            else:
+                ratio = f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""
+                t.append([n, _k(v["median"]), f"{_k(min(v['runs']))}–{_k(max(v['runs']))}", ratio])
+        tables["shmq queue-count scaling (send throughput, 100 B)"] = t
+    b = x.get("backlog", {})
+    if "error" in b or not b:
+        tables["shmq backlog (100 B, unconsumed, then drained)"] = [["written", "result"], ["—", _first(b.get("error", "not run"))]]
+    else:
+        tables["shmq backlog (100 B, unconsumed, then drained)"] = [
+            ["written", "write msg/s", "first 10%", "last 10%", "last / first", "drain msg/s"],
+            [f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), _k(b["write_msgs_s"]),
+             _k(b["first_tenth_msgs_s"]), _k(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}", _k(b["drain_msgs_s"])]]
+    return tables
+
+
+def machine_lines(res: dict) -> list[str]:
+    m = res["machine"]
+    lines = [f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']} ({m['os']}), "
+             f"Python {m['python']}; load average {m.get('load_average_1m_at_start', '?')} at start, "
+             f"{m.get('load_average_1m', '?')} at end (above ~0.5 other work shared the cores)"]
+    lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(res["versions"].items())))
+    lines.append(f"{'QUICK (smoke) run' if res['quick'] else 'full run'}: median of {res['reps'] - res['skipped_reps']} "
+                 f"interleaved runs; suite took {res['seconds']} s")
+    return lines
+
+
+def show(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = Console(width=max(Console().width, 150))
+    for line in machine_lines(res):
+        con.print(line)
+    for name, reason in res["unavailable"].items():
+        con.print(f"[yellow]{name}: {reason}[/]")
+    for title, t in rows(res).items():
+        table = Table(title=title, show_lines=False)
+        for h in t[0]:
+            table.add_column(h, overflow="fold")
+        for r in t[1:]:
+            table.add_row(*r)
+        con.print(table)
+
+
+def markdown(res: dict) -> str:
+    out = ["# shmq benchmarks", ""]
+    out += [f"- {line}" for line in machine_lines(res)]
+    out.append("- ratios: shmq × = shmq / peer for throughput, peer / shmq for latency: above 1 shmq is better")
+    out.append("")
+    out.append("| system | persistence | broker | how it is driven (per-message / batch API) | note |")
+    out.append("|---|---|---|---|---|")
+    for name, s in res["systems"].items():
+        out.append(f"| {name} | {s['persistence']} | {'yes' if s['broker'] else 'no'} | {s.get('how', '')} | "
+                   f"{res['unavailable'].get(name, s['note'])} |")
+    for title, t in rows(res).items():
+        out += ["", f"## {title}", "", "| " + " | ".join(t[0]) + " |", "|" + "---|" * len(t[0])]
+        out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in t[1:]]
+    return "\n".join(out) + "\n"
+
+
+def save(res: dict, outdir: str) -> tuple[str, str]:
+    os.makedirs(outdir, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(outdir, f"{stamp}-{res['machine']['host']}" + ("-quick" if res["quick"] else ""))
+    with open(base + ".json", "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    with open(base + ".md", "w") as f:
+        f.write(markdown(res))
+    return base + ".json", base + ".md"
