@@ -194,29 +194,27 @@ class Producer:
             if m.delay_level > 0:
                 raise ValueError("delayed messages cannot be sent in a batch")
             encoded.append(self._encode(m))
-        total = sum(e.record_len for e in encoded)
+        records, starts_arr = fmt.pack_records(
+            encoded[0].topic_b, [e.body for e in encoded], [e.props_b for e in encoded], [e.crc for e in encoded],
+            [e.flag for e in encoded], [e.sysflag for e in encoded], int(time.time() * 1000), self._born_host())
+        total = len(records)
         if total > MAX_BATCH_BYTES:
             raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
                                        "(cut it with shmq.producer.split_batch)")
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         qid = self._choose_queue(msgs[0], selector, arg, deadline)
-        starts, pos = [], 0
         key_hashes, key_records = [], []
         for i, e in enumerate(encoded):
-            starts.append(pos)
-            pos += e.record_len
             key_hashes.extend(e.key_hashes)
             key_records.extend([i] * len(e.key_hashes))
+        starts = starts_arr.tolist()
         tags_codes = [e.tags_code for e in encoded]
         size = P.send_batch_size(len(encoded[0].topic_b), len(encoded), len(key_hashes), total)
 
         def fill(view, req_id: int) -> None:
             p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, 0, encoded[0].topic_b, starts,
                                            tags_codes, key_hashes, key_records, total)
-            for e in encoded:
-                p += fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag,
-                                           sysflag=e.sysflag, born_timestamp=int(time.time() * 1000),
-                                           born_host=self._born_host())
+            view[p:p + total] = records
 
         def build(r: P.SendResultFrame) -> SendResult:
             phys = r.phys_offsets or [r.phys_offset]
