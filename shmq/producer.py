@@ -245,7 +245,7 @@ class Producer:
         uniq = self._uniq.next()
         props_b = fmt.encode_properties(msg.build_properties(uniq))
         topic = msg.topic
-        keys = [fmt.index_key_hash(topic, uniq)] + [fmt.index_key_hash(topic, k) for k in fmt.split_keys(msg.keys)]
+        keys = fmt.record_key_hashes(topic, uniq, msg.keys)
         return _Encoded(topic, topic_b, body, props_b, sysflag, msg.flag, fmt.body_crc(body), fmt.tags_code(msg.tags),
                         keys, uniq)
 

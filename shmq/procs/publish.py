@@ -127,15 +127,6 @@ class StatePublisher:
         finally:
             w.end(seq)
 
-    def topic_counters(self, counts: dict[str, tuple[int, int]]) -> None:
-        """Add messages/bytes stored per topic to its row."""
-        with self.writer.update() as v:
-            for topic, (msgs, nbytes) in counts.items():
-                row = self._topic_rows.get(topic)
-                if row is not None:
-                    v.topics[row]["msgs_in"] += msgs
-                    v.topics[row]["bytes_in"] += nbytes
-
     # ------------------------------------------------------------------ groups, offsets, clients
 
     def groups(self, groups: dict[str, ConsumerGroup], committed: dict[tuple[str, str, int], int]) -> None:

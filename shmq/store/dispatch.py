@@ -53,17 +53,6 @@ def dispatch(req: DispatchRequest, queue: QueueSink | None, index: IndexSink | N
             index.put_batch(req.key_hashes[fresh], phys[fresh], ts[fresh])
 
 
-def record_key_hashes(topic: str, properties: dict[str, str]) -> list[int]:
-    """Index hashes of a record: `topic#UNIQ_KEY` and `topic#key` for each of its KEYS."""
-    out = []
-    uniq = properties.get(fmt.PROPERTY_UNIQ_KEY)
-    if uniq:
-        out.append(fmt.index_key_hash(topic, uniq))
-    for key in fmt.split_keys(properties.get(fmt.PROPERTY_KEYS)):
-        out.append(fmt.index_key_hash(topic, key))
-    return out
-
-
 def requests_from_log(records: Iterator[tuple[int, fmt.StoredRecord]], max_batch: int = 4096) -> Iterator[DispatchRequest]:
     """Group decoded (phys offset, record) pairs into requests of consecutive same-queue records.
 
@@ -88,7 +77,7 @@ def _request(group: list[tuple[int, fmt.StoredRecord]]) -> DispatchRequest:
     first = group[0][1]
     key_hashes, key_records, key_ts = [], [], []
     for i, (_, rec) in enumerate(group):
-        hashes = record_key_hashes(rec.topic, rec.properties)
+        hashes = fmt.record_key_hashes(rec.topic, rec.uniq_key, rec.properties.get(fmt.PROPERTY_KEYS))
         key_hashes += hashes
         key_records += [i] * len(hashes)
         key_ts += [rec.store_timestamp] * len(hashes)

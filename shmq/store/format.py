@@ -98,10 +98,6 @@ def body_crc(body: bytes | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-def transaction_type(sysflag: int) -> int:
-    return sysflag & TRANSACTION_MASK
-
-
 def enters_consume_queue(sysflag: int) -> bool:
     """Prepared and rolled-back transaction records are never visible to consumers."""
     t = sysflag & TRANSACTION_MASK
@@ -375,10 +371,9 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
     for i, props in enumerate(props_list):
         props = props or {}
         tags.append(tags_code(props.get(PROPERTY_TAGS)))
-        uniq = props.get(PROPERTY_UNIQ_KEY)
-        for key in ([uniq] if uniq else []) + split_keys(props.get(PROPERTY_KEYS)):
-            key_hashes.append(index_key_hash(topic, key))
-            key_records.append(i)
+        hashes = record_key_hashes(topic, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
+        key_hashes += hashes
+        key_records += [i] * len(hashes)
     buf, starts = pack_records(topic_b, bodies, [encode_properties(p) for p in props_list],
                                [body_crc(b) for b in bodies], born_timestamp=int(time.time() * 1000),
                                born_host=born_host)
@@ -546,6 +541,16 @@ def index_file_size(slot_num: int, index_num: int) -> int:
 def index_key_hash(topic: str, key: str) -> int:
     """Hash of `topic#key`, the string RocketMQ indexes; non-negative 31-bit."""
     return zlib.crc32(f"{topic}#{key}".encode("utf-8")) & 0x7FFFFFFF
+
+
+def record_key_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
+    """What the index holds for a record: `topic#UNIQ_KEY`, then `topic#key` for each of its KEYS.
+
+    The producer, the batch encoder and recovery's re-dispatch all call this, so they agree.
+    """
+    out = [index_key_hash(topic, uniq_key)] if uniq_key else []
+    out += [index_key_hash(topic, k) for k in split_keys(keys)]
+    return out
 
 
 # --------------------------------------------------------------------------- checkpoint

@@ -25,7 +25,7 @@ from shmq.store import recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
-from shmq.store.dispatch import DispatchRequest, dispatch, record_key_hashes, requests_from_log
+from shmq.store.dispatch import DispatchRequest, dispatch, requests_from_log
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
@@ -318,7 +318,8 @@ class MessageStore:
         if tags_code is None or key_hashes is None:
             rec = fmt.decode_record(record)
             tags_code = fmt.tags_code(rec.tags) if tags_code is None else tags_code
-            key_hashes = record_key_hashes(topic, rec.properties) if key_hashes is None else key_hashes
+            if key_hashes is None:
+                key_hashes = fmt.record_key_hashes(topic, rec.uniq_key, rec.properties.get(fmt.PROPERTY_KEYS))
         enters = fmt.enters_consume_queue(sysflag)
         with self.commitlog.put_lock:
             if not self.running:
