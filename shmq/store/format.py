@@ -107,8 +107,9 @@ def enters_consume_queue(sysflag: int) -> bool:
 # --------------------------------------------------------------------------- validation
 
 
+@functools.lru_cache(maxsize=4096)
 def check_topic(topic: str) -> bytes:
-    """Validate a topic name as RocketMQ does and return its UTF-8 bytes."""
+    """Validate a topic name as RocketMQ does and return its bytes (cached: called per message)."""
     if not isinstance(topic, str) or not topic:
         raise BadTopicError(f"topic must be a non-empty string, got {topic!r}")
     if len(topic) > MAX_TOPIC_LENGTH:
