@@ -239,11 +239,12 @@ class StateReader:
     def read(self, fn: Callable[[StateView], T], timeout: float = 1.0) -> T:
         """``fn(view)`` from one consistent moment; ``fn`` must copy what it returns.
 
-        Retried while the broker writes; a sequence stuck odd past ``timeout`` means the
-        broker died mid-update.
+        Retried while the broker writes; a sequence that stays at one odd value for
+        ``timeout`` means the broker died mid-update (a live writer moves it on).
         """
         seqs = self._seq
         deadline = None
+        last = None
         while True:
             before = seqs[_SEQ]
             if not before & 1:
@@ -255,8 +256,8 @@ class StateReader:
                 else:
                     if seqs[_SEQ] == before:
                         return result
-            if deadline is None:
-                deadline = time.monotonic() + timeout
+            if before != last:
+                last, deadline = before, time.monotonic() + timeout
             elif time.monotonic() > deadline:
                 raise BrokerGoneError("state segment stuck mid-update: the broker died while writing it")
             time.sleep(0)

@@ -97,6 +97,7 @@ def _write_forever(broker: str, ready, stop) -> None:
                 view.topics[field] = k
             view.queues["min_offset"] = k
             view.queues["max_offset"] = k
+        time.sleep(0.0001)  # a broker publishes once per pass, never back to back
     writer.close()
 
 
