@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from shmq.store import format as fmt
 
@@ -25,6 +26,26 @@ class Message:
         if self.delay_level > 0:
             props[fmt.PROPERTY_DELAY] = str(self.delay_level)
         return props
+
+
+@dataclass
+class MessageBatch:
+    """Messages of one topic given as columns: the throughput form of ``Producer.send_batch``.
+
+    Only the bodies differ; tags, user properties and flag are shared. ``keys`` is one string
+    for all, or one (or None) per body. Encoding skips reading seven attributes of every
+    Message object, which is most of a Python producer's cost per message.
+    """
+
+    topic: str
+    bodies: Sequence[bytes]
+    tags: str | None = None
+    keys: str | Sequence[str | None] | None = None
+    properties: dict[str, str] | None = None
+    flag: int = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
 
 
 @dataclass(frozen=True, order=True)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 from shmq import protocol as P
 from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
-from shmq.message import Message, MessageQueue, SendResult, SendStatus
+from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.message_codec import MessageEncoder
 from shmq.store import format as fmt
 
 
@@ -49,26 +50,6 @@ class SelectMessageQueueByHash:
 class SelectMessageQueueByRandom:
     def __call__(self, queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
         return random.choice(queues)
-
-
-@dataclass
-class _Encoded:
-    """A message checked and encoded, ready to be written into a ring slot."""
-
-    topic: str
-    topic_b: bytes
-    body: bytes
-    props_b: bytes
-    sysflag: int
-    flag: int
-    crc: int
-    tags_code: int
-    key_hashes: list[int]
-    uniq: str
-
-    @property
-    def record_len(self) -> int:
-        return fmt.record_size(len(self.body), len(self.topic_b), len(self.props_b))
 
 
 @dataclass(eq=False)
@@ -111,11 +92,9 @@ class Producer:
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
-        self.compress_over = compress_msg_body_over_howmuch
-        self.max_message_size = max_message_size
         self.ring_bytes = ring_bytes
         self.start_timeout = start_timeout
-        self._uniq = fmt.UniqKeyGenerator()
+        self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
         self._pending: dict[int, _Pending] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
@@ -168,6 +147,10 @@ class Producer:
         except (ShmqError, TimeoutError) as e:
             fut = Future()
             fut.set_exception(e)
+        return self._with_callback(fut, callback)
+
+    def _with_callback(self, fut: Future, callback: Callable[[Any], None] | None) -> Future:
+        """Run ``callback(result_or_exception)`` on the callback thread when ``fut`` completes."""
         if callback is not None:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-callback")
@@ -179,50 +162,46 @@ class Producer:
         """Fire and forget: no answer, no retry."""
         self._submit_one(msg, selector, arg, None, oneway=True)
 
-    def send_batch(self, msgs: Sequence[Message], selector: Selector | None = None, arg: Any = None,
-                   timeout: float | None = None) -> SendResult:
-        """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult."""
-        if not msgs:
-            raise ValueError("send_batch needs at least one message")
-        topic = msgs[0].topic
-        encoded = []
-        for m in msgs:
-            if not isinstance(m, Message):
-                raise TypeError(f"send_batch takes Message objects, got {type(m).__name__}")
-            if m.topic != topic:
-                raise ValueError(f"a batch must be of one topic: {m.topic!r} != {topic!r}")
-            if m.delay_level > 0:
-                raise ValueError("delayed messages cannot be sent in a batch")
-            encoded.append(self._encode(m))
-        records, starts_arr = fmt.pack_records(
-            encoded[0].topic_b, [e.body for e in encoded], [e.props_b for e in encoded], [e.crc for e in encoded],
-            [e.flag for e in encoded], [e.sysflag for e in encoded], int(time.time() * 1000), self._born_host())
-        total = len(records)
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
+                   arg: Any = None, timeout: float | None = None) -> SendResult:
+        """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult.
+
+        A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
+        return self._submit_batch(msgs, selector, arg, timeout).result()
+
+    def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
+                         callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
+                         arg: Any = None, timeout: float | None = None) -> Future:
+        """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
+        the next batch while the broker stores this one. Checks of the messages raise at once."""
+        return self._with_callback(self._submit_batch(msgs, selector, arg, timeout), callback)
+
+    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
+                      timeout: float | None) -> Future:
+        enc = self._encoder.encode_batch(msgs, int(time.time() * 1000), self._born_host())
+        batch = enc.batch
+        total = len(batch.buf)
         if total > MAX_BATCH_BYTES:
             raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
                                        "(cut it with shmq.producer.split_batch)")
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        qid = self._choose_queue(msgs[0], selector, arg, deadline)
-        key_hashes, key_records = [], []
-        for i, e in enumerate(encoded):
-            key_hashes.extend(e.key_hashes)
-            key_records.extend([i] * len(e.key_hashes))
-        starts = starts_arr.tolist()
-        tags_codes = [e.tags_code for e in encoded]
-        size = P.send_batch_size(len(encoded[0].topic_b), len(encoded), len(key_hashes), total)
+        first = msgs if isinstance(msgs, MessageBatch) else msgs[0]
+        qid = self._choose_queue(first, selector, arg, deadline)
+        topic = first.topic
+        size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
 
         def fill(view, req_id: int) -> None:
-            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, 0, encoded[0].topic_b, starts,
-                                           tags_codes, key_hashes, key_records, total)
-            view[p:p + total] = records
+            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, 0, enc.topic_b, batch.starts,
+                                           batch.tags_codes, batch.key_hashes, batch.key_records, total)
+            view[p:p + total] = batch.buf
 
         def build(r: P.SendResultFrame) -> SendResult:
             phys = r.phys_offsets or [r.phys_offset]
-            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), ",".join(e.uniq for e in encoded),
-                              ",".join(fmt.offset_msg_id(r.store_host, p) for p in phys),
+            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), enc.msg_ids,
+                              ",".join(fmt.offset_msg_ids(r.store_host, phys)),
                               MessageQueue(topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
                               r.count, list(phys))
-        return self._submit(P.SEND_BATCH, size, fill, build, deadline).result()
+        return self._submit(P.SEND_BATCH, size, fill, build, deadline)
 
     # ------------------------------------------------------------------ encoding
 
@@ -230,26 +209,8 @@ class Producer:
         s = self._conn.session
         return s.client_id if s is not None else os.getpid()
 
-    def _encode(self, msg: Message) -> _Encoded:
-        body = msg.body
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise TypeError(f"message body must be bytes, got {type(body).__name__}")
-        topic_b = fmt.check_topic(msg.topic)
-        if len(body) > self.max_message_size:
-            raise MessageTooLargeError(f"message body is {len(body)} bytes; maxMessageSize is {self.max_message_size}")
-        sysflag = 0
-        if len(body) > self.compress_over:
-            packed = zlib.compress(body, 5)
-            if len(packed) < len(body):
-                body, sysflag = packed, fmt.FLAG_COMPRESSED
-        uniq = self._uniq.next()
-        props_b = fmt.encode_properties(msg.build_properties(uniq))
-        topic = msg.topic
-        keys = fmt.record_key_hashes(topic, uniq, msg.keys)
-        return _Encoded(topic, topic_b, body, props_b, sysflag, msg.flag, fmt.body_crc(body), fmt.tags_code(msg.tags),
-                        keys, uniq)
-
-    def _choose_queue(self, msg: Message, selector: Selector | None, arg: Any, deadline: float) -> int:
+    def _choose_queue(self, msg: Message | MessageBatch, selector: Selector | None, arg: Any,
+                      deadline: float) -> int:
         if selector is None:
             return -1
         queues = self.fetch_publish_queues(msg.topic)
@@ -261,9 +222,7 @@ class Producer:
 
     def _submit_one(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None,
                     oneway: bool) -> Future:
-        if not isinstance(msg, Message):
-            raise TypeError(f"send takes a Message, got {type(msg).__name__}")
-        e = self._encode(msg)
+        e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         qid = self._choose_queue(msg, selector, arg, deadline)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)

@@ -220,7 +220,7 @@ def encode_send_batch_header(buf, req_id: int, enqueue_ns: int, queue_id: int, f
     p += _pad8(len(topic_b))
     for arr, k in ((starts, count), (tags_codes, count), (key_hashes, n), (key_records, n)):
         if k:
-            struct.pack_into(f"<{k}q", buf, p, *arr)
+            np.frombuffer(buf, "<i8", k, p)[:] = arr
             p += 8 * k
     return p
 
@@ -230,9 +230,8 @@ def encode_send_batch(req_id: int, enqueue_ns: int, queue_id: int, flags: int, t
     """A SEND_BATCH payload as bytes (tests and tools)."""
     topic_b = topic.encode("ascii")
     buf = bytearray(send_batch_size(len(topic_b), len(batch), len(batch.key_hashes), len(batch.buf)))
-    p = encode_send_batch_header(buf, req_id, enqueue_ns, queue_id, flags, topic_b, batch.starts.tolist(),
-                                 batch.tags_codes.tolist(), batch.key_hashes.tolist(),
-                                 batch.key_records.tolist(), len(batch.buf))
+    p = encode_send_batch_header(buf, req_id, enqueue_ns, queue_id, flags, topic_b, batch.starts,
+                                 batch.tags_codes, batch.key_hashes, batch.key_records, len(batch.buf))
     buf[p:] = batch.buf
     return bytes(buf)
 

@@ -90,3 +90,18 @@ def test_truncate_zeroes_tail(tmp_path):
     mf = log.queue.find(cut)
     assert not np.any(mf.array[cut - mf.file_from_offset:])
     log.close()
+
+
+def test_warm_fills_a_new_segment_and_never_touches_existing_data(tmp_path):
+    from shmq.store.mapped_file import MappedFile
+    path = str(tmp_path / fmt.offset_file_name(0))
+    mf = MappedFile(path, 4 << 20)
+    mf.warm()
+    assert os.stat(path).st_blocks * 512 >= 4 << 20  # allocated, not sparse
+    mf.array[100:105] = 7
+    mf.close()
+    again = MappedFile(path, 4 << 20)
+    assert not again.created
+    again.warm()
+    assert bytes(again.array[99:106]) == b"\0" + b"\7" * 5 + b"\0" and int(again.array.sum()) == 35
+    again.close()

@@ -1,4 +1,5 @@
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -150,5 +151,19 @@ def test_pack_records_equals_encode_message(items, born, host):
 
 def test_uniq_key_blocks_continue_the_sequence():
     gen = fmt.UniqKeyGenerator()
-    ids = [gen.next()] + gen.next_block(5) + [gen.next()]
+    ids = [gen.next()] + [b.decode() for b in gen.next_block(5).tolist()] + [gen.next()]
     assert [int(i[-8:], 16) for i in ids] == list(range(1, 8)) and len(set(ids)) == 7
+    assert all(len(i) == 32 and i == i.upper() and i[:24] == ids[0][:24] for i in ids)
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=20), st.integers(-2**63, 2**63 - 1))
+def test_offset_msg_ids_match_the_single_form(offsets, host):
+    assert fmt.offset_msg_ids(host, np.array(offsets, np.int64)) == [fmt.offset_msg_id(host, o) for o in offsets]
+
+
+@given(st.binary(max_size=40), st.integers(1, 12).flatmap(
+    lambda k: st.lists(st.binary(min_size=k, max_size=k), min_size=1, max_size=20)))
+def test_crc32_of_variants_equals_zlib(prefix, suffixes):
+    first = zlib.crc32(prefix + suffixes[0])
+    rows = np.frombuffer(b"".join(suffixes), np.uint8).reshape(len(suffixes), -1)
+    assert fmt.crc32_of_variants(first, rows).tolist() == [zlib.crc32(prefix + s) for s in suffixes]

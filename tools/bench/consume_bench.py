@@ -1,7 +1,8 @@
 """End-to-end benchmark: one producer process -> broker process -> one consumer process, 100-byte bodies.
 
 Scenarios:
-- batch: ``send_batch`` of 256 -> ``PullConsumer.pull_batch`` (columnar, nothing decoded per message);
+- batch: ``send_batch_async`` of a ``MessageBatch`` of 2,048 bodies, 4 batches in flight ->
+  ``PullConsumer.pull_batch`` (columnar, nothing decoded per message);
 - message: ``send_oneway`` -> ``PushConsumer`` with a per-message listener (MessageExt objects).
 
 End to end, the figure is messages / (time the consumer got the last message - time the
@@ -20,13 +21,16 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import deque
 
 import shmq
-from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
+from shmq import ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PullConsumer, PullStatus, PushConsumer
 
 BODY = b"x" * 100
 TOPIC = "Bench"
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
+BATCH = 2048
+IN_FLIGHT = 4
 
 
 def _produce(name: str, count: int, batch: bool, start_at, ready) -> None:
@@ -34,9 +38,14 @@ def _produce(name: str, count: int, batch: bool, start_at, ready) -> None:
         ready.wait()
         start_at.value = time.monotonic()
         if batch:
-            msgs = [Message(TOPIC, BODY) for _ in range(256)]
-            for _ in range(count // 256):
-                p.send_batch(msgs)
+            msgs = MessageBatch(TOPIC, [BODY] * BATCH)
+            in_flight: deque = deque()
+            for _ in range(count // BATCH):
+                in_flight.append(p.send_batch_async(msgs))
+                if len(in_flight) >= IN_FLIGHT:
+                    in_flight.popleft().result()
+            for f in in_flight:
+                f.result()
         else:
             msg = Message(TOPIC, BODY)
             for _ in range(count):
@@ -90,8 +99,8 @@ def _push(name: str, count: int, done_at, ready, start_at=None) -> None:
 
 def run(count: int, batch: bool, drain: bool = False) -> float:
     """msgs/s of one round; ``drain``: store everything first, then time the consumer alone."""
-    if batch or drain:  # batches of 256
-        count = count // 256 * 256
+    if batch or drain:  # whole batches
+        count = count // BATCH * BATCH
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="shmq-consume-bench-") as store:
         name = f"cbench{int(time.time() * 1000) % 10**8}"
