@@ -101,7 +101,21 @@ class MessageBatch:
                           int(self.sysflag[i]))
 
     def messages(self) -> list[MessageExt]:
-        return [self.to_message_ext(i) for i in range(len(self))]
+        """Every record as a MessageExt: the columns are converted once, not field by field per message."""
+        if not len(self):
+            return []
+        views = [memoryview(b) for b in self.buffers]
+        props = [fmt.decode_properties(views[s][p:p + n]) for s, p, n in
+                 zip(self.segment.tolist(), self.props_pos.tolist(), self.props_len.tolist())]
+        offset_ids = fmt.offset_msg_ids(self.store_host, self.commit_log_offset)
+        topic, qid, tags, keys, uniq = self.topic, self.queue_id, fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, \
+            fmt.PROPERTY_UNIQ_KEY
+        return [MessageExt(topic, bytes(body), pr.get(tags), pr.get(keys), pr, qid, qoff, phys, born, stored,
+                           reconsume, pr.get(uniq) or oid, oid, size, sysflag)
+                for body, pr, qoff, phys, born, stored, reconsume, oid, size, sysflag in zip(
+                    self.bodies(), props, self.queue_offset.tolist(), self.commit_log_offset.tolist(),
+                    self.born_timestamp.tolist(), self.store_timestamp.tolist(), self.reconsume_times.tolist(),
+                    offset_ids, self.size.tolist(), self.sysflag.tolist())]
 
 
 def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, codes: np.ndarray,

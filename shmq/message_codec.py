@@ -70,6 +70,15 @@ class MessageEncoder:
         self.compress_over = compress_over
         self.uniq = fmt.UniqKeyGenerator()
 
+    def check(self, msg: Message) -> None:
+        """Raise now what encoding ``msg`` later would (a message queued for a batch fails in its caller)."""
+        if not isinstance(msg, Message):
+            raise TypeError(f"send takes a Message, got {type(msg).__name__}")
+        fmt.check_topic(msg.topic)
+        self._check_body(msg.body)
+        if msg.tags or msg.keys or msg.properties:
+            fmt.encode_properties(msg.build_properties("0" * _UNIQ_LEN))
+
     def encode(self, msg: Message) -> EncodedMessage:
         """One message (sync, async and oneway sends)."""
         if not isinstance(msg, Message):
@@ -122,12 +131,15 @@ class MessageEncoder:
         key_hashes, key_records = _key_hashes(topic, topic_b, keys, uniq, uniq_list)
         return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, tags_codes, key_hashes, key_records), uniq)
 
-    def _body(self, body) -> tuple[bytes, int]:
-        """The body as stored and its SYSFLAG: compressed when over ``compress_over`` and smaller that way."""
+    def _check_body(self, body) -> None:
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise TypeError(f"message body must be bytes, got {type(body).__name__}")
         if len(body) > self.max_message_size:
             raise MessageTooLargeError(f"message body is {len(body)} bytes; maxMessageSize is {self.max_message_size}")
+
+    def _body(self, body) -> tuple[bytes, int]:
+        """The body as stored and its SYSFLAG: compressed when over ``compress_over`` and smaller that way."""
+        self._check_body(body)
         if len(body) > self.compress_over:
             packed = zlib.compress(body, 5)
             if len(packed) < len(body):

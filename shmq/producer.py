@@ -6,6 +6,7 @@ broker restart the next send attaches again (``shmq.client.BrokerConnection``).
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -19,9 +20,11 @@ from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
+from shmq.produce_accumulator import ProduceAccumulator
 from shmq.store import format as fmt
 
 
+log = logging.getLogger(__name__)
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
@@ -29,6 +32,18 @@ _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH
            P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+
+def _settle(batch_future: Future, futures: list[Future | None]) -> None:
+    """Hand each message of an accumulated batch its own SendResult (or the batch's error)."""
+    error = batch_future.exception()
+    results = None if error is not None else batch_future.result()
+    for i, f in enumerate(futures):
+        if f is not None and not f.done():
+            if error is not None:
+                f.set_exception(error)
+            else:
+                f.set_result(results[i])
 
 
 class BrokerBusyError(BrokerError):
@@ -88,7 +103,12 @@ class Producer:
     def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
-                 start_timeout: float = 3.0) -> None:
+                 start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay_ms: float = 1.0,
+                 batch_max_bytes: int = 256 * 1024) -> None:
+        """``auto_batch`` (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages
+        of one topic and queue into batches of up to ``batch_max_bytes``, sent at the latest
+        ``batch_max_delay_ms`` after their first message; ``send`` and ``send_batch`` first send
+        what waits, so nothing is overtaken. Off, every message is written on its own."""
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
@@ -99,6 +119,8 @@ class Producer:
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
                                       self._broker_died)
+        self._accumulator = ProduceAccumulator(self._send_accumulated, batch_max_delay_ms, batch_max_bytes) \
+            if auto_batch else None
         self.broker_name = self._conn.broker_name
 
     # ------------------------------------------------------------------ lifecycle
@@ -109,7 +131,9 @@ class Producer:
         return self
 
     def shutdown(self) -> None:
-        """Detach and release everything; requests still waiting fail."""
+        """Send what waits in batches, detach and release everything; requests still waiting fail."""
+        if self._accumulator is not None:
+            self._accumulator.close()
         self._conn.shutdown()
         self._fail_all(ShmqError("the producer was shut down"))
         if self._executor is not None:
@@ -136,6 +160,7 @@ class Producer:
     def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (retried on busy/timeout within the timeout)."""
+        self._flush_accumulated()
         fut = self._submit_one(msg, selector, arg, timeout, oneway=False)
         return fut.result()
 
@@ -143,11 +168,24 @@ class Producer:
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None) -> Future:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
         try:
-            fut = self._submit_one(msg, selector, arg, timeout, oneway=False)
+            if self._batches(msg):
+                self._encoder.check(msg)
+                fut = Future()
+                self._accumulator.add(msg, self._choose_queue(msg, selector, arg), fut)
+            else:
+                fut = self._submit_one(msg, selector, arg, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
             fut = Future()
             fut.set_exception(e)
         return self._with_callback(fut, callback)
+
+    def _batches(self, msg: Message) -> bool:
+        """Whether ``msg`` goes through the accumulator (delayed messages never go in batches)."""
+        return self._accumulator is not None and not getattr(msg, "delay_level", 0)
+
+    def _flush_accumulated(self) -> None:
+        if self._accumulator is not None:
+            self._accumulator.flush_all()
 
     def _with_callback(self, fut: Future, callback: Callable[[Any], None] | None) -> Future:
         """Run ``callback(result_or_exception)`` on the callback thread when ``fut`` completes."""
@@ -159,25 +197,34 @@ class Producer:
         return fut
 
     def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
-        """Fire and forget: no answer, no retry."""
-        self._submit_one(msg, selector, arg, None, oneway=True)
+        """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
+        a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
+        if self._batches(msg):
+            self._encoder.check(msg)
+            self._accumulator.add(msg, self._choose_queue(msg, selector, arg), None)
+        else:
+            self._submit_one(msg, selector, arg, None, oneway=True)
 
     def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
                    arg: Any = None, timeout: float | None = None) -> SendResult:
         """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult.
 
         A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
-        return self._submit_batch(msgs, selector, arg, timeout).result()
+        return self.send_batch_async(msgs, selector=selector, arg=arg, timeout=timeout).result()
 
     def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
                          callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
                          arg: Any = None, timeout: float | None = None) -> Future:
         """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
         the next batch while the broker stores this one. Checks of the messages raise at once."""
-        return self._with_callback(self._submit_batch(msgs, selector, arg, timeout), callback)
+        self._flush_accumulated()
+        first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
+        qid = self._choose_queue(first, selector, arg) if first is not None else -1
+        return self._with_callback(self._submit_batch(msgs, qid, timeout), callback)
 
-    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
-                      timeout: float | None) -> Future:
+    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+                      oneway: bool = False, split: bool = False) -> Future | None:
+        """Encode and write one SEND_BATCH; ``split``: the future gives one SendResult per message."""
         enc = self._encoder.encode_batch(msgs, int(time.time() * 1000), self._born_host())
         batch = enc.batch
         total = len(batch.buf)
@@ -185,23 +232,44 @@ class Producer:
             raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
                                        "(cut it with shmq.producer.split_batch)")
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        first = msgs if isinstance(msgs, MessageBatch) else msgs[0]
-        qid = self._choose_queue(first, selector, arg, deadline)
-        topic = first.topic
         size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
+        flags = P.FLAG_ONEWAY if oneway else 0
 
         def fill(view, req_id: int) -> None:
-            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, 0, enc.topic_b, batch.starts,
+            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
                                            batch.tags_codes, batch.key_hashes, batch.key_records, total)
             view[p:p + total] = batch.buf
 
-        def build(r: P.SendResultFrame) -> SendResult:
+        if oneway:
+            self._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
+            return None
+        topic = enc.topic_b.decode()
+
+        def build(r: P.SendResultFrame) -> SendResult | list[SendResult]:
             phys = r.phys_offsets or [r.phys_offset]
-            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), enc.msg_ids,
-                              ",".join(fmt.offset_msg_ids(r.store_host, phys)),
-                              MessageQueue(topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
-                              r.count, list(phys))
+            status, mq = _STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, self.broker_name, r.queue_id)
+            ids = fmt.offset_msg_ids(r.store_host, phys)
+            if split:
+                return [SendResult(status, uniq, oid, mq, r.queue_offset + i, r.store_timestamp, 1, [p])
+                        for i, (uniq, oid, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), ids, phys))]
+            return SendResult(status, enc.msg_ids, ",".join(ids), mq, r.queue_offset, r.store_timestamp, r.count,
+                              list(phys))
         return self._submit(P.SEND_BATCH, size, fill, build, deadline)
+
+    def _send_accumulated(self, topic: str, qid: int, msgs: list[Message], futures: list[Future | None]) -> None:
+        """The accumulator's flush: one batch; its result split among the messages' futures."""
+        oneway = all(f is None for f in futures)
+        try:
+            batch_future = self._submit_batch(msgs, qid, None, oneway=oneway, split=True)
+        except Exception as e:
+            if oneway:
+                log.warning("%d oneway message(s) to %s were not sent: %s", len(msgs), topic, e)
+            for f in futures:
+                if f is not None and not f.done():
+                    f.set_exception(e)
+            return
+        if batch_future is not None:
+            batch_future.add_done_callback(lambda bf: _settle(bf, futures))
 
     # ------------------------------------------------------------------ encoding
 
@@ -209,8 +277,7 @@ class Producer:
         s = self._conn.session
         return s.client_id if s is not None else os.getpid()
 
-    def _choose_queue(self, msg: Message | MessageBatch, selector: Selector | None, arg: Any,
-                      deadline: float) -> int:
+    def _choose_queue(self, msg: Message | MessageBatch, selector: Selector | None, arg: Any) -> int:
         if selector is None:
             return -1
         queues = self.fetch_publish_queues(msg.topic)
@@ -224,7 +291,7 @@ class Producer:
                     oneway: bool) -> Future:
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        qid = self._choose_queue(msg, selector, arg, deadline)
+        qid = self._choose_queue(msg, selector, arg)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
         flags = P.FLAG_ONEWAY if oneway else 0
 

@@ -83,6 +83,7 @@ def test_untagged_and_empty_properties(store, reader):
     m = batch_all(reader, "T", 0, store).to_message_ext(0)
     assert m.tags is None and m.keys is None and m.properties == {}
     assert m.msg_id == m.offset_msg_id
+    assert batch_all(reader, "T", 0, store).messages()[0] == m
 
 
 def test_compressed_bodies_are_decompressed_on_access(store, reader):
@@ -94,6 +95,7 @@ def test_compressed_bodies_are_decompressed_on_access(store, reader):
     assert [bytes(v) for v in b.bodies()] == [raw, b"plain"]
     assert b.to_message_ext(0).body == raw
     assert int(b.body_len[0]) < len(raw)
+    assert b.messages() == [b.to_message_ext(0), b.to_message_ext(1)]
 
 
 def test_to_message_ext(store, reader):

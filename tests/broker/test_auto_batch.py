@@ -1,0 +1,86 @@
+"""send_async / send_oneway through the ProduceAccumulator (auto_batch): results, order, delay, errors."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import shmq
+from shmq import Message, Producer, SendStatus
+from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+
+from .conftest import open_store
+
+
+def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config), \
+            Producer("pg", broker=broker_name, batch_max_bytes=16 * 1024) as p:
+        futs = [p.send_async(Message("Auto", b"m%d" % i, keys="key%d" % i), selector=lambda qs, m, a: qs[a], arg=2)
+                for i in range(1000)]
+        results = [f.result(5) for f in futs]
+    assert all(r.status is SendStatus.SEND_OK and r.queue.queue_id == 2 and r.count == 1 for r in results)
+    assert [r.queue_offset for r in results] == list(range(1000))  # in call order, across several batches
+    assert len({r.msg_id for r in results}) == 1000
+    store = open_store(store_dir, config)
+    try:
+        for i in (0, 17, 999):
+            rec = store.look_message_by_offset(results[i].phys_offsets[0])
+            assert bytes(rec.body) == b"m%d" % i and rec.uniq_key == results[i].msg_id
+            assert results[i].offset_msg_id == rec.offset_msg_id
+            assert store.query_message("Auto", "key%d" % i)[0].body == b"m%d" % i
+    finally:
+        store.shutdown()
+
+
+def test_a_lone_message_is_sent_after_the_delay(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config), \
+            Producer("pg", broker=broker_name, batch_max_delay_ms=20) as p:
+        p.send(Message("Auto", b"warm up"))
+        t = time.monotonic()
+        r = p.send_async(Message("Auto", b"alone")).result(5)
+        assert r.status is SendStatus.SEND_OK and time.monotonic() - t < 1.0
+
+
+def test_sync_send_and_shutdown_never_leave_oneway_messages_behind(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+            for i in range(300):
+                p.send_oneway(Message("Fence", b"%d" % i), selector=lambda qs, m, a: qs[0])
+            fence = p.send(Message("Fence", b"fence"), selector=lambda qs, m, a: qs[0])
+            assert fence.queue_offset == 300  # every oneway message was stored before it
+            for i in range(5):
+                p.send_oneway(Message("Fence", b"tail%d" % i), selector=lambda qs, m, a: qs[0])
+        # shutdown sent the tail although its delay (a minute) had not passed
+    store = open_store(store_dir, config)
+    try:
+        got = [bytes(m.body) for m in store.get_message("Fence", 0, 0, 1000).messages]
+        assert got == [b"%d" % i for i in range(300)] + [b"fence"] + [b"tail%d" % i for i in range(5)]
+    finally:
+        store.shutdown()
+
+
+def test_bad_messages_fail_in_the_caller_and_do_not_spoil_the_batch(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        good = [p.send_async(Message("Auto", b"ok%d" % i)) for i in range(10)]
+        with pytest.raises(MessageTooLargeError):
+            p.send_oneway(Message("Auto", b"x" * (4 * 1024 * 1024 + 1)))
+        with pytest.raises(BadTopicError):
+            p.send_oneway(Message("bad topic!", b"x"))
+        with pytest.raises(TypeError):
+            p.send_oneway(Message("Auto", "text"))  # type: ignore[arg-type]
+        with pytest.raises(BadPropertiesError):
+            p.send_oneway(Message("Auto", b"x", properties={"k": "a\x01b"}))
+        bad = p.send_async(Message("Auto", b"x", tags="a\x02b"))
+        with pytest.raises(BadPropertiesError):
+            bad.result(1)
+        assert all(f.result(5).status is SendStatus.SEND_OK for f in good)
+
+
+def test_delayed_messages_are_not_batched(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        r = p.send_async(Message("Auto", b"later", delay_level=2)).result(5)
+    store = open_store(store_dir, config)
+    try:
+        assert store.look_message_by_offset(r.phys_offsets[0]).properties["DELAY"] == "2"
+    finally:
+        store.shutdown()
