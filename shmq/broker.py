@@ -1,6 +1,7 @@
 """shmq.Broker: run a broker as a child process (for programs, demos and tests)."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -12,8 +13,11 @@ from typing import Any, Mapping
 from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, ShmqError
 from shmq.ring.liveness import Watch
+from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.shm import check_broker_name
 from shmq.ring.state import StateReader
+
+log = logging.getLogger(__name__)
 
 
 class BrokerStartError(ShmqError, RuntimeError):
@@ -46,6 +50,7 @@ class Broker:
             self._wait_ready(timeout)
         except BaseException:
             self.kill()
+            self._reclaim()  # nobody gets this object to stop it later
             raise
 
     @property
@@ -80,7 +85,12 @@ class Broker:
             return ""
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM (graceful: answer in flight, flush, persist, clean up) and wait; the exit status."""
+        """SIGTERM (graceful: answer in flight, flush, persist, clean up) and wait; the exit status.
+
+        A broker that did not exit cleanly (it crashed, or was SIGKILLed after ``timeout``
+        seconds) could not remove its IPC objects, and no later broker may ever take its name
+        to do it, so stop removes them.
+        """
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -88,6 +98,8 @@ class Broker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.returncode != 0:
+            self._reclaim()
         self._cleanup()
         return self.process.returncode
 
@@ -97,6 +109,12 @@ class Broker:
             self.process.kill()
         self.process.wait()
         self._cleanup()
+
+    def _reclaim(self) -> None:
+        removed = reclaim_dead_broker(self.name, self.store_dir)
+        if removed:
+            log.warning("broker %r exited with status %s; removed what it left: %s", self.name,
+                        self.process.returncode, ", ".join(removed))
 
     def _cleanup(self) -> None:
         if self._config_file:

@@ -67,6 +67,8 @@ class Session:
         self.store_dir = str(reply.get("store_dir") or
                              bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
         self.alive = True
+        self._closed = False
+        self._close_lock = threading.Lock()
 
     def admin(self, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run an admin command (join_group, query_offset, ...) and return its result."""
@@ -77,7 +79,13 @@ class Session:
 
     def close(self, detach: bool) -> None:
         """Release this side; with ``detach``, first let the broker read every frame written
-        (it drops a detaching client's ring unread: a last commit or oneway send would be lost)."""
+        (it drops a detaching client's ring unread: a last commit or oneway send would be lost).
+
+        Runs once: the reader thread (broker died) and ``shutdown`` may both get here."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         if detach and self.broker.is_alive():
             deadline = time.monotonic() + DRAIN_S
             while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import sys
 import time
@@ -41,6 +42,7 @@ from shmq.ring.control import Attach, ControlQueue, Detach, Reply, sysv_key
 from shmq.ring.doorbell import Doorbell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
+from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.state import StateReader, StateWriter
 from shmq.store import format as fmt
 from shmq.store.message_store import MessageStore
@@ -158,21 +160,15 @@ class BrokerController:
             old = None
         if old is not None:
             h = old.view.header[0]
-            alive_key, control_key = int(h["alive_key"]), int(h["control_key"])
-            clients = [int(k) for k in old.view.clients["alive_key"][old.view.clients["used"] != 0]]
+            alive_key = int(h["alive_key"])
             store = bytes(h["store_dir"]).rstrip(b"\0").decode(errors="replace")
             old.close()
             if Watch(alive_key).is_alive():
                 raise BrokerRunningError(f"a broker named {self.name!r} is already running (store {store}); "
                                          "stop it or pick another --name")
-            log.info("cleaning up after a crashed broker %r (store %s)", self.name, store)
-            _remove_queue(control_key)
-            remove_if_dead(alive_key)
-            for key in clients:
-                remove_if_dead(key)
-        removed = shm.remove_leftovers(self.name)
+        removed = reclaim_dead_broker(self.name, self.store_dir)
         if removed:
-            log.info("removed leftovers of a crashed broker: %s", ", ".join(removed))
+            log.info("removed leftovers of a crashed broker %r: %s", self.name, ", ".join(removed))
 
     def _create_ipc(self) -> None:
         control_key = sysv_key(self.store_dir, "control")
@@ -214,17 +210,25 @@ class BrokerController:
             self._publish_counters()
         except Exception:
             log.exception("error while answering in-flight requests at shutdown")
-        self.offsets.persist()
-        self.state.close()
-        self.state.unlink()
-        self.control.remove()
-        for c in list(self.clients.values()):
-            self._release_client(c, remove_liveness=not c.watch.is_alive())
-        self.bell.close()
-        self.bell.unlink()
-        self.store.shutdown()
-        self.store = None
-        self.liveness.release()
+        try:
+            self.offsets.persist()
+        except Exception:  # a full disk or no descriptors left must not keep the IPC objects alive
+            log.exception("persisting consumer offsets at shutdown failed")
+        try:
+            self.state.close()
+            self.state.unlink()
+            self.control.remove()
+            for c in list(self.clients.values()):
+                self._release_client(c, remove_liveness=not c.watch.is_alive())
+            self.bell.close()
+            self.bell.unlink()
+        finally:
+            try:
+                self.store.shutdown()
+            except Exception:
+                log.exception("store shutdown failed; recovery checks it at the next start")
+            self.store = None
+            self.liveness.release()
         st = self.loop_stats
         log.info("broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
                  "%d spins that found work, %d client doorbell posts", self.name, st["frames"], st["busy_passes"],
@@ -487,7 +491,7 @@ class BrokerController:
                 return None, P.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist and autoCreateTopicEnable is false"
             try:
                 tc = self.update_topic(topic)
-            except ValueError as e:
+            except (ValueError, OSError) as e:  # OSError: no file descriptors or disk space left
                 return None, P.SYSTEM_ERROR, f"cannot create topic {topic!r}: {e}"
             log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
         if not tc.writable:
@@ -818,10 +822,19 @@ def _remove_queue(key: int) -> None:
         pass
 
 
+def _raise_open_file_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every consume-queue segment holds a descriptor
+    (RocketMQ's deployment guide asks for ulimit -n 655350 for the same reason)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def run_broker(store_dir: str, name: str = "default", config: Any = None) -> int:
     """Entry point of `shmq broker`: serve until SIGTERM/SIGINT; exit status 0, or 2 on a start error."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s broker[{name}] %(levelname)s %(message)s")
+    _raise_open_file_limit()
     try:
         controller = BrokerController(store_dir, name, config).start()
     except (ShmqError, ValueError, OSError) as e:

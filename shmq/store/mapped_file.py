@@ -33,18 +33,19 @@ class MappedFile:
         if self.file_from_offset is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self.fd = os.open(path, flags, 0o644)
+        # The descriptor is closed once mapped (mmap keeps a duplicate): a broker with 10,000
+        # queues holds one descriptor per segment, not two. flush and warm open their own.
+        fd = os.open(path, flags, 0o644)
         try:
-            actual = os.fstat(self.fd).st_size
+            actual = os.fstat(fd).st_size
             self.created = actual == 0 and create
             if self.created:
-                os.ftruncate(self.fd, size)
+                os.ftruncate(fd, size)
             elif actual != size:
                 raise ValueError(f"{path} is {actual} bytes, expected segment size {size}")
-            self.mm = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(self.fd)
-            raise
+            self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
         self.array = np.frombuffer(self.mm, dtype=np.uint8)
         self.view = memoryview(self.mm)
         self.wrote_position = 0
@@ -71,8 +72,12 @@ class MappedFile:
         Kernels without it get one touch per page.
         """
         if self.created:
-            for off in range(0, self.size, _WARM_CHUNK):
-                os.pwrite(self.fd, _ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                for off in range(0, self.size, _WARM_CHUNK):
+                    os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
+            finally:
+                os.close(fd)
         try:
             self.mm.madvise(MADV_POPULATE_WRITE)
         except OSError:
@@ -82,7 +87,15 @@ class MappedFile:
         """Make everything written so far durable; returns the flushed position."""
         pos = self.wrote_position
         if pos > self.flushed_position:
-            os.fdatasync(self.fd)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)  # fdatasync syncs the file, whichever descriptor
+            except FileNotFoundError:  # deleted by cleanup meanwhile: nothing left to make durable
+                self.flushed_position = pos
+                return pos
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
             self.flushed_position = pos
         return pos
 
@@ -98,9 +111,6 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             log.debug("%s: mapping still exported; it is released when the last view goes", self.path)
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
     def destroy(self) -> None:
         self.close()

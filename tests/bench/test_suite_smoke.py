@@ -9,28 +9,95 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from shmq.ring import shm
+from tests.ipc_tracking import existing, remove, store_objects
+
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "NATS JetStream"}
+TIMEOUT = 280
+STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    def tail(self) -> str:
+        return self.stdout[-3000:] + self.stderr[-3000:]
+
+
+def _terminate(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM lets the suite stop what it started; SIGKILL only if it has not within a minute."""
+    proc.terminate()
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def _run_suite(out: Path) -> SuiteRun:
+    """Run the QUICK suite as ``make bench QUICK=1`` does, ended by SIGTERM past ``TIMEOUT``."""
+    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.suite", "--quick", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, QUICK="1"))
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        stdout, stderr = _terminate(proc)
+        timed_out = True
+    return SuiteRun(proc.pid, proc.returncode, stdout, stderr, timed_out)
 
 
 @pytest.fixture(scope="module")
-def quick_results(tmp_path_factory):
+def suite_run(tmp_path_factory) -> tuple[SuiteRun, Path]:
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "tools.bench.suite", "--quick", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=280,
-                          env=dict(os.environ, QUICK="1"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return _run_suite(out), out
+
+
+@pytest.fixture(scope="module")
+def quick_results(suite_run):
+    run, out = suite_run
+    assert not run.timed_out, f"the suite took over {TIMEOUT} s:\n{run.tail()}"
+    assert run.returncode == 0, run.tail()
     files = glob.glob(str(out / "*.json"))
-    assert len(files) == 1, proc.stdout[-2000:]
+    assert len(files) == 1, run.stdout[-2000:]
     assert glob.glob(str(out / "*.md"))
     with open(files[0]) as f:
-        return json.load(f), proc.stdout
+        return json.load(f), run.stdout
+
+
+def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
+    """Whatever happened in the run (a failed workload, a crashed broker, a timeout), the suite
+    stops its shmq brokers and nothing of theirs stays in /dev/shm or the SysV tables.
+
+    The brokers are named ``bench<suite pid>`` (``...s`` for SYNC_FLUSH), and their SysV keys
+    derive from the stores the adapter names when it stops them: only this run's objects count.
+    """
+    run, _ = suite_run
+    stopped = {m.group(1): m.group(2) for m in STOPPED.finditer(run.stdout)}
+    names = [f"bench{run.pid}", f"bench{run.pid}s"]
+    in_shm = [entry for name in names for entry in shm.leftovers(name)]
+    sysv = existing(o for store in stopped.values() for o in store_objects(store))
+    for name in names:
+        shm.remove_leftovers(name)
+    remove(sysv)
+    assert names[0] in stopped, f"the shmq adapter did not stop its broker:\n{run.tail()}"
+    assert not in_shm, f"left in /dev/shm: {in_shm}"
+    assert not sysv, f"SysV objects left: {sysv}"
 
 
 def test_every_peer_was_installed_and_started(quick_results):

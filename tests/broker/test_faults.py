@@ -16,8 +16,11 @@ from shmq import protocol as P
 from shmq.broker import BrokerStartError
 from shmq.errors import BrokerGoneError
 from shmq.ring import shm
+from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
 from shmq.store import format as fmt
+
+from tests.ipc_tracking import existing, store_objects
 
 from .conftest import open_store
 from .rawclient import RawClient
@@ -164,6 +167,44 @@ def test_broker_killed_under_sync_flush_restarts_and_producer_reconnects(store_d
             assert rec is not None and bytes(rec.body) == body, body
     finally:
         store.shutdown()
+
+
+_IDLE_CHILD = """
+import sys, time
+from shmq import Producer
+Producer("pg", broker=sys.argv[1]).start()
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _client_key(name: str, pid: int) -> int:
+    r = StateReader.open(name)
+    try:
+        return r.read(lambda v: int(v.clients["alive_key"][(v.clients["used"] != 0) & (v.clients["pid"] == pid)][0]))
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["crashed", "hung"])
+def test_stop_removes_what_a_broker_that_could_not_shut_down_left(store_dir, broker_name, config, fault):
+    """A crashed broker, or one SIGKILLed because it did not stop in time, cannot remove its IPC
+    objects, and no later broker of a one-off name would; stop() does, dead clients' too."""
+    with shmq.Broker(store_dir, broker_name, config) as broker:  # a failed assertion still stops it
+        live = RawClient(broker_name)
+        child = subprocess.Popen([sys.executable, "-c", _IDLE_CHILD, broker_name], stdout=subprocess.PIPE)
+        assert child.stdout.readline().strip() == b"ready"
+        dead_key = _client_key(broker_name, child.pid)
+        os.kill(broker.pid, signal.SIGSTOP)  # so it cannot drop the child, which dies attached
+        child.kill()
+        child.wait()
+        child.stdout.close()
+        os.kill(broker.pid, fault)
+        assert broker.stop(timeout=0.5) == -signal.SIGKILL
+        assert not shm.leftovers(broker_name)
+        assert not existing(store_objects(store_dir) + [("sem", dead_key)])
+        assert Watch(live.liveness.key).is_alive()  # a live client's semaphore is its own to remove
+        live.close(detach=False)
 
 
 def test_second_broker_on_same_store_or_name_fails_clearly(store_dir, broker_name, config, tmp_path):

@@ -3,12 +3,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from . import report
 from .install import ROOT
 from .runner import run_suite
 from .settings import settings
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM (a timeout's, make's, CI's) unwind like Ctrl-C, so the suite's ``finally``
+    stops the brokers and servers it started instead of leaving them running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, help="repetitions (default 3)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and markdown go")
     a = ap.parse_args(argv)
+    _exit_on_sigterm()
     s = settings(a.quick)
     if a.reps:
         s = type(s)(**{**s.__dict__, "reps": a.reps})

@@ -60,21 +60,42 @@ class Shmq(System):
         import shmq
         self.workdir = workdir
         self.name_ = f"bench{os.getpid()}"
+        self.brokers = []
         self.store = tempfile.mkdtemp(prefix="shmq.", dir=workdir)
-        self.broker_ = shmq.Broker(self.store, name=self.name_, config={"default_topic_queue_nums": 8})
+        self.broker_ = self._start_broker(self.store, self.name_, {"default_topic_queue_nums": 8})
         self.durable_broker = None
         self.producer = shmq.Producer("bench-admin", broker=self.name_)
         self.producer.start()
 
+    def _start_broker(self, store, name, config):
+        import shmq
+        broker = shmq.Broker(store, name=name, config=config)
+        self.brokers.append(broker)
+        return broker
+
     def stop(self):
-        for closer in (lambda: self.producer.shutdown(), lambda: self.broker_.stop(),
-                       lambda: self.durable_broker and self.durable_broker.stop()):
-            try:
-                closer()
-            except Exception as e:
-                say(f"shmq: stop: {e}")
+        """Detach the admin producer, then stop each broker and say how it ended: a crash shows here."""
+        producer = getattr(self, "producer", None)
+        try:
+            if producer is not None:
+                producer.shutdown()
+        except Exception as e:
+            say(f"shmq: stop: {e}")
+        for broker in getattr(self, "brokers", []):
+            self._stop_broker(broker)
         shutil.rmtree(getattr(self, "store", ""), ignore_errors=True)
         shutil.rmtree(getattr(self, "durable_store", ""), ignore_errors=True)
+
+    @staticmethod
+    def _stop_broker(broker):
+        try:
+            status = broker.stop()
+        except Exception as e:
+            say(f"shmq: stopping broker {broker.name}: {e}")
+            return
+        tail = " / ".join(broker.log().strip().splitlines()[-8:]) if status else ""
+        say(f"shmq: broker {broker.name} on {broker.store_dir} stopped, exit status {status}"
+            + (f"; log tail: {tail}" if tail else ""))
 
     def _topic(self, run_id, producer=None, broker=None):
         topic = "Bench" + run_id.replace(".", "_").replace("-", "_")
@@ -95,8 +116,8 @@ class Shmq(System):
         if self.durable_broker is None:
             self.durable_store = tempfile.mkdtemp(prefix="shmq-sync.", dir=self.workdir)
             self.durable_name = self.name_ + "s"
-            self.durable_broker = shmq.Broker(self.durable_store, name=self.durable_name,
-                                              config={"flush_disk_type": "SYNC_FLUSH", "default_topic_queue_nums": 8})
+            self.durable_broker = self._start_broker(self.durable_store, self.durable_name,
+                                                     {"flush_disk_type": "SYNC_FLUSH", "default_topic_queue_nums": 8})
         p = shmq.Producer("bench-admin-sync", broker=self.durable_name)
         p.start()
         try:

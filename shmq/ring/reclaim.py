@@ -1,0 +1,57 @@
+"""Removing what a broker that died without shutting down left behind.
+
+A broker removes its IPC objects when it shuts down. One that crashed or was SIGKILLed leaves
+its state segment, doorbells, client channels, control queue and liveness semaphores until the
+next broker of its name starts, which for a one-off name (a benchmark's, a test's) never
+happens. Whoever owns a dead broker (``shmq.Broker.stop``) removes them with this.
+"""
+from __future__ import annotations
+
+import sysv_ipc
+
+from shmq.errors import ShmqError
+from shmq.ring import shm
+from shmq.ring.control import sysv_key
+from shmq.ring.liveness import Watch, remove_if_dead
+from shmq.ring.state import StateReader
+
+
+def _keys(name: str, store_dir: str) -> tuple[set[int], set[int], set[int]]:
+    """Control-queue, broker-liveness and client-liveness keys: from the store path, plus those
+    the state segment names (the clients' are only there)."""
+    control, alive, clients = {sysv_key(store_dir, "control")}, {sysv_key(store_dir, "alive")}, set()
+    try:
+        reader = StateReader.open(name)
+    except (ShmqError, ValueError, OSError):  # none, or torn: the store path's keys are all we know
+        return control, alive, clients
+    try:
+        h = reader.view.header[0]
+        control.add(int(h["control_key"]))
+        alive.add(int(h["alive_key"]))
+        table = reader.view.clients
+        clients.update(int(k) for k in table["alive_key"][table["used"] != 0])
+    finally:
+        reader.close()
+    return control, alive, clients
+
+
+def _remove_queue(key: int) -> bool:
+    try:
+        sysv_ipc.MessageQueue(key).remove()
+    except sysv_ipc.ExistentialError:
+        return False
+    return True
+
+
+def reclaim_dead_broker(name: str, store_dir: str) -> list[str]:
+    """Remove the IPC objects of the dead broker ``name`` that served ``store_dir``; what was removed.
+
+    Does nothing while a live broker holds the name or the store (one started since), and
+    leaves the semaphores of clients that are still alive to them.
+    """
+    control, alive, clients = _keys(name, store_dir)
+    if any(Watch(k).is_alive() for k in alive):
+        return []
+    removed = [f"control queue {k:#x}" for k in sorted(control) if _remove_queue(k)]
+    removed += [f"liveness semaphore {k:#x}" for k in sorted(alive | clients) if remove_if_dead(k)]
+    return removed + shm.remove_leftovers(name)
