@@ -1,6 +1,6 @@
 """shmq through its public API (DESIGN.md section 5): ``shmq.Broker`` spawns the broker,
-``Producer.send_async`` (per-message API, a window of sends in flight) or ``send_batch``
-(batch API), ``PullConsumer.pull`` + ``commit`` on the consumer side, ``Producer.send`` for
+``Producer.send_async`` (per-message API, a window of sends in flight) or ``send_batch_async``
+of a ``MessageBatch`` (batch API), ``PullConsumer.pull`` + ``commit`` on the consumer side, ``Producer.send`` for
 round trips, and a second broker with ``flushDiskType=SYNC_FLUSH`` for durability.
 
 Until the client API has landed, ``install()`` says which part is missing and every shmq
@@ -19,6 +19,8 @@ from ..core import POLL, System, body, durable_result, run_roles, timed_loop
 from ..install import say
 
 WINDOW = 256
+BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
+PULL_NUMS = 256  # messages per pull: the PushConsumer's default pull_batch_size
 WARMUP = b"w"
 
 
@@ -34,7 +36,9 @@ def missing_api() -> list[str]:
 class Shmq(System):
     name = "shmq"
     title = "shmq (broker + commitlog, ASYNC_FLUSH)"
-    how = "Producer.send_async (window of 256 acks in flight) / send_batch of 100; PullConsumer.pull (32) / pull_batch (1024, numpy columns) + commit; Producer.send for round trips"
+    how = ("Producer.send_async (window of 256 acks in flight; auto_batch on) / send_batch_async of a MessageBatch "
+           "of 100, 4 in flight; PullConsumer.pull (256, MessageExt) / pull_batch (1024, numpy columns) + commit; "
+           "Producer.send for round trips")
     persistence = "commitlog, async flush (SYNC_FLUSH for durability)"
     broker = True
     note = ""
@@ -216,13 +220,17 @@ def tput_producer(ctx, spec, idx, n, sync):
     sync.ready()
     sent = 0
     if spec.api == "batch":
-        msgs = [shmq.Message(topic, data) for _ in range(spec.batch)]
+        batches = collections.deque()
         while sent < n:
             k = min(spec.batch, n - sent)
-            p.send_batch(msgs if k == spec.batch else msgs[:k])
+            batches.append(p.send_batch_async(shmq.MessageBatch(topic, [data] * k)))
             sent += k
-            if sync.expired():
-                break
+            if len(batches) >= BATCH_WINDOW:
+                batches.popleft().result(60)
+                if sync.expired():
+                    break
+        for f in batches:
+            f.result(60)
     else:
         window = collections.deque()
         while sent < n:
@@ -242,7 +250,7 @@ def _puller(pc, size: int, columnar: bool):
     """pull (MessageExt list, the everyday API) or pull_batch (numpy columns, the batch API);
     returns a function (mq, offset, timeout) -> (messages of the benchmark's size, next offset)."""
     def pull(mq, offset, timeout):
-        res = pc.pull(mq, "*", offset=offset, max_nums=32, timeout=timeout)
+        res = pc.pull(mq, "*", offset=offset, max_nums=PULL_NUMS, timeout=timeout)
         msgs = res.messages
         return (sum(1 for m in msgs if len(m.body) == size) if msgs else 0), res.next_offset
 
@@ -333,7 +341,7 @@ def backlog_producer(ctx, sync):
     import shmq
     p = _producer(ctx)
     data = body(ctx["size"])
-    batch = [shmq.Message(ctx["topic"], data) for _ in range(ctx["batch"])]
+    batch = shmq.MessageBatch(ctx["topic"], [data] * ctx["batch"])
     n = ctx["count"]
     tenth = max(n // 10, ctx["batch"])
     marks = []
