@@ -20,7 +20,7 @@ from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
-from shmq.produce_accumulator import ProduceAccumulator
+from shmq.produce_accumulator import MIN_BATCH, ProduceAccumulator
 from shmq.store import format as fmt
 
 
@@ -34,16 +34,25 @@ _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH
 Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 
 
-def _settle(batch_future: Future, futures: list[Future | None]) -> None:
-    """Hand each message of an accumulated batch its own SendResult (or the batch's error)."""
-    error = batch_future.exception()
-    results = None if error is not None else batch_future.result()
+def _settle(sent: Future, futures: list[Future | None], single: bool = False) -> None:
+    """Hand each accumulated message its own SendResult (or the send's error); ``sent`` gave one
+    result per message, or the one result of a ``single`` send."""
+    error = sent.exception()
+    results = None if error is not None else ([sent.result()] if single else sent.result())
     for i, f in enumerate(futures):
         if f is not None and not f.done():
             if error is not None:
                 f.set_exception(error)
             else:
                 f.set_result(results[i])
+
+
+def _fail(future: Future | None, error: Exception, topic: str) -> None:
+    """An accumulated message that could not be written: its future fails; a oneway one is logged."""
+    if future is None:
+        log.warning("a oneway message to %s was not sent: %s", topic, error)
+    elif not future.done():
+        future.set_exception(error)
 
 
 class BrokerBusyError(BrokerError):
@@ -161,19 +170,22 @@ class Producer:
              timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (retried on busy/timeout within the timeout)."""
         self._flush_accumulated()
-        fut = self._submit_one(msg, selector, arg, timeout, oneway=False)
+        fut = self._submit_one(msg, self._choose_queue(msg, selector, arg), timeout, oneway=False)
         return fut.result()
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None) -> Future:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
         try:
+            qid = self._choose_queue(msg, selector, arg)
+            fut = None
             if self._batches(msg):
                 self._encoder.check(msg)
                 fut = Future()
-                self._accumulator.add(msg, self._choose_queue(msg, selector, arg), fut)
-            else:
-                fut = self._submit_one(msg, selector, arg, timeout, oneway=False)
+                if not self._accumulator.add(msg, qid, fut):
+                    fut = None
+            if fut is None:
+                fut = self._submit_one(msg, qid, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
             fut = Future()
             fut.set_exception(e)
@@ -199,11 +211,12 @@ class Producer:
     def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
         a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
+        qid = self._choose_queue(msg, selector, arg)
         if self._batches(msg):
             self._encoder.check(msg)
-            self._accumulator.add(msg, self._choose_queue(msg, selector, arg), None)
-        else:
-            self._submit_one(msg, selector, arg, None, oneway=True)
+            if self._accumulator.add(msg, qid, None):
+                return
+        self._submit_one(msg, qid, None, oneway=True)
 
     def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
                    arg: Any = None, timeout: float | None = None) -> SendResult:
@@ -257,16 +270,24 @@ class Producer:
         return self._submit(P.SEND_BATCH, size, fill, build, deadline)
 
     def _send_accumulated(self, topic: str, qid: int, msgs: list[Message], futures: list[Future | None]) -> None:
-        """The accumulator's flush: one batch; its result split among the messages' futures."""
+        """The accumulator's flush: one batch, its result split among the messages' futures; a
+        few messages (many topics, each sent rarely) go one by one, which costs less than a batch."""
         oneway = all(f is None for f in futures)
+        if len(msgs) < MIN_BATCH:
+            for msg, f in zip(msgs, futures):
+                try:
+                    single = self._submit_one(msg, qid, None, oneway=f is None)
+                except Exception as e:
+                    _fail(f, e, topic)
+                    continue
+                if f is not None:
+                    single.add_done_callback(lambda sf, f=f: _settle(sf, [f], single=True))
+            return
         try:
             batch_future = self._submit_batch(msgs, qid, None, oneway=oneway, split=True)
         except Exception as e:
-            if oneway:
-                log.warning("%d oneway message(s) to %s were not sent: %s", len(msgs), topic, e)
             for f in futures:
-                if f is not None and not f.done():
-                    f.set_exception(e)
+                _fail(f, e, topic)
             return
         if batch_future is not None:
             batch_future.add_done_callback(lambda bf: _settle(bf, futures))
@@ -287,11 +308,9 @@ class Producer:
             raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None,
-                    oneway: bool) -> Future:
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        qid = self._choose_queue(msg, selector, arg)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
         flags = P.FLAG_ONEWAY if oneway else 0
 

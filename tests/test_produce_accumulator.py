@@ -1,0 +1,60 @@
+"""ProduceAccumulator on its own: when batches go out, in what order, and when messages bypass it."""
+import threading
+import time
+
+import pytest
+
+from shmq.errors import ShmqError
+from shmq.message import Message
+from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, ProduceAccumulator
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int, list[bytes]]] = []
+        self.sent = threading.Event()
+
+    def __call__(self, topic, qid, msgs, futures) -> None:
+        self.batches.append((topic, qid, [m.body for m in msgs]))
+        self.sent.set()
+
+
+def test_a_full_batch_goes_at_once_in_order():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
+    for i in range(25):
+        assert acc.add(Message("T", b"%d" % i), 1, None)
+    assert [len(b) for _, _, b in rec.batches] == [10, 10]
+    acc.close()  # sends the last 5 without waiting for the delay
+    assert [b for _, _, b in rec.batches] == [[b"%d" % i for i in range(k, min(k + 10, 25))] for k in (0, 10, 20)]
+
+
+def test_the_delay_sends_a_partial_batch_and_queues_are_kept_apart():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=5, batch_max_bytes=1 << 20)
+    for i in range(MIN_BATCH):
+        acc.add(Message("A", b"a%d" % i), -1, None)
+        acc.add(Message("B", b"b%d" % i), 2, None)
+    deadline = time.monotonic() + 2
+    while len(rec.batches) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sorted((t, q, len(b)) for t, q, b in rec.batches) == [("A", -1, MIN_BATCH), ("B", 2, MIN_BATCH)]
+    assert acc.add(Message("A", b"more"), -1, None)  # its batch was big enough: still batched
+    acc.close()
+
+
+def test_a_queue_whose_batch_stayed_small_is_not_held_back():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=1, batch_max_bytes=1 << 20)
+    assert acc.add(Message("Rare", b"1"), 0, None)
+    assert rec.sent.wait(2)
+    assert acc.add(Message("Rare", b"2"), 0, None) is False  # the caller sends it itself, now
+    assert acc.add(Message("Other", b"x"), 0, None) is True
+    acc.close()
+
+
+def test_closed_accumulator_refuses():
+    acc = ProduceAccumulator(Recorder(), batch_max_delay_ms=1, batch_max_bytes=1 << 20)
+    acc.close()
+    with pytest.raises(ShmqError):
+        acc.add(Message("T", b"x"), 0, None)
