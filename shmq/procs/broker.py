@@ -119,13 +119,11 @@ class BrokerController:
         self.waiters: dict[tuple[str, int], list[PullWaiter]] = {}
         self._stopping = False
         self._park_flags: list = []
-        self._flush_waits: deque = deque()
         self._flush_pending: list[tuple[Client, list[P.SendResultFrame]]] = []
         self._flush_end = 0
-        self._sleeping = False
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.loop_stats = dict.fromkeys(("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts",
-                                         "flush_waits", "flush_wait_ns", "flushed_answers"), 0)
+                                         "group_commits", "group_commit_ns", "flushed_answers"), 0)
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}
         self._busy = 0
@@ -201,10 +199,6 @@ class BrokerController:
             return
         try:
             self._pass(time.monotonic_ns())
-            deadline = time.monotonic() + self.config.sync_flush_timeout / 1000
-            while self._flush_waits and time.monotonic() < deadline:
-                self._deliver_flushed(time.monotonic_ns())
-                time.sleep(0.001)
             for c in list(self.clients.values()):
                 self._flush_out(c)
             self._publish_counters()
@@ -233,9 +227,9 @@ class BrokerController:
         log.info("broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
                  "%d spins that found work, %d client doorbell posts", self.name, st["frames"], st["busy_passes"],
                  st["parks"], st["park_timeouts"], st["spin_hits"], st["posts"])
-        if st["flush_waits"]:
-            log.info("group commit: %d answers in %d flush waits, %.1f us from request to answer on average",
-                     st["flushed_answers"], st["flush_waits"], st["flush_wait_ns"] / st["flush_waits"] / 1000)
+        if st["group_commits"]:
+            log.info("group commit: %d answers in %d flushes, %.1f us per flush on average",
+                     st["flushed_answers"], st["group_commits"], st["group_commit_ns"] / st["group_commits"] / 1000)
 
     # ------------------------------------------------------------------ loop
 
@@ -284,7 +278,6 @@ class BrokerController:
             if self._serve_control():
                 next_control = time.monotonic_ns() + CONTROL_INTERVAL_NS
                 continue
-            self._sleeping = True
             try:
                 stats["parks"] += 1
                 if park(self._has_work, self._park_flags, self.bell, IDLE_PARK_S, spin=0.0):
@@ -294,8 +287,6 @@ class BrokerController:
                     spin_ns = SPIN_MIN_NS
             except posix_ipc.SignalError:
                 pass
-            finally:
-                self._sleeping = False
             idle_since = None
 
     def _spin_until(self, end_ns: int) -> bool:
@@ -310,7 +301,7 @@ class BrokerController:
         return False
 
     def _has_work(self) -> bool:
-        if self._stopping or (self._flush_waits and self._flush_waits[0][0].done()):
+        if self._stopping:
             return True
         for c in self.clients.values():
             if c.out:
@@ -337,12 +328,7 @@ class BrokerController:
                     continue  # back pressure: the client is not reading its responses
             work += self._serve_channel(c, now)
         if self._flush_pending:
-            fut = self.store.group_commit.request(self._flush_end)
-            fut.add_done_callback(self._on_flushed)
-            self._flush_waits.append((fut, self._flush_pending, now + self.config.sync_flush_timeout * 1_000_000, now))
-            self._flush_pending = []
-        if self._flush_waits:
-            work += self._deliver_flushed(now)
+            work += self._group_commit()
         if self._touched:
             self._after_puts()
         for c in self.clients.values():
@@ -350,38 +336,38 @@ class BrokerController:
                 self._flush_out(c)
         return work
 
-    def _on_flushed(self, _fut) -> None:
-        # Flush thread: post only if the loop sleeps (or is about to). Both sides run under the
-        # GIL, which orders ``_sleeping`` against the future's state: either the loop's last
-        # ``_has_work`` sees the future done, or we see ``_sleeping`` and post.
-        if self._sleeping:
-            self.bell.ring()
+    def _group_commit(self) -> int:
+        """Flush once for every SYNC_FLUSH send of this pass (they are the group), then answer them.
 
-    def _deliver_flushed(self, now: int) -> int:
+        Flushed here, not by the store's GroupCommitService thread: handing the group to a thread
+        and back cost two wake-ups per group, several times the fdatasync (measured: 1.8x the
+        throughput of 8 sync senders). A flush that fails answers FLUSH_DISK_TIMEOUT.
+        """
+        pending, self._flush_pending = self._flush_pending, []
+        start = time.monotonic_ns()
+        try:
+            ok = self.store.group_commit.flush_now(self._flush_end)
+        except OSError as e:
+            log.error("group commit flush failed: %s", e)
+            ok = False
+        stats = self.loop_stats
+        stats["group_commits"] += 1
+        stats["group_commit_ns"] += time.monotonic_ns() - start
         n = 0
-        while self._flush_waits:
-            fut, pending, deadline, asked = self._flush_waits[0]
-            if not fut.done() and now < deadline:
-                break
-            self._flush_waits.popleft()
-            ok = fut.done() and fut.result()
-            stats = self.loop_stats
-            stats["flush_waits"] += 1
-            stats["flush_wait_ns"] += now - asked
-            for c, results in pending:
-                if not c.alive:
-                    continue
-                if isinstance(results, np.ndarray):
+        for c, results in pending:
+            if not c.alive:
+                continue
+            if isinstance(results, np.ndarray):
+                if not ok:
+                    results["status"] = P.FLUSH_DISK_TIMEOUT
+                c.out.append((PACKED, results.tobytes()))
+            else:
+                for r in results:
                     if not ok:
-                        results["status"] = P.FLUSH_DISK_TIMEOUT
-                    c.out.append((PACKED, results.tobytes()))
-                else:
-                    for r in results:
-                        if not ok:
-                            r.status = P.FLUSH_DISK_TIMEOUT
-                        c.out.append((P.SEND_RESULT, P.encode_send_result(r)))
-                n += len(results)
-                stats["flushed_answers"] += len(results)
+                        r.status = P.FLUSH_DISK_TIMEOUT
+                    c.out.append((P.SEND_RESULT, P.encode_send_result(r)))
+            n += len(results)
+        stats["flushed_answers"] += n
         return n
 
     def _flush_out(self, c: Client) -> None:

@@ -108,6 +108,7 @@ class GroupCommitService(ServiceThread):
         self._flush = flush
         self._on_flushed = on_flushed
         self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one flush at a time: the thread's or flush_now's
         self._requests: list[tuple[int, Future]] = []
         self.flushed_offset = 0
 
@@ -122,15 +123,32 @@ class GroupCommitService(ServiceThread):
         self.wakeup()
         return fut
 
+    def flush_now(self, end_offset: int) -> bool:
+        """Flush in the caller's thread; True once `end_offset` is on disk.
+
+        For a single-threaded caller that collects every waiting request before it flushes
+        (the broker loop): that is already a group, and handing it to this thread and back
+        cost two thread wake-ups per group, several times the fdatasync itself.
+        """
+        self._flush_covering(end_offset)
+        return end_offset <= self.flushed_offset
+
+    def _flush_covering(self, end_offset: int) -> int:
+        with self._flush_lock:
+            if end_offset > self.flushed_offset:
+                offset, ts = self._flush(0)
+                self._on_flushed(offset, ts)
+                with self._lock:
+                    self.flushed_offset = max(self.flushed_offset, offset)
+            return self.flushed_offset
+
     def _run_once(self) -> None:
         with self._lock:
             if not self._requests:
                 return
             batch, self._requests = self._requests, []
-        offset, ts = self._flush(0)
-        self._on_flushed(offset, ts)
+        offset = self._flush_covering(max(end for end, _ in batch))
         with self._lock:
-            self.flushed_offset = max(self.flushed_offset, offset)
             late = [(end, f) for end, f in batch if end > self.flushed_offset]
             self._requests = late + self._requests
         for end, fut in batch:

@@ -10,7 +10,7 @@ import logging
 import mmap
 import os
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from shmq.store import format as fmt
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; Python 3.11's mmap module does not name it
-_WARM_CHUNK = 1 << 20
+_WARM_CHUNK = 1 << 20  # one pwrite
+_WARM_STEP = 4 << 20  # populated (GIL held) and synced at a time
 _ZEROS = bytes(_WARM_CHUNK)
 
 
@@ -63,25 +64,36 @@ class MappedFile:
     def remaining(self) -> int:
         return self.size - self.wrote_position
 
-    def warm(self) -> None:
-        """Get every page into the page cache and this mapping now, so appends never fault.
+    def warm(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Get every page of a segment nobody writes yet into the page cache and this mapping,
+        so appends never fault.
 
-        A new file is first filled with zeros through its descriptor (pwrite releases the GIL
-        and costs about an eighth of the CPU of faulting fresh pages in one by one through the
-        mapping, measured on the dev VMs), then MADV_POPULATE_WRITE maps the pages in one call.
-        Kernels without it get one touch per page.
+        A new file is filled with zeros through a descriptor (pwrite releases the GIL and costs
+        about an eighth of the CPU of faulting fresh pages in one by one through the mapping,
+        measured on the dev VMs), then MADV_POPULATE_WRITE maps the pages; kernels without it
+        get one touch per page. Works in chunks, so the GIL (held by madvise) is never held
+        long, and syncs each chunk (RocketMQ's flushLeastPagesWhenWarmMapedFile): otherwise the
+        first SYNC_FLUSH fdatasync in this segment would have to write every zero page too.
+        ``stop()`` ends it between chunks.
         """
-        if self.created:
-            fd = os.open(self.path, os.O_WRONLY)
-            try:
-                for off in range(0, self.size, _WARM_CHUNK):
-                    os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
-            finally:
-                os.close(fd)
+        fd = os.open(self.path, os.O_WRONLY) if self.created else -1
         try:
-            self.mm.madvise(MADV_POPULATE_WRITE)
-        except OSError:
-            self.array[::PAGE_SIZE] = 0
+            for start in range(0, self.size, _WARM_STEP):
+                if stop():
+                    return
+                end = min(start + _WARM_STEP, self.size)
+                if fd >= 0:
+                    for off in range(start, end, _WARM_CHUNK):
+                        os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, end - off)], off)
+                try:
+                    self.mm.madvise(MADV_POPULATE_WRITE, start, end - start)
+                except OSError:  # kernels before 5.14
+                    self.array[start:end:PAGE_SIZE] = self.array[start:end:PAGE_SIZE]
+                if fd >= 0:
+                    os.fdatasync(fd)
+        finally:
+            if fd >= 0:
+                os.close(fd)
 
     def flush(self) -> int:
         """Make everything written so far durable; returns the flushed position."""
@@ -143,7 +155,7 @@ class AllocateMappedFileService:
         try:
             mf = MappedFile(path, size)
             if self._warm:
-                mf.warm()
+                mf.warm(stop=lambda: self._closed)  # shutdown does not wait for a whole segment
         except OSError as e:
             log.warning("pre-allocating %s failed: %s", path, e)
             with self._lock:

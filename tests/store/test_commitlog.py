@@ -105,3 +105,4 @@ def test_warm_fills_a_new_segment_and_never_touches_existing_data(tmp_path):
     again.warm()
     assert bytes(again.array[99:106]) == b"\0" + b"\7" * 5 + b"\0" and int(again.array.sum()) == 35
     again.close()
+
