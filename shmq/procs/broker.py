@@ -208,6 +208,8 @@ class BrokerController:
             self.offsets.persist()
         except Exception:  # a full disk or no descriptors left must not keep the IPC objects alive
             log.exception("persisting consumer offsets at shutdown failed")
+        if self.topics.dirty:
+            self._persist_topics()
         try:
             self.state.close()
             self.state.unlink()
@@ -255,6 +257,8 @@ class BrokerController:
                 if now >= next_fill:
                     next_fill = now + FILL_NS
                     self._publish_fill()
+                    if self.topics.dirty:
+                        self._persist_topics()
                 if now >= next_persist:
                     next_persist = now + self.config.flush_consumer_offset_interval * 1_000_000
                     if self.offsets.dirty:
@@ -476,7 +480,7 @@ class BrokerController:
             if not self.config.auto_create_topic_enable:
                 return None, P.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist and autoCreateTopicEnable is false"
             try:
-                tc = self.update_topic(topic)
+                tc = self.update_topic(topic, persist=False)
             except (ValueError, OSError) as e:  # OSError: no file descriptors or disk space left
                 return None, P.SYSTEM_ERROR, f"cannot create topic {topic!r}: {e}"
             log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
@@ -728,12 +732,20 @@ class BrokerController:
     def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]:
         return self.store.get_min_offset_in_queue(topic, qid), self.store.get_max_offset_in_queue(topic, qid)
 
+    def _persist_topics(self) -> None:
+        try:
+            self.topics.persist()
+        except OSError as e:  # stays dirty: the next tick tries again
+            self.topics.dirty = True
+            log.error("writing topics.json failed: %s", e)
+
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
-                     perm: int | None = None) -> TopicConfig:
+                     perm: int | None = None, persist: bool = True) -> TopicConfig:
         """Create or change a topic and publish it; if the state segment is full the change is undone
-        (ValueError), so one client's topic never takes the broker down."""
+        (ValueError), so one client's topic never takes the broker down. ``persist=False``: the
+        loop writes topics.json within FILL_NS (auto-created topics)."""
         old = self.topics.get(name)
-        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm)
+        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm, persist)
         try:
             self.publish_topics()
         except ValueError:

@@ -87,7 +87,8 @@ class MessageStore:
         self._queues_lock = threading.Lock()
         self._valid_topics: set[str] = set()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
-        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable)
+        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable,
+                                                   sync_warm=self.config.flush_disk_type == SYNC_FLUSH)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
                                    self.config.store_host, self.allocator)
         self.index: IndexService | None = None

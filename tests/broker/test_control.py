@@ -89,3 +89,19 @@ def test_cli_with_broker_conf_and_sigint(store_dir, broker_name, tmp_path):
             proc.wait()
     log = proc.stderr.read()
     assert "SYNC_FLUSH" in log and "stopped" in log
+
+
+def test_auto_created_topics_reach_topics_json_soon_and_at_shutdown(store_dir, broker_name, config):
+    path = os.path.join(store_dir, "config", "topics.json")
+
+    def on_disk() -> set[str]:
+        return set(json.load(open(path))["topicConfigTable"]) if os.path.exists(path) else set()
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        for i in range(20):
+            p.send(Message(f"Auto{i}", b"x"))
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and len(on_disk()) < 20:
+            time.sleep(0.02)
+        assert {f"Auto{i}" for i in range(20)} <= on_disk()  # written by the loop, not per creation
+        p.send(Message("Last", b"x"))
+    assert "Last" in on_disk()  # shutdown writes what is still pending
