@@ -56,8 +56,15 @@ class Segment:
 
     @classmethod
     def open(cls, name: str, read_only: bool = False) -> Segment:
-        """Map an existing segment (whole size); ``posix_ipc.ExistentialError`` if missing."""
+        """Map an existing segment (whole size); ``posix_ipc.ExistentialError`` if missing.
+
+        A segment of size 0 counts as missing: its creator has made the name but not yet
+        sized it (``shm_open`` and ``ftruncate`` are two steps).
+        """
         shm = posix_ipc.SharedMemory(name, read_only=read_only)
+        if shm.size == 0:
+            shm.close_fd()
+            raise posix_ipc.ExistentialError(f"shared memory {name} is still being created")
         try:
             access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
             mm = mmap.mmap(shm.fd, shm.size, access=access)

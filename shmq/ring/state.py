@@ -227,9 +227,17 @@ class StateReader:
     def open(cls, broker: str) -> StateReader:
         """Map ``broker``'s state read-only; ``BrokerNotFoundError`` if there is none."""
         try:
-            return cls(Segment.open(state_name(broker), read_only=True))
+            segment = Segment.open(state_name(broker), read_only=True)
         except posix_ipc.ExistentialError:
             raise BrokerNotFoundError(f"no broker named {broker!r} is running (no state segment)") from None
+        try:
+            return cls(segment)
+        except StateLayoutError:
+            unformatted = len(segment.buf) >= HEADER_BYTES and int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"]) == 0
+            segment.close()
+            if unformatted:  # the broker is between creating the segment and formatting its header (magic last)
+                raise BrokerNotFoundError(f"broker {broker!r} is still starting") from None
+            raise
 
     @property
     def seq(self) -> int:

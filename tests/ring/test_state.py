@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 
 import numpy as np
@@ -46,6 +47,22 @@ def test_bad_segments_rejected():
     buf[8] = 9
     with pytest.raises(StateLayoutError, match="version"):
         read_layout(buf)
+
+
+def test_reader_treats_a_state_being_created_as_no_broker_yet(broker_name):
+    """shm_open, ftruncate and the header are three steps; a reader between them sees no broker."""
+    import posix_ipc
+    from shmq.ring.state import state_name
+    shm = posix_ipc.SharedMemory(state_name(broker_name), posix_ipc.O_CREX, size=0)
+    try:
+        with pytest.raises(BrokerNotFoundError):  # named, not sized
+            StateReader.open(broker_name)
+        os.ftruncate(shm.fd, StateLayout().size)
+        with pytest.raises(BrokerNotFoundError, match="still starting"):  # sized, header not yet written
+            StateReader.open(broker_name)
+    finally:
+        shm.close_fd()
+        shm.unlink()
 
 
 def test_reader_sees_writer(broker_name):
