@@ -4,9 +4,12 @@ Encoding and writing one message at a time costs a Python producer ~20 us; as a 
 same message costs ~1-2 us. Messages are grouped by (topic, queue), in call order, and a
 group is handed to ``flush`` when it reaches ``batch_max_bytes`` or ``batch_max_delay_ms``
 after its first message (a flusher thread sees to the delay). A queue whose batch was still
-small at its deadline (many topics, each sent rarely) is not held back for the next
-``SPARSE_S``: waiting would only add latency. Flushes run under the accumulator's lock, so
-the batches of one queue reach the ring in the order they were filled.
+small at two deadlines in a row (many topics, each sent rarely) is not held back for the
+next ``SPARSE_S``: waiting would only add latency. (One small batch is no sign: a caller
+that waits on a window of sends leaves a batch of one open while it waits.) Waiting on the Future of a message still in a
+batch (``PendingSend.result``) sends that batch at once: a caller that keeps a window of sends
+in flight never waits out the delay. Flushes run under the accumulator's lock, so the batches
+of one queue reach the ring in the order they were filled.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures._base import PENDING as _PENDING
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,7 +28,7 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH_MESSAGES = 4096
 MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go one by one
-SPARSE_S = 1.0  # a queue whose last batch was small goes unbatched this long (probing sooner cost 2x, measured)
+SPARSE_S = 1.0  # a queue whose batches stay small goes unbatched this long (probing sooner cost 2x, measured)
 RECORD_OVERHEAD = 160  # header, topic and properties of a typical record: how a batch's size is estimated
 
 Flush = Callable[[str, int, list[Message], list["Future | None"]], None]
@@ -32,10 +36,56 @@ Flush = Callable[[str, int, list[Message], list["Future | None"]], None]
 
 @dataclass(eq=False)
 class _Batch:
+    key: tuple[str, int]
     deadline: float
+    condition: threading.Condition = field(default_factory=threading.Condition)
     msgs: list[Message] = field(default_factory=list)
     futures: list[Future | None] = field(default_factory=list)
     size: int = 0
+    sent: bool = False
+
+
+class PendingSend(Future):
+    """The Future of an accumulated message: waiting on it sends its batch now.
+
+    The futures of one batch share one Condition (``add`` sets it): making a Condition per
+    message cost more than the rest of an async send's bookkeeping. Sharing means a waiter can
+    wake for a sibling's result, so ``result`` and ``exception`` wait in a loop.
+    """
+
+    _accumulator: ProduceAccumulator | None = None
+    _batch: _Batch | None = None
+
+    def __init__(self) -> None:  # Future.__init__ without its Condition
+        self._condition = None
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+
+    def result(self, timeout: float | None = None):  # noqa: ANN201 (Future's signature)
+        self._wait(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None):  # noqa: ANN201
+        self._wait(timeout)
+        return super().exception(0)
+
+    def _wait(self, timeout: float | None) -> None:
+        acc, b = self._accumulator, self._batch
+        if acc is not None and b is not None and not b.sent:
+            acc.send_now(b)
+        self._accumulator = self._batch = None
+        if self.done():
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            while not self.done():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                self._condition.wait(remaining)
 
 
 class ProduceAccumulator:
@@ -48,12 +98,13 @@ class ProduceAccumulator:
         self._cond = threading.Condition()
         self._batches: dict[tuple[str, int], _Batch] = {}
         self._sparse: dict[tuple[str, int], float] = {}  # key -> until when its messages go at once
+        self._was_small: set[tuple[str, int]] = set()  # keys whose last deadline flush was small
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def add(self, msg: Message, queue_id: int, future: Future | None) -> bool:
+    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> bool:
         """Queue a checked message (flushing its batch when full); False: the queue is sparse
-        (its last batch was small), send this one yourself, now."""
+        (its batches stayed small), send this one yourself, now."""
         key = (msg.topic, queue_id)
         with self._cond:
             if self._closed:
@@ -63,16 +114,25 @@ class ProduceAccumulator:
                 now = time.monotonic()
                 if self._sparse.get(key, 0.0) > now:
                     return False
-                b = self._batches[key] = _Batch(now + self.delay)
+                b = self._batches[key] = _Batch(key, now + self.delay)
                 self._start_flusher()
                 self._cond.notify()
             b.msgs.append(msg)
             b.futures.append(future)
+            if future is not None:
+                future._condition, future._accumulator, future._batch = b.condition, self, b
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
                 del self._batches[key]
                 self._send(key, b)
             return True
+
+    def send_now(self, b: _Batch) -> None:
+        """Send batch ``b`` unless it has gone already (someone waits on one of its messages)."""
+        with self._cond:
+            if self._batches.get(b.key) is b:
+                del self._batches[b.key]
+                self._send(b.key, b)
 
     def flush_all(self) -> None:
         """Send every waiting batch now (before a sync send or a batch, so none overtakes them).
@@ -93,6 +153,9 @@ class ProduceAccumulator:
             self._thread.join(2.0)
 
     def _send(self, key: tuple[str, int], b: _Batch) -> None:
+        b.sent = True
+        if len(b.msgs) >= MIN_BATCH:
+            self._was_small.discard(key)
         try:
             self._flush(key[0], key[1], b.msgs, b.futures)
         except Exception as e:  # the flush reports to futures itself; this is the last resort
@@ -100,6 +163,7 @@ class ProduceAccumulator:
             for f in b.futures:
                 if f is not None and not f.done():
                     f.set_exception(e)
+        b.msgs = b.futures = []  # the futures keep the batch: let the messages go
 
     def _start_flusher(self) -> None:
         if self._thread is None:
@@ -116,7 +180,9 @@ class ProduceAccumulator:
                 for key in [k for k, b in self._batches.items() if b.deadline <= now]:
                     b = self._batches.pop(key)
                     if len(b.msgs) < MIN_BATCH:
-                        self._sparse[key] = now + SPARSE_S
+                        if key in self._was_small:
+                            self._sparse[key] = now + SPARSE_S
+                        self._was_small.add(key)
                     self._send(key, b)
                 if self._batches:
                     self._cond.wait(max(0.0, min(b.deadline for b in self._batches.values()) - now))

@@ -20,7 +20,7 @@ from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
-from shmq.produce_accumulator import MIN_BATCH, ProduceAccumulator
+from shmq.produce_accumulator import MIN_BATCH, PendingSend, ProduceAccumulator
 from shmq.store import format as fmt
 
 
@@ -181,7 +181,7 @@ class Producer:
             fut = None
             if self._batches(msg):
                 self._encoder.check(msg)
-                fut = Future()
+                fut = PendingSend()
                 if not self._accumulator.add(msg, qid, fut):
                     fut = None
             if fut is None:

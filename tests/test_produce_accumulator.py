@@ -6,7 +6,7 @@ import pytest
 
 from shmq.errors import ShmqError
 from shmq.message import Message
-from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, ProduceAccumulator
+from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, PendingSend, ProduceAccumulator
 
 
 class Recorder:
@@ -43,14 +43,66 @@ def test_the_delay_sends_a_partial_batch_and_queues_are_kept_apart():
     acc.close()
 
 
-def test_a_queue_whose_batch_stayed_small_is_not_held_back():
+def _wait_batches(rec: Recorder, n: int) -> None:
+    deadline = time.monotonic() + 2
+    while len(rec.batches) < n and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(rec.batches) >= n
+
+
+def test_a_queue_whose_batches_stay_small_is_not_held_back():
     rec = Recorder()
     acc = ProduceAccumulator(rec, batch_max_delay_ms=1, batch_max_bytes=1 << 20)
     assert acc.add(Message("Rare", b"1"), 0, None)
-    assert rec.sent.wait(2)
-    assert acc.add(Message("Rare", b"2"), 0, None) is False  # the caller sends it itself, now
+    _wait_batches(rec, 1)
+    assert acc.add(Message("Rare", b"2"), 0, None)  # one small batch is no sign yet
+    _wait_batches(rec, 2)
+    assert acc.add(Message("Rare", b"3"), 0, None) is False  # two in a row: the caller sends it itself, now
     assert acc.add(Message("Other", b"x"), 0, None) is True
     acc.close()
+
+
+def test_waiting_on_a_pending_send_sends_its_batch_now():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(3)]
+    for i, f in enumerate(futures):
+        assert acc.add(Message("T", b"%d" % i), 0, f)
+    assert rec.batches == []
+    with pytest.raises(TimeoutError):  # the recorder never answers; the point is what was sent
+        futures[1].result(0.01)
+    assert rec.batches == [("T", 0, [b"0", b"1", b"2"])]
+    with pytest.raises(TimeoutError):
+        futures[2].exception(0.01)
+    assert len(rec.batches) == 1  # sent once
+    acc.close()
+
+
+def test_a_window_of_sends_never_marks_its_queue_sparse():
+    """The caller's pattern the rule must not punish: fill a window, wait on the oldest."""
+    sent: list[int] = []
+
+    def answer(topic, qid, msgs, futures):
+        sent.append(len(msgs))
+        for f in futures:
+            f.set_result(None)
+    acc = ProduceAccumulator(answer, batch_max_delay_ms=100, batch_max_bytes=1 << 20)
+    window = []
+    for round_ in range(5):
+        for _ in range(32):
+            f = PendingSend()
+            assert acc.add(Message("T", b"x"), 0, f), f"queue marked sparse in round {round_}"
+            window.append(f)
+        window.pop(0).result(1)  # sends the 32
+        f = PendingSend()
+        assert acc.add(Message("T", b"y"), 0, f)
+        window.append(f)
+        time.sleep(0.15)  # the batch of one waits out its deadline, as while the caller waits on an answer
+        for f in window:
+            f.result(1)
+        window.clear()
+    acc.close()
+    assert sent == [32, 1] * 5
 
 
 def test_closed_accumulator_refuses():
