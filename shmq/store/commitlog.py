@@ -4,6 +4,11 @@ Single writer (callers hold `put_lock`). A record arrives already encoded by the
 commitlog copies it (one copy per batch) and patches the fields the store owns. The
 PHYSICALOFFSET field is patched last: recovery accepts a record only if that field equals the
 record's position, so a record whose patching was cut short by a crash is never accepted.
+
+With ``write_through`` (SYNC_FLUSH stores) records are patched in a scratch copy and written
+with pwrite instead of through the mapping: an fdatasync after mapped writes cost ~7x more on
+ext4 (see ``MappedFile.write``), and SYNC_FLUSH pays one before every answer. A record cut
+short by a crash mid-pwrite fails its body CRC, which recovery after a crash checks.
 """
 from __future__ import annotations
 
@@ -41,8 +46,9 @@ class CommitLog:
     """Append and read commitlog records across segments."""
 
     def __init__(self, store_dir: str, segment_size: int, store_host: int = 0,
-                 allocator: AllocateMappedFileService | None = None) -> None:
+                 allocator: AllocateMappedFileService | None = None, write_through: bool = False) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
+        self.write_through = write_through
         self.queue = MappedFileQueue(self.directory, segment_size, allocator)
         self.segment_size = segment_size
         self.store_host = store_host
@@ -66,8 +72,13 @@ class CommitLog:
         mf = self.queue.last_file(self.queue.max_offset)
         if size + fmt.MIN_BLANK > mf.remaining:
             if mf.remaining:
-                fmt.BLANK.pack_into(mf.view, mf.wrote_position, mf.remaining, fmt.BLANK_MAGIC)
+                blank = fmt.BLANK.pack(mf.remaining, fmt.BLANK_MAGIC)
+                if self.write_through:
+                    mf.write(blank, mf.wrote_position)
+                else:
+                    mf.view[mf.wrote_position:mf.wrote_position + len(blank)] = blank
                 mf.wrote_position = mf.size
+            mf.end_writes()
             mf = self.queue.last_file()
             if size + fmt.MIN_BLANK > mf.remaining:
                 raise ValueError(f"record of {size} bytes does not fit a {self.segment_size}-byte segment")
@@ -78,15 +89,21 @@ class CommitLog:
         size = len(record)
         mf = self._segment_for(size)
         pos = mf.wrote_position
-        view = mf.view
-        view[pos:pos + size] = record
-        _I32.pack_into(view, pos + fmt.OFF_QUEUEID, queue_id)
-        _TS_HOST.pack_into(view, pos + fmt.OFF_STORETIMESTAMP, store_timestamp, self.store_host)
-        if _I32.unpack_from(view, pos + fmt.OFF_BODYCRC)[0] == 0:
-            (body_len,) = _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)
-            _I32.pack_into(view, pos + fmt.OFF_BODYCRC, fmt.body_crc(view[pos + fmt.OFF_BODY:pos + fmt.OFF_BODY + body_len]))
+        if self.write_through:
+            view, at = bytearray(record), 0
+        else:
+            view, at = mf.view, pos
+            view[pos:pos + size] = record
+        _I32.pack_into(view, at + fmt.OFF_QUEUEID, queue_id)
+        _TS_HOST.pack_into(view, at + fmt.OFF_STORETIMESTAMP, store_timestamp, self.store_host)
+        if _I32.unpack_from(view, at + fmt.OFF_BODYCRC)[0] == 0:
+            (body_len,) = _I32.unpack_from(view, at + fmt.OFF_BODYLEN)
+            _I32.pack_into(view, at + fmt.OFF_BODYCRC,
+                           fmt.body_crc(memoryview(view)[at + fmt.OFF_BODY:at + fmt.OFF_BODY + body_len]))
         phys = mf.file_from_offset + pos
-        _QOFF_PHYS.pack_into(view, pos + fmt.OFF_QUEUEOFFSET, queue_offset, phys)
+        _QOFF_PHYS.pack_into(view, at + fmt.OFF_QUEUEOFFSET, queue_offset, phys)
+        if self.write_through:
+            mf.write(view, pos)
         mf.wrote_position = pos + size
         self.confirmed = (phys + size, store_timestamp)
         return phys
@@ -110,13 +127,19 @@ class CommitLog:
             j = i + int(np.searchsorted(ends[i:] - starts[i], mf.remaining - fmt.MIN_BLANK, side="right"))
             lo, hi = int(starts[i]), int(ends[j - 1])
             pos = mf.wrote_position
-            mf.array[pos:pos + hi - lo] = src[lo:hi]
             rel = starts[i:j] + (pos - lo)
             phys_all[i:j] = rel + mf.file_from_offset
+            if self.write_through:  # patch a copy, then one pwrite
+                dst, at = src[lo:hi].copy(), starts[i:j] - lo
+            else:
+                dst, at = mf.array, rel
+                dst[pos:pos + hi - lo] = src[lo:hi]
             if missing_crc is not None:
-                self._fill_crc(mf, rel, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
-            fmt.patch_owned_fields(mf.array, rel, queue_id, store_timestamp, self.store_host,
+                self._fill_crc(dst, at, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
+            fmt.patch_owned_fields(dst, at, queue_id, store_timestamp, self.store_host,
                                    first_queue_offset + i, mf.file_from_offset + pos)
+            if self.write_through:
+                mf.write(dst, pos)
             mf.wrote_position = pos + hi - lo
             i = j
         end = int(phys_all[-1] + sizes[-1])
@@ -124,8 +147,8 @@ class CommitLog:
         return AppendResult(int(phys_all[0]), end - int(phys_all[0]), phys_all, store_timestamp)
 
     @staticmethod
-    def _fill_crc(mf: MappedFile, rel: np.ndarray, which: np.ndarray) -> None:
-        view = mf.view
+    def _fill_crc(dst: np.ndarray, rel: np.ndarray, which: np.ndarray) -> None:
+        view = memoryview(dst)
         for p in rel[which].tolist():
             (body_len,) = _I32.unpack_from(view, p + fmt.OFF_BODYLEN)
             _I32.pack_into(view, p + fmt.OFF_BODYCRC, fmt.body_crc(view[p + fmt.OFF_BODY:p + fmt.OFF_BODY + body_len]))

@@ -10,6 +10,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 from typing import Callable, Iterator
 
 import numpy as np
@@ -56,6 +57,8 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote_position = 0
         self.flushed_position = 0
+        self._write_fd = -1  # opened by the first write(), closed by end_writes() or close()
+        self._fd_lock = threading.Lock()  # a flush thread may fdatasync it while the writer closes it
 
     @property
     def file_to_offset(self) -> int:
@@ -69,7 +72,8 @@ class MappedFile:
     def remaining(self) -> int:
         return self.size - self.wrote_position
 
-    def warm(self, stop: Callable[[], bool] = lambda: False, sync: bool = False) -> None:
+    def warm(self, stop: Callable[[], bool] = lambda: False, sync: bool = False,
+             rest: Callable[[float], object] | None = None) -> None:
         """Get every page of a segment nobody writes yet into the page cache and this mapping,
         so appends never fault.
 
@@ -79,7 +83,9 @@ class MappedFile:
         get one touch per page. Works in chunks, so the GIL (held by madvise) is never held
         long. With ``sync`` (SYNC_FLUSH stores) each chunk is synced, as RocketMQ does with
         flushLeastPagesWhenWarmMapedFile: otherwise the first fdatasync of data in this segment
-        could have to write every zero page too. ``stop()`` ends it between chunks.
+        could have to write every zero page too. ``stop()`` ends it between chunks; ``rest(t)``
+        is called after each synced chunk that took ``t`` seconds (the allocator pauses there,
+        so the writer's own fdatasyncs do not queue behind a stream of zero pages).
         """
         fd = os.open(self.path, os.O_WRONLY) if self.created else -1
         try:
@@ -87,6 +93,7 @@ class MappedFile:
                 if stop():
                     return
                 end = min(start + _WARM_STEP, self.size)
+                began = time.monotonic()
                 if fd >= 0:
                     for off in range(start, end, _WARM_CHUNK):
                         os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, end - off)], off)
@@ -96,14 +103,36 @@ class MappedFile:
                     self.array[start:end:PAGE_SIZE] = self.array[start:end:PAGE_SIZE]
                 if sync and fd >= 0:
                     os.fdatasync(fd)
+                    if rest is not None:
+                        rest(time.monotonic() - began)
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def write(self, data, pos: int) -> None:
+        """Write ``data`` at ``pos`` through the file (pwrite), not the mapping; the mapping sees
+        it at once (one page cache).
+
+        For stores that fdatasync before they answer: on ext4 an fdatasync after writes through
+        a mapping cost ~1 ms here (each write fault journals the inode), after pwrite into the
+        same allocated blocks ~0.14 ms (measured on the dev VM, 300 syncs of 200 bytes each).
+        """
+        if self._write_fd < 0:
+            self._write_fd = os.open(self.path, os.O_WRONLY)
+        view = memoryview(data).cast("B")
+        while len(view):
+            n = os.pwrite(self._write_fd, view, pos)
+            view, pos = view[n:], pos + n
 
     def flush(self) -> int:
         """Make everything written so far durable; returns the flushed position."""
         pos = self.wrote_position
         if pos > self.flushed_position:
+            with self._fd_lock:
+                if self._write_fd >= 0:
+                    os.fdatasync(self._write_fd)
+                    self.flushed_position = pos
+                    return pos
             try:
                 fd = os.open(self.path, os.O_RDONLY)  # fdatasync syncs the file, whichever descriptor
             except FileNotFoundError:  # deleted by cleanup meanwhile: nothing left to make durable
@@ -120,8 +149,16 @@ class MappedFile:
         """Clear the bytes from `pos` to the end: a truncated tail must not look like records later."""
         self.array[pos:] = 0
 
+    def end_writes(self) -> None:
+        """Close the descriptor write() opened (the segment is full): a long-lived log holds one."""
+        with self._fd_lock:
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+                self._write_fd = -1
+
     def close(self) -> None:
         """Unmap and close; a view still held by a reader keeps the mapping alive until it is dropped."""
+        self.end_writes()
         self.array = None  # type: ignore[assignment]
         self.view.release()
         try:
@@ -147,6 +184,9 @@ class AllocateMappedFileService:
         self._ready: dict[str, MappedFile] = {}
         self._pending: dict[str, threading.Thread] = {}
         self._closed = False
+        # Synced warming rests as long as each chunk took (half the disk's time at most)
+        # unless a writer waits for the segment or the store shuts down: then it hurries.
+        self._hurry = threading.Event()
 
     def request(self, path: str, size: int) -> None:
         """Start preparing `path` unless it is already prepared or in progress."""
@@ -161,7 +201,8 @@ class AllocateMappedFileService:
         try:
             mf = MappedFile(path, size)
             if self._warm:
-                mf.warm(lambda: self._closed, self._sync_warm)  # shutdown does not wait for a whole segment
+                rest = self._hurry.wait if self._sync_warm else None
+                mf.warm(lambda: self._closed, self._sync_warm, rest)  # shutdown does not wait for a whole segment
         except OSError as e:
             log.warning("pre-allocating %s failed: %s", path, e)
             with self._lock:
@@ -179,9 +220,12 @@ class AllocateMappedFileService:
         with self._lock:
             t = self._pending.get(path)
         if t is not None:
+            self._hurry.set()
             t.join()
         with self._lock:
             mf = self._ready.pop(path, None)
+            if not self._pending:
+                self._hurry.clear()
         return mf if mf is not None else MappedFile(path, size)
 
     def shutdown(self) -> None:
@@ -189,6 +233,7 @@ class AllocateMappedFileService:
         with self._lock:
             self._closed = True
             pending = list(self._pending.values())
+        self._hurry.set()
         for t in pending:
             t.join()
         with self._lock:

@@ -90,7 +90,8 @@ class MessageStore:
         self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable,
                                                    sync_warm=self.config.flush_disk_type == SYNC_FLUSH)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
-                                   self.config.store_host, self.allocator)
+                                   self.config.store_host, self.allocator,
+                                   write_through=self.config.flush_disk_type == SYNC_FLUSH)
         self.index: IndexService | None = None
         self.checkpoint: StoreCheckpoint | None = None
         self._services: list = []

@@ -1,6 +1,7 @@
 import os
 
 import numpy as np
+import pytest
 
 from shmq.store import format as fmt
 from shmq.store.commitlog import CommitLog
@@ -9,12 +10,21 @@ from shmq.store.mapped_file import AllocateMappedFileService
 from .conftest import record
 
 
-def _log(tmp_path, size=4096, allocator=None):
-    return CommitLog(str(tmp_path), size, store_host=42, allocator=allocator)
+def _log(tmp_path, size=4096, allocator=None, write_through=False):
+    return CommitLog(str(tmp_path), size, store_host=42, allocator=allocator, write_through=write_through)
 
 
-def test_append_rolls_with_blank_and_reads_back(tmp_path):
-    log = _log(tmp_path)
+def _open_segment_fds(tmp_path) -> int:
+    d = str(tmp_path / "commitlog")
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(d) for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}"))
+
+WRITE_MODES = pytest.mark.parametrize("write_through", [False, True], ids=["mapped", "pwrite"])
+
+
+@WRITE_MODES
+def test_append_rolls_with_blank_and_reads_back(tmp_path, write_through):
+    log = _log(tmp_path, write_through=write_through)
     bodies = [bytes([i % 256]) * (i * 37 % 700) for i in range(60)]
     offsets = []
     for i, body in enumerate(bodies):
@@ -34,11 +44,17 @@ def test_append_rolls_with_blank_and_reads_back(tmp_path):
         last = [p for m, p, s in log.iter_records(mf.file_from_offset) if m is mf][-1]
         end = last + log.read(mf.file_from_offset + last).total_size
         assert fmt.check_record(mf.view, end, mf.size, mf.file_from_offset + end) == (fmt.RECORD_BLANK, mf.size - end)
+    # each mapping holds a descriptor; pwrite's own is only the last segment's (full ones let it go)
+    assert _open_segment_fds(tmp_path) == len(log.queue.files) + (1 if write_through else 0)
+    log.flush()
+    files = list(log.queue.files)
     log.close()
+    assert all(f._write_fd < 0 for f in files)
 
 
-def test_batch_append_splits_at_segment_end(tmp_path):
-    log = _log(tmp_path)
+@WRITE_MODES
+def test_batch_append_splits_at_segment_end(tmp_path, write_through):
+    log = _log(tmp_path, write_through=write_through)
     bodies = [os.urandom(50 + i % 90) for i in range(200)]
     batch = fmt.encode_batch("Batch", bodies)
     sizes = np.diff(np.append(batch.starts, len(batch.buf)))
@@ -52,8 +68,9 @@ def test_batch_append_splits_at_segment_end(tmp_path):
     log.close()
 
 
-def test_store_fills_missing_crc(tmp_path):
-    log = _log(tmp_path)
+@WRITE_MODES
+def test_store_fills_missing_crc(tmp_path, write_through):
+    log = _log(tmp_path, write_through=write_through)
     rec = record("T", b"payload", crc=0)
     off = log.append(rec, 0, 0, 5)
     assert log.read(off).body_crc == fmt.body_crc(b"payload")
@@ -106,3 +123,31 @@ def test_warm_fills_a_new_segment_and_never_touches_existing_data(tmp_path):
     assert bytes(again.array[99:106]) == b"\0" + b"\7" * 5 + b"\0" and int(again.array.sum()) == 35
     again.close()
 
+
+
+def test_synced_warm_rests_after_each_chunk(tmp_path):
+    """SYNC_FLUSH stores warm in synced chunks with a pause after each, so the writer's own
+    fdatasyncs do not queue behind a stream of zero pages."""
+    from shmq.store.mapped_file import MappedFile
+    mf = MappedFile(str(tmp_path / fmt.offset_file_name(0)), 8 << 20)
+    rests: list[float] = []
+    mf.warm(sync=True, rest=rests.append)
+    assert len(rests) == 2 and all(t > 0 for t in rests)
+    mf.warm(rest=rests.append)  # unsynced warming never rests
+    assert len(rests) == 2
+    mf.close()
+
+
+def test_a_writer_waiting_for_a_segment_hurries_the_synced_warm(tmp_path):
+    import time
+    alloc = AllocateMappedFileService(warm=True, sync_warm=True)
+    path = str(tmp_path / fmt.offset_file_name(0))
+    alloc.request(path, 64 << 20)
+    t = time.monotonic()
+    mf = alloc.take(path, 64 << 20)
+    took = time.monotonic() - t
+    assert mf.size == 64 << 20 and os.stat(path).st_blocks * 512 >= 64 << 20
+    assert not alloc._hurry.is_set()  # the next segment rests again
+    mf.close()
+    alloc.shutdown()
+    assert took < 30
