@@ -67,7 +67,13 @@ class Shmq(System):
         self.brokers = []
         self.store = tempfile.mkdtemp(prefix="shmq.", dir=workdir)
         self.broker_ = self._start_broker(self.store, self.name_, {"default_topic_queue_nums": 8})
-        self.durable_broker = None
+        # The SYNC_FLUSH broker starts now, like the Redis and NATS servers: its first commitlog
+        # segment is warmed (zeros written and synced) in the background by then, as on any
+        # broker that has been up for a few seconds.
+        self.durable_store = tempfile.mkdtemp(prefix="shmq-sync.", dir=workdir)
+        self.durable_name = self.name_ + "s"
+        self._start_broker(self.durable_store, self.durable_name,
+                           {"flush_disk_type": "SYNC_FLUSH", "default_topic_queue_nums": 8})
         self.producer = shmq.Producer("bench-admin", broker=self.name_)
         self.producer.start()
 
@@ -117,11 +123,6 @@ class Shmq(System):
 
     def durable_context(self, spec):
         import shmq
-        if self.durable_broker is None:
-            self.durable_store = tempfile.mkdtemp(prefix="shmq-sync.", dir=self.workdir)
-            self.durable_name = self.name_ + "s"
-            self.durable_broker = self._start_broker(self.durable_store, self.durable_name,
-                                                     {"flush_disk_type": "SYNC_FLUSH", "default_topic_queue_nums": 8})
         p = shmq.Producer("bench-admin-sync", broker=self.durable_name)
         p.start()
         try:
