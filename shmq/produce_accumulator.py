@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from dataclasses import dataclass, field
 from typing import Callable
@@ -65,6 +66,8 @@ class PendingSend(Future):
         self._done_callbacks = []
 
     def result(self, timeout: float | None = None):  # noqa: ANN201 (Future's signature)
+        if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
+            return self._result
         self._wait(timeout)
         return super().result(0)
 
@@ -86,6 +89,41 @@ class PendingSend(Future):
                 if remaining is not None and remaining <= 0:
                     return
                 self._condition.wait(remaining)
+
+
+def settle(futures: list[Future | None], results: list | None, error: BaseException | None) -> None:
+    """Finish the futures of one batch: ``results[i]`` each, or ``error`` for all. PendingSends of
+    a batch share a Condition, so it is taken once and notified once for the lot; a future the
+    caller cancelled (or any other) is finished one by one, as Future does it."""
+    shared = [f for f in futures if type(f) is PendingSend and f._condition is not None]
+    cond = shared[0]._condition if shared else None
+    finished = []
+    if cond is not None:
+        with cond:
+            for i, f in enumerate(futures):
+                if f is None or f._condition is not cond or f._state != _PENDING:
+                    continue
+                if error is not None:
+                    f._exception = error
+                else:
+                    f._result = results[i]
+                f._state = _FINISHED
+                for w in f._waiters:  # concurrent.futures.wait / as_completed
+                    if error is not None:
+                        w.add_exception(f)
+                    else:
+                        w.add_result(f)
+                finished.append(f)
+            cond.notify_all()
+        for f in finished:
+            if f._done_callbacks:
+                f._invoke_callbacks()
+    for i, f in enumerate(futures):
+        if f is not None and f._condition is not cond and not f.done():
+            if error is not None:
+                f.set_exception(error)
+            else:
+                f.set_result(results[i])
 
 
 class ProduceAccumulator:

@@ -20,7 +20,7 @@ from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
-from shmq.produce_accumulator import MIN_BATCH, PendingSend, ProduceAccumulator
+from shmq.produce_accumulator import MIN_BATCH, PendingSend, ProduceAccumulator, settle
 from shmq.store import format as fmt
 
 
@@ -38,13 +38,7 @@ def _settle(sent: Future, futures: list[Future | None], single: bool = False) ->
     """Hand each accumulated message its own SendResult (or the send's error); ``sent`` gave one
     result per message, or the one result of a ``single`` send."""
     error = sent.exception()
-    results = None if error is not None else ([sent.result()] if single else sent.result())
-    for i, f in enumerate(futures):
-        if f is not None and not f.done():
-            if error is not None:
-                f.set_exception(error)
-            else:
-                f.set_result(results[i])
+    settle(futures, None if error is not None else ([sent.result()] if single else sent.result()), error)
 
 
 def _fail(future: Future | None, error: Exception, topic: str) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from shmq.errors import ShmqError
 from shmq.message import Message
-from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, PendingSend, ProduceAccumulator
+from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, PendingSend, ProduceAccumulator, settle
 
 
 class Recorder:
@@ -110,3 +110,31 @@ def test_closed_accumulator_refuses():
     acc.close()
     with pytest.raises(ShmqError):
         acc.add(Message("T", b"x"), 0, None)
+
+
+def test_settle_finishes_a_batch_as_futures_do():
+    """One lock and one notify for a batch, and still every Future promise: results in order,
+    callbacks run, concurrent.futures.wait wakes, a cancelled future stays cancelled."""
+    import concurrent.futures as cf
+    acc = ProduceAccumulator(lambda *a: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(4)]
+    for i, f in enumerate(futures):
+        acc.add(Message("T", b"%d" % i), 0, f)
+    seen = []
+    futures[0].add_done_callback(lambda f: seen.append(f.result()))
+    assert futures[2].cancel()
+    waiter = threading.Thread(target=lambda: seen.append(len(cf.wait(futures[:2], timeout=5).done)))
+    waiter.start()
+    time.sleep(0.05)
+    settle(futures + [None], ["r0", "r1", "r2", "r3", "none"], None)
+    waiter.join(5)
+    assert [f.result(0) for f in (futures[0], futures[1], futures[3])] == ["r0", "r1", "r3"]
+    assert futures[2].cancelled() and sorted(map(str, seen)) == ["2", "r0"]
+    failed = [PendingSend() for _ in range(2)]
+    for f in failed:
+        acc.add(Message("U", b"x"), 0, f)
+    settle(failed, None, ShmqError("broker gone"))
+    assert all(isinstance(f.exception(0), ShmqError) for f in failed)
+    with pytest.raises(ShmqError):
+        failed[0].result(0)
+    acc.close()
