@@ -350,14 +350,19 @@ def backlog_producer(ctx, sync):
     marks.append((0, sync.t0))
     sent = 0
     next_mark = tenth
+    in_flight = collections.deque()
     while sent < n:
-        p.send_batch(batch)
+        in_flight.append(p.send_batch_async(batch))  # pipelined as in the batch throughput runs
         sent += len(batch)
+        if len(in_flight) >= BATCH_WINDOW:
+            in_flight.popleft().result(60)
         if sent >= next_mark:
             marks.append((sent, time.perf_counter()))
             next_mark += tenth
         if sync.expired():
             break
+    for f in in_flight:
+        f.result(60)
     end = time.perf_counter()
     p.shutdown()
     if marks[-1][0] != sent:
