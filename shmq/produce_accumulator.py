@@ -5,11 +5,11 @@ same message costs ~1-2 us. Messages are grouped by (topic, queue), in call orde
 group is handed to ``flush`` when it reaches ``batch_max_bytes`` or ``batch_max_delay_ms``
 after its first message (a flusher thread sees to the delay). A queue whose batch was still
 small at two deadlines in a row (many topics, each sent rarely) is not held back for the
-next ``SPARSE_S``: waiting would only add latency. (One small batch is no sign: a caller
-that waits on a window of sends leaves a batch of one open while it waits.) Waiting on the Future of a message still in a
-batch (``PendingSend.result``) sends that batch at once: a caller that keeps a window of sends
-in flight never waits out the delay. Flushes run under the accumulator's lock, so the batches
-of one queue reach the ring in the order they were filled.
+next ``SPARSE_S``: waiting would only add latency. (One small batch is no sign: a caller that
+waits on a window of sends leaves a batch of one open while it waits.) Waiting on the Future
+of a message still in a batch (``PendingSend.result``) sends that batch at once: a caller that
+keeps a window of sends in flight never waits out the delay. Flushes run under the
+accumulator's lock, so the batches of one queue reach the ring in the order they were filled.
 """
 from __future__ import annotations
 

@@ -233,9 +233,11 @@ class StateReader:
         try:
             return cls(segment)
         except StateLayoutError:
-            unformatted = len(segment.buf) >= HEADER_BYTES and int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"]) == 0
+            # magic 0: the broker is between sizing the segment and writing its header (magic last)
+            unformatted = (len(segment.buf) >= HEADER_BYTES
+                           and int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"]) == 0)
             segment.close()
-            if unformatted:  # the broker is between creating the segment and formatting its header (magic last)
+            if unformatted:
                 raise BrokerNotFoundError(f"broker {broker!r} is still starting") from None
             raise
 
