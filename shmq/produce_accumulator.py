@@ -91,39 +91,34 @@ class PendingSend(Future):
                 self._condition.wait(remaining)
 
 
-def settle(futures: list[Future | None], results: list | None, error: BaseException | None) -> None:
-    """Finish the futures of one batch: ``results[i]`` each, or ``error`` for all. PendingSends of
-    a batch share a Condition, so it is taken once and notified once for the lot; a future the
-    caller cancelled (or any other) is finished one by one, as Future does it."""
-    shared = [f for f in futures if type(f) is PendingSend and f._condition is not None]
-    cond = shared[0]._condition if shared else None
+def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
+    """Finish the futures of one batch (None: a oneway message): ``results[i]`` each, or ``error``
+    for all. They share one Condition: taken once and notified once for the lot. A future the
+    caller cancelled stays cancelled."""
+    live = [(i, f) for i, f in enumerate(futures) if f is not None]
+    if not live:
+        return
     finished = []
-    if cond is not None:
-        with cond:
-            for i, f in enumerate(futures):
-                if f is None or f._condition is not cond or f._state != _PENDING:
-                    continue
-                if error is not None:
-                    f._exception = error
-                else:
-                    f._result = results[i]
-                f._state = _FINISHED
-                for w in f._waiters:  # concurrent.futures.wait / as_completed
-                    if error is not None:
-                        w.add_exception(f)
-                    else:
-                        w.add_result(f)
-                finished.append(f)
-            cond.notify_all()
-        for f in finished:
-            if f._done_callbacks:
-                f._invoke_callbacks()
-    for i, f in enumerate(futures):
-        if f is not None and f._condition is not cond and not f.done():
+    cond = live[0][1]._condition
+    with cond:
+        for i, f in live:
+            if f._state != _PENDING:
+                continue
             if error is not None:
-                f.set_exception(error)
+                f._exception = error
             else:
-                f.set_result(results[i])
+                f._result = results[i]
+            f._state = _FINISHED
+            for w in f._waiters:  # concurrent.futures.wait / as_completed
+                if error is not None:
+                    w.add_exception(f)
+                else:
+                    w.add_result(f)
+            finished.append(f)
+        cond.notify_all()
+    for f in finished:
+        if f._done_callbacks:
+            f._invoke_callbacks()
 
 
 class ProduceAccumulator:
