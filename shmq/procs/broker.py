@@ -736,7 +736,6 @@ class BrokerController:
         try:
             self.topics.persist()
         except OSError as e:  # stays dirty: the next tick tries again
-            self.topics.dirty = True
             log.error("writing topics.json failed: %s", e)
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,

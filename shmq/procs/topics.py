@@ -95,5 +95,5 @@ class TopicConfigManager:
         return True
 
     def persist(self) -> None:
-        self.dirty = False
         write_json(self.path, {"topicConfigTable": {n: t.to_json() for n, t in sorted(self.topics.items())}})
+        self.dirty = False
