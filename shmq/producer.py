@@ -27,6 +27,7 @@ from shmq.store import format as fmt
 log = logging.getLogger(__name__)
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+SYNC_POLL_S = 300e-6  # a sync send reads its own answer this long, then waits for the reader thread
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
@@ -164,7 +165,13 @@ class Producer:
              timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (retried on busy/timeout within the timeout)."""
         self._flush_accumulated()
-        fut = self._submit_one(msg, self._choose_queue(msg, selector, arg), timeout, oneway=False)
+        qid = self._choose_queue(msg, selector, arg)
+        s = self._conn.hold_responses()
+        try:
+            fut = self._submit_one(msg, qid, timeout, oneway=False)
+            self._conn.poll(s, fut.done, SYNC_POLL_S)
+        finally:
+            self._conn.release_responses(s)
         return fut.result()
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,

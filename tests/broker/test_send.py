@@ -144,3 +144,32 @@ def test_broker_name_from_environment(store_dir, broker_name, config, monkeypatc
     monkeypatch.setenv("SHMQ_BROKER", broker_name)
     with shmq.Broker(store_dir, broker_name, config), Producer("pg") as p:
         assert p.broker_name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
+
+
+def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, config):
+    """Sync senders read the response ring themselves (``BrokerConnection.poll``) while async
+    sends of other threads are answered on the same ring: every answer reaches its own
+    future, including those that arrive just as a sync caller stops reading."""
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("pg", broker=broker_name, auto_batch=False) as p:
+            sync: list = []
+            futures: list = []
+
+            def sync_sender(t: int) -> None:
+                sync.extend(p.send(Message("Mixed", b"s%d-%d" % (t, i))) for i in range(300))
+
+            def async_sender() -> None:
+                for i in range(1000):
+                    futures.append(p.send_async(Message("Mixed", b"a%d" % i)))
+                    if i % 50 == 0:
+                        time.sleep(0.001)  # answers arrive while no sync caller reads, too
+            threads = [threading.Thread(target=sync_sender, args=(t,)) for t in range(3)]
+            threads.append(threading.Thread(target=async_sender))
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            results = sync + [f.result(5) for f in futures]
+    assert len(results) == 1900 and all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 1900
+    assert len({r.msg_id for r in results}) == 1900
