@@ -10,7 +10,6 @@ feature; until then redelivery goes on at the longest delay.)
 """
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import logging
@@ -111,7 +110,7 @@ class _Service:
             if m.reconsume_times + 1 == self.max_reconsume_times:
                 log.warning("message %s reached maxReconsumeTimes %d; it stays in redelivery until the retry "
                             "topic and DLQ exist", m.msg_id, self.max_reconsume_times)
-            out.append(dataclasses.replace(m, reconsume_times=m.reconsume_times + 1))
+            out.append(m.redelivered())
         return out
 
 

@@ -91,31 +91,26 @@ class MessageBatch:
 
     def to_message_ext(self, i: int) -> MessageExt:
         """Record i as the everyday per-message object (body copied out of the mapping)."""
-        props = self.properties(i)
-        phys = int(self.commit_log_offset[i])
-        offset_id = fmt.offset_msg_id(int(self.store_host[i]), phys)
-        return MessageExt(self.topic, bytes(self.body(i)), props.get(fmt.PROPERTY_TAGS),
-                          props.get(fmt.PROPERTY_KEYS), props, self.queue_id, int(self.queue_offset[i]), phys,
-                          int(self.born_timestamp[i]), int(self.store_timestamp[i]), int(self.reconsume_times[i]),
-                          props.get(fmt.PROPERTY_UNIQ_KEY) or offset_id, offset_id, int(self.size[i]),
-                          int(self.sysflag[i]))
+        return MessageExt.stored(self.topic, bytes(self.body(i)), bytes(self._raw(i, self.props_pos, self.props_len)),
+                                 self.queue_id, int(self.queue_offset[i]), int(self.commit_log_offset[i]),
+                                 int(self.born_timestamp[i]), int(self.store_timestamp[i]),
+                                 int(self.reconsume_times[i]), int(self.store_host[i]), int(self.size[i]),
+                                 int(self.sysflag[i]))
 
     def messages(self) -> list[MessageExt]:
-        """Every record as a MessageExt: the columns are converted once, not field by field per message."""
+        """Every record as a MessageExt: the columns are converted once, not field by field per
+        message, and properties stay encoded until a listener asks (``MessageExt.stored``)."""
         if not len(self):
             return []
         views = [memoryview(b) for b in self.buffers]
-        props = [fmt.decode_properties(views[s][p:p + n]) for s, p, n in
+        props = [bytes(views[s][p:p + n]) for s, p, n in
                  zip(self.segment.tolist(), self.props_pos.tolist(), self.props_len.tolist())]
-        offset_ids = fmt.offset_msg_ids(self.store_host, self.commit_log_offset)
-        topic, qid, tags, keys, uniq = self.topic, self.queue_id, fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, \
-            fmt.PROPERTY_UNIQ_KEY
-        return [MessageExt(topic, bytes(body), pr.get(tags), pr.get(keys), pr, qid, qoff, phys, born, stored,
-                           reconsume, pr.get(uniq) or oid, oid, size, sysflag)
-                for body, pr, qoff, phys, born, stored, reconsume, oid, size, sysflag in zip(
+        stored, topic, qid = MessageExt.stored, self.topic, self.queue_id
+        return [stored(topic, bytes(body), pr, qid, qoff, phys, born, stamp, reconsume, host, size, sysflag)
+                for body, pr, qoff, phys, born, stamp, reconsume, host, size, sysflag in zip(
                     self.bodies(), props, self.queue_offset.tolist(), self.commit_log_offset.tolist(),
                     self.born_timestamp.tolist(), self.store_timestamp.tolist(), self.reconsume_times.tolist(),
-                    offset_ids, self.size.tolist(), self.sysflag.tolist())]
+                    self.store_host.tolist(), self.size.tolist(), self.sysflag.tolist())]
 
 
 def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, codes: np.ndarray,
