@@ -262,12 +262,11 @@ class Producer:
         def build(r: P.SendResultFrame) -> SendResult | list[SendResult]:
             phys = r.phys_offsets or [r.phys_offset]
             status, mq = _STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, self.broker_name, r.queue_id)
-            ids = fmt.offset_msg_ids(r.store_host, phys)
             if split:
-                return [SendResult(status, uniq, oid, mq, r.queue_offset + i, r.store_timestamp, 1, [p])
-                        for i, (uniq, oid, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), ids, phys))]
-            return SendResult(status, enc.msg_ids, ",".join(ids), mq, r.queue_offset, r.store_timestamp, r.count,
-                              list(phys))
+                return [SendResult(status, uniq, None, mq, r.queue_offset + i, r.store_timestamp, 1, [p], r.store_host)
+                        for i, (uniq, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), phys))]
+            return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
+                              list(phys), r.store_host)
         return self._submit(P.SEND_BATCH, size, fill, build, deadline)
 
     def _send_accumulated(self, topic: str, qid: int, msgs: list[Message], futures: list[Future | None]) -> None:
@@ -326,10 +325,9 @@ class Producer:
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
-            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq,
-                              fmt.offset_msg_id(r.store_host, r.phys_offset),
+            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
                               MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
-                              1, [r.phys_offset])
+                              1, [r.phys_offset], r.store_host)
         return self._submit(P.SEND, size, fill, build, deadline)
 
     # ------------------------------------------------------------------ requests and retries

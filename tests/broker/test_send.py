@@ -22,6 +22,7 @@ def _check(store, result, body: bytes, tags: str | None = None) -> None:
     assert bytes(rec.body) == body
     assert rec.queue_id == result.queue.queue_id and rec.queue_offset == result.queue_offset
     assert rec.uniq_key == result.msg_id and rec.tags == tags
+    assert rec.offset_msg_id == result.offset_msg_id  # made on first use from store host + offset
     got = store.get_message(result.queue.topic, result.queue.queue_id, result.queue_offset, 1)
     assert bytes(got.messages[0].body) == body
 
@@ -54,9 +55,11 @@ def test_sync_async_oneway_batch_round_trip(store_dir, broker_name, config):
         for r, body in async_results:
             _check(store, r, body)
         assert store.query_message("Orders", "k7")[0].body == b"sync7"
+        offset_ids = batch.offset_msg_id.split(",")
         for i, (phys, uniq) in enumerate(zip(batch.phys_offsets, batch.msg_id.split(","))):
             rec = store.look_message_by_offset(phys)
             assert bytes(rec.body) == b"batch%d" % i and rec.uniq_key == uniq
+            assert rec.offset_msg_id == offset_ids[i]
             assert rec.queue_offset == batch.queue_offset + i and rec.tags == "B"
         oneway = set()
         for qid in range(4):

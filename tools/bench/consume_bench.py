@@ -63,7 +63,7 @@ def _pull(name: str, count: int, done_at, ready, start_at=None) -> None:
         got = 0
         while got < count:
             for mq in queues:
-                r = c.pull_batch(mq, offset=offsets[mq], max_nums=4096, timeout=0.0 if got else 0.05)
+                r = c.pull_batch(mq, offset=offsets[mq], max_nums=4096, timeout=0.05)
                 if r.status is PullStatus.FOUND:
                     got += len(r.batch)
                 offsets[mq] = r.next_begin_offset
