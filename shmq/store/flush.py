@@ -4,7 +4,8 @@ ASYNC_FLUSH: a thread flushes the commitlog every flushIntervalCommitLog ms once
 flushCommitLogLeastPages pages are dirty (and everything at least every
 flushCommitLogThoroughInterval). SYNC_FLUSH: group commit: an append asks for its end offset
 to be flushed; one flush covers every request waiting, then they are all answered. Flushing
-goes through os.fdatasync, which releases the GIL while the disk works.
+is an msync of the range written since the last flush (``MappedFile.flush``), which releases
+the GIL while the disk works.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ background thread before it is needed, so the writer never stalls on page faults
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
@@ -24,6 +25,18 @@ _WARM_CHUNK = 1 << 20  # one pwrite
 _FIRST_BYTES = 64 << 10  # written through the descriptor when a segment is created
 _WARM_STEP = 4 << 20  # populated (GIL held) and synced at a time
 _ZEROS = bytes(_WARM_CHUNK)
+MS_SYNC = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+_msync = _libc.msync  # through ctypes: the GIL is released while the disk works (mmap.flush keeps it)
+_msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_msync.restype = ctypes.c_int
+
+
+def sync_range(address: int, length: int) -> None:
+    """msync(MS_SYNC) of mapped memory: writes back and waits for the dirty pages of that range only."""
+    if _msync(address, length, MS_SYNC) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"msync: {os.strerror(err)}")
 
 
 class MappedFile:
@@ -55,10 +68,11 @@ class MappedFile:
             os.close(fd)
         self.array = np.frombuffer(self.mm, dtype=np.uint8)
         self.view = memoryview(self.mm)
+        self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))  # for msync; 0 once closed
         self.wrote_position = 0
         self.flushed_position = 0
         self._write_fd = -1  # opened by the first write(), closed by end_writes() or close()
-        self._fd_lock = threading.Lock()  # a flush thread may fdatasync it while the writer closes it
+        self._fd_lock = threading.Lock()  # a flush thread may sync it while the writer closes it
 
     @property
     def file_to_offset(self) -> int:
@@ -125,23 +139,20 @@ class MappedFile:
             view, pos = view[n:], pos + n
 
     def flush(self) -> int:
-        """Make everything written so far durable; returns the flushed position."""
+        """Make everything written so far durable; returns the flushed position.
+
+        Syncs only the pages from the last flush to ``wrote_position`` (msync of that range),
+        not the whole file (fdatasync). Writing a page back write-protects it in every mapping,
+        and the next store into it faults (~10 us per 4 KiB page on ext4, measured): an
+        fdatasync also cleaned the warmed pages ahead of the writer, so every page it later
+        filled faulted once, which made a 370 KB batch copy take ~0.9 ms instead of ~55 us.
+        """
         pos = self.wrote_position
         if pos > self.flushed_position:
+            start = self.flushed_position & ~(PAGE_SIZE - 1)
             with self._fd_lock:
-                if self._write_fd >= 0:
-                    os.fdatasync(self._write_fd)
-                    self.flushed_position = pos
-                    return pos
-            try:
-                fd = os.open(self.path, os.O_RDONLY)  # fdatasync syncs the file, whichever descriptor
-            except FileNotFoundError:  # deleted by cleanup meanwhile: nothing left to make durable
-                self.flushed_position = pos
-                return pos
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+                if self._address:
+                    sync_range(self._address + start, pos - start)
             self.flushed_position = pos
         return pos
 
@@ -159,6 +170,8 @@ class MappedFile:
     def close(self) -> None:
         """Unmap and close; a view still held by a reader keeps the mapping alive until it is dropped."""
         self.end_writes()
+        with self._fd_lock:
+            self._address = 0  # a flush thread must not msync memory that may be unmapped next
         self.array = None  # type: ignore[assignment]
         self.view.release()
         try:
