@@ -1,15 +1,15 @@
 """ProduceAccumulator: send_async and send_oneway messages gathered into batches (RocketMQ 5's autoBatch).
 
 Encoding and writing one message at a time costs a Python producer ~20 us; as a batch the
-same message costs ~1-2 us. Messages are grouped by (topic, queue), in call order, and a
-group is handed to ``flush`` when it reaches ``batch_max_bytes`` or ``batch_max_delay_ms``
-after its first message (a flusher thread sees to the delay). A queue whose batch was still
-small at two deadlines in a row (many topics, each sent rarely) is not held back for the
-next ``SPARSE_S``: waiting would only add latency. (One small batch is no sign: a caller that
-waits on a window of sends leaves a batch of one open while it waits.) Waiting on the Future
-of a message still in a batch (``PendingSend.result``) sends that batch at once: a caller that
-keeps a window of sends in flight never waits out the delay. Flushes run under the
-accumulator's lock, so the batches of one queue reach the ring in the order they were filled.
+same message costs ~1-2 us. Messages are grouped by (topic, queue), in call order. A group
+that reaches ``batch_max_bytes`` is sent at once; everything else waiting is handed to
+``flush`` together, at the latest ``batch_max_delay_ms`` after the oldest waiting message (a
+flusher thread sees to the delay), or as soon as someone waits on the Future of a message
+still waiting (``PendingSend.result``): a caller that keeps a window of sends in flight never
+waits out the delay. Handing everything over together lets the producer write the small
+groups of many topics (each sent rarely) back to back for the broker to store in one put.
+Flushes run under the accumulator's lock, so the batches of one queue reach the ring in the
+order they were filled.
 """
 from __future__ import annotations
 
@@ -28,17 +28,17 @@ from shmq.message import Message
 log = logging.getLogger(__name__)
 
 MAX_BATCH_MESSAGES = 4096
-MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go one by one
-SPARSE_S = 1.0  # a queue whose batches stay small goes unbatched this long (probing sooner cost 2x, measured)
+MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go as single SENDs
 RECORD_OVERHEAD = 160  # header, topic and properties of a typical record: how a batch's size is estimated
 
-Flush = Callable[[str, int, list[Message], list["Future | None"]], None]
+# (topic, queue id or -1, messages, their futures (None: oneway)) for each group handed over
+Group = tuple[str, int, list[Message], list["Future | None"]]
+Flush = Callable[[list[Group]], None]
 
 
 @dataclass(eq=False)
 class _Batch:
     key: tuple[str, int]
-    deadline: float
     condition: threading.Condition = field(default_factory=threading.Condition)
     msgs: list[Message] = field(default_factory=list)
     futures: list[Future | None] = field(default_factory=list)
@@ -122,7 +122,7 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
 
 
 class ProduceAccumulator:
-    """Per-(topic, queue) batches; ``flush(topic, queue_id, msgs, futures)`` sends one (queue -1: the broker picks)."""
+    """Per-(topic, queue) batches; ``flush(groups)`` sends them (queue -1: the broker picks)."""
 
     def __init__(self, flush: Flush, batch_max_delay_ms: float, batch_max_bytes: int) -> None:
         self._flush = flush
@@ -130,26 +130,23 @@ class ProduceAccumulator:
         self.max_bytes = batch_max_bytes
         self._cond = threading.Condition()
         self._batches: dict[tuple[str, int], _Batch] = {}
-        self._sparse: dict[tuple[str, int], float] = {}  # key -> until when its messages go at once
-        self._was_small: set[tuple[str, int]] = set()  # keys whose last deadline flush was small
+        self._due = 0.0  # when what waits must go: the oldest waiting message's deadline
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> bool:
-        """Queue a checked message (flushing its batch when full); False: the queue is sparse
-        (its batches stayed small), send this one yourself, now."""
+    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> None:
+        """Queue a checked message (sending its group at once when full)."""
         key = (msg.topic, queue_id)
         with self._cond:
             if self._closed:
                 raise ShmqError("the producer was shut down")
             b = self._batches.get(key)
             if b is None:
-                now = time.monotonic()
-                if self._sparse.get(key, 0.0) > now:
-                    return False
-                b = self._batches[key] = _Batch(key, now + self.delay)
-                self._start_flusher()
-                self._cond.notify()
+                if not self._batches:
+                    self._due = time.monotonic() + self.delay
+                    self._start_flusher()
+                    self._cond.notify()
+                b = self._batches[key] = _Batch(key)
             b.msgs.append(msg)
             b.futures.append(future)
             if future is not None:
@@ -157,24 +154,20 @@ class ProduceAccumulator:
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
                 del self._batches[key]
-                self._send(key, b)
-            return True
+                self._send([b])
 
     def send_now(self, b: _Batch) -> None:
-        """Send batch ``b`` unless it has gone already (someone waits on one of its messages)."""
+        """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
         with self._cond:
-            if self._batches.get(b.key) is b:
-                del self._batches[b.key]
-                self._send(b.key, b)
+            if not b.sent:
+                self._send_all()
 
     def flush_all(self) -> None:
         """Send every waiting batch now (before a sync send or a batch, so none overtakes them).
 
         Takes the lock even when nothing waits: the flusher thread may be writing a batch it took."""
         with self._cond:
-            batches, self._batches = self._batches, {}
-            for key, b in batches.items():
-                self._send(key, b)
+            self._send_all()
 
     def close(self) -> None:
         """Send what waits and stop the flusher thread."""
@@ -185,18 +178,24 @@ class ProduceAccumulator:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
 
-    def _send(self, key: tuple[str, int], b: _Batch) -> None:
-        b.sent = True
-        if len(b.msgs) >= MIN_BATCH:
-            self._was_small.discard(key)
+    def _send_all(self) -> None:
+        batches, self._batches = self._batches, {}
+        if batches:
+            self._send(list(batches.values()))
+
+    def _send(self, batches: list[_Batch]) -> None:
+        for b in batches:
+            b.sent = True
         try:
-            self._flush(key[0], key[1], b.msgs, b.futures)
+            self._flush([(b.key[0], b.key[1], b.msgs, b.futures) for b in batches])
         except Exception as e:  # the flush reports to futures itself; this is the last resort
-            log.exception("sending a batch of %d message(s) to %s/%d failed", len(b.msgs), *key)
-            for f in b.futures:
-                if f is not None and not f.done():
-                    f.set_exception(e)
-        b.msgs = b.futures = []  # the futures keep the batch: let the messages go
+            log.exception("sending %d message(s) failed", sum(len(b.msgs) for b in batches))
+            for b in batches:
+                for f in b.futures:
+                    if f is not None and not f.done():
+                        f.set_exception(e)
+        for b in batches:
+            b.msgs = b.futures = []  # the futures keep the batch: let the messages go
 
     def _start_flusher(self) -> None:
         if self._thread is None:
@@ -210,12 +209,7 @@ class ProduceAccumulator:
                     self._cond.wait()
                     continue
                 now = time.monotonic()
-                for key in [k for k, b in self._batches.items() if b.deadline <= now]:
-                    b = self._batches.pop(key)
-                    if len(b.msgs) < MIN_BATCH:
-                        if key in self._was_small:
-                            self._sparse[key] = now + SPARSE_S
-                        self._was_small.add(key)
-                    self._send(key, b)
-                if self._batches:
-                    self._cond.wait(max(0.0, min(b.deadline for b in self._batches.values()) - now))
+                if self._due <= now:
+                    self._send_all()
+                else:
+                    self._cond.wait(self._due - now)

@@ -13,6 +13,7 @@ import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Callable, Sequence
 
 from shmq import protocol as P
@@ -20,7 +21,7 @@ from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
-from shmq.produce_accumulator import MIN_BATCH, PendingSend, ProduceAccumulator, settle
+from shmq.produce_accumulator import MIN_BATCH, Group, PendingSend, ProduceAccumulator, settle
 from shmq.store import format as fmt
 
 
@@ -35,11 +36,10 @@ _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH
 Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
 
 
-def _settle(sent: Future, futures: list[Future | None], single: bool = False) -> None:
-    """Hand each accumulated message its own SendResult (or the send's error); ``sent`` gave one
-    result per message, or the one result of a ``single`` send."""
+def _settle(sent: Future, futures: list[Future | None]) -> None:
+    """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
     error = sent.exception()
-    settle(futures, None if error is not None else ([sent.result()] if single else sent.result()), error)
+    settle(futures, None if error is not None else sent.result(), error)
 
 
 def _fail(future: Future | None, error: Exception, topic: str) -> None:
@@ -179,13 +179,11 @@ class Producer:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
         try:
             qid = self._choose_queue(msg, selector, arg)
-            fut = None
             if self._batches(msg):
                 self._encoder.check(msg)
                 fut = PendingSend()
-                if not self._accumulator.add(msg, qid, fut):
-                    fut = None
-            if fut is None:
+                self._accumulator.add(msg, qid, fut)
+            else:
                 fut = self._submit_one(msg, qid, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
             fut = Future()
@@ -215,9 +213,9 @@ class Producer:
         qid = self._choose_queue(msg, selector, arg)
         if self._batches(msg):
             self._encoder.check(msg)
-            if self._accumulator.add(msg, qid, None):
-                return
-        self._submit_one(msg, qid, None, oneway=True)
+            self._accumulator.add(msg, qid, None)
+        else:
+            self._submit_one(msg, qid, None, oneway=True)
 
     def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
                    arg: Any = None, timeout: float | None = None) -> SendResult:
@@ -269,28 +267,38 @@ class Producer:
                               list(phys), r.store_host)
         return self._submit(P.SEND_BATCH, size, fill, build, deadline)
 
-    def _send_accumulated(self, topic: str, qid: int, msgs: list[Message], futures: list[Future | None]) -> None:
-        """The accumulator's flush: one batch, its result split among the messages' futures; a
-        few messages (many topics, each sent rarely) go one by one, which costs less than a batch."""
-        oneway = all(f is None for f in futures)
-        if len(msgs) < MIN_BATCH:
-            for msg, f in zip(msgs, futures):
-                try:
-                    single = self._submit_one(msg, qid, None, oneway=f is None)
-                except Exception as e:
+    def _send_accumulated(self, groups: list[Group]) -> None:
+        """The accumulator's flush: a batch per group of at least MIN_BATCH messages, its result
+        split among the messages' futures. Smaller groups (many topics, each sent rarely) go as
+        single SENDs written back to back, with one doorbell post: the broker stores SENDs it
+        finds together with one put, whatever their topics."""
+        singles: list[tuple[Message, int, PendingSend | None]] = []
+        for topic, qid, msgs, futures in groups:
+            if len(msgs) < MIN_BATCH:
+                singles.extend(zip(msgs, repeat(qid), futures))
+                continue
+            try:
+                batch_future = self._submit_batch(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
+            except Exception as e:
+                for f in futures:
                     _fail(f, e, topic)
-                    continue
-                if f is not None:
-                    single.add_done_callback(lambda sf, f=f: _settle(sf, [f], single=True))
-            return
+                continue
+            if batch_future is not None:
+                batch_future.add_done_callback(lambda bf, futures=futures: _settle(bf, futures))
+        if singles:
+            self._send_singles(singles)
+
+    def _send_singles(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
         try:
-            batch_future = self._submit_batch(msgs, qid, None, oneway=oneway, split=True)
-        except Exception as e:
-            for f in futures:
-                _fail(f, e, topic)
-            return
-        if batch_future is not None:
-            batch_future.add_done_callback(lambda bf: _settle(bf, futures))
+            for i, (msg, qid, f) in enumerate(items):
+                try:
+                    self._submit_one(msg, qid, None, oneway=f is None, future=f, ring=False)
+                except Exception as e:  # broker gone or ring full: the rest would fail the same way
+                    for m, _, rest in items[i:]:
+                        _fail(rest, e, m.topic)
+                    return
+        finally:
+            self._conn.ring_broker()
 
     # ------------------------------------------------------------------ encoding
 
@@ -308,7 +316,10 @@ class Producer:
             raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool,
+                    future: Future | None = None, ring: bool = True) -> Future:
+        """Encode and write one SEND; ``future`` (default: a new one) gets the SendResult;
+        ``ring=False`` leaves posting the broker's doorbell to the caller."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
@@ -321,39 +332,40 @@ class Producer:
                                   born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
-            self._write(P.SEND, size, fill, next_request_id(), deadline)
+            self._write(P.SEND, size, fill, next_request_id(), deadline, ring)
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
             return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
                               MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
                               1, [r.phys_offset], r.store_host)
-        return self._submit(P.SEND, size, fill, build, deadline)
+        return self._submit(P.SEND, size, fill, build, deadline, future, ring)
 
     # ------------------------------------------------------------------ requests and retries
 
-    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float) -> Future:
-        fut: Future = Future()
+    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float,
+                future: Future | None = None, ring: bool = True) -> Future:
+        fut: Future = Future() if future is None else future
         attempts = self.retry_times_when_send_failed + 1
         per_attempt = (deadline - time.monotonic()) / attempts
         p = _Pending(fut, lambda: None, build, deadline, 0.0, self.retry_times_when_send_failed)
 
-        def attempt() -> None:
+        def attempt(ring: bool = True) -> None:
             req_id = next_request_id()
             p.attempt_deadline = min(deadline, time.monotonic() + per_attempt)
             self._pending[req_id] = p
             try:
-                self._write(kind, size, fill, req_id, deadline)
+                self._write(kind, size, fill, req_id, deadline, ring)
             except BaseException:
                 self._pending.pop(req_id, None)
                 raise
         p.resend = attempt
-        attempt()
+        attempt(ring)
         return fut
 
-    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
+    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float, ring: bool = True) -> None:
         self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
-            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
+            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"), ring)
 
     def _retry(self, p: _Pending, error: Exception) -> None:
         """Retry ``p`` if it has attempts and time left, else fail it with ``error``."""

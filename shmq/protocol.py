@@ -353,13 +353,15 @@ RESULT_FRAME = np.dtype([("length", "<u4"), ("kind", "<u4"), ("req_id", "<u8"), 
 assert RESULT_FRAME.itemsize == 8 + _RESULT.size and RESULT_FRAME.itemsize % 8 == 0
 
 
-def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: int, first_queue_offset: int,
-                      phys_offsets, store_timestamp: int, store_host: int) -> np.ndarray | None:
-    """Framed SEND_RESULTs (``RESULT_FRAME`` rows) for the non-oneway ones of consecutive SENDs.
+def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: int | np.ndarray,
+                      first_queue_offset: int | np.ndarray, phys_offsets, store_timestamp: int,
+                      store_host: int) -> np.ndarray | None:
+    """Framed SEND_RESULTs (``RESULT_FRAME`` rows) for the non-oneway ones of SENDs stored together.
 
     Message ``i`` got queue offset ``first_queue_offset + i`` and physical offset
-    ``phys_offsets[i]``; None when every one was oneway. Set ``status`` on the rows before
-    ``tobytes()`` if the flush failed.
+    ``phys_offsets[i]``, or, for SENDs to several queues, ``queue_id[i]`` and
+    ``first_queue_offset[i]`` (arrays); None when every one was oneway. Set ``status`` on the
+    rows before ``tobytes()`` if the flush failed.
     """
     n = len(req_ids)
     keep = (np.fromiter(flags, np.uint32, n) & FLAG_ONEWAY) == 0
@@ -370,7 +372,8 @@ def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: in
     a["kind"] = SEND_RESULT
     a["req_id"] = req_ids
     a["queue_id"] = queue_id
-    a["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+    a["queue_offset"] = first_queue_offset if isinstance(first_queue_offset, np.ndarray) else \
+        np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
     a["phys_offset"] = phys_offsets
     a["store_timestamp"] = store_timestamp
     a["store_host"] = store_host

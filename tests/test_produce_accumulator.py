@@ -1,4 +1,4 @@
-"""ProduceAccumulator on its own: when batches go out, in what order, and when messages bypass it."""
+"""ProduceAccumulator on its own: when batches go out, in what order, and which go together."""
 import threading
 import time
 
@@ -12,35 +12,14 @@ from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, PendingSend, Pr
 class Recorder:
     def __init__(self) -> None:
         self.batches: list[tuple[str, int, list[bytes]]] = []
+        self.flushes: list[int] = []  # groups handed over per flush call
         self.sent = threading.Event()
 
-    def __call__(self, topic, qid, msgs, futures) -> None:
-        self.batches.append((topic, qid, [m.body for m in msgs]))
+    def __call__(self, groups) -> None:
+        self.flushes.append(len(groups))
+        for topic, qid, msgs, futures in groups:
+            self.batches.append((topic, qid, [m.body for m in msgs]))
         self.sent.set()
-
-
-def test_a_full_batch_goes_at_once_in_order():
-    rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
-    for i in range(25):
-        assert acc.add(Message("T", b"%d" % i), 1, None)
-    assert [len(b) for _, _, b in rec.batches] == [10, 10]
-    acc.close()  # sends the last 5 without waiting for the delay
-    assert [b for _, _, b in rec.batches] == [[b"%d" % i for i in range(k, min(k + 10, 25))] for k in (0, 10, 20)]
-
-
-def test_the_delay_sends_a_partial_batch_and_queues_are_kept_apart():
-    rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=5, batch_max_bytes=1 << 20)
-    for i in range(MIN_BATCH):
-        acc.add(Message("A", b"a%d" % i), -1, None)
-        acc.add(Message("B", b"b%d" % i), 2, None)
-    deadline = time.monotonic() + 2
-    while len(rec.batches) < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert sorted((t, q, len(b)) for t, q, b in rec.batches) == [("A", -1, MIN_BATCH), ("B", 2, MIN_BATCH)]
-    assert acc.add(Message("A", b"more"), -1, None)  # its batch was big enough: still batched
-    acc.close()
 
 
 def _wait_batches(rec: Recorder, n: int) -> None:
@@ -50,15 +29,37 @@ def _wait_batches(rec: Recorder, n: int) -> None:
     assert len(rec.batches) >= n
 
 
-def test_a_queue_whose_batches_stay_small_is_not_held_back():
+def test_a_full_batch_goes_at_once_in_order():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=1, batch_max_bytes=1 << 20)
-    assert acc.add(Message("Rare", b"1"), 0, None)
-    _wait_batches(rec, 1)
-    assert acc.add(Message("Rare", b"2"), 0, None)  # one small batch is no sign yet
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
+    for i in range(25):
+        acc.add(Message("T", b"%d" % i), 1, None)
+    assert [len(b) for _, _, b in rec.batches] == [10, 10]
+    acc.close()  # sends the last 5 without waiting for the delay
+    assert [b for _, _, b in rec.batches] == [[b"%d" % i for i in range(k, min(k + 10, 25))] for k in (0, 10, 20)]
+
+
+def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=5, batch_max_bytes=1 << 20)
+    for i in range(MIN_BATCH):
+        acc.add(Message("A", b"a%d" % i), -1, None)
+        acc.add(Message("B", b"b%d" % i), 2, None)
     _wait_batches(rec, 2)
-    assert acc.add(Message("Rare", b"3"), 0, None) is False  # two in a row: the caller sends it itself, now
-    assert acc.add(Message("Other", b"x"), 0, None) is True
+    assert sorted((t, q, len(b)) for t, q, b in rec.batches) == [("A", -1, MIN_BATCH), ("B", 2, MIN_BATCH)]
+    assert rec.flushes == [2]  # one hand-over: the producer writes them back to back
+    acc.close()
+
+
+def test_small_groups_of_many_queues_go_in_one_flush():
+    """Many topics, each sent rarely: the groups stay small, and all of them go together."""
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=50, batch_max_bytes=1 << 20)
+    for i in range(300):
+        acc.add(Message(f"Rare{i % 100}", b"%d" % i), -1, None)
+    _wait_batches(rec, 100)
+    assert rec.flushes == [100]
+    assert [b for t, _, b in rec.batches if t == "Rare7"] == [[b"7", b"107", b"207"]]
     acc.close()
 
 
@@ -67,42 +68,16 @@ def test_waiting_on_a_pending_send_sends_its_batch_now():
     acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
     futures = [PendingSend() for _ in range(3)]
     for i, f in enumerate(futures):
-        assert acc.add(Message("T", b"%d" % i), 0, f)
+        acc.add(Message("T", b"%d" % i), 0, f)
+    acc.add(Message("U", b"u"), 0, None)
     assert rec.batches == []
     with pytest.raises(TimeoutError):  # the recorder never answers; the point is what was sent
         futures[1].result(0.01)
-    assert rec.batches == [("T", 0, [b"0", b"1", b"2"])]
+    assert rec.batches == [("T", 0, [b"0", b"1", b"2"]), ("U", 0, [b"u"])]  # what waited went along
     with pytest.raises(TimeoutError):
         futures[2].exception(0.01)
-    assert len(rec.batches) == 1  # sent once
+    assert len(rec.batches) == 2  # sent once
     acc.close()
-
-
-def test_a_window_of_sends_never_marks_its_queue_sparse():
-    """The caller's pattern the rule must not punish: fill a window, wait on the oldest."""
-    sent: list[int] = []
-
-    def answer(topic, qid, msgs, futures):
-        sent.append(len(msgs))
-        for f in futures:
-            f.set_result(None)
-    acc = ProduceAccumulator(answer, batch_max_delay_ms=100, batch_max_bytes=1 << 20)
-    window = []
-    for round_ in range(5):
-        for _ in range(32):
-            f = PendingSend()
-            assert acc.add(Message("T", b"x"), 0, f), f"queue marked sparse in round {round_}"
-            window.append(f)
-        window.pop(0).result(1)  # sends the 32
-        f = PendingSend()
-        assert acc.add(Message("T", b"y"), 0, f)
-        window.append(f)
-        time.sleep(0.15)  # the batch of one waits out its deadline, as while the caller waits on an answer
-        for f in window:
-            f.result(1)
-        window.clear()
-    acc.close()
-    assert sent == [32, 1] * 5
 
 
 def test_closed_accumulator_refuses():
@@ -116,7 +91,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     """One lock and one notify for a batch, and still every Future promise: results in order,
     callbacks run, concurrent.futures.wait wakes, a cancelled future stays cancelled."""
     import concurrent.futures as cf
-    acc = ProduceAccumulator(lambda *a: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
     futures = [PendingSend() for _ in range(4)]
     for i, f in enumerate(futures):
         acc.add(Message("T", b"%d" % i), 0, f)

@@ -1,8 +1,9 @@
 """The broker process: one loop that moves frames between client channels and the message store.
 
-Each pass drains every request ring in batches, groups consecutive SENDs of one topic/queue
-into one ``put_messages`` call (gathered straight from the frames, no per-message objects),
-answers on the response rings (a long run of SENDs with one packed block of SEND_RESULT
+Each pass drains every request ring in batches, stores the SENDs of a channel's pass (up to
+the next SEND_BATCH) with one store call, ``put_messages`` for one queue or
+``put_messages_multi`` across topics and queues (gathered straight from the frames, no
+per-message objects), answers on the response rings (a long run of SENDs with one packed block of SEND_RESULT
 frames; after one group commit for the whole pass under SYNC_FLUSH), publishes the new max
 offsets into the state segment (plain 8-byte stores, one seqlock bump) and wakes
 long-polling consumers. Counters for the monitor are published on the 10 ms tick, the control
@@ -427,17 +428,17 @@ class BrokerController:
                 if now - enq > wait_ns:
                     self._reject_busy(c, req_id, flags, now - enq)
                     continue
-                if run is None or qid != run.qid or traw != run.raw:
-                    if run is not None:
-                        self._put_run(c, run)
-                    run = _Run(traw, P.decode_topic(traw), qid)
+                if run is None:
+                    run = _Run()
+                run.raws.append(traw)
+                run.qids.append(qid)
                 run.req_ids.append(req_id)
                 run.flags.append(flags)
                 run.records.append(record)
                 run.tags.append(tags)
                 run.keys.append(keys)
                 continue
-            if run is not None:
+            if run is not None:  # a SEND_BATCH must not overtake SENDs of its queue
                 self._put_run(c, run)
                 run = None
             if kind == P.SEND_BATCH:
@@ -489,49 +490,80 @@ class BrokerController:
         return tc, 0, ""
 
     def _put_run(self, c: Client, run: _Run) -> None:
-        """Store consecutive SENDs of one topic and requested queue with one store call."""
-        topic = run.topic
-        tc, code, message = self._topic_for_send(topic)
-        if tc is None:
-            for req_id, flags in zip(run.req_ids, run.flags):
-                self._error(c, req_id, flags, code, message)
-            return
-        qid = run.qid if run.qid >= 0 else tc.next_queue()
-        if qid >= tc.write_queue_nums:
-            for req_id, flags in zip(run.req_ids, run.flags):
-                self._error(c, req_id, flags, P.SYSTEM_ERROR,
-                            f"queue id {qid} is illegal: topic {topic!r} has {tc.write_queue_nums} write queues")
-            return
-        self._store_sends(c, topic, qid, run)
+        """Store the SENDs of one pass, of any topics and queues, with one store call.
 
-    def _store_sends(self, c: Client, topic: str, qid: int, run: _Run) -> None:
+        A topic that cannot take them (bad name, not writable, auto-create off) answers its own
+        SENDs with an error; the others still go in. SENDs that leave the queue to the broker
+        take one queue per topic per pass, round robin over the passes."""
+        topics: dict[bytes, list] = {}  # raw -> [name, TopicConfig or None, code, message, queue for qid -1]
+        keep = []
+        queues = []
+        for i, (raw, qid) in enumerate(zip(run.raws, run.qids)):
+            t = topics.get(raw)
+            if t is None:
+                name = P.decode_topic(raw)
+                t = topics[raw] = [name, *self._topic_for_send(name), None]
+            name, tc, code, message, auto_qid = t
+            if tc is None:
+                self._error(c, run.req_ids[i], run.flags[i], code, message)
+                continue
+            if qid >= 0:
+                q = qid
+            elif auto_qid is not None:
+                q = auto_qid
+            else:
+                q = t[4] = tc.next_queue()
+            nums = tc.write_queue_nums
+            if q >= nums:
+                self._error(c, run.req_ids[i], run.flags[i], P.SYSTEM_ERROR,
+                            f"queue id {q} is illegal: topic {name!r} has {nums} write queues")
+                continue
+            keep.append(i)
+            queues.append((name, q))
+        if keep:
+            self._store_sends(c, run if len(keep) == len(run.req_ids) else run.subset(keep), queues)
+
+    def _store_sends(self, c: Client, run: _Run, queues: list[tuple[str, int]]) -> None:
         n = len(run.records)
+        one_queue = all(q == queues[0] for q in queues)
         try:
             if n == 1:
+                topic, qid = queues[0]
                 r = self.store.put_message(topic, qid, bytes(run.records[0]), run.tags[0], list(run.keys[0]),
                                            wait_flush=False)
                 phys = [r.wrote_offset]
-            else:
-                r = self.store.put_messages(topic, qid, run.batch(), wait_flush=False)
+            elif one_queue:
+                r = self.store.put_messages(*queues[0], run.batch(), wait_flush=False)
                 phys = r.phys_offsets if n >= PACK_RESULTS_MIN else r.phys_offsets.tolist()
+            else:
+                topics, qids = zip(*queues)
+                r = self.store.put_messages_multi(topics, qids, run.batch(), wait_flush=False)
+                phys = r.phys_offsets
         except Exception as e:
             if n > 1:  # find the bad one(s); the others still go in
                 for i in range(n):
-                    self._store_sends(c, topic, qid, run.single(i))
+                    self._store_sends(c, run.subset([i]), [queues[i]])
                 return
             if not isinstance(e, (ValueError, ShmqError)):
-                log.exception("put of a message to %s/%d failed", topic, qid)
+                log.exception("put of a message to %s/%d failed", *queues[0])
             self._error(c, run.req_ids[0], run.flags[0], _put_error_code(e), f"{type(e).__name__}: {e}")
             return
-        qoff, ts, host = r.queue_offset, r.store_timestamp, self._store_host
-        if n >= PACK_RESULTS_MIN:  # one numpy fill and one ring copy for the whole run
+        ts, host = r.store_timestamp, self._store_host
+        if one_queue:
+            self._count(*queues[0], n, r.wrote_bytes)
+            qid, qoff = queues[0][1], r.queue_offset
+        else:
+            for (topic, q), record in zip(queues, run.records):
+                self._count(topic, q, 1, len(record))
+            qid, qoff = np.fromiter((q for _, q in queues), np.int64, n), r.queue_offsets
+        if n >= PACK_RESULTS_MIN or not one_queue:  # one numpy fill and one ring copy for the whole run
             packed = P.pack_send_results(run.req_ids, run.flags, qid, qoff, phys, ts, host)
-            self._stored(c, topic, qid, n, r.wrote_bytes, r.end_offset, packed if packed is not None else [])
+            self._answer(c, r.end_offset, packed if packed is not None else [])
             return
         ok, oneway = P.SEND_OK, P.FLAG_ONEWAY
         results = [P.SendResultFrame(req_id, ok, qid, qoff + i, phys[i], ts, host)
                    for i, (req_id, flags) in enumerate(zip(run.req_ids, run.flags)) if not flags & oneway]
-        self._stored(c, topic, qid, n, r.wrote_bytes, r.end_offset, results)
+        self._answer(c, r.end_offset, results)
 
     def _put_batch(self, c: Client, b: P.SendBatch) -> None:
         tc, code, message = self._topic_for_send(b.topic)
@@ -551,17 +583,21 @@ class BrokerController:
         if not b.flags & P.FLAG_ONEWAY:
             results.append(P.SendResultFrame(b.req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset,
                                              r.store_timestamp, self._store_host, r.msg_num, r.phys_offsets.tolist()))
-        self._stored(c, b.topic, qid, r.msg_num, r.wrote_bytes, r.end_offset, results)
+        self._count(b.topic, qid, r.msg_num, r.wrote_bytes)
+        self._answer(c, r.end_offset, results)
 
-    def _stored(self, c: Client, topic: str, qid: int, msgs: int, nbytes: int, end: int,
-                results: list[P.SendResultFrame] | np.ndarray) -> None:
-        """Count a put and queue its answers: SendResultFrames, or ``P.RESULT_FRAME`` rows (packed)."""
+    def _count(self, topic: str, qid: int, msgs: int, nbytes: int) -> None:
+        """Note a put: the queue's new max offset gets published, the topic's counters grow."""
         self._touched[(topic, qid)] = None
         cnt = self._counts.get(topic)
         if cnt is None:
             cnt = self._counts[topic] = [0, 0]
         cnt[0] += msgs
         cnt[1] += nbytes
+
+    def _answer(self, c: Client, end: int, results: list[P.SendResultFrame] | np.ndarray) -> None:
+        """Queue a put's answers (SendResultFrames, or ``P.RESULT_FRAME`` rows, packed); under
+        SYNC_FLUSH they wait for the group flush that covers ``end``."""
         if not len(results):
             return
         if self._sync_flush:
@@ -778,28 +814,25 @@ def _next_spin(gap_ns: int) -> int:
 
 
 class _Run:
-    """Consecutive SENDs of one topic and requested queue, gathered straight from the ring frames."""
+    """The SENDs of one pass (any topics and queues), gathered straight from the ring frames."""
 
-    __slots__ = ("raw", "topic", "qid", "req_ids", "flags", "records", "tags", "keys")
+    __slots__ = ("raws", "qids", "req_ids", "flags", "records", "tags", "keys")
 
-    def __init__(self, raw: bytes, topic: str, qid: int) -> None:
-        self.raw = raw
-        self.topic = topic
-        self.qid = qid
+    def __init__(self) -> None:
+        self.raws: list[bytes] = []  # topic bytes as framed
+        self.qids: list[int] = []  # as requested (-1: the broker picks)
         self.req_ids: list[int] = []
         self.flags: list[int] = []
         self.records: list[memoryview] = []
         self.tags: list[int] = []
         self.keys: list[tuple[int, ...]] = []
 
-    def single(self, i: int) -> _Run:
-        one = _Run(self.raw, self.topic, self.qid)
-        one.req_ids.append(self.req_ids[i])
-        one.flags.append(self.flags[i])
-        one.records.append(self.records[i])
-        one.tags.append(self.tags[i])
-        one.keys.append(self.keys[i])
-        return one
+    def subset(self, rows: list[int]) -> _Run:
+        part = _Run()
+        for name in self.__slots__:
+            src = getattr(self, name)
+            setattr(part, name, [src[i] for i in rows])
+        return part
 
     def batch(self) -> fmt.EncodedBatch:
         """The run as one batch: one copy of the records, dispatch data as arrays."""

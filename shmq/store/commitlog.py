@@ -108,14 +108,17 @@ class CommitLog:
         self.confirmed = (phys + size, store_timestamp)
         return phys
 
-    def append_batch(self, buf, starts: np.ndarray, sizes: np.ndarray, first_queue_offset: int, queue_id: int,
-                     store_timestamp: int, missing_crc: np.ndarray | None = None) -> AppendResult:
+    def append_batch(self, buf, starts: np.ndarray, sizes: np.ndarray, first_queue_offset: int | np.ndarray,
+                     queue_id: int | np.ndarray, store_timestamp: int,
+                     missing_crc: np.ndarray | None = None) -> AppendResult:
         """Append records packed back to back in `buf` (record i: `sizes[i]` bytes at `starts[i]`).
 
         One copy per segment touched, then one vectorised scatter patches the owned fields of
         all records; `missing_crc` lists records whose BODYCRC the client left 0. A batch that
-        crosses a segment end is split there.
+        crosses a segment end is split there. Records of several queues pass `queue_id` and
+        `first_queue_offset` as per-record arrays.
         """
+        per_record = isinstance(queue_id, np.ndarray)
         src = np.frombuffer(buf, dtype=np.uint8)
         n = len(starts)
         ends = starts + sizes
@@ -136,8 +139,12 @@ class CommitLog:
                 dst[pos:pos + hi - lo] = src[lo:hi]
             if missing_crc is not None:
                 self._fill_crc(dst, at, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
-            fmt.patch_owned_fields(dst, at, queue_id, store_timestamp, self.store_host,
-                                   first_queue_offset + i, mf.file_from_offset + pos)
+            if per_record:
+                fmt.patch_owned_fields(dst, at, queue_id[i:j], store_timestamp, self.store_host,
+                                       first_queue_offset[i:j], mf.file_from_offset + pos)
+            else:
+                fmt.patch_owned_fields(dst, at, queue_id, store_timestamp, self.store_host,
+                                       first_queue_offset + i, mf.file_from_offset + pos)
             if self.write_through:
                 mf.write(dst, pos)
             mf.wrote_position = pos + hi - lo

@@ -14,7 +14,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -425,6 +425,18 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
                         np.array(key_records, np.int64))
 
 
+def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
+    """Batches (of any topics) packed back to back as one, for ``MessageStore.put_messages_multi``."""
+    sizes = [len(b.buf) for b in batches]
+    base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+    firsts = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
+    return EncodedBatch(b"".join(bytes(b.buf) for b in batches),
+                        np.concatenate([b.starts + o for b, o in zip(batches, base)]),
+                        np.concatenate([b.tags_codes for b in batches]),
+                        np.concatenate([b.key_hashes for b in batches]),
+                        np.concatenate([b.key_records + f for b, f in zip(batches, firsts)]))
+
+
 # --------------------------------------------------------------------------- recovery check
 
 RECORD_OK = 0
@@ -516,6 +528,9 @@ CONST_PATCH_LANES = np.concatenate([np.arange(OFF_QUEUEID, OFF_QUEUEID + 4),
                                     np.arange(OFF_STORETIMESTAMP, OFF_STOREHOST + 8)]).astype(np.int64)
 OFFSET_PATCH_LANES = np.arange(OFF_QUEUEOFFSET, OFF_PHYSICALOFFSET + 8, dtype=np.int64)
 _CONST_PATCH = struct.Struct(">iqq")
+QUEUEID_LANES = np.arange(OFF_QUEUEID, OFF_QUEUEID + 4, dtype=np.int64)
+STAMP_HOST_LANES = np.arange(OFF_STORETIMESTAMP, OFF_STOREHOST + 8, dtype=np.int64)
+_STAMP_HOST = struct.Struct(">qq")
 
 
 def gather_header_fields(src: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -525,14 +540,24 @@ def gather_header_fields(src: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return fields
 
 
-def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int, store_timestamp: int,
-                       store_host: int, first_queue_offset: int, first_phys: int) -> None:
-    """Write the store-owned fields of records at `positions` (segment-relative) in two scatters."""
+def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int | np.ndarray, store_timestamp: int,
+                       store_host: int, first_queue_offset: int | np.ndarray, first_phys: int) -> None:
+    """Write the store-owned fields of records at `positions` (segment-relative) in two scatters.
+
+    One queue: `queue_id` and `first_queue_offset` are ints (record i gets offset first + i).
+    Records of several queues (``MessageStore.put_messages_multi``): both are per-record arrays,
+    and the queue ids take a third scatter."""
     n = len(positions)
-    dst[positions[:, None] + CONST_PATCH_LANES] = np.frombuffer(
-        _CONST_PATCH.pack(queue_id, store_timestamp, store_host), np.uint8)
+    if isinstance(queue_id, np.ndarray):
+        dst[positions[:, None] + QUEUEID_LANES] = queue_id.astype(">i4").view(np.uint8).reshape(n, 4)
+        dst[positions[:, None] + STAMP_HOST_LANES] = np.frombuffer(_STAMP_HOST.pack(store_timestamp, store_host),
+                                                                   np.uint8)
+    else:
+        dst[positions[:, None] + CONST_PATCH_LANES] = np.frombuffer(
+            _CONST_PATCH.pack(queue_id, store_timestamp, store_host), np.uint8)
     offsets = np.empty((n, 2), ">i8")
-    offsets[:, 0] = np.arange(first_queue_offset, first_queue_offset + n)
+    offsets[:, 0] = first_queue_offset if isinstance(first_queue_offset, np.ndarray) else \
+        np.arange(first_queue_offset, first_queue_offset + n)
     offsets[:, 1] = positions + (first_phys - int(positions[0]))
     dst[positions[:, None] + OFFSET_PATCH_LANES] = offsets.view(np.uint8)
 

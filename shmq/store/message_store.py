@@ -13,7 +13,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from shmq.store import recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
-from shmq.store.dispatch import DispatchRequest, dispatch, requests_from_log
+from shmq.store.dispatch import DispatchRequest, dispatch, dispatch_queues, requests_from_log
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
@@ -59,6 +59,7 @@ class PutMessageResult:
     msg_num: int
     store_timestamp: int
     phys_offsets: np.ndarray | None = None  # per record, for a batch (records may straddle a segment end)
+    queue_offsets: np.ndarray | None = None  # per record, for records of several queues (put_messages_multi)
 
     @property
     def end_offset(self) -> int:
@@ -344,7 +345,7 @@ class MessageStore:
         self._check_queue(topic, queue_id)
         if len(batch) == 0:
             raise ValueError("empty batch")
-        sizes, missing_crc = self._validate_batch(topic, batch)
+        sizes, missing_crc = self._validate_batch([topic], None, batch)
         with self.commitlog.put_lock:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
@@ -357,6 +358,49 @@ class MessageStore:
             self._dispatched_ts = ts
         result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, len(sizes), ts,
                                   res.phys_offsets)
+        return self._await_flush(result) if wait_flush else result
+
+    def put_messages_multi(self, topics: Sequence[str], queue_ids: Sequence[int], batch: fmt.EncodedBatch,
+                           wait_flush: bool = True) -> PutMessageResult:
+        """Append records of several topics and queues with one commitlog write: record i to
+        ``topics[i]``/``queue_ids[i]``. For many topics each sent rarely, where one put per record
+        cost ~35 us. ``result.queue_offsets`` and ``result.phys_offsets`` are per record; the
+        records of one queue keep their order."""
+        self._check_writable()
+        n = len(batch)
+        if n == 0:
+            raise ValueError("empty batch")
+        if len(topics) != n or len(queue_ids) != n:
+            raise ValueError(f"{n} records but {len(topics)} topics and {len(queue_ids)} queue ids")
+        groups: dict[tuple[str, int], int] = {}
+        gid = np.fromiter((groups.setdefault(k, len(groups)) for k in zip(topics, queue_ids)), np.int64, n)
+        names: dict[str, int] = {}
+        for topic, qid in groups:
+            self._check_queue(topic, qid)
+            names.setdefault(topic, len(names))
+        topic_ids = np.fromiter((names[t] for t in topics), np.int64, n)
+        sizes, missing_crc = self._validate_batch(list(names), topic_ids, batch)
+        # rank of each record within its queue, in log order
+        order = np.argsort(gid, kind="stable")
+        counts = np.bincount(gid, minlength=len(groups))
+        group_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.empty(n, np.int64)
+        rank[order] = np.arange(n) - np.repeat(group_start, counts)
+        rows = np.split(order, np.cumsum(counts)[:-1])
+        with self.commitlog.put_lock:
+            if not self.running:
+                raise StoreClosedError("the message store is shut down")
+            cqs = [self._queue(topic, qid) for topic, qid in groups]
+            bases = np.fromiter((cq.max_offset for cq in cqs), np.int64, len(cqs))
+            qoffs = bases[gid] + rank
+            ts = self.commitlog.next_store_timestamp()
+            res = self.commitlog.append_batch(batch.buf, batch.starts, sizes, qoffs,
+                                              np.asarray(queue_ids, np.int64), ts, missing_crc)
+            dispatch_queues(cqs, rows, bases.tolist(), res.phys_offsets, sizes, batch.tags_codes, batch.key_hashes,
+                            batch.key_records, ts, self.index)
+            self._dispatched_ts = ts
+        result = PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts,
+                                  res.phys_offsets, qoffs)
         return self._await_flush(result) if wait_flush else result
 
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
@@ -392,8 +436,10 @@ class MessageStore:
             raise fmt.CorruptRecordError("record's field lengths do not add up to its TOTALSIZE")
         return sysflag
 
-    def _validate_batch(self, topic: str, batch: fmt.EncodedBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """Vectorised checks of every record's size, magic, topic and transaction flag.
+    def _validate_batch(self, topics: list[str], topic_ids: np.ndarray | None,
+                        batch: fmt.EncodedBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """Vectorised checks of every record's size, magic, topic and transaction flag; record i
+        must be of ``topics[topic_ids[i]]`` (of ``topics[0]`` when ``topic_ids`` is None).
 
         Returns the record sizes and the records whose BODYCRC the client left 0 (None if none).
         """
@@ -415,13 +461,22 @@ class MessageStore:
             raise ValueError("transactional records cannot be sent in a batch")
         if (body_len < 0).any() or (body_len > sizes - fmt.FIXED_OVERHEAD).any():
             raise fmt.CorruptRecordError("batch record body length out of range")
-        topic_b = topic.encode("ascii")
-        t = len(topic_b)
-        expect = np.frombuffer(bytes([t]) + topic_b, np.uint8)
-        tail = src[(starts + fmt.OFF_BODY + body_len)[:, None] + np.arange(t + 3)]
-        if not (tail[:, :t + 1] == expect).all():
-            raise BadTopicError(f"batch records must all be of topic {topic!r}")
-        props_len = tail[:, t + 1].astype(np.int64) * 256 + tail[:, t + 2]
+        # Each record's topic field (length byte + name) against its topic's row of a table; the
+        # window is as wide as the longest name and is masked past each record's own.
+        names = [t.encode("ascii") for t in topics]
+        width = max(map(len, names)) + 1
+        table = np.zeros((len(names), width), np.uint8)
+        for row, name in zip(table, names):
+            row[0] = len(name)
+            row[1:len(name) + 1] = np.frombuffer(name, np.uint8)
+        ids = np.zeros(len(starts), np.int64) if topic_ids is None else topic_ids
+        t = table[ids, 0].astype(np.int64)
+        topic_pos = starts + fmt.OFF_BODY + body_len
+        window = src[np.minimum(topic_pos[:, None] + np.arange(width), len(src) - 1)]
+        if not ((window == table[ids]) | (np.arange(width) > t[:, None])).all():
+            raise BadTopicError(f"batch records must be of their declared topic ({', '.join(map(repr, topics[:3]))})")
+        props_at = np.minimum(topic_pos + t + 1, len(src) - 2)
+        props_len = src[props_at].astype(np.int64) * 256 + src[props_at + 1]
         if not np.array_equal(fmt.FIXED_OVERHEAD + body_len + t + props_len, sizes):
             raise fmt.CorruptRecordError("batch record field lengths do not add up to TOTALSIZE")
         missing = np.flatnonzero(crc == 0)

@@ -84,3 +84,38 @@ def test_delayed_messages_are_not_batched(store_dir, broker_name, config):
         assert store.look_message_by_offset(r.phys_offsets[0]).properties["DELAY"] == "2"
     finally:
         store.shutdown()
+
+
+def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir, broker_name, config):
+    """Groups too small to batch go as single SENDs written back to back; the broker stores the
+    SENDs of a pass, of all their topics and queues, with one put. Every answer must still
+    match its own record, and each queue must keep the call order."""
+    topics = [f"Many{i}" for i in range(40)]
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        for t in topics:
+            p.send(Message(t, b"create"))
+        futs, bad = [], p.send_async(Message("bad topic!", b"x"))
+        for i in range(600):
+            t = topics[i % len(topics)]
+            futs.append((t, i, p.send_async(Message(t, b"%s-%d" % (t.encode(), i), keys="k%d" % i),
+                                            selector=lambda qs, m, a: qs[a % len(qs)], arg=i // len(topics))))
+            p.send_oneway(Message(t, b"oneway-%d" % i))
+        results = [(t, i, f.result(10)) for t, i, f in futs]
+        with pytest.raises(BadTopicError):
+            bad.result(5)
+    store = open_store(store_dir, config)
+    try:
+        last: dict[tuple[str, int], int] = {}
+        for t, i, r in results:
+            assert r.status is SendStatus.SEND_OK and r.queue.topic == t
+            rec = store.look_message_by_offset(r.phys_offsets[0])
+            assert bytes(rec.body) == b"%s-%d" % (t.encode(), i) and rec.topic == t
+            assert (rec.queue_id, rec.queue_offset) == (r.queue.queue_id, r.queue_offset)
+            assert r.queue_offset > last.get((t, r.queue.queue_id), -1)  # call order within the queue
+            last[(t, r.queue.queue_id)] = r.queue_offset
+        assert store.query_message(topics[3], "k43")[0].body == b"%s-43" % topics[3].encode()
+        oneway = sum(1 for t in topics for q in range(4) for m in store.get_message(t, q, 0, 1000).messages
+                     if bytes(m.body).startswith(b"oneway"))
+        assert oneway == 600
+    finally:
+        store.shutdown()

@@ -10,7 +10,9 @@ os.write (a regular file survives SIGKILL; the parent ignores a line without its
     A <first seq> <count> <topic> <queue id> <first queue offset> <phys0>,<phys1>,...
 
 The first line is `R <recovery ms>` once the store is open. Puts alternate at random between
-put_message and put_messages batches of 1-64 records, bodies 0-3000 bytes, over a few queues.
+put_message, put_messages batches of 1-64 records, and put_messages_multi puts of 1-32
+records each to a random queue (one ack line per record), bodies 0-3000 bytes, over a few
+queues.
 The shared helpers (`CONFIG`, `body_for`, `ROUTES`) are imported by the parent and by
 tools/chaos/store_crash.py, so child and checker agree by construction.
 """
@@ -81,7 +83,22 @@ def main(argv: list[str]) -> int:
     puts = 0
     while max_puts < 0 or puts < max_puts:
         topic, qid = rng.choice(ROUTES)
-        if rng.random() < 0.4:
+        kind = rng.random()
+        if kind >= 0.75:
+            n = rng.randint(1, 32)
+            routes = [rng.choice(ROUTES) for _ in range(n)]
+            batch = fmt.concat_batches([fmt.encode_batch(t, [body_for(s)], [props_for(s, uniq)])
+                                        for s, (t, _) in zip(range(seq, seq + n), routes)])
+            res = store.put_messages_multi([t for t, _ in routes], [q for _, q in routes], batch)
+            if res.status == PutStatus.PUT_OK:  # one line per record, all in one write
+                os.write(ack_fd, "".join(f"A {seq + i} 1 {t} {q} {int(qoff)} {int(p)}\n" for i, ((t, q), qoff, p)
+                                         in enumerate(zip(routes, res.queue_offsets, res.phys_offsets))).encode())
+            else:
+                sys.stderr.write(f"child: put of seq {seq} returned {res.status}\n")
+            seq += n
+            puts += 1
+            continue
+        if kind < 0.3:
             rec = fmt.encode_message(topic, body_for(seq), queue_id=qid, properties=props_for(seq, uniq))
             res = store.put_message(topic, qid, rec)
             n = 1

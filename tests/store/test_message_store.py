@@ -187,3 +187,69 @@ def test_bad_names_rejected(store):
     with pytest.raises(MessageTooLargeError, match="split"):
         store.put_messages("T", 0, fmt.encode_batch("T", [b"x" * (1 << 20)] * 5))
     assert store.topics() == {}
+
+
+def _mixed(records: list[tuple[str, bytes, dict]]) -> fmt.EncodedBatch:
+    """Records of several topics packed back to back, as the broker gathers SENDs of one pass."""
+    return fmt.concat_batches([fmt.encode_batch(t, [body], [props]) for t, body, props in records])
+
+
+def test_multi_queue_put_keeps_each_queue_in_order(store):
+    store.put_message("A", 0, record("A", b"before"))
+    gen = fmt.UniqKeyGenerator()
+    spec = [("A", 0), ("B", 1), ("A", 0), ("C", 3), ("A", 1), ("B", 1), ("A", 0)]
+    recs = [(t, b"%s%d-%d" % (t.encode(), q, i),
+             fmt.message_properties(tags="T%d" % i, keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
+    r = store.put_messages_multi([t for t, _ in spec], [q for _, q in spec], _mixed(recs))
+    assert r.status is PutStatus.PUT_OK and r.msg_num == 7
+    assert r.queue_offsets.tolist() == [1, 0, 2, 0, 0, 1, 3]
+    assert (np.diff(r.phys_offsets) > 0).all()
+    for i, (t, q) in enumerate(spec):
+        got = store.get_message(t, q, int(r.queue_offsets[i]), 1).messages[0]
+        assert bytes(got.body) == recs[i][1] and got.tags == "T%d" % i
+        assert got.topic == t and got.queue_id == q and got.physical_offset == r.phys_offsets[i]
+        assert [bytes(m.body) for m in store.query_message(t, f"key-{i}")] == [recs[i][1]]
+    assert store.get_max_offset_in_queue("A", 0) == 4 and store.get_max_offset_in_queue("C", 3) == 1
+    assert [bytes(m.body) for m in store.get_message("A", 0, 0, 10).messages] == [b"before", b"A0-0", b"A0-2",
+                                                                                  b"A0-6"]
+
+
+def test_multi_queue_put_refuses_a_record_of_another_topic(store):
+    batch = _mixed([("A", b"a", {}), ("B", b"b", {})])
+    with pytest.raises(BadTopicError):
+        store.put_messages_multi(["A", "A"], [0, 0], batch)
+    with pytest.raises(ValueError):
+        store.put_messages_multi(["A"], [0, 0], batch)
+    assert store.get_max_offset_in_queue("A", 0) == 0 and store.commitlog.max_offset == 0
+    r = store.put_messages_multi(["A", "B"], [0, 0], batch)
+    assert r.queue_offsets.tolist() == [0, 0]
+
+
+def test_multi_queue_put_survives_a_restart(tmp_path, small_config):
+    d = str(tmp_path / "s")
+    s = MessageStore(d, small_config).start()
+    topics = [f"T{i % 5}" for i in range(40)]
+    r = s.put_messages_multi(topics, [i % 3 for i in range(40)], _mixed([(t, b"m%d" % i, {}) for i, t in enumerate(topics)]))
+    s.shutdown()
+    s = MessageStore(d, small_config).start()
+    try:
+        for i, t in enumerate(topics):
+            got = s.get_message(t, i % 3, int(r.queue_offsets[i]), 1).messages[0]
+            assert bytes(got.body) == b"m%d" % i
+    finally:
+        s.shutdown()
+
+
+def test_multi_queue_put_across_segment_ends(store):
+    """Records of several queues in batches that straddle commitlog segment ends."""
+    size = store.config.mapped_file_size_commit_log
+    bodies, sent = b"x" * 900, []
+    while store.commitlog.max_offset < 2.5 * size:
+        topics = [f"S{(len(sent) + k) % 3}" for k in range(7)]
+        recs = [(t, bodies + b"%d" % (len(sent) + k), {}) for k, t in enumerate(topics)]
+        r = store.put_messages_multi(topics, [0] * 7, _mixed(recs))
+        sent += [(t, int(q), body) for (t, body, _), q in zip(recs, r.queue_offsets)]
+    assert len(store.commitlog.queue.files) >= 3
+    for t, q, body in sent:
+        got = store.get_message(t, 0, q, 1).messages[0]
+        assert bytes(got.body) == body and got.queue_offset == q
