@@ -219,9 +219,8 @@ class BrokerConnection:
     # ------------------------------------------------------------------ requests
 
     def write(self, kind: int, size: int, fill: Callable[[memoryview, int], None], req_id: int, deadline: float,
-              on_full: Callable[[], Exception], ring: bool = True) -> Session:
-        """Encode one frame straight into the request ring with ``fill(view, req_id)`` and ring the broker
-        (unless ``ring`` is False: a caller writing several frames calls ``ring_broker`` after the last).
+              on_full: Callable[[], Exception]) -> Session:
+        """Encode one frame straight into the request ring with ``fill(view, req_id)`` and ring the broker.
 
         Waits for ring room until ``deadline``, then raises ``on_full()``.
         """
@@ -237,23 +236,12 @@ class BrokerConnection:
                     raise BrokerGoneError(f"broker {self.broker_name!r} died")
                 if time.monotonic() > deadline:
                     raise on_full()
-                wake(requests, CONSUMER, s.channel.broker_bell)  # frames written with ring=False wait in there
                 time.sleep(50e-6)
                 view = requests.reserve(kind, size)
             fill(view, req_id)
             requests.commit()
-            if ring:
-                wake(requests, CONSUMER, s.channel.broker_bell)
+            wake(requests, CONSUMER, s.channel.broker_bell)
             return s
-
-    def ring_broker(self) -> None:
-        """Post the broker's doorbell if it sleeps (after frames written with ``ring=False``)."""
-        s = self.session
-        if s is not None and s.alive:
-            try:
-                wake(s.channel.requests, CONSUMER, s.channel.broker_bell)
-            except (ValueError, posix_ipc.ExistentialError):  # the session closed meanwhile
-                pass
 
     def write_frame(self, kind: int, payload: bytes, deadline: float) -> Session:
         """Write an encoded frame (its request id is already inside ``payload``)."""

@@ -92,9 +92,9 @@ class PendingSend(Future):
 
 
 def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
-    """Finish the futures of one batch (None: a oneway message): ``results[i]`` each, or ``error``
-    for all. They share one Condition: taken once and notified once for the lot. A future the
-    caller cancelled stays cancelled."""
+    """Finish the futures of one batch (None: a oneway message): ``results[i]`` each (an
+    exception instance fails that one), or ``error`` for all. They share one Condition: taken
+    once and notified once for the lot. A future the caller cancelled stays cancelled."""
     live = [(i, f) for i, f in enumerate(futures) if f is not None]
     if not live:
         return
@@ -104,13 +104,14 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
         for i, f in live:
             if f._state != _PENDING:
                 continue
-            if error is not None:
-                f._exception = error
+            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) else None
+            if failed is not None:
+                f._exception = failed
             else:
                 f._result = results[i]
             f._state = _FINISHED
             for w in f._waiters:  # concurrent.futures.wait / as_completed
-                if error is not None:
+                if failed is not None:
                     w.add_exception(f)
                 else:
                     w.add_result(f)

@@ -16,18 +16,21 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from shmq import protocol as P
 from shmq.client import BrokerConnection, BrokerError, Session, next_request_id
 from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
 from shmq.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.message_codec import MessageEncoder
-from shmq.produce_accumulator import MIN_BATCH, Group, PendingSend, ProduceAccumulator, settle
+from shmq.produce_accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
 from shmq.store import format as fmt
 
 
 log = logging.getLogger(__name__)
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
 SYNC_POLL_S = 300e-6  # a sync send reads its own answer this long, then waits for the reader thread
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
@@ -268,14 +271,14 @@ class Producer:
         return self._submit(P.SEND_BATCH, size, fill, build, deadline)
 
     def _send_accumulated(self, groups: list[Group]) -> None:
-        """The accumulator's flush: a batch per group of at least MIN_BATCH messages, its result
-        split among the messages' futures. Smaller groups (many topics, each sent rarely) go as
-        single SENDs written back to back, with one doorbell post: the broker stores SENDs it
-        finds together with one put, whatever their topics."""
-        singles: list[tuple[Message, int, PendingSend | None]] = []
+        """The accumulator's flush: a SEND_BATCH per group of at least MIN_BATCH messages, its
+        result split among the messages' futures. Smaller groups (many topics, each sent
+        rarely) go together in SEND_MULTI frames of up to MULTI_MAX_BYTES, which the broker
+        stores with one put whatever their topics."""
+        mixed: list[tuple[Message, int, PendingSend | None]] = []
         for topic, qid, msgs, futures in groups:
             if len(msgs) < MIN_BATCH:
-                singles.extend(zip(msgs, repeat(qid), futures))
+                mixed.extend(zip(msgs, repeat(qid), futures))
                 continue
             try:
                 batch_future = self._submit_batch(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
@@ -285,20 +288,55 @@ class Producer:
                 continue
             if batch_future is not None:
                 batch_future.add_done_callback(lambda bf, futures=futures: _settle(bf, futures))
-        if singles:
-            self._send_singles(singles)
+        size, start = 0, 0
+        for i, (msg, _, _) in enumerate(mixed):
+            size += len(msg.body) + RECORD_OVERHEAD
+            if size >= MULTI_MAX_BYTES or i == len(mixed) - 1:
+                self._send_multi(mixed[start:i + 1])
+                size, start = 0, i + 1
 
-    def _send_singles(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
+    def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
+        """Encode and write one SEND_MULTI; each message's future gets its own SendResult."""
+        msgs, qids, futures = zip(*items)
         try:
-            for i, (msg, qid, f) in enumerate(items):
-                try:
-                    self._submit_one(msg, qid, None, oneway=f is None, future=f, ring=False)
-                except Exception as e:  # broker gone or ring full: the rest would fail the same way
-                    for m, _, rest in items[i:]:
-                        _fail(rest, e, m.topic)
-                    return
-        finally:
-            self._conn.ring_broker()
+            enc = self._encoder.encode_mixed(msgs, int(time.time() * 1000), self._born_host())
+            batch = enc.batch
+            deadline = time.monotonic() + self.send_msg_timeout
+            size = P.send_multi_size(enc.topics_b, len(batch), len(batch.key_hashes), len(batch.buf))
+            qid_arr = np.array(qids, np.int64)
+            oneway = all(f is None for f in futures)
+
+            def fill(view, req_id: int) -> None:
+                p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
+                                               enc.topics_b, enc.topic_idx, qid_arr, batch)
+                view[p:p + len(batch.buf)] = batch.buf
+
+            if oneway:
+                self._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
+                return
+            topics = [t.decode() for t in enc.topics_b]
+
+            def build(r: P.SendMultiResultFrame) -> list:
+                out: list[SendResult | Exception] = []
+                mqs: dict[tuple[int, int], MessageQueue] = {}
+                for i, (st, k, q, qoff, ph) in enumerate(zip(r.statuses.tolist(), enc.topic_idx.tolist(),
+                                                            r.queue_ids.tolist(), r.queue_offsets.tolist(),
+                                                            r.phys_offsets.tolist())):
+                    if st < 0:
+                        out.append(BrokerError(-st, r.message))
+                        continue
+                    mq = mqs.get((k, q))
+                    if mq is None:
+                        mq = mqs[(k, q)] = MessageQueue(topics[k], self.broker_name, q)
+                    out.append(SendResult(_STATUS.get(st, SendStatus.SEND_OK), enc.uniq_keys[i], None, mq, qoff,
+                                          r.store_timestamp, 1, [ph], r.store_host))
+                return out
+            sent = self._submit(P.SEND_MULTI, size, fill, build, deadline)
+        except Exception as e:
+            for m, f in zip(msgs, futures):
+                _fail(f, e, m.topic)
+            return
+        sent.add_done_callback(lambda bf: _settle(bf, list(futures)))
 
     # ------------------------------------------------------------------ encoding
 
@@ -316,10 +354,7 @@ class Producer:
             raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool,
-                    future: Future | None = None, ring: bool = True) -> Future:
-        """Encode and write one SEND; ``future`` (default: a new one) gets the SendResult;
-        ``ring=False`` leaves posting the broker's doorbell to the caller."""
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
@@ -332,40 +367,39 @@ class Producer:
                                   born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
-            self._write(P.SEND, size, fill, next_request_id(), deadline, ring)
+            self._write(P.SEND, size, fill, next_request_id(), deadline)
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
             return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
                               MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
                               1, [r.phys_offset], r.store_host)
-        return self._submit(P.SEND, size, fill, build, deadline, future, ring)
+        return self._submit(P.SEND, size, fill, build, deadline)
 
     # ------------------------------------------------------------------ requests and retries
 
-    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float,
-                future: Future | None = None, ring: bool = True) -> Future:
-        fut: Future = Future() if future is None else future
+    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float) -> Future:
+        fut: Future = Future()
         attempts = self.retry_times_when_send_failed + 1
         per_attempt = (deadline - time.monotonic()) / attempts
         p = _Pending(fut, lambda: None, build, deadline, 0.0, self.retry_times_when_send_failed)
 
-        def attempt(ring: bool = True) -> None:
+        def attempt() -> None:
             req_id = next_request_id()
             p.attempt_deadline = min(deadline, time.monotonic() + per_attempt)
             self._pending[req_id] = p
             try:
-                self._write(kind, size, fill, req_id, deadline, ring)
+                self._write(kind, size, fill, req_id, deadline)
             except BaseException:
                 self._pending.pop(req_id, None)
                 raise
         p.resend = attempt
-        attempt(ring)
+        attempt()
         return fut
 
-    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float, ring: bool = True) -> None:
+    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
         self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
-            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"), ring)
+            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
 
     def _retry(self, p: _Pending, error: Exception) -> None:
         """Retry ``p`` if it has attempts and time left, else fail it with ``error``."""
@@ -387,8 +421,8 @@ class Producer:
     # ------------------------------------------------------------------ responses
 
     def _on_response(self, kind: int, view) -> None:
-        if kind == P.SEND_RESULT:
-            r = P.decode_send_result(view)
+        if kind == P.SEND_RESULT or kind == P.SEND_MULTI_RESULT:
+            r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
             p = self._pending.pop(r.req_id, None)
             if p is not None and not p.future.done():
                 p.future.set_result(p.build(r))

@@ -2,7 +2,8 @@
 
 Every payload is little-endian and starts with a u64 request id. Requests (client -> broker)
 carry a monotonic enqueue time (CLOCK_MONOTONIC is system-wide, so the broker can measure how
-long a frame waited in the ring: waitTimeMillsInSendQueue). SEND and SEND_BATCH carry
+long a frame waited in the ring: waitTimeMillsInSendQueue). SEND, SEND_BATCH (one topic and
+queue) and SEND_MULTI (records of several topics and queues, auto_batch's small groups) carry
 commitlog records already in the store's layout; encoders write them straight into a slot
 reserved in the ring (``*_size`` tells how much to reserve). Decoders raise only
 ``CorruptFrameError``: a frame a buggy or hostile client wrote must never crash the broker.
@@ -14,11 +15,18 @@ Layouts (payload of the ring frame; ``pad8`` = zero padding to a multiple of 8):
     SEND_BATCH  req_id u64, enqueue_ns i64, queue_id i32, flags u32, topic_len u16, pad u16,
                 count u32, n_keys u32, buf_len u32 | topic pad8 | starts i64 * count |
                 tags_codes i64 * count | key_hashes i64 * n | key_records i64 * n | records
+    SEND_MULTI  req_id u64, enqueue_ns i64, flags u32, count u32, n_topics u32, table_len u32,
+                n_keys u32, buf_len u32 | topic table ([len u8][name]) * n_topics pad8 |
+                starts i64 * count | tags_codes i64 * count | topic_idx i64 * count |
+                queue_ids i64 * count (-1: broker picks) | key_hashes i64 * n | key_records i64 * n | records
     COMMIT_OFFSET  req_id u64, offset i64, queue_id i32, group_len u16, topic_len u16 | group | topic
     PULL_WAIT   req_id u64, offset i64, queue_id i32, timeout_ms u32, topic_len u16 | topic
     HEARTBEAT   req_id u64
     SEND_RESULT req_id u64, status u16, pad u16, queue_id i32, queue_offset i64, phys_offset i64,
                 store_timestamp i64, store_host i64, count u32, pad u32 | phys i64 * count if count > 1
+    SEND_MULTI_RESULT  req_id u64, count u32, msg_len u32, store_timestamp i64, store_host i64 |
+                status i64 * count (send status, or minus an ERROR code) | queue_id i64 * count |
+                queue_offset i64 * count | phys_offset i64 * count (-1: not stored) | UTF-8 message
     ERROR       req_id u64, code u16, msg_len u16 | UTF-8 message
     WAKE        req_id u64, max_offset i64, timed_out u32, pad u32
 """
@@ -39,11 +47,13 @@ SEND_BATCH = 17
 COMMIT_OFFSET = 18
 PULL_WAIT = 19
 HEARTBEAT = 20
+SEND_MULTI = 21
 SEND_RESULT = 32
 ERROR = 33
 WAKE = 34
-REQUEST_KINDS = frozenset((SEND, SEND_BATCH, COMMIT_OFFSET, PULL_WAIT, HEARTBEAT))
-RESPONSE_KINDS = frozenset((SEND_RESULT, ERROR, WAKE))
+SEND_MULTI_RESULT = 35
+REQUEST_KINDS = frozenset((SEND, SEND_BATCH, COMMIT_OFFSET, PULL_WAIT, HEARTBEAT, SEND_MULTI))
+RESPONSE_KINDS = frozenset((SEND_RESULT, ERROR, WAKE, SEND_MULTI_RESULT))
 
 FLAG_ONEWAY = 0x1
 
@@ -64,6 +74,8 @@ TOPIC_NOT_EXIST = 17
 
 _SEND = struct.Struct("<QqiIqHHI")
 _BATCH = struct.Struct("<QqiIHHIII")
+_MULTI = struct.Struct("<QqIIIIII")  # req id, enqueue ns, flags, count, topics, topic bytes, keys, records bytes
+_MULTI_RESULT = struct.Struct("<QIIqq")  # req id, count, pad, store timestamp, store host
 _COMMIT = struct.Struct("<QqiHH")
 _PULL = struct.Struct("<QqiIH")
 _HEARTBEAT = struct.Struct("<Q")
@@ -259,6 +271,129 @@ def decode_send_batch(payload) -> SendBatch:
     return SendBatch(req_id, enq, qid, flags, topic, fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
 
 
+# --------------------------------------------------------------------------- SEND_MULTI
+
+
+class SendMulti(NamedTuple):
+    """Records of several topics and queues in one frame: record i goes to
+    ``topics[topic_idx[i]]``, queue ``queue_ids[i]`` (-1: the broker picks)."""
+
+    req_id: int
+    enqueue_ns: int
+    flags: int
+    topics: list[str]
+    topic_idx: np.ndarray
+    queue_ids: np.ndarray
+    batch: fmt.EncodedBatch
+
+
+def _topic_table(topics_b: Sequence[bytes]) -> bytes:
+    return b"".join(bytes([len(t)]) + t for t in topics_b)
+
+
+def send_multi_size(topics_b: Sequence[bytes], count: int, n_keys: int, buf_len: int) -> int:
+    """Payload bytes of a SEND_MULTI frame."""
+    return _MULTI.size + _pad8(sum(map(len, topics_b)) + len(topics_b)) + 32 * count + 16 * n_keys + buf_len
+
+
+def encode_send_multi_header(buf, req_id: int, enqueue_ns: int, flags: int, topics_b: Sequence[bytes],
+                             topic_idx, queue_ids, batch: fmt.EncodedBatch) -> int:
+    """Write everything but the records into ``buf``; returns where the records go."""
+    count, n = len(batch), len(batch.key_hashes)
+    table = _topic_table(topics_b)
+    _MULTI.pack_into(buf, 0, req_id, enqueue_ns, flags, count, len(topics_b), len(table), n, len(batch.buf))
+    p = _MULTI.size
+    buf[p:p + len(table)] = table
+    p += _pad8(len(table))
+    for arr, k in ((batch.starts, count), (batch.tags_codes, count), (topic_idx, count), (queue_ids, count),
+                   (batch.key_hashes, n), (batch.key_records, n)):
+        if k:
+            np.frombuffer(buf, "<i8", k, p)[:] = arr
+            p += 8 * k
+    return p
+
+
+def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence[str], topic_idx, queue_ids,
+                      batch: fmt.EncodedBatch) -> bytes:
+    """A SEND_MULTI payload as bytes (tests and tools)."""
+    topics_b = [t.encode("ascii") for t in topics]
+    buf = bytearray(send_multi_size(topics_b, len(batch), len(batch.key_hashes), len(batch.buf)))
+    p = encode_send_multi_header(buf, req_id, enqueue_ns, flags, topics_b, topic_idx, queue_ids, batch)
+    buf[p:] = batch.buf
+    return bytes(buf)
+
+
+def decode_send_multi(payload) -> SendMulti:
+    try:
+        req_id, enq, flags, count, n_topics, table_len, n, blen = _MULTI.unpack_from(payload)
+    except struct.error:
+        raise CorruptFrameError("SEND_MULTI frame shorter than its header") from None
+    if count == 0 or n_topics == 0 or n_topics > count:
+        raise CorruptFrameError(f"SEND_MULTI with {count} records of {n_topics} topics")
+    p = _MULTI.size
+    _check_len(len(payload), p + _pad8(table_len) + 32 * count + 16 * n + blen, "SEND_MULTI")
+    table = bytes(payload[p:p + table_len])
+    topics, q = [], 0
+    while q < table_len:
+        t = table[q]
+        if t == 0 or t > fmt.MAX_TOPIC_LENGTH or q + 1 + t > table_len:
+            raise CorruptFrameError("SEND_MULTI topic table is malformed")
+        topics.append(_text(table[q + 1:q + 1 + t], "SEND_MULTI topic"))
+        q += 1 + t
+    if len(topics) != n_topics:
+        raise CorruptFrameError(f"SEND_MULTI topic table holds {len(topics)} names, not {n_topics}")
+    p += _pad8(table_len)
+    data = bytes(payload[p:])
+    arrays = np.frombuffer(data, "<i8", 4 * count + 2 * n).astype(np.int64)
+    starts, tags_codes, topic_idx, queue_ids = (arrays[k * count:(k + 1) * count] for k in range(4))
+    key_hashes, key_records = arrays[4 * count:4 * count + n], arrays[4 * count + n:]
+    if topic_idx.min() < 0 or topic_idx.max() >= n_topics:
+        raise CorruptFrameError("SEND_MULTI topic numbers out of range")
+    if queue_ids.min() < -1 or queue_ids.max() > 0xFFFF:
+        raise CorruptFrameError("SEND_MULTI queue ids out of range")
+    if n and (key_records.min() < 0 or key_records.max() >= count):
+        raise CorruptFrameError("SEND_MULTI key record numbers out of range")
+    if starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= blen:
+        raise CorruptFrameError("SEND_MULTI record starts do not fit the records")
+    body = memoryview(data)[32 * count + 16 * n:]  # a view of the private copy
+    return SendMulti(req_id, enq, flags, topics, topic_idx, queue_ids,
+                     fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
+
+
+@dataclass(slots=True)
+class SendMultiResultFrame:
+    """Where each record of a SEND_MULTI went: per record a status (SEND_OK, FLUSH_DISK_TIMEOUT,
+    ..., or minus an ERROR code, the reason in ``message``), queue id, queue offset and physical
+    offset (-1 for a record not stored)."""
+
+    req_id: int
+    store_timestamp: int
+    store_host: int
+    statuses: np.ndarray
+    queue_ids: np.ndarray
+    queue_offsets: np.ndarray
+    phys_offsets: np.ndarray
+    message: str = ""  # why records with an error status were refused
+
+
+def encode_send_multi_result(r: SendMultiResultFrame) -> bytes:
+    m = r.message.encode("utf-8")[:MAX_ERROR_MESSAGE]
+    head = _MULTI_RESULT.pack(r.req_id, len(r.statuses), len(m), r.store_timestamp, r.store_host)
+    cols = np.stack([r.statuses, r.queue_ids, r.queue_offsets, r.phys_offsets]).astype("<i8")
+    return head + cols.tobytes() + m
+
+
+def decode_send_multi_result(payload) -> SendMultiResultFrame:
+    try:
+        req_id, count, mlen, ts, host = _MULTI_RESULT.unpack_from(payload)
+    except struct.error:
+        raise CorruptFrameError("SEND_MULTI_RESULT frame shorter than its header") from None
+    _check_len(len(payload), _MULTI_RESULT.size + 32 * count + mlen, "SEND_MULTI_RESULT")
+    cols = np.frombuffer(payload, "<i8", 4 * count, _MULTI_RESULT.size).astype(np.int64).reshape(4, count)
+    message = bytes(payload[_MULTI_RESULT.size + 32 * count:]).decode("utf-8", "replace")
+    return SendMultiResultFrame(req_id, ts, host, cols[0], cols[1], cols[2], cols[3], message)
+
+
 # --------------------------------------------------------------------------- COMMIT_OFFSET, PULL_WAIT, HEARTBEAT
 
 
@@ -437,6 +572,7 @@ _DECODERS = {
     SEND: decode_send, SEND_BATCH: decode_send_batch, COMMIT_OFFSET: decode_commit_offset,
     PULL_WAIT: decode_pull_wait, HEARTBEAT: decode_heartbeat, SEND_RESULT: decode_send_result,
     ERROR: decode_error, WAKE: decode_wake,
+    SEND_MULTI: decode_send_multi, SEND_MULTI_RESULT: decode_send_multi_result,
 }
 
 

@@ -73,6 +73,9 @@ def _valid_frames():
         (P.SEND_RESULT, P.encode_send_result(P.SendResultFrame(1, 0, 0, 0, 0, 0, 0, 2, [1, 2]))),
         (P.ERROR, P.encode_error(1, 2, "busy")),
         (P.WAKE, P.encode_wake(1, 2, True)),
+        (P.SEND_MULTI, P.encode_send_multi(1, 2, 0, ["T", "U"], np.array([0, 1]), np.array([-1, 2]), batch)),
+        (P.SEND_MULTI_RESULT, P.encode_send_multi_result(P.SendMultiResultFrame(
+            1, 2, 3, np.array([0, -16]), np.array([1, 2]), np.array([3, -1]), np.array([4, -1]), "no"))),
     ]
 
 
@@ -86,7 +89,7 @@ def test_garbage_raises_only_corrupt_frame(kind, payload):
 
 
 @settings(max_examples=300)
-@given(st.sampled_from(range(8)), st.data())
+@given(st.sampled_from(range(10)), st.data())
 def test_mutated_frames_raise_only_corrupt_frame(which, data):
     kind, frame = _valid_frames()[which]
     buf = bytearray(frame)
@@ -132,3 +135,27 @@ def test_packed_send_results_decode_like_single_ones():
             for r in got] == [(5, 100, 1000, 2, 77, 99, 1, P.SEND_OK), (7, 102, 1200, 2, 77, 99, 1, P.SEND_OK),
                               (8, 103, 1300, 2, 77, 99, 1, P.SEND_OK)]
     assert P.pack_send_results([1], [P.FLAG_ONEWAY], 0, 0, [0], 0, 0) is None
+
+
+def test_send_multi_round_trip_and_malformed_frames():
+    from shmq.protocol import (SEND_OK, SendMultiResultFrame, decode_send_multi, decode_send_multi_result,
+                               encode_send_multi, encode_send_multi_result)
+    parts = [fmt.encode_batch(t, [b], [{"KEYS": "k"}]) for t, b in (("A", b"1"), ("Bee", b"22"), ("A", b"333"))]
+    batch = fmt.concat_batches(parts)
+    raw = encode_send_multi(7, 99, 0, ["A", "Bee"], np.array([0, 1, 0]), np.array([-1, 3, 2]), batch)
+    m = decode_send_multi(raw)
+    assert (m.req_id, m.enqueue_ns, m.topics) == (7, 99, ["A", "Bee"])
+    assert m.topic_idx.tolist() == [0, 1, 0] and m.queue_ids.tolist() == [-1, 3, 2]
+    assert bytes(m.batch.buf) == batch.buf and m.batch.starts.tolist() == batch.starts.tolist()
+    assert m.batch.key_records.tolist() == batch.key_records.tolist()
+    for bad in (raw[:20], raw[:-1],
+                raw.replace(b"\x01A\x03Bee", b"\x01A\x09Bee"),  # a name running past the table
+                encode_send_multi(7, 99, 0, ["A"], np.array([0, 1, 0]), np.array([-1, 3, 2]), batch),
+                encode_send_multi(7, 99, 0, ["A", "Bee"], np.array([0, 1, 0]), np.array([-2, 3, 2]), batch)):
+        with pytest.raises(CorruptFrameError):
+            decode_send_multi(bad)
+    r = SendMultiResultFrame(7, 123, 9, np.array([SEND_OK, -16, SEND_OK]), np.array([0, 3, 2]),
+                             np.array([5, -1, 6]), np.array([100, -1, 300]), "not writable")
+    back = decode_send_multi_result(encode_send_multi_result(r))
+    assert (back.req_id, back.store_timestamp, back.store_host, back.message) == (7, 123, 9, "not writable")
+    assert back.statuses.tolist() == [0, -16, 0] and back.phys_offsets.tolist() == [100, -1, 300]

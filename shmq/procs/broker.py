@@ -368,9 +368,13 @@ class BrokerController:
                 c.out.append((PACKED, results.tobytes()))
             else:
                 for r in results:
-                    if not ok:
+                    if ok:
+                        pass
+                    elif isinstance(r, P.SendMultiResultFrame):
+                        r.statuses[r.statuses == P.SEND_OK] = P.FLUSH_DISK_TIMEOUT
+                    else:
                         r.status = P.FLUSH_DISK_TIMEOUT
-                    c.out.append((P.SEND_RESULT, P.encode_send_result(r)))
+                    c.out.append(_encoded(r))
             n += len(results)
         stats["flushed_answers"] += n
         return n
@@ -447,6 +451,12 @@ class BrokerController:
                     self._reject_busy(c, b.req_id, b.flags, now - b.enqueue_ns)
                 else:
                     self._put_batch(c, b)
+            elif kind == P.SEND_MULTI:
+                m = P.decode_send_multi(view)
+                if now - m.enqueue_ns > wait_ns:
+                    self._reject_busy(c, m.req_id, m.flags, now - m.enqueue_ns)
+                else:
+                    self._put_multi(c, m)
             elif kind == P.COMMIT_OFFSET:
                 co = P.decode_commit_offset(view)
                 self.offsets.commit(co.group, co.topic, co.queue_id, co.offset)
@@ -586,6 +596,55 @@ class BrokerController:
         self._count(b.topic, qid, r.msg_num, r.wrote_bytes)
         self._answer(c, r.end_offset, results)
 
+    def _put_multi(self, c: Client, m: P.SendMulti) -> None:
+        """Store a SEND_MULTI (records of many topics, each sent rarely) with one store call.
+
+        Records of a topic that cannot take them (not writable, auto-create off) or with an
+        illegal queue id get that error as their status; the others still go in. Records left
+        to the broker take one queue per topic per frame."""
+        n = len(m.batch)
+        topics = [(name, *self._topic_for_send(name)) for name in m.topics]
+        auto = [tc.next_queue() if tc is not None else -1 for _, tc, _, _ in topics]
+        statuses = [0] * n
+        names, qids, message = [], [], ""
+        for i, (k, q) in enumerate(zip(m.topic_idx.tolist(), m.queue_ids.tolist())):
+            name, tc, code, why = topics[k]
+            q = auto[k] if q < 0 else q
+            if tc is None:
+                statuses[i], message = -code, message or why
+            elif q >= tc.write_queue_nums:
+                statuses[i] = -P.SYSTEM_ERROR
+                message = message or f"queue id {q} is illegal: topic {name!r} has {tc.write_queue_nums} write queues"
+            names.append(name)
+            qids.append(q)
+        status = np.array(statuses, np.int64)
+        rows = np.flatnonzero(status == 0)
+        queue_ids, queue_offsets, phys = np.array(qids, np.int64), np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+        ts, end = 0, 0
+        if len(rows):
+            batch = m.batch if len(rows) == n else fmt.select_records(m.batch, rows)
+            keep = rows.tolist()
+            try:
+                r = self.store.put_messages_multi([names[i] for i in keep], queue_ids[rows], batch, wait_flush=False)
+            except Exception as e:
+                if not isinstance(e, (ValueError, ShmqError)):
+                    log.exception("put of %d records of %d topics failed", len(rows), len(m.topics))
+                status[rows] = -_put_error_code(e)
+                message = f"{type(e).__name__}: {e}"
+            else:
+                queue_offsets[rows], phys[rows], ts, end = r.queue_offsets, r.phys_offsets, r.store_timestamp, \
+                    r.end_offset
+                sizes = np.diff(np.append(m.batch.starts, len(m.batch.buf))).tolist()
+                for i in keep:
+                    self._count(names[i], qids[i], 1, sizes[i])
+        if m.flags & P.FLAG_ONEWAY:
+            return
+        result = P.SendMultiResultFrame(m.req_id, ts, self._store_host, status, queue_ids, queue_offsets, phys, message)
+        if end:
+            self._answer(c, end, [result])
+        else:  # nothing stored: nothing to flush first
+            c.out.append((P.SEND_MULTI_RESULT, P.encode_send_multi_result(result)))
+
     def _count(self, topic: str, qid: int, msgs: int, nbytes: int) -> None:
         """Note a put: the queue's new max offset gets published, the topic's counters grow."""
         self._touched[(topic, qid)] = None
@@ -606,7 +665,7 @@ class BrokerController:
         elif isinstance(results, np.ndarray):
             c.out.append((PACKED, results.tobytes()))
         else:
-            c.out.extend((P.SEND_RESULT, P.encode_send_result(r)) for r in results)
+            c.out.extend(_encoded(r) for r in results)
 
     def _after_puts(self) -> None:
         """Publish new max offsets and wake consumers waiting on those queues (every pass with puts).
@@ -811,6 +870,13 @@ class BrokerController:
 def _next_spin(gap_ns: int) -> int:
     """Spin window after an idle gap of ``gap_ns``: cover the next one if gaps are short."""
     return min(SPIN_MAX_NS, max(SPIN_MIN_NS, 2 * gap_ns)) if gap_ns < SPIN_MAX_NS else SPIN_MIN_NS
+
+
+def _encoded(r: P.SendResultFrame | P.SendMultiResultFrame) -> tuple[int, bytes]:
+    """An answer as a response frame (kind, payload)."""
+    if isinstance(r, P.SendMultiResultFrame):
+        return P.SEND_MULTI_RESULT, P.encode_send_multi_result(r)
+    return P.SEND_RESULT, P.encode_send_result(r)
 
 
 class _Run:

@@ -437,6 +437,19 @@ def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
                         np.concatenate([b.key_records + f for b, f in zip(batches, firsts)]))
 
 
+def select_records(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
+    """The records ``rows`` (ascending) of a batch, packed anew with their dispatch data."""
+    buf = memoryview(batch.buf)
+    ends = np.append(batch.starts[1:], len(buf))
+    pieces = [buf[s:e] for s, e in zip(batch.starts[rows].tolist(), ends[rows].tolist())]
+    sizes = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    new_number = np.full(len(batch), -1, np.int64)
+    new_number[rows] = np.arange(len(rows))
+    keys = new_number[batch.key_records] >= 0
+    return EncodedBatch(b"".join(pieces), np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+                        batch.tags_codes[rows], batch.key_hashes[keys], new_number[batch.key_records[keys]])
+
+
 # --------------------------------------------------------------------------- recovery check
 
 RECORD_OK = 0

@@ -119,3 +119,23 @@ def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir
         assert oneway == 600
     finally:
         store.shutdown()
+
+
+def test_a_refused_topic_fails_only_its_own_messages_in_a_mixed_frame(store_dir, broker_name, config):
+    """Small groups of several topics travel in one SEND_MULTI; a topic the broker refuses
+    (not writable) fails its own messages with the broker's reason, the others are stored."""
+    with shmq.Broker(store_dir, broker_name, config), \
+            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+        for t in ("Open1", "Open2", "Closed"):
+            p.send(Message(t, b"create"))
+        p._conn.admin("update_topic", {"topic": "Closed", "perm": 4})  # read only (RocketMQ's PERM_READ)
+        futs = [(t, p.send_async(Message(t, b"%s-%d" % (t.encode(), i)))) for i in range(3)
+                for t in ("Open1", "Closed", "Open2")]
+        futs[0][1].result(5)  # waiting sends everything that waits, together
+        for t, f in futs:
+            if t == "Closed":
+                err = f.exception(5)
+                assert isinstance(err, shmq.client.BrokerError) and err.code == 16 and "not writable" in str(err)
+            else:
+                r = f.result(5)
+                assert r.status is SendStatus.SEND_OK and r.queue.topic == t

@@ -2,10 +2,10 @@
 
 Scenarios: batch API (send_batch of 256 Message objects; send_batch_async of a MessageBatch of
 2,048 bodies with 4 in flight), send_oneway (auto-batched), send_async with a window of 256
-Futures in flight (auto-batched; reports producer CPU per message too), sync send round trip
-(p50/p99), and
-8 sync-sender processes against a SYNC_FLUSH broker (group commit). Each runs ``--rounds``
-times on a fresh store and the median is reported (the dev machines are shared and noisy).
+Futures in flight (auto-batched; reports producer CPU per message too) to one topic and round
+robin over 125 topics of 4 queues, sync send round trip (p50/p99), and 8 sync-sender
+processes against a SYNC_FLUSH broker (group commit). Each runs ``--rounds`` times on a
+fresh store and the median is reported (the dev machines are shared and noisy).
 Next to msgs/s it reports structural figures that noise moves much less: broker CPU us and
 voluntary context switches (sleeps) per message, and from the broker's shutdown log the
 requests served per busy pass and the parks per request.
@@ -71,15 +71,20 @@ def _oneway(p: Producer, seconds: float) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _async_window(p: Producer, seconds: float) -> tuple[float, float]:
-    """send_async keeping 256 Futures in flight, the usual way to pipeline per-message sends;
-    (msgs/s, producer CPU us per message: this thread, the reader and the batching thread)."""
+def _async_window(p: Producer, seconds: float, topics: int = 1) -> tuple[float, float]:
+    """send_async keeping 256 Futures in flight, the usual way to pipeline per-message sends,
+    round robin over ``topics`` topics; (msgs/s, producer CPU us per message: this thread,
+    the reader and the batching thread)."""
+    msgs = [Message("Bench" if topics == 1 else f"Bench{t}", BODY) for t in range(topics)]
+    for m in msgs[1:]:  # every queue exists before the clock starts
+        for q in range(4):
+            p.send(m, selector=lambda qs, msg, arg: qs[arg], arg=q)
     window: deque = deque()
     n, end = 0, time.perf_counter() + seconds
     start, cpu = time.perf_counter(), time.process_time()
     while time.perf_counter() < end:
-        for _ in range(256):
-            window.append(p.send_async(Message("Bench", BODY)))
+        for i in range(256):
+            window.append(p.send_async(msgs[i % topics]))
             if len(window) >= 256:
                 window.popleft().result()
         n += 256
@@ -161,6 +166,8 @@ def run_round(seconds: float) -> dict[str, float]:
             out["oneway broker us/msg"], out["oneway broker sleeps/msg"] = meter.per_msg(out["oneway msgs/s"] * seconds)
             out["async window msgs/s"], out["async window producer us/msg"] = _async_window(p, seconds)
             out["async window broker us/msg"], _ = meter.per_msg(out["async window msgs/s"] * seconds)
+            out["125 topics msgs/s"], out["125 topics producer us/msg"] = _async_window(p, seconds, 125)
+            out["125 topics broker us/msg"], _ = meter.per_msg(out["125 topics msgs/s"] * seconds)
             out["sync p50 us"], out["sync p99 us"], n = _sync(p, seconds)
             out["sync broker us/msg"], out["sync broker sleeps/msg"] = meter.per_msg(n)
         broker.stop()
