@@ -144,12 +144,7 @@ class MessageEncoder:
         key_hashes: list[int] = []
         key_records: list[int] = []
         for i, (topic, tb, t, k, u, uid) in enumerate(zip(topics, topic_b, tags, keys, user, uniq_list)):
-            if u:
-                props = fmt.encode_properties(fmt.message_properties(t, k, uid.decode(), u))
-                tails.append(_topic_part(tb) + len(props).to_bytes(2, "big") + props)
-            else:
-                head, end = _tail_parts(tb, t, k)
-                tails.append(head + uid + end)
+            tails.append(_tail(tb, t, k, u, uid))
             key_hashes.append(zlib.crc32(tb + b"#" + uid) & 0x7FFFFFFF)  # fmt.index_key_hash(topic, UNIQ_KEY)
             key_records.append(i)
             if k:
@@ -222,15 +217,16 @@ def _record_tails(topic_b: bytes, tags: list, keys: list, user: list, uniq: np.n
         rows[:, len(head):len(head) + _UNIQ_LEN] = uniq.view(np.uint8).reshape(-1, _UNIQ_LEN)
         rows[:, len(head) + _UNIQ_LEN:] = np.frombuffer(end, np.uint8)
         return rows
-    out = []
-    for t, k, u, uid in zip(tags, keys, user, uniq_list):
-        if u:
-            props = fmt.encode_properties(fmt.message_properties(t, k, uid.decode(), u))
-            out.append(_topic_part(topic_b) + len(props).to_bytes(2, "big") + props)
-        else:
-            head, end = _tail_parts(topic_b, t, k)
-            out.append(head + uid + end)
-    return out
+    return [_tail(topic_b, t, k, u, uid) for t, k, u, uid in zip(tags, keys, user, uniq_list)]
+
+
+def _tail(topic_b: bytes, tags: str | None, keys: str | None, user, uniq: bytes) -> bytes:
+    """One record's tail; messages without user properties reuse the cached bytes around the UNIQ_KEY."""
+    if user:
+        props = fmt.encode_properties(fmt.message_properties(tags, keys, uniq.decode(), user))
+        return _topic_part(topic_b) + len(props).to_bytes(2, "big") + props
+    head, end = _tail_parts(topic_b, tags, keys)
+    return head + uniq + end
 
 
 @functools.lru_cache(maxsize=1024)

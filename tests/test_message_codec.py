@@ -51,6 +51,25 @@ def test_batch_equals_one_by_one(msgs, uniform):
     assert (np.diff(b.key_records) >= 0).all()
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["Orders", "Pay", "X"]), messages), min_size=1, max_size=12))
+def test_mixed_topics_equal_one_by_one(pairs):
+    """A SEND_MULTI's records (auto_batch's small groups of many topics) are byte for byte what
+    each message encodes to alone, with its topic's tag code and index key hashes."""
+    msgs = [Message(t, m.body, m.tags, m.keys, m.properties, m.flag) for t, m in pairs]
+    enc = MessageEncoder(compress_over=200).encode_mixed(msgs, born_timestamp=1234, born_host=99)
+    b = enc.batch
+    assert len(set(enc.uniq_keys)) == len(msgs)
+    assert [enc.topics_b[k].decode() for k in enc.topic_idx.tolist()] == [m.topic for m in msgs]
+    records = _records(b.buf, b.starts)
+    for i, (m, r) in enumerate(zip(msgs, records)):
+        alone = fmt.encode_message(m.topic, bytes(r.body), properties=m.build_properties(enc.uniq_keys[i]), flag=m.flag,
+                                   sysflag=r.sysflag, born_timestamp=1234, born_host=99)
+        assert bytes(b.buf[b.starts[i]:b.starts[i] + r.total_size]) == alone
+        assert b.tags_codes[i] == fmt.tags_code(m.tags)
+        assert b.key_hashes[b.key_records == i].tolist() == fmt.record_key_hashes(m.topic, enc.uniq_keys[i], m.keys)
+
+
 def test_single_encode_matches_the_record_layout():
     enc = MessageEncoder()
     e = enc.encode(Message("T", b"hello", tags="TagA", keys="a b", properties={"x": "1"}))

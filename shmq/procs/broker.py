@@ -445,18 +445,14 @@ class BrokerController:
             if run is not None:  # a SEND_BATCH must not overtake SENDs of its queue
                 self._put_run(c, run)
                 run = None
-            if kind == P.SEND_BATCH:
-                b = P.decode_send_batch(view)
+            if kind == P.SEND_BATCH or kind == P.SEND_MULTI:
+                b = P.decode_send_batch(view) if kind == P.SEND_BATCH else P.decode_send_multi(view)
                 if now - b.enqueue_ns > wait_ns:
                     self._reject_busy(c, b.req_id, b.flags, now - b.enqueue_ns)
-                else:
+                elif kind == P.SEND_BATCH:
                     self._put_batch(c, b)
-            elif kind == P.SEND_MULTI:
-                m = P.decode_send_multi(view)
-                if now - m.enqueue_ns > wait_ns:
-                    self._reject_busy(c, m.req_id, m.flags, now - m.enqueue_ns)
                 else:
-                    self._put_multi(c, m)
+                    self._put_multi(c, b)
             elif kind == P.COMMIT_OFFSET:
                 co = P.decode_commit_offset(view)
                 self.offsets.commit(co.group, co.topic, co.queue_id, co.offset)
