@@ -92,31 +92,36 @@ class PendingSend(Future):
 
 
 def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
-    """Finish the futures of one batch (None: a oneway message): ``results[i]`` each (an
-    exception instance fails that one), or ``error`` for all. They share one Condition: taken
-    once and notified once for the lot. A future the caller cancelled stays cancelled."""
-    live = [(i, f) for i, f in enumerate(futures) if f is not None]
-    if not live:
-        return
+    """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
+    exception instance fails that one), or ``error`` for all. The futures of one accumulated
+    batch share a Condition: it is taken once and notified once for them. A SEND_MULTI holds
+    messages of several batches, hence several Conditions. A future the caller cancelled
+    stays cancelled."""
+    by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
+    for i, f in enumerate(futures):
+        if f is not None:
+            by_condition.setdefault(id(f._condition), []).append((i, f))
     finished = []
-    cond = live[0][1]._condition
-    with cond:
-        for i, f in live:
-            if f._state != _PENDING:
-                continue
-            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) else None
-            if failed is not None:
-                f._exception = failed
-            else:
-                f._result = results[i]
-            f._state = _FINISHED
-            for w in f._waiters:  # concurrent.futures.wait / as_completed
+    for live in by_condition.values():
+        cond = live[0][1]._condition
+        with cond:
+            for i, f in live:
+                if f._state != _PENDING:
+                    continue
+                failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
+                    else None
                 if failed is not None:
-                    w.add_exception(f)
+                    f._exception = failed
                 else:
-                    w.add_result(f)
-            finished.append(f)
-        cond.notify_all()
+                    f._result = results[i]
+                f._state = _FINISHED
+                for w in f._waiters:  # concurrent.futures.wait / as_completed
+                    if failed is not None:
+                        w.add_exception(f)
+                    else:
+                        w.add_result(f)
+                finished.append(f)
+            cond.notify_all()
     for f in finished:
         if f._done_callbacks:
             f._invoke_callbacks()

@@ -113,3 +113,23 @@ def test_settle_finishes_a_batch_as_futures_do():
     with pytest.raises(ShmqError):
         failed[0].result(0)
     acc.close()
+
+
+def test_settle_wakes_waiters_of_every_batch_in_a_mixed_send():
+    """A SEND_MULTI answers messages of several batches at once, each batch with its own
+    Condition: a thread waiting on any of them must wake."""
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(3)]
+    for t, f in zip(("A", "B", "C"), futures):
+        acc.add(Message(t, b"x"), 0, f)
+    acc.flush_all()
+    got = []
+    waiters = [threading.Thread(target=lambda f=f: got.append(f.exception(5) or f.result(0))) for f in futures[1:]]
+    for w in waiters:
+        w.start()
+    time.sleep(0.05)
+    settle(futures, ["a", "b", ShmqError("refused")], None)
+    for w in waiters:
+        w.join(5)
+    assert sorted(map(str, got)) == ["b", "refused"] and futures[0].result(0) == "a"
+    acc.close()
