@@ -3,10 +3,10 @@
 Each pass drains every request ring in batches, stores the SENDs of a channel's pass (up to
 the next SEND_BATCH) with one store call, ``put_messages`` for one queue or
 ``put_messages_multi`` across topics and queues (gathered straight from the frames, no
-per-message objects), answers on the response rings (a long run of SENDs with one packed block of SEND_RESULT
-frames; after one group commit for the whole pass under SYNC_FLUSH), publishes the new max
-offsets into the state segment (plain 8-byte stores, one seqlock bump) and wakes
-long-polling consumers. Counters for the monitor are published on the 10 ms tick, the control
+per-message objects), as it stores each SEND_BATCH and SEND_MULTI, answers on the response
+rings (a long run of SENDs with one packed block of SEND_RESULT frames; after one group
+commit for the whole pass under SYNC_FLUSH), publishes the new max offsets into the state
+segment (plain 8-byte stores, one seqlock bump) and wakes long-polling consumers. Counters for the monitor are published on the 10 ms tick, the control
 queue (attach, detach, admin) is polled every millisecond and before parking, never per pass.
 With nothing to do it polls its rings for an adaptive window (yielding the CPU), then parks
 on its doorbell; while busy it makes no system call per message. Loop counters (passes,
@@ -368,11 +368,9 @@ class BrokerController:
                 c.out.append((PACKED, results.tobytes()))
             else:
                 for r in results:
-                    if ok:
-                        pass
-                    elif isinstance(r, P.SendMultiResultFrame):
+                    if not ok and isinstance(r, P.SendMultiResultFrame):
                         r.statuses[r.statuses == P.SEND_OK] = P.FLUSH_DISK_TIMEOUT
-                    else:
+                    elif not ok:
                         r.status = P.FLUSH_DISK_TIMEOUT
                     c.out.append(_encoded(r))
             n += len(results)

@@ -139,3 +139,13 @@ def test_a_refused_topic_fails_only_its_own_messages_in_a_mixed_frame(store_dir,
             else:
                 r = f.result(5)
                 assert r.status is SendStatus.SEND_OK and r.queue.topic == t
+
+
+def test_mixed_frames_are_answered_after_the_group_commit_under_sync_flush(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, dict(config, flushDiskType="SYNC_FLUSH")) as broker, \
+            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+        futs = [p.send_async(Message(f"Sync{i % 10}", b"%d" % i)) for i in range(30)]
+        results = [f.result(10) for f in futs]
+        assert all(r.status is SendStatus.SEND_OK for r in results)
+        assert len({(r.queue.topic, r.queue.queue_id, r.queue_offset) for r in results}) == 30
+    assert "group commit:" in broker.log()
