@@ -418,7 +418,7 @@ class MessageStore:
 
     def _validate_record(self, topic: str, record, size: int) -> int:
         """Check one encoded record before it touches the log; returns its SYSFLAG."""
-        if size > self.config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH:
+        if size > self._max_record:
             raise MessageTooLargeError(f"record of {size} bytes is over maxMessageSize {self.config.max_message_size}")
         try:
             (total, magic, _, _, _, _, _, sysflag, _, _, _, _, _, _, body_len) = fmt.HEADER.unpack_from(record, 0)
@@ -437,15 +437,23 @@ class MessageStore:
             raise fmt.CorruptRecordError("record's field lengths do not add up to its TOTALSIZE")
         return sysflag
 
+    @property
+    def _max_record(self) -> int:
+        """The largest record a message of maxMessageSize can make (header, topic, properties)."""
+        return self.config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
+
     def _validate_batch(self, topics: list[str], topic_ids: np.ndarray | None,
                         batch: fmt.EncodedBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """Vectorised checks of every record's size, magic, topic and transaction flag; record i
         must be of ``topics[topic_ids[i]]`` (of ``topics[0]`` when ``topic_ids`` is None).
 
+        A batch of one topic (the user's) is held to maxMessageSize in total, as RocketMQ holds
+        a MessageBatch; records of several topics (a SEND_MULTI, the producer's grouping of
+        separate sends) each to the single-message limit.
         Returns the record sizes and the records whose BODYCRC the client left 0 (None if none).
         """
         src = np.frombuffer(batch.buf, np.uint8)
-        if len(src) > self.config.max_message_size:
+        if topic_ids is None and len(src) > self.config.max_message_size:
             raise MessageTooLargeError(f"batch of {len(src)} bytes is over maxMessageSize {self.config.max_message_size}; "
                                        "split it (a single message may be sent alone)")
         starts = batch.starts
@@ -456,6 +464,9 @@ class MessageStore:
         sizes, magic, crc, sysflag, body_len = fields.T
         if sizes[-1] != len(src) - starts[-1] or not np.array_equal(sizes[:-1], np.diff(starts)):
             raise fmt.CorruptRecordError("batch record sizes do not tile the buffer")
+        if topic_ids is not None and sizes.max() > self._max_record:
+            raise MessageTooLargeError(f"record of {int(sizes.max())} bytes is over maxMessageSize "
+                                       f"{self.config.max_message_size}")
         if (magic != fmt.MESSAGE_MAGIC).any():
             raise fmt.CorruptRecordError("batch record with a bad magic code")
         if (sysflag & fmt.TRANSACTION_MASK).any():

@@ -1,6 +1,7 @@
 """send_async / send_oneway through the ProduceAccumulator (auto_batch): results, order, delay, errors."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -149,3 +150,19 @@ def test_mixed_frames_are_answered_after_the_group_commit_under_sync_flush(store
         assert all(r.status is SendStatus.SEND_OK for r in results)
         assert len({(r.queue.topic, r.queue.queue_id, r.queue_offset) for r in results}) == 30
     assert "group commit:" in broker.log()
+
+
+def test_a_max_size_message_goes_through_a_mixed_frame(store_dir, broker_name, config):
+    """A SEND_MULTI is transport, not a user batch: each record gets the single-message size
+    limit, not the 4 MiB limit of a batch's total."""
+    big = os.urandom(4 * 1024 * 1024)  # maxMessageSize exactly; incompressible, so stored as is
+    with shmq.Broker(store_dir, broker_name, config), \
+            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+        futs = [p.send_async(Message("Big", big)), p.send_async(Message("Small", b"s"))]
+        results = [f.result(10) for f in futs]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    store = open_store(store_dir, config)
+    try:
+        assert bytes(store.look_message_by_offset(results[0].phys_offsets[0]).body) == big
+    finally:
+        store.shutdown()
