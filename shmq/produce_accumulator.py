@@ -39,7 +39,7 @@ Flush = Callable[[list[Group]], None]
 @dataclass(eq=False)
 class _Batch:
     key: tuple[str, int]
-    condition: threading.Condition = field(default_factory=threading.Condition)
+    condition: threading.Condition  # shared by the batches that are flushed together
     msgs: list[Message] = field(default_factory=list)
     futures: list[Future | None] = field(default_factory=list)
     size: int = 0
@@ -49,9 +49,10 @@ class _Batch:
 class PendingSend(Future):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
-    The futures of one batch share one Condition (``add`` sets it): making a Condition per
-    message cost more than the rest of an async send's bookkeeping. Sharing means a waiter can
-    wake for a sibling's result, so ``result`` and ``exception`` wait in a loop.
+    The futures of the batches handed over together share one Condition (``add`` sets it):
+    making a Condition per message cost more than the rest of an async send's bookkeeping.
+    Sharing means a waiter can wake for a sibling's result, so ``result`` and ``exception``
+    wait in a loop.
     """
 
     _accumulator: ProduceAccumulator | None = None
@@ -93,10 +94,9 @@ class PendingSend(Future):
 
 def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
     """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
-    exception instance fails that one), or ``error`` for all. The futures of one accumulated
-    batch share a Condition: it is taken once and notified once for them. A SEND_MULTI holds
-    messages of several batches, hence several Conditions. A future the caller cancelled
-    stays cancelled."""
+    exception instance fails that one), or ``error`` for all. Futures handed over together
+    share a Condition: it is taken once and notified once for them (futures of several
+    hand-overs are grouped by Condition). A future the caller cancelled stays cancelled."""
     by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
     for i, f in enumerate(futures):
         if f is not None:
@@ -136,6 +136,9 @@ class ProduceAccumulator:
         self.max_bytes = batch_max_bytes
         self._cond = threading.Condition()
         self._batches: dict[tuple[str, int], _Batch] = {}
+        # The futures of the batches handed over together share one Condition: one to make and
+        # one to notify per hand-over, not per (topic, queue) (many topics: ~2 messages each).
+        self._condition = threading.Condition()
         self._due = 0.0  # when what waits must go: the oldest waiting message's deadline
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -152,7 +155,7 @@ class ProduceAccumulator:
                     self._due = time.monotonic() + self.delay
                     self._start_flusher()
                     self._cond.notify()
-                b = self._batches[key] = _Batch(key)
+                b = self._batches[key] = _Batch(key, self._condition)
             b.msgs.append(msg)
             b.futures.append(future)
             if future is not None:
@@ -187,6 +190,7 @@ class ProduceAccumulator:
     def _send_all(self) -> None:
         batches, self._batches = self._batches, {}
         if batches:
+            self._condition = threading.Condition()  # for the batches of the next hand-over
             self._send(list(batches.values()))
 
     def _send(self, batches: list[_Batch]) -> None:

@@ -115,14 +115,15 @@ def test_settle_finishes_a_batch_as_futures_do():
     acc.close()
 
 
-def test_settle_wakes_waiters_of_every_batch_in_a_mixed_send():
-    """A SEND_MULTI answers messages of several batches at once, each batch with its own
-    Condition: a thread waiting on any of them must wake."""
+def test_settle_wakes_waiters_of_every_hand_over():
+    """Futures of different hand-overs have different Conditions; settling them together must
+    wake a thread waiting on any of them."""
     acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
     futures = [PendingSend() for _ in range(3)]
     for t, f in zip(("A", "B", "C"), futures):
         acc.add(Message(t, b"x"), 0, f)
-    acc.flush_all()
+        acc.flush_all()
+    assert len({id(f._condition) for f in futures}) == 3
     got = []
     waiters = [threading.Thread(target=lambda f=f: got.append(f.exception(5) or f.result(0))) for f in futures[1:]]
     for w in waiters:
