@@ -66,7 +66,28 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-class SendResult:
+class ByValue:
+    """Equality and repr over ``_FIELDS``, as a dataclass has, for the slotted classes that make
+    some fields on first use (SendResult, MessageExt). Mutable, so not hashable."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS) + ")"
+
+
+class SendResult(ByValue):
     """Where a send landed. For a batch, ``msg_id`` and ``offset_msg_id`` are comma-joined, one per message.
 
     The producer builds one per answered send in its reader thread. The ids of a batch (two
@@ -116,16 +137,3 @@ class SendResult:
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, f) for f in self._FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
-
-    def __repr__(self) -> str:
-        return "SendResult(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS) + ")"

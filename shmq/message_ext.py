@@ -11,19 +11,21 @@ from __future__ import annotations
 import copy
 import zlib
 
+from shmq.message import ByValue
 from shmq.store import format as fmt
 
 _UNSET = object()  # a lazy field not computed yet
 
-_FIELDS = ("topic", "body", "tags", "keys", "properties", "queue_id", "queue_offset", "commit_log_offset",
-           "born_timestamp", "store_timestamp", "reconsume_times", "msg_id", "offset_msg_id", "store_size", "sysflag")
 
 
-class MessageExt:
+class MessageExt(ByValue):
     """A received message. ``properties`` holds every stored property (TAGS, KEYS, UNIQ_KEY too);
     ``msg_id`` is the UNIQ_KEY, the client's id (the offset id when the producer set none);
     ``offset_msg_id`` is store host + commitlog offset; ``keys`` is space-separated."""
 
+    _FIELDS = ("topic", "body", "tags", "keys", "properties", "queue_id", "queue_offset", "commit_log_offset",
+               "born_timestamp", "store_timestamp", "reconsume_times", "msg_id", "offset_msg_id", "store_size",
+               "sysflag")
     __slots__ = ("topic", "body", "queue_id", "queue_offset", "commit_log_offset", "born_timestamp",
                  "store_timestamp", "reconsume_times", "store_size", "sysflag", "store_host",
                  "_raw_props", "_props", "_tags", "_keys", "_msg_id", "_offset_msg_id")
@@ -143,26 +145,11 @@ class MessageExt:
     def key_list(self) -> list[str]:
         return fmt.split_keys(self.keys)
 
-    # ------------------------------------------------------------------ value behaviour
-
     def redelivered(self) -> MessageExt:
         """A copy with ``reconsume_times`` one higher (a message delivered again)."""
         m = copy.copy(self)
         m.reconsume_times += 1
         return m
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, f) for f in _FIELDS)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
-
-    def __repr__(self) -> str:
-        return "MessageExt(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS) + ")"
 
 
 _new = object.__new__
