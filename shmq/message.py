@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -66,6 +66,33 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
+UNSET = object()  # a LazyField not made yet
+
+
+class LazyField:
+    """An attribute made on first read by ``make(obj)`` and kept in the slot ``_<name>`` (UNSET
+    until then); assigning sets it. For fields most readers never look at."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        self.make = make
+        self.slot = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = getattr(obj, self.slot)
+        if value is UNSET:
+            value = self.make(obj)
+            setattr(obj, self.slot, value)
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj, self.slot, value)
+
+
 class ByValue:
     """Equality and repr over ``_FIELDS``, as a dataclass has, for the slotted classes that make
     some fields on first use (SendResult, MessageExt). Mutable, so not hashable."""
@@ -96,7 +123,7 @@ class SendResult(ByValue):
     check ``status``."""
 
     __slots__ = ("status", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets", "store_host",
-                 "_msg_id", "_offset_msg_id")
+                 "_msg_id", "_make_msg_id", "_offset_msg_id")
 
     def __init__(self, status: SendStatus, msg_id: str | Callable[[], str], offset_msg_id: str | None,
                  queue: MessageQueue, queue_offset: int, store_timestamp: int = 0, count: int = 1,
@@ -110,30 +137,13 @@ class SendResult(ByValue):
         self.count = count
         self.phys_offsets = [] if phys_offsets is None else phys_offsets
         self.store_host = store_host
-        self._msg_id = msg_id
-        self._offset_msg_id = offset_msg_id
+        made_later = not isinstance(msg_id, str)
+        self._msg_id, self._make_msg_id = (UNSET, msg_id) if made_later else (msg_id, None)
+        self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
 
-    @property
-    def msg_id(self) -> str:
-        if not isinstance(self._msg_id, str):
-            self._msg_id = self._msg_id()
-        return self._msg_id
-
-    @msg_id.setter
-    def msg_id(self, value: str) -> None:
-        self._msg_id = value
-
-    @property
-    def offset_msg_id(self) -> str:
-        if self._offset_msg_id is None:
-            phys = self.phys_offsets
-            self._offset_msg_id = fmt.offset_msg_id(self.store_host, phys[0]) if len(phys) == 1 else \
-                ",".join(fmt.offset_msg_ids(self.store_host, np.asarray(phys, np.int64)))
-        return self._offset_msg_id
-
-    @offset_msg_id.setter
-    def offset_msg_id(self, value: str) -> None:
-        self._offset_msg_id = value
+    msg_id = LazyField(lambda r: r._make_msg_id())
+    offset_msg_id = LazyField(lambda r: fmt.offset_msg_id(r.store_host, r.phys_offsets[0]) if len(r.phys_offsets) == 1
+                              else ",".join(fmt.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64))))
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import copy
 import zlib
 
-from shmq.message import ByValue
+from shmq.message import UNSET, ByValue, LazyField
 from shmq.store import format as fmt
 
-_UNSET = object()  # a lazy field not computed yet
 
 
 
@@ -28,7 +27,7 @@ class MessageExt(ByValue):
                "sysflag")
     __slots__ = ("topic", "body", "queue_id", "queue_offset", "commit_log_offset", "born_timestamp",
                  "store_timestamp", "reconsume_times", "store_size", "sysflag", "store_host",
-                 "_raw_props", "_props", "_tags", "_keys", "_msg_id", "_offset_msg_id")
+                 "_raw_props", "_properties", "_tags", "_keys", "_msg_id", "_offset_msg_id")
 
     def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | None = None,
                  properties: dict[str, str] | None = None, queue_id: int = 0, queue_offset: int = 0,
@@ -47,7 +46,7 @@ class MessageExt(ByValue):
         self.sysflag = sysflag
         self.store_host = 0
         self._raw_props = b""
-        self._props = {} if properties is None else properties
+        self._properties = {} if properties is None else properties
         self._tags = tags
         self._keys = keys
         self._msg_id = msg_id
@@ -71,7 +70,7 @@ class MessageExt(ByValue):
         m.sysflag = sysflag
         m.store_host = store_host
         m._raw_props = raw_props
-        m._props = m._tags = m._keys = m._msg_id = m._offset_msg_id = _UNSET
+        m._properties = m._tags = m._keys = m._msg_id = m._offset_msg_id = UNSET
         return m
 
     @classmethod
@@ -89,57 +88,13 @@ class MessageExt(ByValue):
         m.store_host = rec.store_host
         return m
 
-    # ------------------------------------------------------------------ lazy fields
+    # ------------------------------------------------------------------ made on first use
 
-    @property
-    def properties(self) -> dict[str, str]:
-        if self._props is _UNSET:
-            self._props = fmt.decode_properties(self._raw_props)
-        return self._props
-
-    @properties.setter
-    def properties(self, value: dict[str, str]) -> None:
-        self._props = value
-
-    @property
-    def tags(self) -> str | None:
-        if self._tags is _UNSET:
-            self._tags = self.properties.get(fmt.PROPERTY_TAGS)
-        return self._tags
-
-    @tags.setter
-    def tags(self, value: str | None) -> None:
-        self._tags = value
-
-    @property
-    def keys(self) -> str | None:
-        if self._keys is _UNSET:
-            self._keys = self.properties.get(fmt.PROPERTY_KEYS)
-        return self._keys
-
-    @keys.setter
-    def keys(self, value: str | None) -> None:
-        self._keys = value
-
-    @property
-    def offset_msg_id(self) -> str:
-        if self._offset_msg_id is _UNSET:
-            self._offset_msg_id = fmt.offset_msg_id(self.store_host, self.commit_log_offset)
-        return self._offset_msg_id
-
-    @offset_msg_id.setter
-    def offset_msg_id(self, value: str) -> None:
-        self._offset_msg_id = value
-
-    @property
-    def msg_id(self) -> str:
-        if self._msg_id is _UNSET:
-            self._msg_id = self.properties.get(fmt.PROPERTY_UNIQ_KEY) or self.offset_msg_id
-        return self._msg_id
-
-    @msg_id.setter
-    def msg_id(self, value: str) -> None:
-        self._msg_id = value
+    properties = LazyField(lambda m: fmt.decode_properties(m._raw_props))
+    tags = LazyField(lambda m: m.properties.get(fmt.PROPERTY_TAGS))
+    keys = LazyField(lambda m: m.properties.get(fmt.PROPERTY_KEYS))
+    offset_msg_id = LazyField(lambda m: fmt.offset_msg_id(m.store_host, m.commit_log_offset))
+    msg_id = LazyField(lambda m: m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.offset_msg_id)
 
     @property
     def key_list(self) -> list[str]:

@@ -229,8 +229,13 @@ def encode_send_batch_header(buf, req_id: int, enqueue_ns: int, queue_id: int, f
     _BATCH.pack_into(buf, 0, req_id, enqueue_ns, queue_id, flags, len(topic_b), 0, count, n, buf_len)
     p = _BATCH.size
     buf[p:p + len(topic_b)] = topic_b
-    p += _pad8(len(topic_b))
-    for arr, k in ((starts, count), (tags_codes, count), (key_hashes, n), (key_records, n)):
+    return _put_i64_columns(buf, p + _pad8(len(topic_b)), (starts, tags_codes, key_hashes, key_records))
+
+
+def _put_i64_columns(buf, p: int, columns) -> int:
+    """Write int columns back to back as little-endian i64 at ``p``; returns the end."""
+    for arr in columns:
+        k = len(arr)
         if k:
             np.frombuffer(buf, "<i8", k, p)[:] = arr
             p += 8 * k
@@ -304,13 +309,8 @@ def encode_send_multi_header(buf, req_id: int, enqueue_ns: int, flags: int, topi
     _MULTI.pack_into(buf, 0, req_id, enqueue_ns, flags, count, len(topics_b), len(table), n, len(batch.buf))
     p = _MULTI.size
     buf[p:p + len(table)] = table
-    p += _pad8(len(table))
-    for arr, k in ((batch.starts, count), (batch.tags_codes, count), (topic_idx, count), (queue_ids, count),
-                   (batch.key_hashes, n), (batch.key_records, n)):
-        if k:
-            np.frombuffer(buf, "<i8", k, p)[:] = arr
-            p += 8 * k
-    return p
+    return _put_i64_columns(buf, p + _pad8(len(table)), (batch.starts, batch.tags_codes, topic_idx, queue_ids,
+                                                          batch.key_hashes, batch.key_records))
 
 
 def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence[str], topic_idx, queue_ids,

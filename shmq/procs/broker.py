@@ -23,7 +23,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate, chain
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import posix_ipc
@@ -499,28 +499,17 @@ class BrokerController:
         A topic that cannot take them (bad name, not writable, auto-create off) answers its own
         SENDs with an error; the others still go in. SENDs that leave the queue to the broker
         take one queue per topic per pass, round robin over the passes."""
-        topics: dict[bytes, list] = {}  # raw -> [name, TopicConfig or None, code, message, queue for qid -1]
+        routes = _Routes(self._topic_for_send)
+        names: dict[bytes, str] = {}
         keep = []
         queues = []
         for i, (raw, qid) in enumerate(zip(run.raws, run.qids)):
-            t = topics.get(raw)
-            if t is None:
-                name = P.decode_topic(raw)
-                t = topics[raw] = [name, *self._topic_for_send(name), None]
-            name, tc, code, message, auto_qid = t
-            if tc is None:
+            name = names.get(raw)
+            if name is None:
+                name = names[raw] = P.decode_topic(raw)
+            q, code, message = routes.route(name, qid)
+            if code:
                 self._error(c, run.req_ids[i], run.flags[i], code, message)
-                continue
-            if qid >= 0:
-                q = qid
-            elif auto_qid is not None:
-                q = auto_qid
-            else:
-                q = t[4] = tc.next_queue()
-            nums = tc.write_queue_nums
-            if q >= nums:
-                self._error(c, run.req_ids[i], run.flags[i], P.SYSTEM_ERROR,
-                            f"queue id {q} is illegal: topic {name!r} has {nums} write queues")
                 continue
             keep.append(i)
             queues.append((name, q))
@@ -570,13 +559,9 @@ class BrokerController:
         self._answer(c, r.end_offset, results)
 
     def _put_batch(self, c: Client, b: P.SendBatch) -> None:
-        tc, code, message = self._topic_for_send(b.topic)
-        if tc is None:
+        qid, code, message = _Routes(self._topic_for_send).route(b.topic, b.queue_id)
+        if code:
             return self._error(c, b.req_id, b.flags, code, message)
-        qid = b.queue_id if b.queue_id >= 0 else tc.next_queue()
-        if qid >= tc.write_queue_nums:
-            return self._error(c, b.req_id, b.flags, P.SYSTEM_ERROR,
-                               f"queue id {qid} is illegal: topic {b.topic!r} has {tc.write_queue_nums} write queues")
         try:
             r = self.store.put_messages(b.topic, qid, b.batch, wait_flush=False)
         except Exception as e:
@@ -597,18 +582,14 @@ class BrokerController:
         illegal queue id get that error as their status; the others still go in. Records left
         to the broker take one queue per topic per frame."""
         n = len(m.batch)
-        topics = [(name, *self._topic_for_send(name)) for name in m.topics]
-        auto = [tc.next_queue() if tc is not None else -1 for _, tc, _, _ in topics]
+        routes = _Routes(self._topic_for_send)
         statuses = [0] * n
         names, qids, message = [], [], ""
-        for i, (k, q) in enumerate(zip(m.topic_idx.tolist(), m.queue_ids.tolist())):
-            name, tc, code, why = topics[k]
-            q = auto[k] if q < 0 else q
-            if tc is None:
+        for i, (k, requested) in enumerate(zip(m.topic_idx.tolist(), m.queue_ids.tolist())):
+            name = m.topics[k]
+            q, code, why = routes.route(name, requested)
+            if code:
                 statuses[i], message = -code, message or why
-            elif q >= tc.write_queue_nums:
-                statuses[i] = -P.SYSTEM_ERROR
-                message = message or f"queue id {q} is illegal: topic {name!r} has {tc.write_queue_nums} write queues"
             names.append(name)
             qids.append(q)
         status = np.array(statuses, np.int64)
@@ -864,6 +845,33 @@ class BrokerController:
 def _next_spin(gap_ns: int) -> int:
     """Spin window after an idle gap of ``gap_ns``: cover the next one if gaps are short."""
     return min(SPIN_MAX_NS, max(SPIN_MIN_NS, 2 * gap_ns)) if gap_ns < SPIN_MAX_NS else SPIN_MIN_NS
+
+
+class _Routes:
+    """Where the sends of one frame or pass go: each topic resolved once (auto-created when
+    allowed), and one queue per topic for the sends that leave the choice to the broker
+    (round robin over frames and passes)."""
+
+    def __init__(self, resolve: Callable[[str], tuple[TopicConfig | None, int, str]]) -> None:
+        self._resolve = resolve
+        self._topics: dict[str, list] = {}  # name -> [TopicConfig or None, code, reason, queue for -1]
+
+    def route(self, topic: str, queue_id: int) -> tuple[int, int, str]:
+        """(queue id, 0, "") for a send to ``queue_id`` (-1: the broker picks), else (-1, code, reason)."""
+        t = self._topics.get(topic)
+        if t is None:
+            t = self._topics[topic] = [*self._resolve(topic), None]
+        tc, code, reason, auto = t
+        if tc is None:
+            return -1, code, reason
+        if queue_id < 0:
+            if auto is None:
+                auto = t[3] = tc.next_queue()
+            queue_id = auto
+        if queue_id >= tc.write_queue_nums:
+            return -1, P.SYSTEM_ERROR, (f"queue id {queue_id} is illegal: topic {topic!r} has "
+                                        f"{tc.write_queue_nums} write queues")
+        return queue_id, 0, ""
 
 
 def _encoded(r: P.SendResultFrame | P.SendMultiResultFrame) -> tuple[int, bytes]:

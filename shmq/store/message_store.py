@@ -379,7 +379,7 @@ class MessageStore:
             self._check_queue(topic, qid)
             names.setdefault(topic, len(names))
         topic_ids = np.fromiter((names[t] for t in topics), np.int64, n)
-        sizes, missing_crc = self._validate_batch(list(names), topic_ids, batch)
+        sizes, missing_crc = self._validate_batch(list(names), topic_ids, batch, per_record_limit=True)
         # rank of each record within its queue, in log order
         order = np.argsort(gid, kind="stable")
         counts = np.bincount(gid, minlength=len(groups))
@@ -442,18 +442,18 @@ class MessageStore:
         """The largest record a message of maxMessageSize can make (header, topic, properties)."""
         return self.config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
 
-    def _validate_batch(self, topics: list[str], topic_ids: np.ndarray | None,
-                        batch: fmt.EncodedBatch) -> tuple[np.ndarray, np.ndarray | None]:
+    def _validate_batch(self, topics: list[str], topic_ids: np.ndarray | None, batch: fmt.EncodedBatch,
+                        per_record_limit: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Vectorised checks of every record's size, magic, topic and transaction flag; record i
         must be of ``topics[topic_ids[i]]`` (of ``topics[0]`` when ``topic_ids`` is None).
 
-        A batch of one topic (the user's) is held to maxMessageSize in total, as RocketMQ holds
-        a MessageBatch; records of several topics (a SEND_MULTI, the producer's grouping of
-        separate sends) each to the single-message limit.
+        A user's batch is held to maxMessageSize in total, as RocketMQ holds a MessageBatch;
+        with ``per_record_limit`` (separate sends stored together) each record is held to the
+        single-message limit instead.
         Returns the record sizes and the records whose BODYCRC the client left 0 (None if none).
         """
         src = np.frombuffer(batch.buf, np.uint8)
-        if topic_ids is None and len(src) > self.config.max_message_size:
+        if not per_record_limit and len(src) > self.config.max_message_size:
             raise MessageTooLargeError(f"batch of {len(src)} bytes is over maxMessageSize {self.config.max_message_size}; "
                                        "split it (a single message may be sent alone)")
         starts = batch.starts
@@ -464,7 +464,7 @@ class MessageStore:
         sizes, magic, crc, sysflag, body_len = fields.T
         if sizes[-1] != len(src) - starts[-1] or not np.array_equal(sizes[:-1], np.diff(starts)):
             raise fmt.CorruptRecordError("batch record sizes do not tile the buffer")
-        if topic_ids is not None and sizes.max() > self._max_record:
+        if per_record_limit and sizes.max() > self._max_record:
             raise MessageTooLargeError(f"record of {int(sizes.max())} bytes is over maxMessageSize "
                                        f"{self.config.max_message_size}")
         if (magic != fmt.MESSAGE_MAGIC).any():
