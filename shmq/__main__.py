@@ -1,5 +1,5 @@
 import sys
 
-from shmq.cli import main
+from shmq.cli.main import main
 
 sys.exit(main())

@@ -32,7 +32,7 @@ from rich.table import Table
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, MessageModel, Producer, PushConsumer
-from shmq.producer import SelectMessageQueueByHash
+from shmq.client.producer.producer import SelectMessageQueueByHash
 
 TOPIC = "DemoOrders"
 STEPS_TOPIC = "DemoSteps"

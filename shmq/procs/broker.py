@@ -29,14 +29,14 @@ import numpy as np
 import posix_ipc
 import sysv_ipc
 
-from shmq import protocol as P
+from shmq.codec import frames as P
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import (BrokerNotFoundError, ControlProtocolError, CorruptFrameError, DiskFullError,
                          ShmqError, StoreClosedError)
-from shmq.procs import admin
-from shmq.procs.groups import ConsumerManager, ConsumerOffsetManager
-from shmq.procs.publish import StatePublisher, now_ms
-from shmq.procs.topics import TopicConfig, TopicConfigManager
+from shmq.broker import admin
+from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.broker.publish import StatePublisher, now_ms
+from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.ring import shm
 from shmq.ring.channel import Channel, broker_bell_name, channel_name, client_bell_name
 from shmq.ring.control import Attach, ControlQueue, Detach, Reply, sysv_key
@@ -45,7 +45,7 @@ from shmq.ring.framing import CONSUMER, PRODUCER
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
 from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.state import StateReader, StateWriter
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.message_store import MessageStore
 
 log = logging.getLogger("shmq.broker")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 
 
 class StoreCheckpoint:

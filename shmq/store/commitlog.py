@@ -22,7 +22,7 @@ from typing import Iterator
 
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.mapped_file import MappedFileQueue
 
 _I32 = struct.Struct(">i")

@@ -12,7 +12,7 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 
 @dataclass(slots=True)
 class DispatchRequest:

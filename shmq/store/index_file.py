@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from shmq.store.format import (
+from shmq.codec.record import (
     INDEX_ENTRY_DTYPE,
     INDEX_ENTRY_SIZE,
     INDEX_HEADER,

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE

@@ -20,7 +20,7 @@ import numpy as np
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import (BadTopicError, DiskFullError, MessageTooLargeError, StoreClosedError,
                          StoreLockedError)
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store import recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog

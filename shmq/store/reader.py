@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Iterator
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.commitlog import CommitLog
 from shmq.store.mapped_file import MappedFile
 

@@ -1,6 +1,6 @@
 import pytest
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.message_store import MessageStore
 
 SMALL = {

@@ -1,7 +1,7 @@
 import os
 import time
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.cleanup import decide
 from shmq.store.message_store import MessageStore

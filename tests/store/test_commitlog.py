@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.commitlog import CommitLog
 from shmq.store.mapped_file import AllocateMappedFileService
 

@@ -1,6 +1,6 @@
 import numpy as np
 
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
 
 

@@ -13,8 +13,8 @@ import shutil
 
 import pytest
 
-from shmq.store import format as fmt
-from tests.store.crash_child import CONFIG, CrashHarness, raw_scan, seq_of, segment_path
+from shmq.codec import record as fmt
+from tools.chaos.crash_child import CONFIG, CrashHarness, raw_scan, seq_of, segment_path
 
 SEG = CONFIG["mappedFileSizeCommitLog"]
 KILL_ROUNDS = 22

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmq.store.format import (
+from shmq.codec.record import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER,
     INDEX_HEADER_SIZE,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from shmq.errors import BadTopicError, DiskFullError, MessageTooLargeError, StoreLockedError
-from shmq.store import format as fmt
+from shmq.codec import record as fmt
 from shmq.store.message_store import GetStatus, MessageStore, PutStatus
 
 from .conftest import record

@@ -32,9 +32,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from shmq.consumer_batch import MessageBatch, read_batch  # noqa: E402
-from shmq.filter import TagFilter  # noqa: E402
-from shmq.store import format as fmt  # noqa: E402
+from shmq.codec.columns import PulledBatch, read_batch  # noqa: E402
+from shmq.filter.tags import TagFilter  # noqa: E402
+from shmq.codec import record as fmt  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 from shmq.store.reader import StoreReader  # noqa: E402
 
@@ -55,7 +55,7 @@ def fill(store: MessageStore, topic: str, body_size: int, n: int) -> int:
 
 
 def read_all(reader: StoreReader, topic: str, max_offset: int, step: int, expression: TagFilter,
-             use: Callable[[MessageBatch], object] | None) -> int:
+             use: Callable[[PulledBatch], object] | None) -> int:
     """One pass over the queue; returns records delivered."""
     offset = delivered = 0
     while offset < max_offset:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{size} B bodies: wrote {mx:,} records in {time.perf_counter() - t:.1f} s", flush=True)
                 cases = [('"*", columns', TagFilter("*"), None),
                          ("TagA, columns", TagFilter("TagA"), None),
-                         ('"*", + bodies()', TagFilter("*"), MessageBatch.bodies)]
+                         ('"*", + bodies()', TagFilter("*"), PulledBatch.bodies)]
                 for name, expr, use in cases:
                     times, delivered = timed(lambda: read_all(reader, topic, mx, args.range, expr, use), args.runs)
                     med = statistics.median(times)

@@ -58,9 +58,9 @@ if REPO not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from shmq.consumer_batch import read_batch  # noqa: E402
-from shmq.filter import TagFilter  # noqa: E402
-from shmq.store import format as fmt  # noqa: E402
+from shmq.codec.columns import read_batch  # noqa: E402
+from shmq.filter.tags import TagFilter  # noqa: E402
+from shmq.codec import record as fmt  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 from shmq.store.reader import StoreReader  # noqa: E402
 

@@ -23,7 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tests.store.crash_child import CrashCheckError, CrashHarness  # noqa: E402
+from tools.chaos.crash_child import CrashCheckError, CrashHarness  # noqa: E402
 
 
 def main() -> int:

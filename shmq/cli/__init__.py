@@ -1,0 +1,3 @@
+from shmq.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,107 @@
+"""Consumer offsets kept on the client: the next queue offset to consume, per topic and queue.
+
+`OffsetTable` is the in-memory table every consumer updates as messages are processed; a
+clustering consumer commits what changed (`take_dirty`) to the broker, which persists it.
+`LocalFileOffsetStore` adds a JSON file for BROADCASTING consumers, whose offsets are their
+own (RocketMQ's LocalFileOffsetStore): `~/.shmq/offsets/<broker>/<group>.json` by default.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from shmq.store import config_files
+from shmq.codec import record as fmt
+
+QueueKey = tuple[str, int]
+
+
+class OffsetTable:
+    """Thread-safe (topic, queue id) -> next offset, remembering which entries changed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._offsets: dict[QueueKey, int] = {}
+        self._dirty: set[QueueKey] = set()
+
+    def update(self, topic: str, queue_id: int, offset: int, increase_only: bool = False) -> bool:
+        """Set the offset; with `increase_only` a lower value is ignored (a late ack of an old batch).
+
+        Returns whether the table changed.
+        """
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        key = (topic, queue_id)
+        with self._lock:
+            old = self._offsets.get(key)
+            if old == offset or (increase_only and old is not None and offset < old):
+                return False
+            self._offsets[key] = offset
+            self._dirty.add(key)
+            return True
+
+    def read(self, topic: str, queue_id: int) -> int:
+        """The stored offset, or -1 if none (RocketMQ's readOffset convention)."""
+        with self._lock:
+            return self._offsets.get((topic, queue_id), -1)
+
+    def remove(self, topic: str, queue_id: int) -> None:
+        """Forget a queue this consumer no longer owns (after a rebalance)."""
+        with self._lock:
+            self._offsets.pop((topic, queue_id), None)
+            self._dirty.discard((topic, queue_id))
+
+    def snapshot(self) -> dict[QueueKey, int]:
+        with self._lock:
+            return dict(self._offsets)
+
+    def take_dirty(self) -> dict[QueueKey, int]:
+        """Entries changed since the last call, which the caller now commits."""
+        with self._lock:
+            out = {k: self._offsets[k] for k in self._dirty}
+            self._dirty.clear()
+            return out
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+
+def default_offset_dir(broker: str) -> str:
+    return os.path.join(os.path.expanduser("~"), ".shmq", "offsets", broker)
+
+
+class LocalFileOffsetStore(OffsetTable):
+    """An OffsetTable persisted to one JSON file per consumer group (atomic replace)."""
+
+    def __init__(self, group: str, broker: str = "default", directory: str | None = None) -> None:
+        super().__init__()
+        for name, what in ((group, "consumer group"), (broker, "broker name")):
+            if not fmt.TOPIC_PATTERN.match(name or ""):
+                raise ValueError(f"{what} {name!r} must match [%|a-zA-Z0-9_-]+ (it names a file)")
+        self.group = group
+        self.path = os.path.join(directory or default_offset_dir(broker), f"{group}.json")
+        self._persist_lock = threading.Lock()
+
+    def load(self) -> None:
+        """Read the file (or its backup); a missing file means a group that never consumed."""
+        data = config_files.read_json(self.path, default={}) or {}
+        for topic, queues in data.get("offsets", {}).items():
+            for qid, offset in queues.items():
+                self.update(topic, int(qid), int(offset))
+        self.take_dirty()
+
+    def persist(self) -> None:
+        """Write the whole table if anything changed since the last persist."""
+        with self._persist_lock:
+            changed = self.take_dirty()
+            if not changed:
+                return
+            table: dict[str, dict[str, int]] = {}
+            for (topic, qid), offset in sorted(self.snapshot().items()):
+                table.setdefault(topic, {})[str(qid)] = offset
+            try:
+                config_files.write_json(self.path, {"group": self.group, "offsets": table})
+            except BaseException:
+                with self._lock:
+                    self._dirty.update(changed)
+                raise

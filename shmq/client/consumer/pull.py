@@ -1,0 +1,150 @@
+"""PullConsumer: the caller picks queues and offsets (RocketMQ's DefaultMQPullConsumer).
+
+Pulls read the store files directly up to the published max offset; with nothing new a pull
+long-polls through the broker (PULL_WAIT, then WAKE) and returns as soon as a message
+arrives, or NO_NEW_MSG at its timeout. Offsets it commits are the group's on the broker.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from shmq.codec import frames as P
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.model.consumer_types import PullResult, PullStatus
+from shmq.errors import ShmqError
+from shmq.filter.tags import Expression, as_expression
+from shmq.model.message import MessageQueue
+from shmq.client.consumer.offset_store import OffsetTable
+from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+
+CONSUMER_RING_BYTES = 256 * 1024  # requests and answers are small: PULL_WAIT, COMMIT_OFFSET, WAKE
+
+
+class PullConsumer:
+    def __init__(self, group: str, broker: str | None = None, *, start_timeout: float = 3.0,
+                 ring_bytes: int = CONSUMER_RING_BYTES) -> None:
+        self.group = group
+        self.start_timeout = start_timeout
+        self._conn = BrokerConnection(broker, "consumer", group, ring_bytes, self._on_response,
+                                      on_lost=self._on_lost)
+        self.broker_name = self._conn.broker_name
+        self._wrapper = PullAPIWrapper(self._conn)
+        self._lock = threading.Lock()  # the store reader is not thread-safe
+        self._offsets = OffsetTable()
+        self._expressions: dict[str, Expression] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "PullConsumer":
+        """Attach; ``BrokerNotFoundError`` within ``start_timeout`` if no broker of this name serves."""
+        self._conn.start(self.start_timeout)
+        with self._lock:
+            self._wrapper.bind(time.monotonic() + self.start_timeout)
+        return self
+
+    def shutdown(self) -> None:
+        """Detach; waiting pulls return."""
+        self._conn.shutdown()
+        self._wrapper.wake_all()
+        with self._lock:
+            self._wrapper.close()
+
+    def __enter__(self) -> "PullConsumer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _on_response(self, kind: int, view: memoryview) -> None:
+        self._wrapper.on_response(kind, view)
+
+    def _on_lost(self, _session: Session, _why: str) -> None:
+        self._wrapper.wake_all()
+
+    # ------------------------------------------------------------------ queues and offsets
+
+    def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's read queues (empty until the topic exists: a first send or create_topic makes it)."""
+        with self._lock:
+            self._wrapper.bind(time.monotonic() + self.start_timeout)
+            n = self._wrapper.state.read_queue_count(topic)
+        return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._queue_offsets(mq)[0]
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """One past the last message of the queue (the offset the next message will get)."""
+        return self._queue_offsets(mq)[1]
+
+    def _queue_offsets(self, mq: MessageQueue) -> tuple[int, int]:
+        with self._lock:
+            self._wrapper.bind(time.monotonic() + self.start_timeout)
+            return self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+
+    def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """First offset stored at or after ``timestamp_ms``; the max offset if every message is older."""
+        with self._lock:
+            self._wrapper.bind(time.monotonic() + self.start_timeout)
+            _, hi = self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            if hi == 0:
+                return 0
+            return self._wrapper.store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
+
+    def commit(self, mq: MessageQueue, offset: int) -> None:
+        """Commit the group's offset of ``mq`` (the next offset to consume) to the broker."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        self._offsets.update(mq.topic, mq.queue_id, offset)
+        self._conn.write_frame(P.COMMIT_OFFSET,
+                               P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
+                               time.monotonic() + self.start_timeout)
+
+    def fetch_consume_offset(self, mq: MessageQueue, from_store: bool = False) -> int:
+        """The group's committed offset of ``mq``, -1 if none: this consumer's last commit, else the broker's."""
+        if not from_store:
+            local = self._offsets.read(mq.topic, mq.queue_id)
+            if local >= 0:
+                return local
+        body = self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
+                                self.start_timeout)
+        return int(body["offset"])
+
+    # ------------------------------------------------------------------ pulling
+
+    def pull(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int, max_nums: int = 32,
+             timeout: float = 1.0) -> PullResult:
+        """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none."""
+        result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
+        result.messages  # decode now, so the caller's time is spent here and the views can go
+        return result
+
+    def pull_batch(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int,
+                   max_nums: int = 32, timeout: float = 1.0) -> PullResult:
+        """As ``pull``, with the messages left in the columnar ``result.batch`` (decoded only if asked)."""
+        if max_nums <= 0:
+            raise ValueError(f"max_nums must be positive, got {max_nums}")
+        expr = self._expression(expression)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._wrapper.bind(deadline)
+                result = self._wrapper.pull(mq, expr, offset, max_nums)
+            remaining = deadline - time.monotonic()
+            if result.status is not PullStatus.NO_NEW_MSG or remaining <= 0:
+                return result
+            woke = threading.Event()
+            req_id = self._wrapper.pull_wait(mq, offset, remaining, lambda _wake: woke.set())
+            if not woke.wait(remaining):
+                self._wrapper.cancel(req_id)
+            if not self._conn.started:
+                raise ShmqError("the pull consumer was shut down")
+
+    def _expression(self, expression: str | Expression) -> Expression:
+        if not isinstance(expression, str):
+            return as_expression(expression)
+        expr = self._expressions.get(expression)
+        if expr is None:
+            expr = self._expressions[expression] = as_expression(expression)
+        return expr

@@ -1,0 +1,114 @@
+"""PullAPIWrapper: the pull path both consumers share (RocketMQ's PullAPIWrapper, without a broker hop).
+
+Messages are read straight from the store files through read-only mmaps, never past the max
+offset the broker published in its state segment. Only long polling talks to the broker: a
+PULL_WAIT frame, answered by a WAKE when the queue grows (or the wait times out). The store
+reader and state view belong to one broker incarnation and are reopened after a restart
+(recovery may have rewritten the files). Not thread-safe: callers serialise ``bind`` and ``pull``.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from shmq.codec import frames as P
+from shmq.client.broker_state import BrokerState
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.codec.columns import read_batch
+from shmq.model.consumer_types import PullResult, PullStatus
+from shmq.errors import CorruptFrameError
+from shmq.filter.tags import Expression
+from shmq.model.message import MessageQueue
+from shmq.store.reader import StoreReader
+
+log = logging.getLogger(__name__)
+
+WakeHandler = Callable[[P.Wake | None], None]  # None: the broker died, look again
+
+
+class PullAPIWrapper:
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.session: Session | None = None
+        self.state: BrokerState | None = None
+        self.store: StoreReader | None = None
+        self._waits: dict[int, WakeHandler] = {}
+        self._waits_lock = threading.Lock()
+
+    def bind(self, deadline: float) -> Session:
+        """The live session (attaching again until ``deadline`` if the broker restarted), with its views."""
+        s = self.conn.live_session(deadline)
+        if s is not self.session:
+            self.close()
+            self.state = BrokerState(s.state)
+            self.store = StoreReader(s.store_dir)
+            self.session = s
+        return s
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.session = self.state = self.store = None
+
+    def pull(self, mq: MessageQueue, expression: Expression, offset: int, max_nums: int) -> PullResult:
+        """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL."""
+        lo, hi = self.state.queue_offsets(mq.topic, mq.queue_id)
+        if offset < lo:
+            return PullResult(PullStatus.OFFSET_ILLEGAL, lo, lo, hi)
+        if offset > hi:
+            return PullResult(PullStatus.OFFSET_ILLEGAL, hi, lo, hi)
+        if offset == hi:
+            return PullResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
+        batch = read_batch(self.store, mq.topic, mq.queue_id, offset, max_nums, hi, expression)
+        status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG
+        return PullResult(status, batch.next_offset, lo, hi, batch)
+
+    # ------------------------------------------------------------------ long polling
+
+    def pull_wait(self, mq: MessageQueue, offset: int, timeout: float, handler: WakeHandler,
+                  req_id: int | None = None) -> int:
+        """Ask the broker to answer when ``mq`` grows past ``offset``; ``handler`` gets the WAKE.
+
+        Returns the request id (for ``cancel``; pass one in to know it before the handler can
+        run). The broker answers at once if the queue already grew.
+        """
+        req_id = next_request_id() if req_id is None else req_id
+        with self._waits_lock:
+            self._waits[req_id] = handler
+        try:
+            self.conn.write_frame(P.PULL_WAIT, P.encode_pull_wait(req_id, mq.topic, mq.queue_id, offset,
+                                                                  max(1, int(timeout * 1000))),
+                                  time.monotonic() + max(timeout, 1.0))
+        except BaseException:
+            self.cancel(req_id)
+            raise
+        return req_id
+
+    def cancel(self, req_id: int) -> None:
+        """Forget a wait (its WAKE, if it still comes, is dropped)."""
+        with self._waits_lock:
+            self._waits.pop(req_id, None)
+
+    def on_response(self, kind: int, view: memoryview) -> None:
+        """Response frames of a consumer's channel (called by the connection's reader thread)."""
+        if kind == P.WAKE:
+            wake = P.decode_wake(view)
+            with self._waits_lock:
+                handler = self._waits.pop(wake.req_id, None)
+            if handler is not None:
+                handler(wake)
+        elif kind == P.ERROR:
+            err = P.decode_error(view)
+            log.warning("broker %r answered request %d with error %d: %s", self.conn.broker_name, err.req_id,
+                        err.code, err.message)
+        else:
+            raise CorruptFrameError(f"frame kind {kind} is not a response a consumer expects")
+
+    def wake_all(self) -> None:
+        """The broker died: every waiter looks again (and finds the session gone)."""
+        with self._waits_lock:
+            handlers, self._waits = list(self._waits.values()), {}
+        for h in handlers:
+            h(None)

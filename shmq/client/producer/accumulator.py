@@ -1,0 +1,225 @@
+"""ProduceAccumulator: send_async and send_oneway messages gathered into batches (RocketMQ 5's autoBatch).
+
+Encoding and writing one message at a time costs a Python producer ~20 us; as a batch the
+same message costs ~1-2 us. Messages are grouped by (topic, queue), in call order. A group
+that reaches ``batch_max_bytes`` is sent at once; everything else waiting is handed to
+``flush`` together, at the latest ``batch_max_delay_ms`` after the oldest waiting message (a
+flusher thread sees to the delay), or as soon as someone waits on the Future of a message
+still waiting (``PendingSend.result``): a caller that keeps a window of sends in flight never
+waits out the delay. Handing everything over together lets the producer write the small
+groups of many topics (each sent rarely) back to back for the broker to store in one put.
+Flushes run under the accumulator's lock, so the batches of one queue reach the ring in the
+order they were filled.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures._base import FINISHED as _FINISHED
+from concurrent.futures._base import PENDING as _PENDING
+from dataclasses import dataclass, field
+from typing import Callable
+
+from shmq.errors import ShmqError
+from shmq.model.message import Message
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH_MESSAGES = 4096
+MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go as single SENDs
+RECORD_OVERHEAD = 160  # header, topic and properties of a typical record: how a batch's size is estimated
+
+# (topic, queue id or -1, messages, their futures (None: oneway)) for each group handed over
+Group = tuple[str, int, list[Message], list["Future | None"]]
+Flush = Callable[[list[Group]], None]
+
+
+@dataclass(eq=False)
+class _Batch:
+    key: tuple[str, int]
+    condition: threading.Condition  # shared by the batches that are flushed together
+    msgs: list[Message] = field(default_factory=list)
+    futures: list[Future | None] = field(default_factory=list)
+    size: int = 0
+    sent: bool = False
+
+
+class PendingSend(Future):
+    """The Future of an accumulated message: waiting on it sends its batch now.
+
+    The futures of the batches handed over together share one Condition (``add`` sets it):
+    making a Condition per message cost more than the rest of an async send's bookkeeping.
+    Sharing means a waiter can wake for a sibling's result, so ``result`` and ``exception``
+    wait in a loop.
+    """
+
+    _accumulator: ProduceAccumulator | None = None
+    _batch: _Batch | None = None
+
+    def __init__(self) -> None:  # Future.__init__ without its Condition
+        self._condition = None
+        self._state = _PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+
+    def result(self, timeout: float | None = None):  # noqa: ANN201 (Future's signature)
+        if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
+            return self._result
+        self._wait(timeout)
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None):  # noqa: ANN201
+        self._wait(timeout)
+        return super().exception(0)
+
+    def _wait(self, timeout: float | None) -> None:
+        acc, b = self._accumulator, self._batch
+        if acc is not None and b is not None and not b.sent:
+            acc.send_now(b)
+        self._accumulator = self._batch = None
+        if self.done():
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._condition:
+            while not self.done():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                self._condition.wait(remaining)
+
+
+def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
+    """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
+    exception instance fails that one), or ``error`` for all. Futures handed over together
+    share a Condition: it is taken once and notified once for them (futures of several
+    hand-overs are grouped by Condition). A future the caller cancelled stays cancelled."""
+    by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
+    for i, f in enumerate(futures):
+        if f is not None:
+            by_condition.setdefault(id(f._condition), []).append((i, f))
+    finished = []
+    for live in by_condition.values():
+        cond = live[0][1]._condition
+        with cond:
+            for i, f in live:
+                if f._state != _PENDING:
+                    continue
+                failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
+                    else None
+                if failed is not None:
+                    f._exception = failed
+                else:
+                    f._result = results[i]
+                f._state = _FINISHED
+                for w in f._waiters:  # concurrent.futures.wait / as_completed
+                    if failed is not None:
+                        w.add_exception(f)
+                    else:
+                        w.add_result(f)
+                finished.append(f)
+            cond.notify_all()
+    for f in finished:
+        if f._done_callbacks:
+            f._invoke_callbacks()
+
+
+class ProduceAccumulator:
+    """Per-(topic, queue) batches; ``flush(groups)`` sends them (queue -1: the broker picks)."""
+
+    def __init__(self, flush: Flush, batch_max_delay_ms: float, batch_max_bytes: int) -> None:
+        self._flush = flush
+        self.delay = batch_max_delay_ms / 1000
+        self.max_bytes = batch_max_bytes
+        self._cond = threading.Condition()
+        self._batches: dict[tuple[str, int], _Batch] = {}
+        # The futures of the batches handed over together share one Condition: one to make and
+        # one to notify per hand-over, not per (topic, queue) (many topics: ~2 messages each).
+        self._condition = threading.Condition()
+        self._due = 0.0  # when what waits must go: the oldest waiting message's deadline
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> None:
+        """Queue a checked message (sending its group at once when full)."""
+        key = (msg.topic, queue_id)
+        with self._cond:
+            if self._closed:
+                raise ShmqError("the producer was shut down")
+            b = self._batches.get(key)
+            if b is None:
+                if not self._batches:
+                    self._due = time.monotonic() + self.delay
+                    self._start_flusher()
+                    self._cond.notify()
+                b = self._batches[key] = _Batch(key, self._condition)
+            b.msgs.append(msg)
+            b.futures.append(future)
+            if future is not None:
+                future._condition, future._accumulator, future._batch = b.condition, self, b
+            b.size += len(msg.body) + RECORD_OVERHEAD
+            if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
+                del self._batches[key]
+                self._send([b])
+
+    def send_now(self, b: _Batch) -> None:
+        """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
+        with self._cond:
+            if not b.sent:
+                self._send_all()
+
+    def flush_all(self) -> None:
+        """Send every waiting batch now (before a sync send or a batch, so none overtakes them).
+
+        Takes the lock even when nothing waits: the flusher thread may be writing a batch it took."""
+        with self._cond:
+            self._send_all()
+
+    def close(self) -> None:
+        """Send what waits and stop the flusher thread."""
+        self.flush_all()
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    def _send_all(self) -> None:
+        batches, self._batches = self._batches, {}
+        if batches:
+            self._condition = threading.Condition()  # for the batches of the next hand-over
+            self._send(list(batches.values()))
+
+    def _send(self, batches: list[_Batch]) -> None:
+        for b in batches:
+            b.sent = True
+        try:
+            self._flush([(b.key[0], b.key[1], b.msgs, b.futures) for b in batches])
+        except Exception as e:  # the flush reports to futures itself; this is the last resort
+            log.exception("sending %d message(s) failed", sum(len(b.msgs) for b in batches))
+            for b in batches:
+                for f in b.futures:
+                    if f is not None and not f.done():
+                        f.set_exception(e)
+        for b in batches:
+            b.msgs = b.futures = []  # the futures keep the batch: let the messages go
+
+    def _start_flusher(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="shmq-produce-accumulator", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._batches:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                if self._due <= now:
+                    self._send_all()
+                else:
+                    self._cond.wait(self._due - now)

@@ -1,0 +1,457 @@
+"""Producer: encodes messages straight into its channel's request ring and matches answers to futures.
+
+The connection's reader thread completes futures by request id, fails them all with
+BrokerGoneError when the broker dies, and expires requests past their deadline. After a
+broker restart the next send attaches again (``shmq.client.connection.BrokerConnection``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from shmq.codec import frames as P
+from shmq.client.connection import BrokerConnection, BrokerError, Session, next_request_id
+from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
+from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.client.producer.encoder import MessageEncoder
+from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
+from shmq.codec import record as fmt
+
+
+log = logging.getLogger(__name__)
+DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
+SYNC_POLL_S = 300e-6  # a sync send reads its own answer this long, then waits for the reader thread
+DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
+_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+
+def _settle(sent: Future, futures: list[Future | None]) -> None:
+    """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
+    error = sent.exception()
+    settle(futures, None if error is not None else sent.result(), error)
+
+
+def _fail(future: Future | None, error: Exception, topic: str) -> None:
+    """An accumulated message that could not be written: its future fails; a oneway one is logged."""
+    if future is None:
+        log.warning("a oneway message to %s was not sent: %s", topic, error)
+    elif not future.done():
+        future.set_exception(error)
+
+
+class BrokerBusyError(BrokerError):
+    """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
+
+
+class SendTimeoutError(ShmqError, TimeoutError):
+    """No answer within sendMsgTimeout (after retries)."""
+
+
+class SelectMessageQueueByHash:
+    """Same ``arg`` (an order id) -> same queue, so its messages stay in order."""
+
+    def __call__(self, queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        h = arg if isinstance(arg, int) else zlib.crc32(str(arg).encode())
+        return queues[abs(h) % len(queues)]
+
+
+class SelectMessageQueueByRandom:
+    def __call__(self, queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+        return random.choice(queues)
+
+
+@dataclass(eq=False)
+class _Pending:
+    future: Future
+    resend: Callable[[], None]
+    build: Callable[[P.SendResultFrame], SendResult]
+    deadline: float  # of the whole send (sendMsgTimeout)
+    attempt_deadline: float
+    retries_left: int
+
+
+def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[list[Message]]:
+    """Cut a list into batches whose encoded size stays under ``limit`` (RocketMQ's ListSplitter)."""
+    out: list[list[Message]] = []
+    cur: list[Message] = []
+    size = 0
+    for m in msgs:
+        props = sum(len(k) + len(v) + 2 for k, v in (m.properties or {}).items())
+        n = fmt.FIXED_OVERHEAD + len(m.body) + len(m.topic) + props + len(m.tags or "") + len(m.keys or "") + 64
+        if n > limit:
+            raise MessageTooLargeError(f"one message of about {n} bytes is over the batch limit {limit}")
+        if cur and size + n > limit:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(m)
+        size += n
+    if cur:
+        out.append(cur)
+    return out
+
+
+class Producer:
+    """RocketMQ's DefaultMQProducer over a shared-memory channel."""
+
+    def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
+                 retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
+                 max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
+                 start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay_ms: float = 1.0,
+                 batch_max_bytes: int = 256 * 1024) -> None:
+        """``auto_batch`` (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages
+        of one topic and queue into batches of up to ``batch_max_bytes``, sent at the latest
+        ``batch_max_delay_ms`` after their first message; ``send`` and ``send_batch`` first send
+        what waits, so nothing is overtaken. Off, every message is written on its own."""
+        self.group = group
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.ring_bytes = ring_bytes
+        self.start_timeout = start_timeout
+        self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
+        self._pending: dict[int, _Pending] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
+                                      self._broker_died)
+        self._accumulator = ProduceAccumulator(self._send_accumulated, batch_max_delay_ms, batch_max_bytes) \
+            if auto_batch else None
+        self.broker_name = self._conn.broker_name
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Producer":
+        """Attach to the broker; ``BrokerNotFoundError`` within ``start_timeout`` if none runs."""
+        self._conn.start(self.start_timeout)
+        return self
+
+    def shutdown(self) -> None:
+        """Send what waits in batches, detach and release everything; requests still waiting fail."""
+        if self._accumulator is not None:
+            self._accumulator.close()
+        self._conn.shutdown()
+        self._fail_all(ShmqError("the producer was shut down"))
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    def __enter__(self) -> "Producer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ public API
+
+    def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's write queues (the auto-create default before the topic exists)."""
+        s = self._conn.live_session(time.monotonic() + self.send_msg_timeout)
+
+        def count(v) -> int:
+            slot = v.topic_slot(topic)
+            return int(v.topics[slot]["write_queues"]) if slot is not None else DEFAULT_QUEUE_NUMS
+        n = s.state.read(count)
+        return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
+
+    def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
+             timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer (retried on busy/timeout within the timeout)."""
+        self._flush_accumulated()
+        qid = self._choose_queue(msg, selector, arg)
+        s = self._conn.hold_responses()
+        try:
+            fut = self._submit_one(msg, qid, timeout, oneway=False)
+            self._conn.poll(s, fut.done, SYNC_POLL_S)
+        finally:
+            self._conn.release_responses(s)
+        return fut.result()
+
+    def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
+                   selector: Selector | None = None, arg: Any = None, timeout: float | None = None) -> Future:
+        """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
+        try:
+            qid = self._choose_queue(msg, selector, arg)
+            if self._batches(msg):
+                self._encoder.check(msg)
+                fut = PendingSend()
+                self._accumulator.add(msg, qid, fut)
+            else:
+                fut = self._submit_one(msg, qid, timeout, oneway=False)
+        except (ShmqError, TimeoutError) as e:
+            fut = Future()
+            fut.set_exception(e)
+        return self._with_callback(fut, callback)
+
+    def _batches(self, msg: Message) -> bool:
+        """Whether ``msg`` goes through the accumulator (delayed messages never go in batches)."""
+        return self._accumulator is not None and not getattr(msg, "delay_level", 0)
+
+    def _flush_accumulated(self) -> None:
+        if self._accumulator is not None:
+            self._accumulator.flush_all()
+
+    def _with_callback(self, fut: Future, callback: Callable[[Any], None] | None) -> Future:
+        """Run ``callback(result_or_exception)`` on the callback thread when ``fut`` completes."""
+        if callback is not None:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-callback")
+            executor = self._executor
+            fut.add_done_callback(lambda f: executor.submit(callback, f.exception() or f.result()))
+        return fut
+
+    def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
+        """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
+        a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
+        qid = self._choose_queue(msg, selector, arg)
+        if self._batches(msg):
+            self._encoder.check(msg)
+            self._accumulator.add(msg, qid, None)
+        else:
+            self._submit_one(msg, qid, None, oneway=True)
+
+    def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
+                   arg: Any = None, timeout: float | None = None) -> SendResult:
+        """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult.
+
+        A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
+        return self.send_batch_async(msgs, selector=selector, arg=arg, timeout=timeout).result()
+
+    def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
+                         callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
+                         arg: Any = None, timeout: float | None = None) -> Future:
+        """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
+        the next batch while the broker stores this one. Checks of the messages raise at once."""
+        self._flush_accumulated()
+        first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
+        qid = self._choose_queue(first, selector, arg) if first is not None else -1
+        return self._with_callback(self._submit_batch(msgs, qid, timeout), callback)
+
+    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+                      oneway: bool = False, split: bool = False) -> Future | None:
+        """Encode and write one SEND_BATCH; ``split``: the future gives one SendResult per message."""
+        enc = self._encoder.encode_batch(msgs, int(time.time() * 1000), self._born_host())
+        batch = enc.batch
+        total = len(batch.buf)
+        if total > MAX_BATCH_BYTES:
+            raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
+                                       "(cut it with shmq.client.producer.producer.split_batch)")
+        deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
+        size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
+        flags = P.FLAG_ONEWAY if oneway else 0
+
+        def fill(view, req_id: int) -> None:
+            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
+                                           batch.tags_codes, batch.key_hashes, batch.key_records, total)
+            view[p:p + total] = batch.buf
+
+        if oneway:
+            self._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
+            return None
+        topic = enc.topic_b.decode()
+
+        def build(r: P.SendResultFrame) -> SendResult | list[SendResult]:
+            phys = r.phys_offsets or [r.phys_offset]
+            status, mq = _STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, self.broker_name, r.queue_id)
+            if split:
+                return [SendResult(status, uniq, None, mq, r.queue_offset + i, r.store_timestamp, 1, [p], r.store_host)
+                        for i, (uniq, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), phys))]
+            return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
+                              list(phys), r.store_host)
+        return self._submit(P.SEND_BATCH, size, fill, build, deadline)
+
+    def _send_accumulated(self, groups: list[Group]) -> None:
+        """The accumulator's flush: a SEND_BATCH per group of at least MIN_BATCH messages, its
+        result split among the messages' futures. Smaller groups (many topics, each sent
+        rarely) go together in SEND_MULTI frames of up to MULTI_MAX_BYTES, which the broker
+        stores with one put whatever their topics."""
+        mixed: list[tuple[Message, int, PendingSend | None]] = []
+        for topic, qid, msgs, futures in groups:
+            if len(msgs) < MIN_BATCH:
+                mixed.extend(zip(msgs, repeat(qid), futures))
+                continue
+            try:
+                batch_future = self._submit_batch(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
+            except Exception as e:
+                for f in futures:
+                    _fail(f, e, topic)
+                continue
+            if batch_future is not None:
+                batch_future.add_done_callback(lambda bf, futures=futures: _settle(bf, futures))
+        size, start = 0, 0
+        for i, (msg, _, _) in enumerate(mixed):
+            size += len(msg.body) + RECORD_OVERHEAD
+            if size >= MULTI_MAX_BYTES or i == len(mixed) - 1:
+                self._send_multi(mixed[start:i + 1])
+                size, start = 0, i + 1
+
+    def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
+        """Encode and write one SEND_MULTI; each message's future gets its own SendResult."""
+        msgs, qids, futures = zip(*items)
+        try:
+            enc = self._encoder.encode_mixed(msgs, int(time.time() * 1000), self._born_host())
+            batch = enc.batch
+            deadline = time.monotonic() + self.send_msg_timeout
+            size = P.send_multi_size(enc.topics_b, len(batch), len(batch.key_hashes), len(batch.buf))
+            qid_arr = np.array(qids, np.int64)
+            oneway = all(f is None for f in futures)
+
+            def fill(view, req_id: int) -> None:
+                p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
+                                               enc.topics_b, enc.topic_idx, qid_arr, batch)
+                view[p:p + len(batch.buf)] = batch.buf
+
+            if oneway:
+                self._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
+                return
+            topics = [t.decode() for t in enc.topics_b]
+
+            def build(r: P.SendMultiResultFrame) -> list:
+                out: list[SendResult | Exception] = []
+                mqs: dict[tuple[int, int], MessageQueue] = {}
+                for i, (st, k, q, qoff, ph) in enumerate(zip(r.statuses.tolist(), enc.topic_idx.tolist(),
+                                                            r.queue_ids.tolist(), r.queue_offsets.tolist(),
+                                                            r.phys_offsets.tolist())):
+                    if st < 0:
+                        out.append(BrokerError(-st, r.message))
+                        continue
+                    mq = mqs.get((k, q))
+                    if mq is None:
+                        mq = mqs[(k, q)] = MessageQueue(topics[k], self.broker_name, q)
+                    out.append(SendResult(_STATUS.get(st, SendStatus.SEND_OK), enc.uniq_keys[i], None, mq, qoff,
+                                          r.store_timestamp, 1, [ph], r.store_host))
+                return out
+            sent = self._submit(P.SEND_MULTI, size, fill, build, deadline)
+        except Exception as e:
+            for m, f in zip(msgs, futures):
+                _fail(f, e, m.topic)
+            return
+        sent.add_done_callback(lambda bf: _settle(bf, list(futures)))
+
+    # ------------------------------------------------------------------ encoding
+
+    def _born_host(self) -> int:
+        s = self._conn.session
+        return s.client_id if s is not None else os.getpid()
+
+    def _choose_queue(self, msg: Message | MessageBatch, selector: Selector | None, arg: Any) -> int:
+        if selector is None:
+            return -1
+        queues = self.fetch_publish_queues(msg.topic)
+        mq = selector(queues, msg, arg)
+        qid = mq.queue_id if isinstance(mq, MessageQueue) else int(mq)
+        if not 0 <= qid < len(queues):
+            raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
+        return qid
+
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
+        e = self._encoder.encode(msg)
+        deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
+        size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
+        flags = P.FLAG_ONEWAY if oneway else 0
+
+        def fill(view, req_id: int) -> None:
+            p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
+                                     e.key_hashes, e.record_len)
+            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=e.sysflag,
+                                  born_timestamp=int(time.time() * 1000), born_host=self._born_host())
+
+        if oneway:
+            self._write(P.SEND, size, fill, next_request_id(), deadline)
+            return None  # type: ignore[return-value]
+
+        def build(r: P.SendResultFrame) -> SendResult:
+            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
+                              MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
+                              1, [r.phys_offset], r.store_host)
+        return self._submit(P.SEND, size, fill, build, deadline)
+
+    # ------------------------------------------------------------------ requests and retries
+
+    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float) -> Future:
+        fut: Future = Future()
+        attempts = self.retry_times_when_send_failed + 1
+        per_attempt = (deadline - time.monotonic()) / attempts
+        p = _Pending(fut, lambda: None, build, deadline, 0.0, self.retry_times_when_send_failed)
+
+        def attempt() -> None:
+            req_id = next_request_id()
+            p.attempt_deadline = min(deadline, time.monotonic() + per_attempt)
+            self._pending[req_id] = p
+            try:
+                self._write(kind, size, fill, req_id, deadline)
+            except BaseException:
+                self._pending.pop(req_id, None)
+                raise
+        p.resend = attempt
+        attempt()
+        return fut
+
+    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
+        self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
+            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
+
+    def _retry(self, p: _Pending, error: Exception) -> None:
+        """Retry ``p`` if it has attempts and time left, else fail it with ``error``."""
+        if p.retries_left > 0 and time.monotonic() < p.deadline and self._conn.started:
+            p.retries_left -= 1
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-retry")
+            self._executor.submit(self._resend, p, error)
+        elif not p.future.done():
+            p.future.set_exception(error)
+
+    def _resend(self, p: _Pending, error: Exception) -> None:
+        try:
+            p.resend()
+        except Exception as e:
+            if not p.future.done():
+                p.future.set_exception(e if not isinstance(e, BrokerGoneError) else error)
+
+    # ------------------------------------------------------------------ responses
+
+    def _on_response(self, kind: int, view) -> None:
+        if kind == P.SEND_RESULT or kind == P.SEND_MULTI_RESULT:
+            r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
+            p = self._pending.pop(r.req_id, None)
+            if p is not None and not p.future.done():
+                p.future.set_result(p.build(r))
+        elif kind == P.ERROR:
+            err = P.decode_error(view)
+            p = self._pending.pop(err.req_id, None)
+            if p is None:
+                return
+            if err.code == P.SYSTEM_BUSY:
+                self._retry(p, BrokerBusyError(err.code, err.message))
+            elif not p.future.done():
+                p.future.set_exception(BrokerError(err.code, err.message))
+        elif kind == P.WAKE:
+            P.decode_wake(view)
+        else:
+            raise CorruptFrameError(f"frame kind {kind} is not a response")
+
+    def _expire(self, now: float) -> None:
+        for req_id, p in list(self._pending.items()):
+            if now >= p.attempt_deadline and self._pending.pop(req_id, None) is p:
+                self._retry(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
+                                                f"{self.send_msg_timeout} s"))
+
+    def _broker_died(self, s: Session, why: str) -> None:
+        self._fail_all(BrokerGoneError(f"broker {self.broker_name!r} went away ({why}); "
+                                       "the next send attaches again once it restarts"))
+
+    def _fail_all(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(error)

@@ -1,0 +1,70 @@
+"""What consumers take and give back: RocketMQ's enums, PullResult and the listener context."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from shmq.codec.columns import PulledBatch
+from shmq.model.message import MessageQueue
+from shmq.model.message_ext import MessageExt
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"  # nothing past the offset, even after long polling
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # new entries, none passing the filter: pull on from next_begin_offset
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # below the min or past the max offset: next_begin_offset is the nearest legal one
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"  # the group shares the queues: each message to one member
+    BROADCASTING = "BROADCASTING"  # every member gets every message
+
+
+class ConsumeFrom(enum.Enum):
+    """Where a group with no committed offset for a queue starts."""
+
+    FIRST_OFFSET = "FIRST_OFFSET"
+    LAST_OFFSET = "LAST_OFFSET"  # the queue's end when the group first sees it, history never replayed
+    TIMESTAMP = "TIMESTAMP"  # the first message stored at or after consume_timestamp
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"  # deliver these messages again after a growing delay
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"  # orderly: retry the same messages later
+
+
+@dataclass(eq=False)
+class PullResult:
+    """One pull. ``batch`` is the columnar form; ``messages`` decodes it (once) into MessageExt."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    batch: PulledBatch | None = None
+    _messages: list[MessageExt] | None = field(default=None, repr=False)
+
+    @property
+    def messages(self) -> list[MessageExt]:
+        if self._messages is None:
+            self._messages = self.batch.messages() if self.batch is not None else []
+        return self._messages
+
+    @property
+    def next_offset(self) -> int:
+        """Alias of ``next_begin_offset`` (the name DESIGN.md's examples use)."""
+        return self.next_begin_offset
+
+
+@dataclass
+class ConsumeContext:
+    """Handed to listeners with each list of messages; an orderly listener may change the suspend time."""
+
+    message_queue: MessageQueue
+    suspend_current_queue_time_millis: int = 1000
+
+
+MessageListener = Callable[[list[MessageExt], ConsumeContext], ConsumeResult]

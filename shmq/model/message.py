@@ -1,0 +1,149 @@
+"""The message model users send and receive: Message, MessageQueue, SendStatus, SendResult."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from shmq.codec import record as fmt
+
+
+@dataclass
+class Message:
+    """A message to send. ``keys`` are space-separated index keys; ``delay_level`` 1..18 delays delivery."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: dict[str, str] | None = None
+    flag: int = 0
+    delay_level: int = 0
+
+    def build_properties(self, uniq_key: str) -> dict[str, str]:
+        """The record's properties: TAGS, KEYS, UNIQ_KEY, DELAY, then the user's."""
+        props = fmt.message_properties(self.tags, self.keys, uniq_key, self.properties)
+        if self.delay_level > 0:
+            props[fmt.PROPERTY_DELAY] = str(self.delay_level)
+        return props
+
+
+@dataclass
+class MessageBatch:
+    """Messages of one topic given as columns: the throughput form of ``Producer.send_batch``.
+
+    Only the bodies differ; tags, user properties and flag are shared. ``keys`` is one string
+    for all, or one (or None) per body. Encoding skips reading seven attributes of every
+    Message object, which is most of a Python producer's cost per message.
+    """
+
+    topic: str
+    bodies: Sequence[bytes]
+    tags: str | None = None
+    keys: str | Sequence[str | None] | None = None
+    properties: dict[str, str] | None = None
+    flag: int = 0
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    """One queue of a topic on a broker (RocketMQ's MessageQueue)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+UNSET = object()  # a LazyField not made yet
+
+
+class LazyField:
+    """An attribute made on first read by ``make(obj)`` and kept in the slot ``_<name>`` (UNSET
+    until then); assigning sets it. For fields most readers never look at."""
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        self.make = make
+        self.slot = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = getattr(obj, self.slot)
+        if value is UNSET:
+            value = self.make(obj)
+            setattr(obj, self.slot, value)
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        setattr(obj, self.slot, value)
+
+
+class ByValue:
+    """Equality and repr over ``_FIELDS``, as a dataclass has, for the slotted classes that make
+    some fields on first use (SendResult, MessageExt). Mutable, so not hashable."""
+
+    __slots__ = ()
+    _FIELDS: tuple[str, ...] = ()
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in self._FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS) + ")"
+
+
+class SendResult(ByValue):
+    """Where a send landed. For a batch, ``msg_id`` and ``offset_msg_id`` are comma-joined, one per message.
+
+    The producer builds one per answered send in its reader thread. The ids of a batch (two
+    strings of 33 characters per message) are made on first use: formatting them for a batch
+    of 2,048 took a third of a producer's CPU in the batch benchmark, and most callers only
+    check ``status``."""
+
+    __slots__ = ("status", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets", "store_host",
+                 "_msg_id", "_make_msg_id", "_offset_msg_id")
+
+    def __init__(self, status: SendStatus, msg_id: str | Callable[[], str], offset_msg_id: str | None,
+                 queue: MessageQueue, queue_offset: int, store_timestamp: int = 0, count: int = 1,
+                 phys_offsets: list[int] | None = None, store_host: int = 0) -> None:
+        """``msg_id`` may be a function that makes it; ``offset_msg_id`` None: made from
+        ``store_host`` and ``phys_offsets`` when first asked for."""
+        self.status = status
+        self.queue = queue
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.count = count
+        self.phys_offsets = [] if phys_offsets is None else phys_offsets
+        self.store_host = store_host
+        made_later = not isinstance(msg_id, str)
+        self._msg_id, self._make_msg_id = (UNSET, msg_id) if made_later else (msg_id, None)
+        self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
+
+    msg_id = LazyField(lambda r: r._make_msg_id())
+    offset_msg_id = LazyField(lambda r: fmt.offset_msg_id(r.store_host, r.phys_offsets[0]) if len(r.phys_offsets) == 1
+                              else ",".join(fmt.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64))))
+
+    _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
+               "phys_offsets")

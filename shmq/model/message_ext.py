@@ -1,0 +1,110 @@
+"""MessageExt: a message as a consumer receives it (RocketMQ's MessageExt), with where it is stored.
+
+A push consumer builds one per delivered message, so building one must cost little. Messages
+read from the store keep their properties as the stored bytes and decode them on first use of
+``properties``, ``tags``, ``keys`` or ``msg_id``; the offset id is formatted on first use too.
+A listener that only reads bodies never pays for either (about 2 us of the ~4 us a message
+cost to build when everything was decoded up front).
+"""
+from __future__ import annotations
+
+import copy
+import zlib
+
+from shmq.model.message import UNSET, ByValue, LazyField
+from shmq.codec import record as fmt
+
+
+
+
+class MessageExt(ByValue):
+    """A received message. ``properties`` holds every stored property (TAGS, KEYS, UNIQ_KEY too);
+    ``msg_id`` is the UNIQ_KEY, the client's id (the offset id when the producer set none);
+    ``offset_msg_id`` is store host + commitlog offset; ``keys`` is space-separated."""
+
+    _FIELDS = ("topic", "body", "tags", "keys", "properties", "queue_id", "queue_offset", "commit_log_offset",
+               "born_timestamp", "store_timestamp", "reconsume_times", "msg_id", "offset_msg_id", "store_size",
+               "sysflag")
+    __slots__ = ("topic", "body", "queue_id", "queue_offset", "commit_log_offset", "born_timestamp",
+                 "store_timestamp", "reconsume_times", "store_size", "sysflag", "store_host",
+                 "_raw_props", "_properties", "_tags", "_keys", "_msg_id", "_offset_msg_id")
+
+    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | None = None,
+                 properties: dict[str, str] | None = None, queue_id: int = 0, queue_offset: int = 0,
+                 commit_log_offset: int = 0, born_timestamp: int = 0, store_timestamp: int = 0,
+                 reconsume_times: int = 0, msg_id: str = "", offset_msg_id: str = "", store_size: int = 0,
+                 sysflag: int = 0) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self.reconsume_times = reconsume_times
+        self.store_size = store_size
+        self.sysflag = sysflag
+        self.store_host = 0
+        self._raw_props = b""
+        self._properties = {} if properties is None else properties
+        self._tags = tags
+        self._keys = keys
+        self._msg_id = msg_id
+        self._offset_msg_id = offset_msg_id
+
+    @classmethod
+    def stored(cls, topic: str, body: bytes, raw_props: bytes, queue_id: int, queue_offset: int,
+               commit_log_offset: int, born_timestamp: int, store_timestamp: int, reconsume_times: int,
+               store_host: int, store_size: int, sysflag: int) -> MessageExt:
+        """A message read from the store: properties stay encoded until first asked for."""
+        m = _new(cls)
+        m.topic = topic
+        m.body = body
+        m.queue_id = queue_id
+        m.queue_offset = queue_offset
+        m.commit_log_offset = commit_log_offset
+        m.born_timestamp = born_timestamp
+        m.store_timestamp = store_timestamp
+        m.reconsume_times = reconsume_times
+        m.store_size = store_size
+        m.sysflag = sysflag
+        m.store_host = store_host
+        m._raw_props = raw_props
+        m._properties = m._tags = m._keys = m._msg_id = m._offset_msg_id = UNSET
+        return m
+
+    @classmethod
+    def from_record(cls, rec: fmt.StoredRecord) -> MessageExt:
+        """Build from a decoded record, decompressing a compressed body."""
+        body = bytes(rec.body)
+        if rec.sysflag & fmt.FLAG_COMPRESSED:
+            body = zlib.decompress(body)
+        props = rec.properties
+        offset_id = fmt.offset_msg_id(rec.store_host, rec.physical_offset)
+        m = cls(rec.topic, body, props.get(fmt.PROPERTY_TAGS), props.get(fmt.PROPERTY_KEYS), props,
+                rec.queue_id, rec.queue_offset, rec.physical_offset, rec.born_timestamp, rec.store_timestamp,
+                rec.reconsume_times, props.get(fmt.PROPERTY_UNIQ_KEY) or offset_id, offset_id, rec.total_size,
+                rec.sysflag)
+        m.store_host = rec.store_host
+        return m
+
+    # ------------------------------------------------------------------ made on first use
+
+    properties = LazyField(lambda m: fmt.decode_properties(m._raw_props))
+    tags = LazyField(lambda m: m.properties.get(fmt.PROPERTY_TAGS))
+    keys = LazyField(lambda m: m.properties.get(fmt.PROPERTY_KEYS))
+    offset_msg_id = LazyField(lambda m: fmt.offset_msg_id(m.store_host, m.commit_log_offset))
+    msg_id = LazyField(lambda m: m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.offset_msg_id)
+
+    @property
+    def key_list(self) -> list[str]:
+        return fmt.split_keys(self.keys)
+
+    def redelivered(self) -> MessageExt:
+        """A copy with ``reconsume_times`` one higher (a message delivered again)."""
+        m = copy.copy(self)
+        m.reconsume_times += 1
+        return m
+
+
+_new = object.__new__

@@ -1,0 +1,99 @@
+import json
+import os
+import threading
+
+import pytest
+
+from shmq.client.consumer.offset_store import LocalFileOffsetStore, OffsetTable, default_offset_dir
+
+
+def test_table_update_read_remove():
+    t = OffsetTable()
+    assert t.read("T", 0) == -1
+    assert t.update("T", 0, 10)
+    assert not t.update("T", 0, 10)
+    assert not t.update("T", 0, 5, increase_only=True)
+    assert t.read("T", 0) == 10
+    assert t.update("T", 0, 5)  # a reset (e.g. consume from a timestamp) may go back
+    assert t.read("T", 0) == 5
+    t.remove("T", 0)
+    assert t.read("T", 0) == -1 and len(t) == 0
+    with pytest.raises(ValueError):
+        t.update("T", 1, -1)
+
+
+def test_take_dirty_returns_changes_once():
+    t = OffsetTable()
+    t.update("T", 0, 1)
+    t.update("T", 1, 2)
+    t.update("T", 0, 3)
+    assert t.take_dirty() == {("T", 0): 3, ("T", 1): 2}
+    assert t.take_dirty() == {}
+    t.update("T", 1, 2)
+    assert t.take_dirty() == {}
+    assert t.snapshot() == {("T", 0): 3, ("T", 1): 2}
+
+
+def test_increase_only_under_threads():
+    t = OffsetTable()
+
+    def worker(offsets):
+        for o in offsets:
+            t.update("T", 0, o, increase_only=True)
+
+    threads = [threading.Thread(target=worker, args=(range(i, 5000, 4),)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert t.read("T", 0) == 4999
+
+
+def test_local_file_round_trip(tmp_path):
+    s = LocalFileOffsetStore("bg", directory=str(tmp_path))
+    s.load()
+    assert len(s) == 0
+    s.update("Orders", 0, 42)
+    s.update("Orders", 3, 7)
+    s.update("Other", 1, 1)
+    s.persist()
+    with open(s.path) as f:
+        assert json.load(f) == {"group": "bg", "offsets": {"Orders": {"0": 42, "3": 7}, "Other": {"1": 1}}}
+    again = LocalFileOffsetStore("bg", directory=str(tmp_path))
+    again.load()
+    assert again.snapshot() == s.snapshot()
+    assert again.take_dirty() == {}
+
+
+def test_persist_writes_only_changes(tmp_path):
+    s = LocalFileOffsetStore("bg", directory=str(tmp_path))
+    s.persist()
+    assert not os.path.exists(s.path)
+    s.update("T", 0, 1)
+    s.persist()
+    mtime = os.stat(s.path).st_mtime_ns
+    s.persist()
+    assert os.stat(s.path).st_mtime_ns == mtime
+
+
+def test_backup_is_used_when_the_file_is_damaged(tmp_path):
+    s = LocalFileOffsetStore("bg", directory=str(tmp_path))
+    s.update("T", 0, 1)
+    s.persist()
+    s.update("T", 0, 2)
+    s.persist()
+    with open(s.path, "w") as f:
+        f.write("{ torn")
+    again = LocalFileOffsetStore("bg", directory=str(tmp_path))
+    again.load()
+    assert again.read("T", 0) == 1
+
+
+def test_default_location_and_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    s = LocalFileOffsetStore("grp", broker="b1")
+    assert s.path == os.path.join(str(tmp_path), ".shmq", "offsets", "b1", "grp.json")
+    assert default_offset_dir("b1") == os.path.dirname(s.path)
+    for bad in ("", "../x", "a/b"):
+        with pytest.raises(ValueError):
+            LocalFileOffsetStore(bad, directory=str(tmp_path))

@@ -1,0 +1,136 @@
+"""ProduceAccumulator on its own: when batches go out, in what order, and which go together."""
+import threading
+import time
+
+import pytest
+
+from shmq.errors import ShmqError
+from shmq.model.message import Message
+from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, PendingSend, ProduceAccumulator, settle
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, int, list[bytes]]] = []
+        self.flushes: list[int] = []  # groups handed over per flush call
+        self.sent = threading.Event()
+
+    def __call__(self, groups) -> None:
+        self.flushes.append(len(groups))
+        for topic, qid, msgs, futures in groups:
+            self.batches.append((topic, qid, [m.body for m in msgs]))
+        self.sent.set()
+
+
+def _wait_batches(rec: Recorder, n: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(rec.batches) < n and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(rec.batches) >= n
+
+
+def test_a_full_batch_goes_at_once_in_order():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
+    for i in range(25):
+        acc.add(Message("T", b"%d" % i), 1, None)
+    assert [len(b) for _, _, b in rec.batches] == [10, 10]
+    acc.close()  # sends the last 5 without waiting for the delay
+    assert [b for _, _, b in rec.batches] == [[b"%d" % i for i in range(k, min(k + 10, 25))] for k in (0, 10, 20)]
+
+
+def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=200, batch_max_bytes=1 << 20)
+    for i in range(MIN_BATCH):
+        acc.add(Message("A", b"a%d" % i), -1, None)
+        acc.add(Message("B", b"b%d" % i), 2, None)
+    _wait_batches(rec, 2)
+    assert sorted((t, q, len(b)) for t, q, b in rec.batches) == [("A", -1, MIN_BATCH), ("B", 2, MIN_BATCH)]
+    assert rec.flushes == [2]  # one hand-over: the producer writes them back to back
+    acc.close()
+
+
+def test_small_groups_of_many_queues_go_in_one_flush():
+    """Many topics, each sent rarely: the groups stay small, and all of them go together."""
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=500, batch_max_bytes=1 << 20)  # ample on a loaded machine
+    for i in range(300):
+        acc.add(Message(f"Rare{i % 100}", b"%d" % i), -1, None)
+    _wait_batches(rec, 100)
+    assert rec.flushes == [100]
+    assert [b for t, _, b in rec.batches if t == "Rare7"] == [[b"7", b"107", b"207"]]
+    acc.close()
+
+
+def test_waiting_on_a_pending_send_sends_its_batch_now():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(3)]
+    for i, f in enumerate(futures):
+        acc.add(Message("T", b"%d" % i), 0, f)
+    acc.add(Message("U", b"u"), 0, None)
+    assert rec.batches == []
+    with pytest.raises(TimeoutError):  # the recorder never answers; the point is what was sent
+        futures[1].result(0.01)
+    assert rec.batches == [("T", 0, [b"0", b"1", b"2"]), ("U", 0, [b"u"])]  # what waited went along
+    with pytest.raises(TimeoutError):
+        futures[2].exception(0.01)
+    assert len(rec.batches) == 2  # sent once
+    acc.close()
+
+
+def test_closed_accumulator_refuses():
+    acc = ProduceAccumulator(Recorder(), batch_max_delay_ms=1, batch_max_bytes=1 << 20)
+    acc.close()
+    with pytest.raises(ShmqError):
+        acc.add(Message("T", b"x"), 0, None)
+
+
+def test_settle_finishes_a_batch_as_futures_do():
+    """One lock and one notify for a batch, and still every Future promise: results in order,
+    callbacks run, concurrent.futures.wait wakes, a cancelled future stays cancelled."""
+    import concurrent.futures as cf
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(4)]
+    for i, f in enumerate(futures):
+        acc.add(Message("T", b"%d" % i), 0, f)
+    seen = []
+    futures[0].add_done_callback(lambda f: seen.append(f.result()))
+    assert futures[2].cancel()
+    waiter = threading.Thread(target=lambda: seen.append(len(cf.wait(futures[:2], timeout=5).done)))
+    waiter.start()
+    time.sleep(0.05)
+    settle(futures + [None], ["r0", "r1", "r2", "r3", "none"], None)
+    waiter.join(5)
+    assert [f.result(0) for f in (futures[0], futures[1], futures[3])] == ["r0", "r1", "r3"]
+    assert futures[2].cancelled() and sorted(map(str, seen)) == ["2", "r0"]
+    failed = [PendingSend() for _ in range(2)]
+    for f in failed:
+        acc.add(Message("U", b"x"), 0, f)
+    settle(failed, None, ShmqError("broker gone"))
+    assert all(isinstance(f.exception(0), ShmqError) for f in failed)
+    with pytest.raises(ShmqError):
+        failed[0].result(0)
+    acc.close()
+
+
+def test_settle_wakes_waiters_of_every_hand_over():
+    """Futures of different hand-overs have different Conditions; settling them together must
+    wake a thread waiting on any of them."""
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(3)]
+    for t, f in zip(("A", "B", "C"), futures):
+        acc.add(Message(t, b"x"), 0, f)
+        acc.flush_all()
+    assert len({id(f._condition) for f in futures}) == 3
+    got = []
+    waiters = [threading.Thread(target=lambda f=f: got.append(f.exception(5) or f.result(0))) for f in futures[1:]]
+    for w in waiters:
+        w.start()
+    time.sleep(0.05)
+    settle(futures, ["a", "b", ShmqError("refused")], None)
+    for w in waiters:
+        w.join(5)
+    assert sorted(map(str, got)) == ["b", "refused"] and futures[0].result(0) == "a"
+    acc.close()
