@@ -1,10 +1,10 @@
-# shmq — make install | demo | test | bench [QUICK=1] | bench-store
+# shmq — make install | demo | test | typecheck | bench [QUICK=1] | bench-store
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-store clean
+.PHONY: install demo test typecheck bench bench-store clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -22,6 +22,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# mypy over the package, with the settings of [tool.mypy] in pyproject.toml
+typecheck: $(STAMP)
+	$(PY) -m mypy shmq
+
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)
 	QUICK=$(QUICK) $(PY) -m tools.bench.suite $(BENCH_ARGS)
@@ -30,4 +34,4 @@ bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
