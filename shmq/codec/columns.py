@@ -71,7 +71,7 @@ class PulledBatch:
 
     def _raw(self, i: int, pos: np.ndarray, length: np.ndarray) -> memoryview:
         p = int(pos[i])
-        return memoryview(self.buffers[int(self.segment[i])])[p:p + int(length[i])]
+        return self.buffers[int(self.segment[i])].data[p:p + int(length[i])]
 
     def body(self, i: int) -> memoryview:
         """Record i's body: a view of the mapping, or the decompressed bytes when compressed."""
@@ -79,7 +79,7 @@ class PulledBatch:
         return memoryview(zlib.decompress(raw)) if self.sysflag[i] & fmt.FLAG_COMPRESSED else raw
 
     def bodies(self) -> list[memoryview]:
-        views = [memoryview(b) for b in self.buffers]
+        views = [b.data for b in self.buffers]
         out = [views[s][p:p + n] for s, p, n in zip(self.segment.tolist(), self.body_pos.tolist(),
                                                     self.body_len.tolist())]
         for i in np.flatnonzero(self.sysflag & fmt.FLAG_COMPRESSED).tolist():
@@ -102,7 +102,7 @@ class PulledBatch:
         message, and properties stay encoded until a listener asks (``MessageExt.stored``)."""
         if not len(self):
             return []
-        views = [memoryview(b) for b in self.buffers]
+        views = [b.data for b in self.buffers]
         props = [bytes(views[s][p:p + n]) for s, p, n in
                  zip(self.segment.tolist(), self.props_pos.tolist(), self.props_len.tolist())]
         stored, topic, qid = MessageExt.stored, self.topic, self.queue_id
@@ -135,7 +135,8 @@ def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, co
 
 
 def _decode_segment(arr: np.ndarray, start: int, phys: np.ndarray, size: np.ndarray, codes: np.ndarray,
-                    expression: Expression | None) -> tuple[np.ndarray, ...]:
+                    expression: Expression | None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Positions, headers, body/properties places and the exact-filter mask of records in one segment."""
     pos = phys - start
     hdr = _windows(arr, fmt.OFF_BODY)[pos].view(HEADER_DTYPE).reshape(-1)

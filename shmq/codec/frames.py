@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, TypeAlias
 
 import numpy as np
 
+from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq.errors import CorruptFrameError
 from shmq.codec import record as fmt
 
@@ -90,7 +91,7 @@ def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def _text(raw, what: str) -> str:
+def _text(raw: ReadBuffer, what: str) -> str:
     try:
         return bytes(raw).decode("ascii")
     except UnicodeDecodeError:
@@ -102,7 +103,7 @@ def _check_len(actual: int, expected: int, what: str) -> None:
         raise CorruptFrameError(f"{what} frame is {actual} bytes, its fields say {expected}")
 
 
-def request_id(kind: int, payload) -> int:
+def request_id(kind: int, payload: ReadBuffer) -> int:
     """The request id every frame starts with (to answer even a frame that fails to decode)."""
     if len(payload) < 8:
         raise CorruptFrameError(f"frame of kind {kind} is too short for a request id")
@@ -122,7 +123,7 @@ class Send(NamedTuple):
     tags_code: int
     topic: str
     key_hashes: list[int]
-    record: memoryview
+    record: ReadBuffer
 
 
 def send_size(topic_len: int, n_keys: int, record_len: int) -> int:
@@ -130,7 +131,7 @@ def send_size(topic_len: int, n_keys: int, record_len: int) -> int:
     return _SEND.size + _pad8(topic_len) + 8 * n_keys + record_len
 
 
-def encode_send_header(buf, req_id: int, enqueue_ns: int, queue_id: int, flags: int, tags_code: int,
+def encode_send_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, queue_id: int, flags: int, tags_code: int,
                        topic_b: bytes, key_hashes: Sequence[int], record_len: int) -> int:
     """Write everything but the record into ``buf``; returns where the record goes."""
     n = len(key_hashes)
@@ -155,7 +156,7 @@ def encode_send(req_id: int, enqueue_ns: int, queue_id: int, flags: int, tags_co
     return bytes(buf)
 
 
-def decode_send(payload) -> Send:
+def decode_send(payload: ReadBuffer) -> Send:
     try:
         req_id, enq, qid, flags, tags, t, n, rlen = _SEND.unpack_from(payload)
     except struct.error:
@@ -176,7 +177,7 @@ _SEND_SIZE = _SEND.size
 _unpack_send = _SEND.unpack_from
 
 
-def send_fields(payload) -> tuple[int, int, int, int, int, bytes, tuple[int, ...], memoryview]:
+def send_fields(payload: memoryview) -> tuple[int, int, int, int, int, bytes, tuple[int, ...], memoryview]:
     """The broker's hot-path SEND decoder: what ``decode_send`` checks, without the allocations.
 
     Returns (req_id, enqueue_ns, queue_id, flags, tags_code, topic bytes, key hashes, record
@@ -221,9 +222,10 @@ def send_batch_size(topic_len: int, count: int, n_keys: int, buf_len: int) -> in
     return _BATCH.size + _pad8(topic_len) + 16 * count + 16 * n_keys + buf_len
 
 
-def encode_send_batch_header(buf, req_id: int, enqueue_ns: int, queue_id: int, flags: int, topic_b: bytes,
-                             starts: Sequence[int], tags_codes: Sequence[int], key_hashes: Sequence[int],
-                             key_records: Sequence[int], buf_len: int) -> int:
+def encode_send_batch_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, queue_id: int, flags: int,
+                             topic_b: bytes, starts: Sequence[int] | np.ndarray, tags_codes: Sequence[int] | np.ndarray,
+                             key_hashes: Sequence[int] | np.ndarray, key_records: Sequence[int] | np.ndarray,
+                             buf_len: int) -> int:
     """Write everything but the records into ``buf``; returns where the records go."""
     count, n = len(starts), len(key_hashes)
     _BATCH.pack_into(buf, 0, req_id, enqueue_ns, queue_id, flags, len(topic_b), 0, count, n, buf_len)
@@ -232,7 +234,7 @@ def encode_send_batch_header(buf, req_id: int, enqueue_ns: int, queue_id: int, f
     return _put_i64_columns(buf, p + _pad8(len(topic_b)), (starts, tags_codes, key_hashes, key_records))
 
 
-def _put_i64_columns(buf, p: int, columns) -> int:
+def _put_i64_columns(buf: WriteBuffer, p: int, columns: Sequence[Sequence[int] | np.ndarray]) -> int:
     """Write int columns back to back as little-endian i64 at ``p``; returns the end."""
     for arr in columns:
         k = len(arr)
@@ -253,7 +255,7 @@ def encode_send_batch(req_id: int, enqueue_ns: int, queue_id: int, flags: int, t
     return bytes(buf)
 
 
-def decode_send_batch(payload) -> SendBatch:
+def decode_send_batch(payload: ReadBuffer) -> SendBatch:
     try:
         req_id, enq, qid, flags, t, _, count, n, blen = _BATCH.unpack_from(payload)
     except struct.error:
@@ -301,8 +303,9 @@ def send_multi_size(topics_b: Sequence[bytes], count: int, n_keys: int, buf_len:
     return _MULTI.size + _pad8(sum(map(len, topics_b)) + len(topics_b)) + 32 * count + 16 * n_keys + buf_len
 
 
-def encode_send_multi_header(buf, req_id: int, enqueue_ns: int, flags: int, topics_b: Sequence[bytes],
-                             topic_idx, queue_ids, batch: fmt.EncodedBatch) -> int:
+def encode_send_multi_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, flags: int, topics_b: Sequence[bytes],
+                             topic_idx: Sequence[int] | np.ndarray, queue_ids: Sequence[int] | np.ndarray,
+                             batch: fmt.EncodedBatch) -> int:
     """Write everything but the records into ``buf``; returns where the records go."""
     count, n = len(batch), len(batch.key_hashes)
     table = _topic_table(topics_b)
@@ -313,7 +316,8 @@ def encode_send_multi_header(buf, req_id: int, enqueue_ns: int, flags: int, topi
                                                           batch.key_hashes, batch.key_records))
 
 
-def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence[str], topic_idx, queue_ids,
+def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence[str],
+                      topic_idx: Sequence[int] | np.ndarray, queue_ids: Sequence[int] | np.ndarray,
                       batch: fmt.EncodedBatch) -> bytes:
     """A SEND_MULTI payload as bytes (tests and tools)."""
     topics_b = [t.encode("ascii") for t in topics]
@@ -323,7 +327,7 @@ def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence
     return bytes(buf)
 
 
-def decode_send_multi(payload) -> SendMulti:
+def decode_send_multi(payload: ReadBuffer) -> SendMulti:
     try:
         req_id, enq, flags, count, n_topics, table_len, n, blen = _MULTI.unpack_from(payload)
     except struct.error:
@@ -383,7 +387,7 @@ def encode_send_multi_result(r: SendMultiResultFrame) -> bytes:
     return head + cols.tobytes() + m
 
 
-def decode_send_multi_result(payload) -> SendMultiResultFrame:
+def decode_send_multi_result(payload: ReadBuffer) -> SendMultiResultFrame:
     try:
         req_id, count, mlen, ts, host = _MULTI_RESULT.unpack_from(payload)
     except struct.error:
@@ -410,7 +414,7 @@ def encode_commit_offset(req_id: int, group: str, topic: str, queue_id: int, off
     return _COMMIT.pack(req_id, offset, queue_id, len(g), len(t)) + g + t
 
 
-def decode_commit_offset(payload) -> CommitOffset:
+def decode_commit_offset(payload: ReadBuffer) -> CommitOffset:
     try:
         req_id, offset, qid, g, t = _COMMIT.unpack_from(payload)
     except struct.error:
@@ -435,7 +439,7 @@ def encode_pull_wait(req_id: int, topic: str, queue_id: int, offset: int, timeou
     return _PULL.pack(req_id, offset, queue_id, timeout_ms, len(t)) + t
 
 
-def decode_pull_wait(payload) -> PullWait:
+def decode_pull_wait(payload: ReadBuffer) -> PullWait:
     try:
         req_id, offset, qid, timeout_ms, t = _PULL.unpack_from(payload)
     except struct.error:
@@ -448,7 +452,7 @@ def encode_heartbeat(req_id: int) -> bytes:
     return _HEARTBEAT.pack(req_id)
 
 
-def decode_heartbeat(payload) -> int:
+def decode_heartbeat(payload: ReadBuffer) -> int:
     _check_len(len(payload), _HEARTBEAT.size, "HEARTBEAT")
     return _HEARTBEAT.unpack_from(payload)[0]
 
@@ -475,6 +479,7 @@ def encode_send_result(r: SendResultFrame) -> bytes:
     head = _RESULT.pack(r.req_id, r.status, 0, r.queue_id, r.queue_offset, r.phys_offset, r.store_timestamp,
                         r.store_host, r.count)
     if r.count > 1:
+        assert r.phys_offsets is not None, "a batch's SEND_RESULT carries each record's phys offset"
         return head + struct.pack(f"<{r.count}q", *r.phys_offsets)
     return head
 
@@ -489,7 +494,8 @@ assert RESULT_FRAME.itemsize == 8 + _RESULT.size and RESULT_FRAME.itemsize % 8 =
 
 
 def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: int | np.ndarray,
-                      first_queue_offset: int | np.ndarray, phys_offsets, store_timestamp: int,
+                      first_queue_offset: int | np.ndarray, phys_offsets: Sequence[int] | np.ndarray,
+                      store_timestamp: int,
                       store_host: int) -> np.ndarray | None:
     """Framed SEND_RESULTs (``RESULT_FRAME`` rows) for the non-oneway ones of SENDs stored together.
 
@@ -517,7 +523,7 @@ def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: in
     return a if keep.all() else a[keep]
 
 
-def decode_send_result(payload) -> SendResultFrame:
+def decode_send_result(payload: ReadBuffer) -> SendResultFrame:
     try:
         req_id, status, _, qid, qoff, phys, ts, host, count = _RESULT.unpack_from(payload)
     except struct.error:
@@ -541,7 +547,7 @@ def encode_error(req_id: int, code: int, message: str) -> bytes:
     return _ERROR.pack(req_id, code, len(m)) + m
 
 
-def decode_error(payload) -> Error:
+def decode_error(payload: ReadBuffer) -> Error:
     try:
         req_id, code, n = _ERROR.unpack_from(payload)
     except struct.error:
@@ -562,13 +568,17 @@ def encode_wake(req_id: int, max_offset: int, timed_out: bool) -> bytes:
     return _WAKE.pack(req_id, max_offset, int(timed_out))
 
 
-def decode_wake(payload) -> Wake:
+def decode_wake(payload: ReadBuffer) -> Wake:
     _check_len(len(payload), _WAKE.size, "WAKE")
     req_id, max_offset, timed_out = _WAKE.unpack_from(payload)
     return Wake(req_id, max_offset, bool(timed_out))
 
 
-_DECODERS = {
+Frame: TypeAlias = (Send | SendBatch | SendMulti | CommitOffset | PullWait | int | SendResultFrame
+                    | SendMultiResultFrame | Error | Wake)
+"""What ``decode`` returns: a HEARTBEAT decodes to its request id, every other kind to its tuple."""
+
+_DECODERS: dict[int, Callable[[ReadBuffer], Frame]] = {
     SEND: decode_send, SEND_BATCH: decode_send_batch, COMMIT_OFFSET: decode_commit_offset,
     PULL_WAIT: decode_pull_wait, HEARTBEAT: decode_heartbeat, SEND_RESULT: decode_send_result,
     ERROR: decode_error, WAKE: decode_wake,
@@ -576,7 +586,7 @@ _DECODERS = {
 }
 
 
-def decode(kind: int, payload):
+def decode(kind: int, payload: ReadBuffer) -> Frame:
     """Decode any frame by kind; ``CorruptFrameError`` for an unknown kind or malformed payload."""
     decoder = _DECODERS.get(kind)
     if decoder is None:

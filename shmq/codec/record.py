@@ -14,11 +14,15 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 # --------------------------------------------------------------------------- commitlog record
 
@@ -214,7 +218,7 @@ def encode_message(
     return bytes(buf)
 
 
-def pack_message_into(buf, pos: int, topic_b: bytes, body, props_b: bytes, crc: int, *, flag: int = 0,
+def pack_message_into(buf: WriteBuffer, pos: int, topic_b: bytes, body: ReadBuffer, props_b: bytes, crc: int, *, flag: int = 0,
                       sysflag: int = 0, queue_id: int = 0, born_timestamp: int = 0, born_host: int = 0,
                       reconsume_times: int = 0, prepared_tx_offset: int = 0) -> int:
     """Write a record at `pos` of a writable buffer (a ring slot: no intermediate copy); returns its size.
@@ -249,7 +253,8 @@ HEADER_DTYPE = np.dtype({
 })
 
 
-def pack_records(topic_b: bytes, bodies: list, props: list[bytes], crcs, flags=None, sysflags=None,
+def pack_records(topic_b: bytes, bodies: Sequence[ReadBuffer], props: list[bytes], crcs: ArrayLike,
+                 flags: ArrayLike | None = None, sysflags: ArrayLike | None = None,
                  born_timestamp: int = 0, born_host: int = 0) -> tuple[bytes, np.ndarray]:
     """Records of one topic back to back (a batch); arguments are already checked and encoded.
 
@@ -260,8 +265,9 @@ def pack_records(topic_b: bytes, bodies: list, props: list[bytes], crcs, flags=N
     return pack_records_with_tails(bodies, tails, crcs, flags, sysflags, born_timestamp, born_host)
 
 
-def pack_records_with_tails(bodies: list, tails, crcs, flags=None, sysflags=None, born_timestamp: int = 0,
-                            born_host: int = 0) -> tuple[bytes, np.ndarray]:
+def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes] | np.ndarray, crcs: ArrayLike,
+                            flags: ArrayLike | None = None, sysflags: ArrayLike | None = None,
+                            born_timestamp: int = 0, born_host: int = 0) -> tuple[bytes, np.ndarray]:
     """Records from bodies and tails (what follows a body: topic length, topic, properties length, properties).
 
     ``tails`` is a list of bytes, or a 2-D uint8 array when all tails have one length. The
@@ -345,7 +351,7 @@ def split_keys(keys: str | None) -> list[str]:
     return [k for k in keys.split(KEY_SEPARATOR) if k] if keys else []
 
 
-def decode_record(buf, pos: int = 0) -> StoredRecord:
+def decode_record(buf: ReadBuffer, pos: int = 0) -> StoredRecord:
     """Decode the record at `pos`; raises CorruptRecordError if it is not a well-formed record."""
     (size, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts, store_host,
      reconsume, prep, body_len) = HEADER.unpack_from(buf, pos)
@@ -378,7 +384,7 @@ class EncodedBatch:
     copies and patches; `key_records[i]` is the record that `key_hashes[i]` belongs to.
     """
 
-    buf: bytes
+    buf: bytes | memoryview  # a view of a private copy when decoded from a frame
     starts: np.ndarray
     tags_codes: np.ndarray
     key_hashes: np.ndarray
@@ -458,7 +464,7 @@ RECORD_END = 2  # nothing valid here: the log ends at this position
 RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not match BODYCRC
 
 
-def check_record(buf, pos: int, limit: int, expected_offset: int, verify_crc: bool = True) -> tuple[int, int]:
+def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int, verify_crc: bool = True) -> tuple[int, int]:
     """Classify the bytes at `pos` (no further than `limit`) during a recovery scan.
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
@@ -492,7 +498,7 @@ def check_record(buf, pos: int, limit: int, expected_offset: int, verify_crc: bo
     return RECORD_OK, size
 
 
-def scan_segment(buf, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
+def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
     """Yield (status, position, size) of the records of one segment from `pos`.
 
     Ends after RECORD_BLANK (go on in the next segment) or RECORD_END. A record failing only
@@ -518,9 +524,9 @@ def scan_segment(buf, pos: int, limit: int, base_offset: int, verify_crc: bool =
 # --------------------------------------------------------------------------- batch patching
 
 
-def walk_batch(buf, count: int | None = None) -> np.ndarray:
+def walk_batch(buf: ReadBuffer, count: int | None = None) -> np.ndarray:
     """Start positions of the records packed back to back in `buf` (by their TOTALSIZE)."""
-    starts = []
+    starts: list[int] = []
     pos, end = 0, len(buf)
     while pos < end and (count is None or len(starts) < count):
         (size,) = _I32.unpack_from(buf, pos)

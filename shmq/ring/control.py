@@ -197,28 +197,30 @@ class ControlQueue:
 
     def _send(self, data: bytes, mtype: int, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay: float | None = _POLL_MIN
+        delay = _POLL_MIN
         while True:
             try:
                 self._mq.send(data, block=False, type=mtype)
                 return
             except sysv_ipc.BusyError:
-                delay = _backoff(deadline, delay)
-                if delay is None:
+                nxt = _backoff(deadline, delay)
+                if nxt is None:
                     raise ControlTimeoutError(f"the control queue stayed full for {timeout} s") from None
+                delay = nxt
             except sysv_ipc.ExistentialError:
                 raise BrokerGoneError("the broker's control queue was removed") from None
 
     def _receive(self, mtype: int, timeout: float | None) -> bytes | None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay: float | None = _POLL_MIN
+        delay = _POLL_MIN
         while True:
             try:
                 return self._mq.receive(block=False, type=mtype)[0]
             except sysv_ipc.BusyError:
-                delay = _backoff(deadline, delay)
-                if delay is None:
+                nxt = _backoff(deadline, delay)
+                if nxt is None:
                     return None
+                delay = nxt
             except sysv_ipc.ExistentialError:
                 raise BrokerGoneError("the broker's control queue was removed") from None
 

@@ -326,7 +326,7 @@ class Ring:
 
         The head is loaded once up front and again only when the frames it covered run out.
         """
-        out = []
+        out: list[tuple[int, memoryview]] = []
         append = out.append
         data, cap, mask, unpack = self._data, self._cap, self._mask, _FRAME.unpack_from
         rpos = self._rpos

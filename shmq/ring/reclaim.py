@@ -19,7 +19,8 @@ from shmq.ring.state import StateReader
 def _keys(name: str, store_dir: str) -> tuple[set[int], set[int], set[int]]:
     """Control-queue, broker-liveness and client-liveness keys: from the store path, plus those
     the state segment names (the clients' are only there)."""
-    control, alive, clients = {sysv_key(store_dir, "control")}, {sysv_key(store_dir, "alive")}, set()
+    control, alive = {sysv_key(store_dir, "control")}, {sysv_key(store_dir, "alive")}
+    clients: set[int] = set()
     try:
         reader = StateReader.open(name)
     except (ShmqError, ValueError, OSError):  # none, or torn: the store path's keys are all we know

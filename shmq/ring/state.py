@@ -253,8 +253,8 @@ class StateReader:
         ``timeout`` means the broker died mid-update (a live writer moves it on).
         """
         seqs = self._seq
-        deadline = None
-        last = None
+        deadline = 0.0  # set on the first pass: no sequence value equals ``last`` then
+        last: int | None = None
         while True:
             before = seqs[_SEQ]
             if not before & 1:
