@@ -218,8 +218,8 @@ def encode_message(
     return bytes(buf)
 
 
-def pack_message_into(buf: WriteBuffer, pos: int, topic_b: bytes, body: ReadBuffer, props_b: bytes, crc: int, *, flag: int = 0,
-                      sysflag: int = 0, queue_id: int = 0, born_timestamp: int = 0, born_host: int = 0,
+def pack_message_into(buf: WriteBuffer, pos: int, topic_b: bytes, body: ReadBuffer, props_b: bytes, crc: int, *,
+                      flag: int = 0, sysflag: int = 0, queue_id: int = 0, born_timestamp: int = 0, born_host: int = 0,
                       reconsume_times: int = 0, prepared_tx_offset: int = 0) -> int:
     """Write a record at `pos` of a writable buffer (a ring slot: no intermediate copy); returns its size.
 
@@ -464,7 +464,8 @@ RECORD_END = 2  # nothing valid here: the log ends at this position
 RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not match BODYCRC
 
 
-def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int, verify_crc: bool = True) -> tuple[int, int]:
+def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
+                 verify_crc: bool = True) -> tuple[int, int]:
     """Classify the bytes at `pos` (no further than `limit`) during a recovery scan.
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
@@ -498,7 +499,8 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int, ve
     return RECORD_OK, size
 
 
-def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int, verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
+def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int,
+                 verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
     """Yield (status, position, size) of the records of one segment from `pos`.
 
     Ends after RECORD_BLANK (go on in the next segment) or RECORD_END. A record failing only

@@ -18,11 +18,12 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, cast
 
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.codec.buffers import ReadBuffer
 from shmq.store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,12 @@ class CommitLog:
                 raise ValueError(f"record of {size} bytes does not fit a {self.segment_size}-byte segment")
         return mf
 
-    def append(self, record, queue_offset: int, queue_id: int, store_timestamp: int) -> int:
+    def append(self, record: ReadBuffer, queue_offset: int, queue_id: int, store_timestamp: int) -> int:
         """Append one encoded record; returns its physical offset."""
         size = len(record)
         mf = self._segment_for(size)
         pos = mf.wrote_position
+        view: bytearray | memoryview  # a private copy to patch and pwrite, or the mapping itself
         if self.write_through:
             view, at = bytearray(record), 0
         else:
@@ -108,8 +110,8 @@ class CommitLog:
         self.confirmed = (phys + size, store_timestamp)
         return phys
 
-    def append_batch(self, buf, starts: np.ndarray, sizes: np.ndarray, first_queue_offset: int | np.ndarray,
-                     queue_id: int | np.ndarray, store_timestamp: int,
+    def append_batch(self, buf: ReadBuffer, starts: np.ndarray, sizes: np.ndarray,
+                     first_queue_offset: int | np.ndarray, queue_id: int | np.ndarray, store_timestamp: int,
                      missing_crc: np.ndarray | None = None) -> AppendResult:
         """Append records packed back to back in `buf` (record i: `sizes[i]` bytes at `starts[i]`).
 
@@ -139,14 +141,14 @@ class CommitLog:
                 dst[pos:pos + hi - lo] = src[lo:hi]
             if missing_crc is not None:
                 self._fill_crc(dst, at, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
-            if per_record:
-                fmt.patch_owned_fields(dst, at, queue_id[i:j], store_timestamp, self.store_host,
-                                       first_queue_offset[i:j], mf.file_from_offset + pos)
+            if per_record:  # then both are per-record arrays (see above)
+                fmt.patch_owned_fields(dst, at, cast(np.ndarray, queue_id)[i:j], store_timestamp, self.store_host,
+                                       cast(np.ndarray, first_queue_offset)[i:j], mf.file_from_offset + pos)
             else:
                 fmt.patch_owned_fields(dst, at, queue_id, store_timestamp, self.store_host,
                                        first_queue_offset + i, mf.file_from_offset + pos)
             if self.write_through:
-                mf.write(dst, pos)
+                mf.write(dst.data, pos)
             mf.wrote_position = pos + hi - lo
             i = j
         end = int(phys_all[-1] + sizes[-1])
@@ -155,7 +157,7 @@ class CommitLog:
 
     @staticmethod
     def _fill_crc(dst: np.ndarray, rel: np.ndarray, which: np.ndarray) -> None:
-        view = memoryview(dst)
+        view = dst.data
         for p in rel[which].tolist():
             (body_len,) = _I32.unpack_from(view, p + fmt.OFF_BODYLEN)
             _I32.pack_into(view, p + fmt.OFF_BODYCRC, fmt.body_crc(view[p + fmt.OFF_BODY:p + fmt.OFF_BODY + body_len]))

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from shmq.codec import record as fmt
-from shmq.store.mapped_file import MappedFileQueue
+from shmq.store.mapped_file import MappedFile, MappedFileQueue
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -38,7 +38,7 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ files
 
-    def _entries(self, mf) -> np.ndarray:
+    def _entries(self, mf: MappedFile) -> np.ndarray:
         v = self._views.get(mf.file_from_offset)
         if v is None:
             v = np.frombuffer(mf.mm, dtype=fmt.CQ_DTYPE)
@@ -203,6 +203,7 @@ class ConsumeQueue:
         while lo < hi:  # first entry with offset >= phys_end (entries are in commitlog order)
             mid = (lo + hi) // 2
             e = self.entry(mid)
+            assert e is not None  # min_offset <= mid < max_offset: written
             if e["size"] != BLANK_SIZE and int(e["offset"]) + int(e["size"]) > phys_end:
                 hi = mid
             else:

@@ -262,11 +262,10 @@ class IndexFile:
 
     def close(self) -> None:
         """Unmap and close; numpy views must go first or mmap.close raises BufferError."""
-        if self._mm is None:
+        if self._mm.closed:
             return
-        self._slots = self._entries = None
+        del self._slots, self._entries
         self._mm.close()
-        self._mm = None
         os.close(self._fd)
 
     def destroy(self) -> None:

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.codec.buffers import ReadBuffer
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
@@ -45,9 +46,10 @@ class MappedFile:
     def __init__(self, path: str, size: int, create: bool = True) -> None:
         self.path = path
         self.size = size
-        self.file_from_offset = fmt.parse_offset_file_name(os.path.basename(path))
-        if self.file_from_offset is None:
+        from_offset = fmt.parse_offset_file_name(os.path.basename(path))
+        if from_offset is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
+        self.file_from_offset: int = from_offset
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         # The descriptor is closed once mapped (mmap keeps a duplicate): a broker with 10,000
         # queues holds one descriptor per segment, not two. flush and warm open their own.
@@ -123,7 +125,7 @@ class MappedFile:
             if fd >= 0:
                 os.close(fd)
 
-    def write(self, data, pos: int) -> None:
+    def write(self, data: ReadBuffer, pos: int) -> None:
         """Write ``data`` at ``pos`` through the file (pwrite), not the mapping; the mapping sees
         it at once (one page cache).
 
