@@ -169,7 +169,7 @@ def _render(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _coerce(f: dataclasses.Field, raw: Any, key: str) -> Any:
+def _coerce(f: dataclasses.Field[Any], raw: Any, key: str) -> Any:
     kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool, "str": str}[f.type]
     try:
         if kind is bool:

@@ -110,12 +110,12 @@ class GroupCommitService(ServiceThread):
         self._on_flushed = on_flushed
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()  # one flush at a time: the thread's or flush_now's
-        self._requests: list[tuple[int, Future]] = []
+        self._requests: list[tuple[int, Future[bool]]] = []
         self.flushed_offset = 0
 
-    def request(self, end_offset: int) -> Future:
+    def request(self, end_offset: int) -> Future[bool]:
         """A future that completes (with True) once `end_offset` is on disk."""
-        fut: Future = Future()
+        fut: Future[bool] = Future()
         with self._lock:
             if end_offset <= self.flushed_offset:
                 fut.set_result(True)
