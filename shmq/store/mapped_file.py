@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.store import files
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
@@ -48,10 +49,9 @@ class MappedFile:
         self.file_from_offset = fmt.parse_offset_file_name(os.path.basename(path))
         if self.file_from_offset is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
         # The descriptor is closed once mapped (mmap keeps a duplicate): a broker with 10,000
         # queues holds one descriptor per segment, not two. flush and warm open their own.
-        fd = os.open(path, flags, 0o644)
+        fd = files.open_file(path)[0] if create else os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
             self.created = actual == 0 and create
@@ -308,7 +308,7 @@ class MappedFileQueue:
             start = self.files[-1].file_to_offset
         else:
             start = start_offset - start_offset % self.file_size
-        os.makedirs(self.directory, exist_ok=True)
+        files.make_dirs(self.directory)
         path = os.path.join(self.directory, fmt.offset_file_name(start))
         if self.allocator is not None:
             mf = self.allocator.take(path, self.file_size)
