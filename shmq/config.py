@@ -97,6 +97,16 @@ class BrokerConfig:
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ConfigError(f"deleteWhen takes hours 00-23 separated by ';', got {self.delete_when!r}")
 
+    def check_role(self) -> None:
+        """Refuse the roles whose promise needs a replica, until HA builds one.
+
+        A SLAVE would accept writes it must refuse, and a SYNC_MASTER would acknowledge sends as
+        replicated that no replica holds: both would silently break what the key promises.
+        """
+        if self.broker_role != ASYNC_MASTER:
+            raise ConfigError(f"brokerRole={self.broker_role} is not supported yet (replication comes with the "
+                              f"HA issue); run this broker as brokerRole=ASYNC_MASTER")
+
     def resolve_name(self, name: str | None) -> str:
         """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``default``.
 

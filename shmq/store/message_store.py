@@ -89,7 +89,8 @@ class MessageStore:
         self._valid_topics: set[str] = set()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
-        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush)
+        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush,
+                                                   ahead=self.config.warm_ahead_size)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
                                    self.config.store_host, self.allocator, write_through=sync_flush)
         self.index: IndexService | None = None
