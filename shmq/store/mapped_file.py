@@ -53,9 +53,10 @@ class MappedFile:
     def __init__(self, path: str, size: int, create: bool = True) -> None:
         self.path = path
         self.size = size
-        self.file_from_offset = fmt.parse_offset_file_name(os.path.basename(path))
-        if self.file_from_offset is None:
+        start = fmt.parse_offset_file_name(os.path.basename(path))
+        if start is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
+        self.file_from_offset: int = start
         # The descriptor is closed once mapped (mmap keeps a duplicate): a broker with 10,000
         # queues holds one descriptor per segment, not two. flush and warm open their own.
         fd = files.open_file(path)[0] if create else os.open(path, os.O_RDWR)
