@@ -21,10 +21,10 @@ from .conftest import SMALL, record
 PYTHON = shutil.which("python3", path="/usr/bin:/bin")  # one another user may run (not the venv under /root)
 
 
-@pytest.fixture
-def open_umask() -> Iterator[None]:
-    """umask 000: whatever the store gets, it chose itself."""
-    old = os.umask(0)
+@pytest.fixture(params=[0o000, 0o077], ids=["umask000", "umask077"])
+def any_umask(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A permissive and a strict umask: whatever the store gets, it chose itself."""
+    old = os.umask(request.param)
     yield
     os.umask(old)
 
@@ -64,7 +64,7 @@ def _modes(paths: list[str]) -> dict[str, tuple[bool, int]]:
     return {p: (os.path.isdir(p), stat.S_IMODE(os.stat(p).st_mode)) for p in paths if os.path.exists(p)}
 
 
-def test_store_folders_0700_and_files_0600_whatever_the_umask(tmp_path, open_umask):
+def test_store_folders_0700_and_files_0600_whatever_the_umask(tmp_path, any_umask):
     paths = _fill(str(tmp_path / "store"), dict(SMALL))
     modes = _modes(paths)
     names = {os.path.relpath(p, tmp_path / "store") for p in modes}
@@ -83,7 +83,7 @@ def test_existing_store_root_is_closed_at_start(tmp_path):
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
 
 
-def test_shm_group_store_is_group_readable(tmp_path, open_umask):
+def test_shm_group_store_is_group_readable(tmp_path, any_umask):
     gid = os.getgid()
     config = dict(SMALL, shmGroup=str(gid))
     paths = _fill(str(tmp_path / "store"), config)
