@@ -6,7 +6,9 @@ Fields are snake_case in Python; files may use RocketMQ's camelCase names
 from __future__ import annotations
 
 import dataclasses
+import grp
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -18,6 +20,7 @@ SYNC_FLUSH = "SYNC_FLUSH"
 ASYNC_MASTER = "ASYNC_MASTER"
 SYNC_MASTER = "SYNC_MASTER"
 SLAVE = "SLAVE"
+_BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass
@@ -25,8 +28,8 @@ class BrokerConfig:
     """Everything a broker and its store read; defaults are RocketMQ's unless noted."""
 
     # store layout
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
+    mapped_file_size_commit_log: int = 128 * 1024 * 1024  # shmq: one machine (RocketMQ: 1 GiB)
+    mapped_file_size_consume_queue: int = 300_000 * 20  # sparse: takes blocks as entries are written
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_index_enable: bool = True
@@ -40,7 +43,9 @@ class BrokerConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000  # ms: flush every queue and write the checkpoint
     sync_flush_timeout: int = 5000  # ms, SYNC_FLUSH ack gives FLUSH_DISK_TIMEOUT after this
-    warm_mapped_file_enable: bool = True  # shmq: touch the next segment's pages ahead of time
+    warm_mapped_file_enable: bool = True  # shmq: get commitlog pages into memory before the writer needs them
+    # shmq: how far ahead of the commitlog writer pages are warmed (a segment size or more: whole segments)
+    warm_ahead_size: int = 16 * 1024 * 1024
     # cleanup
     file_reserved_time: int = 72  # hours
     delete_when: str = "04"  # hours of day, ";"-separated
@@ -51,15 +56,16 @@ class BrokerConfig:
     delete_commit_log_files_interval: int = 100  # ms between two deletions
     delete_file_batch_max: int = 10
     # broker
-    broker_name: str = "default"
-    broker_role: str = ASYNC_MASTER
+    broker_name: str | None = None  # None: --name, else "default"
+    broker_role: str = ASYNC_MASTER  # SLAVE is refused at broker start until HA replicas exist
     default_topic_queue_nums: int = 4
     auto_create_topic_enable: bool = True
     wait_time_mills_in_send_queue: int = 200
-    os_page_cache_busy_time_out_mills: int = 1000
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_consumer_offset_interval: int = 5000  # ms
     store_host: int = 0  # shmq: 8-byte store host id written into records and offset msg ids
+    # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
+    # consumers running as other users of that group; None: the broker's user only (0700/0600)
+    shm_group: str | None = None
 
     def __post_init__(self) -> None:
         # RocketMQ 5 writes these two as percentages (90), 4.x as fractions (0.90): accept both
@@ -73,10 +79,14 @@ class BrokerConfig:
             raise ConfigError(f"flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
         if self.broker_role not in (ASYNC_MASTER, SYNC_MASTER, SLAVE):
             raise ConfigError(f"brokerRole must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {self.broker_role!r}")
+        if self.broker_name is not None:
+            _check_name(self.broker_name)
         if self.mapped_file_size_commit_log < 4096:
             raise ConfigError("mappedFileSizeCommitLog must be at least 4096 bytes")
         if self.mapped_file_size_consume_queue % 20 or self.mapped_file_size_consume_queue < 20:
             raise ConfigError("mappedFileSizeConsumeQueue must be a positive multiple of 20")
+        if self.warm_ahead_size < 0:
+            raise ConfigError("warmAheadSize must be 0 or more bytes")
         if self.max_hash_slot_num < 1 or self.max_index_num < 1:
             raise ConfigError("maxHashSlotNum and maxIndexNum must be positive")
         if not 0 < self.disk_space_warning_level_ratio <= 1 or not 0 < self.disk_space_clean_forcibly_ratio <= 1:
@@ -87,17 +97,36 @@ class BrokerConfig:
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ConfigError(f"deleteWhen takes hours 00-23 separated by ';', got {self.delete_when!r}")
 
-    @property
-    def delay_levels_ms(self) -> list[int]:
-        """messageDelayLevel parsed to milliseconds, level 1 first."""
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        out = []
-        for item in self.message_delay_level.split():
-            try:
-                out.append(int(item[:-1]) * units[item[-1]])
-            except (KeyError, ValueError):
-                raise ConfigError(f"messageDelayLevel item {item!r} is not like 10s, 1m, 2h") from None
-        return out
+    def check_role(self) -> None:
+        """Refuse the roles whose promise needs a replica, until HA builds one.
+
+        A SLAVE would accept writes it must refuse, and a SYNC_MASTER would acknowledge sends as
+        replicated that no replica holds: both would silently break what the key promises.
+        """
+        if self.broker_role != ASYNC_MASTER:
+            raise ConfigError(f"brokerRole={self.broker_role} is not supported yet (replication comes with the "
+                              f"HA issue); run this broker as brokerRole=ASYNC_MASTER")
+
+    def resolve_name(self, name: str | None) -> str:
+        """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``default``.
+
+        Both given and different is an error: clients would look for one name and find the other.
+        """
+        if name is not None and self.broker_name is not None and name != self.broker_name:
+            raise ConfigError(f"--name {name!r} contradicts brokerName={self.broker_name!r} in the config; "
+                              "give one of them, or the same name in both")
+        return name if name is not None else self.broker_name or "default"
+
+    def group_id(self) -> int | None:
+        """The gid of ``shmGroup`` (a group name or a number), None when unset."""
+        if self.shm_group is None:
+            return None
+        if self.shm_group.isdigit():
+            return int(self.shm_group)
+        try:
+            return grp.getgrnam(self.shm_group).gr_gid
+        except KeyError:
+            raise ConfigError(f"shmGroup {self.shm_group!r}: no such group") from None
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "BrokerConfig":
@@ -106,6 +135,8 @@ class BrokerConfig:
         kwargs: dict[str, Any] = {}
         for key, raw in values.items():
             name = key if key in fields else _ALIASES.get(key) or _snake(key)
+            if key in _NOT_SUPPORTED or camel(name) in _NOT_SUPPORTED:
+                raise ConfigError(f"config key {key!r} is not supported yet: {_NOT_SUPPORTED[camel(name)]}")
             if name not in fields:
                 raise ConfigError(f"unknown config key {key!r}")
             kwargs[name] = _coerce(fields[name], raw, key)
@@ -132,12 +163,27 @@ class BrokerConfig:
         return cls.from_mapping(parse_properties(data.decode("utf-8"), path))
 
     def to_properties(self) -> str:
-        """The config as a RocketMQ-style broker.conf."""
-        return "".join(f"{camel(f.name)}={_render(getattr(self, f.name))}\n" for f in dataclasses.fields(self))
+        """The config as a RocketMQ-style broker.conf (keys left unset are left out)."""
+        return "".join(f"{camel(f.name)}={_render(getattr(self, f.name))}\n" for f in dataclasses.fields(self)
+                       if getattr(self, f.name) is not None)
 
 
 # RocketMQ spellings that do not follow from our field names
 _ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
+
+# RocketMQ keys a config may name but shmq cannot honour yet: refused, never silently ignored
+_NOT_SUPPORTED = {
+    "messageDelayLevel": "delay levels come with delayed delivery (a later issue); the 18 default levels "
+                         "are what Message(delay_level=...) will mean",
+    "osPageCacheBusyTimeOutMills": "shmq's busy rule is waitTimeMillsInSendQueue (a send older than that "
+                                   "when the broker reaches it is answered SYSTEM_BUSY)",
+}
+
+
+def _check_name(name: str) -> None:
+    """brokerName must be usable in IPC names (the rule of shmq.ring.shm.check_broker_name)."""
+    if not _BROKER_NAME.fullmatch(name):
+        raise ConfigError(f"brokerName {name!r}: use 1-64 letters, digits, '_' or '-'")
 
 
 def parse_properties(text: str, origin: str = "<config>") -> dict[str, str]:
@@ -169,8 +215,11 @@ def _render(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _coerce(f: dataclasses.Field[Any], raw: Any, key: str) -> Any:
-    kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool, "str": str}[f.type]
+_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str}
+
+
+def _coerce(f: "dataclasses.Field[Any]", raw: Any, key: str) -> Any:
+    kind = f.type if isinstance(f.type, type) else _TYPES[str(f.type)]
     try:
         if kind is bool:
             if isinstance(raw, bool):

@@ -27,17 +27,19 @@ class BrokerStartError(ShmqError, RuntimeError):
 class Broker:
     """``python -m shmq broker`` as a child; returns once it serves. Its log is ``STORE/broker.log``."""
 
-    def __init__(self, store_dir: str, name: str = "default", config: Mapping[str, Any] | str | None = None,
+    def __init__(self, store_dir: str, name: str | None = None, config: Mapping[str, Any] | str | None = None,
                  timeout: float = 30.0) -> None:
         self.store_dir = os.path.abspath(store_dir)
-        self.name = check_broker_name(name)
+        checked = BrokerConfig.load(config)  # a bad key, name or role fails here, in the caller
+        checked.check_role()
+        self.name = check_broker_name(checked.resolve_name(name))
         os.makedirs(self.store_dir, exist_ok=True)
         self.log_path = os.path.join(self.store_dir, "broker.log")
         self._config_file = None
         cmd = [sys.executable, "-m", "shmq", "broker", "--store", self.store_dir, "--name", self.name]
         if isinstance(config, Mapping):
-            props = BrokerConfig.load(config).to_properties()  # a bad key fails here, in the caller
-            fd, self._config_file = tempfile.mkstemp(prefix=f"shmq-{name}-", suffix=".conf")
+            props = checked.to_properties()
+            fd, self._config_file = tempfile.mkstemp(prefix=f"shmq-{self.name}-", suffix=".conf")
             with os.fdopen(fd, "w") as f:
                 f.write(props)
             cmd += ["--config", self._config_file]

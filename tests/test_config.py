@@ -4,13 +4,16 @@ from shmq.config import BrokerConfig, camel
 from shmq.errors import ConfigError
 
 
-def test_defaults_are_rocketmqs():
+def test_defaults_are_rocketmqs_except_the_footprint():
     c = BrokerConfig()
-    assert c.mapped_file_size_commit_log == 1 << 30 and c.flush_disk_type == "ASYNC_FLUSH"
+    assert c.flush_disk_type == "ASYNC_FLUSH" and c.broker_role == "ASYNC_MASTER"
     assert c.flush_interval_commit_log == 500 and c.flush_commit_log_least_pages == 4
     assert (c.file_reserved_time, c.delete_when, c.disk_max_used_space_ratio) == (72, "04", 75)
     assert c.max_message_size == 4 << 20 and c.default_topic_queue_nums == 4
-    assert c.delay_levels_ms[:3] == [1000, 5000, 10000] and c.delay_levels_ms[-1] == 7_200_000
+    # one machine, not a server: 128 MiB segments (RocketMQ 1 GiB), warmed 16 MiB ahead (not all of it)
+    assert c.mapped_file_size_commit_log == 128 << 20 and c.warm_ahead_size == 16 << 20
+    assert c.mapped_file_size_consume_queue == 300_000 * 20
+    assert c.broker_name is None and c.shm_group is None
 
 
 def test_broker_conf_with_rocketmq_names(tmp_path):
@@ -55,3 +58,54 @@ def test_malformed_conf_line(tmp_path):
 def test_camel_names():
     assert camel("mapped_file_size_commit_log") == "mappedFileSizeCommitLog"
     assert camel("disk_max_used_space_ratio") == "diskMaxUsedSpaceRatio"
+
+
+@pytest.mark.parametrize("key", ["messageDelayLevel", "message_delay_level", "osPageCacheBusyTimeOutMills"])
+def test_keys_shmq_cannot_honour_yet_are_refused_not_ignored(key):
+    with pytest.raises(ConfigError, match=f"config key '{key}' is not supported yet: .+"):
+        BrokerConfig.from_mapping({key: "1s 5s"})
+
+
+def test_roles_that_need_a_replica_are_refused_at_start():
+    BrokerConfig().check_role()
+    for role in ("SLAVE", "SYNC_MASTER"):
+        c = BrokerConfig.from_mapping({"brokerRole": role})  # a valid value, refused by the broker
+        with pytest.raises(ConfigError, match=f"brokerRole={role} is not supported yet"):
+            c.check_role()
+
+
+def test_broker_name_names_the_broker_unless_name_contradicts_it():
+    assert BrokerConfig().resolve_name(None) == "default"
+    assert BrokerConfig().resolve_name("a") == "a"
+    c = BrokerConfig.from_mapping({"brokerName": "orders"})
+    assert c.resolve_name(None) == "orders" and c.resolve_name("orders") == "orders"
+    with pytest.raises(ConfigError, match="--name 'other' contradicts brokerName='orders'"):
+        c.resolve_name("other")
+    with pytest.raises(ConfigError, match="brokerName 'a.b'"):
+        BrokerConfig.from_mapping({"brokerName": "a.b"})
+
+
+def test_shm_group_by_name_or_number():
+    assert BrokerConfig().group_id() is None
+    assert BrokerConfig.from_mapping({"shmGroup": "0"}).group_id() == 0
+    assert BrokerConfig.from_mapping({"shmGroup": "root"}).group_id() == 0
+    with pytest.raises(ConfigError, match="no such group"):
+        BrokerConfig.from_mapping({"shmGroup": "no-such-group-here"}).group_id()
+
+
+def test_unset_keys_stay_unset_through_a_broker_conf():
+    c = BrokerConfig.from_mapping({"warmAheadSize": 0})
+    text = c.to_properties()
+    assert "brokerName" not in text and "shmGroup" not in text and "warmAheadSize=0" in text
+    assert BrokerConfig.from_mapping(dict(line.split("=", 1) for line in text.splitlines())) == c
+
+
+def test_every_key_is_documented_in_operations_md():
+    """docs/OPERATIONS.md says what the code does: every accepted and every refused key is there."""
+    import dataclasses
+    import pathlib
+
+    from shmq.config import _NOT_SUPPORTED
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "OPERATIONS.md").read_text()
+    keys = [camel(f.name) for f in dataclasses.fields(BrokerConfig)] + list(_NOT_SUPPORTED)
+    assert [k for k in keys if f"`{k}`" not in doc] == []

@@ -10,13 +10,27 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("broker", help="run a broker on a store directory")
     b.add_argument("--store", required=True, help="store directory (created if missing)")
-    b.add_argument("--name", default="default", help="broker name clients attach to (default: default)")
+    b.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
     b.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
     args = parser.parse_args(argv)
     if args.command == "broker":
-        from shmq.procs.broker import run_broker
-        return run_broker(args.store, args.name, args.config)
+        return _broker(args.store, args.name, args.config)
     return 2
+
+
+def _broker(store: str, name: str | None, config_path: str | None) -> int:
+    """Check the config before anything starts: a wrong key or role is one line and status 2."""
+    from shmq.config import BrokerConfig
+    from shmq.errors import ConfigError
+    from shmq.procs.broker import run_broker
+    try:
+        config = BrokerConfig.load(config_path)
+        config.check_role()
+        resolved = config.resolve_name(name)
+    except (ConfigError, OSError) as e:
+        print(f"shmq broker: error: {e}", file=sys.stderr)
+        return 2
+    return run_broker(store, resolved, config)
 
 
 if __name__ == "__main__":

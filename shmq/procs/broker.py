@@ -111,10 +111,11 @@ def _put_error_code(e: Exception) -> int:
 class BrokerController:
     """Owns the store, the IPC objects of one broker name, and the serving loop."""
 
-    def __init__(self, store_dir: str, name: str = "default", config: Any = None) -> None:
-        self.name = shm.check_broker_name(name)
-        self.store_dir = os.path.realpath(store_dir)
+    def __init__(self, store_dir: str, name: str | None = None, config: Any = None) -> None:
         self.config = BrokerConfig.load(config)
+        self.config.check_role()
+        self.name = shm.check_broker_name(self.config.resolve_name(name))
+        self.store_dir = os.path.realpath(store_dir)
         self.store: MessageStore | None = None
         self.clients: dict[int, Client] = {}
         self.waiters: dict[tuple[str, int], list[PullWaiter]] = {}

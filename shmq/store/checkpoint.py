@@ -9,6 +9,7 @@ import mmap
 import os
 
 from shmq.codec import record as fmt
+from shmq.store import files
 
 
 class StoreCheckpoint:
@@ -16,7 +17,7 @@ class StoreCheckpoint:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = files.open_file(path)[0]
         if os.fstat(self.fd).st_size != fmt.CHECKPOINT_FILE_SIZE:
             os.ftruncate(self.fd, fmt.CHECKPOINT_FILE_SIZE)
         self.mm = mmap.mmap(self.fd, fmt.CHECKPOINT_FILE_SIZE)

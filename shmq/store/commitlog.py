@@ -51,6 +51,7 @@ class CommitLog:
         self.directory = os.path.join(store_dir, "commitlog")
         self.write_through = write_through
         self.queue = MappedFileQueue(self.directory, segment_size, allocator)
+        self._allocator = allocator
         self.segment_size = segment_size
         self.store_host = store_host
         self.put_lock = threading.Lock()
@@ -107,6 +108,8 @@ class CommitLog:
         if self.write_through:
             mf.write(view, pos)
         mf.wrote_position = pos + size
+        if mf.wrote_position >= mf.warm_mark and self._allocator is not None:
+            self._allocator.keep_ahead(mf)
         self.confirmed = (phys + size, store_timestamp)
         return phys
 
@@ -150,6 +153,8 @@ class CommitLog:
             if self.write_through:
                 mf.write(dst.data, pos)
             mf.wrote_position = pos + hi - lo
+            if mf.wrote_position >= mf.warm_mark and self._allocator is not None:
+                self._allocator.keep_ahead(mf)
             i = j
         end = int(phys_all[-1] + sizes[-1])
         self.confirmed = (end, store_timestamp)

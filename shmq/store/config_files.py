@@ -10,12 +10,15 @@ import json
 import os
 from typing import Any
 
+from shmq.store import files
+
 
 def write_json(path: str, data: Any) -> None:
+    """Replace ``path`` atomically; the temp file is private like the file it becomes (store.files)."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    files.make_dirs(directory)
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())

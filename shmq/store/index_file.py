@@ -31,6 +31,7 @@ from shmq.codec.record import (
     index_file_size,
     index_key_hash,
 )
+from shmq.store import files
 
 _ENTRY = struct.Struct(">iqii")  # key hash, phys offset, time diff (s), prev entry number
 assert _ENTRY.size == INDEX_ENTRY_SIZE
@@ -53,7 +54,7 @@ class IndexFile:
         self._slot_num = slot_num
         self._index_num = index_num
         size = index_file_size(slot_num, index_num)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = files.open_file(path)[0]
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:  # new, or created by a run that died before ftruncate
@@ -296,7 +297,7 @@ class IndexService:
         self._index_num = index_num
         self._lock = threading.Lock()
         self._remove_lock = threading.Lock()
-        os.makedirs(index_dir, exist_ok=True)
+        files.make_dirs(index_dir)
         names = sorted(n for n in os.listdir(index_dir) if len(n) == _NAME_LEN and n.isdigit())
         self._files: list[IndexFile] = []
         try:

@@ -1,8 +1,10 @@
 """Fixed-size mmap'd segment files named by their 20-digit start offset (RocketMQ's MappedFile).
 
 The commitlog and every consume queue are a MappedFileQueue: a list of equal-size segments,
-the last one being written. The next segment is created and its pages touched in a
-background thread before it is needed, so the writer never stalls on page faults.
+the last one being written. The commitlog's next segment is created in a background thread
+before it is needed, and its pages are brought into memory a bounded distance
+(``warmAheadSize``) ahead of the writer, so the writer does not stall on page faults and a
+small store does not hold a whole segment of memory and disk.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import ctypes
 import logging
 import mmap
 import os
+import queue
 import threading
 import time
 from typing import Callable, Iterator
@@ -18,6 +21,7 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer
+from shmq.store import files
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
@@ -31,6 +35,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _msync = _libc.msync  # through ctypes: the GIL is released while the disk works (mmap.flush keeps it)
 _msync.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _msync.restype = ctypes.c_int
+_madvise = _libc.madvise  # through ctypes: populating pages ahead of the writer runs without the GIL
+_madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_madvise.restype = ctypes.c_int
+NEVER = 1 << 62  # a warm mark no writer reaches
 
 
 def sync_range(address: int, length: int) -> None:
@@ -46,14 +54,13 @@ class MappedFile:
     def __init__(self, path: str, size: int, create: bool = True) -> None:
         self.path = path
         self.size = size
-        from_offset = fmt.parse_offset_file_name(os.path.basename(path))
-        if from_offset is None:
+        start = fmt.parse_offset_file_name(os.path.basename(path))
+        if start is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
-        self.file_from_offset: int = from_offset
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.file_from_offset: int = start
         # The descriptor is closed once mapped (mmap keeps a duplicate): a broker with 10,000
         # queues holds one descriptor per segment, not two. flush and warm open their own.
-        fd = os.open(path, flags, 0o644)
+        fd = files.open_file(path)[0] if create else os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
             self.created = actual == 0 and create
@@ -73,8 +80,11 @@ class MappedFile:
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))  # for msync; 0 once closed
         self.wrote_position = 0
         self.flushed_position = 0
+        self.warmed_position = 0  # pages below are in memory (warm() or populate())
+        self.warm_mark = NEVER  # the writer asks for more warming once wrote_position reaches this
         self._write_fd = -1  # opened by the first write(), closed by end_writes() or close()
         self._fd_lock = threading.Lock()  # a flush thread may sync it while the writer closes it
+        self._map_lock = threading.Lock()  # the warm-ahead thread may populate it while it is closed
 
     @property
     def file_to_offset(self) -> int:
@@ -89,9 +99,9 @@ class MappedFile:
         return self.size - self.wrote_position
 
     def warm(self, stop: Callable[[], bool] = lambda: False, sync: bool = False,
-             rest: Callable[[float], object] | None = None) -> None:
-        """Get every page of a segment nobody writes yet into the page cache and this mapping,
-        so appends never fault.
+             rest: Callable[[float], object] | None = None, end: int | None = None) -> None:
+        """Get the pages up to ``end`` (default: all) of a segment nobody writes yet into the page
+        cache and this mapping, so appends there never fault.
 
         A new file is filled with zeros through a descriptor (pwrite releases the GIL and costs
         about an eighth of the CPU of faulting fresh pages in one by one through the mapping,
@@ -103,20 +113,22 @@ class MappedFile:
         is called after each synced chunk that took ``t`` seconds (the allocator pauses there,
         so the writer's own fdatasyncs do not queue behind a stream of zero pages).
         """
+        limit = self.size if end is None else min(end, self.size)
         fd = os.open(self.path, os.O_WRONLY) if self.created else -1
         try:
-            for start in range(0, self.size, _WARM_STEP):
+            for start in range(0, limit, _WARM_STEP):
                 if stop():
                     return
-                end = min(start + _WARM_STEP, self.size)
+                stop_at = min(start + _WARM_STEP, limit)
                 began = time.monotonic()
                 if fd >= 0:
-                    for off in range(start, end, _WARM_CHUNK):
-                        os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, end - off)], off)
+                    for off in range(start, stop_at, _WARM_CHUNK):
+                        os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, stop_at - off)], off)
                 try:
-                    self.mm.madvise(MADV_POPULATE_WRITE, start, end - start)
+                    self.mm.madvise(MADV_POPULATE_WRITE, start, stop_at - start)
                 except OSError:  # kernels before 5.14
-                    self.array[start:end:PAGE_SIZE] = self.array[start:end:PAGE_SIZE]
+                    self.array[start:stop_at:PAGE_SIZE] = self.array[start:stop_at:PAGE_SIZE]
+                self.warmed_position = stop_at
                 if sync and fd >= 0:
                     os.fdatasync(fd)
                     if rest is not None:
@@ -124,6 +136,25 @@ class MappedFile:
         finally:
             if fd >= 0:
                 os.close(fd)
+
+    def populate(self, end: int) -> bool:
+        """Fault the pages from ``warmed_position`` to ``end`` into this mapping while the writer
+        may be writing below them; False if the kernel cannot (before 5.14) or the file is closed.
+
+        Only MADV_POPULATE_WRITE is safe here: it maps pages without changing a byte, whereas
+        warm() writes zeros and touches pages, which could overwrite a record being appended.
+        """
+        end = min(end, self.size)
+        while self.warmed_position < end:
+            start = self.warmed_position & ~(PAGE_SIZE - 1)  # madvise takes page-aligned addresses
+            stop_at = min(start + _WARM_CHUNK, end)
+            with self._map_lock:
+                if not self._address:
+                    return False
+                if _madvise(self._address + start, stop_at - start, MADV_POPULATE_WRITE) != 0:
+                    return False
+            self.warmed_position = stop_at
+        return True
 
     def write(self, data: ReadBuffer, pos: int) -> None:
         """Write ``data`` at ``pos`` through the file (pwrite), not the mapping; the mapping sees
@@ -172,8 +203,8 @@ class MappedFile:
     def close(self) -> None:
         """Unmap and close; a view still held by a reader keeps the mapping alive until it is dropped."""
         self.end_writes()
-        with self._fd_lock:
-            self._address = 0  # a flush thread must not msync memory that may be unmapped next
+        with self._fd_lock, self._map_lock:
+            self._address = 0  # flush and warm-ahead threads must not touch memory that may be unmapped next
         self.array = None  # type: ignore[assignment]
         self.view.release()
         try:
@@ -190,11 +221,21 @@ class MappedFile:
 
 
 class AllocateMappedFileService:
-    """Creates and warms the next segment in the background (RocketMQ's AllocateMappedFileService)."""
+    """Creates the next segment in the background and keeps pages warm ``ahead`` bytes in front
+    of the writer (RocketMQ's AllocateMappedFileService, with a bound on the warming).
 
-    def __init__(self, warm: bool = True, sync_warm: bool = False) -> None:
-        self._warm = warm
+    A prepared segment gets its first ``ahead`` bytes warmed (zeros written, so disk blocks
+    exist; the rest of the file stays sparse); from then on, whenever the writer gets within
+    ``ahead / 2`` of the warmed end, one background thread populates up to ``ahead`` past the
+    writer. ``ahead`` of a segment size or more warms whole segments ahead of time.
+    """
+
+    def __init__(self, warm: bool = True, sync_warm: bool = False, ahead: int = NEVER) -> None:
+        self._warm = warm and ahead > 0
         self._sync_warm = sync_warm
+        self._ahead = ahead
+        self._jobs: queue.SimpleQueue[tuple[MappedFile, int] | None] = queue.SimpleQueue()
+        self._warmer: threading.Thread | None = None
         self._lock = threading.Lock()
         self._ready: dict[str, MappedFile] = {}
         self._pending: dict[str, threading.Thread] = {}
@@ -217,7 +258,9 @@ class AllocateMappedFileService:
             mf = MappedFile(path, size)
             if self._warm:
                 rest = self._hurry.wait if self._sync_warm else None
-                mf.warm(lambda: self._closed, self._sync_warm, rest)  # shutdown does not wait for a whole segment
+                # shutdown does not wait for a whole segment
+                mf.warm(lambda: self._closed, self._sync_warm, rest, end=self._ahead)
+                self._set_mark(mf)
         except OSError as e:
             log.warning("pre-allocating %s failed: %s", path, e)
             with self._lock:
@@ -243,14 +286,39 @@ class AllocateMappedFileService:
                 self._hurry.clear()
         return mf if mf is not None else MappedFile(path, size)
 
+    def _set_mark(self, mf: MappedFile) -> None:
+        """Ask for more warming when the writer is within half of ``ahead`` of the warmed end."""
+        mf.warm_mark = mf.warmed_position - self._ahead // 2 if mf.warmed_position < mf.size else NEVER
+
+    def keep_ahead(self, mf: MappedFile) -> None:
+        """The writer reached ``mf.warm_mark``: warm up to ``ahead`` past it, in the background."""
+        mf.warm_mark = NEVER  # one request in flight per segment
+        with self._lock:
+            if self._closed:
+                return
+            if self._warmer is None:
+                self._warmer = threading.Thread(target=self._warm_ahead, name="WarmAhead", daemon=True)
+                self._warmer.start()
+        self._jobs.put((mf, mf.wrote_position + self._ahead))
+
+    def _warm_ahead(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            mf, end = job
+            if mf.populate(end) and not self._closed:  # else (kernel before 5.14, file closed) stop
+                self._set_mark(mf)
+
     def shutdown(self) -> None:
         """Stop preparing and delete prepared-but-unused segments (they hold no data)."""
         with self._lock:
             self._closed = True
             pending = list(self._pending.values())
+            warmer, self._warmer = self._warmer, None
         self._hurry.set()
         for t in pending:
             t.join()
+        if warmer is not None:
+            self._jobs.put(None)
+            warmer.join()
         with self._lock:
             ready, self._ready = self._ready, {}
         for mf in ready.values():
@@ -310,7 +378,7 @@ class MappedFileQueue:
             start = self.files[-1].file_to_offset
         else:
             start = start_offset - start_offset % self.file_size
-        os.makedirs(self.directory, exist_ok=True)
+        files.make_dirs(self.directory)
         path = os.path.join(self.directory, fmt.offset_file_name(start))
         if self.allocator is not None:
             mf = self.allocator.take(path, self.file_size)

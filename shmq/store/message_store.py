@@ -21,7 +21,7 @@ from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import (BadTopicError, DiskFullError, MessageTooLargeError, StoreClosedError,
                          StoreLockedError)
 from shmq.codec import record as fmt
-from shmq.store import recovery
+from shmq.store import files, recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
@@ -89,7 +89,8 @@ class MessageStore:
         self._valid_topics: set[str] = set()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
-        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush)
+        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush,
+                                                   ahead=self.config.warm_ahead_size)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
                                    self.config.store_host, self.allocator, write_through=sync_flush)
         self.index: IndexService | None = None
@@ -106,21 +107,20 @@ class MessageStore:
 
     def start(self) -> "MessageStore":
         """Lock the directory, recover it, and start the flush services."""
-        os.makedirs(self.store_dir, exist_ok=True)
+        files.prepare_root(self.store_dir, self.config.group_id())
         self._lock()
         try:
             self._load_and_recover()
         except BaseException:
             self._unlock()
             raise
-        with open(self.abort_path, "w"):
-            pass
+        os.close(files.open_file(self.abort_path)[0])
         self._start_services()
         self.running = True
         return self
 
     def _lock(self) -> None:
-        self._lock_fd = os.open(os.path.join(self.store_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = files.open_file(os.path.join(self.store_dir, "lock"))[0]
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -21,7 +21,7 @@ from shmq import MessageBatch, Producer
 
 BODY = b"x" * 100
 BATCH = 2048
-CONFIG = {"mappedFileSizeCommitLog": 1 << 30}
+CONFIG = {"mappedFileSizeCommitLog": 1 << 30, "warmAheadSize": 1 << 30}  # RocketMQ's size, warmed whole
 
 
 def rss_anon_mib(pid: int) -> float:

@@ -29,7 +29,8 @@ import shmq
 from shmq import Message, MessageBatch, Producer
 
 BODY = b"x" * 100
-CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
+# set explicitly, so the figures do not move with the defaults: whole segments warmed ahead
+CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmAheadSize": 256 * 1024 * 1024}
 
 
 def _batch(p: Producer, seconds: float) -> float:

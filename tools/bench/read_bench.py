@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="shmq-read-bench-", dir=args.dir)
     rows = []
     try:
-        store = MessageStore(tmp, {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "messageIndexEnable": False}).start()
+        store = MessageStore(tmp, {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmAheadSize": 256 * 1024 * 1024,
+                                    "messageIndexEnable": False}).start()
         reader = StoreReader(tmp)
         try:
             for size in (int(s) for s in args.sizes.split(",")):

@@ -190,6 +190,7 @@ def open_store(path: str, segment_size: int, index: bool) -> MessageStore:
     store = MessageStore(path, {
         "flushDiskType": "ASYNC_FLUSH",
         "mappedFileSizeCommitLog": segment_size,
+        "warmAheadSize": segment_size,  # whole segments warmed ahead, whatever the default
         "messageIndexEnable": index,
     }).start()
     # A running broker always writes into a segment the allocator warmed ahead of time; warm the
