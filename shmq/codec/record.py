@@ -18,7 +18,7 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+from shmq.errors import BadPropertiesError, BadTopicError, CorruptRecordError, MessageTooLargeError
 
 # --------------------------------------------------------------------------- commitlog record
 
@@ -364,10 +364,6 @@ def decode_record(buf, pos: int = 0) -> StoredRecord:
         raise CorruptRecordError(f"record at {pos}: sizes do not add up to TOTALSIZE {size}")
     return StoredRecord(size, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts,
                         store_host, reconsume, prep, body, topic, props)
-
-
-class CorruptRecordError(ValueError):
-    """A byte range that should hold a record does not."""
 
 
 @dataclass(slots=True)

@@ -19,8 +19,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from shmq.codec import frames as P
-from shmq.client.connection import BrokerConnection, BrokerError, Session, next_request_id
-from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.errors import (BrokerBusyError, BrokerError, BrokerGoneError, CorruptFrameError, MessageTooLargeError,
+                         SendTimeoutError, ShmqError)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
@@ -51,14 +52,6 @@ def _fail(future: Future | None, error: Exception, topic: str) -> None:
         log.warning("a oneway message to %s was not sent: %s", topic, error)
     elif not future.done():
         future.set_exception(error)
-
-
-class BrokerBusyError(BrokerError):
-    """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
-
-
-class SendTimeoutError(ShmqError, TimeoutError):
-    """No answer within sendMsgTimeout (after retries)."""
 
 
 class SelectMessageQueueByHash:

@@ -98,6 +98,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     seen = []
     futures[0].add_done_callback(lambda f: seen.append(f.result()))
     assert futures[2].cancel()
+    acc.flush_all()  # the hand-over: futures go RUNNING, as the producer's flush finds them
     waiter = threading.Thread(target=lambda: seen.append(len(cf.wait(futures[:2], timeout=5).done)))
     waiter.start()
     time.sleep(0.05)
@@ -108,6 +109,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     failed = [PendingSend() for _ in range(2)]
     for f in failed:
         acc.add(Message("U", b"x"), 0, f)
+    acc.flush_all()
     settle(failed, None, ShmqError("broker gone"))
     assert all(isinstance(f.exception(0), ShmqError) for f in failed)
     with pytest.raises(ShmqError):
@@ -134,3 +136,36 @@ def test_settle_wakes_waiters_of_every_hand_over():
         w.join(5)
     assert sorted(map(str, got)) == ["b", "refused"] and futures[0].result(0) == "a"
     acc.close()
+
+
+def test_cancel_before_the_hand_over_withdraws_the_message():
+    """Regression (issue 9 A3): cancel() returned True and the message was sent anyway."""
+    import concurrent.futures as cf
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    futures = [PendingSend() for _ in range(3)]
+    for i, f in enumerate(futures):
+        acc.add(Message("T", b"%d" % i), 0, f)
+    assert futures[1].cancel() and futures[1].cancelled()
+    assert not futures[0].running()
+    acc.flush_all()
+    assert rec.batches == [("T", 0, [b"0", b"2"])]  # the cancelled message never left
+    assert futures[0].running() and not futures[0].cancel()  # handed over: too late to cancel
+    done, not_done = cf.wait(futures, timeout=0)  # wait() learns of the cancel at the hand-over
+    assert done == {futures[1]} and not_done == {futures[0], futures[2]}
+    with pytest.raises(cf.CancelledError):
+        futures[1].result(0)
+    settle([futures[0], futures[2]], ["r0", "r2"], None)
+    assert [f.result(0) for f in cf.as_completed([futures[0], futures[2]], timeout=1)] != []
+    assert (futures[0].result(0), futures[2].result(0)) == ("r0", "r2")
+    acc.close()
+
+
+def test_a_batch_whose_every_message_was_cancelled_is_not_sent():
+    rec = Recorder()
+    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    f = PendingSend()
+    acc.add(Message("T", b"x"), 0, f)
+    assert f.cancel()
+    acc.close()
+    assert rec.batches == [] and rec.flushes == []
