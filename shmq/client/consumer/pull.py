@@ -115,7 +115,13 @@ class PullConsumer:
 
     def pull(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int, max_nums: int = 32,
              timeout: float = 1.0) -> PullResult:
-        """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none."""
+        """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none.
+
+        FOUND, NO_MATCHED_MSG (``next_begin_offset`` skips the mismatches), NO_NEW_MSG, or
+        OFFSET_ILLEGAL: below the queue's min offset (its files were cleaned up) the
+        ``next_begin_offset`` is that min, past the max it is the max, as RocketMQ answers.
+        Raises ``TopicNotReadableError`` if the topic's perm lacks the read bit (4), as
+        RocketMQ's pull fails with NO_PERMISSION; ``BadExpressionError`` for a bad expression."""
         result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
         result.messages  # decode now, so the caller's time is spent here and the views can go
         return result

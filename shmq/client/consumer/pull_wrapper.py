@@ -14,11 +14,11 @@ import time
 from typing import Callable
 
 from shmq.codec import frames as P
-from shmq.client.broker_state import BrokerState
+from shmq.client.broker_state import PERM_READ, BrokerState
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.codec.columns import read_batch
 from shmq.model.consumer_types import PullResult, PullStatus
-from shmq.errors import CorruptFrameError
+from shmq.errors import CorruptFrameError, TopicNotReadableError
 from shmq.filter.tags import Expression
 from shmq.model.message import MessageQueue
 from shmq.store.reader import StoreReader
@@ -53,8 +53,14 @@ class PullAPIWrapper:
         self.session = self.state = self.store = None
 
     def pull(self, mq: MessageQueue, expression: Expression, offset: int, max_nums: int) -> PullResult:
-        """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL."""
-        lo, hi = self.state.queue_offsets(mq.topic, mq.queue_id)
+        """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
+        queue's min offset, cleaned up: ``next_begin_offset`` is the min; past the max: the max).
+        ``TopicNotReadableError`` if the topic's perm lacks the read bit (RocketMQ's broker
+        answers such a pull NO_PERMISSION, "the topic[...] pulling message is forbidden")."""
+        perm, lo, hi = self.state.pull_bounds(mq.topic, mq.queue_id)
+        if not perm & PERM_READ:
+            raise TopicNotReadableError(f"topic {mq.topic!r} is not readable (perm {perm}: the read bit 4 is "
+                                        f"off); pulling from it is forbidden until its perm includes 4")
         if offset < lo:
             return PullResult(PullStatus.OFFSET_ILLEGAL, lo, lo, hi)
         if offset > hi:

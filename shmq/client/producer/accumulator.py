@@ -140,18 +140,25 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
             f._invoke_callbacks()
 
 
-def _hand_over(b: _Batch) -> None:
+def _hand_over(batches: list[_Batch]) -> list[_Batch]:
     """The stdlib protocol at the hand-over: each future goes RUNNING (``cancel()`` returns False
-    from now on); a cancelled one is marked notified and its message leaves the batch unsent."""
+    from now on); a cancelled one is marked notified and its message leaves its batch unsent.
+    Returns the batches left with messages. The batches of one hand-over share a Condition:
+    taken once here (each call below takes it again, re-entrant and cheap)."""
     cancelled = False
-    with b.condition:  # taken once; each call below takes it again (re-entrant, cheap)
-        for f in b.futures:
-            if f is not None and not f.set_running_or_notify_cancel():
-                cancelled = True
-    if cancelled:
+    with batches[0].condition:
+        for b in batches:
+            b.sent = True
+            for f in b.futures:
+                if f is not None and not f.set_running_or_notify_cancel():
+                    cancelled = True
+    if not cancelled:
+        return batches
+    for b in batches:
         kept = [(m, f) for m, f in zip(b.msgs, b.futures) if f is None or not f.cancelled()]
         b.msgs = [m for m, _ in kept]
         b.futures = [f for _, f in kept]
+    return [b for b in batches if b.msgs]
 
 
 class ProduceAccumulator:
@@ -221,10 +228,7 @@ class ProduceAccumulator:
             self._send(list(batches.values()))
 
     def _send(self, batches: list[_Batch]) -> None:
-        for b in batches:
-            b.sent = True
-            _hand_over(b)
-        batches = [b for b in batches if b.msgs]
+        batches = _hand_over(batches)
         if not batches:
             return
         try:
