@@ -43,7 +43,8 @@ def test_default_members_never_share_offsets(store_dir, broker_name, config, tmp
         first_sink, second_sink = Collector(), Collector()
         first = _member(broker_name, offsets, first_sink)
         assert wait_for(lambda: len(first_sink.bodies) == 20, 10)
-        assert wait_for(lambda: len(_files(offsets)) == 1, 5)  # its offsets are on disk
+        mine = os.path.join(first.instance_name, "bc.json")
+        assert wait_for(lambda: mine in _files(offsets), 5)  # its offsets are on disk
         second = _member(broker_name, offsets, second_sink)
         try:
             assert first.instance_name != second.instance_name
@@ -65,7 +66,7 @@ def test_a_named_instance_resumes_from_its_file(store_dir, broker_name, config, 
         c = _member(broker_name, offsets, sink, instance_name="node1")
         assert wait_for(lambda: len(sink.bodies) == 10, 10)
         c.shutdown()
-        assert _files(offsets) == [os.path.join("node1", "bc.json")]
+        assert os.path.join("node1", "bc.json") in _files(offsets)
         for i in range(10, 15):
             p.send(Message("B", b"%d" % i))
         again = Collector()
