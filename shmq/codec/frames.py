@@ -222,8 +222,9 @@ def send_batch_size(topic_len: int, count: int, n_keys: int, buf_len: int) -> in
 
 
 def encode_send_batch_header(buf, req_id: int, enqueue_ns: int, queue_id: int, flags: int, topic_b: bytes,
-                             starts: Sequence[int], tags_codes: Sequence[int], key_hashes: Sequence[int],
-                             key_records: Sequence[int], buf_len: int) -> int:
+                             starts: Sequence[int] | np.ndarray, tags_codes: Sequence[int] | np.ndarray,
+                             key_hashes: Sequence[int] | np.ndarray, key_records: Sequence[int] | np.ndarray,
+                             buf_len: int) -> int:
     """Write everything but the records into ``buf``; returns where the records go."""
     count, n = len(starts), len(key_hashes)
     _BATCH.pack_into(buf, 0, req_id, enqueue_ns, queue_id, flags, len(topic_b), 0, count, n, buf_len)

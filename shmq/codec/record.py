@@ -260,7 +260,7 @@ def pack_records(topic_b: bytes, bodies: list, props: list[bytes], crcs, flags=N
     return pack_records_with_tails(bodies, tails, crcs, flags, sysflags, born_timestamp, born_host)
 
 
-def pack_records_with_tails(bodies: list, tails, crcs, flags=None, sysflags=None, born_timestamp: int = 0,
+def pack_records_with_tails(bodies: Sequence, tails, crcs, flags=None, sysflags=None, born_timestamp: int = 0,
                             born_host: int = 0) -> tuple[bytes, np.ndarray]:
     """Records from bodies and tails (what follows a body: topic length, topic, properties length, properties).
 

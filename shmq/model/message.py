@@ -100,7 +100,7 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-UNSET = object()  # a LazyField not made yet
+UNSET: Any = object()  # a LazyField not made yet
 
 
 class LazyField:
@@ -172,7 +172,8 @@ class SendResult(ByValue):
         self.phys_offsets = [] if phys_offsets is None else phys_offsets
         self.store_host = store_host
         made_later = not isinstance(msg_id, str)
-        self._msg_id, self._make_msg_id = (UNSET, msg_id) if made_later else (msg_id, None)
+        self._msg_id: Any = UNSET if made_later else msg_id
+        self._make_msg_id: Any = msg_id if made_later else None
         self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
 
     msg_id = LazyField(lambda r: r._make_msg_id())

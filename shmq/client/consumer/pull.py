@@ -68,7 +68,7 @@ class PullConsumer:
         """The topic's read queues (empty until the topic exists: a first send or create_topic makes it)."""
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            n = self._wrapper.state.read_queue_count(topic)
+            n = self._wrapper.views()[0].read_queue_count(topic)
         return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
 
     def min_offset(self, mq: MessageQueue) -> int:
@@ -81,16 +81,17 @@ class PullConsumer:
     def _queue_offsets(self, mq: MessageQueue) -> tuple[int, int]:
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            return self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            return self._wrapper.views()[0].queue_offsets(mq.topic, mq.queue_id)
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """First offset stored at or after ``timestamp_ms``; the max offset if every message is older."""
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            _, hi = self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            state, store = self._wrapper.views()
+            _, hi = state.queue_offsets(mq.topic, mq.queue_id)
             if hi == 0:
                 return 0
-            return self._wrapper.store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
+            return store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
 
     def commit(self, mq: MessageQueue, offset: int) -> None:
         """Commit the group's offset of ``mq`` (the next offset to consume) to the broker."""

@@ -24,6 +24,7 @@ Doing better than RocketMQ where its users complain:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -185,7 +186,8 @@ class PushConsumer:
             return
         self._running = False
         self._wakeup.set()
-        self._thread.join(5.0)
+        if self._thread is not None:
+            self._thread.join(5.0)
         pqs = list(self._pqs.values())
         for pq in pqs:
             pq.drop()
@@ -249,7 +251,7 @@ class PushConsumer:
         next_rebalance = next_commit = time.monotonic()
         while self._running:
             try:
-                self._bind(time.monotonic() + RECONNECT_WAIT_S)
+                session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
             except (BrokerGoneError, ShmqError) as e:
                 if not self._broker_wait_logged:
                     log.warning("consumer %r waits for broker %r: %s", self.group, self.broker_name, e)
@@ -261,7 +263,7 @@ class PushConsumer:
                 now = time.monotonic()
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
-                    self._rebalance_if_changed()
+                    self._rebalance_if_changed(session.client_id)
                 progressed, idle = self._pull_pass(now)
                 if now >= next_commit:
                     next_commit = now + self.persist_consumer_offset_interval
@@ -326,8 +328,8 @@ class PushConsumer:
             if pq.wait_req is None:
                 pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
                 try:
-                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S,
-                                            lambda wake, pq=pq: self._woken(pq, wake), req_id)
+                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(self._woken, pq),
+                                            req_id)
                 except BaseException:
                     pq.wait_req = None
                     raise
@@ -340,8 +342,9 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ rebalance
 
-    def _rebalance_if_changed(self) -> None:
-        state = self._wrapper.state
+    def _rebalance_if_changed(self, me: int) -> None:
+        """Recompute this member's (client id ``me``) queues if members, queue counts or perms changed."""
+        state = self._wrapper.views()[0]
         topics = sorted(self._subscriptions)
         perms = tuple(state.topic_perm(t) for t in topics)
         blocked = [t for t, perm in zip(topics, perms) if perm is not None and not perm & PERM_READ]
@@ -358,7 +361,6 @@ class PushConsumer:
         if blocked:
             log.warning("consumer %r: topic(s) %s not readable (perm without the read bit 4): skipped until "
                         "their perm allows reading", self.group, ", ".join(blocked))
-        me = self._session.client_id
         if self.model is MessageModel.CLUSTERING and me not in members:
             return  # our join is not published yet
         queues = {t: [MessageQueue(t, self.broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
@@ -406,13 +408,14 @@ class PushConsumer:
     def _init_offset(self, pq: ProcessQueue) -> None:
         """Where a newly assigned queue starts: the group's offset, else ``consume_from`` (committed at once)."""
         mq = pq.mq
-        if self.model is MessageModel.BROADCASTING:
+        if self._offset_store is not None:  # BROADCASTING
             offset = self._offset_store.read(mq.topic, mq.queue_id)
         else:
             offset = int(self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic,
                                                           "queue_id": mq.queue_id}, self.start_timeout)["offset"])
         if offset < 0:
-            lo, hi = self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            state, store = self._wrapper.views()
+            lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
             if self.consume_from is ConsumeFrom.FIRST_OFFSET:
                 offset = lo
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
@@ -420,7 +423,7 @@ class PushConsumer:
             else:
                 ts = self.consume_timestamp if self.consume_timestamp is not None \
                     else int(time.time() * 1000) - 30 * 60 * 1000
-                offset = self._wrapper.store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
+                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
                     if hi > 0 else 0
             pq.next_offset = offset
             self._commit([pq], sync=True)

@@ -26,7 +26,7 @@ from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Sequence, overload
 
 from shmq.errors import ShmqError
 from shmq.model.message import Message
@@ -38,7 +38,7 @@ MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go 
 RECORD_OVERHEAD = 160  # header, topic and properties of a typical record: how a batch's size is estimated
 
 # (topic, queue id or -1, messages, their futures (None: oneway)) for each group handed over
-Group = tuple[str, int, list[Message], list["Future | None"]]
+Group = tuple[str, int, list[Message], list["PendingSend | None"]]
 Flush = Callable[[list[Group]], None]
 
 
@@ -47,7 +47,7 @@ class _Batch:
     key: tuple[str, int]
     condition: threading.Condition  # shared by the batches that are flushed together
     msgs: list[Message] = field(default_factory=list)
-    futures: list[Future | None] = field(default_factory=list)
+    futures: list[PendingSend | None] = field(default_factory=list)
     size: int = 0
     sent: bool = False
 
@@ -63,16 +63,16 @@ class PendingSend(Future):
     and must wait again rather than time out.
     """
 
-    _accumulator: ProduceAccumulator | None = None
-    _batch: _Batch | None = None
-
-    def __init__(self) -> None:  # Future.__init__ without its Condition
-        self._condition = None
+    def __init__(self, accumulator: ProduceAccumulator, batch: _Batch) -> None:
+        # Future.__init__, with the batch's shared Condition instead of a new one
+        self._condition = batch.condition
         self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
+        self._accumulator: ProduceAccumulator | None = accumulator
+        self._batch: _Batch | None = batch
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
@@ -102,9 +102,9 @@ class PendingSend(Future):
                 self._condition.wait(remaining)
 
 
-def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
+def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error: BaseException | None) -> None:
     """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
-    exception instance fails that one), or ``error`` for all. Does what ``Future.set_result``
+    exception instance fails that one), or ``error`` for all (``results`` unused). Does what ``Future.set_result``
     and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
     together share a Condition: it is taken once and notified once for them (futures of
     several hand-overs are grouped by Condition); calling ``set_result`` per future cost a
@@ -136,8 +136,11 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
                 finished.append(f)
             cond.notify_all()
     for f in finished:
-        if f._done_callbacks:
-            f._invoke_callbacks()
+        for callback in f._done_callbacks:  # as Future._invoke_callbacks: a failing callback is logged
+            try:
+                callback(f)
+            except Exception:
+                log.exception("exception calling callback for %r", f)
 
 
 def _hand_over(batches: list[_Batch]) -> list[_Batch]:
@@ -177,8 +180,14 @@ class ProduceAccumulator:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> None:
-        """Queue a checked message (sending its group at once when full)."""
+    @overload
+    def add(self, msg: Message, queue_id: int, oneway: Literal[False] = False) -> PendingSend: ...
+
+    @overload
+    def add(self, msg: Message, queue_id: int, oneway: Literal[True]) -> None: ...
+
+    def add(self, msg: Message, queue_id: int, oneway: bool = False) -> PendingSend | None:
+        """Queue a checked message (sending its group at once when full); its future (None: oneway)."""
         key = (msg.topic, queue_id)
         with self._cond:
             if self._closed:
@@ -190,14 +199,14 @@ class ProduceAccumulator:
                     self._start_flusher()
                     self._cond.notify()
                 b = self._batches[key] = _Batch(key, self._condition)
+            future = None if oneway else PendingSend(self, b)
             b.msgs.append(msg)
             b.futures.append(future)
-            if future is not None:
-                future._condition, future._accumulator, future._batch = b.condition, self, b
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
                 del self._batches[key]
                 self._send([b])
+        return future
 
     def send_now(self, b: _Batch) -> None:
         """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
@@ -239,8 +248,9 @@ class ProduceAccumulator:
                 for f in b.futures:
                     if f is not None and not f.done():
                         f.set_exception(e)
-        for b in batches:
-            b.msgs = b.futures = []  # the futures keep the batch: let the messages go
+        for b in batches:  # the futures keep the batch: let the messages go
+            b.msgs = []
+            b.futures = []
 
     def _start_flusher(self) -> None:
         if self._thread is None:

@@ -108,10 +108,10 @@ class MessageEncoder:
             raise ValueError("send_batch needs at least one message")
         n = len(msgs)
         if isinstance(msgs, MessageBatch):
-            keys = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
-            if len(keys) != n:
-                raise ValueError(f"MessageBatch has {n} bodies but {len(keys)} keys")
-            return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, keys, [msgs.properties] * n,
+            column = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
+            if len(column) != n:
+                raise ValueError(f"MessageBatch has {n} bodies but {len(column)} keys")
+            return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, column, [msgs.properties] * n,
                                         msgs.flag, born_timestamp, born_host)
         if not all(map(isinstance, msgs, repeat(Message, n))):
             bad = next(m for m in msgs if not isinstance(m, Message))
@@ -132,12 +132,12 @@ class MessageEncoder:
         Per message only what differs by topic runs in Python (the tail bytes and the UNIQ_KEY
         index hash, ~1 us); headers, CRCs and the buffer are made for all at once."""
         n = len(msgs)
-        bodies, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
+        raw, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
         table: dict[str, int] = {}
         idx = [table.setdefault(t, len(table)) for t in topics]
         names_b = [fmt.check_topic(t) for t in table]
         topic_b = [names_b[k] for k in idx]
-        bodies, sysflags = self._bodies(bodies)
+        bodies, sysflags = self._bodies(raw)
         uniq_list = self.uniq.next_block(n).tolist()
         crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
         tails = []
@@ -202,7 +202,7 @@ class MessageEncoder:
         return out, sysflags
 
 
-def _record_tails(topic_b: bytes, tags: list, keys: list, user: list, uniq: np.ndarray,
+def _record_tails(topic_b: bytes, tags: Sequence, keys: Sequence, user: Sequence, uniq: np.ndarray,
                   uniq_list: list) -> list | np.ndarray:
     """What follows each body: topic length and topic, properties length and properties.
 
@@ -242,7 +242,7 @@ def _tail_parts(topic_b: bytes, tags: str | None, keys: str | None) -> tuple[byt
     return _topic_part(topic_b) + props_len.to_bytes(2, "big") + before, _SEP
 
 
-def _key_hashes(topic: str, topic_b: bytes, keys: list, uniq: np.ndarray, uniq_list: list) -> tuple[np.ndarray, np.ndarray]:
+def _key_hashes(topic: str, topic_b: bytes, keys: Sequence, uniq: np.ndarray, uniq_list: list) -> tuple[np.ndarray, np.ndarray]:
     """Index key hashes (``fmt.record_key_hashes`` for each record) and the record each belongs to."""
     n = len(uniq_list)
     counters = uniq.view(np.uint8).reshape(n, _UNIQ_LEN)[:, _UNIQ_COUNTER:]  # a block differs only there
