@@ -54,7 +54,7 @@ def test_missing_broker_error_says_it_once():
     """Regression (issue 9 A6): `no broker named 'nosuch' is serving (no broker named 'nosuch' is
     running (...))`."""
     conn = BrokerConnection("nosuch-test-broker", "producer", "g", 65536, lambda kind, view: None)
-    with pytest.raises(shmq.BrokerNotFoundError) as e:
+    with pytest.raises(errors.BrokerNotFoundError) as e:
         conn.start(0.05)
     text = str(e.value)
     assert text.count("nosuch-test-broker") == 2, text  # the name, and the command that starts it

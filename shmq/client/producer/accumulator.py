@@ -55,7 +55,8 @@ class _Batch:
 class PendingSend(Future):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
-    The futures of the batches handed over together share one Condition (``add`` sets it):
+    The futures of the batches handed over together share one Condition (``add`` makes each
+    future with its batch's):
     making a Condition per message cost more than the rest of an async send's bookkeeping.
     The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and ``as_completed``,
     which take every future's, may take the shared one repeatedly) and stay correct; only
@@ -104,8 +105,8 @@ class PendingSend(Future):
 
 def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error: BaseException | None) -> None:
     """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
-    exception instance fails that one), or ``error`` for all (``results`` unused). Does what ``Future.set_result``
-    and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
+    exception instance fails that one), or ``error`` for all (``results`` unused then). Does
+    what ``Future.set_result`` and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
     together share a Condition: it is taken once and notified once for them (futures of
     several hand-overs are grouped by Condition); calling ``set_result`` per future cost a
     tenth of an async send. Futures are RUNNING here (``_hand_over``); one already failed
