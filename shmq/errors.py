@@ -98,3 +98,11 @@ class BrokerStartError(ShmqError, RuntimeError):
 
 class TopicNotReadableError(ShmqError, PermissionError):
     """The topic's perm lacks the read bit (4): consumers may not read it (RocketMQ: "pulling message is forbidden")."""
+
+
+class BadArgumentError(ShmqError, ValueError):
+    """A client call got a value it cannot use (a negative offset, a queue the topic does not have)."""
+
+
+class ArgumentTypeError(ShmqError, TypeError):
+    """A client call got an argument of the wrong type (not a Message, a body that is not bytes)."""

@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 
+from shmq.errors import BadArgumentError
 from shmq.store import config_files
 from shmq.codec import record as fmt
 
@@ -32,7 +33,7 @@ class OffsetTable:
         Returns whether the table changed.
         """
         if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+            raise BadArgumentError(f"offset must be >= 0, got {offset}")
         key = (topic, queue_id)
         with self._lock:
             old = self._offsets.get(key)
@@ -83,7 +84,7 @@ class LocalFileOffsetStore(OffsetTable):
         super().__init__()
         for name, what in ((group, "consumer group"), (instance, "instance name"), (broker, "broker name")):
             if not fmt.TOPIC_PATTERN.match(name or ""):
-                raise ValueError(f"{what} {name!r} must match [%|a-zA-Z0-9_-]+ (it names a file)")
+                raise BadArgumentError(f"{what} {name!r} must match [%|a-zA-Z0-9_-]+ (it names a file)")
         self.group = group
         self.instance = instance
         self.path = os.path.join(directory or default_offset_dir(broker), instance, f"{group}.json")

@@ -12,7 +12,7 @@ import time
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.model.consumer_types import PullResult, PullStatus
-from shmq.errors import ShmqError
+from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.tags import Expression, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import OffsetTable
@@ -96,7 +96,7 @@ class PullConsumer:
     def commit(self, mq: MessageQueue, offset: int) -> None:
         """Commit the group's offset of ``mq`` (the next offset to consume) to the broker."""
         if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+            raise BadArgumentError(f"offset must be >= 0, got {offset}")
         self._offsets.update(mq.topic, mq.queue_id, offset)
         self._conn.write_frame(P.COMMIT_OFFSET,
                                P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
@@ -131,7 +131,7 @@ class PullConsumer:
                    max_nums: int = 32, timeout: float = 1.0) -> PullResult:
         """As ``pull``, with the messages left in the columnar ``result.batch`` (decoded only if asked)."""
         if max_nums <= 0:
-            raise ValueError(f"max_nums must be positive, got {max_nums}")
+            raise BadArgumentError(f"max_nums must be positive, got {max_nums}")
         expr = self._expression(expression)
         deadline = time.monotonic() + timeout
         while True:

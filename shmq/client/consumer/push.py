@@ -38,7 +38,7 @@ from shmq.client.broker_state import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
-from shmq.errors import BrokerGoneError, ShmqError
+from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
 from shmq.filter.tags import Expression, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
@@ -83,12 +83,12 @@ class PushConsumer:
         that must resume where it stopped after a restart needs a stable ``instance_name``."""
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
-                raise ValueError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
+                raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
             allocate_strategy = STRATEGIES[allocate_strategy]
         for name, value in (("consume_thread_max", consume_thread_max), ("pull_batch_size", pull_batch_size),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
             if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+                raise BadArgumentError(f"{name} must be at least 1, got {value}")
         self.group = group
         self.model = MessageModel(model)
         self.consume_from = ConsumeFrom(consume_from)
@@ -146,7 +146,7 @@ class PushConsumer:
     def register_listener(self, listener: MessageListener, orderly: bool = False) -> None:
         """``listener(msgs, ctx) -> ConsumeResult``; ``orderly``: one queue at a time, in queue order."""
         if not callable(listener):
-            raise TypeError("the listener must be callable: fn(msgs, ctx) -> ConsumeResult")
+            raise ArgumentTypeError("the listener must be callable: fn(msgs, ctx) -> ConsumeResult")
         self._listener = listener
         self._orderly = orderly
 

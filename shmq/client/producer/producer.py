@@ -21,8 +21,8 @@ import numpy as np
 
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
-from shmq.errors import (BrokerBusyError, BrokerError, BrokerGoneError, CorruptFrameError, MessageTooLargeError,
-                         SendTimeoutError, ShmqError)
+from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerError, BrokerGoneError, CorruptFrameError,
+                         MessageTooLargeError, SendTimeoutError, ShmqError)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
@@ -358,7 +358,7 @@ class Producer:
         mq = selector(queues, msg, arg)
         qid = mq.queue_id if isinstance(mq, MessageQueue) else int(mq)
         if not 0 <= qid < len(queues):
-            raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
+            raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
     def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
