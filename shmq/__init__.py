@@ -1,14 +1,25 @@
 """shmq: a RocketMQ-style message broker for one machine."""
-from shmq.launcher import Broker
-from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult,
-                                 PullStatus)
-from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
-from shmq.model.message_ext import MessageExt
-from shmq.client.producer.producer import Producer
+from shmq.client.admin import Admin, TopicInfo
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
+from shmq.client.producer.producer import Producer
+from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
+                         BadTopicError, BrokerBusyError, BrokerError, BrokerGoneError, BrokerNotFoundError,
+                         BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
+                         CorruptRecordError, DiskFullError, MessageTooLargeError, SendTimeoutError, ShmqError,
+                         StateLayoutError, StoreClosedError, StoreLockedError, TopicNotReadableError)
+from shmq.launcher import Broker
+from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult,
+                                       PullStatus)
+from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.model.message_ext import MessageExt
 
 __version__ = "0.1.0"
-__all__ = ["Broker", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "Message", "MessageBatch", "MessageExt",
-           "MessageModel", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult",
-           "SendStatus"]
+__all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
+           "BrokerBusyError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
+           "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
+           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "Message",
+           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "Producer",
+           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
+           "SendTimeoutError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
+           "TopicInfo", "TopicNotReadableError"]

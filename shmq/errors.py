@@ -1,4 +1,10 @@
-"""Exceptions users of shmq see; each message says what went wrong and what to do."""
+"""Exceptions users of shmq see; each message says what went wrong and what to do.
+
+Every exception shmq raises is a ShmqError, defined here and exported from ``shmq`` (only
+``BrokerRunningError`` lives with the broker process, in ``shmq.procs.broker``). Where an
+error also has a builtin meaning (a bad value, a timeout) it subclasses that builtin too, so
+``except ValueError`` keeps working.
+"""
 from __future__ import annotations
 
 
@@ -56,3 +62,47 @@ class BrokerGoneError(ShmqError, ConnectionError):
 
 class StateLayoutError(ShmqError, ValueError):
     """The state segment has a wrong magic or version; broker and client versions differ."""
+
+
+class CorruptRecordError(ShmqError, ValueError):
+    """A byte range that should hold a commitlog record does not."""
+
+
+class BadMessageError(ShmqError, ValueError):
+    """A Message argument is out of range or of the wrong type (keys, delay_level)."""
+
+
+class BadExpressionError(ShmqError, ValueError):
+    """A subscription expression is malformed, or is SQL92 (not supported yet)."""
+
+
+class BrokerError(ShmqError):
+    """The broker refused a request; ``code`` is RocketMQ's ResponseCode number (0 for admin replies)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"broker error {code}: {message}")
+        self.code = code
+
+
+class BrokerBusyError(BrokerError):
+    """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
+
+
+class SendTimeoutError(ShmqError, TimeoutError):
+    """No answer within sendMsgTimeout (after retries)."""
+
+
+class BrokerStartError(ShmqError, RuntimeError):
+    """The broker process exited or did not come up in time; the message carries its log."""
+
+
+class TopicNotReadableError(ShmqError, PermissionError):
+    """The topic's perm lacks the read bit (4): consumers may not read it (RocketMQ: "pulling message is forbidden")."""
+
+
+class BadArgumentError(ShmqError, ValueError):
+    """A client call got a value it cannot use (a negative offset, a queue the topic does not have)."""
+
+
+class ArgumentTypeError(ShmqError, TypeError):
+    """A client call got an argument of the wrong type (not a Message, a body that is not bytes)."""

@@ -11,17 +11,13 @@ import time
 from typing import Any, Mapping
 
 from shmq.config import BrokerConfig
-from shmq.errors import BrokerNotFoundError, ShmqError
+from shmq.errors import BrokerNotFoundError, BrokerStartError, ShmqError
 from shmq.ring.liveness import Watch
 from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.shm import check_broker_name
 from shmq.ring.state import StateReader
 
 log = logging.getLogger(__name__)
-
-
-class BrokerStartError(ShmqError, RuntimeError):
-    """The broker process exited or did not come up in time; the message carries its log."""
 
 
 class Broker:

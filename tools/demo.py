@@ -82,15 +82,18 @@ def produce_steps(broker: str, orders: int, steps: int, report: mp.Queue) -> Non
         p.shutdown()
 
 
-def consume(broker: str, role: str, member: int, report: mp.Queue, stop: mp.Event) -> None:
-    """A push consumer: reports every message id it gets, in batches, until told to stop."""
+def consume(broker: str, role: str, member: int, report: mp.Queue, stop: mp.Event, offsets: str) -> None:
+    """A push consumer: reports every message id it gets, in batches, until told to stop.
+
+    Broadcast members keep their offsets under ``offsets`` (in the demo's store, not in
+    ~/.shmq); their default instance names are unique and their files go at shutdown."""
     if role == "steps":
         c = PushConsumer("demo-steps", broker=broker, consume_from=ConsumeFrom.FIRST_OFFSET)
         c.subscribe(STEPS_TOPIC, "*")
     else:
         model = MessageModel.CLUSTERING if role == "cluster" else MessageModel.BROADCASTING
         c = PushConsumer(f"demo-{role}", broker=broker, model=model, consume_from=ConsumeFrom.FIRST_OFFSET,
-                         consume_message_batch_max_size=32)
+                         consume_message_batch_max_size=32, offset_store_dir=offsets)
         c.subscribe(TOPIC, "*" if role == "cluster" else "TagA")
     pending: list[tuple] = []
 
@@ -145,7 +148,8 @@ def main() -> int:
     ok = False
     try:
         with shmq.Broker(store, name=name, config={"flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": 64 << 20}):
-            consumers = [ctx.Process(target=consume, args=(name, role, m, report, stop), name=f"{role}-{m}")
+            offsets = os.path.join(store, "consumer-offsets")
+            consumers = [ctx.Process(target=consume, args=(name, role, m, report, stop, offsets), name=f"{role}-{m}")
                          for role, members in (("cluster", 2), ("broadcast", 2), ("steps", 1))
                          for m in range(members)]
             producers = [ctx.Process(target=produce, args=(name, i, args.messages, args.batch, report),
@@ -253,11 +257,15 @@ def _summary(console: Console, args, got, total: int, tag_a: int, steps_total: i
     used = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(store) for f in fs)
     t.add_row("store", f"{store} ({used / 2**20:.1f} MiB on disk in commitlog/, consumequeue/, index/, config/; "
                        "segments are pre-allocated sparse files)")
+    offsets = os.path.join(store, "consumer-offsets")
+    left = [os.path.join(d, f) for d, _, fs in os.walk(offsets) for f in fs]
+    t.add_row("broadcast offset files left", ", ".join(left) if left else "none (default instance names are "
+                                                                           "per process; their files go at shutdown)")
     failed = [f"{p.name} exit {p.exitcode}" for p in procs if p.exitcode not in (None, 0)]
     if failed:
         t.add_row("process failures", ", ".join(failed))
     console.print(t)
-    ok = lost == 0 and bc_ok and steps_ok and not failed
+    ok = lost == 0 and bc_ok and steps_ok and not failed and not left
     console.print("[bold green]PASS[/]: every message arrived" if ok else "[bold red]FAIL[/]: see the summary")
     return ok
 

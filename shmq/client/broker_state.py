@@ -1,4 +1,7 @@
-"""What consumers read from the broker's state segment: queues, their offsets, group members.
+"""What consumers read from the broker's state segment: queues, their offsets, perms, group members.
+
+Consumers read the store files directly, so the broker cannot refuse them a read as
+RocketMQ's does: they check the topic's published perm themselves (``pull_bounds``).
 
 Reads go through the seqlock. A topic's row and queue block are cached and re-checked on each
 read (the broker moves a block only when the topic grows), so the hot read of a few max
@@ -7,6 +10,8 @@ offsets costs a handful of field loads, not a scan of the topic table.
 from __future__ import annotations
 
 from shmq.ring.state import StateReader, StateView
+
+PERM_READ = 4  # RocketMQ's PermName.PERM_READ: consumers may read the topic
 
 
 class BrokerState:
@@ -47,6 +52,27 @@ class BrokerState:
                 return 0, 0
             q = v.queues[t[1] + queue_id]
             return int(q["min_offset"]), int(q["max_offset"])
+        return self.reader.read(fn)
+
+    def pull_bounds(self, topic: str, queue_id: int) -> tuple[int, int, int]:
+        """(perm, min offset, max offset) of a queue in one read: what a pull checks first.
+        A topic that does not exist (yet) is readable and empty: (PERM_READ, 0, 0)."""
+        def fn(v: StateView) -> tuple[int, int, int]:
+            t = self._topic(v, topic)
+            if t is None:
+                return PERM_READ, 0, 0
+            perm = int(v.topics[t[0]]["perm"])
+            if queue_id >= t[2]:
+                return perm, 0, 0
+            q = v.queues[t[1] + queue_id]
+            return perm, int(q["min_offset"]), int(q["max_offset"])
+        return self.reader.read(fn)
+
+    def topic_perm(self, topic: str) -> int | None:
+        """The topic's perm bits (4 read, 2 write) as the broker published them; None if it does not exist."""
+        def fn(v: StateView) -> int | None:
+            t = self._topic(v, topic)
+            return int(v.topics[t[0]]["perm"]) if t is not None else None
         return self.reader.read(fn)
 
     def group_members(self, group: str) -> tuple[int, list[int]]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import posix_ipc
 
-from shmq.errors import (BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
+from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ShmqError)
 from shmq.ring.channel import Channel, broker_bell_name
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
@@ -47,12 +47,13 @@ def broker_name_or_default(broker: str | None) -> str:
     return broker or os.environ.get("SHMQ_BROKER") or "default"
 
 
-class BrokerError(ShmqError):
-    """The broker refused a request; ``code`` is RocketMQ's ResponseCode number (0 for admin replies)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"broker error {code}: {message}")
-        self.code = code
+def not_serving_message(broker: str, cause: Exception) -> str:
+    """Why attaching to ``broker`` failed, said once: a BrokerNotFoundError already names the
+    broker (its message is kept as is), any other cause is given after the name."""
+    hint = f"start one with `shmq broker --store DIR --name {broker}`"
+    if isinstance(cause, BrokerNotFoundError):
+        return f"{cause}; {hint}"
+    return f"no broker named {broker!r} is serving ({cause}); {hint}"
 
 
 class Session:
@@ -169,16 +170,13 @@ class BrokerConnection:
 
     def _connect(self, deadline: float) -> Session:
         """Attach (caller holds the lock); waits for a broker to appear until ``deadline``."""
-        last = "no state segment"
         while True:
             try:
                 return self._attach_once(deadline)
             except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
-                last = str(e)
+                last = e
             if time.monotonic() >= deadline:
-                raise BrokerNotFoundError(
-                    f"no broker named {self.broker_name!r} is serving ({last}); start one with "
-                    f"`shmq broker --store DIR --name {self.broker_name}`")
+                raise BrokerNotFoundError(not_serving_message(self.broker_name, last))
             time.sleep(0.02)
 
     def _attach_once(self, deadline: float) -> Session:
@@ -187,7 +185,7 @@ class BrokerConnection:
             h = state.view.header[0]
             broker = Watch(int(h["alive_key"]))
             if not broker.is_alive():
-                raise BrokerNotFoundError("the last broker of this name died")
+                raise BrokerNotFoundError(f"the last broker named {self.broker_name!r} died")
             control = ControlQueue.open(int(h["control_key"]))
             liveness = Liveness.hold()
         except BaseException:

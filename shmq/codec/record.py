@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 import numpy as np
 
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
-from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+from shmq.errors import BadPropertiesError, BadTopicError, CorruptRecordError, MessageTooLargeError
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -370,10 +370,6 @@ def decode_record(buf: ReadBuffer, pos: int = 0) -> StoredRecord:
         raise CorruptRecordError(f"record at {pos}: sizes do not add up to TOTALSIZE {size}")
     return StoredRecord(size, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts,
                         store_host, reconsume, prep, body, topic, props)
-
-
-class CorruptRecordError(ValueError):
-    """A byte range that should hold a record does not."""
 
 
 @dataclass(slots=True)

@@ -8,15 +8,45 @@ evaluates such expressions record by record.
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.errors import BadExpressionError
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
 TYPE_TAG = "TAG"
+
+
+_SQL_WORDS = re.compile(r"\b(AND|OR|NOT|BETWEEN|IN|IS|NULL|TRUE|FALSE)\b", re.IGNORECASE)
+_SQL_CHARS = frozenset("=<>()'\"!")
+
+
+def parse_tags(text: str) -> list[str]:
+    """The tags of a tag expression (RocketMQ's syntax: tags separated by ``||``), each once.
+
+    Stricter than RocketMQ, which would take ``TagA ||`` or ``TagA | TagB`` and then match
+    nothing or the wrong thing: an empty tag, a single bar, whitespace inside a tag, ``*``
+    among tags and anything that looks like SQL92 raise ``BadExpressionError`` here, at
+    ``subscribe``, instead of a consumer that silently never receives a message."""
+    pieces = [t.strip() for t in text.split(TAG_SEPARATOR)]
+    if any(c in _SQL_CHARS for c in text) or (len(pieces) == 1 and _SQL_WORDS.search(text) and " " in text):
+        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92; SQL92 filtering is not "
+                                 f"supported yet: subscribe with tags ('TagA || TagB') or '*'")
+    for t in pieces:
+        if not t:
+            raise BadExpressionError(f"tag expression {text!r} has an empty tag: write tags as 'TagA || TagB'")
+        if "|" in t:
+            raise BadExpressionError(f"tag expression {text!r}: tags are separated by '||', not '|'")
+        if any(c.isspace() for c in t):
+            raise BadExpressionError(f"tag expression {text!r}: tag {t!r} contains whitespace; "
+                                     f"separate tags with '||'")
+        if t == SUB_ALL:
+            raise BadExpressionError(f"tag expression {text!r}: '*' cannot be combined with tags")
+    return list(dict.fromkeys(pieces))
 
 
 @runtime_checkable
@@ -29,7 +59,7 @@ class Expression(Protocol):
 
 
 class TagFilter:
-    """`*`, empty or None (everything), or tags joined by `||` (RocketMQ's tag syntax)."""
+    """`*`, empty or None (everything, as in RocketMQ), or tags joined by `||` (see ``parse_tags``)."""
 
     type = TYPE_TAG
 
@@ -39,13 +69,8 @@ class TagFilter:
             self.expression = SUB_ALL
             self.tags: frozenset[str] = frozenset()
         else:
-            tags = [t.strip() for t in text.split(TAG_SEPARATOR)]
-            tags = [t for t in tags if t]
-            if not tags:
-                raise ValueError(f"tag expression {expression!r} names no tag")
-            if SUB_ALL in tags:
-                raise ValueError(f"tag expression {expression!r}: '*' cannot be combined with tags")
-            self.expression = " || ".join(dict.fromkeys(tags))
+            tags = parse_tags(text)
+            self.expression = " || ".join(tags)
             self.tags = frozenset(tags)
         self.codes = np.array(sorted({fmt.tags_code(t) for t in self.tags}), dtype=np.int64)
 
@@ -85,4 +110,5 @@ def as_expression(expression: str | Expression | None) -> Expression:
         return TagFilter(expression)
     if isinstance(expression, Expression):
         return expression
-    raise TypeError(f"subscription expression must be a str or an Expression, got {type(expression).__name__}")
+    raise BadExpressionError(f"subscription expression must be a str or an Expression, "
+                             f"got {type(expression).__name__}")

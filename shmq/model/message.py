@@ -3,24 +3,58 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.errors import BadMessageError
 
 
-@dataclass
+MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s .. 2h)
+
+
+def join_keys(keys: str | Iterable[str] | None) -> str | None:
+    """RocketMQ 5 clients take keys as a collection; the KEYS property holds them space-separated.
+    A set is sorted (it has no order of its own), a list or tuple keeps its order."""
+    if keys is None or isinstance(keys, str):
+        return keys
+    if isinstance(keys, (bytes, bytearray)) or not isinstance(keys, Iterable):
+        raise BadMessageError(f"keys must be a str or a collection of str, got {type(keys).__name__}")
+    items = sorted(keys) if isinstance(keys, AbstractSet) else list(keys)
+    for k in items:
+        if not isinstance(k, str) or not k or any(c.isspace() for c in k):
+            raise BadMessageError(f"each key must be a non-empty str without whitespace, got {k!r}")
+    return " ".join(items) or None
+
+
+@dataclass(init=False)
 class Message:
-    """A message to send. ``keys`` are space-separated index keys; ``delay_level`` 1..18 delays delivery."""
+    """A message to send. ``keys`` are index keys: a space-separated str, or a list, tuple or set
+    of them; ``delay_level`` 1..18 delays delivery (0: none). Both are checked here, so a bad
+    value fails at the call that made it, not at a later send."""
 
     topic: str
     body: bytes
-    tags: str | None = None
-    keys: str | None = None
-    properties: dict[str, str] | None = None
-    flag: int = 0
-    delay_level: int = 0
+    tags: str | None
+    keys: str | None
+    properties: dict[str, str] | None
+    flag: int
+    delay_level: int
+
+    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0) -> None:
+        if delay_level and not (isinstance(delay_level, int) and 0 <= delay_level <= MAX_DELAY_LEVEL):
+            raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), "
+                                  f"got {delay_level!r}")
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self.keys = keys if keys is None or isinstance(keys, str) else join_keys(keys)
+        self.properties = properties
+        self.flag = flag
+        self.delay_level = delay_level
 
     def build_properties(self, uniq_key: str) -> dict[str, str]:
         """The record's properties: TAGS, KEYS, UNIQ_KEY, DELAY, then the user's."""
@@ -66,7 +100,7 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
 
 
-UNSET = object()  # a LazyField not made yet
+UNSET: Any = object()  # a LazyField not made yet
 
 
 class LazyField:
@@ -138,7 +172,8 @@ class SendResult(ByValue):
         self.phys_offsets = [] if phys_offsets is None else phys_offsets
         self.store_host = store_host
         made_later = not isinstance(msg_id, str)
-        self._msg_id, self._make_msg_id = (UNSET, msg_id) if made_later else (msg_id, None)
+        self._msg_id: Any = UNSET if made_later else msg_id
+        self._make_msg_id: Any = msg_id if made_later else None
         self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
 
     msg_id = LazyField(lambda r: r._make_msg_id())

@@ -10,6 +10,8 @@ feature; until then redelivery goes on at the longest delay.)
 """
 from __future__ import annotations
 
+import functools
+
 import heapq
 import itertools
 import logging
@@ -38,14 +40,14 @@ class DelayScheduler:
     """One thread running callbacks at their due time (redeliveries, suspended orderly queues)."""
 
     def __init__(self, name: str) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._heap: list[tuple[float, int, Callable[[], object]]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def schedule(self, delay: float, fn: Callable[[], None]) -> None:
+    def schedule(self, delay: float, fn: Callable[[], object]) -> None:
         with self._cond:
             heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), fn))
             self._cond.notify()
@@ -135,7 +137,7 @@ class ConsumeMessageConcurrentlyService(_Service):
                 else:
                     again = self._again(chunk)
                     delay = retry_delay(chunk[0].reconsume_times)
-                    self.scheduler.schedule(delay, lambda pq=pq, again=again: self._redeliver(pq, again))
+                    self.scheduler.schedule(delay, functools.partial(self._redeliver, pq, again))
         finally:
             if done:  # one removal per pulled list: the commit offset moves once, not per message
                 pq.remove(done)

@@ -3,13 +3,16 @@
 `OffsetTable` is the in-memory table every consumer updates as messages are processed; a
 clustering consumer commits what changed (`take_dirty`) to the broker, which persists it.
 `LocalFileOffsetStore` adds a JSON file for BROADCASTING consumers, whose offsets are their
-own (RocketMQ's LocalFileOffsetStore): `~/.shmq/offsets/<broker>/<group>.json` by default.
+own (RocketMQ's LocalFileOffsetStore): `~/.shmq/offsets/<broker>/<instance>/<group>.json` by default.
 """
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import threading
 
+from shmq.errors import BadArgumentError
 from shmq.store import config_files
 from shmq.codec import record as fmt
 
@@ -30,7 +33,7 @@ class OffsetTable:
         Returns whether the table changed.
         """
         if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+            raise BadArgumentError(f"offset must be >= 0, got {offset}")
         key = (topic, queue_id)
         with self._lock:
             old = self._offsets.get(key)
@@ -71,19 +74,24 @@ def default_offset_dir(broker: str) -> str:
 
 
 class LocalFileOffsetStore(OffsetTable):
-    """An OffsetTable persisted to one JSON file per consumer group (atomic replace)."""
+    """An OffsetTable persisted to one JSON file per consumer group and instance:
+    ``<directory>/<instance>/<group>.json`` (RocketMQ keys it by client id and group too), so
+    two members of one broadcasting group never share a file. Each write goes to a fresh
+    temp file in the same folder (``mkstemp``: no name two writers can share), is fsynced and
+    renamed over the file; the previous version stays as ``<group>.json.bak``."""
 
-    def __init__(self, group: str, broker: str = "default", directory: str | None = None) -> None:
+    def __init__(self, group: str, instance: str, broker: str = "default", directory: str | None = None) -> None:
         super().__init__()
-        for name, what in ((group, "consumer group"), (broker, "broker name")):
+        for name, what in ((group, "consumer group"), (instance, "instance name"), (broker, "broker name")):
             if not fmt.TOPIC_PATTERN.match(name or ""):
-                raise ValueError(f"{what} {name!r} must match [%|a-zA-Z0-9_-]+ (it names a file)")
+                raise BadArgumentError(f"{what} {name!r} must match [%|a-zA-Z0-9_-]+ (it names a file)")
         self.group = group
-        self.path = os.path.join(directory or default_offset_dir(broker), f"{group}.json")
+        self.instance = instance
+        self.path = os.path.join(directory or default_offset_dir(broker), instance, f"{group}.json")
         self._persist_lock = threading.Lock()
 
     def load(self) -> None:
-        """Read the file (or its backup); a missing file means a group that never consumed."""
+        """Read the file (or its backup); a missing file means a member that never consumed."""
         data = config_files.read_json(self.path, default={}) or {}
         for topic, queues in data.get("offsets", {}).items():
             for qid, offset in queues.items():
@@ -100,8 +108,49 @@ class LocalFileOffsetStore(OffsetTable):
             for (topic, qid), offset in sorted(self.snapshot().items()):
                 table.setdefault(topic, {})[str(qid)] = offset
             try:
-                config_files.write_json(self.path, {"group": self.group, "offsets": table})
+                _write_atomically(self.path, {"group": self.group, "instance": self.instance, "offsets": table})
             except BaseException:
                 with self._lock:
                     self._dirty.update(changed)
                 raise
+
+    def delete(self) -> None:
+        """Remove the file, its backup and the instance's folder if that is then empty: for a
+        member whose instance name dies with its process (the default), nobody reads it again."""
+        with self._persist_lock:
+            for p in (self.path, f"{self.path}.bak"):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            try:
+                os.rmdir(os.path.dirname(self.path))
+            except OSError:  # another group's file is there, or it is gone already
+                pass
+
+
+def _write_atomically(path: str, data: object) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.replace(path, f"{path}.bak")
+        except FileNotFoundError:  # the first write (or another writer of this path just moved it)
+            pass
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -12,7 +12,7 @@ import time
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.model.consumer_types import PullResult, PullStatus
-from shmq.errors import ShmqError
+from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.tags import Expression, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import OffsetTable
@@ -68,7 +68,7 @@ class PullConsumer:
         """The topic's read queues (empty until the topic exists: a first send or create_topic makes it)."""
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            n = self._wrapper.state.read_queue_count(topic)
+            n = self._wrapper.views()[0].read_queue_count(topic)
         return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
 
     def min_offset(self, mq: MessageQueue) -> int:
@@ -81,21 +81,22 @@ class PullConsumer:
     def _queue_offsets(self, mq: MessageQueue) -> tuple[int, int]:
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            return self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            return self._wrapper.views()[0].queue_offsets(mq.topic, mq.queue_id)
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """First offset stored at or after ``timestamp_ms``; the max offset if every message is older."""
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            _, hi = self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            state, store = self._wrapper.views()
+            _, hi = state.queue_offsets(mq.topic, mq.queue_id)
             if hi == 0:
                 return 0
-            return self._wrapper.store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
+            return store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
 
     def commit(self, mq: MessageQueue, offset: int) -> None:
         """Commit the group's offset of ``mq`` (the next offset to consume) to the broker."""
         if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+            raise BadArgumentError(f"offset must be >= 0, got {offset}")
         self._offsets.update(mq.topic, mq.queue_id, offset)
         self._conn.write_frame(P.COMMIT_OFFSET,
                                P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
@@ -115,7 +116,13 @@ class PullConsumer:
 
     def pull(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int, max_nums: int = 32,
              timeout: float = 1.0) -> PullResult:
-        """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none."""
+        """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none.
+
+        FOUND, NO_MATCHED_MSG (``next_begin_offset`` skips the mismatches), NO_NEW_MSG, or
+        OFFSET_ILLEGAL: below the queue's min offset (its files were cleaned up) the
+        ``next_begin_offset`` is that min, past the max it is the max, as RocketMQ answers.
+        Raises ``TopicNotReadableError`` if the topic's perm lacks the read bit (4), as
+        RocketMQ's pull fails with NO_PERMISSION; ``BadExpressionError`` for a bad expression."""
         result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
         result.messages  # decode now, so the caller's time is spent here and the views can go
         return result
@@ -124,7 +131,7 @@ class PullConsumer:
                    max_nums: int = 32, timeout: float = 1.0) -> PullResult:
         """As ``pull``, with the messages left in the columnar ``result.batch`` (decoded only if asked)."""
         if max_nums <= 0:
-            raise ValueError(f"max_nums must be positive, got {max_nums}")
+            raise BadArgumentError(f"max_nums must be positive, got {max_nums}")
         expr = self._expression(expression)
         deadline = time.monotonic() + timeout
         while True:

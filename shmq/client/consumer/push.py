@@ -24,17 +24,21 @@ Doing better than RocketMQ where its users complain:
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from shmq.codec import frames as P
+from shmq.client.broker_state import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
-from shmq.errors import BrokerGoneError, ShmqError
+from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
 from shmq.filter.tags import Expression, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
@@ -52,6 +56,8 @@ HANDOFF_GRACE_S = 0.3  # a new owner waits this long for a live previous owner's
 DROP_WAIT_S = 1.0  # how long a member giving a queue away waits for its running listener calls
 RECONNECT_WAIT_S = 0.5
 
+_instances = itertools.count(1)  # default instance names: unique per consumer object in this process
+
 
 class PushConsumer:
     def __init__(self, group: str, broker: str | None = None, *, model: MessageModel = MessageModel.CLUSTERING,
@@ -62,7 +68,7 @@ class PushConsumer:
                  pull_threshold_for_consumer: int = 10_000, pull_threshold_size_for_consumer: int = 256,
                  consume_concurrently_max_span: int = 2000, max_reconsume_times: int = 16,
                  suspend_current_queue_time_millis: int = 1000, persist_consumer_offset_interval: float = 1.0,
-                 instance_name: str = "DEFAULT", offset_store_dir: str | None = None,
+                 instance_name: str | None = None, offset_store_dir: str | None = None,
                  start_timeout: float = 3.0) -> None:
         """Sizes ``pull_threshold_size_*`` are in MiB, as RocketMQ's. ``pull_batch_size`` is 256, not
         RocketMQ's 32: a pull here is a local file read whose fixed cost (~0.3 ms of numpy calls)
@@ -70,16 +76,19 @@ class PushConsumer:
         RocketMQ's 20: Python threads share the GIL, and 20 of them thrash on CPU-bound listeners
         (measured: half the throughput of 4); raise it for listeners that wait on I/O.
         ``consume_timestamp`` (ms) is for ConsumeFrom.TIMESTAMP (default: 30 minutes ago). BROADCASTING offsets live in
-        ``offset_store_dir/instance_name/<group>.json`` (default dir ``~/.shmq/offsets/<broker>``);
-        give members on one host distinct instance names."""
+        ``offset_store_dir/instance_name/<group>.json`` (default dir ``~/.shmq/offsets/<broker>``).
+        Without ``instance_name`` (or with RocketMQ's "DEFAULT") the name is made unique per
+        consumer, ``<pid>-<n>`` (RocketMQ uses the pid), so members on one host never share a
+        file; such a file dies with the consumer (deleted at ``shutdown``): a broadcasting member
+        that must resume where it stopped after a restart needs a stable ``instance_name``."""
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
-                raise ValueError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
+                raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
             allocate_strategy = STRATEGIES[allocate_strategy]
         for name, value in (("consume_thread_max", consume_thread_max), ("pull_batch_size", pull_batch_size),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
             if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
+                raise BadArgumentError(f"{name} must be at least 1, got {value}")
         self.group = group
         self.model = MessageModel(model)
         self.consume_from = ConsumeFrom(consume_from)
@@ -96,7 +105,8 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
-        self.instance_name = instance_name
+        self._anonymous = instance_name in (None, "DEFAULT")
+        self.instance_name = f"{os.getpid()}-{next(_instances)}" if self._anonymous else str(instance_name)
         self.offset_store_dir = offset_store_dir
         self.start_timeout = start_timeout
         self._conn = BrokerConnection(broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response,
@@ -120,7 +130,10 @@ class PushConsumer:
     # ------------------------------------------------------------------ configuration
 
     def subscribe(self, topic: str, expression: str | Expression = "*") -> None:
-        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", or an Expression)."""
+        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", or an Expression).
+
+        A malformed or SQL92 expression raises ``BadExpressionError`` here. A topic whose perm
+        lacks the read bit (4) is skipped, with a warning in the log, until its perm allows reading."""
         self._subscriptions[topic] = as_expression(expression)
         if self._running:
             self._session = None  # join again with the new subscriptions, then rebalance
@@ -133,7 +146,7 @@ class PushConsumer:
     def register_listener(self, listener: MessageListener, orderly: bool = False) -> None:
         """``listener(msgs, ctx) -> ConsumeResult``; ``orderly``: one queue at a time, in queue order."""
         if not callable(listener):
-            raise TypeError("the listener must be callable: fn(msgs, ctx) -> ConsumeResult")
+            raise ArgumentTypeError("the listener must be callable: fn(msgs, ctx) -> ConsumeResult")
         self._listener = listener
         self._orderly = orderly
 
@@ -149,8 +162,7 @@ class PushConsumer:
             return self
         if self.model is MessageModel.BROADCASTING:
             directory = self.offset_store_dir or default_offset_dir(self.broker_name)
-            self._offset_store = LocalFileOffsetStore(self.group, self.broker_name,
-                                                      f"{directory}/{self.instance_name}")
+            self._offset_store = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
             self._offset_store.load()
         self._conn.start(self.start_timeout)
         try:
@@ -174,7 +186,8 @@ class PushConsumer:
             return
         self._running = False
         self._wakeup.set()
-        self._thread.join(5.0)
+        if self._thread is not None:
+            self._thread.join(5.0)
         pqs = list(self._pqs.values())
         for pq in pqs:
             pq.drop()
@@ -183,6 +196,8 @@ class PushConsumer:
             self._commit(pqs, sync=True, force=True)
         except (ShmqError, OSError) as e:
             log.warning("could not commit offsets at shutdown: %s", e)
+        if self._offset_store is not None and self._anonymous:
+            self._offset_store.delete()  # its name dies with this consumer: nobody could read it again
         self._pqs.clear()
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -236,7 +251,7 @@ class PushConsumer:
         next_rebalance = next_commit = time.monotonic()
         while self._running:
             try:
-                self._bind(time.monotonic() + RECONNECT_WAIT_S)
+                session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
             except (BrokerGoneError, ShmqError) as e:
                 if not self._broker_wait_logged:
                     log.warning("consumer %r waits for broker %r: %s", self.group, self.broker_name, e)
@@ -248,7 +263,7 @@ class PushConsumer:
                 now = time.monotonic()
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
-                    self._rebalance_if_changed()
+                    self._rebalance_if_changed(session.client_id)
                 progressed, idle = self._pull_pass(now)
                 if now >= next_commit:
                     next_commit = now + self.persist_consumer_offset_interval
@@ -313,8 +328,8 @@ class PushConsumer:
             if pq.wait_req is None:
                 pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
                 try:
-                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S,
-                                            lambda wake, pq=pq: self._woken(pq, wake), req_id)
+                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(self._woken, pq),
+                                            req_id)
                 except BaseException:
                     pq.wait_req = None
                     raise
@@ -327,19 +342,25 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ rebalance
 
-    def _rebalance_if_changed(self) -> None:
-        state = self._wrapper.state
+    def _rebalance_if_changed(self, me: int) -> None:
+        """Recompute this member's (client id ``me``) queues if members, queue counts or perms changed."""
+        state = self._wrapper.views()[0]
         topics = sorted(self._subscriptions)
-        counts = tuple(state.read_queue_count(t) for t in topics)
+        perms = tuple(state.topic_perm(t) for t in topics)
+        blocked = [t for t, perm in zip(topics, perms) if perm is not None and not perm & PERM_READ]
+        # a topic without the read bit has no queues for us (its files are there, but reading is forbidden)
+        counts = tuple(0 if t in blocked else state.read_queue_count(t) for t in topics)
         if self.model is MessageModel.BROADCASTING:
-            key: tuple = (counts,)
+            key: tuple = (counts, perms)
             members: list[int] = []
         else:
             version, members = state.group_members(self.group)
-            key = (version, counts)
+            key = (version, counts, perms)
         if key == self._rebalance_key:
             return
-        me = self._session.client_id
+        if blocked:
+            log.warning("consumer %r: topic(s) %s not readable (perm without the read bit 4): skipped until "
+                        "their perm allows reading", self.group, ", ".join(blocked))
         if self.model is MessageModel.CLUSTERING and me not in members:
             return  # our join is not published yet
         queues = {t: [MessageQueue(t, self.broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
@@ -387,13 +408,14 @@ class PushConsumer:
     def _init_offset(self, pq: ProcessQueue) -> None:
         """Where a newly assigned queue starts: the group's offset, else ``consume_from`` (committed at once)."""
         mq = pq.mq
-        if self.model is MessageModel.BROADCASTING:
+        if self._offset_store is not None:  # BROADCASTING
             offset = self._offset_store.read(mq.topic, mq.queue_id)
         else:
             offset = int(self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic,
                                                           "queue_id": mq.queue_id}, self.start_timeout)["offset"])
         if offset < 0:
-            lo, hi = self._wrapper.state.queue_offsets(mq.topic, mq.queue_id)
+            state, store = self._wrapper.views()
+            lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
             if self.consume_from is ConsumeFrom.FIRST_OFFSET:
                 offset = lo
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
@@ -401,7 +423,7 @@ class PushConsumer:
             else:
                 ts = self.consume_timestamp if self.consume_timestamp is not None \
                     else int(time.time() * 1000) - 30 * 60 * 1000
-                offset = self._wrapper.store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
+                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
                     if hi > 0 else 0
             pq.next_offset = offset
             self._commit([pq], sync=True)

@@ -11,6 +11,8 @@ import bisect
 import hashlib
 from typing import Callable, Hashable, Sequence, TypeVar
 
+from shmq.errors import BadArgumentError
+
 Q = TypeVar("Q")
 M = TypeVar("M", bound=Hashable)
 
@@ -53,7 +55,7 @@ def allocate_consistent_hash(queues: Sequence[Q], members: Sequence[M], me: M, v
     Not balanced within one queue: the price of stability.
     """
     if virtual_nodes < 1:
-        raise ValueError(f"virtual_nodes must be at least 1, got {virtual_nodes}")
+        raise BadArgumentError(f"virtual_nodes must be at least 1, got {virtual_nodes}")
     if me not in members:
         return []
     ring: dict[int, M] = {}

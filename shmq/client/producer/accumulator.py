@@ -10,6 +10,11 @@ waits out the delay. Handing everything over together lets the producer write th
 groups of many topics (each sent rarely) back to back for the broker to store in one put.
 Flushes run under the accumulator's lock, so the batches of one queue reach the ring in the
 order they were filled.
+
+Futures follow the stdlib protocol: a message still waiting can be cancelled (``cancel()``
+returns True and it is never sent); at the hand-over its future goes RUNNING through
+``set_running_or_notify_cancel`` (cancelled ones are dropped from the batch there, and
+``concurrent.futures.wait`` learns of them), after which ``cancel()`` returns False.
 """
 from __future__ import annotations
 
@@ -19,8 +24,9 @@ import time
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
+from concurrent.futures._base import RUNNING as _RUNNING
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Literal, Sequence, overload
 
 from shmq.errors import ShmqError
 from shmq.model.message import Message
@@ -32,7 +38,7 @@ MIN_BATCH = 8  # a batch's fixed cost is about that of 8 single sends: fewer go 
 RECORD_OVERHEAD = 160  # header, topic and properties of a typical record: how a batch's size is estimated
 
 # (topic, queue id or -1, messages, their futures (None: oneway)) for each group handed over
-Group = tuple[str, int, list[Message], list["Future | None"]]
+Group = tuple[str, int, list[Message], list["PendingSend | None"]]
 Flush = Callable[[list[Group]], None]
 
 
@@ -41,7 +47,7 @@ class _Batch:
     key: tuple[str, int]
     condition: threading.Condition  # shared by the batches that are flushed together
     msgs: list[Message] = field(default_factory=list)
-    futures: list[Future | None] = field(default_factory=list)
+    futures: list[PendingSend | None] = field(default_factory=list)
     size: int = 0
     sent: bool = False
 
@@ -49,34 +55,39 @@ class _Batch:
 class PendingSend(Future):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
-    The futures of the batches handed over together share one Condition (``add`` sets it):
+    The futures of the batches handed over together share one Condition (``add`` makes each
+    future with its batch's):
     making a Condition per message cost more than the rest of an async send's bookkeeping.
-    Sharing means a waiter can wake for a sibling's result, so ``result`` and ``exception``
-    wait in a loop.
+    The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and ``as_completed``,
+    which take every future's, may take the shared one repeatedly) and stay correct; only
+    ``result`` and ``exception`` are redone, because a waiter can wake for a sibling's result
+    and must wait again rather than time out.
     """
 
-    _accumulator: ProduceAccumulator | None = None
-    _batch: _Batch | None = None
-
-    def __init__(self) -> None:  # Future.__init__ without its Condition
-        self._condition = None
+    def __init__(self, accumulator: ProduceAccumulator, batch: _Batch) -> None:
+        # Future.__init__, with the batch's shared Condition instead of a new one
+        self._condition = batch.condition
         self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Callable[[Future], object]] = []
+        self._accumulator: ProduceAccumulator | None = accumulator
+        self._batch: _Batch | None = batch
 
-    def result(self, timeout: float | None = None):  # noqa: ANN201 (Future's signature)
+    def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
             return self._result
         self._wait(timeout)
         return super().result(0)
 
-    def exception(self, timeout: float | None = None):  # noqa: ANN201
+    def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
         return super().exception(0)
 
     def _wait(self, timeout: float | None) -> None:
+        if self.done():  # answered, or cancelled: nothing to send
+            return
         acc, b = self._accumulator, self._batch
         if acc is not None and b is not None and not b.sent:
             acc.send_now(b)
@@ -92,11 +103,14 @@ class PendingSend(Future):
                 self._condition.wait(remaining)
 
 
-def settle(futures: list[PendingSend | None], results: list | None, error: BaseException | None) -> None:
+def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error: BaseException | None) -> None:
     """Finish the futures of sent messages (None: a oneway message): ``results[i]`` each (an
-    exception instance fails that one), or ``error`` for all. Futures handed over together
-    share a Condition: it is taken once and notified once for them (futures of several
-    hand-overs are grouped by Condition). A future the caller cancelled stays cancelled."""
+    exception instance fails that one), or ``error`` for all (``results`` unused then). Does
+    what ``Future.set_result`` and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
+    together share a Condition: it is taken once and notified once for them (futures of
+    several hand-overs are grouped by Condition); calling ``set_result`` per future cost a
+    tenth of an async send. Futures are RUNNING here (``_hand_over``); one already failed
+    (by ``_fail``) is left as it is."""
     by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
     for i, f in enumerate(futures):
         if f is not None:
@@ -106,7 +120,7 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
         cond = live[0][1]._condition
         with cond:
             for i, f in live:
-                if f._state != _PENDING:
+                if f._state != _RUNNING:
                     continue
                 failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
                     else None
@@ -123,8 +137,32 @@ def settle(futures: list[PendingSend | None], results: list | None, error: BaseE
                 finished.append(f)
             cond.notify_all()
     for f in finished:
-        if f._done_callbacks:
-            f._invoke_callbacks()
+        for callback in f._done_callbacks:  # as Future._invoke_callbacks: a failing callback is logged
+            try:
+                callback(f)
+            except Exception:
+                log.exception("exception calling callback for %r", f)
+
+
+def _hand_over(batches: list[_Batch]) -> list[_Batch]:
+    """The stdlib protocol at the hand-over: each future goes RUNNING (``cancel()`` returns False
+    from now on); a cancelled one is marked notified and its message leaves its batch unsent.
+    Returns the batches left with messages. The batches of one hand-over share a Condition:
+    taken once here (each call below takes it again, re-entrant and cheap)."""
+    cancelled = False
+    with batches[0].condition:
+        for b in batches:
+            b.sent = True
+            for f in b.futures:
+                if f is not None and not f.set_running_or_notify_cancel():
+                    cancelled = True
+    if not cancelled:
+        return batches
+    for b in batches:
+        kept = [(m, f) for m, f in zip(b.msgs, b.futures) if f is None or not f.cancelled()]
+        b.msgs = [m for m, _ in kept]
+        b.futures = [f for _, f in kept]
+    return [b for b in batches if b.msgs]
 
 
 class ProduceAccumulator:
@@ -143,8 +181,14 @@ class ProduceAccumulator:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def add(self, msg: Message, queue_id: int, future: PendingSend | None) -> None:
-        """Queue a checked message (sending its group at once when full)."""
+    @overload
+    def add(self, msg: Message, queue_id: int, oneway: Literal[False] = False) -> PendingSend: ...
+
+    @overload
+    def add(self, msg: Message, queue_id: int, oneway: Literal[True]) -> None: ...
+
+    def add(self, msg: Message, queue_id: int, oneway: bool = False) -> PendingSend | None:
+        """Queue a checked message (sending its group at once when full); its future (None: oneway)."""
         key = (msg.topic, queue_id)
         with self._cond:
             if self._closed:
@@ -156,14 +200,14 @@ class ProduceAccumulator:
                     self._start_flusher()
                     self._cond.notify()
                 b = self._batches[key] = _Batch(key, self._condition)
+            future = None if oneway else PendingSend(self, b)
             b.msgs.append(msg)
             b.futures.append(future)
-            if future is not None:
-                future._condition, future._accumulator, future._batch = b.condition, self, b
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
                 del self._batches[key]
                 self._send([b])
+        return future
 
     def send_now(self, b: _Batch) -> None:
         """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
@@ -194,8 +238,9 @@ class ProduceAccumulator:
             self._send(list(batches.values()))
 
     def _send(self, batches: list[_Batch]) -> None:
-        for b in batches:
-            b.sent = True
+        batches = _hand_over(batches)
+        if not batches:
+            return
         try:
             self._flush([(b.key[0], b.key[1], b.msgs, b.futures) for b in batches])
         except Exception as e:  # the flush reports to futures itself; this is the last resort
@@ -204,8 +249,9 @@ class ProduceAccumulator:
                 for f in b.futures:
                     if f is not None and not f.done():
                         f.set_exception(e)
-        for b in batches:
-            b.msgs = b.futures = []  # the futures keep the batch: let the messages go
+        for b in batches:  # the futures keep the batch: let the messages go
+            b.msgs = []
+            b.futures = []
 
     def _start_flusher(self) -> None:
         if self._thread is None:

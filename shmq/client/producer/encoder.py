@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shmq.errors import MessageTooLargeError
+from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
 from shmq.model.message import Message, MessageBatch
 from shmq.codec import record as fmt
 
@@ -83,7 +83,7 @@ class MessageEncoder:
     def check(self, msg: Message) -> None:
         """Raise now what encoding ``msg`` later would (a message queued for a batch fails in its caller)."""
         if not isinstance(msg, Message):
-            raise TypeError(f"send takes a Message, got {type(msg).__name__}")
+            raise ArgumentTypeError(f"send takes a Message, got {type(msg).__name__}")
         fmt.check_topic(msg.topic)
         self._check_body(msg.body)
         if msg.tags or msg.keys or msg.properties:
@@ -92,7 +92,7 @@ class MessageEncoder:
     def encode(self, msg: Message) -> EncodedMessage:
         """One message (sync, async and oneway sends)."""
         if not isinstance(msg, Message):
-            raise TypeError(f"send takes a Message, got {type(msg).__name__}")
+            raise ArgumentTypeError(f"send takes a Message, got {type(msg).__name__}")
         body, sysflag = self._body(msg.body)
         topic_b = fmt.check_topic(msg.topic)
         uniq = self.uniq.next()
@@ -105,24 +105,24 @@ class MessageEncoder:
                      born_host: int) -> EncodedMessages:
         """Messages of one topic as one batch (no delay levels: RocketMQ refuses them in batches too)."""
         if not len(msgs):
-            raise ValueError("send_batch needs at least one message")
+            raise BadArgumentError("send_batch needs at least one message")
         n = len(msgs)
         if isinstance(msgs, MessageBatch):
-            keys = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
-            if len(keys) != n:
-                raise ValueError(f"MessageBatch has {n} bodies but {len(keys)} keys")
-            return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, keys, [msgs.properties] * n,
+            column = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
+            if len(column) != n:
+                raise BadArgumentError(f"MessageBatch has {n} bodies but {len(column)} keys")
+            return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, column, [msgs.properties] * n,
                                         msgs.flag, born_timestamp, born_host)
         if not all(map(isinstance, msgs, repeat(Message, n))):
             bad = next(m for m in msgs if not isinstance(m, Message))
-            raise TypeError(f"send_batch takes Message objects or a MessageBatch, got {type(bad).__name__}")
+            raise ArgumentTypeError(f"send_batch takes Message objects or a MessageBatch, got {type(bad).__name__}")
         bodies, topics, tags, keys, user, flags, delays = zip(*map(_FIELDS, msgs))
         topic_set = set(topics)
         if len(topic_set) != 1:
             a, b = sorted(topic_set, key=str)[:2]
-            raise ValueError(f"a batch must be of one topic: {a!r} != {b!r}")
+            raise BadArgumentError(f"a batch must be of one topic: {a!r} != {b!r}")
         if any(delays):
-            raise ValueError("delayed messages cannot be sent in a batch")
+            raise BadArgumentError("delayed messages cannot be sent in a batch")
         return self._encode_columns(topics[0], bodies, tags, keys, user, np.fromiter(flags, np.int64, n),
                                     born_timestamp, born_host)
 
@@ -132,12 +132,12 @@ class MessageEncoder:
         Per message only what differs by topic runs in Python (the tail bytes and the UNIQ_KEY
         index hash, ~1 us); headers, CRCs and the buffer are made for all at once."""
         n = len(msgs)
-        bodies, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
+        raw, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
         table: dict[str, int] = {}
         idx = [table.setdefault(t, len(table)) for t in topics]
         names_b = [fmt.check_topic(t) for t in table]
         topic_b = [names_b[k] for k in idx]
-        bodies, sysflags = self._bodies(bodies)
+        bodies, sysflags = self._bodies(raw)
         uniq_list = self.uniq.next_block(n).tolist()
         crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
         tails = []
@@ -174,7 +174,7 @@ class MessageEncoder:
 
     def _check_body(self, body) -> None:
         if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise TypeError(f"message body must be bytes, got {type(body).__name__}")
+            raise ArgumentTypeError(f"message body must be bytes, got {type(body).__name__}")
         if len(body) > self.max_message_size:
             raise MessageTooLargeError(f"message body is {len(body)} bytes; maxMessageSize is {self.max_message_size}")
 
@@ -191,7 +191,7 @@ class MessageEncoder:
         """All bodies of a batch checked at once; only the large ones go through ``_body`` one by one."""
         if not set(map(type, bodies)) <= {bytes, bytearray, memoryview}:
             bad = next(b for b in bodies if not isinstance(b, (bytes, bytearray, memoryview)))
-            raise TypeError(f"message body must be bytes, got {type(bad).__name__}")
+            raise ArgumentTypeError(f"message body must be bytes, got {type(bad).__name__}")
         if max(map(len, bodies)) <= min(self.compress_over, self.max_message_size):
             return bodies, None
         out = list(bodies)
@@ -202,7 +202,7 @@ class MessageEncoder:
         return out, sysflags
 
 
-def _record_tails(topic_b: bytes, tags: list, keys: list, user: list, uniq: np.ndarray,
+def _record_tails(topic_b: bytes, tags: Sequence, keys: Sequence, user: Sequence, uniq: np.ndarray,
                   uniq_list: list) -> list | np.ndarray:
     """What follows each body: topic length and topic, properties length and properties.
 
@@ -242,7 +242,7 @@ def _tail_parts(topic_b: bytes, tags: str | None, keys: str | None) -> tuple[byt
     return _topic_part(topic_b) + props_len.to_bytes(2, "big") + before, _SEP
 
 
-def _key_hashes(topic: str, topic_b: bytes, keys: list, uniq: np.ndarray, uniq_list: list) -> tuple[np.ndarray, np.ndarray]:
+def _key_hashes(topic: str, topic_b: bytes, keys: Sequence, uniq: np.ndarray, uniq_list: list) -> tuple[np.ndarray, np.ndarray]:
     """Index key hashes (``fmt.record_key_hashes`` for each record) and the record each belongs to."""
     n = len(uniq_list)
     counters = uniq.view(np.uint8).reshape(n, _UNIQ_LEN)[:, _UNIQ_COUNTER:]  # a block differs only there

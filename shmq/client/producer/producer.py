@@ -6,21 +6,23 @@ broker restart the next send attaches again (``shmq.client.connection.BrokerConn
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import numpy as np
 
 from shmq.codec import frames as P
-from shmq.client.connection import BrokerConnection, BrokerError, Session, next_request_id
-from shmq.errors import BrokerGoneError, CorruptFrameError, MessageTooLargeError, ShmqError
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerError, BrokerGoneError, CorruptFrameError,
+                         MessageTooLargeError, SendTimeoutError, ShmqError)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
@@ -36,13 +38,13 @@ DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 _STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
-Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
 
 
-def _settle(sent: Future, futures: list[Future | None]) -> None:
+def _settle(sent: Future, futures: Sequence[PendingSend | None]) -> None:
     """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
     error = sent.exception()
-    settle(futures, None if error is not None else sent.result(), error)
+    settle(futures, () if error is not None else sent.result(), error)
 
 
 def _fail(future: Future | None, error: Exception, topic: str) -> None:
@@ -51,14 +53,6 @@ def _fail(future: Future | None, error: Exception, topic: str) -> None:
         log.warning("a oneway message to %s was not sent: %s", topic, error)
     elif not future.done():
         future.set_exception(error)
-
-
-class BrokerBusyError(BrokerError):
-    """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
-
-
-class SendTimeoutError(ShmqError, TimeoutError):
-    """No answer within sendMsgTimeout (after retries)."""
 
 
 class SelectMessageQueueByHash:
@@ -78,7 +72,7 @@ class SelectMessageQueueByRandom:
 class _Pending:
     future: Future
     resend: Callable[[], None]
-    build: Callable[[P.SendResultFrame], SendResult]
+    build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
     attempt_deadline: float
     retries_left: int
@@ -182,10 +176,10 @@ class Producer:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
         try:
             qid = self._choose_queue(msg, selector, arg)
-            if self._batches(msg):
+            acc = self._accumulator_for(msg)
+            if acc is not None:
                 self._encoder.check(msg)
-                fut = PendingSend()
-                self._accumulator.add(msg, qid, fut)
+                fut: Future = acc.add(msg, qid)
             else:
                 fut = self._submit_one(msg, qid, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
@@ -193,9 +187,9 @@ class Producer:
             fut.set_exception(e)
         return self._with_callback(fut, callback)
 
-    def _batches(self, msg: Message) -> bool:
-        """Whether ``msg`` goes through the accumulator (delayed messages never go in batches)."""
-        return self._accumulator is not None and not getattr(msg, "delay_level", 0)
+    def _accumulator_for(self, msg: Message) -> ProduceAccumulator | None:
+        """The accumulator, if ``msg`` goes through it (delayed messages never go in batches)."""
+        return None if msg.delay_level else self._accumulator
 
     def _flush_accumulated(self) -> None:
         if self._accumulator is not None:
@@ -207,16 +201,21 @@ class Producer:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-callback")
             executor = self._executor
-            fut.add_done_callback(lambda f: executor.submit(callback, f.exception() or f.result()))
+
+            def done(f: Future) -> None:
+                outcome = CancelledError() if f.cancelled() else f.exception() or f.result()
+                executor.submit(callback, outcome)
+            fut.add_done_callback(done)
         return fut
 
     def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
         a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
         qid = self._choose_queue(msg, selector, arg)
-        if self._batches(msg):
+        acc = self._accumulator_for(msg)
+        if acc is not None:
             self._encoder.check(msg)
-            self._accumulator.add(msg, qid, None)
+            acc.add(msg, qid, oneway=True)
         else:
             self._submit_one(msg, qid, None, oneway=True)
 
@@ -236,6 +235,14 @@ class Producer:
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
         return self._with_callback(self._submit_batch(msgs, qid, timeout), callback)
+
+    @overload
+    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+                      oneway: Literal[False] = False, split: bool = False) -> Future: ...
+
+    @overload
+    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+                      oneway: bool, split: bool = False) -> Future | None: ...
 
     def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
                       oneway: bool = False, split: bool = False) -> Future | None:
@@ -287,7 +294,7 @@ class Producer:
                     _fail(f, e, topic)
                 continue
             if batch_future is not None:
-                batch_future.add_done_callback(lambda bf, futures=futures: _settle(bf, futures))
+                batch_future.add_done_callback(functools.partial(_settle, futures=futures))
         size, start = 0, 0
         for i, (msg, _, _) in enumerate(mixed):
             size += len(msg.body) + RECORD_OVERHEAD
@@ -351,7 +358,7 @@ class Producer:
         mq = selector(queues, msg, arg)
         qid = mq.queue_id if isinstance(mq, MessageQueue) else int(mq)
         if not 0 <= qid < len(queues):
-            raise ValueError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
+            raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
     def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:

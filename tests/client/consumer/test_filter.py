@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shmq.errors import BadExpressionError, ShmqError
 from shmq.filter.tags import Expression, TagFilter, as_expression
 from shmq.codec import record as fmt
 
@@ -38,7 +39,8 @@ def test_matches_codes_on_entries_and_arrays():
     assert TagFilter("A || B").matches_codes(entries["tags_code"]).tolist() == [True, True, False, True]
 
 
-@given(st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="|"), min_size=1,
+@given(st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="|=<>()'\"!",
+                                      exclude_categories=("Zs", "Zl", "Zp", "Cc")), min_size=1,
                         max_size=8), min_size=1, max_size=5),
        st.lists(st.text(max_size=6), max_size=40))
 def test_code_mask_agrees_with_isin(tags, present):
@@ -65,5 +67,20 @@ def test_as_expression():
     assert as_expression("A || B") == TagFilter("B || A")
     e = EvenA()
     assert isinstance(e, Expression) and as_expression(e) is e
-    with pytest.raises(TypeError):
+    with pytest.raises(ShmqError):
         as_expression(42)
+
+
+@pytest.mark.parametrize("expr", ["a > 3", "a BETWEEN 1 AND 3", "color = 'red'", "(TagA)", "price IS NOT NULL"])
+def test_sql_looking_expressions_raise_at_once(expr):
+    """Regression (issue 9 A6): "a > 3" was taken as a tag and the consumer silently got nothing."""
+    with pytest.raises(BadExpressionError, match="SQL92 filtering is not supported yet"):
+        as_expression(expr)
+
+
+@pytest.mark.parametrize("expr, why", [("TagA ||", "empty tag"), ("|| TagA", "empty tag"),
+                                       ("TagA | TagB", "not '|'"), ("TagA TagB", "whitespace")])
+def test_malformed_tag_expressions_raise_at_once(expr, why):
+    """Regression (issue 9 A6): "TagA ||" and "TagA | TagB" were accepted and matched nothing."""
+    with pytest.raises(BadExpressionError, match=why):
+        TagFilter(expr)

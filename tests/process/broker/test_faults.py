@@ -14,7 +14,7 @@ import pytest
 import shmq
 from shmq import Message, Producer, SendStatus
 from shmq.codec import frames as P
-from shmq.launcher import BrokerStartError
+from shmq.errors import BrokerStartError
 from shmq.errors import BrokerGoneError
 from shmq.ring import shm
 from shmq.ring.liveness import Watch

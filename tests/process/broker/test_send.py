@@ -11,7 +11,8 @@ import pytest
 import shmq
 from shmq import Message, Producer, SendStatus
 from shmq.errors import BadTopicError, BrokerNotFoundError, MessageTooLargeError
-from shmq.client.producer.producer import BrokerBusyError, SelectMessageQueueByHash, split_batch
+from shmq.client.producer.producer import SelectMessageQueueByHash, split_batch
+from shmq.errors import BrokerBusyError
 from shmq.codec import record as fmt
 
 from .conftest import open_store
