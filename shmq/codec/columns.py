@@ -20,18 +20,6 @@ from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import CommitLogReader, EntryRange, StoreReader
 
-HEADER_DTYPE = np.dtype({
-    "names": ["total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
-              "sysflag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-              "prepared_tx_offset", "body_len"],
-    "formats": [">i4", ">u4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">i8", ">i8", ">i4",
-                ">i8", ">i4"],
-    "offsets": [fmt.OFF_TOTALSIZE, fmt.OFF_MAGIC, fmt.OFF_BODYCRC, fmt.OFF_QUEUEID, fmt.OFF_FLAG,
-                fmt.OFF_QUEUEOFFSET, fmt.OFF_PHYSICALOFFSET, fmt.OFF_SYSFLAG, fmt.OFF_BORNTIMESTAMP,
-                fmt.OFF_BORNHOST, fmt.OFF_STORETIMESTAMP, fmt.OFF_STOREHOST, fmt.OFF_RECONSUMETIMES,
-                fmt.OFF_PREPAREDTXOFFSET, fmt.OFF_BODYLEN],
-    "itemsize": fmt.OFF_BODY,
-})
 _TAGS_PREFIX = f"{fmt.PROPERTY_TAGS}{fmt.NAME_VALUE_SEPARATOR}".encode()
 _I64 = np.int64
 
@@ -139,7 +127,7 @@ def _decode_segment(arr: np.ndarray, start: int, phys: np.ndarray, size: np.ndar
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Positions, headers, body/properties places and the exact-filter mask of records in one segment."""
     pos = phys - start
-    hdr = _windows(arr, fmt.OFF_BODY)[pos].view(HEADER_DTYPE).reshape(-1)
+    hdr = _windows(arr, fmt.OFF_BODY)[pos].view(fmt.HEADER_DTYPE).reshape(-1)
     bad = (hdr["physical_offset"] != phys) | (hdr["total_size"] != size) | (hdr["magic"] != fmt.MESSAGE_MAGIC)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.errors import BadMessageError
 
@@ -177,8 +178,8 @@ class SendResult(ByValue):
         self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
 
     msg_id = LazyField(lambda r: r._make_msg_id())
-    offset_msg_id = LazyField(lambda r: fmt.offset_msg_id(r.store_host, r.phys_offsets[0]) if len(r.phys_offsets) == 1
-                              else ",".join(fmt.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64))))
+    offset_msg_id = LazyField(lambda r: ids.offset_msg_id(r.store_host, r.phys_offsets[0]) if len(r.phys_offsets) == 1
+                              else ",".join(ids.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64))))
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")

@@ -12,6 +12,7 @@ import copy
 import zlib
 
 from shmq.model.message import UNSET, ByValue, LazyField
+from shmq.codec import ids
 from shmq.codec import record as fmt
 
 
@@ -80,7 +81,7 @@ class MessageExt(ByValue):
         if rec.sysflag & fmt.FLAG_COMPRESSED:
             body = zlib.decompress(body)
         props = rec.properties
-        offset_id = fmt.offset_msg_id(rec.store_host, rec.physical_offset)
+        offset_id = ids.offset_msg_id(rec.store_host, rec.physical_offset)
         m = cls(rec.topic, body, props.get(fmt.PROPERTY_TAGS), props.get(fmt.PROPERTY_KEYS), props,
                 rec.queue_id, rec.queue_offset, rec.physical_offset, rec.born_timestamp, rec.store_timestamp,
                 rec.reconsume_times, props.get(fmt.PROPERTY_UNIQ_KEY) or offset_id, offset_id, rec.total_size,
@@ -93,7 +94,7 @@ class MessageExt(ByValue):
     properties = LazyField(lambda m: fmt.decode_properties(m._raw_props))
     tags = LazyField(lambda m: m.properties.get(fmt.PROPERTY_TAGS))
     keys = LazyField(lambda m: m.properties.get(fmt.PROPERTY_KEYS))
-    offset_msg_id = LazyField(lambda m: fmt.offset_msg_id(m.store_host, m.commit_log_offset))
+    offset_msg_id = LazyField(lambda m: ids.offset_msg_id(m.store_host, m.commit_log_offset))
     msg_id = LazyField(lambda m: m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.offset_msg_id)
 
     @property

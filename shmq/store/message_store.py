@@ -20,6 +20,7 @@ import numpy as np
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import (BadTopicError, DiskFullError, MessageTooLargeError, StoreClosedError,
                          StoreLockedError)
+from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.store import files, recovery
 from shmq.store.checkpoint import StoreCheckpoint
@@ -544,7 +545,7 @@ class MessageStore:
         return self.commitlog.read(phys_offset)
 
     def view_message_by_id(self, offset_msg_id: str) -> fmt.StoredRecord | None:
-        _, phys = fmt.parse_offset_msg_id(offset_msg_id)
+        _, phys = ids.parse_offset_msg_id(offset_msg_id)
         return self.look_message_by_offset(phys)
 
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+from shmq.codec import ids
 from shmq.codec import record as fmt
 
 topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True)
@@ -96,14 +97,6 @@ def test_check_record_classifies():
     assert fmt.check_record(bytearray(64), 0, 64, 0)[0] == fmt.RECORD_END
 
 
-def test_message_ids():
-    assert fmt.parse_offset_msg_id(fmt.offset_msg_id(5, 123456789)) == (5, 123456789)
-    gen = fmt.UniqKeyGenerator()
-    ids = [gen.next() for _ in range(1000)]
-    assert len(set(ids)) == 1000 and all(len(i) == 32 for i in ids)
-    assert fmt.UniqKeyGenerator().next()[:16] != gen.next()[:16]
-
-
 def test_hashes_are_stable_and_distinct():
     assert fmt.tags_code(None) == 0 and fmt.tags_code("TagA") == fmt.tags_code("TagA") != fmt.tags_code("TagB")
     assert 0 <= fmt.index_key_hash("T", "k") < 2**31
@@ -150,15 +143,15 @@ def test_pack_records_equals_encode_message(items, born, host):
 
 
 def test_uniq_key_blocks_continue_the_sequence():
-    gen = fmt.UniqKeyGenerator()
-    ids = [gen.next()] + [b.decode() for b in gen.next_block(5).tolist()] + [gen.next()]
-    assert [int(i[-8:], 16) for i in ids] == list(range(1, 8)) and len(set(ids)) == 7
-    assert all(len(i) == 32 and i == i.upper() and i[:24] == ids[0][:24] for i in ids)
+    gen = ids.UniqKeyGenerator()
+    keys = [gen.next()] + [b.decode() for b in gen.next_block(5).tolist()] + [gen.next()]
+    assert [int(k[-8:], 16) for k in keys] == list(range(1, 8)) and len(set(keys)) == 7
+    assert all(len(k) == 32 and k == k.upper() and k[:24] == keys[0][:24] for k in keys)
 
 
 @given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=20), st.integers(-2**63, 2**63 - 1))
 def test_offset_msg_ids_match_the_single_form(offsets, host):
-    assert fmt.offset_msg_ids(host, np.array(offsets, np.int64)) == [fmt.offset_msg_id(host, o) for o in offsets]
+    assert ids.offset_msg_ids(host, np.array(offsets, np.int64)) == [ids.offset_msg_id(host, o) for o in offsets]
 
 
 @given(st.binary(max_size=40), st.integers(1, 12).flatmap(

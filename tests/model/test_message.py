@@ -5,6 +5,7 @@ import pytest
 
 from shmq.model.message import MessageQueue, SendResult, SendStatus
 from shmq.model.message_ext import MessageExt
+from shmq.codec import ids
 from shmq.codec import record as fmt
 
 
@@ -16,9 +17,9 @@ def test_stored_message_decodes_properties_on_first_use():
     m = _stored({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "color": "red"})
     assert m.tags == "TagA" and m.keys == "k1 k2" and m.key_list == ["k1", "k2"]
     assert m.msg_id == "AB" * 16 and m.properties["color"] == "red"
-    assert m.offset_msg_id == fmt.offset_msg_id(0x7F000001, 4096)
+    assert m.offset_msg_id == ids.offset_msg_id(0x7F000001, 4096)
     eager = MessageExt("T", b"body", "TagA", "k1 k2", dict(m.properties), 2, 7, 4096, 11, 12, 0, "AB" * 16,
-                       fmt.offset_msg_id(0x7F000001, 4096), 180, 0)
+                       ids.offset_msg_id(0x7F000001, 4096), 180, 0)
     assert m == eager and repr(m) == repr(eager)
     m.tags = "TagB"
     assert m.tags == "TagB" and m != eager
@@ -27,7 +28,7 @@ def test_stored_message_decodes_properties_on_first_use():
 def test_stored_message_without_uniq_key_uses_the_offset_id():
     m = _stored({})
     assert m.tags is None and m.keys is None and m.properties == {}
-    assert m.msg_id == m.offset_msg_id == fmt.offset_msg_id(0x7F000001, 4096)
+    assert m.msg_id == m.offset_msg_id == ids.offset_msg_id(0x7F000001, 4096)
 
 
 def test_redelivered_is_a_copy_one_time_more():
@@ -48,7 +49,7 @@ def test_send_result_ids_on_first_use():
     mq = MessageQueue("T", "b", 0)
     r = SendResult(SendStatus.SEND_OK, ids, None, mq, 5, 0, 2, [100, 200], store_host=9)
     assert r.msg_id == "A,B" and r.msg_id == "A,B" and len(calls) == 1
-    assert r.offset_msg_id == fmt.offset_msg_id(9, 100) + "," + fmt.offset_msg_id(9, 200)
+    assert r.offset_msg_id == ids.offset_msg_id(9, 100) + "," + ids.offset_msg_id(9, 200)
     one = SendResult(SendStatus.SEND_OK, "U", None, mq, 5, phys_offsets=[300], store_host=9)
-    assert one.offset_msg_id == fmt.offset_msg_id(9, 300)
-    assert one == SendResult(SendStatus.SEND_OK, "U", fmt.offset_msg_id(9, 300), mq, 5, phys_offsets=[300])
+    assert one.offset_msg_id == ids.offset_msg_id(9, 300)
+    assert one == SendResult(SendStatus.SEND_OK, "U", ids.offset_msg_id(9, 300), mq, 5, phys_offsets=[300])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from shmq.errors import BadTopicError, DiskFullError, MessageTooLargeError, StoreLockedError
+from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.store.message_store import GetStatus, MessageStore, PutStatus
 
@@ -27,7 +28,7 @@ def test_put_get_statuses_and_tag_filter(store):
 
 
 def test_batch_put_and_queries(store):
-    gen = fmt.UniqKeyGenerator()
+    gen = ids.UniqKeyGenerator()
     uniq = [gen.next() for _ in range(100)]
     props = [fmt.message_properties(tags="T%d" % (i % 3), keys=f"order-{i} shared", uniq_key=uniq[i])
              for i in range(100)]
@@ -196,7 +197,7 @@ def _mixed(records: list[tuple[str, bytes, dict]]) -> fmt.EncodedBatch:
 
 def test_multi_queue_put_keeps_each_queue_in_order(store):
     store.put_message("A", 0, record("A", b"before"))
-    gen = fmt.UniqKeyGenerator()
+    gen = ids.UniqKeyGenerator()
     spec = [("A", 0), ("B", 1), ("A", 0), ("C", 3), ("A", 1), ("B", 1), ("A", 0)]
     recs = [(t, b"%s%d-%d" % (t.encode(), q, i),
              fmt.message_properties(tags="T%d" % i, keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]

@@ -60,6 +60,7 @@ import numpy as np  # noqa: E402
 
 from shmq.codec.columns import read_batch  # noqa: E402
 from shmq.filter.tags import TagFilter  # noqa: E402
+from shmq.codec import ids
 from shmq.codec import record as fmt  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 from shmq.store.reader import StoreReader  # noqa: E402
@@ -160,7 +161,7 @@ def encode_pool(body_size: int, n_records: int, seed: int) -> tuple[list[fmt.Enc
     rng = np.random.default_rng(seed)
     blob = rng.integers(0, 256, n_records + body_size, dtype=np.uint8).tobytes()
     bodies = [blob[i:i + body_size] for i in range(n_records)]  # distinct bodies, distinct CRCs
-    gen = fmt.UniqKeyGenerator()
+    gen = ids.UniqKeyGenerator()
     t0 = time.perf_counter()
     out = []
     for b in range(0, n_records, BATCH):

@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from shmq.codec import ids
 from shmq.codec import record as fmt  # noqa: E402
 
 # Small segments so commitlog, consume-queue and index files all roll often.
@@ -63,7 +64,7 @@ def seq_of(rec: fmt.StoredRecord) -> int:
     return int(keys[0])
 
 
-def props_for(seq: int, uniq: fmt.UniqKeyGenerator) -> dict[str, str]:
+def props_for(seq: int, uniq: ids.UniqKeyGenerator) -> dict[str, str]:
     return fmt.message_properties(tags=tags_for(seq), keys=str(seq), uniq_key=uniq.next())
 
 
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> int:
     store = MessageStore(store_dir, CONFIG).start()
     os.write(ack_fd, f"R {(time.monotonic() - t0) * 1000:.1f}\n".encode())
     rng = random.Random(seed)
-    uniq = fmt.UniqKeyGenerator()
+    uniq = ids.UniqKeyGenerator()
     seq = start_seq
     puts = 0
     while max_puts < 0 or puts < max_puts:
@@ -531,7 +532,7 @@ class CrashHarness:
 
         seq = self.next_seq
         topic, qid = self.rng.choice(ROUTES)
-        uniq = fmt.UniqKeyGenerator()
+        uniq = ids.UniqKeyGenerator()
         res = store.put_message(topic, qid, fmt.encode_message(topic, body_for(seq), queue_id=qid,
                                                                properties=props_for(seq, uniq)))
         _ck(res.status == PutStatus.PUT_OK, f"append after recovery: {res.status}")

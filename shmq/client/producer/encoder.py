@@ -19,6 +19,7 @@ import numpy as np
 
 from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
 from shmq.model.message import Message, MessageBatch
+from shmq.codec import ids
 from shmq.codec import record as fmt
 
 _UNIQ_NAME = (fmt.PROPERTY_UNIQ_KEY + fmt.NAME_VALUE_SEPARATOR).encode()
@@ -78,7 +79,7 @@ class MessageEncoder:
     def __init__(self, max_message_size: int = fmt.MAX_MESSAGE_SIZE, compress_over: int = 4096) -> None:
         self.max_message_size = max_message_size
         self.compress_over = compress_over
-        self.uniq = fmt.UniqKeyGenerator()
+        self.uniq = ids.UniqKeyGenerator()
 
     def check(self, msg: Message) -> None:
         """Raise now what encoding ``msg`` later would (a message queued for a batch fails in its caller)."""

@@ -5,9 +5,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmq.codec.columns import HEADER_DTYPE, decode_batch, read_batch
+from shmq.codec.columns import decode_batch, read_batch
 from shmq.filter.tags import TagFilter
 from shmq.model.message_ext import MessageExt
+from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.store.reader import EntryRange, StoreReader
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put, put_many
@@ -17,10 +18,10 @@ COLLIDING = ("Tag29685295", "Tag32060020")
 
 
 def test_header_dtype_is_the_record_header():
-    assert HEADER_DTYPE.itemsize == fmt.OFF_BODY
+    assert fmt.HEADER_DTYPE.itemsize == fmt.OFF_BODY
     buf = fmt.encode_message("T", b"abc", queue_id=3, flag=9, sysflag=1, born_timestamp=123, born_host=77,
                              reconsume_times=2, prepared_tx_offset=5)
-    h = np.frombuffer(buf[:fmt.OFF_BODY], HEADER_DTYPE)[0]
+    h = np.frombuffer(buf[:fmt.OFF_BODY], fmt.HEADER_DTYPE)[0]
     assert (int(h["total_size"]), int(h["magic"]), int(h["queue_id"]), int(h["flag"]), int(h["sysflag"]),
             int(h["born_timestamp"]), int(h["born_host"]), int(h["reconsume_times"]),
             int(h["prepared_tx_offset"]), int(h["body_len"])) == \
@@ -107,7 +108,7 @@ def test_to_message_ext(store, reader):
         topic="Orders", body=b"payload", tags="TagA", keys="k1 k2",
         properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "a": "1"}, queue_id=3, queue_offset=0,
         commit_log_offset=res.wrote_offset, born_timestamp=1234, store_timestamp=res.store_timestamp,
-        reconsume_times=2, msg_id="AB" * 16, offset_msg_id=fmt.offset_msg_id(0, res.wrote_offset),
+        reconsume_times=2, msg_id="AB" * 16, offset_msg_id=ids.offset_msg_id(0, res.wrote_offset),
         store_size=res.wrote_bytes, sysflag=0)
     assert m.key_list == ["k1", "k2"]
     assert MessageExt.from_record(store.commitlog.read(res.wrote_offset)) == m
