@@ -43,11 +43,11 @@ def test_redelivered_is_a_copy_one_time_more():
 def test_send_result_ids_on_first_use():
     calls = []
 
-    def ids() -> str:
+    def make_ids() -> str:
         calls.append(1)
         return "A,B"
     mq = MessageQueue("T", "b", 0)
-    r = SendResult(SendStatus.SEND_OK, ids, None, mq, 5, 0, 2, [100, 200], store_host=9)
+    r = SendResult(SendStatus.SEND_OK, make_ids, None, mq, 5, 0, 2, [100, 200], store_host=9)
     assert r.msg_id == "A,B" and r.msg_id == "A,B" and len(calls) == 1
     assert r.offset_msg_id == ids.offset_msg_id(9, 100) + "," + ids.offset_msg_id(9, 200)
     one = SendResult(SendStatus.SEND_OK, "U", None, mq, 5, phys_offsets=[300], store_host=9)
