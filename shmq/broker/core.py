@@ -75,9 +75,22 @@ class BrokerCore:
         send = self.send
         run: SendRun | None = None
         processors = self._processors
+        wait_ns, send_fields = send.wait_ns, P.send_fields
         for kind, view in frames:
-            if kind == P.SEND:
-                run = send.gather(peer, view, now, run)
+            if kind == P.SEND:  # gathered inline: the per-message path of the broker
+                req_id, enq, qid, flags, tags, traw, keys, record = send_fields(view)
+                if now - enq > wait_ns:
+                    send.reject_busy(peer, req_id, flags, now - enq)
+                    continue
+                if run is None:
+                    run = SendRun()
+                run.raws.append(traw)
+                run.qids.append(qid)
+                run.req_ids.append(req_id)
+                run.flags.append(flags)
+                run.records.append(record)
+                run.tags.append(tags)
+                run.keys.append(keys)
                 continue
             if run is not None:  # a SEND_BATCH must not overtake SENDs of its queue
                 send.put_run(peer, run)

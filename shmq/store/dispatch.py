@@ -11,13 +11,16 @@ a crash never duplicates anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, Union
 
 import numpy as np
 
 from shmq.codec import record as fmt
 
 _EMPTY = np.empty(0, np.int64)
+# one value per record: an int64 array, or for a single record a plain list (a numpy array of
+# one costs more than the rest of its dispatch)
+Column = Union[np.ndarray, list[int]]
 
 
 class QueueSink(Protocol):
@@ -45,9 +48,9 @@ class DispatchRequest:
     queues: list[QueueSink]
     rows: list[np.ndarray] | None
     first_queue_offsets: list[int]
-    phys_offsets: np.ndarray  # int64, one per record
-    sizes: np.ndarray
-    tags_codes: np.ndarray
+    phys_offsets: Column
+    sizes: Column
+    tags_codes: Column
     store_timestamp: int  # of the last record (what the checkpoint records)
     key_hashes: np.ndarray = field(default_factory=lambda: _EMPTY)  # every indexed key of every record, flattened
     key_records: np.ndarray = field(default_factory=lambda: _EMPTY)  # record number of each key hash
@@ -74,14 +77,14 @@ class ConsumeQueueDispatcher:
                 for k in range(len(phys)):
                     q.put(int(phys[k]), int(sizes[k]), int(tags[k]), first + k)
             else:
-                q.put_batch(phys, sizes, tags, first)
+                q.put_batch(np.asarray(phys), np.asarray(sizes), np.asarray(tags), first)
             return
         for q, r, first in zip(req.queues, req.rows, req.first_queue_offsets):
             if len(r) <= 2:
                 for k, i in enumerate(r.tolist()):
                     q.put(int(phys[i]), int(sizes[i]), int(tags[i]), first + k)
             else:
-                q.put_batch(phys[r], sizes[r], tags[r], first)
+                q.put_batch(np.asarray(phys)[r], np.asarray(sizes)[r], np.asarray(tags)[r], first)
 
 
 class IndexDispatcher:
@@ -95,12 +98,11 @@ class IndexDispatcher:
         if not len(key_hashes):
             return
         index = self.index
-        if len(req.phys_offsets) == 1 and req.key_timestamps is None:  # one record: no numpy work
-            phys = int(req.phys_offsets[0])
-            if phys > index.end_phys_offset:
-                index.put(key_hashes.tolist(), phys, req.store_timestamp)
+        if len(req.phys_offsets) == 1 and req.key_timestamps is None:
+            # one record just put (recovery gives key_timestamps): new, so no freshness check
+            index.put(key_hashes.tolist(), int(req.phys_offsets[0]), req.store_timestamp)
             return
-        phys_k = req.phys_offsets[req.key_records]
+        phys_k = np.asarray(req.phys_offsets)[req.key_records]
         fresh = phys_k > index.end_phys_offset
         if fresh.any():
             ts = req.key_timestamps if req.key_timestamps is not None else np.full(len(phys_k), req.store_timestamp)

@@ -122,6 +122,9 @@ class QueueCheck:
         self._valid: set[str] = set()
 
     def before_put(self, req: PutRequest) -> None:
+        q = req.queue_ids
+        if len(req.topics) == 1 and req.topics[0] in self._valid and isinstance(q, int) and 0 <= q <= MAX_QUEUE_ID:
+            return  # the usual put: one known topic, one queue
         for k, topic in enumerate(req.topics):
             if topic in self._valid:
                 continue
@@ -131,7 +134,6 @@ class QueueCheck:
                 req.refuse(None if req.topic_idx is None else req.topic_idx == k, MESSAGE_ILLEGAL, str(e))
                 continue
             self._valid.add(topic)
-        q = req.queue_ids
         if isinstance(q, int):
             if not 0 <= q <= MAX_QUEUE_ID:
                 req.refuse(None, MESSAGE_ILLEGAL, f"queue id {q} is outside 0..{MAX_QUEUE_ID}")

@@ -63,8 +63,8 @@ class PutMessageResult:
     queue_offset: int  # queue offset of the first stored record
     msg_num: int  # records stored
     store_timestamp: int
-    phys_offsets: np.ndarray  # records may straddle a segment end: not wrote_offset + sizes
-    queue_offsets: np.ndarray
+    _phys: np.ndarray | None = None  # records may straddle a segment end: not wrote_offset + sizes
+    _qoffs: np.ndarray | None = None  # None for a single stored record: made when asked for
     refused: np.ndarray | None = None  # per record: 0 stored, k > 0 refused for refusals[k - 1]; None: all stored
     refusals: list[tuple[int, str]] = field(default_factory=list)  # (response code, reason)
 
@@ -72,12 +72,24 @@ class PutMessageResult:
     def end_offset(self) -> int:
         return self.wrote_offset + self.wrote_bytes
 
+    @property
+    def phys_offsets(self) -> np.ndarray:
+        if self._phys is None:
+            self._phys = np.array([self.wrote_offset], np.int64)
+        return self._phys
+
+    @property
+    def queue_offsets(self) -> np.ndarray:
+        if self._qoffs is None:
+            self._qoffs = np.array([self.queue_offset], np.int64)
+        return self._qoffs
+
     def spread(self, n: int, rows: np.ndarray) -> "PutMessageResult":
         """This result of the records ``rows`` of a put of ``n`` as the result of the whole put."""
         phys, qoffs = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         phys[rows] = self.phys_offsets
         qoffs[rows] = self.queue_offsets
-        self.phys_offsets, self.queue_offsets = phys, qoffs
+        self._phys, self._qoffs = phys, qoffs
         return self
 
     def reason(self, i: int) -> tuple[int, str]:
@@ -327,15 +339,16 @@ class MessageStore:
         (CorruptRecordError). With SYNC_FLUSH the call returns once the records are on disk,
         unless ``wait_flush`` is False (the broker then waits on ``group_commit`` itself).
         """
-        self._check_writable()
+        if not self.running or self.disk_full:
+            self._check_writable()
         b = req.batch
         n = len(b.starts)
-        if n == 0:
-            raise ValueError("empty put")
-        if (req.topic_idx is not None and len(req.topic_idx) != n) or \
-                (not isinstance(req.queue_ids, int) and len(req.queue_ids) != n):
-            raise ValueError(f"{n} records but per-record topics or queue ids of another length")
-        if n > 1:
+        if n != 1:
+            if n == 0:
+                raise ValueError("empty put")
+            if (req.topic_idx is not None and len(req.topic_idx) != n) or \
+                    (not isinstance(req.queue_ids, int) and len(req.queue_ids) != n):
+                raise ValueError(f"{n} records but per-record topics or queue ids of another length")
             src_len, starts = len(b.buf), b.starts
             if src_len < fmt.FIXED_OVERHEAD * n or starts[0] != 0 or (starts[1:] <= starts[:-1]).any() \
                     or starts[-1] > src_len - fmt.FIXED_OVERHEAD:
@@ -344,7 +357,7 @@ class MessageStore:
             hook.before_put(req)
         refused = req.refused
         if refused is None:
-            result = self._write(req)
+            result = self._write_one(req) if n == 1 else self._write(req)
         else:
             if req.user_batch:  # all or nothing: every record shares the first refusal
                 refused[:] = refused[refused != 0][0]
@@ -424,10 +437,9 @@ class MessageStore:
             qoff = cq.max_offset if enters else 0
             ts = self.commitlog.next_store_timestamp()
             phys = self.commitlog.append(record, qoff, qid, ts)
-            phys_offsets = np.array([phys], np.int64)
-            self._dispatch(DispatchRequest([cq] if enters else [], None, [qoff], phys_offsets,
-                                           np.array([size], np.int64), b.tags_codes, ts, b.key_hashes, b.key_records))
-        return PutMessageResult(PutStatus.PUT_OK, phys, size, qoff, 1, ts, phys_offsets, np.array([qoff], np.int64))
+            self._dispatch(DispatchRequest([cq] if enters else [], None, [qoff], [phys], [size], b.tags_codes, ts,
+                                           b.key_hashes, b.key_records))
+        return PutMessageResult(PutStatus.PUT_OK, phys, size, qoff, 1, ts)
 
     def _dispatch(self, req: DispatchRequest) -> None:
         for d in self.dispatchers:

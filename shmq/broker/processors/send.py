@@ -30,6 +30,10 @@ log = logging.getLogger("shmq.broker")
 PACK_RESULTS_MIN = 8  # runs of SENDs at least this long are answered with packed frames
 _ZERO_START = np.zeros(1, np.int64)
 _NO_KEYS = np.empty(0, np.int64)
+# key record numbers of a one-record batch with k keys (a SEND carries at most 8), shared read-only
+_KEY_RECORDS = [np.zeros(k, np.int64) for k in range(9)]
+for _a in (_ZERO_START, _NO_KEYS, *_KEY_RECORDS):
+    _a.flags.writeable = False
 
 
 def put_error_code(e: Exception) -> int:
@@ -69,8 +73,7 @@ class SendRun:
         if n == 1:  # the sync send: no copy, no accumulate
             k = keys[0]
             return fmt.EncodedBatch(records[0], _ZERO_START, np.array(self.tags, np.int64),
-                                    np.array(k, np.int64) if k else _NO_KEYS,
-                                    np.zeros(len(k), np.int64) if k else _NO_KEYS)
+                                    np.array(k, np.int64) if k else _NO_KEYS, _KEY_RECORDS[len(k)])
         starts = np.fromiter(accumulate(map(len, records), initial=0), np.int64, n + 1)[:-1]
         counts = list(map(len, keys))
         key_hashes = np.fromiter(chain.from_iterable(keys), np.int64, sum(counts))
@@ -84,32 +87,15 @@ class SendProcessor:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
         self.store = core.store
-        self._wait_ns = core.config.wait_time_mills_in_send_queue * 1_000_000
+        self.wait_ns = core.config.wait_time_mills_in_send_queue * 1_000_000  # SYSTEM_BUSY past this
         self._wait_ms = core.config.wait_time_mills_in_send_queue
         self._host = core.store_host
 
     # ------------------------------------------------------------------ frames
 
-    def gather(self, peer: Peer, view: memoryview, now: int, run: SendRun | None) -> SendRun | None:
-        """Add a SEND to the pass's run (or answer SYSTEM_BUSY if it waited too long)."""
-        req_id, enq, qid, flags, tags, traw, keys, record = P.send_fields(view)
-        if now - enq > self._wait_ns:
-            self.reject_busy(peer, req_id, flags, now - enq)
-            return run
-        if run is None:
-            run = SendRun()
-        run.raws.append(traw)
-        run.qids.append(qid)
-        run.req_ids.append(req_id)
-        run.flags.append(flags)
-        run.records.append(record)
-        run.tags.append(tags)
-        run.keys.append(keys)
-        return run
-
     def send_batch(self, peer: Peer, view: memoryview, now: int) -> None:
         b = P.decode_send_batch(view)
-        if now - b.enqueue_ns > self._wait_ns:
+        if now - b.enqueue_ns > self.wait_ns:
             return self.reject_busy(peer, b.req_id, b.flags, now - b.enqueue_ns)
         qid, code, message = Routes(self.core.resolve_topic).route(b.topic, b.queue_id)
         if code:
@@ -134,7 +120,7 @@ class SendProcessor:
         their status, as do records the store refuses; the others still go in. Records left to
         the broker take one queue per topic per frame."""
         m = P.decode_send_multi(view)
-        if now - m.enqueue_ns > self._wait_ns:
+        if now - m.enqueue_ns > self.wait_ns:
             return self.reject_busy(peer, m.req_id, m.flags, now - m.enqueue_ns)
         n = len(m.batch)
         routes = Routes(self.core.resolve_topic)
@@ -222,9 +208,9 @@ class SendProcessor:
             for req_id, flags in zip(run.req_ids[1:], run.flags[1:]):
                 self._error(peer, req_id, flags, put_error_code(e), f"{type(e).__name__}: {e}")
             return
-        req_ids, flags = run.req_ids, run.flags
-        phys, qoffs = r.phys_offsets, r.queue_offsets
-        count = self.core.count
+        req_ids, flags, rows = run.req_ids, run.flags, None
+        phys: np.ndarray | None = None
+        qoffs: np.ndarray | None = None
         if r.refused is not None:
             for i in np.flatnonzero(r.refused).tolist():
                 self._error(peer, req_ids[i], flags[i], *r.reason(i))
@@ -232,26 +218,30 @@ class SendProcessor:
             if not len(ok):
                 return
             rows = ok.tolist()
-            req_ids, flags, phys, qoffs = [req_ids[i] for i in rows], [flags[i] for i in rows], phys[ok], qoffs[ok]
-            stored_queues = [queues[i] for i in rows]
-            stored_sizes = [len(run.records[i]) for i in rows]
-        else:
-            stored_queues, stored_sizes = queues, list(map(len, run.records))
-        ts, host = r.store_timestamp, self._host
+            req_ids, flags = [req_ids[i] for i in rows], [flags[i] for i in rows]
+            phys, qoffs = r.phys_offsets[ok], r.queue_offsets[ok]
+        ts, host, count = r.store_timestamp, self._host, self.core.count
         if one_queue:
             count(*first, r.msg_num, r.wrote_bytes)
             qid: int | np.ndarray = first[1]
         else:
-            for (topic, q), size in zip(stored_queues, stored_sizes):
-                count(topic, q, 1, size)
-            qid = np.fromiter((q for _, q in stored_queues), np.int64, len(stored_queues))
+            stored = range(n) if rows is None else rows
+            records = run.records
+            for i in stored:
+                count(*queues[i], 1, len(records[i]))
+            qid = np.fromiter((queues[i][1] for i in stored), np.int64, len(stored))
         k = len(req_ids)
-        if k >= PACK_RESULTS_MIN or not one_queue:  # one numpy fill and one ring copy for the whole run
-            packed = P.pack_send_results(req_ids, flags, qid, qoffs, phys, ts, host)
-            self.core.answers.add(peer, r.end_offset, packed if packed is not None else [])
-            return
+        if k == 1 and one_queue:  # the sync send: no per-record arrays
+            phys_l, qoffs_l = [r.wrote_offset], [r.queue_offset]
+        else:
+            if phys is None or qoffs is None:
+                phys, qoffs = r.phys_offsets, r.queue_offsets
+            if k >= PACK_RESULTS_MIN or not one_queue:  # one numpy fill and one ring copy for the whole run
+                packed = P.pack_send_results(req_ids, flags, qid, qoffs, phys, ts, host)
+                self.core.answers.add(peer, r.end_offset, packed if packed is not None else [])
+                return
+            phys_l, qoffs_l = phys.tolist(), qoffs.tolist()
         oneway = P.FLAG_ONEWAY
-        phys_l, qoffs_l = phys.tolist(), qoffs.tolist()
         results = [P.SendResultFrame(req_id, P.SEND_OK, first[1], qoffs_l[i], phys_l[i], ts, host)
                    for i, (req_id, f) in enumerate(zip(req_ids, flags)) if not f & oneway]
         self.core.answers.add(peer, r.end_offset, results)
