@@ -193,6 +193,7 @@ def test_cleanup_deletes_expired_segments_and_queues(tmp_path, small_config):
         first = cq.get_range(cq.min_offset, 1)[0]
         assert int(first["offset"]) >= s.commitlog.min_offset
         assert s.get_message("T", 0, 0).status is GetStatus.OFFSET_TOO_SMALL
+        assert s.clean_service.take_moved() == [("T", 0)] and s.clean_service.take_moved() == []
         assert s.get_message("T", 0, cq.min_offset).status is GetStatus.FOUND
         assert s.query_message("T", "k0") == [] and s.query_message("T", "k599")
 
