@@ -11,7 +11,7 @@ a crash never duplicates anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Union
+from typing import Callable, Iterator, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class DispatchRequest:
     ``first_queue_offsets[k]``; ``rows`` None: one queue takes every record. Records that do
     not enter a consume queue (prepared or rolled-back transactions) are in no row."""
 
-    queues: list[QueueSink]
+    queues: Sequence[QueueSink]
     rows: list[np.ndarray] | None
     first_queue_offsets: list[int]
     phys_offsets: Column

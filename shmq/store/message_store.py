@@ -110,6 +110,8 @@ class GetMessageResult:
 class MessageStore:
     """A store directory: commitlog, consume queues, index, checkpoint, config files."""
 
+    checkpoint: StoreCheckpoint  # from start() on
+
     def __init__(self, store_dir: str, config: BrokerConfig | Mapping[str, Any] | str | None = None) -> None:
         self.store_dir = os.path.abspath(store_dir)
         self.config = BrokerConfig.load(config)
@@ -124,7 +126,6 @@ class MessageStore:
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
                                    self.config.store_host, self.allocator, write_through=sync_flush)
         self.index: IndexService | None = None
-        self.checkpoint: StoreCheckpoint | None = None
         self._services: list[ServiceThread] = []
         self.put_hooks: list[PutHook] = [RecordCheck(self.config), QueueCheck()]
         self.dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher()]
@@ -394,10 +395,11 @@ class MessageStore:
                 qoff = cq.max_offset
                 ts = self.commitlog.next_store_timestamp()
                 res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoff, qid, ts, missing_crc)
-                self._dispatch(DispatchRequest([cq], None, [qoff], res.phys_offsets, sizes, b.tags_codes, ts,
-                                               b.key_hashes, b.key_records))
+                phys = _per_record(res.phys_offsets)
+                self._dispatch(DispatchRequest([cq], None, [qoff], phys, sizes, b.tags_codes, ts, b.key_hashes,
+                                               b.key_records))
             return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, n, ts,
-                                    res.phys_offsets, np.arange(qoff, qoff + n, dtype=np.int64))
+                                    phys, np.arange(qoff, qoff + n, dtype=np.int64))
         tid, qids = req.topic_ids(), req.queue_id_array()
         ent = np.flatnonzero(enters)
         keys, gid = np.unique(tid[ent] * (MAX_QUEUE_ID + 1) + qids[ent], return_inverse=True)
@@ -419,10 +421,10 @@ class MessageStore:
             qoffs[ent] = bases[gid] + rank
             ts = self.commitlog.next_store_timestamp()
             res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoffs, qids, ts, missing_crc)
-            self._dispatch(DispatchRequest(cqs, rows, bases.tolist(), res.phys_offsets, sizes, b.tags_codes, ts,
-                                           b.key_hashes, b.key_records))
-        return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts,
-                                res.phys_offsets, qoffs)
+            phys = _per_record(res.phys_offsets)
+            self._dispatch(DispatchRequest(cqs, rows, bases.tolist(), phys, sizes, b.tags_codes, ts, b.key_hashes,
+                                           b.key_records))
+        return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts, phys, qoffs)
 
     def _write_one(self, req: PutRequest) -> PutMessageResult:
         b = req.batch
@@ -534,3 +536,8 @@ class MessageStore:
         found = self.query_message(topic, uniq_key, max_num=1)
         return found[0] if found else None
 
+
+def _per_record(phys: np.ndarray | None) -> np.ndarray:
+    """A batch append's per-record offsets (``AppendResult`` leaves them None only for one record)."""
+    assert phys is not None
+    return phys

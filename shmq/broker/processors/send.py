@@ -72,7 +72,7 @@ class SendRun:
         n = len(records)
         if n == 1:  # the sync send: no copy, no accumulate
             k = keys[0]
-            return fmt.EncodedBatch(records[0], _ZERO_START, np.array(self.tags, np.int64),
+            return fmt.EncodedBatch(bytes(records[0]), _ZERO_START, np.array(self.tags, np.int64),
                                     np.array(k, np.int64) if k else _NO_KEYS, _KEY_RECORDS[len(k)])
         starts = np.fromiter(accumulate(map(len, records), initial=0), np.int64, n + 1)[:-1]
         counts = list(map(len, keys))
@@ -205,8 +205,8 @@ class SendProcessor:
             r = self.store.put(req, wait_flush=False)
         except Exception as e:
             self._put_failed(peer, run.req_ids[0], run.flags[0], e, f"put of {n} messages to {first[0]}/{first[1]}")
-            for req_id, flags in zip(run.req_ids[1:], run.flags[1:]):
-                self._error(peer, req_id, flags, put_error_code(e), f"{type(e).__name__}: {e}")
+            for req_id, f in zip(run.req_ids[1:], run.flags[1:]):
+                self._error(peer, req_id, f, put_error_code(e), f"{type(e).__name__}: {e}")
             return
         req_ids, flags, rows = run.req_ids, run.flags, None
         phys: np.ndarray | None = None
