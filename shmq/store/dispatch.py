@@ -18,6 +18,7 @@ import numpy as np
 from shmq.codec import record as fmt
 
 _EMPTY = np.empty(0, np.int64)
+MAX_QUEUE_ID = 65535  # the consume-queue layout's queue ids: 0..65535
 # one value per record: an int64 array, or for a single record a plain list (a numpy array of
 # one costs more than the rest of its dispatch)
 Column = Union[np.ndarray, list[int]]
@@ -107,6 +108,24 @@ class IndexDispatcher:
         if fresh.any():
             ts = req.key_timestamps if req.key_timestamps is not None else np.full(len(phys_k), req.store_timestamp)
             index.put_batch(key_hashes[fresh], phys_k[fresh], ts[fresh])
+
+
+def group_by_queue(topic_ids: np.ndarray, queue_ids: np.ndarray, rows: np.ndarray
+                   ) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Records ``rows`` of a put grouped by (topic number, queue id), vectorised: the groups'
+    (topic number, queue id); for each of ``rows`` its group and its rank within the group (log
+    order); for each group its records. Queue ids must be in 0..65535."""
+    span = MAX_QUEUE_ID + 1
+    keys, gid = np.unique(topic_ids[rows] * span + queue_ids[rows], return_inverse=True)
+    gid = gid.reshape(-1)
+    order = np.argsort(gid, kind="stable")
+    counts = np.bincount(gid, minlength=len(keys))
+    ends = np.cumsum(counts)
+    rank = np.empty(len(rows), np.int64)
+    rank[order] = np.arange(len(rows)) - np.repeat(ends - counts, counts)
+    bounds = ends.tolist()
+    members = [rows[order[a:z]] for a, z in zip([0, *bounds[:-1]], bounds)]  # np.split costs ~3x as much
+    return [(k // span, k % span) for k in keys.tolist()], gid, rank, members
 
 
 def requests_from_log(records: Iterator[tuple[int, fmt.StoredRecord]], queue: Callable[[str, int], QueueSink],

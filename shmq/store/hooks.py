@@ -23,11 +23,11 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
+from shmq.store.dispatch import MAX_QUEUE_ID
 
 # RocketMQ ResponseCode values (the same numbers the ring frames carry)
 MESSAGE_ILLEGAL = 13
 NO_PERMISSION = 16
-MAX_QUEUE_ID = 65535
 
 
 @dataclass(slots=True, eq=False)
