@@ -74,7 +74,9 @@ class ConsumeQueueDispatcher:
             if not req.queues:
                 return
             q, first = req.queues[0], req.first_queue_offsets[0]
-            if len(phys) <= 2:
+            if len(phys) == 1:
+                q.put(int(phys[0]), int(sizes[0]), int(tags[0]), first)
+            elif len(phys) == 2:
                 for k in range(len(phys)):
                     q.put(int(phys[k]), int(sizes[k]), int(tags[k]), first + k)
             else:

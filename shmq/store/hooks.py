@@ -16,7 +16,7 @@ names and queue ids the consume-queue layout takes); hooks added later run after
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -46,7 +46,7 @@ class PutRequest:
     queue_ids: np.ndarray | int = 0
     user_batch: bool = False
     refused: np.ndarray | None = None  # per record: 0 goes in, k > 0 refused for refusals[k - 1]
-    refusals: list[tuple[int, str]] = field(default_factory=list)  # (response code, reason)
+    refusals: list[tuple[int, str]] | None = None  # (response code, reason); None until one
 
     def __len__(self) -> int:
         return len(self.batch.starts)
@@ -55,8 +55,9 @@ class PutRequest:
         """Refuse the records of ``mask`` (bool per record; None: all) not refused yet."""
         if mask is not None and not mask.any():
             return
-        if self.refused is None:
+        if self.refused is None or self.refusals is None:
             self.refused = np.zeros(len(self), np.int32)
+            self.refusals = []
         sel = self.refused == 0
         if mask is not None:
             sel &= mask

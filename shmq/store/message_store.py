@@ -66,7 +66,7 @@ class PutMessageResult:
     _phys: np.ndarray | None = None  # records may straddle a segment end: not wrote_offset + sizes
     _qoffs: np.ndarray | None = None  # None for a single stored record: made when asked for
     refused: np.ndarray | None = None  # per record: 0 stored, k > 0 refused for refusals[k - 1]; None: all stored
-    refusals: list[tuple[int, str]] = field(default_factory=list)  # (response code, reason)
+    refusals: Sequence[tuple[int, str]] = ()  # (response code, reason)
 
     @property
     def end_offset(self) -> int:
@@ -368,7 +368,7 @@ class MessageStore:
             else:
                 result = PutMessageResult(PutStatus.PUT_OK, -1, 0, -1, 0, 0, np.full(n, -1, np.int64),
                                           np.full(n, -1, np.int64))
-            result.refused, result.refusals = refused, req.refusals
+            result.refused, result.refusals = refused, req.refusals or ()
         return self._await_flush(result) if wait_flush and result.msg_num else result
 
     def _write(self, req: PutRequest) -> PutMessageResult:
@@ -427,12 +427,15 @@ class MessageStore:
         with self.commitlog.put_lock:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
-            cq = self._queue(topic, qid)
+            cq = self._queues.get((topic, qid)) or self._queue(topic, qid)
             qoff = cq.max_offset if enters else 0
             ts = self.commitlog.next_store_timestamp()
             phys = self.commitlog.append(record, qoff, qid, ts)
-            self._dispatch(DispatchRequest([cq] if enters else [], None, [qoff], [phys], [size], b.tags_codes, ts,
-                                           b.key_hashes, b.key_records))
+            req1 = DispatchRequest([cq] if enters else [], None, [qoff], [phys], [size], b.tags_codes, ts, b.key_hashes,
+                                   b.key_records)
+            for d in self.dispatchers:
+                d.dispatch(req1)
+            self._dispatched_ts = ts
         return PutMessageResult(PutStatus.PUT_OK, phys, size, qoff, 1, ts)
 
     def _dispatch(self, req: DispatchRequest) -> None:
