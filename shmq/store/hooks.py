@@ -47,6 +47,10 @@ class PutRequest:
     user_batch: bool = False
     refused: np.ndarray | None = None  # per record: 0 goes in, k > 0 refused for refusals[k - 1]
     refusals: list[tuple[int, str]] | None = None  # (response code, reason); None until one
+    # measured once per put of several records (``measure``); a hook that replaces ``batch``
+    # sets both to None
+    sizes: np.ndarray | None = None
+    header: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.batch.starts)
@@ -70,7 +74,9 @@ class PutRequest:
         q = self.queue_ids
         return PutRequest(fmt.select_records(self.batch, rows), self.topics,
                           None if self.topic_idx is None else self.topic_idx[rows],
-                          q if isinstance(q, int) else q[rows], self.user_batch)
+                          q if isinstance(q, int) else q[rows], self.user_batch,
+                          sizes=None if self.sizes is None else self.sizes[rows],
+                          header=None if self.header is None else self.header[rows])
 
     @classmethod
     def of_records(cls, topic: str, queue_id: int, records: list[bytes]) -> "PutRequest":
@@ -191,20 +197,12 @@ class RecordCheck:
         return ""
 
     def _check_many(self, req: PutRequest) -> None:
+        """Every check as a mask over the records; one ``any`` when all pass (the usual case)."""
         b = req.batch
         src = np.frombuffer(b.buf, np.uint8)
         starts = b.starts
-        sizes = np.diff(starts, append=len(src))
-        total, magic, _, sysflag, body_len = fmt.gather_header_fields(src, starts).T
-        req.refuse(total != sizes, MESSAGE_ILLEGAL, "record's TOTALSIZE does not match its length")
-        req.refuse(magic != fmt.MESSAGE_MAGIC, MESSAGE_ILLEGAL, "record with a bad magic code")
-        if not req.user_batch:
-            req.refuse(sizes > self.max_record, MESSAGE_ILLEGAL, f"record over maxMessageSize {self.max_body}")
-        if req.user_batch and (sysflag & fmt.TRANSACTION_MASK).any():
-            req.refuse(None, MESSAGE_ILLEGAL, "transactional records cannot be sent in a batch")
-        req.refuse((body_len < 0) | (body_len > sizes - fmt.FIXED_OVERHEAD), MESSAGE_ILLEGAL,
-                   "record body length out of range")
-        req.refuse(body_len > self.max_body, MESSAGE_ILLEGAL, f"message body over maxMessageSize {self.max_body}")
+        sizes, header = measure(req)
+        total, magic, _, sysflag, body_len = header.T
         # Each record's topic field (length byte + name) against its topic's row of a table; the
         # window is as wide as the longest name and is masked past each record's own.
         names = [t.encode("ascii", "replace") for t in req.topics]
@@ -216,12 +214,37 @@ class RecordCheck:
         ids = req.topic_ids()
         t = table[ids, 0].astype(np.int64)
         last = len(src) - 1
-        topic_pos = np.clip(starts + fmt.OFF_BODY + body_len, 0, last)
+        topic_pos = np.minimum(starts + fmt.OFF_BODY + np.maximum(body_len, 0), last)
         window = src[np.minimum(topic_pos[:, None] + np.arange(width), last)]
-        ok = ((window == table[ids]) | (np.arange(width) > t[:, None])).all(axis=1)
-        req.refuse(~ok, MESSAGE_ILLEGAL, f"record's topic field does not match its topic "
-                                         f"({', '.join(map(repr, req.topics[:3]))})")
+        topic_ok = ((window == table[ids]) | (np.arange(width) > t[:, None])).all(axis=1)
         props_at = np.minimum(topic_pos + t + 1, len(src) - 2)
         props_len = src[props_at].astype(np.int64) * 256 + src[props_at + 1]
-        req.refuse(fmt.FIXED_OVERHEAD + body_len + t + props_len != sizes, MESSAGE_ILLEGAL,
-                   "record field lengths do not add up to TOTALSIZE")
+        checks = [
+            (total != sizes, "record's TOTALSIZE does not match its length"),
+            (magic != fmt.MESSAGE_MAGIC, "record with a bad magic code"),
+            ((body_len < 0) | (body_len > sizes - fmt.FIXED_OVERHEAD), "record body length out of range"),
+            (body_len > self.max_body, f"message body over maxMessageSize {self.max_body}"),
+            (~topic_ok, f"record's topic field does not match its topic ({', '.join(map(repr, req.topics[:3]))})"),
+            (fmt.FIXED_OVERHEAD + body_len + t + props_len != sizes, "record field lengths do not add up to TOTALSIZE"),
+        ]
+        if not req.user_batch:
+            checks.append((sizes > self.max_record, f"record over maxMessageSize {self.max_body}"))
+        elif (sysflag & fmt.TRANSACTION_MASK).any():
+            req.refuse(None, MESSAGE_ILLEGAL, "transactional records cannot be sent in a batch")
+        if np.logical_or.reduce([mask for mask, _ in checks]).any():
+            for mask, reason in checks:
+                req.refuse(mask, MESSAGE_ILLEGAL, reason)
+
+
+def measure(req: PutRequest) -> tuple[np.ndarray, np.ndarray]:
+    """The records' sizes (from their starts) and header fields (TOTALSIZE, MAGICCODE, BODYCRC,
+    SYSFLAG, BODYLEN as the records hold them), gathered once per put and kept on the request."""
+    if req.sizes is None or req.header is None:
+        b = req.batch
+        starts = b.starts
+        n = len(starts)
+        sizes = np.empty(n, np.int64)
+        sizes[:-1] = starts[1:] - starts[:-1]
+        sizes[-1] = len(b.buf) - starts[-1]
+        req.sizes, req.header = sizes, fmt.gather_header_fields(np.frombuffer(b.buf, np.uint8), starts)
+    return req.sizes, req.header

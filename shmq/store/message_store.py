@@ -28,7 +28,7 @@ from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from shmq.store.dispatch import (ConsumeQueueDispatcher, Dispatcher, DispatchRequest, IndexDispatcher,
                                  group_by_queue, requests_from_log)
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
-from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck
+from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
 
@@ -378,9 +378,7 @@ class MessageStore:
         n = len(b.starts)
         if n == 1:
             return self._write_one(req)
-        src = np.frombuffer(b.buf, np.uint8)
-        sizes = np.diff(b.starts, append=len(src))
-        header = fmt.gather_header_fields(src, b.starts)
+        sizes, header = measure(req)
         missing = np.flatnonzero(header[:, 2] == 0)
         missing_crc = missing if len(missing) else None
         enters = (header[:, 3] & _HIDDEN_TX_BIT) == 0
