@@ -231,7 +231,10 @@ class RecordCheck:
             checks.append((sizes > self.max_record, f"record over maxMessageSize {self.max_body}"))
         elif (sysflag & fmt.TRANSACTION_MASK).any():
             req.refuse(None, MESSAGE_ILLEGAL, "transactional records cannot be sent in a batch")
-        if np.logical_or.reduce([mask for mask, _ in checks]).any():
+        bad = checks[0][0].copy()
+        for mask, _ in checks[1:]:
+            bad |= mask
+        if bad.any():
             for mask, reason in checks:
                 req.refuse(mask, MESSAGE_ILLEGAL, reason)
 
