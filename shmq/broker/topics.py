@@ -52,14 +52,15 @@ def _check_nums(read: int, write: int, perm: int) -> None:
 
 
 class TopicConfigManager:
-    """Topics by name; a change is written to disk before it is acknowledged, except a topic
-    created on its first send (``persist=False``): the broker loop writes those within 200 ms."""
+    """Topics by name; a change is written to disk before it is acknowledged. A topic created on
+    its first send (``persist=False``) is written by the broker once for all topics created in a
+    pass, before any answer of that pass goes out."""
 
     def __init__(self, store_dir: str, default_queue_nums: int = 4) -> None:
         self.path = os.path.join(store_dir, "config", "topics.json")
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, TopicConfig] = {}
-        self.dirty = False  # created without persisting: the broker's loop persists soon
+        self.dirty = False  # created without persisting: the broker persists before it answers
         data = read_json(self.path, {}) or {}
         for name, t in data.get("topicConfigTable", {}).items():
             self.topics[name] = TopicConfig(name, int(t["readQueueNums"]), int(t["writeQueueNums"]), int(t["perm"]))
@@ -87,6 +88,18 @@ class TopicConfigManager:
         else:
             self.dirty = True
         return tc
+
+    def rebuild_missing(self, queues: dict[str, list[int]]) -> list[str]:
+        """Give a config entry (and persist it) to each topic that has consume queues but none: a
+        topic auto-created by a broker that died before writing topics.json. Its queue count is
+        what auto-creation gives, or more if a higher queue id was written."""
+        missing = [t for t in sorted(queues) if t not in self.topics and fmt.TOPIC_PATTERN.match(t)]
+        for name in missing:
+            n = min(MAX_QUEUE_NUMS, max(self.default_queue_nums, max(queues[name]) + 1))
+            self.topics[name] = TopicConfig(name, n, n, PERM_RW)
+        if missing:
+            self.persist()
+        return missing
 
     def delete(self, name: str) -> bool:
         if self.topics.pop(name, None) is None:

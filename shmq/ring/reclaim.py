@@ -36,7 +36,8 @@ def _keys(name: str, store_dir: str) -> tuple[set[int], set[int], set[int]]:
     return control, alive, clients
 
 
-def _remove_queue(key: int) -> bool:
+def remove_queue(key: int) -> bool:
+    """Remove the SysV message queue `key` if there is one; whether there was."""
     try:
         sysv_ipc.MessageQueue(key).remove()
     except sysv_ipc.ExistentialError:
@@ -53,6 +54,6 @@ def reclaim_dead_broker(name: str, store_dir: str) -> list[str]:
     control, alive, clients = _keys(name, store_dir)
     if any(Watch(k).is_alive() for k in alive):
         return []
-    removed = [f"control queue {k:#x}" for k in sorted(control) if _remove_queue(k)]
+    removed = [f"control queue {k:#x}" for k in sorted(control) if remove_queue(k)]
     removed += [f"liveness semaphore {k:#x}" for k in sorted(alive | clients) if remove_if_dead(k)]
     return removed + shm.remove_leftovers(name)

@@ -13,15 +13,30 @@ import logging
 import os
 import shutil
 import time
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from shmq.config import BrokerConfig
+from shmq.store.commitlog import CommitLog
+from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.flush import ServiceThread
-
-if TYPE_CHECKING:
-    from shmq.store.message_store import MessageStore
+from shmq.store.index_file import IndexService
 
 log = logging.getLogger(__name__)
+
+
+class CleanableStore(Protocol):
+    """What cleanup needs of the message store (a narrow view: the store imports cleanup, not
+    the other way round)."""
+
+    config: BrokerConfig
+    store_dir: str
+    disk_full: bool
+    commitlog: CommitLog
+    index: IndexService | None
+
+    def consume_queues(self) -> list[ConsumeQueue]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +69,24 @@ class CleanupService(ServiceThread):
 
     name = "CleanupService"
 
-    def __init__(self, store: "MessageStore") -> None:
+    def __init__(self, store: CleanableStore) -> None:
         super().__init__(store.config.clean_resource_interval / 1000)
         self.store = store
         self._manual = False
+        self._moved: dict[tuple[str, int], None] = {}  # queues whose min offset moved, for the broker to publish
+        self._moved_lock = threading.Lock()
         self.check_disk()
+
+    def take_moved(self) -> list[tuple[str, int]]:
+        """(topic, queue id) of the consume queues whose min offset moved since the last call.
+
+        The broker publishes their new min offsets (its state segment has one writer, the broker
+        loop), so consumers see at once that the head of a queue is gone."""
+        if not self._moved:
+            return []
+        with self._moved_lock:
+            moved, self._moved = list(self._moved), {}
+        return moved
 
     def execute_delete_files_manually(self) -> None:
         """Delete expired files on the next round whatever the hour (an admin command)."""
@@ -116,9 +144,16 @@ class CleanupService(ServiceThread):
     def clean_logics(self) -> None:
         """Drop consume-queue and index files that only point below the commitlog's min offset."""
         min_offset = self.store.commitlog.min_offset
+        moved = []
         for cq in self.store.consume_queues():
             with self.store.commitlog.put_lock:
+                before = cq.min_offset
                 cq.delete_expired(min_offset)
+                if cq.min_offset != before:
+                    moved.append((cq.topic, cq.queue_id))
+        if moved:
+            with self._moved_lock:
+                self._moved.update(dict.fromkeys(moved))
         if self.store.index is not None:
             with self.store.commitlog.put_lock:
                 self.store.index.delete_files_below(min_offset)

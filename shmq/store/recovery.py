@@ -31,12 +31,11 @@ def find_log_end(commitlog: CommitLog, start_file: int, verify_crc: bool) -> tup
         end = mf.file_from_offset + pos + size
     last_ts = fmt.HEADER.unpack_from(last_mf.view, last_pos)[10] if last_mf is not None else 0
     # a segment that ends with a blank filler: the log continues at the next segment's start
-    mf = commitlog.queue.find(end)
-    if mf is not None:
-        pos = end - mf.file_from_offset
-        status, _ = fmt.check_record(mf.view, pos, mf.size, end, False)
+    tail = commitlog.queue.find(end)
+    if tail is not None:
+        status, _ = fmt.check_record(tail.view, end - tail.file_from_offset, tail.size, end, False)
         if status == fmt.RECORD_BLANK:
-            end = mf.file_to_offset
+            end = tail.file_to_offset
     return end, last_ts
 
 

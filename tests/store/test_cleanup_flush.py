@@ -6,7 +6,7 @@ from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.cleanup import decide
 from shmq.store.message_store import MessageStore
 
-from .conftest import record
+from .conftest import put_one, record
 
 
 def test_decide():
@@ -24,9 +24,9 @@ def test_decide():
 def test_async_flush_reaches_disk_and_checkpoint(tmp_path, small_config):
     d = str(tmp_path / "s")
     with MessageStore(d, small_config) as s:
-        r = s.put_message("T", 0, record("T", b"x" * 5000))
+        r = put_one(s, "T", 0, record("T", b"x" * 5000))
         for _ in range(20):
-            s.put_message("T", 0, record("T", b"y" * 1000))
+            put_one(s, "T", 0, record("T", b"y" * 1000))
         deadline = time.time() + 5
         while s.commitlog.queue.flushed_offset < s.commitlog.max_offset and time.time() < deadline:
             time.sleep(0.02)
@@ -46,7 +46,7 @@ def test_clean_shutdown_leaves_no_abort_and_crash_leaves_it(tmp_path, small_conf
     d = str(tmp_path / "s")
     s = MessageStore(d, small_config).start()
     assert os.path.exists(os.path.join(d, "abort"))
-    s.put_message("T", 0, record("T", b"x"))
+    put_one(s, "T", 0, record("T", b"x"))
     s.shutdown()
     assert not os.path.exists(os.path.join(d, "abort"))
     assert sorted(os.listdir(d)) == ["checkpoint", "commitlog", "consumequeue", "index", "lock"]

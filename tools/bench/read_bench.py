@@ -35,6 +35,7 @@ if REPO not in sys.path:
 from shmq.codec.columns import PulledBatch, read_batch  # noqa: E402
 from shmq.filter.tags import TagFilter  # noqa: E402
 from shmq.codec import record as fmt  # noqa: E402
+from shmq.store.hooks import PutRequest  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 from shmq.store.reader import StoreReader  # noqa: E402
 
@@ -50,7 +51,8 @@ def fill(store: MessageStore, topic: str, body_size: int, n: int) -> int:
         k = min(BATCH, n - start)
         props = [fmt.message_properties(tags="TagA" if (start + i) % 2 else "TagB", uniq_key=f"{start + i:032X}")
                  for i in range(k)]
-        store.put_messages(topic, 0, fmt.encode_batch(topic, [body] * k, props), wait_flush=False)
+        store.put(PutRequest(fmt.encode_batch(topic, [body] * k, props), [topic], None, 0, user_batch=True),
+                  wait_flush=False)
     return store.get_max_offset_in_queue(topic, 0)
 
 

@@ -9,9 +9,9 @@ property, like a real producer's):
 
   client encode     UNIQ_KEY + properties + format.encode_batch (tag hash, key hashes): the
                     producer's work, done outside every timed store region and reported apart.
-  single append     MessageStore.put_message(topic, qid, record, tags_code=, key_hashes=[...])
+  single append     MessageStore.put(PutRequest of one record with its tag and key hashes)
                     with the producer's precomputed tag code and key hash.
-  batch append      MessageStore.put_messages(topic, qid, EncodedBatch) of 256 records.
+  batch append      MessageStore.put(PutRequest of a user's EncodedBatch) of 256 records.
   batch, no index   the same with messageIndexEnable=false (the key index's cost).
   plain copy        the physical reference: the same batch bytes copied with one numpy slice
                     assignment per batch into a pre-warmed mmap of a file of segment size.
@@ -62,6 +62,7 @@ from shmq.codec.columns import read_batch  # noqa: E402
 from shmq.filter.tags import TagFilter  # noqa: E402
 from shmq.codec import ids
 from shmq.codec import record as fmt  # noqa: E402
+from shmq.store.hooks import PutRequest  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 from shmq.store.reader import StoreReader  # noqa: E402
 
@@ -73,8 +74,8 @@ TAGS = ("TagA", "TagB")  # alternate, so a TagA filter keeps half
 
 # measurement names, in the order the tables show them
 N_ENCODE = "client encode (UNIQ_KEY+props+encode_batch)"
-N_SINGLE = "single append (put_message)"
-N_BATCH = "batch append x256 (put_messages)"
+N_SINGLE = "single append (put, 1 record)"
+N_BATCH = "batch append x256 (put, user batch)"
 N_NOINDEX = "batch append x256, messageIndexEnable=false"
 N_COPY = "plain numpy copy -> warm mmap (reference)"
 N_READ = "read, batch form: CQ range + tag filter + columnar decode"
@@ -171,16 +172,13 @@ def encode_pool(body_size: int, n_records: int, seed: int) -> tuple[list[fmt.Enc
     return out, time.perf_counter() - t0
 
 
-def singles_from(batches: list[fmt.EncodedBatch]) -> list[tuple[bytes, int, list[int]]]:
-    """(record, tags_code, key_hashes) per record, as a producer sending one by one has them."""
+def singles_from(batches: list[fmt.EncodedBatch]) -> list[tuple[fmt.EncodedBatch, int]]:
+    """(one-record batch, record bytes) per record, as a producer sending one by one has them."""
     out = []
     for b in batches:
-        ends = list(b.starts[1:].tolist()) + [len(b.buf)]
-        keys: list[list[int]] = [[] for _ in range(len(b))]
-        for h, r in zip(b.key_hashes.tolist(), b.key_records.tolist()):
-            keys[r].append(h)
-        for s, e, tc, kh in zip(b.starts.tolist(), ends, b.tags_codes.tolist(), keys):
-            out.append((b.buf[s:e], tc, kh))
+        for i in range(len(b)):
+            one = fmt.select_records(b, np.array([i]))
+            out.append((one, len(one.buf)))
     return out
 
 
@@ -234,7 +232,7 @@ class Runner:
 
 
 def bench_single(store: MessageStore, singles, qid: int, target: int):
-    put = store.put_message
+    put = store.put
     n_pool = len(singles)
 
     def run(deadline: float) -> tuple[int, int, bool]:
@@ -243,9 +241,9 @@ def bench_single(store: MessageStore, singles, qid: int, target: int):
         while done < target:
             start = done % n_pool
             k = min(1024, target - done, n_pool - start)
-            for rec, tc, kh in singles[start:start + k]:
-                put(TOPIC, qid, rec, tags_code=tc, key_hashes=kh)
-                nbytes += len(rec)
+            for one, size in singles[start:start + k]:
+                put(PutRequest(one, [TOPIC], None, qid))
+                nbytes += size
             done += k
             if clock() > deadline:
                 return done, nbytes, done < target
@@ -254,7 +252,7 @@ def bench_single(store: MessageStore, singles, qid: int, target: int):
 
 
 def bench_batch(store: MessageStore, batches, qid: int, target: int):
-    put = store.put_messages
+    put = store.put
     n_pool = len(batches)
 
     def run(deadline: float) -> tuple[int, int, bool]:
@@ -262,7 +260,7 @@ def bench_batch(store: MessageStore, batches, qid: int, target: int):
         clock = time.perf_counter
         while done < target:
             b = batches[j % n_pool]
-            put(TOPIC, qid, b)
+            put(PutRequest(b, [TOPIC], None, qid, user_batch=True))
             done += len(b)
             nbytes += len(b.buf)
             j += 1

@@ -10,7 +10,7 @@ os.write (a regular file survives SIGKILL; the parent ignores a line without its
     A <first seq> <count> <topic> <queue id> <first queue offset> <phys0>,<phys1>,...
 
 The first line is `R <recovery ms>` once the store is open. Puts alternate at random between
-put_message, put_messages batches of 1-64 records, and put_messages_multi puts of 1-32
+single records, user batches of 1-64 records, and puts of 1-32 separate
 records each to a random queue (one ack line per record), bodies 0-3000 bytes, over a few
 queues.
 The shared helpers (`CONFIG`, `body_for`, `ROUTES`) are imported by the parent and by
@@ -31,6 +31,7 @@ if ROOT not in sys.path:
 
 from shmq.codec import ids
 from shmq.codec import record as fmt  # noqa: E402
+from shmq.store.hooks import PutRequest  # noqa: E402
 
 # Small segments so commitlog, consume-queue and index files all roll often.
 CONFIG = {
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
             routes = [rng.choice(ROUTES) for _ in range(n)]
             batch = fmt.concat_batches([fmt.encode_batch(t, [body_for(s)], [props_for(s, uniq)])
                                         for s, (t, _) in zip(range(seq, seq + n), routes)])
-            res = store.put_messages_multi([t for t, _ in routes], [q for _, q in routes], batch)
+            res = store.put(PutRequest.of_routes([t for t, _ in routes], [q for _, q in routes], batch))
             if res.status == PutStatus.PUT_OK:  # one line per record, all in one write
                 os.write(ack_fd, "".join(f"A {seq + i} 1 {t} {q} {int(qoff)} {int(p)}\n" for i, ((t, q), qoff, p)
                                          in enumerate(zip(routes, res.queue_offsets, res.phys_offsets))).encode())
@@ -101,14 +102,14 @@ def main(argv: list[str]) -> int:
             continue
         if kind < 0.3:
             rec = fmt.encode_message(topic, body_for(seq), queue_id=qid, properties=props_for(seq, uniq))
-            res = store.put_message(topic, qid, rec)
+            res = store.put(PutRequest.of_records(topic, qid, [rec]))
             n = 1
             phys = [res.wrote_offset]
         else:
             n = rng.randint(1, 64)
             seqs = range(seq, seq + n)
             batch = fmt.encode_batch(topic, [body_for(s) for s in seqs], [props_for(s, uniq) for s in seqs])
-            res = store.put_messages(topic, qid, batch)
+            res = store.put(PutRequest(batch, [topic], None, qid, user_batch=True))
             # where each record landed (a batch may be split over a segment end); get_range
             # stops at a consume-queue file end, so read until all n are in
             cq = store.find_consume_queue(topic, qid)
@@ -533,8 +534,8 @@ class CrashHarness:
         seq = self.next_seq
         topic, qid = self.rng.choice(ROUTES)
         uniq = ids.UniqKeyGenerator()
-        res = store.put_message(topic, qid, fmt.encode_message(topic, body_for(seq), queue_id=qid,
-                                                               properties=props_for(seq, uniq)))
+        res = store.put(PutRequest.of_records(topic, qid, [fmt.encode_message(
+            topic, body_for(seq), queue_id=qid, properties=props_for(seq, uniq))]))
         _ck(res.status == PutStatus.PUT_OK, f"append after recovery: {res.status}")
         qlen = sum(1 for t, q, _, _ in self.model.values() if (t, q) == (topic, qid))
         _ck(res.queue_offset == qlen, f"append after recovery got queue offset {res.queue_offset}, expected {qlen}")

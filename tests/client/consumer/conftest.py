@@ -1,6 +1,7 @@
 import pytest
 
 from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
 from shmq.store.reader import StoreReader
 
@@ -31,7 +32,7 @@ def reader(store):
 def put(store: MessageStore, topic: str, queue_id: int, body: bytes, tags: str | None = None,
         keys: str | None = None, uniq_key: str | None = None, user: dict | None = None, **kw):
     props = fmt.message_properties(tags=tags, keys=keys, uniq_key=uniq_key, user=user)
-    return store.put_message(topic, queue_id, fmt.encode_message(topic, body, properties=props, **kw))
+    return store.put(PutRequest.of_records(topic, queue_id, [fmt.encode_message(topic, body, properties=props, **kw)]))
 
 
 def put_many(store: MessageStore, topic: str, queue_id: int, n: int, body_size: int = 100,
@@ -41,7 +42,7 @@ def put_many(store: MessageStore, topic: str, queue_id: int, n: int, body_size: 
     props = [fmt.message_properties(tags=tags[i % len(tags)] if tags else None, uniq_key=f"{i:032X}")
              for i in range(n)]
     for a in range(0, n, 64):
-        store.put_messages(topic, queue_id, fmt.encode_batch(topic, bodies[a:a + 64], props[a:a + 64]))
+        store.put(PutRequest(fmt.encode_batch(topic, bodies[a:a + 64], props[a:a + 64]), [topic], None, queue_id))
     return bodies
 
 

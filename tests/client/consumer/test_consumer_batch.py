@@ -10,6 +10,7 @@ from shmq.filter.tags import TagFilter
 from shmq.model.message_ext import MessageExt
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
 from shmq.store.reader import EntryRange, StoreReader
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put, put_many
 
@@ -66,10 +67,10 @@ def test_tag_filter_by_hash_then_exact(store, reader):
 
 def test_records_whose_properties_do_not_start_with_tags(store, reader):
     odd = {"a": "1", "TAGS": "TagA"}  # a producer other than shmq's: TAGS not first
-    store.put_message("T", 0, fmt.encode_message("T", b"odd", properties=odd))
+    store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"odd", properties=odd)]))
     put(store, "T", 0, b"normal", tags="TagA")
-    store.put_message("T", 0, fmt.encode_message("T", b"other", properties={"a": "1", "TAGS": "TagB"}))
-    store.put_message("T", 0, fmt.encode_message("T", b"collide", properties={"a": "1", "TAGS": COLLIDING[1]}))
+    store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"other", properties={"a": "1", "TAGS": "TagB"})]))
+    store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"collide", properties={"a": "1", "TAGS": COLLIDING[1]})]))
     b = batch_all(reader, "T", 0, store, TagFilter("TagA"))
     assert [bytes(v) for v in b.bodies()] == [b"odd", b"normal"]
     b = batch_all(reader, "T", 0, store, TagFilter(COLLIDING[0]))
@@ -77,7 +78,7 @@ def test_records_whose_properties_do_not_start_with_tags(store, reader):
 
 
 def test_untagged_and_empty_properties(store, reader):
-    store.put_message("T", 0, fmt.encode_message("T", b"bare"))
+    store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"bare")]))
     put(store, "T", 0, b"tagged", tags="X")
     assert [bytes(v) for v in batch_all(reader, "T", 0, store).bodies()] == [b"bare", b"tagged"]
     assert [bytes(v) for v in batch_all(reader, "T", 0, store, TagFilter("X")).bodies()] == [b"tagged"]
@@ -181,7 +182,7 @@ def test_batches_equal_naive_decode(tmp_path_factory, records, expr, step):
             props = {"TAGS": tag} if tag else {}
             if not tags_first:
                 props = {"u": "v", **props}
-            store.put_message("T", 0, fmt.encode_message("T", body, properties=props))
+            store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", body, properties=props)]))
         f = TagFilter(expr)
         want = [(i, body) for i, (body, tag, _) in enumerate(records) if f.exact(tag)]
         got, off = [], 0

@@ -25,6 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from shmq.codec import record as fmt  # noqa: E402
+from shmq.store.hooks import PutRequest  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 
 TOPIC = "Live"
@@ -50,7 +51,7 @@ def append(store: MessageStore, qid: int, n: int) -> None:
     offs = range(first, first + n)
     batch = fmt.encode_batch(TOPIC, [body_for(qid, o) for o in offs],
                              [fmt.message_properties(tags=tags_for(o), keys=f"k{o}") for o in offs])
-    store.put_messages(TOPIC, qid, batch)
+    store.put(PutRequest(batch, [TOPIC], None, qid))
 
 
 def state(store: MessageStore) -> str:

@@ -1,0 +1,258 @@
+"""The broker core: frames in, store calls and answers out, no process around it (the h11 way).
+
+``BrokerCore.handle`` takes the frames a client's request ring held and hands each to the
+processor of its kind (send, pull wait, commit offset, heartbeat); answers go to the client's
+``Peer.out``. ``end_pass`` runs once per pass before any answer is written to a ring: it makes
+topics created in the pass durable, flushes once for the SYNC_FLUSH sends of the pass (group
+commit), publishes the queues' new max offsets and wakes long-polling consumers. The process
+loop (``shmq.procs.broker``) only moves bytes between the rings and the core; tests drive the
+core directly with a real store and no process.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from shmq.broker.answers import Answers, Peer
+from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.broker.processors.heartbeat import HeartbeatProcessor
+from shmq.broker.processors.offset import CommitOffsetProcessor
+from shmq.broker.processors.pull import PullWaitProcessor
+from shmq.broker.processors.send import SendProcessor, SendRun
+from shmq.broker.publish import StatePublisher
+from shmq.broker.routes import topic_resolver
+from shmq.broker.topics import TopicConfig, TopicConfigManager
+from shmq.codec import frames as P
+from shmq.config import SYNC_FLUSH, BrokerConfig
+from shmq.errors import CorruptFrameError
+from shmq.store.message_store import MessageStore
+
+log = logging.getLogger("shmq.broker")
+
+LOOP_STATS = ("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts", "group_commits",
+              "group_commit_ns", "flushed_answers")
+
+
+class BrokerCore:
+    """The broker's tables and processors over one open store; ``publisher`` None: nothing is
+    published (a core driven by tests has no state segment)."""
+
+    def __init__(self, store: MessageStore, config: BrokerConfig, publisher: StatePublisher | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.store_host = config.store_host
+        self.publisher = publisher
+        self.topics = TopicConfigManager(store.store_dir, config.default_topic_queue_nums)
+        rebuilt = self.topics.rebuild_missing(store.topics())
+        if rebuilt:
+            log.warning("rebuilt the config of %d topics that had messages but no entry in topics.json: %s",
+                        len(rebuilt), ", ".join(rebuilt[:10]))
+        self.consumers = ConsumerManager()
+        self.offsets = ConsumerOffsetManager(store.store_dir)
+        self.clients: dict[int, Peer] = {}
+        # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
+        self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)
+        self.answers = Answers(config.flush_disk_type == SYNC_FLUSH, self._flush, self.stats)
+        self.resolve_topic = topic_resolver(self.topics.get, self._auto_create, config.auto_create_topic_enable)
+        self.send = SendProcessor(self)
+        self.pull = PullWaitProcessor(store.get_max_offset_in_queue)
+        self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
+        self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
+            P.SEND_BATCH: self.send.send_batch,
+            P.SEND_MULTI: self.send.send_multi,
+            P.COMMIT_OFFSET: self.commit.handle,
+            P.PULL_WAIT: self.pull.handle,
+            P.HEARTBEAT: HeartbeatProcessor().handle,
+        }
+        self._touched: dict[tuple[str, int], None] = {}
+        self._counts: dict[str, list[int]] = {}
+        self.busy = 0  # sends refused for waiting too long, since the last counters
+
+    # ------------------------------------------------------------------ frames
+
+    def handle(self, peer: Peer, frames: list[tuple[int, memoryview]], now: int) -> None:
+        """Serve the frames of one client's pass; CorruptFrameError for a malformed one."""
+        send = self.send
+        run: SendRun | None = None
+        processors = self._processors
+        wait_ns, send_fields = send.wait_ns, P.send_fields
+        for kind, view in frames:
+            if kind == P.SEND:  # gathered inline: the per-message path of the broker
+                req_id, enq, qid, flags, tags, traw, keys, record = send_fields(view)
+                if now - enq > wait_ns:
+                    send.reject_busy(peer, req_id, flags, now - enq)
+                    continue
+                if run is None:
+                    run = SendRun()
+                run.raws.append(traw)
+                run.qids.append(qid)
+                run.req_ids.append(req_id)
+                run.flags.append(flags)
+                run.records.append(record)
+                run.tags.append(tags)
+                run.keys.append(keys)
+                continue
+            if run is not None:  # a SEND_BATCH must not overtake SENDs of its queue
+                send.put_run(peer, run)
+                run = None
+            processor = processors.get(kind)
+            if processor is None:
+                raise CorruptFrameError(f"frame kind {kind} is not a request")
+            processor(peer, view, now)
+        if run is not None:
+            send.put_run(peer, run)
+
+    def end_pass(self) -> int:
+        """After every client's frames of a pass, before any answer is written: topics created in
+        the pass become durable (one write for all of them), SYNC_FLUSH sends get their group
+        flush, new max offsets are published and waiting consumers woken. Returns the answers
+        the group commit released."""
+        if self.topics.dirty:
+            self.persist_topics()
+        n = self.answers.group_commit() if self.answers.pending else 0
+        if self._touched:
+            self._after_puts()
+        return n
+
+    def tick(self, now: int) -> None:
+        """Every timer tick: expire long polls, publish counters and the min offsets cleanup moved."""
+        self.pull.expire(now)
+        self.publish_counters()
+        cleaner = self.store.clean_service
+        if cleaner is not None:
+            for key in cleaner.take_moved():
+                self._touched[key] = None
+            if self._touched:
+                self._after_puts()
+
+    def count(self, topic: str, qid: int, msgs: int, nbytes: int) -> None:
+        """Note a put: the queue's new max offset gets published, the topic's counters grow."""
+        self._touched[(topic, qid)] = None
+        cnt = self._counts.get(topic)
+        if cnt is None:
+            cnt = self._counts[topic] = [0, 0]
+        cnt[0] += msgs
+        cnt[1] += nbytes
+
+    def _flush(self, end: int) -> bool:
+        gc = self.store.group_commit
+        return gc.flush_now(end) if gc is not None else True
+
+    def _after_puts(self) -> None:
+        """Publish new min/max offsets and wake consumers waiting on those queues.
+
+        Counters (per topic and broker-wide) are only accumulated here; ``publish_counters``
+        writes them on the timer tick, so a pass pays one seqlock section, not three.
+        """
+        find = self.store.find_consume_queue
+        wake = self.pull.wake if self.pull.waiters else None
+        items = []
+        for topic, qid in self._touched:
+            cq = find(topic, qid)
+            if cq is None:
+                continue
+            hi = cq.max_offset
+            items.append((topic, qid, cq.min_offset, hi))
+            if wake is not None:
+                wake(topic, qid, hi)
+        self._touched.clear()
+        if self.publisher is not None:
+            self.publisher.queue_offsets(items)
+
+    # ------------------------------------------------------------------ topics, groups, offsets
+
+    def _auto_create(self, topic: str) -> TopicConfig:
+        return self.update_topic(topic, persist=False)
+
+    def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
+                     perm: int | None = None, persist: bool = True) -> TopicConfig:
+        """Create or change a topic and publish it; if the state segment is full the change is undone
+        (ValueError), so one client's topic never takes the broker down. ``persist=False``
+        (auto-created topics): ``end_pass`` writes topics.json before the pass's answers go out."""
+        old = self.topics.get(name)
+        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm, persist)
+        try:
+            self.publish_topics()
+        except ValueError:
+            if old is None:
+                self.topics.delete(name)
+            else:
+                self.topics.create_or_update(name, old.read_queue_nums, old.write_queue_nums, old.perm)
+            raise
+        return tc
+
+    def delete_topic(self, name: str) -> bool:
+        deleted = self.topics.delete(name)
+        if deleted:
+            self.publish_topics()
+        return deleted
+
+    def persist_topics(self) -> None:
+        try:
+            self.topics.persist()
+        except OSError as e:  # stays dirty: the next pass or tick tries again
+            log.error("writing topics.json failed: %s", e)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.commit.commit(group, topic, queue_id, offset)
+
+    def _publish_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.publisher is not None:
+            self.publisher.offset(group, topic, queue_id, offset)
+
+    def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]:
+        return self.store.get_min_offset_in_queue(topic, qid), self.store.get_max_offset_in_queue(topic, qid)
+
+    # ------------------------------------------------------------------ clients
+
+    def add_client(self, peer: Peer) -> None:
+        self.clients[peer.client_id] = peer
+        self.publish_clients()
+
+    def remove_client(self, peer: Peer) -> None:
+        """A client detached or died: its answers and waiters go, its groups rebalance."""
+        peer.alive = False
+        peer.out.clear()
+        self.clients.pop(peer.client_id, None)
+        if self.consumers.remove_client(peer.client_id):
+            self.publish_groups()
+        self.publish_clients()
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish_topics(self) -> None:
+        if self.publisher is not None:
+            self.publisher.topics(self.topics.topics, self.queue_offsets, self.offsets.offsets)
+
+    def publish_groups(self) -> None:
+        if self.publisher is not None:
+            self.publisher.groups(self.consumers.groups, self.offsets.offsets)
+        self.publish_clients()
+
+    def publish_clients(self) -> None:
+        if self.publisher is not None:
+            self.publisher.clients((c.client_id, c.role, c.pid, c.alive_key, c.group, c.attached_ms)
+                                   for c in self.clients.values())
+
+    def publish_counters(self) -> None:
+        """Counters for the monitor: messages and bytes in per topic and in total, busy rejections."""
+        if not self._counts and not self.busy:
+            return
+        store = self.store
+        if self.publisher is not None:
+            msgs = sum(m for m, _ in self._counts.values())
+            nbytes = sum(b for _, b in self._counts.values())
+            flushed = store.group_commit.flushed_offset if store.group_commit else -1
+            self.publisher.counters({t: (m, b) for t, (m, b) in self._counts.items()}, msgs, nbytes, self.busy,
+                                    store.commitlog.max_offset, flushed)
+        self._counts.clear()
+        self.busy = 0
+
+    def persist(self) -> None:
+        """At shutdown: committed offsets and topics to disk (each failure logged, not raised)."""
+        try:
+            self.offsets.persist()
+        except Exception:  # a full disk or no descriptors left must not keep the IPC objects alive
+            log.exception("persisting consumer offsets at shutdown failed")
+        if self.topics.dirty:
+            self.persist_topics()

@@ -1,0 +1,24 @@
+"""COMMIT_OFFSET: a consumer's committed offset, kept by the ConsumerOffsetManager (persisted on
+the broker's timer) and published at once into the state segment (RocketMQ's
+ConsumerManageProcessor.updateConsumerOffset)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from shmq.broker.answers import Peer
+from shmq.broker.groups import ConsumerOffsetManager
+from shmq.codec import frames as P
+
+
+class CommitOffsetProcessor:
+    def __init__(self, offsets: ConsumerOffsetManager, publish: Callable[[str, str, int, int], None]) -> None:
+        self.offsets = offsets
+        self._publish = publish
+
+    def handle(self, peer: Peer, view: memoryview, now: int) -> None:
+        co = P.decode_commit_offset(view)
+        self.commit(co.group, co.topic, co.queue_id, co.offset)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets.commit(group, topic, queue_id, offset)
+        self._publish(group, topic, queue_id, offset)
