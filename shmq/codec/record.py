@@ -427,7 +427,7 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
 
 
 def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
-    """Batches (of any topics) packed back to back as one, for ``MessageStore.put_messages_multi``."""
+    """Batches (of any topics) packed back to back as one, for ``MessageStore.put``."""
     sizes = [len(b.buf) for b in batches]
     base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
     firsts = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
@@ -561,7 +561,7 @@ def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int | n
     """Write the store-owned fields of records at `positions` (segment-relative) in two scatters.
 
     One queue: `queue_id` and `first_queue_offset` are ints (record i gets offset first + i).
-    Records of several queues (``MessageStore.put_messages_multi``): both are per-record arrays,
+    Records of several queues (``MessageStore.put``): both are per-record arrays,
     and the queue ids take a third scatter."""
     n = len(positions)
     if isinstance(queue_id, np.ndarray):

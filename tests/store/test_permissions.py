@@ -16,7 +16,7 @@ import pytest
 from shmq.store import config_files
 from shmq.store.message_store import MessageStore
 
-from .conftest import SMALL, record
+from .conftest import SMALL, put_one, record
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin")  # one another user may run (not the venv under /root)
 
@@ -45,7 +45,7 @@ def _fill(store_dir: str, config: dict) -> list[str]:
     try:
         for topic in ("A", "B"):
             for i in range(3):
-                s.put_message(topic, i % 2, record(topic, b"secret body", keys=f"k{i}"))
+                put_one(s, topic, i % 2, record(topic, b"secret body", keys=f"k{i}"))
         config_files.write_json(os.path.join(store_dir, "config", "topics.json"), {"topicConfigTable": {}})
         running = _tree(store_dir)  # lock and abort exist while it runs
     finally:
