@@ -73,9 +73,16 @@ class BrokerCore:
     def handle(self, peer: Peer, frames: list[tuple[int, memoryview]], now: int) -> None:
         """Serve the frames of one client's pass; CorruptFrameError for a malformed one."""
         send = self.send
+        wait_ns, send_fields = send.wait_ns, P.send_fields
+        if len(frames) == 1 and frames[0][0] == P.SEND:  # a sync send: no run to gather
+            req_id, enq, qid, flags, tags, traw, keys, record = send_fields(frames[0][1])
+            if now - enq > wait_ns:
+                send.reject_busy(peer, req_id, flags, now - enq)
+            else:
+                send.put_single(peer, req_id, qid, flags, tags, traw, keys, record)
+            return
         run: SendRun | None = None
         processors = self._processors
-        wait_ns, send_fields = send.wait_ns, P.send_fields
         for kind, view in frames:
             if kind == P.SEND:  # gathered inline: the per-message path of the broker
                 req_id, enq, qid, flags, tags, traw, keys, record = send_fields(view)

@@ -59,14 +59,25 @@ class DispatchRequest:
 
 
 class Dispatcher(Protocol):
-    """Runs after the write on all records of a put (or of a recovered run)."""
+    """Runs after the write on all records of a put (or of a recovered run).
+
+    ``dispatch_one`` is the same for the one record of a single send (the sync send's path):
+    building a DispatchRequest and reading its columns back cost more than the dispatch itself."""
 
     def dispatch(self, req: DispatchRequest) -> None: ...
+
+    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
+                     key_hashes: np.ndarray, store_timestamp: int) -> None: ...
 
 
 class ConsumeQueueDispatcher:
     """Consume-queue entries. A queue with one or two records takes the scalar put (a numpy put
     costs ~10 us)."""
+
+    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
+                     key_hashes: np.ndarray, store_timestamp: int) -> None:
+        if queue is not None:
+            queue.put(phys, size, tags_code, queue_offset)
 
     def dispatch(self, req: DispatchRequest) -> None:
         phys, sizes, tags = req.phys_offsets, req.sizes, req.tags_codes
@@ -95,6 +106,11 @@ class IndexDispatcher:
 
     def __init__(self, index: IndexSink) -> None:
         self.index = index
+
+    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
+                     key_hashes: np.ndarray, store_timestamp: int) -> None:
+        if len(key_hashes):  # a record just put: new, so no freshness check
+            self.index.put(key_hashes.tolist(), phys, store_timestamp)
 
     def dispatch(self, req: DispatchRequest) -> None:
         key_hashes = req.key_hashes

@@ -435,10 +435,9 @@ class MessageStore:
             qoff = cq.max_offset if enters else 0
             ts = self.commitlog.next_store_timestamp()
             phys = self.commitlog.append(record, qoff, qid, ts)
-            req1 = DispatchRequest([cq] if enters else [], None, [qoff], [phys], [size], b.tags_codes, ts, b.key_hashes,
-                                   b.key_records)
+            tags_code, keys = int(b.tags_codes[0]), b.key_hashes
             for d in self.dispatchers:
-                d.dispatch(req1)
+                d.dispatch_one(cq if enters else None, qoff, phys, size, tags_code, keys, ts)
             self._dispatched_ts = ts
         return PutMessageResult(PutStatus.PUT_OK, phys, size, qoff, 1, ts)
 

@@ -66,6 +66,32 @@ def test_a_refused_send_fails_alone(core):
     assert bodies(core, "T", 0) == [b"a", b"c"]
 
 
+def test_a_send_alone_in_its_pass_gets_the_same_answers(core):
+    """A single SEND (the sync send) takes a shorter way through the core: same routing, put
+    hooks, errors and auto-create as a run of them."""
+    core.update_topic("ReadOnly", perm=PERM_READ)
+    bad = bytearray(fmt.encode_message("T", b"bad"))
+    bad[fmt.OFF_MAGIC] ^= 0xFF
+    peer = Peer(1)
+    cases = [send(1, "T", b"a", 0), send(2, "T", b"", 0, record=bytes(bad)), send(3, "ReadOnly", b"d"),
+             send(4, "T", b"e", 9), send(5, "bad name", b"", record=fmt.encode_message("T", b"f")),
+             send(6, "T", b"b", 0, flags=P.FLAG_ONEWAY), send(7, "Fresh", b"c")]
+    got = [serve(core, peer, frame) for frame in cases]
+    assert [len(g) for g in got] == [1, 1, 1, 1, 1, 0, 1]
+    by_id = {r.req_id: (k, r) for k, r in (g[0] for g in got if g)}
+    assert by_id[1][0] == P.SEND_RESULT and by_id[1][1].queue_offset == 0
+    assert by_id[2][1].code == P.MESSAGE_ILLEGAL and "magic" in by_id[2][1].message
+    assert by_id[3][1].code == P.NO_PERMISSION
+    assert by_id[4][1].code == P.SYSTEM_ERROR and "queue id 9 is illegal" in by_id[4][1].message
+    assert by_id[5][1].code == P.MESSAGE_ILLEGAL
+    assert by_id[7][0] == P.SEND_RESULT and "Fresh" in topics_on_disk(core)
+    assert bodies(core, "T", 0) == [b"a", b"b"]
+    busy = send(8, "T", b"late", 0)
+    core.handle(peer, [(busy[0], memoryview(busy[1]))], time.monotonic_ns() + 10**12)
+    core.end_pass()
+    assert [r.code for _, r in answers(peer)] == [P.SYSTEM_BUSY]
+
+
 def test_auto_created_topics_are_durable_when_the_pass_ends(core):
     """The loop writes a pass's answers only after ``end_pass``: by then topics created in the
     pass are in topics.json (one write for all of them)."""

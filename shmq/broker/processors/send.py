@@ -171,6 +171,27 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ the SENDs of a pass
 
+    def put_single(self, peer: Peer, req_id: int, queue_id: int, flags: int, tags_code: int, topic_raw: bytes,
+                   keys: tuple[int, ...], record: memoryview) -> None:
+        """A SEND alone in its pass (the sync send's rhythm): the same route, put and answer as
+        ``put_run`` without the run's per-pass lists, which cost as much as the put itself."""
+        topic = P.decode_topic(topic_raw)
+        qid, code, message = Routes(self.core.resolve_topic).route(topic, queue_id)
+        if code:
+            return self._error(peer, req_id, flags, code, message)
+        batch = fmt.EncodedBatch(bytes(record), _ZERO_START, np.array((tags_code,), np.int64),
+                                 np.array(keys, np.int64) if keys else _NO_KEYS, _KEY_RECORDS[len(keys)])
+        try:
+            r = self.store.put(PutRequest(batch, [topic], None, qid), wait_flush=False)
+        except Exception as e:
+            return self._put_failed(peer, req_id, flags, e, f"put of a message to {topic}/{qid}")
+        if r.refused is not None:
+            return self._error(peer, req_id, flags, *r.reason(0))
+        self.core.count(topic, qid, 1, r.wrote_bytes)
+        if not flags & P.FLAG_ONEWAY:
+            self.core.answers.add(peer, r.end_offset, [P.SendResultFrame(
+                req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset, r.store_timestamp, self._host)])
+
     def put_run(self, peer: Peer, run: SendRun) -> None:
         """Store the SENDs of one pass, of any topics and queues, with one store put.
 
