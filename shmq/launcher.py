@@ -16,6 +16,7 @@ from shmq.ring.liveness import Watch
 from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.shm import check_broker_name
 from shmq.ring.state import StateReader
+from shmq.store import files
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class Broker:
         checked = BrokerConfig.load(config)  # a bad key, name or role fails here, in the caller
         checked.check_role()
         self.name = check_broker_name(checked.resolve_name(name))
-        os.makedirs(self.store_dir, exist_ok=True)
+        files.prepare_root(self.store_dir, checked.group_id())  # 0700 (0750 with shmGroup) before the log is made
         self.log_path = os.path.join(self.store_dir, "broker.log")
         self._config_file = None
         cmd = [sys.executable, "-m", "shmq", "broker", "--store", self.store_dir, "--name", self.name]
@@ -42,7 +43,8 @@ class Broker:
         elif config is not None:
             cmd += ["--config", os.fspath(config)]
         self._log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
-        with open(self.log_path, "ab") as log:
+        log_fd = files.open_file(self.log_path, os.O_WRONLY | os.O_APPEND)[0]  # 0600 like the store's files
+        with os.fdopen(log_fd, "ab") as log:
             self.process = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         try:
             self._wait_ready(timeout)

@@ -76,3 +76,16 @@ def test_cli_refuses_a_name_contradicting_broker_name_and_unsupported_keys(tmp_p
     conf.write_text("messageDelayLevel=1s 5s\n")
     out = _cli(store_dir, "--name", broker_name, "--config", str(conf))
     assert out.returncode == 2 and "'messageDelayLevel' is not supported yet" in out.stderr
+
+
+def test_broker_log_and_root_made_by_the_launcher_are_private(tmp_path, broker_name, ipc_tracker):
+    """shmq.Broker creates the store root and broker.log before the broker runs: both as
+    private as the store's own files, whatever the umask."""
+    store = ipc_tracker.store(str(tmp_path / "fresh"))
+    old = os.umask(0)
+    try:
+        with shmq.Broker(store, broker_name):
+            assert os.stat(store).st_mode & 0o777 == 0o700
+            assert os.stat(os.path.join(store, "broker.log")).st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
