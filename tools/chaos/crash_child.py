@@ -1,6 +1,6 @@
 """Crash-test child: appends to a MessageStore with SYNC_FLUSH until it is killed.
 
-    python tests/store/crash_child.py STORE_DIR START_SEQ SEED ACK_FILE [--max-puts N]
+    python tools/chaos/crash_child.py STORE_DIR START_SEQ SEED ACK_FILE [--max-puts N]
 
 Every record carries a sequence number (its KEYS property) from which its body, and nothing
 else, is derived (`body_for`), so the parent can check any record it finds, acknowledged or

@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/chaos/store_crash.py --rounds 300 --dir /tmp/shmq-chaos
 
-Each round starts tests/store/crash_child.py (SYNC_FLUSH appends, one ack per PUT_OK), kills
+Each round starts tools/chaos/crash_child.py (SYNC_FLUSH appends, one ack per PUT_OK), kills
 it with SIGKILL 50-400 ms after it opened the store (about one round in five: 0-400 ms after
 spawn, often inside its recovery), then reopens the store here (abnormal recovery), checks
 every acknowledged record (byte-identical body, queue offset, physical offset, by queue and
