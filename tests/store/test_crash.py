@@ -1,7 +1,7 @@
 """Crash tests: a child process appends with SYNC_FLUSH and acks each record; we SIGKILL it,
 damage the store in the ways a crash (or a bad disk) can, reopen it here and check that every
 acknowledged record is present and byte-identical, nothing partial is visible, and appending
-continues. The child and the checker are in crash_child.py (shared with tools/chaos/store_crash.py).
+continues. The child and the checker are in tools/chaos/crash_child.py (shared with tools/chaos/store_crash.py).
 
 Set SHMQ_CRASH_SEED to replay a run's random choices (kill timing is still the scheduler's).
 """
