@@ -142,7 +142,8 @@ def group_by_queue(topic_ids: np.ndarray, queue_ids: np.ndarray, rows: np.ndarra
     rank = np.empty(len(rows), np.int64)
     rank[order] = np.arange(len(rows)) - np.repeat(ends - counts, counts)
     bounds = ends.tolist()
-    members = [rows[order[a:z]] for a, z in zip([0, *bounds[:-1]], bounds)]  # np.split costs ~3x as much
+    by_group = rows[order]  # one gather; each group is then a view (a gather per group cost ~1 us each)
+    members = [by_group[a:z] for a, z in zip([0, *bounds[:-1]], bounds)]  # np.split costs ~3x as much
     return [(k // span, k % span) for k in keys.tolist()], gid, rank, members
 
 

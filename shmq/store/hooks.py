@@ -205,12 +205,8 @@ class RecordCheck:
         total, magic, _, sysflag, body_len = header.T
         # Each record's topic field (length byte + name) against its topic's row of a table; the
         # window is as wide as the longest name and is masked past each record's own.
-        names = [t.encode("ascii", "replace") for t in req.topics]
-        width = max(map(len, names)) + 1
-        table = np.zeros((len(names), width), np.uint8)
-        for row, name in zip(table, names):
-            row[0] = len(name)
-            row[1:len(name) + 1] = np.frombuffer(name, np.uint8)
+        table = _topic_table(req.topics)
+        width = table.shape[1]
         ids = req.topic_ids()
         t = table[ids, 0].astype(np.int64)
         last = len(src) - 1
@@ -237,6 +233,19 @@ class RecordCheck:
         if bad.any():
             for mask, reason in checks:
                 req.refuse(mask, MESSAGE_ILLEGAL, reason)
+
+
+def _topic_table(topics: list[str]) -> np.ndarray:
+    """One row per topic: its length byte, then its name, zero-padded to the longest. Filled with
+    one scatter: a row at a time cost ~0.6 us per topic, 150 us for a SEND_MULTI of 256 topics."""
+    names = [t.encode("ascii", "replace") for t in topics]
+    lens = np.fromiter(map(len, names), np.int64, len(names))
+    table = np.zeros((len(names), int(lens.max()) + 1), np.uint8)
+    table[:, 0] = lens
+    chars = np.frombuffer(b"".join(names), np.uint8)
+    rows = np.repeat(np.arange(len(names)), lens)
+    table[rows, 1 + np.arange(len(chars)) - np.repeat(np.cumsum(lens) - lens, lens)] = chars
+    return table
 
 
 def measure(req: PutRequest) -> tuple[np.ndarray, np.ndarray]:
