@@ -5,12 +5,9 @@ import os
 from dataclasses import dataclass
 
 from shmq.codec import record as fmt
+from shmq.model.perm import PERM_INHERIT, PERM_READ, PERM_RW, PERM_WRITE
 from shmq.store.config_files import read_json, write_json
 
-PERM_INHERIT = 1
-PERM_WRITE = 2
-PERM_READ = 4
-PERM_RW = PERM_READ | PERM_WRITE
 MAX_QUEUE_NUMS = 1024
 
 

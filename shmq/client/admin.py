@@ -13,14 +13,12 @@ from typing import Any
 
 from shmq.client.connection import broker_name_or_default, next_request_id
 from shmq.errors import BrokerError
+from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
 from shmq.ring import control
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.doorbell import Doorbell
 from shmq.ring.state import StateReader
 
-PERM_WRITE = 2  # RocketMQ's PermName.PERM_WRITE
-PERM_READ = 4  # PermName.PERM_READ
-PERM_RW = PERM_READ | PERM_WRITE
 
 
 @dataclass(frozen=True)

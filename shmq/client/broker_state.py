@@ -9,9 +9,8 @@ offsets costs a handful of field loads, not a scan of the topic table.
 """
 from __future__ import annotations
 
+from shmq.model.perm import PERM_READ
 from shmq.ring.state import StateReader, StateView
-
-PERM_READ = 4  # RocketMQ's PermName.PERM_READ: consumers may read the topic
 
 
 class BrokerState:

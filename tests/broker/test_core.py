@@ -10,7 +10,7 @@ import pytest
 
 from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
-from shmq.broker.topics import PERM_READ
+from shmq.model.perm import PERM_READ
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig

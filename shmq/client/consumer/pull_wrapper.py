@@ -14,7 +14,8 @@ import time
 from typing import Callable
 
 from shmq.codec import frames as P
-from shmq.client.broker_state import PERM_READ, BrokerState
+from shmq.client.broker_state import BrokerState
+from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.codec.columns import read_batch
 from shmq.model.consumer_types import PullResult, PullStatus

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from shmq.codec import frames as P
-from shmq.client.broker_state import PERM_READ
+from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
