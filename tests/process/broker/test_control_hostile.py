@@ -166,6 +166,8 @@ def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, conf
                 wake(ch.requests, CONSUMER, ch.broker_bell)
             old = {producer._conn.session.client_id, consumer._conn.session.client_id}
             assert wait_for(lambda: not old & client_ids(broker_name), 5)
+            # a send racing the drop fails like one racing a broker restart; the client sees the flag within 50 ms
+            assert wait_for(lambda: producer._conn.session is None or producer._conn.session.client_id not in old, 2)
             for i in range(1, 6):
                 assert producer.send(Message("T", str(i).encode()), timeout=5).status is shmq.SendStatus.SEND_OK
             assert wait_for(lambda: sorted(got[1:]) == [b"1", b"2", b"3", b"4", b"5"], 10), got
