@@ -176,9 +176,10 @@ def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, conf
 
 # ---------------------------------------------------------------------------------------- A5
 
-def _attach(broker: str, ring_bytes: int = 65536, pid: int | None = None) -> tuple[Reply, Liveness, int]:
+def _attach(broker: str, ring_bytes: int = 65536, pid: int | None = None,
+            cid: int | None = None) -> tuple[Reply, Liveness, int]:
     liveness = Liveness.hold()
-    cid = new_client_id()
+    cid = new_client_id() if cid is None else cid
     req = Attach(cid, next(_req_ids), os.getpid() if pid is None else pid, liveness.key, ring_bytes,
                  {"role": "producer"})
     return call(broker, req), liveness, cid
@@ -292,3 +293,29 @@ def _exists(key: int) -> bool:
     except sysv_ipc.ExistentialError:
         return False
     return True
+
+
+def test_attach_past_the_state_table_is_refused(store_dir, broker_name, config):
+    capacity = 1024  # the state segment's client table (StateLayout.clients)
+    held: list[Liveness] = []
+    try:
+        with shmq.Broker(store_dir, broker_name, {**config, "maxClientsPerProcess": 5000, "maxChannels": 5000}):
+            q = control_queue(broker_name)
+            for first in range(0, capacity, 50):  # requests in batches: one round trip per batch
+                reqs = []
+                for cid in range(2**30 + first, 2**30 + min(capacity, first + 50)):  # more ids than one pid has
+                    held.append(Liveness.hold())
+                    reqs.append(Attach(cid, 1, os.getpid(), held[-1].key, 4096, {"role": "producer"}))
+                    send(broker_name, reqs[-1])
+                for req in reqs:
+                    assert q.recv_reply(req.client_id, 1, 5.0).ok
+            reply, liveness, _ = _attach(broker_name, ring_bytes=4096)
+            liveness.release()
+            assert not reply.ok and "state table 1024" in reply.body["error"]
+            assert len(client_ids(broker_name)) == capacity
+            for liveness in held:  # as if they all died: the broker drops them
+                liveness.release()
+            assert wait_for(lambda: not client_ids(broker_name), 10)
+    finally:
+        for liveness in held:
+            liveness.release()
