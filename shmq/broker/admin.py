@@ -14,6 +14,8 @@ from shmq.broker.answers import Peer
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
+
+MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
 
 
@@ -101,10 +103,32 @@ def _join_group(b: AdminTarget, client_id: int, a: dict) -> dict:
     model = a.get("model", "CLUSTERING")
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r:.40}")
-    g = b.consumers.join(_group(a), client_id, model, _subscriptions(a.get("subscriptions", {})))
+    name, groups = _group(a), b.consumers.groups
+    mine = [n for n, g in groups.items() if client_id in g.members]
+    if name not in mine and len(mine) >= MAX_GROUPS_PER_CLIENT:
+        raise ValueError(f"client {client_id} is already in {len(mine)} groups, the most one client may join")
+    g = b.consumers.join(name, client_id, model, _subscriptions(a.get("subscriptions", {})))
+    try:
+        _publish_groups(b)
+    except ValueError:  # the state segment has no row left for a new group: undo the join
+        b.consumers.leave(name, client_id)
+        if not g.members:
+            del groups[name]
+        b.publish_groups()
+        raise
     b.clients[client_id].group = g.name
-    b.publish_groups()
     return {"version": g.version, "members": sorted(g.members)}
+
+
+def _publish_groups(b: AdminTarget) -> None:
+    """Publish the groups; when their table is full, forget the groups nobody is in (kept only
+    for their version) and try once more, so joins and leaves cannot use up its rows."""
+    try:
+        b.publish_groups()
+    except ValueError:
+        for name in [n for n, g in b.consumers.groups.items() if not g.members]:
+            del b.consumers.groups[name]
+        b.publish_groups()
 
 
 def _leave_group(b: AdminTarget, client_id: int, a: dict) -> dict:

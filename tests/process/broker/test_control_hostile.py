@@ -319,3 +319,30 @@ def test_attach_past_the_state_table_is_refused(store_dir, broker_name, config):
     finally:
         for liveness in held:
             liveness.release()
+
+
+def test_group_joins_cannot_fill_the_group_table(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        reply, liveness, cid = _attach(broker_name)
+        assert reply.ok
+        ch = Channel.open(broker_name, cid)
+        secret = ch.secret
+        ch.close()
+        q = control_queue(broker_name)
+
+        def batch(*args: tuple[str, str]) -> list[Reply]:
+            reqs = [Admin(cid, next(_req_ids), command, {"group": group}, secret) for command, group in args]
+            for req in reqs:
+                send(broker_name, req)
+            return [q.recv_reply(req.client_id, req.req_id, 5.0) for req in reqs]
+        try:
+            replies = batch(*(("join_group", f"g{i}") for i in range(17)))
+            assert all(r.ok for r in replies[:16]) and "groups, the most" in replies[16].body["error"]
+            for n in range(1, 21):  # 336 group names in all: more than the table's 256 rows
+                replies = batch(*(("leave_group", f"g{(n - 1) * 16 + i}") for i in range(16)),
+                                *(("join_group", f"g{n * 16 + i}") for i in range(16)))
+                assert all(r.ok for r in replies), [r.body for r in replies if not r.ok][:1]
+        finally:
+            liveness.release()  # it dies: leaving its groups must not take the broker down
+        assert wait_for(lambda: cid not in client_ids(broker_name), 5)
+        assert admin(broker_name, "list_groups").ok
