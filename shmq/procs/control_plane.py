@@ -43,6 +43,7 @@ log = logging.getLogger("shmq.broker")
 MIN_RING_BYTES = 4096
 MAX_RING_BYTES = 64 * 1024 * 1024
 MAX_REQUESTS_PER_POLL = 32
+BUDGET_S = 0.002  # control work per poll (a list_topics of thousands of topics takes ~1 ms): the loop comes first
 SWEEP_S = 0.05  # how often stale replies, pending replies and dropped clients are checked
 REPLY_TTL_S = 5.0  # a reply unread this long belongs to a client that gave up (they read within ms)
 FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at once
@@ -99,11 +100,14 @@ class ControlPlane:
     # ------------------------------------------------------------------ serving
 
     def serve(self) -> int:
-        """Answer up to ``MAX_REQUESTS_PER_POLL`` requests and send what waits; requests handled."""
+        """Send what waits, answer up to ``MAX_REQUESTS_PER_POLL`` requests within ``BUDGET_S``,
+        sweep now and then; the number of requests handled (0: nothing to do)."""
         now = time.monotonic()
         self._flush(now)
         n = 0
-        while n < MAX_REQUESTS_PER_POLL:
+        # requests wait in the queue while replies wait for room, or this poll used its time
+        while (n < MAX_REQUESTS_PER_POLL and self._pending_count < MAX_PENDING
+               and (n == 0 or time.monotonic() - now < BUDGET_S)):
             try:
                 req = self.queue.recv_request(0)
             except ControlProtocolError as e:
