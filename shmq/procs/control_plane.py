@@ -75,6 +75,27 @@ class Host(Protocol):
     def _drop(self, c: Client, reason: str | None, remove_liveness: bool = False) -> None: ...
 
 
+class _Throttled:
+    """A warning logged at most once per ``every`` seconds, with a count of those left out: a
+    client sending junk as fast as it can must not fill the disk with the broker's log."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self._next = 0.0
+        self._left_out = 0
+
+    def warn(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._left_out += 1
+            return
+        if self._left_out:
+            msg += f" ({self._left_out} more like it since the last one not logged)"
+        log.warning(msg, *args)
+        self._left_out = 0
+        self._next = now + self.every
+
+
 @dataclass
 class _Pending:
     """Reply messages of one client that did not fit into the queue yet."""
@@ -96,6 +117,8 @@ class ControlPlane:
         self._orphans: list[Watch] = []  # liveness of clients dropped while alive
         self._next_sweep = 0.0
         self._last_full = 0.0
+        self._malformed = _Throttled()
+        self._refused = _Throttled()
 
     # ------------------------------------------------------------------ serving
 
@@ -111,7 +134,7 @@ class ControlPlane:
             try:
                 req = self.queue.recv_request(0)
             except ControlProtocolError as e:
-                log.warning("dropped a malformed control message: %s", e)
+                self._malformed.warn("dropped a malformed control message: %s", e)
                 n += 1
                 continue
             if req is None:
@@ -145,8 +168,8 @@ class ControlPlane:
         """The attached client ``client_id`` if ``secret`` is its channel's; None if it is not attached."""
         c = self.host.clients.get(client_id)
         if c is not None and secret != c.channel.secret:
-            log.warning("refused %s for client %d (pid %d): wrong channel secret (not sent by the channel's owner)",
-                        what, client_id, c.pid)
+            self._refused.warn("refused %s for client %d (pid %d): wrong channel secret (not sent by the channel's "
+                               "owner)", what, client_id, c.pid)
             raise ValueError(f"{what} for client {client_id} refused: the request does not carry its channel's secret")
         return c
 

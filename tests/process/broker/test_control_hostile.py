@@ -137,7 +137,7 @@ def _spoof(broker: str, victims: list[int], out) -> None:
 
 
 def test_spoofed_detach_is_refused(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as producer:
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as producer:
         assert producer.send(Message("T", b"before")).status is shmq.SendStatus.SEND_OK
         victim = producer._conn.session.client_id
         out = ctx.Queue()
@@ -149,6 +149,7 @@ def test_spoofed_detach_is_refused(store_dir, broker_name, config):
         assert victim in client_ids(broker_name)
         assert producer.send(Message("T", b"after")).status is shmq.SendStatus.SEND_OK
         assert producer._conn.session.client_id == victim  # the same channel: it never left
+        assert "refused DETACH for client" in broker.log() and "wrong channel secret" in broker.log()
 
 
 def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, config):
