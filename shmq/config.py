@@ -63,6 +63,10 @@ class BrokerConfig:
     wait_time_mills_in_send_queue: int = 200
     flush_consumer_offset_interval: int = 5000  # ms
     store_host: int = 0  # shmq: 8-byte store host id written into records and offset msg ids
+    # shmq: what one client process, and all clients together, may hold (channels are refused past these)
+    max_clients_per_process: int = 64  # channels of one pid (each producer or consumer is one)
+    max_channels: int = 1024  # attached clients in total (never more than the state segment's client table)
+    max_ring_bytes_total: int = 4 * 1024 * 1024 * 1024  # shared memory of every channel together (both rings)
     # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
     # consumers running as other users of that group; None: the broker's user only (0700/0600)
     shm_group: str | None = None
@@ -93,6 +97,9 @@ class BrokerConfig:
             raise ConfigError("disk space ratios are fractions in (0, 1]")
         if not 0 < self.disk_max_used_space_ratio <= 100:
             raise ConfigError("diskMaxUsedSpaceRatio is a percentage in (0, 100]")
+        for key in ("max_clients_per_process", "max_channels", "max_ring_bytes_total"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{camel(key)} must be at least 1")
         for hour in self.delete_when.split(";"):
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ConfigError(f"deleteWhen takes hours 00-23 separated by ';', got {self.delete_when!r}")

@@ -42,6 +42,9 @@ def test_toml_with_snake_or_camel_names(tmp_path):
     ({"fileReservedTime": "soon"}, "not a valid int"),
     ({"deleteWhen": "25"}, "deleteWhen"),
     ({"mappedFileSizeConsumeQueue": 30}, "multiple of 20"),
+    ({"maxClientsPerProcess": 0}, "maxClientsPerProcess must be at least 1"),
+    ({"maxChannels": -1}, "maxChannels must be at least 1"),
+    ({"maxRingBytesTotal": 0}, "maxRingBytesTotal must be at least 1"),
 ])
 def test_bad_config_is_a_clear_error(values, match):
     with pytest.raises(ConfigError, match=match):

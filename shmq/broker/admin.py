@@ -1,15 +1,21 @@
 """Admin commands the broker answers over the control queue (RocketMQ's mqadmin, in-process).
 
 Each command takes the JSON arguments of an ``Admin`` request and returns a JSON-able dict;
-a ValueError becomes an error reply with its message.
+a ValueError becomes an error reply with its message. Every argument is checked here, at the
+boundary (names by the topic and group rules, queue ids within the topic, offsets in the i64
+range, no unknown keys), so nothing a request carries can crash the broker or be persisted in
+a form its loader refuses.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
 from shmq.broker.answers import Peer
-from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
-from shmq.broker.topics import TopicConfig, TopicConfigManager
+from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
+from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
+from shmq.codec.record import check_topic
+
+MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
 
 
@@ -35,13 +41,56 @@ class AdminTarget(Protocol):
     def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]: ...
 
 
+def _int(a: dict, key: str, lo: int, hi: int) -> int:
+    v = a[key]
+    if type(v) is not int or not lo <= v <= hi:
+        raise ValueError(f"{key} must be an integer in {lo}..{hi}, got {v!r:.40}")
+    return v
+
+
+def _opt_int(a: dict, key: str) -> int | None:
+    """An optional int argument; its range is the callee's (the topic table checks queue counts and perm)."""
+    v = a.get(key)
+    if v is not None and type(v) is not int:
+        raise ValueError(f"{key} must be an integer, got {v!r:.40}")
+    return v
+
+
+def _topic(a: dict) -> str:
+    check_topic(a["topic"])  # BadTopicError (a ValueError) for a non-string too
+    return a["topic"]
+
+
+def _group(a: dict) -> str:
+    return check_group(a["group"])
+
+
+def _queue(b: AdminTarget, a: dict) -> tuple[str, int]:
+    """The topic and a queue id within it (any queue a topic may have, if it does not exist)."""
+    topic = _topic(a)
+    tc = b.topics.get(topic)
+    n = max(tc.read_queue_nums, tc.write_queue_nums) if tc is not None else MAX_QUEUE_NUMS
+    return topic, _int(a, "queue_id", 0, n - 1)
+
+
+def _subscriptions(v: object) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise ValueError("subscriptions must be an object of topic -> expression")
+    for topic, expression in v.items():
+        check_topic(topic)
+        if not isinstance(expression, str):
+            raise ValueError(f"subscription expression of {topic!r} must be a string")
+    return v
+
+
 def _update_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    tc = b.update_topic(str(a["topic"]), a.get("read_queue_nums"), a.get("write_queue_nums"), a.get("perm"))
+    tc = b.update_topic(_topic(a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
+                        _opt_int(a, "perm"))
     return {"topic": tc.to_json()}
 
 
 def _delete_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    return {"deleted": b.delete_topic(str(a["topic"]))}
+    return {"deleted": b.delete_topic(_topic(a))}
 
 
 def _list_topics(b: AdminTarget, client_id: int, a: dict) -> dict:
@@ -51,14 +100,39 @@ def _list_topics(b: AdminTarget, client_id: int, a: dict) -> dict:
 def _join_group(b: AdminTarget, client_id: int, a: dict) -> dict:
     if client_id not in b.clients:
         raise ValueError(f"client {client_id} must attach before joining a consumer group")
-    g = b.consumers.join(str(a["group"]), client_id, str(a.get("model", "CLUSTERING")), dict(a.get("subscriptions", {})))
+    model = a.get("model", "CLUSTERING")
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {model!r:.40}")
+    name, groups = _group(a), b.consumers.groups
+    mine = [n for n, g in groups.items() if client_id in g.members]
+    if name not in mine and len(mine) >= MAX_GROUPS_PER_CLIENT:
+        raise ValueError(f"client {client_id} is already in {len(mine)} groups, the most one client may join")
+    g = b.consumers.join(name, client_id, model, _subscriptions(a.get("subscriptions", {})))
+    try:
+        _publish_groups(b)
+    except ValueError:  # the state segment has no row left for a new group: undo the join
+        b.consumers.leave(name, client_id)
+        if not g.members:
+            del groups[name]
+        b.publish_groups()
+        raise
     b.clients[client_id].group = g.name
-    b.publish_groups()
     return {"version": g.version, "members": sorted(g.members)}
 
 
+def _publish_groups(b: AdminTarget) -> None:
+    """Publish the groups; when their table is full, forget the groups nobody is in (kept only
+    for their version) and try once more, so joins and leaves cannot use up its rows."""
+    try:
+        b.publish_groups()
+    except ValueError:
+        for name in [n for n, g in b.consumers.groups.items() if not g.members]:
+            del b.consumers.groups[name]
+        b.publish_groups()
+
+
 def _leave_group(b: AdminTarget, client_id: int, a: dict) -> dict:
-    left = b.consumers.leave(str(a["group"]), client_id)
+    left = b.consumers.leave(_group(a), client_id)
     if left:
         b.publish_groups()
     return {"left": left}
@@ -71,43 +145,51 @@ def _list_groups(b: AdminTarget, client_id: int, a: dict) -> dict:
 
 
 def _query_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
-    return {"offset": b.offsets.query(str(a["group"]), str(a["topic"]), int(a["queue_id"]))}
+    topic, qid = _queue(b, a)
+    return {"offset": b.offsets.query(_group(a), topic, qid)}
 
 
 def _commit_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
-    group, topic, qid, offset = str(a["group"]), str(a["topic"]), int(a["queue_id"]), int(a["offset"])
-    b.commit_offset(group, topic, qid, offset)
+    topic, qid = _queue(b, a)
+    b.commit_offset(_group(a), topic, qid, _int(a, "offset", 0, MAX_OFFSET))
     return {}
 
 
 def _search_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
-    return {"offset": b.store.get_offset_in_queue_by_time(str(a["topic"]), int(a["queue_id"]), int(a["timestamp"]))}
+    topic, qid = _queue(b, a)
+    return {"offset": b.store.get_offset_in_queue_by_time(topic, qid, _int(a, "timestamp", 0, MAX_OFFSET))}
 
 
 def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
-    lo, hi = b.queue_offsets(str(a["topic"]), int(a["queue_id"]))
+    lo, hi = b.queue_offsets(*_queue(b, a))
     return {"min_offset": lo, "max_offset": hi}
 
 
-COMMANDS: dict[str, Callable[[AdminTarget, int, dict], dict]] = {
-    "create_topic": _update_topic,
-    "update_topic": _update_topic,
-    "delete_topic": _delete_topic,
-    "list_topics": _list_topics,
-    "join_group": _join_group,
-    "leave_group": _leave_group,
-    "list_groups": _list_groups,
-    "query_offset": _query_offset,
-    "commit_offset": _commit_offset,
-    "search_offset": _search_offset,
-    "queue_offsets": _queue_offsets,
+_QUEUE_ARGS = frozenset({"topic", "queue_id"})
+COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
+    "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
+    "update_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
+    "delete_topic": (_delete_topic, frozenset({"topic"})),
+    "list_topics": (_list_topics, frozenset()),
+    "join_group": (_join_group, frozenset({"group", "model", "subscriptions"})),
+    "leave_group": (_leave_group, frozenset({"group"})),
+    "list_groups": (_list_groups, frozenset()),
+    "query_offset": (_query_offset, _QUEUE_ARGS | {"group"}),
+    "commit_offset": (_commit_offset, _QUEUE_ARGS | {"group", "offset"}),
+    "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
+    "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
 }
 
 
 def handle(broker: AdminTarget, client_id: int, command: str, args: dict[str, Any]) -> dict:
-    fn = COMMANDS.get(command)
-    if fn is None:
-        raise ValueError(f"unknown admin command {command!r}; known: {', '.join(sorted(COMMANDS))}")
+    """Run ``command``; ValueError for an unknown command or argument, or a bad value."""
+    entry = COMMANDS.get(command)
+    if entry is None:
+        raise ValueError(f"unknown admin command {command!r:.80}; known: {', '.join(sorted(COMMANDS))}")
+    fn, allowed = entry
+    unknown = set(args) - allowed
+    if unknown:
+        raise ValueError(f"admin command {command!r}: unknown arguments {sorted(unknown)!r:.200}")
     try:
         return fn(broker, client_id, args)
     except (KeyError, TypeError) as e:

@@ -1,14 +1,27 @@
 """Consumer groups (membership with a version) and their committed offsets (config/consumerOffset.json)."""
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
+from shmq.broker.topics import MAX_QUEUE_NUMS
+from shmq.codec.record import TOPIC_PATTERN, check_topic
 from shmq.store.config_files import read_json, write_json
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MODELS = (CLUSTERING, BROADCASTING)
+MAX_GROUP_LENGTH = 127  # RocketMQ allows 255; the state segment's name fields hold 128 bytes
+MAX_OFFSET = 2**63 - 1  # a committed offset is an i64 in the state segment and consumerOffset.json
+
+
+@functools.lru_cache(maxsize=1024)
+def check_group(group: str) -> str:
+    """A consumer or producer group name as RocketMQ validates it (its topic characters)."""
+    if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_LENGTH or not TOPIC_PATTERN.match(group):
+        raise ValueError(f"group must be 1-{MAX_GROUP_LENGTH} characters of [%|a-zA-Z0-9_-], got {group!r:.80}")
+    return group
 
 
 @dataclass
@@ -28,8 +41,7 @@ class ConsumerManager:
         self.groups: dict[str, ConsumerGroup] = {}
 
     def join(self, group: str, client_id: int, model: str, subscriptions: dict[str, str]) -> ConsumerGroup:
-        if not group or not isinstance(group, str):
-            raise ValueError(f"consumer group must be a non-empty string, got {group!r}")
+        check_group(group)
         if model not in MODELS:
             raise ValueError(f"message model must be one of {MODELS}, got {model!r}")
         g = self.groups.setdefault(group, ConsumerGroup(group, model))
@@ -66,6 +78,13 @@ class ConsumerOffsetManager:
                 self.offsets[(group, topic, int(qid))] = int(offset)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Keep an offset; ValueError for one the loader would refuse (it is never persisted)."""
+        if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
+            raise ValueError(f"offset must be an integer in 0..{MAX_OFFSET}, got {offset!r:.40}")
+        if type(queue_id) is not int or not 0 <= queue_id < MAX_QUEUE_NUMS:
+            raise ValueError(f"queue id must be an integer in 0..{MAX_QUEUE_NUMS - 1}, got {queue_id!r:.40}")
+        check_group(group)
+        check_topic(topic)
         self.offsets[(group, topic, queue_id)] = offset
         self.dirty = True
 

@@ -92,13 +92,11 @@ class Admin:
         finally:
             state.close()
         req = control.Admin(control.new_client_id(), next_request_id(), command, args)
-        queue.send_request(req, self.timeout)
         bell = Doorbell.open(broker_bell_name(self.broker_name))  # the broker may be parked
         try:
-            bell.ring()
+            reply = queue.call(req, self.timeout, bell.ring)  # a long reply comes in chunks
         finally:
             bell.close()
-        reply = queue.recv_reply(req.client_id, req.req_id, self.timeout)
         if not reply.ok:
             what = f"{command} {args['topic']!r}" if "topic" in args else command
             raise BrokerError(0, f"{what}: {reply.body.get('error')}")

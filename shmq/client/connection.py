@@ -2,8 +2,10 @@
 
 It attaches over the control queue with a role, writes frames into the channel's request ring
 (reserve, encode in place, commit), runs a reader thread that hands every response frame to
-its owner, sees the broker die through its liveness semaphore, and attaches again to the next
-broker incarnation when its owner asks for a live session. Detaches on shutdown. A thread that
+its owner, sees the broker die through its liveness semaphore (or drop this client's channel:
+the flag in the channel header), and attaches again to the next broker incarnation, or to the
+same broker, when its owner asks for a live session. Detaches on shutdown; a detach and admin
+commands as this client carry the secret the broker wrote into the channel. A thread that
 waits for one answer (a sync send) may read the response ring itself for a moment (``poll``);
 a lock keeps the ring single-consumer.
 """
@@ -77,7 +79,8 @@ class Session:
 
     def admin(self, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Run an admin command (join_group, query_offset, ...) and return its result."""
-        reply = self.control.call(Admin(self.client_id, next_request_id(), command, args), timeout)
+        req = Admin(self.client_id, next_request_id(), command, args, self.channel.secret)
+        reply = self.control.call(req, timeout, self.channel.broker_bell.ring)
         if not reply.ok:
             raise BrokerError(0, f"{command}: {reply.body.get('error')}")
         return reply.body
@@ -96,7 +99,8 @@ class Session:
             while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():
                 time.sleep(0.001)
             try:
-                self.control.call(Detach(self.client_id, next_request_id()), timeout=1.0)
+                self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
+                                  nudge=self.channel.broker_bell.ring)
             except (ShmqError, OSError):
                 pass
         self.alive = False
@@ -271,6 +275,9 @@ class BrokerConnection:
                     if not s.broker.is_alive():
                         self._broker_died(s, "its liveness semaphore was released")
                         return
+                    if s.channel.dropped():
+                        self._broker_died(s, "it dropped this client's channel (attaching again on the next call)")
+                        return
                     if self.on_tick is not None:
                         self.on_tick(now)
         except CorruptFrameError as e:
@@ -348,7 +355,8 @@ class BrokerConnection:
             return  # closed or corrupt: the reader thread sees it too and handles the broker's death
 
     def _broker_died(self, s: Session, why: str) -> None:
-        log.warning("broker %r went away: %s", self.broker_name, why)
+        """The session is over (the broker died or dropped the channel): the next call attaches again."""
+        log.warning("lost broker %r: %s", self.broker_name, why)
         s.alive = False
         with self.lock:
             if self.session is s:

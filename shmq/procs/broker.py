@@ -19,22 +19,20 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import posix_ipc
-import sysv_ipc
 
-from shmq.broker import admin
-from shmq.broker.answers import PACKED, Peer
+from shmq.broker.answers import PACKED
 from shmq.broker.core import BrokerCore
-from shmq.broker.publish import StatePublisher, now_ms
+from shmq.broker.publish import StatePublisher
 from shmq.codec import frames as P
 from shmq.config import BrokerConfig
-from shmq.errors import BrokerNotFoundError, ControlProtocolError, CorruptFrameError, ShmqError
+from shmq.errors import BrokerNotFoundError, CorruptFrameError, ShmqError
+from shmq.procs.control_plane import Client, ControlPlane
 from shmq.ring import shm
-from shmq.ring.channel import Channel, broker_bell_name, channel_name, client_bell_name
-from shmq.ring.control import Attach, ControlQueue, Detach, Reply, sysv_key
+from shmq.ring.channel import broker_bell_name
+from shmq.ring.control import ControlQueue, sysv_key
 from shmq.ring.doorbell import Doorbell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
@@ -45,8 +43,6 @@ from shmq.store.message_store import MessageStore
 log = logging.getLogger("shmq.broker")
 
 MAX_FRAMES_PER_PASS = 256
-MIN_RING_BYTES = 4096
-MAX_RING_BYTES = 64 * 1024 * 1024
 CONTROL_INTERVAL_NS = 1_000_000
 TICK_NS = 10_000_000
 LIVENESS_NS = 40_000_000
@@ -67,14 +63,6 @@ SPIN_YIELD = True
 
 class BrokerRunningError(ShmqError, RuntimeError):
     """A live broker already uses this name."""
-
-
-@dataclass(eq=False)
-class Client(Peer):
-    """An attached client: the core's Peer plus its channel and the watch on its liveness."""
-
-    channel: Channel = field(kw_only=True)
-    watch: Watch = field(kw_only=True)
 
 
 class BrokerController:
@@ -138,6 +126,7 @@ class BrokerController:
         self.control = ControlQueue.create(control_key)
         self.bell = Doorbell.create(broker_bell_name(self.name))
         self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key)
+        self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
         self.publisher = StatePublisher(self.state)
         self.core = BrokerCore(store, self.config, self.publisher)
         self.core.publish_topics()
@@ -201,7 +190,7 @@ class BrokerController:
             now = time.monotonic_ns()
             work = self._pass(now)
             if now >= next_control:
-                work += self._serve_control()
+                work += self.control_plane.serve()
                 next_control = now + CONTROL_INTERVAL_NS
             if now >= next_tick:
                 next_tick = now + TICK_NS
@@ -234,7 +223,7 @@ class BrokerController:
                     spin_ns = _next_spin(time.monotonic_ns() - idle_since)
                     idle_since = None
                     continue
-            if self._serve_control():
+            if self.control_plane.serve():
                 next_control = time.monotonic_ns() + CONTROL_INTERVAL_NS
                 continue
             try:
@@ -334,62 +323,7 @@ class BrokerController:
             self.core.stats["posts"] += 1
         return len(frames)
 
-    # ------------------------------------------------------------------ control plane
-
-    def _serve_control(self) -> int:
-        n = 0
-        while n < 32:
-            try:
-                req = self.control.recv_request(0)
-            except ControlProtocolError as e:
-                log.warning("dropped a malformed control message: %s", e)
-                n += 1
-                continue
-            if req is None:
-                break
-            n += 1
-            try:
-                if isinstance(req, Attach):
-                    body = self._attach(req)
-                elif isinstance(req, Detach):
-                    c = self.clients.get(req.client_id)
-                    if c is not None:
-                        self._drop(c, None)
-                    body = {}
-                else:
-                    body = admin.handle(self.core, req.client_id, req.command, req.args)
-                reply = Reply(req.client_id, req.req_id, True, body)
-            except (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
-                reply = Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
-            try:
-                self.control.send_reply(reply, timeout=0.5)
-            except Exception as e:
-                log.warning("could not answer client %d: %s", req.client_id, e)
-        return n
-
-    def _attach(self, req: Attach) -> dict:
-        if req.client_id in self.clients:
-            raise ValueError(f"client id {req.client_id} is already attached")
-        rb = req.ring_bytes
-        if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):
-            raise ValueError(f"ring_bytes must be a power of two in {MIN_RING_BYTES}..{MAX_RING_BYTES}, got {rb}")
-        watch = Watch(req.alive_key)
-        if not watch.is_alive():
-            raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held")
-        shm.unlink_segment(channel_name(self.name, req.client_id))  # a dead client's, with a recycled id
-        try:
-            posix_ipc.unlink_semaphore(client_bell_name(self.name, req.client_id))
-        except posix_ipc.ExistentialError:
-            pass
-        channel = Channel.create(self.name, req.client_id, rb, self.bell)
-        info = req.info or {}
-        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), watch.key, now_ms(),
-                   channel=channel, watch=watch)
-        self.clients[req.client_id] = c
-        self._rebuild_park_flags()
-        self.core.add_client(c)
-        log.info("client %d (pid %d, %s %s) attached", c.client_id, c.pid, c.role, c.group or "")
-        return {"channel": channel.segment.name, "store_dir": self.store_dir, "store_host": self.config.store_host}
+    # ------------------------------------------------------------------ clients
 
     def _check_liveness(self) -> None:
         for c in list(self.clients.values()):
@@ -412,10 +346,13 @@ class BrokerController:
         c.out.clear()
         self.clients.pop(c.client_id, None)
         self._rebuild_park_flags()
+        c.channel.mark_dropped()
         c.channel.close()
         c.channel.unlink()
         if remove_liveness:
             c.watch.remove()
+        else:
+            self.control_plane.watch_orphan(c.watch)  # dropped alive: its semaphore goes when it dies
 
     def _publish_fill(self) -> None:
         if self.clients:

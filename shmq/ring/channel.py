@@ -1,7 +1,11 @@
 """A client's channel: one segment with a request ring and a response ring, plus doorbells.
 
 Segment ``/shmq.<broker>.ch.<client id>``: a 64-byte header (magic, client id, ring
-capacity), the request ring (client -> broker), the response ring (broker -> client).
+capacity, secret, dropped flag), the request ring (client -> broker), the response ring
+(broker -> client). The segment is 0600 and only its client and the broker map it, so the
+random ``secret`` the broker writes there at attach proves that a control request comes from
+the channel's owner; the broker raises ``dropped`` before it lets a channel go, so the client
+knows to attach again.
 The client sleeps on its own doorbell ``/shmq.<broker>.ch.<client id>.bell``; the broker
 sleeps on one doorbell ``/shmq.<broker>.bell`` shared by all channels, since it can only wait
 on one semaphore, and parks with its flag raised in every ring it serves.
@@ -18,7 +22,9 @@ from shmq.ring.framing import Ring, RingLayout
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 CHANNEL_MAGIC = 0x314E4843514D53  # b"SMQCHN1" as little-endian
-_HEADER = struct.Struct("<QQQ")
+_HEADER = struct.Struct("<QQQQ")
+_DROPPED = struct.Struct("<Q")
+_DROPPED_AT = _HEADER.size
 _HEADER_BYTES = 64
 
 
@@ -53,7 +59,7 @@ class Channel:
         self.client_bell = client_bell
         self.broker_bell = broker_bell
         self._owns_broker_bell = owns_broker_bell
-        magic, cid, capacity = _HEADER.unpack_from(segment.buf, 0)
+        magic, cid, capacity, self.secret = _HEADER.unpack_from(segment.buf, 0)
         if magic != CHANNEL_MAGIC or cid != client_id:
             raise CorruptFrameError(f"{segment.name} is not the channel of client {client_id}")
         layout = RingLayout(capacity)
@@ -62,8 +68,9 @@ class Channel:
         self.responses = Ring(segment.buf[second:second + layout.size], layout)
 
     @classmethod
-    def create(cls, broker: str, client_id: int, ring_bytes: int, broker_bell: Doorbell) -> Channel:
-        """Broker side: create the segment, format both rings, create the client's doorbell."""
+    def create(cls, broker: str, client_id: int, ring_bytes: int, broker_bell: Doorbell, secret: int) -> Channel:
+        """Broker side: create the segment, format both rings and the header with ``secret``
+        (a random u64), create the client's doorbell."""
         layout = RingLayout(ring_bytes)
         name = channel_name(broker, client_id)
         segment = Segment.create(name, channel_size(ring_bytes))
@@ -71,7 +78,7 @@ class Channel:
             Ring.create(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout).close()
             second = _HEADER_BYTES + layout.size
             Ring.create(segment.buf[second:second + layout.size], layout).close()
-            _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes)
+            _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes, secret)
             bell = Doorbell.create(client_bell_name(broker, client_id))
         except BaseException:
             segment.close()
@@ -93,6 +100,14 @@ class Channel:
             segment.close()
             raise BrokerGoneError(f"doorbells of broker {broker!r} are gone") from None
         return cls(broker, client_id, segment, client_bell, broker_bell, owns_broker_bell=True)
+
+    def mark_dropped(self) -> None:
+        """Broker side, before letting the channel go: tell the client it must attach again."""
+        _DROPPED.pack_into(self.segment.buf, _DROPPED_AT, 1)
+
+    def dropped(self) -> bool:
+        """Client side: whether the broker let this channel go (detach by the broker, a drop)."""
+        return _DROPPED.unpack_from(self.segment.buf, _DROPPED_AT)[0] != 0
 
     def close(self) -> None:
         """Unmap and close this side's handles (names stay until ``unlink``)."""

@@ -60,6 +60,17 @@ class Watch:
         except sysv_ipc.ExistentialError:
             return False
 
+    def holder_pid(self) -> int:
+        """The pid of the last process that operated on the semaphore: its holder took it and
+        watchers only read it, so a client claiming another process's semaphore is caught.
+        0 if it is gone."""
+        if self._sem is None:
+            return 0
+        try:
+            return int(self._sem.last_pid)
+        except sysv_ipc.ExistentialError:
+            return 0
+
     def remove(self) -> bool:
         """Remove the semaphore of a holder found dead (or detached); False if already gone."""
         if self._sem is None:

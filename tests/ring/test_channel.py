@@ -36,7 +36,7 @@ def broker_side(broker_name):
     channels = []
 
     def make(client_id: int, ring_bytes: int) -> Channel:
-        ch = Channel.create(broker_name, client_id, ring_bytes, bell)
+        ch = Channel.create(broker_name, client_id, ring_bytes, bell, secret=client_id + 7)
         channels.append(ch)
         return ch
     yield make, bell

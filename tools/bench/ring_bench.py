@@ -46,7 +46,7 @@ def _produce(broker: str, client_id: int, frames: int, batch: int) -> None:
 
 def throughput(broker: str, bell: Doorbell, frames: int, batch: int, ring_bytes: int) -> tuple[float, float]:
     """(frames/s, MB/s of payload) for one producer process feeding this process."""
-    ch = Channel.create(broker, 2, ring_bytes, bell)
+    ch = Channel.create(broker, 2, ring_bytes, bell, secret=1)
     proc = ctx.Process(target=_produce, args=(broker, 2, frames, batch))
     ring = ch.requests
     got = 0
@@ -84,7 +84,7 @@ def _echo(broker: str, client_id: int, rounds: int, spin: float) -> None:
 
 def round_trip(broker: str, bell: Doorbell, rounds: int, spin: float) -> tuple[float, float]:
     """(p50, p99) microseconds of a 100-byte request answered by another process."""
-    ch = Channel.create(broker, 3, 65536, bell)
+    ch = Channel.create(broker, 3, 65536, bell, secret=1)
     proc = ctx.Process(target=_echo, args=(broker, 3, rounds, spin))
     proc.start()
     payload = bytes(FRAME)

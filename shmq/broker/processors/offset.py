@@ -8,6 +8,7 @@ from typing import Callable
 from shmq.broker.answers import Peer
 from shmq.broker.groups import ConsumerOffsetManager
 from shmq.codec import frames as P
+from shmq.errors import CorruptFrameError
 
 
 class CommitOffsetProcessor:
@@ -17,7 +18,10 @@ class CommitOffsetProcessor:
 
     def handle(self, peer: Peer, view: memoryview, now: int) -> None:
         co = P.decode_commit_offset(view)
-        self.commit(co.group, co.topic, co.queue_id, co.offset)
+        try:
+            self.commit(co.group, co.topic, co.queue_id, co.offset)
+        except ValueError as e:  # a negative offset or a bad group: never stored
+            raise CorruptFrameError(f"COMMIT_OFFSET: {e}") from None
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.offsets.commit(group, topic, queue_id, offset)

@@ -1,6 +1,7 @@
 """A bare channel client for tests that speak frames directly (garbage, long polling)."""
 from __future__ import annotations
 
+import os
 import time
 
 from shmq.codec import frames as P
@@ -19,7 +20,7 @@ class RawClient:
         self.liveness = Liveness.hold()
         self.client_id = new_client_id()
         self._req = 0
-        reply = self.control.call(Attach(self.client_id, self._next(), 0, self.liveness.key, 65536, {"role": role}), 5)
+        reply = self.control.call(Attach(self.client_id, self._next(), os.getpid(), self.liveness.key, 65536, {"role": role}), 5)
         assert reply.ok, reply.body
         self.channel = Channel.open(broker, self.client_id)
 
@@ -28,7 +29,7 @@ class RawClient:
         return self._req
 
     def admin(self, command: str, **args):
-        return self.control.call(Admin(self.client_id, self._next(), command, args), 5)
+        return self.control.call(Admin(self.client_id, self._next(), command, args, self.channel.secret), 5)
 
     def write(self, kind: int, payload: bytes) -> None:
         assert self.channel.requests.try_write(kind, payload)
@@ -49,7 +50,7 @@ class RawClient:
 
     def close(self, detach: bool = True) -> None:
         if detach:
-            self.control.call(Detach(self.client_id, self._next()), 5)
+            self.control.call(Detach(self.client_id, self._next(), self.channel.secret), 5)
         self.channel.close()
         self.state.close()
         self.liveness.release()

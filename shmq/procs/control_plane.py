@@ -1,0 +1,306 @@
+"""The broker's control plane: attach, detach and admin requests over the SysV control queue.
+
+It must never block the broker loop and never let one client's requests or replies starve
+the others:
+- replies are sent without waiting (IPC_NOWAIT); what does not fit waits in a small pending
+  buffer, retried on every control poll and dropped when its client is gone or it is too old;
+- replies nobody reads (the client gave up, died or left) are purged from the queue by
+  receiving them with their type: at once when the queue is full, else on a periodic sweep;
+- a request acting on a channel (detach, admin as a client) must carry the secret the broker
+  wrote into that channel's private segment at attach; a mismatch is refused and logged;
+- attaches are capped per client process, in total (never past the state segment's client
+  table) and in ring bytes, with a refusal that says which limit was hit;
+- a client dropped while alive (a malformed frame) keeps being watched, and its liveness
+  semaphore is removed once it dies, so nothing of it is left behind.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import posix_ipc
+import sysv_ipc
+
+from shmq.broker import admin
+from shmq.broker.answers import Peer
+from shmq.broker.core import BrokerCore
+from shmq.broker.publish import now_ms
+from shmq.config import BrokerConfig
+from shmq.errors import ControlProtocolError, ShmqError
+from shmq.ring import shm
+from shmq.ring.channel import Channel, channel_name, channel_size, client_bell_name
+from shmq.ring.control import MAX_PID, Attach, ControlQueue, Detach, Reply, Request, encode_reply, id_pid
+from shmq.ring.doorbell import Doorbell
+from shmq.ring.liveness import Watch
+
+log = logging.getLogger("shmq.broker")
+
+MIN_RING_BYTES = 4096
+MAX_RING_BYTES = 64 * 1024 * 1024
+MAX_REQUESTS_PER_POLL = 32
+BUDGET_S = 0.002  # control work per poll (a list_topics of thousands of topics takes ~1 ms): the loop comes first
+SWEEP_S = 0.05  # how often stale replies, pending replies and dropped clients are checked
+REPLY_TTL_S = 5.0  # a reply unread this long belongs to a client that gave up (they read within ms)
+FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at once
+MAX_PENDING = 1024  # reply messages waiting for queue room, all clients together
+MAX_TRACKED = 4096  # client ids with replies in the queue that a sweep looks at
+
+
+@dataclass(eq=False)
+class Client(Peer):
+    """An attached client: the core's Peer plus its channel and the watch on its liveness."""
+
+    channel: Channel = field(kw_only=True)
+    watch: Watch = field(kw_only=True)
+    ring_bytes: int = field(kw_only=True)
+
+
+class Host(Protocol):
+    """What the control plane needs of the broker process (the BrokerController)."""
+
+    name: str
+    store_dir: str
+    config: BrokerConfig
+    bell: Doorbell
+    core: BrokerCore
+    clients: dict[int, Client]
+
+    def _rebuild_park_flags(self) -> None: ...
+
+    def _drop(self, c: Client, reason: str | None, remove_liveness: bool = False) -> None: ...
+
+
+class _Throttled:
+    """A warning logged at most once per ``every`` seconds, with a count of those left out: a
+    client sending junk as fast as it can must not fill the disk with the broker's log."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self._next = 0.0
+        self._left_out = 0
+
+    def warn(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._left_out += 1
+            return
+        if self._left_out:
+            msg += f" ({self._left_out} more like it since the last one not logged)"
+        log.warning(msg, *args)
+        self._left_out = 0
+        self._next = now + self.every
+
+
+@dataclass
+class _Pending:
+    """Reply messages of one client that did not fit into the queue yet."""
+
+    messages: deque[bytes]
+    deadline: float
+
+
+class ControlPlane:
+    """Serves the control queue for the broker loop (``serve``, every millisecond or so)."""
+
+    def __init__(self, host: Host, queue: ControlQueue, client_capacity: int) -> None:
+        self.host = host
+        self.queue = queue
+        self.max_channels = min(host.config.max_channels, client_capacity)
+        self._pending: dict[int, _Pending] = {}
+        self._pending_count = 0
+        self._sent: dict[int, float] = {}  # client id -> when its newest reply went into the queue
+        self._orphans: list[Watch] = []  # liveness of clients dropped while alive
+        self._next_sweep = 0.0
+        self._last_full = 0.0
+        self._malformed = _Throttled()
+        self._refused = _Throttled()
+
+    # ------------------------------------------------------------------ serving
+
+    def serve(self) -> int:
+        """Send what waits, answer up to ``MAX_REQUESTS_PER_POLL`` requests within ``BUDGET_S``,
+        sweep now and then; the number of requests handled (0: nothing to do)."""
+        now = time.monotonic()
+        self._flush(now)
+        n = 0
+        # requests wait in the queue while replies wait for room, or this poll used its time
+        while (n < MAX_REQUESTS_PER_POLL and self._pending_count < MAX_PENDING
+               and (n == 0 or time.monotonic() - now < BUDGET_S)):
+            try:
+                req = self.queue.recv_request(0)
+            except ControlProtocolError as e:
+                self._malformed.warn("dropped a malformed control message: %s", e)
+                n += 1
+                continue
+            if req is None:
+                break
+            n += 1
+            self._queue_reply(self._answer(req), now)
+        if self._pending:
+            self._flush(now)
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            self._sweep(now, REPLY_TTL_S)
+        return n
+
+    def _answer(self, req: Request) -> Reply:
+        try:
+            if isinstance(req, Attach):
+                body = self._attach(req)
+            elif isinstance(req, Detach):
+                c = self._owner(req.client_id, req.secret, "DETACH")
+                if c is not None:
+                    self.host._drop(c, None)
+                body = {}
+            else:
+                self._owner(req.client_id, req.secret, f"admin {req.command!r}")
+                body = admin.handle(self.host.core, req.client_id, req.command, req.args)
+            return Reply(req.client_id, req.req_id, True, body)
+        except (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
+            return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+
+    def _owner(self, client_id: int, secret: int, what: str) -> Client | None:
+        """The attached client ``client_id`` if ``secret`` is its channel's; None if it is not attached."""
+        c = self.host.clients.get(client_id)
+        if c is not None and secret != c.channel.secret:
+            self._refused.warn("refused %s for client %d (pid %d): wrong channel secret (not sent by the channel's "
+                               "owner)", what, client_id, c.pid)
+            raise ValueError(f"{what} for client {client_id} refused: the request does not carry its channel's secret")
+        return c
+
+    # ------------------------------------------------------------------ attach
+
+    def _attach(self, req: Attach) -> dict:
+        host = self.host
+        clients = host.clients
+        if req.client_id in clients:
+            raise ValueError(f"client id {req.client_id} is already attached")
+        rb = req.ring_bytes
+        if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):
+            raise ValueError(f"ring_bytes must be a power of two in {MIN_RING_BYTES}..{MAX_RING_BYTES}, got {rb}")
+        watch = Watch(req.alive_key)
+        if not watch.is_alive():
+            raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held")
+        if watch.holder_pid() != req.pid:
+            raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held by pid {req.pid}")
+        self._check_limits(req.pid, rb)
+        shm.unlink_segment(channel_name(host.name, req.client_id))  # a dead client's, with a recycled id
+        try:
+            posix_ipc.unlink_semaphore(client_bell_name(host.name, req.client_id))
+        except posix_ipc.ExistentialError:
+            pass
+        channel = Channel.create(host.name, req.client_id, rb, host.bell, secrets.randbits(63) + 1)
+        info = req.info
+        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), watch.key, now_ms(),
+                   channel=channel, watch=watch, ring_bytes=rb)
+        clients[req.client_id] = c
+        host._rebuild_park_flags()
+        host.core.add_client(c)
+        log.info("client %d (pid %d, %s %s) attached", c.client_id, c.pid, c.role, c.group or "")
+        return {"channel": channel.segment.name, "store_dir": host.store_dir, "store_host": host.config.store_host}
+
+    def _check_limits(self, pid: int, ring_bytes: int) -> None:
+        """Refuse an attach past maxClientsPerProcess, maxChannels (or the state table) or maxRingBytesTotal."""
+        cfg, clients = self.host.config, self.host.clients.values()
+        if len(self.host.clients) >= self.max_channels:
+            raise ValueError(f"attach refused: {len(self.host.clients)} clients are attached, the most this broker "
+                             f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})")
+        mine = sum(1 for c in clients if c.pid == pid)
+        if mine >= cfg.max_clients_per_process:
+            raise ValueError(f"attach refused: process {pid} already has {mine} channels "
+                             f"(maxClientsPerProcess={cfg.max_clients_per_process})")
+        total = sum(channel_size(c.ring_bytes) for c in clients) + channel_size(ring_bytes)
+        if total > cfg.max_ring_bytes_total:
+            raise ValueError(f"attach refused: channels would hold {total} bytes of shared memory "
+                             f"(maxRingBytesTotal={cfg.max_ring_bytes_total})")
+
+    # ------------------------------------------------------------------ replies
+
+    def _queue_reply(self, reply: Reply, now: float) -> None:
+        try:
+            messages = encode_reply(reply)
+        except ValueError as e:
+            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, {"error": f"ValueError: {e}"}))
+        if self._pending_count + len(messages) > MAX_PENDING:
+            log.warning("dropped the reply to client %d: %d reply messages already wait for queue room",
+                        reply.client_id, self._pending_count)
+            return
+        p = self._pending.get(reply.client_id)
+        if p is None:
+            p = self._pending[reply.client_id] = _Pending(deque(), 0.0)
+        p.messages.extend(messages)
+        p.deadline = now + REPLY_TTL_S
+        self._pending_count += len(messages)
+
+    def _flush(self, now: float) -> None:
+        """Send waiting reply messages, one per client per round (a long reply does not hold up
+        short ones); on a full queue purge unread replies once, then stop until the next poll."""
+        pending, try_send = self._pending, self.queue.try_send
+        retried = False
+        while pending:
+            for cid in list(pending):
+                p = pending[cid]
+                if not try_send(p.messages[0], cid):
+                    if retried or now - self._last_full < SWEEP_S / 5:
+                        return
+                    retried, self._last_full = True, now
+                    self._sweep(now, FULL_TTL_S)
+                    break
+                p.messages.popleft()
+                self._pending_count -= 1
+                self._sent.pop(cid, None)
+                self._sent[cid] = now
+                if not p.messages:
+                    del pending[cid]
+        while len(self._sent) > MAX_TRACKED:
+            oldest = next(iter(self._sent))
+            self.queue.drain(oldest)
+            del self._sent[oldest]
+
+    def _gone(self, client_id: int) -> bool:
+        """Whether the client behind ``client_id`` is gone: an attached one's liveness, else the
+        pid inside the id (``new_client_id``); an id with no plausible pid waits for its TTL."""
+        c = self.host.clients.get(client_id)
+        if c is not None:
+            return not c.watch.is_alive()
+        pid = id_pid(client_id)
+        if not 0 < pid <= MAX_PID:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    def _sweep(self, now: float, ttl: float) -> None:
+        """Purge replies of clients that are gone or did not read them for ``ttl``; forget pending
+        replies of gone clients and past their deadline; remove dropped clients' semaphores."""
+        for cid, sent in list(self._sent.items()):
+            if now - sent > ttl or self._gone(cid):
+                n = self.queue.drain(cid)
+                del self._sent[cid]
+                if n:
+                    log.info("purged %d unread control replies of client %d", n, cid)
+        for cid, p in list(self._pending.items()):
+            if now > p.deadline or self._gone(cid):
+                self._pending_count -= len(p.messages)
+                del self._pending[cid]
+        if self._orphans:
+            alive = []
+            for w in self._orphans:
+                if w.is_alive():
+                    alive.append(w)
+                else:
+                    w.remove()
+            self._orphans = alive
+
+    def watch_orphan(self, watch: Watch) -> None:
+        """A client dropped while alive: remove its liveness semaphore once it dies."""
+        self._orphans.append(watch)
