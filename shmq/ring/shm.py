@@ -34,6 +34,13 @@ def ipc_name(broker: str, what: str) -> str:
     return f"/shmq.{check_broker_name(broker)}.{what}"
 
 
+def no_room(what: str, e: OSError) -> OSError:
+    """``SharedMemoryFullError`` for an ``OSError`` that says /dev/shm is full, else ``e`` itself."""
+    if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+        return e
+    return SharedMemoryFullError(f"no room in {SHM_DIR} for {what} ({e.strerror}); free some space there")
+
+
 class Segment:
     """A mapped POSIX shared-memory segment; ``buf`` is a memoryview of all of it."""
 
@@ -58,10 +65,7 @@ class Segment:
             try:
                 os.posix_fallocate(shm.fd, 0, size)
             except OSError as e:
-                if e.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-                    raise
-                raise SharedMemoryFullError(f"no room in {SHM_DIR} for {size} bytes of {name} ({e.strerror}); "
-                                            f"free some space there") from None
+                raise no_room(f"{size} bytes of {name}", e) from None
             mm = mmap.mmap(shm.fd, size)
             st = os.fstat(shm.fd)
         except BaseException:
