@@ -132,16 +132,19 @@ def leftovers(broker: str) -> list[str]:
     return sorted(e for e in entries if e.startswith(prefix) or e.startswith("sem." + prefix))
 
 
-def remove_leftovers(broker: str) -> list[str]:
-    """Unlink every segment and named semaphore of ``broker``; return what was removed."""
+def remove_leftovers(broker: str, owner: int | None = None) -> list[str]:
+    """Unlink every segment and named semaphore of ``broker`` (only those of user ``owner`` if
+    given); return what was removed."""
     removed = []
     for entry in leftovers(broker):
         try:
+            if owner is not None and os.lstat(f"{SHM_DIR}/{entry}").st_uid != owner:
+                continue
             if entry.startswith("sem."):
                 posix_ipc.unlink_semaphore("/" + entry[4:])
             else:
                 posix_ipc.unlink_shared_memory("/" + entry)
-        except posix_ipc.ExistentialError:
+        except (posix_ipc.ExistentialError, FileNotFoundError):
             continue
         removed.append(entry)
     return removed

@@ -9,8 +9,9 @@ import sys
 import pytest
 import sysv_ipc
 
-from shmq import Message, Producer
-from shmq.errors import ForeignOwnerError
+import shmq
+from shmq import Producer
+from shmq.errors import BrokerStartError, ForeignOwnerError
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.control import ControlQueue, sysv_key
@@ -108,6 +109,9 @@ def test_root_broker_refuses_objects_of_another_user(stranger, broker_name, stor
         assert p.returncode == 2 and "Traceback" not in p.stderr
         assert f"belongs to uid {stranger.uid} ({stranger.name})" in p.stderr
         assert existing(store_objects(store_dir)) == []
+        with pytest.raises(BrokerStartError, match="belongs to uid"):
+            shmq.Broker(store_dir, broker_name)  # which reclaims after a failed start: not the other user's
+        assert shm.leftovers(broker_name) == ["sem." + broker_bell_name(broker_name)[1:]]
     finally:
         shm.remove_leftovers(broker_name)
 
