@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,9 +176,18 @@ def _holding(user: str, path: str) -> Iterator[str]:
     try:
         yield p.stdout.readline().strip()  # type: ignore[union-attr]
     finally:
-        if p.poll() is None:
+        try:
             os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         p.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # runuser is reaped; wait for its python child too
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
 
 
 def test_shm_group_member_cannot_hold_the_store_lock(shared_tmp, users):

@@ -45,6 +45,14 @@ def _wrapper(user: str, scratch: str) -> list[str]:
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, user, prefix, scratch, hidden]
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class Stranger:
     """A throwaway user and a folder it owns (0755, under /tmp) for its stores."""
 
@@ -80,6 +88,7 @@ class Stranger:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        wait_for(lambda: not _group_alive(p.pid), timeout)  # runuser is gone; its children may not be yet
         return p.returncode
 
     def close(self) -> None:
