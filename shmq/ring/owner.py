@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pwd
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from shmq.errors import ForeignOwnerError
@@ -82,11 +81,6 @@ class Trust:
             raise ForeignOwnerError(f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), "
                                     "root or the broker's shmGroup: another user's broker of this name, or a "
                                     "squatter; refusing to use it")
-
-    def check_fd(self, what: str, fd: int) -> None:
-        """Check the owner of an open descriptor (a shared-memory segment)."""
-        st = os.fstat(fd)
-        self.check(what, st.st_uid, st.st_gid)
 
     def check_semaphore(self, name: str) -> None:
         """Check the owner of the POSIX named semaphore ``name``."""
