@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -124,7 +124,7 @@ def stranger() -> Iterator[Stranger]:
         subprocess.run(["userdel", "-r", name], capture_output=True)
 
 
-def wait_for(cond, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(cond: Callable[[], object], timeout: float) -> bool:
     """Poll ``cond()`` every 10 ms for up to ``timeout`` seconds; its last value."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
