@@ -6,8 +6,8 @@ from shmq.client.producer.producer import Producer
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
                          BadTopicError, BrokerBusyError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
-                         CorruptRecordError, DiskFullError, MessageTooLargeError, SendTimeoutError, ShmqError,
-                         StateLayoutError, StoreClosedError, StoreLockedError, TopicNotReadableError)
+                         CorruptRecordError, DiskFullError, ForeignOwnerError, MessageTooLargeError, SendTimeoutError,
+                         SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError, StoreLockedError, TopicNotReadableError)
 from shmq.launcher import Broker
 from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult,
                                        PullStatus)
@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
            "BrokerBusyError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
-           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "Message",
+           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "Message",
            "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "Producer",
            "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
-           "SendTimeoutError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
+           "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError"]

@@ -60,6 +60,15 @@ class BrokerGoneError(ShmqError, ConnectionError):
     """The broker went away (its control queue or segments were removed, or it died)."""
 
 
+class ForeignOwnerError(ShmqError, PermissionError):
+    """A shmq IPC object (segment, semaphore, SysV queue) or store file belongs to another user: a
+    squatter, or another user's broker of the same name; the message names the owner."""
+
+
+class SharedMemoryFullError(ShmqError, OSError):
+    """/dev/shm has no room to back a new segment (a channel or the state segment); free some or ask for a smaller ring."""
+
+
 class StateLayoutError(ShmqError, ValueError):
     """The state segment has a wrong magic or version; broker and client versions differ."""
 

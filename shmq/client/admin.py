@@ -88,6 +88,7 @@ class Admin:
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)
         try:
+            state.trust.check_queue(int(state.view.header[0]["control_key"]))  # another user's broker: refuse
             queue = control.ControlQueue.open(int(state.view.header[0]["control_key"]))
         finally:
             state.close()

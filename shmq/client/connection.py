@@ -27,6 +27,7 @@ from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
 from shmq.ring.doorbell import Doorbell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, full_fence
 from shmq.ring.liveness import Liveness, Watch
+from shmq.ring.owner import check_channel
 from shmq.ring.state import StateReader
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ class BrokerConnection:
             broker = Watch(int(h["alive_key"]))
             if not broker.is_alive():
                 raise BrokerNotFoundError(f"the last broker named {self.broker_name!r} died")
+            state.trust.check_queue(int(h["control_key"]))  # the state segment's owner was checked by open
             control = ControlQueue.open(int(h["control_key"]))
             liveness = Liveness.hold()
         except BaseException:
@@ -201,12 +203,20 @@ class BrokerConnection:
                          {"role": self.role, "group": self.group})
             control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
             bell = Doorbell.open(broker_bell_name(self.broker_name))
-            bell.ring()
-            bell.close()
+            try:
+                state.trust.check_semaphore(bell.name)
+                bell.ring()
+            finally:
+                bell.close()
             reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
             if not reply.ok:
                 raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
             channel = Channel.open(self.broker_name, client_id)
+            try:
+                check_channel(state.trust, channel)
+            except BaseException:
+                channel.close()
+                raise
         except BaseException:
             liveness.release()
             state.close()

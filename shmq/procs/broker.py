@@ -19,6 +19,7 @@ import resource
 import signal
 import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import posix_ipc
@@ -36,6 +37,7 @@ from shmq.ring.control import ControlQueue, sysv_key
 from shmq.ring.doorbell import Doorbell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
+from shmq.ring.owner import refuse_squatters
 from shmq.ring.reclaim import reclaim_dead_broker, remove_queue
 from shmq.ring.state import StateReader, StateWriter
 from shmq.store.message_store import MessageStore
@@ -83,21 +85,34 @@ class BrokerController:
     # ------------------------------------------------------------------ start / stop
 
     def start(self) -> "BrokerController":
-        """Take the name and the store, remove a crashed predecessor's leftovers, create the IPC objects."""
+        """Take the name and the store, remove a crashed predecessor's leftovers, create the IPC objects.
+
+        A start that fails leaves nothing behind: the store is closed again and every IPC
+        object made so far is removed (``_create_ipc``).
+        """
         self._claim_name()
         os.makedirs(self.store_dir, exist_ok=True)
         self.store = MessageStore(self.store_dir, self.config).start()
         # before the state segment announces us: a stop right after start must be graceful
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        handlers = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             self._create_ipc(self.store)
         except BaseException:
-            self.store.shutdown()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            store, self.store = self.store, None
+            try:
+                store.shutdown()
+            except Exception:
+                log.exception("store shutdown after a failed start failed; recovery checks it at the next start")
             raise
         return self
 
     def _claim_name(self) -> None:
+        """Refuse a name or store whose objects belong to another user, or a live broker of this
+        name; then remove what a crashed predecessor of ours left."""
+        refuse_squatters(self.name, [("msg", sysv_key(self.store_dir, "control")),
+                                     ("sem", sysv_key(self.store_dir, "alive"))])
         try:
             old = StateReader.open(self.name)
         except BrokerNotFoundError:
@@ -118,18 +133,29 @@ class BrokerController:
             log.info("removed leftovers of a crashed broker %r: %s", self.name, ", ".join(removed))
 
     def _create_ipc(self, store: MessageStore) -> None:
+        """Create the liveness semaphore, control queue, doorbell and state segment, and the core;
+        if any step fails, remove what the earlier ones made before raising."""
         control_key = sysv_key(self.store_dir, "control")
         alive_key = sysv_key(self.store_dir, "alive")
         remove_queue(control_key)  # we hold the store lock: whoever made these is dead
         remove_if_dead(alive_key)
-        self.liveness = Liveness.hold(alive_key)
-        self.control = ControlQueue.create(control_key)
-        self.bell = Doorbell.create(broker_bell_name(self.name))
-        self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key)
-        self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
-        self.publisher = StatePublisher(self.state)
-        self.core = BrokerCore(store, self.config, self.publisher)
-        self.core.publish_topics()
+        with ExitStack() as undo:
+            self.liveness = Liveness.hold(alive_key)
+            undo.callback(self.liveness.release)
+            self.control = ControlQueue.create(control_key)
+            undo.callback(self.control.remove)
+            self.bell = Doorbell.create(broker_bell_name(self.name))
+            undo.callback(self.bell.unlink)
+            undo.callback(self.bell.close)
+            self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
+                                            shm_gid=self.config.group_id())
+            undo.callback(self.state.unlink)
+            undo.callback(self.state.close)
+            self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
+            self.publisher = StatePublisher(self.state)
+            self.core = BrokerCore(store, self.config, self.publisher)
+            self.core.publish_topics()
+            undo.pop_all()
 
     def request_stop(self, *_: object) -> None:
         """Signal handler: finish the current pass, then shut down gracefully."""
@@ -380,8 +406,12 @@ def run_broker(store_dir: str, name: str = "default", config: Any = None) -> int
     _raise_open_file_limit()
     try:
         controller = BrokerController(store_dir, name, config).start()
-    except (ShmqError, ValueError, OSError) as e:
+    except (ShmqError, ValueError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
         print(f"shmq broker: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug: keep the traceback in the log, still one line and status 2
+        log.exception("unexpected error while starting")
+        print(f"shmq broker: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     log.info("serving store %s as broker %r (pid %d, %s)", controller.store_dir, name, os.getpid(),
              controller.config.flush_disk_type)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import posix_ipc
 
 from shmq.ring.framing import Ring, full_fence
-from shmq.ring.shm import MODE
+from shmq.ring.shm import MODE, no_room
 
 SPIN_SECONDS = 50e-6
 
@@ -28,8 +28,12 @@ class Doorbell:
 
     @classmethod
     def create(cls, name: str, mode: int = MODE) -> Doorbell:
-        """Create a new doorbell (value 0); ``posix_ipc.ExistentialError`` if it exists."""
-        return cls(posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=mode, initial_value=0))
+        """Create a new doorbell (value 0); ``posix_ipc.ExistentialError`` if it exists,
+        ``SharedMemoryFullError`` if /dev/shm has no page left for it."""
+        try:
+            return cls(posix_ipc.Semaphore(name, posix_ipc.O_CREX, mode=mode, initial_value=0))
+        except OSError as e:
+            raise no_room(f"semaphore {name}", e) from None
 
     @classmethod
     def open(cls, name: str) -> Doorbell:

@@ -7,12 +7,15 @@ happens. Whoever owns a dead broker (``shmq.Broker.stop``) removes them with thi
 """
 from __future__ import annotations
 
+import os
+
 import sysv_ipc
 
 from shmq.errors import ShmqError
 from shmq.ring import shm
 from shmq.ring.control import sysv_key
 from shmq.ring.liveness import Watch, remove_if_dead
+from shmq.ring.owner import sysv_owner
 from shmq.ring.state import StateReader
 
 
@@ -49,11 +52,22 @@ def reclaim_dead_broker(name: str, store_dir: str) -> list[str]:
     """Remove the IPC objects of the dead broker ``name`` that served ``store_dir``; what was removed.
 
     Does nothing while a live broker holds the name or the store (one started since), and
-    leaves the semaphores of clients that are still alive to them.
+    leaves the semaphores of clients that are still alive to them, and every object another
+    user owns (a squatter's, or that user's broker of the same name).
     """
     control, alive, clients = _keys(name, store_dir)
     if any(Watch(k).is_alive() for k in alive):
         return []
+    me = os.geteuid()
+    control = {k for k in control if _ours("msg", k, me)}
+    sems = {k for k in alive | clients if _ours("sem", k, me)}
     removed = [f"control queue {k:#x}" for k in sorted(control) if remove_queue(k)]
-    removed += [f"liveness semaphore {k:#x}" for k in sorted(alive | clients) if remove_if_dead(k)]
-    return removed + shm.remove_leftovers(name)
+    removed += [f"liveness semaphore {k:#x}" for k in sorted(sems) if remove_if_dead(k)]
+    return removed + shm.remove_leftovers(name, owner=me)
+
+
+def _ours(kind: str, key: int, me: int) -> bool:
+    """True unless the SysV object exists and another user owns or made it: those are never
+    removed here (root could; they may be another user's live broker or clients)."""
+    owner = sysv_owner(kind, key)
+    return owner is None or (owner[0] == me and owner[2] == me)

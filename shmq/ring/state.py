@@ -6,6 +6,8 @@ never slows the broker down. Fixed-capacity numpy structured tables follow a hea
     0    magic u64, version u32, header bytes u32, the six table capacities u32
     64   seq u64: the seqlock over every table (odd while the broker writes)
     128  broker pid, control-queue key, broker liveness key, start time, store dir
+    704  flags u32 (bit 0: ``shm_gid`` is set), shm_gid u32: the ``shmGroup`` whose members may
+         trust objects of this broker that their group owns
 
 Readers copy what they need between two loads of an even, unchanged ``seq`` and retry
 otherwise, so multi-word entries are never seen torn. A lone aligned 8-byte field (a queue's
@@ -25,21 +27,23 @@ import numpy as np
 import posix_ipc
 
 from shmq.errors import BrokerGoneError, BrokerNotFoundError, StateLayoutError
+from shmq.ring.owner import Trust
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
 VERSION = 1
 HEADER_BYTES = 1024
 _SEQ = 8
+FLAG_SHM_GID = 1
 NAME = "S128"
 
 HEADER = np.dtype({
     "names": ["magic", "version", "header_bytes", "topics", "queues", "groups", "members",
               "offsets", "clients", "seq", "broker_pid", "control_key", "alive_key",
-              "started_ms", "store_dir"],
+              "started_ms", "store_dir", "flags", "shm_gid"],
     "formats": ["<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4",
-                "<u4", "<u4", "<u8", "S512"],
-    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192],
+                "<u4", "<u4", "<u8", "S512", "<u4", "<u4"],
+    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708],
     "itemsize": HEADER_BYTES,
 })
 TOPIC = np.dtype([("used", "u1"), ("perm", "u1"), ("read_queues", "<u2"), ("write_queues", "<u2"),
@@ -131,14 +135,15 @@ class StateView:
 
 
 def format_state(buf: Any, layout: StateLayout, store_dir: str, control_key: int, alive_key: int,
-                 broker_pid: int) -> None:
+                 broker_pid: int, shm_gid: int | None = None) -> None:
     """Write a fresh header (tables zero) into ``buf``."""
     if len(store_dir.encode()) > HEADER["store_dir"].itemsize:
         raise ValueError(f"store path too long for the state segment: {store_dir}")
     header = np.frombuffer(buf, HEADER, 1, 0)
     header[0] = (0, VERSION, HEADER_BYTES, layout.topics, layout.queues, layout.groups,
                  layout.members, layout.offsets, layout.clients, 0, broker_pid, control_key,
-                 alive_key, int(time.time() * 1000), store_dir.encode())
+                 alive_key, int(time.time() * 1000), store_dir.encode(), FLAG_SHM_GID if shm_gid is not None else 0,
+                 shm_gid or 0)
     header["magic"] = MAGIC
 
 
@@ -185,11 +190,16 @@ class StateWriter:
 
     @classmethod
     def create(cls, broker: str, store_dir: str, control_key: int, alive_key: int,
-               layout: StateLayout | None = None) -> StateWriter:
-        """Create and format ``/shmq.<broker>.state``."""
+               layout: StateLayout | None = None, shm_gid: int | None = None) -> StateWriter:
+        """Create and format ``/shmq.<broker>.state`` (removed again if formatting fails)."""
         layout = layout or StateLayout()
         segment = Segment.create(state_name(broker), layout.size)
-        format_state(segment.buf, layout, store_dir, control_key, alive_key, os.getpid())
+        try:
+            format_state(segment.buf, layout, store_dir, control_key, alive_key, os.getpid(), shm_gid)
+        except BaseException:
+            segment.close()
+            unlink_segment(segment.name)
+            raise
         return cls(segment, layout)
 
     @contextmanager
@@ -222,24 +232,39 @@ class StateReader:
         self.layout = read_layout(segment.buf)
         self.view = StateView(segment.buf, self.layout)
         self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+        h = self.view.header[0]
+        self.trust = Trust.client(int(h["shm_gid"]) if int(h["flags"]) & FLAG_SHM_GID else None)
+        """Whose objects this broker's clients accept: the reader's user, root, and the broker's
+        ``shmGroup`` if the reader is a member."""
 
     @classmethod
     def open(cls, broker: str) -> StateReader:
-        """Map ``broker``'s state read-only; ``BrokerNotFoundError`` if there is none."""
+        """Map ``broker``'s state read-only; ``BrokerNotFoundError`` if there is none.
+
+        ``ForeignOwnerError`` if the segment belongs to a user this process does not trust
+        (``Trust``): another user's broker of the same name, which must not get our messages.
+        """
         try:
             segment = Segment.open(state_name(broker), read_only=True)
         except posix_ipc.ExistentialError:
             raise BrokerNotFoundError(f"no broker named {broker!r} is running (no state segment)") from None
         try:
-            return cls(segment)
+            reader = cls(segment)
         except StateLayoutError:
             # magic 0: the broker is between sizing the segment and writing its header (magic last)
             unformatted = (len(segment.buf) >= HEADER_BYTES
                            and int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"]) == 0)
             segment.close()
+            Trust.client().check(f"state segment {segment.name} of broker {broker!r}", *segment.owner)
             if unformatted:
                 raise BrokerNotFoundError(f"broker {broker!r} is still starting") from None
             raise
+        try:
+            reader.trust.check(f"state segment {segment.name} of broker {broker!r}", *segment.owner)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     @property
     def seq(self) -> int:

@@ -11,7 +11,10 @@ from the folder it is created in.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
+
+from shmq.errors import ForeignOwnerError
 
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 GROUP_DIR, GROUP_FILE = 0o2750, 0o640  # setgid: new entries inherit the folder's group
@@ -37,6 +40,7 @@ def prepare_root(store_dir: str, gid: int | None) -> None:
         os.mkdir(store_dir, PRIVATE_DIR)
     except FileExistsError:
         pass
+    _check_owner(f"store folder {store_dir}", os.stat(store_dir).st_uid)
     if gid is not None and os.stat(store_dir).st_gid != gid:
         try:
             os.chown(store_dir, -1, gid)
@@ -78,3 +82,72 @@ def open_file(path: str, flags: int = os.O_RDWR) -> tuple[int, bool]:
         raise
     return fd, True
 
+
+
+def _describe_uid(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _check_owner(what: str, uid: int) -> None:
+    """``ForeignOwnerError`` unless ``what`` belongs to this process's user: whoever owns a store's
+    folder or lock file can change its modes, hold its lock or replace its files."""
+    me = os.geteuid()
+    if uid != me:
+        raise ForeignOwnerError(f"{what} belongs to {_describe_uid(uid)}, not to the broker's user "
+                                f"({_describe_uid(me)}); give it to that user (chown) or use another store folder")
+
+
+def open_lock(path: str) -> int:
+    """Open (creating if missing) the store's lock file: ours and 0600 whatever the folder.
+
+    Whoever can open the lock file can hold ``flock`` on it, even read-only and in shared
+    mode, and so keep every broker from starting: it is never group-readable (not even in a
+    ``shmGroup`` store), a symlink is not followed, and a lock file another user owns is refused.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE)
+    except FileExistsError:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_owner(f"store lock file {path}", os.fstat(fd).st_uid)
+        os.fchmod(fd, PRIVATE_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lock_holders(fd: int) -> list[tuple[int, int]]:
+    """(pid, uid) of the processes holding a ``flock`` on the file of ``fd``, from /proc/locks.
+
+    The pid is the one that took the lock; a holder that passed its descriptor on (fork) may
+    be another process. Empty if it cannot be told (no /proc, the holder already gone).
+    """
+    st = os.fstat(fd)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = []
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                fields = line.split()
+                if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != inode:
+                    continue
+                pid = int(fields[4])
+                try:
+                    out.append((pid, os.stat(f"/proc/{pid}").st_uid))
+                except FileNotFoundError:
+                    continue
+    except OSError:
+        return []
+    return out
+
+
+def describe_lock_holders(fd: int) -> str:
+    """`` by pid 123 of uid 1001 (alice)``, or an empty string when the holder is unknown."""
+    holders = lock_holders(fd)
+    if not holders:
+        return ""
+    return " by " + ", ".join(f"pid {pid} of {_describe_uid(uid)}" for pid, uid in holders)

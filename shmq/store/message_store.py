@@ -155,13 +155,15 @@ class MessageStore:
         return self
 
     def _lock(self) -> None:
-        self._lock_fd = files.open_file(os.path.join(self.store_dir, "lock"))[0]
+        self._lock_fd = files.open_lock(os.path.join(self.store_dir, "lock"))
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holders = files.describe_lock_holders(self._lock_fd)
             os.close(self._lock_fd)
             self._lock_fd = -1
-            raise StoreLockedError(f"store {self.store_dir} is already open by another broker (lock held)") from None
+            raise StoreLockedError(f"store {self.store_dir} is already open by another broker "
+                                   f"(lock held{holders})") from None
         os.ftruncate(self._lock_fd, 0)
         os.write(self._lock_fd, f"{os.getpid()}\n".encode())
 

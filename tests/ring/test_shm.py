@@ -1,6 +1,8 @@
 """Segment naming, mapping, read-only opens and leftover removal."""
 from __future__ import annotations
 
+import os
+
 import posix_ipc
 import pytest
 
@@ -48,3 +50,18 @@ def test_remove_leftovers_only_of_that_broker(broker_name):
     assert len(shm.remove_leftovers(broker_name)) == 2
     assert shm.leftovers(broker_name) == []
     assert shm.remove_leftovers(other) == [f"shmq.{other}.a"]
+
+
+def test_created_segments_are_backed_and_know_their_owner(broker_name):
+    """Every page is allocated at create (a sparse segment SIGBUSes its first writer once /dev/shm
+    is full), and the owner is read from the descriptor."""
+    name = shm.ipc_name(broker_name, "seg")
+    size = 1 << 20
+    seg = shm.Segment.create(name, size)
+    try:
+        assert os.stat(f"/dev/shm/{name[1:]}").st_blocks * 512 >= size
+        with shm.Segment.open(name, read_only=True) as ro:
+            assert ro.owner == seg.owner == (os.geteuid(), os.getegid())
+    finally:
+        seg.close()
+        seg.unlink()

@@ -5,14 +5,18 @@ from __future__ import annotations
 import grp
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
+from shmq.errors import StoreLockedError
 from shmq.store import config_files
 from shmq.store.message_store import MessageStore
 
@@ -88,7 +92,8 @@ def test_shm_group_store_is_group_readable(tmp_path, any_umask):
     config = dict(SMALL, shmGroup=str(gid))
     paths = _fill(str(tmp_path / "store"), config)
     modes = _modes(paths)
-    wrong = {p: oct(m) for p, (is_dir, m) in modes.items() if m != (0o2750 if is_dir else 0o640)}
+    lock = os.path.join(str(tmp_path / "store"), "lock")  # never group-readable: a reader could hold its flock
+    wrong = {p: oct(m) for p, (is_dir, m) in modes.items() if m != (0o2750 if is_dir else 0o600 if p == lock else 0o640)}
     assert wrong == {}
     assert {os.stat(p).st_gid for p in modes} == {gid}
 
@@ -154,3 +159,61 @@ def test_shm_group_members_read_the_store_and_no_one_else(shared_tmp, users):
                  os.path.join(store_dir, "config", "topics.json")):
         assert _read_as(member, path) == "ok"
         assert _read_as(outsider, path) == "PermissionError"
+
+
+_HOLD = ("import fcntl, sys, time\n"
+         "try:\n    f = open(sys.argv[1], 'rb')\n    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+         "except OSError as e:\n    print(type(e).__name__, flush=True)\n    sys.exit()\n"
+         "print('held', flush=True)\ntime.sleep(60)\n")
+
+
+@contextmanager
+def _holding(user: str, path: str) -> Iterator[str]:
+    """`user` tries to hold a shared flock on `path` (read-only, as any reader could); yields
+    "held" or the error it got, and ends the holder afterwards."""
+    p = subprocess.Popen(["runuser", "-u", user, "--", PYTHON, "-c", _HOLD, path], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        yield p.stdout.readline().strip()  # type: ignore[union-attr]
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # runuser is reaped; wait for its python child too
+            try:
+                os.killpg(p.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+
+
+def test_shm_group_member_cannot_hold_the_store_lock(shared_tmp, users):
+    """A reader of a shmGroup store may read its files, but not hold its lock and so keep every
+    broker from starting: the lock file stays 0600."""
+    group, member, _outsider = users
+    store_dir = os.path.join(shared_tmp, "store")
+    config = dict(SMALL, shmGroup=group)
+    MessageStore(store_dir, config).start().shutdown()
+    with _holding(member, os.path.join(store_dir, "lock")) as got:
+        assert got == "PermissionError"
+        MessageStore(store_dir, config).start().shutdown()
+
+
+def test_a_foreign_lock_holder_is_named(shared_tmp, users):
+    """A holder that opened the lock while an older shmq left it readable keeps it: the error says who."""
+    _group, _member, outsider = users
+    store_dir = os.path.join(shared_tmp, "store")
+    MessageStore(store_dir, dict(SMALL)).start().shutdown()
+    lock = os.path.join(store_dir, "lock")
+    os.chmod(store_dir, 0o755)
+    os.chmod(lock, 0o644)
+    with _holding(outsider, lock) as got:
+        assert got == "held"
+        with pytest.raises(StoreLockedError, match=rf"lock held by pid \d+ of uid \d+ \({outsider}\)"):
+            MessageStore(store_dir, dict(SMALL)).start()
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    MessageStore(store_dir, dict(SMALL)).start().shutdown()
+
