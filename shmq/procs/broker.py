@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import posix_ipc
+import sysv_ipc
 
 from shmq.broker.answers import PACKED
 from shmq.broker.core import BrokerCore
