@@ -103,6 +103,8 @@ class BrokerController:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         try:
+            # the metadata is loaded and checked (or the start refused) before any IPC object exists
+            self.core = BrokerCore(self.store, self.config)
             self._create_ipc(self.store)
         except BaseException:
             self.store.shutdown()
@@ -139,7 +141,7 @@ class BrokerController:
         self.bell = Doorbell.create(broker_bell_name(self.name))
         self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key)
         self.publisher = StatePublisher(self.state)
-        self.core = BrokerCore(store, self.config, self.publisher)
+        self.core.publisher = self.publisher
         self.core.publish_topics()
 
     def request_stop(self, *_: object) -> None:

@@ -9,6 +9,7 @@ holds beyond their progress is re-dispatched (dispatch is idempotent).
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Iterator
 
 from shmq.codec import record as fmt
@@ -16,6 +17,7 @@ from shmq.store.commitlog import CommitLog
 from shmq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
+_I32 = struct.Struct(">i")
 CHECKPOINT_MARGIN_MS = 3000
 
 
@@ -75,8 +77,25 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     return end
 
 
-def decoded_records(commitlog: CommitLog, offset: int) -> Iterator[tuple[int, fmt.StoredRecord]]:
-    """(phys offset, decoded record) for every valid record from `offset` (re-dispatch input)."""
+def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]] | None = None
+                    ) -> Iterator[tuple[int, fmt.StoredRecord]]:
+    """(phys offset, decoded record) for every valid record from `offset` (re-dispatch input);
+    with ``only``, just the records of those (topic, queue id): the rebuild of a few damaged
+    consume queues reads the topic and queue id from the header and decodes nothing else."""
     offset = max(offset, commitlog.min_offset)
+    topics = {t.encode() for t, _ in only} if only is not None else None
     for mf, pos, size in commitlog.iter_records(offset):
-        yield mf.file_from_offset + pos, fmt.decode_record(mf.view[pos:pos + size])
+        view = mf.view
+        if only is not None:
+            topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
+            topic = bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]])
+            if topic not in topics or (topic.decode(), _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0]) not in only:
+                continue
+        yield mf.file_from_offset + pos, fmt.decode_record(view[pos:pos + size])
+
+
+def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]
+                 ) -> list[tuple[str, int]]:
+    """The queues whose recovered max offset is below what the queue table recorded (or that are
+    gone): their consume queue lost entries that the commitlog still has."""
+    return sorted(k for k, n in expected.items() if max_offsets.get(k, -1) < n)
