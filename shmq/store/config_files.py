@@ -49,7 +49,7 @@ class Loaded:
         return bool(self.problems)
 
 
-def load_json(path: str, check: Callable[[Any], None]) -> Loaded:
+def load_json(path: str, check: Callable[[Any], object]) -> Loaded:
     """``path``, else ``<path>.bak``: the first copy that parses and passes ``check`` (which raises
     ValueError or TypeError saying what is wrong). Unlike ``read_json`` nothing is skipped
     silently: every copy that exists but fails is in ``problems``, so the caller can log it and

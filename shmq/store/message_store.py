@@ -238,11 +238,11 @@ class MessageStore:
         self._redispatch(self.commitlog.min_offset, set(damaged))
         for key in damaged:
             cq = self._queue(*key)
-            before = cq.max_offset
+            lo, hi = cq.min_offset, cq.max_offset
             cq.skip_to(expected.get(key, 0))
-            log.error("consume queue %s/%d rebuilt: offsets %d..%d readable%s", key[0], key[1], cq.min_offset,
-                      before, f", continues at {cq.max_offset} (the queue table's max offset)"
-                      if cq.max_offset > before else "")
+            log.error("consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s", key[0], key[1], lo,
+                      hi, f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
+                      "no longer holds the rest)" if cq.max_offset > hi else "")
 
     def _write_queue_table(self, force: bool = False) -> None:
         """Write every queue's max offset (queue_table) when queues were created since the last

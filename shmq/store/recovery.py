@@ -83,7 +83,7 @@ def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]
     with ``only``, just the records of those (topic, queue id): the rebuild of a few damaged
     consume queues reads the topic and queue id from the header and decodes nothing else."""
     offset = max(offset, commitlog.min_offset)
-    topics = {t.encode() for t, _ in only} if only is not None else None
+    topics = {t.encode() for t, _ in only or ()}
     for mf, pos, size in commitlog.iter_records(offset):
         view = mf.view
         if only is not None:
