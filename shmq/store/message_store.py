@@ -327,8 +327,10 @@ class MessageStore:
         if self.index is not None:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, ts)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
-        self.checkpoint.flush()
+        # before the checkpoint: a queue created before the checkpoint's time is then in the table
+        # (one created after it has all its records in what abnormal recovery re-dispatches)
         self._write_queue_table()
+        self.checkpoint.flush()
 
     def shutdown(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker, release the lock."""
