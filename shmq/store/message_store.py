@@ -193,12 +193,16 @@ class MessageStore:
             cq.truncate_dirty(end)
         if self.index is not None:
             self.index.truncate(end)
-        table_lost = expected is None and bool(table_problems)
-        if table_lost:
-            log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
-                      " | ".join(table_problems))
+        if expected is None and self.commitlog.max_offset > self.commitlog.min_offset:
+            if table_problems:
+                log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
+                          " | ".join(table_problems))
+            else:
+                log.warning("no queue table (a store written before it existed): every consume queue is checked "
+                            "against the whole commitlog once")
+            expected = recovery.queue_ends(self.commitlog)
         damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected or {}))
-        start = self._redispatch_start(abnormal, cq_lost or table_lost or (self.index is not None and index_lost))
+        start = self._redispatch_start(abnormal, cq_lost or (self.index is not None and index_lost))
         damaged.update(self._redispatch(start))
         if damaged:
             self._rebuild_queues(sorted(damaged), expected or {})

@@ -18,6 +18,7 @@ from shmq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 CHECKPOINT_MARGIN_MS = 3000
 
 
@@ -92,6 +93,22 @@ def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]
             if topic not in topics or (topic.decode(), _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0]) not in only:
                 continue
         yield mf.file_from_offset + pos, fmt.decode_record(view[pos:pos + size])
+
+
+def queue_ends(commitlog: CommitLog) -> dict[tuple[str, int], int]:
+    """Each queue's max offset (last queue offset + 1) as the whole commitlog's records say,
+    from their headers alone: the queue table's stand-in when it cannot be read."""
+    ends: dict[tuple[str, int], int] = {}
+    hidden = fmt.TRANSACTION_PREPARED  # prepared and rolled-back records have no queue entry
+    for mf, pos, _ in commitlog.iter_records(commitlog.min_offset):
+        view = mf.view
+        if _I32.unpack_from(view, pos + fmt.OFF_SYSFLAG)[0] & hidden:
+            continue
+        topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
+        key = (bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]]).decode(),
+               _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0])
+        ends[key] = _I64.unpack_from(view, pos + fmt.OFF_QUEUEOFFSET)[0] + 1
+    return ends
 
 
 def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]

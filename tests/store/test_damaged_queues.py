@@ -104,18 +104,17 @@ def test_a_queue_file_of_the_wrong_size_is_rebuilt(store_dir, small_config, capl
     assert "consume queue A/0 is damaged" in caplog.text
 
 
-def test_a_lost_queue_is_found_by_its_gap_without_the_queue_table(store_dir, small_config, caplog):
-    """Without the queue table (a store written before it existed), a queue truncated to nothing
-    is still found when the commitlog tail re-dispatched at start holds its later records: they
-    would start past its end (a gap), which before filled offsets 0..49 with blanks."""
+def test_a_lost_queue_is_found_by_its_gap_when_the_queue_table_is_stale(store_dir, small_config, caplog):
+    """With a stale queue table (written while running: lower bounds), a queue truncated to
+    nothing is still found when the commitlog tail re-dispatched at start holds its later
+    records: they would start past its end (a gap), which before filled offsets 0..49 with blanks."""
     with MessageStore(store_dir, small_config) as s:
         fill(s, [("A", 0, 50)])
         fill(s, [("B", 0, 1)])
         put_one(s, "A", 0, record("A", b"x"))  # A's last record comes after B's
     table = os.path.join(store_dir, "config", "queueMaxOffsets.json")
-    for path in (table, table + ".bak"):
-        if os.path.exists(path):
-            os.unlink(path)
+    with open(table, "w") as f:
+        json.dump({"queueMaxOffsets": {"A": {"0": 0}, "B": {"0": 1}}}, f)
     for path in cq_files(store_dir, "A", 0):
         os.truncate(path, 0)
     with caplog.at_level(logging.ERROR), MessageStore(store_dir, small_config) as s:
@@ -124,22 +123,31 @@ def test_a_lost_queue_is_found_by_its_gap_without_the_queue_table(store_dir, sma
     assert "A/0" in caplog.text
 
 
-def test_a_damaged_queue_table_checks_every_queue(store_dir, small_config, caplog):
+@pytest.mark.parametrize("kind", ["garbage", "missing"])
+def test_a_damaged_or_missing_queue_table_checks_every_queue(store_dir, small_config, caplog, kind):
     """A queue table that cannot be read is logged, and every queue is checked against the whole
-    commitlog instead, so a truncated queue is still rebuilt."""
+    commitlog instead (record headers only), so a truncated queue is still rebuilt; likewise
+    once for a store written before the table existed."""
     with MessageStore(store_dir, small_config) as s:
         fill(s, PLAN)
     table = os.path.join(store_dir, "config", "queueMaxOffsets.json")
     os.makedirs(os.path.dirname(table), exist_ok=True)
     for path in (table, table + ".bak"):
-        with open(path, "w") as f:
-            f.write('{"queueMaxOffsets": {"A": {"0": "many"}}}')
+        if kind == "garbage":
+            with open(path, "w") as f:
+                f.write('{"queueMaxOffsets": {"A": {"0": "many"}}}')
+        elif os.path.exists(path):
+            os.unlink(path)
     for path in cq_files(store_dir, "B", 0):
         os.truncate(path, 0)
-    with caplog.at_level(logging.ERROR), MessageStore(store_dir, small_config) as s:
+    with caplog.at_level(logging.WARNING), MessageStore(store_dir, small_config) as s:
         for topic, qid, n in PLAN:
             assert_whole(s, topic, qid, n)
-    assert "queue table damaged" in caplog.text and "queueMaxOffsets.json" in caplog.text
+    if kind == "garbage":
+        assert "queue table damaged" in caplog.text and "queueMaxOffsets.json" in caplog.text
+    else:
+        assert "no queue table" in caplog.text
+    assert "B/0" in caplog.text
     with open(table) as f:  # rewritten at start and at shutdown
         assert json.load(f)["queueMaxOffsets"]["B"]["0"] == 51
 
@@ -150,12 +158,13 @@ def test_a_queue_whose_records_were_cleaned_continues_at_its_max_offset(store_di
     consumers committed past."""
     with MessageStore(store_dir, small_config) as s:
         fill(s, [("Old", 0, 80)])
-        for i in range(80):
-            put_one(s, "New", 0, record("New", b"y" * 1000))
-        segments = sorted(os.listdir(os.path.join(store_dir, "commitlog")))
-    assert len(segments) > 2
-    for name in segments[:-1]:  # what cleanup does: whole segments from the front, Old's all gone
-        os.unlink(os.path.join(store_dir, "commitlog", name))
+        for i in range(200):  # ~3 segments of 64 KiB
+            last = put_one(s, "New", 0, record("New", b"y" * 1000)).wrote_offset
+    seg = small_config["mappedFileSizeCommitLog"]
+    assert last >= 2 * seg
+    for name in os.listdir(os.path.join(store_dir, "commitlog")):  # what cleanup does: whole segments
+        if int(name) + seg <= last:  # from the front; Old's records are all in the first
+            os.unlink(os.path.join(store_dir, "commitlog", name))
     shutil.rmtree(cq_dir(store_dir, "Old"))
     with caplog.at_level(logging.ERROR), MessageStore(store_dir, small_config) as s:
         assert s.get_max_offset_in_queue("Old", 0) == 80
