@@ -105,7 +105,7 @@ class BrokerController:
         try:
             # the metadata is loaded and checked (or the start refused) before any IPC object exists
             self.core = BrokerCore(self.store, self.config)
-            self._create_ipc(self.store)
+            self._create_ipc()
         except BaseException:
             self.store.shutdown()
             raise
@@ -131,7 +131,7 @@ class BrokerController:
         if removed:
             log.info("removed leftovers of a crashed broker %r: %s", self.name, ", ".join(removed))
 
-    def _create_ipc(self, store: MessageStore) -> None:
+    def _create_ipc(self) -> None:
         control_key = sysv_key(self.store_dir, "control")
         alive_key = sysv_key(self.store_dir, "alive")
         remove_queue(control_key)  # we hold the store lock: whoever made these is dead
