@@ -122,7 +122,7 @@ class MessageStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
-        self._table_queues = -1  # queues in the queue table last written
+        self.queue_table = queue_table.QueueTableWriter(self.store_dir)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
         self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush,
                                                    ahead=self.config.warm_ahead_size)
@@ -182,7 +182,6 @@ class MessageStore:
         self.checkpoint = StoreCheckpoint(os.path.join(self.store_dir, "checkpoint"))
         self.commitlog.queue.load()
         damaged = self._load_consume_queues(cq_dir)
-        expected, table_problems = queue_table.read(self.store_dir)
         if cfg.message_index_enable:
             self.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
             self.dispatchers.append(IndexDispatcher(self.index))
@@ -193,22 +192,19 @@ class MessageStore:
             cq.truncate_dirty(end)
         if self.index is not None:
             self.index.truncate(end)
-        if expected is None and self.commitlog.max_offset > self.commitlog.min_offset:
-            if table_problems:
-                log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
-                          " | ".join(table_problems))
-            else:
-                log.warning("no queue table (a store written before it existed): every consume queue is checked "
-                            "against the whole commitlog once")
-            expected = recovery.queue_ends(self.commitlog)
-        damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected or {}))
+        expected = recovery.expected_queue_ends(self.store_dir, self.commitlog)
+        damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected))
         start = self._redispatch_start(abnormal, cq_lost or (self.index is not None and index_lost))
         damaged.update(self._redispatch(start))
         if damaged:
-            self._rebuild_queues(sorted(damaged), expected or {})
+            recovery.log_damaged(damaged)
+            for key in damaged:
+                self._queue(*key).reset()
+            self._redispatch(self.commitlog.min_offset, damaged)
+            recovery.continue_rebuilt([self._queues[k] for k in sorted(damaged)], expected)
         for cq in self._queues.values():
             cq.delete_expired(self.commitlog.min_offset)
-        self._write_queue_table(force=True)
+        self.queue_table.write(self.consume_queues(), force=True)
 
     def _load_consume_queues(self, cq_dir: str) -> set[tuple[str, int]]:
         """Open every consume queue; the ones whose files were unusable (removed, to rebuild)."""
@@ -226,40 +222,6 @@ class MessageStore:
                         damaged.add((topic, int(qid)))
                     self._queues[(topic, int(qid))] = cq
         return damaged
-
-    def _rebuild_queues(self, damaged: list[tuple[str, int]], expected: dict[tuple[str, int], int]) -> None:
-        """Rebuild consume queues that lost entries from the commitlog (one pass over it, reading
-        only those queues' records), then continue each at least where the queue table says it
-        was, so new messages never reuse offsets that the commitlog no longer holds."""
-        shown = ", ".join(f"{t}/{q}" for t, q in damaged[:10]) + (f" and {len(damaged) - 10} more"
-                                                                  if len(damaged) > 10 else "")
-        log.error("consume queues lost entries that the commitlog holds: %s; rebuilding them from the commitlog",
-                  shown)
-        for key in damaged:
-            cq = self._queues.get(key)
-            if cq is not None:
-                cq.reset()
-        self._redispatch(self.commitlog.min_offset, set(damaged))
-        for key in damaged:
-            cq = self._queue(*key)
-            lo, hi = cq.min_offset, cq.max_offset
-            cq.skip_to(expected.get(key, 0))
-            log.error("consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s", key[0], key[1], lo,
-                      hi, f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
-                      "no longer holds the rest)" if cq.max_offset > hi else "")
-
-    def _write_queue_table(self, force: bool = False) -> None:
-        """Write every queue's max offset (queue_table) when queues were created since the last
-        write, or always (``force``: start and clean shutdown); a failure is logged, not raised."""
-        with self._queues_lock:
-            queues = list(self._queues.values())
-        if not force and len(queues) == self._table_queues:
-            return
-        try:
-            queue_table.write(self.store_dir, ((cq.topic, cq.queue_id, cq.max_offset) for cq in queues))
-            self._table_queues = len(queues)
-        except OSError as e:
-            log.warning("writing the queue table failed (%s); recovery checks fewer queues until it is written", e)
 
     def _redispatch_start(self, abnormal: bool, rebuild: bool) -> int:
         """Where re-dispatch starts: everything for a lost folder, the checkpoint after a crash."""
@@ -333,7 +295,7 @@ class MessageStore:
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
         # before the checkpoint: a queue created before the checkpoint's time is then in the table
         # (one created after it has all its records in what abnormal recovery re-dispatches)
-        self._write_queue_table()
+        self.queue_table.write(queues)
         self.checkpoint.flush()
 
     def shutdown(self) -> None:
@@ -349,7 +311,7 @@ class MessageStore:
             self.allocator.shutdown()
             self.commitlog.flush(0)
             self._flush_logics()
-            self._write_queue_table(force=True)  # exact now: every queue's max offset
+            self.queue_table.write(self.consume_queues(), force=True)  # exact now: every queue's max offset
             for cq in self._queues.values():
                 cq.close()
             if self.index is not None:

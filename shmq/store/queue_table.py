@@ -11,13 +11,16 @@ the queues that fall short.
 """
 from __future__ import annotations
 
+import logging
 import os
-from typing import Any, Iterable
+from typing import Any, Sequence
 
 from shmq.codec import record as fmt
 from shmq.store.config_files import load_json, write_json
+from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.dispatch import MAX_QUEUE_ID
 
+log = logging.getLogger(__name__)
 QueueKey = tuple[str, int]
 MAX_OFFSET = 2**63 - 1
 
@@ -51,9 +54,23 @@ def read(store_dir: str) -> tuple[dict[QueueKey, int] | None, list[str]]:
     return (parse(loaded.data) if loaded.source is not None else None), loaded.problems
 
 
-def write(store_dir: str, offsets: Iterable[tuple[str, int, int]]) -> None:
-    """Replace the table with (topic, queue id, max offset) rows."""
-    table: dict[str, dict[str, int]] = {}
-    for topic, qid, n in offsets:
-        table.setdefault(topic, {})[str(qid)] = n
-    write_json(table_path(store_dir), {"queueMaxOffsets": table})
+class QueueTableWriter:
+    """Writes the table when queues were created since its last write, or always (``force``: at
+    start and at a clean shutdown, when it is exact); a failure is logged, not raised (a full
+    disk must not stop a flush)."""
+
+    def __init__(self, store_dir: str) -> None:
+        self.path = table_path(store_dir)
+        self.written = -1  # queues in the table last written
+
+    def write(self, queues: Sequence[ConsumeQueue], force: bool = False) -> None:
+        if not force and len(queues) == self.written:
+            return
+        table: dict[str, dict[str, int]] = {}
+        for cq in queues:
+            table.setdefault(cq.topic, {})[str(cq.queue_id)] = cq.max_offset
+        try:
+            write_json(self.path, {"queueMaxOffsets": table})
+            self.written = len(queues)
+        except OSError as e:
+            log.warning("writing %s failed (%s); recovery checks fewer queues until it is written", self.path, e)

@@ -13,7 +13,9 @@ import struct
 from typing import Iterator
 
 from shmq.codec import record as fmt
+from shmq.store import queue_table
 from shmq.store.commitlog import CommitLog
+from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,40 @@ def queue_ends(commitlog: CommitLog) -> dict[tuple[str, int], int]:
                _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0])
         ends[key] = _I64.unpack_from(view, pos + fmt.OFF_QUEUEOFFSET)[0] + 1
     return ends
+
+
+def expected_queue_ends(store_dir: str, commitlog: CommitLog) -> dict[tuple[str, int], int]:
+    """Each queue's max offset as far as known: the queue table, or when it cannot be read (or
+    is missing on a store with data) the commitlog's record headers, with the reason logged."""
+    expected, problems = queue_table.read(store_dir)
+    if expected is not None:
+        return expected
+    if commitlog.max_offset <= commitlog.min_offset:
+        return {}
+    if problems:
+        log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
+                  " | ".join(problems))
+    else:
+        log.warning("no queue table (a store written before it existed): every consume queue is checked "
+                    "against the whole commitlog once")
+    return queue_ends(commitlog)
+
+
+def log_damaged(damaged: set[tuple[str, int]]) -> None:
+    keys = sorted(damaged)
+    shown = ", ".join(f"{t}/{q}" for t, q in keys[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+    log.error("consume queues lost entries that the commitlog holds: %s; rebuilding them from the commitlog", shown)
+
+
+def continue_rebuilt(queues: list[ConsumeQueue], expected: dict[tuple[str, int], int]) -> None:
+    """After a rebuild: each queue continues at least at the max offset the table recorded, so
+    new messages never reuse offsets that the commitlog no longer holds (cleaned segments)."""
+    for cq in queues:
+        lo, hi = cq.min_offset, cq.max_offset
+        cq.skip_to(expected.get((cq.topic, cq.queue_id), 0))
+        log.error("consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s", cq.topic, cq.queue_id, lo,
+                  hi, f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
+                  "no longer holds the rest)" if cq.max_offset > hi else "")
 
 
 def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]
