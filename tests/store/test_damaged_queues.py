@@ -8,9 +8,11 @@ import json
 import logging
 import os
 import shutil
+import time
 
 import pytest
 
+from shmq.codec import record as fmt
 from shmq.store.message_store import MessageStore
 
 from .conftest import put_one, record
@@ -171,3 +173,56 @@ def test_a_queue_whose_records_were_cleaned_continues_at_its_max_offset(store_di
         assert put_one(s, "Old", 0, record("Old", b"after")).queue_offset == 80
         assert [bytes(m.body) for m in s.get_message("Old", 0, 80, 4).messages] == [b"after"]
     assert "continues at 80" in caplog.text
+
+
+def test_after_a_crash_queues_outside_the_redispatched_tail_are_checked(store_dir, small_config, caplog):
+    """Abnormal recovery re-dispatches only the commitlog from the checkpoint on. A queue whose
+    records all lie before it (A/0) is found by the queue table; one whose table entry is stale
+    (B/0 recorded at 0, as written while running) by the gap its tail records would leave."""
+    with MessageStore(store_dir, small_config) as s:
+        fill(s, [("A", 0, 100)])  # ~2 segments of 64 KiB with these bodies
+        for i in range(150):
+            put_one(s, "B", 0, record("B", b"B-0-%d" % i + b"." * 1000))
+    table = os.path.join(store_dir, "config", "queueMaxOffsets.json")
+    os.makedirs(os.path.dirname(table), exist_ok=True)
+    with open(table, "w") as f:  # B/0 as a table written while running might have it
+        json.dump({"queueMaxOffsets": {"A": {"0": 100}, "B": {"0": 0}}}, f)
+    for path in cq_files(store_dir, "A", 0):
+        os.truncate(path, 0)
+    for path in cq_files(store_dir, "B", 0):
+        os.unlink(path)
+    # a crash whose checkpoint is recent: re-dispatch starts at the last segment only
+    with open(os.path.join(store_dir, "checkpoint"), "r+b") as f:
+        now = int(time.time() * 1000) + 60_000
+        f.write(fmt.CHECKPOINT.pack(now, now, now))
+    open(os.path.join(store_dir, "abort"), "w").close()
+    with caplog.at_level(logging.INFO), MessageStore(store_dir, small_config) as s:
+        redispatched = [r.getMessage() for r in caplog.records if r.getMessage().startswith("re-dispatched")]
+        assert not redispatched[0].endswith("from commitlog offset 0")  # the tail, then the rebuild
+        assert_whole(s, "A", 0, 100)
+        got: list[tuple[int, bytes]] = []
+        while len(got) < 150:
+            r = s.get_message("B", 0, len(got), 64)
+            assert r.messages
+            got += [(m.queue_offset, bytes(m.body).rstrip(b".")) for m in r.messages]
+        assert got == [(i, b"B-0-%d" % i) for i in range(150)] and s.get_max_offset_in_queue("B", 0) == 150
+    assert "A/0, B/0" in caplog.text
+
+
+def test_the_queue_table_names_new_queues_by_the_next_checkpoint(store_dir, small_config):
+    """While running, a queue created since the last write is in the table once the thorough
+    consume-queue flush (which writes the checkpoint) has run: abnormal recovery re-dispatches
+    everything after the checkpoint, so together they cover every queue."""
+    table = os.path.join(store_dir, "config", "queueMaxOffsets.json")
+    with MessageStore(store_dir, small_config) as s:
+        with open(table) as f:
+            assert json.load(f) == {"queueMaxOffsets": {}}  # written at start
+        fill(s, [("N", 3, 5)])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(table) as f:
+                if json.load(f)["queueMaxOffsets"].get("N") == {"3": 5}:
+                    break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the queue table never named queue N/3")
