@@ -6,8 +6,9 @@ from shmq.client.producer.producer import Producer
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
                          BadTopicError, BrokerBusyError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
-                         CorruptRecordError, DiskFullError, ForeignOwnerError, MessageTooLargeError, SendTimeoutError,
-                         SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError, StoreLockedError, TopicNotReadableError)
+                         CorruptRecordError, DiskFullError, ForeignOwnerError, MessageTooLargeError, MetadataError,
+                         SendTimeoutError, SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError,
+                         StoreLockedError, TopicNotReadableError)
 from shmq.launcher import Broker
 from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult,
                                        PullStatus)
@@ -19,7 +20,7 @@ __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError
            "BrokerBusyError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "Message",
-           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "Producer",
-           "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
+           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError",
+           "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError"]

@@ -40,6 +40,11 @@ class ConfigError(ShmqError, ValueError):
     """A configuration file or key is wrong."""
 
 
+class MetadataError(ShmqError, RuntimeError):
+    """Store metadata (consumer offsets) is damaged and no valid copy is left: the broker will not
+    start rather than reset what consumers committed."""
+
+
 class CorruptFrameError(ShmqError, ValueError):
     """A ring holds a malformed frame or impossible counters; the peer is buggy or hostile, drop the channel."""
 

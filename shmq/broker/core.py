@@ -42,13 +42,11 @@ class BrokerCore:
         self.config = config
         self.store_host = config.store_host
         self.publisher = publisher
-        self.topics = TopicConfigManager(store.store_dir, config.default_topic_queue_nums)
-        rebuilt = self.topics.rebuild_missing(store.topics())
-        if rebuilt:
-            log.warning("rebuilt the config of %d topics that had messages but no entry in topics.json: %s",
-                        len(rebuilt), ", ".join(rebuilt[:10]))
-        self.consumers = ConsumerManager()
+        # offsets first: they are what may refuse the start (MetadataError), before topics.json is rewritten
         self.offsets = ConsumerOffsetManager(store.store_dir)
+        self.topics = TopicConfigManager(store.store_dir, config.default_topic_queue_nums)
+        self.topics.repair(store.topics())
+        self.consumers = ConsumerManager()
         self.clients: dict[int, Peer] = {}
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)

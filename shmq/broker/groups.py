@@ -2,18 +2,25 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec.record import TOPIC_PATTERN, check_topic
-from shmq.store.config_files import read_json, write_json
+from shmq.errors import MetadataError
+from shmq.store.config_files import load_json, set_aside, write_json
+from shmq.store.dispatch import MAX_QUEUE_ID
+from shmq.store.queue_table import MAX_OFFSET
+
+log = logging.getLogger("shmq.broker")
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MODELS = (CLUSTERING, BROADCASTING)
 MAX_GROUP_LENGTH = 127  # RocketMQ allows 255; the state segment's name fields hold 128 bytes
-MAX_OFFSET = 2**63 - 1  # a committed offset is an i64 in the state segment and consumerOffset.json
 
 
 @functools.lru_cache(maxsize=1024)
@@ -64,18 +71,55 @@ class ConsumerManager:
         return [name for name in list(self.groups) if self.leave(name, client_id)]
 
 
+def parse_offsets(data: Any) -> dict[tuple[str, str, int], int]:
+    """consumerOffset.json's table with every value checked; a wrong one (ValueError, TypeError)
+    makes the whole copy unusable, since dropping one entry would silently reset that offset."""
+    table = data.get("offsetTable") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError('not a {"offsetTable": {...}} object')
+    out: dict[tuple[str, str, int], int] = {}
+    for key, queues in table.items():
+        topic, _, group = key.partition("@")
+        if not group:
+            raise ValueError(f"key {key!r:.80} is not topic@group")
+        check_topic(topic)
+        if not isinstance(queues, dict):
+            raise ValueError(f"{key!r:.80}: not an object of queue id -> offset")
+        for qid, offset in queues.items():
+            if not (qid.isdigit() and int(qid) <= MAX_QUEUE_ID):
+                raise ValueError(f"{key!r:.80}: queue id {qid!r:.20} is not in 0..{MAX_QUEUE_ID}")
+            if not isinstance(offset, int) or isinstance(offset, bool) or not -1 <= offset <= MAX_OFFSET:
+                raise ValueError(f"{key!r:.80} queue {qid}: offset {offset!r:.30} is not an int in -1..2^63-1")
+            out[(group, topic, int(qid))] = offset
+    return out
+
+
 class ConsumerOffsetManager:
-    """Committed offsets per (group, topic, queue); RocketMQ's `topic@group` JSON layout on disk."""
+    """Committed offsets per (group, topic, queue); RocketMQ's `topic@group` JSON layout on disk.
+
+    A damaged file is never read as "no offsets" (a LAST_OFFSET group would then skip what
+    arrived while it was away): the previous copy (``.bak``, at most one persist interval
+    older: groups re-consume a little) is used with an error logged, and with no valid copy
+    the broker refuses to start (MetadataError) until an operator restores or removes the file.
+    """
 
     def __init__(self, store_dir: str) -> None:
         self.path = os.path.join(store_dir, "config", "consumerOffset.json")
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.dirty = False
-        data = read_json(self.path, {}) or {}
-        for key, queues in data.get("offsetTable", {}).items():
-            topic, _, group = key.partition("@")
-            for qid, offset in queues.items():
-                self.offsets[(group, topic, int(qid))] = int(offset)
+        loaded = load_json(self.path, parse_offsets)
+        if loaded.damaged and loaded.source is None:
+            raise MetadataError(f"consumer offsets cannot be read ({' | '.join(loaded.problems)}); the broker "
+                                f"will not start and reset what groups committed. Restore a good copy to "
+                                f"{self.path}, or remove it to start with no committed offsets")
+        if loaded.source is not None:
+            self.offsets = parse_offsets(loaded.data)
+        if loaded.damaged:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(str(loaded.source))))
+            aside = set_aside(self.path)
+            log.error("consumer offsets damaged: %s. Done instead: loaded %d offsets from %s (written %s); groups "
+                      "re-consume what they committed after it; the damaged file is kept as %s",
+                      " | ".join(loaded.problems), len(self.offsets), loaded.source, when, aside)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Keep an offset; ValueError for one the loader would refuse (it is never persisted)."""

@@ -1,12 +1,22 @@
-"""TopicConfigManager: the broker's topic table (queues, perms), persisted as config/topics.json."""
+"""TopicConfigManager: the broker's topic table (queues, perms), persisted as config/topics.json.
+
+The table is rebuilt from the store when it cannot be read: every loaded value is checked, a
+damaged file or entry is logged as an error with what replaced it, and topics the store holds
+messages for get an entry from their consume queues. Topic config can always be rebuilt, so a
+damaged topics.json never stops the broker from starting.
+"""
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from shmq.codec import record as fmt
 from shmq.model.perm import PERM_INHERIT, PERM_READ, PERM_RW, PERM_WRITE
-from shmq.store.config_files import read_json, write_json
+from shmq.store.config_files import load_json, set_aside, write_json
+
+log = logging.getLogger("shmq.broker")
 
 MAX_QUEUE_NUMS = 1024
 
@@ -40,12 +50,34 @@ class TopicConfig:
                 "writeQueueNums": self.write_queue_nums, "perm": self.perm}
 
 
+def _is_int(n: object) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool)
+
+
 def _check_nums(read: int, write: int, perm: int) -> None:
     for what, n in (("readQueueNums", read), ("writeQueueNums", write)):
-        if not isinstance(n, int) or not 1 <= n <= MAX_QUEUE_NUMS:
+        if not _is_int(n) or not 1 <= n <= MAX_QUEUE_NUMS:
             raise ValueError(f"{what} must be an int in 1..{MAX_QUEUE_NUMS}, got {n!r}")
-    if not isinstance(perm, int) or perm & ~(PERM_RW | PERM_INHERIT):
+    if not _is_int(perm) or perm & ~(PERM_RW | PERM_INHERIT):
         raise ValueError(f"perm must be a combination of 4 (read), 2 (write), 1 (inherit), got {perm!r}")
+
+
+def _check_file(data: Any) -> None:
+    """The shape of topics.json; single entries are checked one by one (``topic_from_json``)."""
+    if not isinstance(data, dict) or not isinstance(data.get("topicConfigTable", {}), dict):
+        raise ValueError('not a {"topicConfigTable": {...}} object')
+
+
+def topic_from_json(name: str, entry: Any) -> TopicConfig:
+    """One entry of topics.json with every value checked (the same rules as an admin update)."""
+    fmt.check_topic(name)
+    if not isinstance(entry, dict):
+        raise ValueError(f"entry is not an object: {entry!r:.60}")
+    if entry.get("topicName", name) != name:
+        raise ValueError(f"topicName {entry.get('topicName')!r:.60} differs from its key")
+    read, write, perm = entry.get("readQueueNums"), entry.get("writeQueueNums"), entry.get("perm")
+    _check_nums(read, write, perm)  # type: ignore[arg-type]
+    return TopicConfig(name, read, write, perm)  # type: ignore[arg-type]
 
 
 class TopicConfigManager:
@@ -58,9 +90,15 @@ class TopicConfigManager:
         self.default_queue_nums = default_queue_nums
         self.topics: dict[str, TopicConfig] = {}
         self.dirty = False  # created without persisting: the broker persists before it answers
-        data = read_json(self.path, {}) or {}
-        for name, t in data.get("topicConfigTable", {}).items():
-            self.topics[name] = TopicConfig(name, int(t["readQueueNums"]), int(t["writeQueueNums"]), int(t["perm"]))
+        loaded = load_json(self.path, _check_file)
+        # what could not be used, each with what was done instead; ``repair`` logs them
+        self.problems = [f"{p}; not used" for p in loaded.problems]
+        self.source = loaded.source
+        for name, entry in ((loaded.data or {}).get("topicConfigTable") or {}).items():
+            try:
+                self.topics[name] = topic_from_json(name, entry)
+            except (ValueError, TypeError) as e:
+                self.problems.append(f"{loaded.source}: topic {name!r:.140}: {e}; entry dropped")
 
     def get(self, name: str) -> TopicConfig | None:
         return self.topics.get(name)
@@ -86,16 +124,34 @@ class TopicConfigManager:
             self.dirty = True
         return tc
 
-    def rebuild_missing(self, queues: dict[str, list[int]]) -> list[str]:
-        """Give a config entry (and persist it) to each topic that has consume queues but none: a
-        topic auto-created by a broker that died before writing topics.json. Its queue count is
-        what auto-creation gives, or more if a higher queue id was written."""
-        missing = [t for t in sorted(queues) if t not in self.topics and fmt.TOPIC_PATTERN.match(t)]
+    def repair(self, queues: dict[str, list[int]]) -> list[str]:
+        """After loading: give a config entry to each topic that has consume queues but none (a
+        topic auto-created by a broker that died before writing topics.json, or one whose entry
+        or whole file was damaged), log loudly what was damaged and what replaced it, and write
+        the repaired table (the damaged file is kept as ``topics.json.damaged``). A rebuilt
+        topic's queue count is what auto-creation gives, or more if a higher queue id was
+        written; its perm is read-write. Returns the rebuilt topics."""
+        missing = [t for t in sorted(queues) if t not in self.topics and len(t) <= fmt.MAX_TOPIC_LENGTH
+                   and fmt.TOPIC_PATTERN.match(t)]
         for name in missing:
             n = min(MAX_QUEUE_NUMS, max(self.default_queue_nums, max(queues[name]) + 1))
             self.topics[name] = TopicConfig(name, n, n, PERM_RW)
-        if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        if self.problems:
+            used = f"loaded {len(self.topics) - len(missing)} topics from {self.source}" if self.source \
+                else "no readable copy"
+            log.error("topic config damaged: %s. Done instead: %s, rebuilt %d from the consume queues%s",
+                      " | ".join(self.problems[:10]), used, len(missing), f" ({shown})" if missing else "")
+            if self.source != self.path:  # the newest copy is unusable: keep it for inspection
+                aside = set_aside(self.path)
+                if aside:
+                    log.error("damaged %s kept as %s", self.path, aside)
+        elif missing:
+            log.warning("rebuilt the config of %d topics that had messages but no entry in topics.json: %s",
+                        len(missing), shown)
+        if missing or self.problems:
             self.persist()
+            self.problems = []
         return missing
 
     def delete(self, name: str) -> bool:

@@ -97,7 +97,9 @@ class BrokerController:
         # before the state segment announces us: a stop right after start must be graceful
         handlers = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self._create_ipc(self.store)
+            # the metadata is loaded and checked (or the start refused) before any IPC object exists
+            self.core = BrokerCore(self.store, self.config)
+            self._create_ipc()
         except BaseException:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -133,9 +135,9 @@ class BrokerController:
         if removed:
             log.info("removed leftovers of a crashed broker %r: %s", self.name, ", ".join(removed))
 
-    def _create_ipc(self, store: MessageStore) -> None:
-        """Create the liveness semaphore, control queue, doorbell and state segment, and the core;
-        if any step fails, remove what the earlier ones made before raising."""
+    def _create_ipc(self) -> None:
+        """Create the liveness semaphore, control queue, doorbell and state segment, and publish
+        the core's topics; if any step fails, remove what the earlier ones made before raising."""
         control_key = sysv_key(self.store_dir, "control")
         alive_key = sysv_key(self.store_dir, "alive")
         remove_queue(control_key)  # we hold the store lock: whoever made these is dead
@@ -154,7 +156,7 @@ class BrokerController:
             undo.callback(self.state.close)
             self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
             self.publisher = StatePublisher(self.state)
-            self.core = BrokerCore(store, self.config, self.publisher)
+            self.core.publisher = self.publisher
             self.core.publish_topics()
             undo.pop_all()
 

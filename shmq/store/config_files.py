@@ -2,13 +2,15 @@
 
 Write to a temp file, fsync, rename over the old one, fsync the folder: a crash leaves either
 the old or the new file, never a torn one. The previous version is kept as `<name>.bak` so a
-file damaged by other means can still be read.
+file damaged by other means can still be read; ``load_json`` says which copy it used and why
+the newer one could not be, so a stale fallback is never silent.
 """
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from shmq.store import files
 
@@ -30,6 +32,55 @@ def write_json(path: str, data: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass
+class Loaded:
+    """What ``load_json`` found: the content of the first readable copy (None: none was), the
+    copy it came from, and why each copy before it could not be used (one line per copy)."""
+
+    data: Any = None
+    source: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def damaged(self) -> bool:
+        """A copy existed but could not be used: the caller must say loudly what it does instead."""
+        return bool(self.problems)
+
+
+def load_json(path: str, check: Callable[[Any], object]) -> Loaded:
+    """``path``, else ``<path>.bak``: the first copy that parses and passes ``check`` (which raises
+    ValueError or TypeError saying what is wrong). Unlike ``read_json`` nothing is skipped
+    silently: every copy that exists but fails is in ``problems``, so the caller can log it and
+    decide whether an older copy is good enough."""
+    out = Loaded()
+    for candidate in (path, f"{path}.bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                data = json.load(f)
+            check(data)
+        except FileNotFoundError:
+            continue
+        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
+            out.problems.append(f"{candidate}: {e}")
+            continue
+        except OSError as e:  # unreadable (EIO, EACCES): as damaged as garbage
+            out.problems.append(f"{candidate}: {e.strerror or e}")
+            continue
+        out.data, out.source = data, candidate
+        return out
+    return out
+
+
+def set_aside(path: str) -> str | None:
+    """Rename a damaged ``path`` to ``<path>.damaged`` (for inspection) before the repaired table
+    is written, so that ``write_json`` does not rotate the damaged copy over a good ``.bak``."""
+    if not os.path.exists(path):
+        return None
+    aside = f"{path}.damaged"
+    os.replace(path, aside)
+    return aside
 
 
 def read_json(path: str, default: Any = None) -> Any:

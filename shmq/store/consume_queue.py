@@ -6,6 +6,7 @@ time search are array operations.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from typing import Callable
@@ -15,6 +16,7 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.store.mapped_file import MappedFile, MappedFileQueue
 
+log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 # Entry written in front of the first real one when a queue starts past offset 0 (RocketMQ's
@@ -45,8 +47,42 @@ class ConsumeQueue:
             self._views[mf.file_from_offset] = v
         return v
 
-    def load(self) -> None:
-        self.queue.load()
+    def load(self) -> bool:
+        """Open the queue's files. False when they cannot be a queue (a file of the wrong size,
+        not the empty last one a crash leaves; or a file missing between two others): they are
+        removed and the caller rebuilds the queue from the commitlog, which holds all it said."""
+        names = sorted(n for n in os.listdir(self.directory) if fmt.parse_offset_file_name(n) is not None) \
+            if os.path.isdir(self.directory) else []
+        sizes = [os.path.getsize(os.path.join(self.directory, n)) for n in names]
+        if sizes and sizes[-1] == 0:
+            sizes.pop()
+        problem = next((f"{names[i]} is {n} bytes, not {self.queue.file_size}" for i, n in enumerate(sizes)
+                        if n != self.queue.file_size), None)
+        if problem is None:
+            try:
+                self.queue.load()
+                return True
+            except ValueError as e:  # a segment missing between two others
+                problem = str(e)
+                self.queue.close()
+        log.error("consume queue %s/%d is damaged (%s); its files are removed and it is rebuilt from the commitlog",
+                  self.topic, self.queue_id, problem)
+        for n in names:
+            os.unlink(os.path.join(self.directory, n))
+        return False
+
+    def reset(self) -> None:
+        """Empty the queue (files removed) so that it can be rebuilt from the commitlog."""
+        self.destroy()
+        self.min_offset = self.max_offset = 0
+        self.max_phys_end = -1
+
+    def skip_to(self, queue_offset: int) -> None:
+        """Continue the queue at ``queue_offset`` (blank entries before it): what a queue whose
+        messages the commitlog no longer holds had reached, so new messages never reuse offsets
+        that consumers already committed past."""
+        if queue_offset > self.max_offset:
+            self._fill_blanks(queue_offset)
 
     def recover(self) -> None:
         """Find the end of valid entries (the first zero-size entry) from the last three files."""

@@ -21,13 +21,13 @@ from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import DiskFullError, StoreClosedError, StoreLockedError
-from shmq.store import files, recovery
+from shmq.store import files, queue_table, recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
-from shmq.store.dispatch import (ConsumeQueueDispatcher, Dispatcher, DispatchRequest, IndexDispatcher,
-                                 group_by_queue, requests_from_log)
+from shmq.store.dispatch import (MAX_QUEUE_ID, ConsumeQueueDispatcher, Dispatcher, DispatchRequest,
+                                 IndexDispatcher, group_by_queue, requests_from_log)
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
@@ -122,6 +122,7 @@ class MessageStore:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
+        self.queue_table = queue_table.QueueTableWriter(self.store_dir)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
         self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush,
                                                    ahead=self.config.warm_ahead_size)
@@ -182,7 +183,7 @@ class MessageStore:
         index_lost = not os.path.isdir(index_dir)
         self.checkpoint = StoreCheckpoint(os.path.join(self.store_dir, "checkpoint"))
         self.commitlog.queue.load()
-        self._load_consume_queues(cq_dir)
+        damaged = self._load_consume_queues(cq_dir)
         if cfg.message_index_enable:
             self.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
             self.dispatchers.append(IndexDispatcher(self.index))
@@ -193,23 +194,36 @@ class MessageStore:
             cq.truncate_dirty(end)
         if self.index is not None:
             self.index.truncate(end)
+        expected = recovery.expected_queue_ends(self.store_dir, self.commitlog)
+        damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected))
         start = self._redispatch_start(abnormal, cq_lost or (self.index is not None and index_lost))
-        self._redispatch(start)
+        damaged.update(self._redispatch(start))
+        if damaged:
+            recovery.log_damaged(damaged)
+            for key in damaged:
+                self._queue(*key).reset()
+            self._redispatch(self.commitlog.min_offset, damaged)
+            recovery.continue_rebuilt([self._queues[k] for k in sorted(damaged)], expected)
         for cq in self._queues.values():
             cq.delete_expired(self.commitlog.min_offset)
+        self.queue_table.write(self.consume_queues(), force=True)
 
-    def _load_consume_queues(self, cq_dir: str) -> None:
+    def _load_consume_queues(self, cq_dir: str) -> set[tuple[str, int]]:
+        """Open every consume queue; the ones whose files were unusable (removed, to rebuild)."""
+        damaged: set[tuple[str, int]] = set()
         if not os.path.isdir(cq_dir):
-            return
+            return damaged
         for topic in sorted(os.listdir(cq_dir)):
             tdir = os.path.join(cq_dir, topic)
             if not os.path.isdir(tdir) or not fmt.TOPIC_PATTERN.match(topic):
                 continue
             for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit():
+                if qid.isdigit() and int(qid) <= MAX_QUEUE_ID:
                     cq = ConsumeQueue(self.store_dir, topic, int(qid), self.config.mapped_file_size_consume_queue)
-                    cq.load()
+                    if not cq.load():
+                        damaged.add((topic, int(qid)))
                     self._queues[(topic, int(qid))] = cq
+        return damaged
 
     def _redispatch_start(self, abnormal: bool, rebuild: bool) -> int:
         """Where re-dispatch starts: everything for a lost folder, the checkpoint after a crash."""
@@ -225,13 +239,25 @@ class MessageStore:
             ends.append(self.index.end_phys_offset + 1)
         return max(ends) if ends else self.commitlog.min_offset
 
-    def _redispatch(self, start: int) -> None:
+    def _redispatch(self, start: int, only: set[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
+        """Dispatch the records from ``start`` (only those of the queues ``only``); returns the
+        queues that had a gap: a record past the queue's end although the log before ``start``
+        is dispatched, so the queue lost entries (from the log's min offset a gap is normal:
+        cleanup removed the records before it)."""
         count = 0
-        for req in requests_from_log(recovery.decoded_records(self.commitlog, start), self._queue):
+        gaps: set[tuple[str, int]] = set()
+        check = start > self.commitlog.min_offset
+        for req in requests_from_log(recovery.decoded_records(self.commitlog, start, only), self._queue):
+            if check and req.queues:
+                cq = req.queues[0]
+                assert isinstance(cq, ConsumeQueue)
+                if req.first_queue_offsets[0] > cq.max_offset:
+                    gaps.add((cq.topic, cq.queue_id))
             self._dispatch(req)
             count += len(req.phys_offsets)
         if count:
             log.info("re-dispatched %d records from commitlog offset %d", count, start)
+        return gaps
 
     def _start_services(self) -> None:
         cfg = self.config
@@ -269,6 +295,9 @@ class MessageStore:
         if self.index is not None:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, ts)
         self.checkpoint.logics_msg_timestamp = max(self.checkpoint.logics_msg_timestamp, ts)
+        # before the checkpoint: a queue created before the checkpoint's time is then in the table
+        # (one created after it has all its records in what abnormal recovery re-dispatches)
+        self.queue_table.write(queues)
         self.checkpoint.flush()
 
     def shutdown(self) -> None:
@@ -284,6 +313,7 @@ class MessageStore:
             self.allocator.shutdown()
             self.commitlog.flush(0)
             self._flush_logics()
+            self.queue_table.write(self.consume_queues(), force=True)  # exact now: every queue's max offset
             for cq in self._queues.values():
                 cq.close()
             if self.index is not None:

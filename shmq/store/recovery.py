@@ -9,13 +9,18 @@ holds beyond their progress is re-dispatched (dispatch is idempotent).
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Iterator
 
 from shmq.codec import record as fmt
+from shmq.store import queue_table
 from shmq.store.commitlog import CommitLog
+from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 CHECKPOINT_MARGIN_MS = 3000
 
 
@@ -75,8 +80,75 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     return end
 
 
-def decoded_records(commitlog: CommitLog, offset: int) -> Iterator[tuple[int, fmt.StoredRecord]]:
-    """(phys offset, decoded record) for every valid record from `offset` (re-dispatch input)."""
+def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]] | None = None
+                    ) -> Iterator[tuple[int, fmt.StoredRecord]]:
+    """(phys offset, decoded record) for every valid record from `offset` (re-dispatch input);
+    with ``only``, just the records of those (topic, queue id): the rebuild of a few damaged
+    consume queues reads the topic and queue id from the header and decodes nothing else."""
     offset = max(offset, commitlog.min_offset)
+    topics = {t.encode() for t, _ in only or ()}
     for mf, pos, size in commitlog.iter_records(offset):
-        yield mf.file_from_offset + pos, fmt.decode_record(mf.view[pos:pos + size])
+        view = mf.view
+        if only is not None:
+            topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
+            topic = bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]])
+            if topic not in topics or (topic.decode(), _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0]) not in only:
+                continue
+        yield mf.file_from_offset + pos, fmt.decode_record(view[pos:pos + size])
+
+
+def queue_ends(commitlog: CommitLog) -> dict[tuple[str, int], int]:
+    """Each queue's max offset (last queue offset + 1) as the whole commitlog's records say,
+    from their headers alone: the queue table's stand-in when it cannot be read."""
+    ends: dict[tuple[str, int], int] = {}
+    hidden = fmt.TRANSACTION_PREPARED  # prepared and rolled-back records have no queue entry
+    for mf, pos, _ in commitlog.iter_records(commitlog.min_offset):
+        view = mf.view
+        if _I32.unpack_from(view, pos + fmt.OFF_SYSFLAG)[0] & hidden:
+            continue
+        topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
+        key = (bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]]).decode(),
+               _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0])
+        ends[key] = _I64.unpack_from(view, pos + fmt.OFF_QUEUEOFFSET)[0] + 1
+    return ends
+
+
+def expected_queue_ends(store_dir: str, commitlog: CommitLog) -> dict[tuple[str, int], int]:
+    """Each queue's max offset as far as known: the queue table, or when it cannot be read (or
+    is missing on a store with data) the commitlog's record headers, with the reason logged."""
+    expected, problems = queue_table.read(store_dir)
+    if expected is not None:
+        return expected
+    if commitlog.max_offset <= commitlog.min_offset:
+        return {}
+    if problems:
+        log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
+                  " | ".join(problems))
+    else:
+        log.warning("no queue table (a store written before it existed): every consume queue is checked "
+                    "against the whole commitlog once")
+    return queue_ends(commitlog)
+
+
+def log_damaged(damaged: set[tuple[str, int]]) -> None:
+    keys = sorted(damaged)
+    shown = ", ".join(f"{t}/{q}" for t, q in keys[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+    log.error("consume queues lost entries that the commitlog holds: %s; rebuilding them from the commitlog", shown)
+
+
+def continue_rebuilt(queues: list[ConsumeQueue], expected: dict[tuple[str, int], int]) -> None:
+    """After a rebuild: each queue continues at least at the max offset the table recorded, so
+    new messages never reuse offsets that the commitlog no longer holds (cleaned segments)."""
+    for cq in queues:
+        lo, hi = cq.min_offset, cq.max_offset
+        cq.skip_to(expected.get((cq.topic, cq.queue_id), 0))
+        log.error("consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s", cq.topic, cq.queue_id, lo,
+                  hi, f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
+                  "no longer holds the rest)" if cq.max_offset > hi else "")
+
+
+def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]
+                 ) -> list[tuple[str, int]]:
+    """The queues whose recovered max offset is below what the queue table recorded (or that are
+    gone): their consume queue lost entries that the commitlog still has."""
+    return sorted(k for k, n in expected.items() if max_offsets.get(k, -1) < n)

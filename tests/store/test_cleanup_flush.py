@@ -49,6 +49,6 @@ def test_clean_shutdown_leaves_no_abort_and_crash_leaves_it(tmp_path, small_conf
     put_one(s, "T", 0, record("T", b"x"))
     s.shutdown()
     assert not os.path.exists(os.path.join(d, "abort"))
-    assert sorted(os.listdir(d)) == ["checkpoint", "commitlog", "consumequeue", "index", "lock"]
+    assert sorted(os.listdir(d)) == ["checkpoint", "commitlog", "config", "consumequeue", "index", "lock"]
     assert os.listdir(os.path.join(d, "consumequeue", "T")) == ["0"]
     assert len(fmt.offset_file_name(0)) == 20
