@@ -369,8 +369,10 @@ class BrokerConnection:
         log.warning("lost broker %r: %s", self.broker_name, why)
         s.alive = False
         with self.lock:
+            # under the lock and before the session is cleared: no call can attach again and
+            # register a request on a new session that ``on_lost`` would then fail as lost
+            if self.on_lost is not None:
+                self.on_lost(s, why)
             if self.session is s:
                 self.session = None
             s.close(detach=False)
-        if self.on_lost is not None:
-            self.on_lost(s, why)
