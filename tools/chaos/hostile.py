@@ -90,7 +90,7 @@ def admin_values(broker: str, store: str, seconds: float) -> dict[str, Any]:
     out = {}
     for command, args in bad:
         try:
-            reply = s.control.call(Admin(s.client_id, next_request_id(), command, args), 3.0)
+            reply = s.control.call(Admin(s.client_id, next_request_id(), command, args, s.channel.secret), 3.0)
             out[command + " " + json.dumps(args)[:60]] = "ok (accepted!)" if reply.ok else \
                 "refused: " + str(reply.body.get("error"))[:80]
         except (shmq.ShmqError, ValueError) as e:  # ValueError: the client's encoder refused it
@@ -103,7 +103,7 @@ def _ask_and_die(broker: str, n: int) -> None:
     """Child: attach, send ``n`` admin requests without reading the replies, then die."""
     conn, s = _attach(broker)
     for _ in range(n):
-        s.control.send_request(Admin(s.client_id, next_request_id(), "list_topics", {}), 1.0)
+        s.control.send_request(Admin(s.client_id, next_request_id(), "list_topics", {}, s.channel.secret), 1.0)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -230,22 +230,37 @@ def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
 
     def scribble() -> None:
         rng = random.Random(3)
-        while not stop.is_set():
-            i = rng.randrange(len(data))
-            data[i] = rng.randrange(256)
+        try:
+            while not stop.is_set():
+                i = rng.randrange(len(data))
+                data[i] = rng.randrange(256)
+        except ValueError:  # the broker dropped the channel (a scribbled frame) and it was unmapped
+            stop.set()
 
     t = threading.Thread(target=scribble, daemon=True)
     t.start()
-    sent = 0
+    sent = drops = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        if ring.try_write(P.SEND, bytes(frame)):
-            sent += 1
-        wake(ring, CONSUMER, s.channel.broker_bell)
+        try:
+            if ring.try_write(P.SEND, bytes(frame)):
+                sent += 1
+            wake(ring, CONSUMER, s.channel.broker_bell)
+        except ValueError:  # dropped: attach again and go on scribbling
+            stop.set()
+            t.join()
+            drops += 1
+            s.liveness.release()
+            conn, s = _attach(broker, role="producer")
+            ring = s.channel.requests
+            data = ring._data  # noqa: SLF001
+            stop.clear()
+            t = threading.Thread(target=scribble, daemon=True)
+            t.start()
     stop.set()
     t.join()
     s.liveness.release()
-    return {"sends while scribbling": sent}
+    return {"sends while scribbling": sent, "channels dropped": drops}
 
 
 def disk_fill(broker: str, store: str, seconds: float) -> dict[str, Any]:
