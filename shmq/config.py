@@ -63,6 +63,10 @@ class BrokerConfig:
     wait_time_mills_in_send_queue: int = 200
     flush_consumer_offset_interval: int = 5000  # ms
     store_host: int = 0  # shmq: 8-byte store host id written into records and offset msg ids
+    # shmq: long polls (PULL_WAIT) one client may hold in all (past it: SYSTEM_BUSY) and on one
+    # queue (past it: its oldest there is answered at once)
+    max_pull_waiters_per_client: int = 16384
+    max_pull_waiters_per_client_queue: int = 16
     # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
     # consumers running as other users of that group; None: the broker's user only (0700/0600)
     shm_group: str | None = None
@@ -87,6 +91,8 @@ class BrokerConfig:
             raise ConfigError("mappedFileSizeConsumeQueue must be a positive multiple of 20")
         if self.warm_ahead_size < 0:
             raise ConfigError("warmAheadSize must be 0 or more bytes")
+        if self.max_pull_waiters_per_client < 1 or self.max_pull_waiters_per_client_queue < 1:
+            raise ConfigError("maxPullWaitersPerClient and maxPullWaitersPerClientQueue must be positive")
         if self.max_hash_slot_num < 1 or self.max_index_num < 1:
             raise ConfigError("maxHashSlotNum and maxIndexNum must be positive")
         if not 0 < self.disk_space_warning_level_ratio <= 1 or not 0 < self.disk_space_clean_forcibly_ratio <= 1:
