@@ -339,6 +339,10 @@ class BrokerController:
         except CorruptFrameError as e:
             self._drop(c, f"malformed frame: {e}")
             return 1
+        except Exception as e:  # a frame the codec let through broke a processor: that client goes, not the broker
+            log.exception("client %d's frames raised", c.client_id)
+            self._drop(c, f"its frames raised {type(e).__name__}: {e}")
+            return 1
         ring.release()
         if wake(ring, PRODUCER, c.channel.client_bell):
             self.core.stats["posts"] += 1

@@ -114,3 +114,19 @@ def test_broker_owned_words_in_client_memory_are_never_trusted(store_dir, broker
             assert not _gone(broker_name, bad)
         finally:
             bad.close(detach=False)
+
+
+def test_commit_offset_of_a_queue_id_out_of_range_drops_only_that_client(store_dir, broker_name, config):
+    """A COMMIT_OFFSET frame for queue id -5 of a group with members used to reach the state
+    table as a negative row (OverflowError in the loop: the broker died)."""
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
+        assert good.send(Message("T", b"first")).status is SendStatus.SEND_OK
+        bad = RawClient(broker_name)
+        try:
+            assert bad.admin("join_group", group="g", subscriptions={"T": "*"}).ok
+            bad.write(P.COMMIT_OFFSET, P.encode_commit_offset(1, "g", "T", -5, 3))
+            assert _wait(lambda: _gone(broker_name, bad), 2)
+            _still_serves(broker, good)
+            assert "COMMIT_OFFSET queue id -5" in broker.log()
+        finally:
+            bad.close(detach=False)
