@@ -12,6 +12,8 @@ from shmq import Message, Producer, SendStatus
 from shmq.codec import frames as P
 from shmq.ring.doorbell import wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
+from shmq.ring.shm import Segment
+from shmq.ring.state import state_name
 
 from .rawclient import RawClient
 
@@ -130,3 +132,18 @@ def test_commit_offset_of_a_queue_id_out_of_range_drops_only_that_client(store_d
             assert "COMMIT_OFFSET queue id -5" in broker.log()
         finally:
             bad.close(detach=False)
+
+
+def test_a_scribbled_state_sequence_does_not_kill_the_broker(store_dir, broker_name, config):
+    """A process of the broker's user can map the state segment writable; the seqlock word it
+    scribbles on used to be read back and incremented past 2^64 (ValueError in the loop)."""
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
+        segment = Segment.open(state_name(broker_name))
+        try:
+            words = segment.buf[:1024].cast("Q")
+            words[8] = (1 << 64) - 1  # the seqlock word (shmq.ring.state._SEQ)
+            words.release()
+        finally:
+            segment.close()
+        _still_serves(broker, good)
+        assert good.send(Message("T", b"again")).status is SendStatus.SEND_OK
