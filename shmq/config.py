@@ -67,6 +67,10 @@ class BrokerConfig:
     max_clients_per_process: int = 64  # channels of one pid (each producer or consumer is one)
     max_channels: int = 1024  # attached clients in total (never more than the state segment's client table)
     max_ring_bytes_total: int = 4 * 1024 * 1024 * 1024  # shared memory of every channel together (both rings)
+    # shmq: long polls (PULL_WAIT) one client may hold in all (past it: SYSTEM_BUSY) and on one
+    # queue (past it: its oldest there is answered at once)
+    max_pull_waiters_per_client: int = 16384
+    max_pull_waiters_per_client_queue: int = 16
     # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
     # consumers running as other users of that group; None: the broker's user only (0700/0600)
     shm_group: str | None = None
@@ -91,6 +95,8 @@ class BrokerConfig:
             raise ConfigError("mappedFileSizeConsumeQueue must be a positive multiple of 20")
         if self.warm_ahead_size < 0:
             raise ConfigError("warmAheadSize must be 0 or more bytes")
+        if self.max_pull_waiters_per_client < 1 or self.max_pull_waiters_per_client_queue < 1:
+            raise ConfigError("maxPullWaitersPerClient and maxPullWaitersPerClientQueue must be positive")
         if self.max_hash_slot_num < 1 or self.max_index_num < 1:
             raise ConfigError("maxHashSlotNum and maxIndexNum must be positive")
         if not 0 < self.disk_space_warning_level_ratio <= 1 or not 0 < self.disk_space_clean_forcibly_ratio <= 1:

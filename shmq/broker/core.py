@@ -53,7 +53,8 @@ class BrokerCore:
         self.answers = Answers(config.flush_disk_type == SYNC_FLUSH, self._flush, self.stats)
         self.resolve_topic = topic_resolver(self.topics.get, self._auto_create, config.auto_create_topic_enable)
         self.send = SendProcessor(self)
-        self.pull = PullWaitProcessor(store.get_max_offset_in_queue)
+        self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
+                                      config.max_pull_waiters_per_client_queue)
         self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
             P.SEND_BATCH: self.send.send_batch,
@@ -218,6 +219,7 @@ class BrokerCore:
         """A client detached or died: its answers and waiters go, its groups rebalance."""
         peer.alive = False
         peer.out.clear()
+        self.pull.forget(peer)
         self.clients.pop(peer.client_id, None)
         if self.consumers.remove_client(peer.client_id):
             self.publish_groups()

@@ -106,7 +106,7 @@ class StatePublisher:
 
     def queue_row(self, topic: str, queue_id: int) -> int | None:
         block = self._queue_blocks.get(topic)
-        return block[0] + queue_id if block is not None and queue_id < block[1] else None
+        return block[0] + queue_id if block is not None and 0 <= queue_id < block[1] else None
 
     def queue_offsets(self, items: Iterable[tuple[str, int, int, int]]) -> None:
         """Publish (topic, qid, min, max) after a pass of puts.

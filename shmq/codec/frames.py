@@ -421,6 +421,8 @@ def decode_commit_offset(payload: ReadBuffer) -> CommitOffset:
         raise CorruptFrameError("COMMIT_OFFSET frame shorter than its header") from None
     p = _COMMIT.size
     _check_len(len(payload), p + g + t, "COMMIT_OFFSET")
+    if not 0 <= qid <= 0xFFFF:
+        raise CorruptFrameError(f"COMMIT_OFFSET queue id {qid} is outside 0..65535")
     return CommitOffset(req_id, _text(payload[p:p + g], "group"), _text(payload[p + g:p + g + t], "topic"), qid, offset)
 
 

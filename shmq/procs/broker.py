@@ -280,13 +280,16 @@ class BrokerController:
     def _has_work(self) -> bool:
         if self._stopping:
             return True
-        for c in self.clients.values():
-            if c.out:
-                kind, payload = c.out[0]
-                if c.channel.responses.writable(_RESULT_FRAME_BYTES - 8 if kind == PACKED else len(payload)):
+        try:
+            for c in self.clients.values():
+                if c.out:
+                    kind, payload = c.out[0]
+                    if c.channel.responses.writable(_RESULT_FRAME_BYTES - 8 if kind == PACKED else len(payload)):
+                        return True
+                elif c.channel.requests.has_data():
                     return True
-            elif c.channel.requests.has_data():
-                return True
+        except CorruptFrameError:
+            return True  # a bad response-ring tail: the pass's flush drops that client
         return False
 
     def _rebuild_park_flags(self) -> None:
@@ -306,17 +309,24 @@ class BrokerController:
                     continue  # back pressure: the client is not reading its responses
             work += self._serve_channel(c, now)
         work += self.core.end_pass()
-        for c in self.clients.values():
+        for c in list(self.clients.values()):
             if c.out:
                 self._flush_out(c)
         return work
 
     def _flush_out(self, c: Client) -> None:
-        """Write queued answers into the response ring (as many as fit) and ring the client once."""
-        out = c.out
+        """Write queued answers into the response ring (as many as fit) and ring the client once;
+        a client whose ring counters are corrupt is dropped."""
         if not c.alive:
-            out.clear()
+            c.out.clear()
             return
+        try:
+            self._write_out(c)
+        except CorruptFrameError as e:
+            self._drop(c, f"malformed response ring: {e}")
+
+    def _write_out(self, c: Client) -> None:
+        out = c.out
         ring = c.channel.responses
         wrote = False
         while out:
@@ -346,6 +356,10 @@ class BrokerController:
             self.core.handle(c, frames, now)
         except CorruptFrameError as e:
             self._drop(c, f"malformed frame: {e}")
+            return 1
+        except Exception as e:  # a frame the codec let through broke a processor: that client goes, not the broker
+            log.exception("client %d's frames raised", c.client_id)
+            self._drop(c, f"its frames raised {type(e).__name__}: {e}")
             return 1
         ring.release()
         if wake(ring, PRODUCER, c.channel.client_bell):

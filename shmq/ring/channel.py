@@ -9,6 +9,9 @@ knows to attach again.
 The client sleeps on its own doorbell ``/shmq.<broker>.ch.<client id>.bell``; the broker
 sleeps on one doorbell ``/shmq.<broker>.bell`` shared by all channels, since it can only wait
 on one semaphore, and parks with its flag raised in every ring it serves.
+
+The client can write the whole segment at any time, so the broker never reads the header back:
+it keeps the rings it formatted, and every counter it reads later is checked by the ring.
 """
 from __future__ import annotations
 
@@ -52,13 +55,20 @@ class Channel:
     """Both rings and doorbells of one client; the broker creates it, the client opens it."""
 
     def __init__(self, broker: str, client_id: int, segment: Segment, client_bell: Doorbell,
-                 broker_bell: Doorbell, owns_broker_bell: bool) -> None:
+                 broker_bell: Doorbell, owns_broker_bell: bool, rings: tuple[Ring, Ring] | None = None,
+                 secret: int = 0) -> None:
+        """``rings`` and ``secret``: the broker's freshly formatted (requests, responses) and the
+        secret it wrote (never read back from memory the client can change); None: read the header."""
         self.broker = broker
         self.client_id = client_id
         self.segment = segment
         self.client_bell = client_bell
         self.broker_bell = broker_bell
         self._owns_broker_bell = owns_broker_bell
+        if rings is not None:
+            self.requests, self.responses = rings
+            self.secret = secret
+            return
         magic, cid, capacity, self.secret = _HEADER.unpack_from(segment.buf, 0)
         if magic != CHANNEL_MAGIC or cid != client_id:
             raise CorruptFrameError(f"{segment.name} is not the channel of client {client_id}")
@@ -74,17 +84,21 @@ class Channel:
         layout = RingLayout(ring_bytes)
         name = channel_name(broker, client_id)
         segment = Segment.create(name, channel_size(ring_bytes))
+        rings: list[Ring] = []
         try:
-            Ring.create(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout).close()
+            rings.append(Ring.create(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout))
             second = _HEADER_BYTES + layout.size
-            Ring.create(segment.buf[second:second + layout.size], layout).close()
+            rings.append(Ring.create(segment.buf[second:second + layout.size], layout))
             _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes, secret)
             bell = Doorbell.create(client_bell_name(broker, client_id))
         except BaseException:
+            for ring in rings:
+                ring.close()
             segment.close()
             unlink_segment(name)
             raise
-        return cls(broker, client_id, segment, bell, broker_bell, owns_broker_bell=False)
+        return cls(broker, client_id, segment, bell, broker_bell, owns_broker_bell=False,
+                   rings=(rings[0], rings[1]), secret=secret)
 
     @classmethod
     def open(cls, broker: str, client_id: int) -> Channel:

@@ -20,6 +20,11 @@ bytes padded to 8. A frame never straddles the end of the data area: when it doe
 WRAP marker (kind 1, length 0) is written and the rest of the area is skipped. Kinds below
 ``FIRST_USER_KIND`` are reserved for the ring itself.
 
+Every counter is in memory the peer can write. A side trusts only its private copies of its
+own positions: the consumer checks each head it loads (aligned, not backwards, at most a ring
+ahead), the producer each tail (aligned, not past its head, not more than a ring behind), and
+``used()`` is clamped; a counter that fails a check raises ``CorruptFrameError``.
+
 Memory ordering: the producer copies the payload, then stores the head; the consumer loads
 the head, then reads the payload. x86-64 (TSO) keeps stores in order and loads in order, so
 that is enough there. A port to a weakly ordered CPU (ARM, POWER) must put a release barrier
@@ -135,7 +140,10 @@ class Ring:
         counters[1] = layout.capacity
         counters[0] = MAGIC
         counters.release()
-        return cls(mv, layout)
+        ring = cls(mv, layout)
+        # the positions of a fresh ring are 0, whatever a peer wrote since the format
+        ring._head = ring._tail_seen = ring._rpos = ring._released = ring._head_seen = 0
+        return ring
 
     def close(self) -> None:
         """Drop this handle's views of the buffer so the mapping can be closed."""
@@ -156,7 +164,7 @@ class Ring:
         room = self._cap - off
         need = size if size <= room else room + size
         if need > self._cap - (head - self._tail_seen):
-            self._tail_seen = self._c[_TAIL]
+            self._load_tail()
             if need > self._cap - (head - self._tail_seen):
                 return -1
         if size > room:
@@ -211,7 +219,7 @@ class Ring:
             room = cap - off
             need = frame_size if frame_size <= room else room + frame_size
             if need > free:
-                self._tail_seen = self._c[_TAIL]
+                self._load_tail()
                 free = cap - (head - self._tail_seen)
                 if need > free:
                     break
@@ -257,8 +265,18 @@ class Ring:
 
     def free_space(self) -> int:
         """Bytes the producer may still fill (frames also pay headers, padding and wraps)."""
-        self._tail_seen = self._c[_TAIL]
+        self._load_tail()
         return self._cap - (self._head - self._tail_seen)
+
+    def _load_tail(self) -> None:
+        """Take the consumer's tail, checked: the consumer may only release whole frames the
+        producer wrote (a bad tail would let the producer overwrite unread frames or count
+        room that is not there)."""
+        tail = self._c[_TAIL]
+        if tail & 7 or tail > self._head or self._head - tail > self._cap or tail < self._tail_seen:
+            raise CorruptFrameError(f"tail {tail} is not a position the consumer may release to "
+                                    f"(head {self._head}, last tail {self._tail_seen}, capacity {self._cap})")
+        self._tail_seen = tail
 
     def writable(self, payload_len: int) -> bool:
         """Whether a frame with this payload would fit right now, counting a possible wrap."""
@@ -370,8 +388,9 @@ class Ring:
         self._c[_TAIL] = self._rpos
 
     def used(self) -> int:
-        """Bytes written and not yet released, as the shared counters say."""
-        return self._c[_HEAD] - self._c[_TAIL]
+        """Bytes written and not yet released, as the shared counters say, clamped to
+        0..capacity (the peer's counter may hold anything)."""
+        return min(max(self._c[_HEAD] - self._c[_TAIL], 0), self._cap)
 
     # -- parking flags ----------------------------------------------------------------
 

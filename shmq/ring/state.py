@@ -35,6 +35,7 @@ VERSION = 1
 HEADER_BYTES = 1024
 _SEQ = 8
 FLAG_SHM_GID = 1
+_SEQ_MASK = (1 << 64) - 1  # the sequence wraps like the u64 it is stored in
 NAME = "S128"
 
 HEADER = np.dtype({
@@ -174,19 +175,23 @@ class StateWriter:
         self.segment = segment
         self.view = StateView(segment.buf, layout)
         self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+        # the sequence is kept here and only stored: a process that can write the segment must
+        # not make the broker's next store overflow (or break the parity readers rely on)
+        self._seq_now = self._seq[_SEQ] & ~1
         _, rows, pos = layout.places()["queues"]
         # the queue table as native 8-byte words: lone aligned stores of a max offset (hot path)
         self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
 
     def begin(self) -> int:
         """Open a seqlock write section without a context manager (hot path); pass the result to ``end``."""
-        seq = self._seq[_SEQ]
+        seq = self._seq_now
         self._seq[_SEQ] = seq + 1
         return seq
 
     def end(self, seq: int) -> None:
         """Close the section ``begin`` opened."""
-        self._seq[_SEQ] = seq + 2
+        self._seq_now = (seq + 2) & _SEQ_MASK
+        self._seq[_SEQ] = self._seq_now
 
     @classmethod
     def create(cls, broker: str, store_dir: str, control_key: int, alive_key: int,
@@ -205,12 +210,11 @@ class StateWriter:
     @contextmanager
     def update(self) -> Iterator[StateView]:
         """Seqlock write section: ``seq`` is odd inside, bumped to the next even on exit."""
-        seq = self._seq[_SEQ]
-        self._seq[_SEQ] = seq + 1
+        seq = self.begin()
         try:
             yield self.view
         finally:
-            self._seq[_SEQ] = seq + 2
+            self.end(seq)
 
     def close(self) -> None:
         """Unmap (the name stays)."""

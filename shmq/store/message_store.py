@@ -5,6 +5,8 @@ reads, queries and cleanup; flush and cleanup run in background threads.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import enum
 import fcntl
 import logging
@@ -376,6 +378,8 @@ class MessageStore:
         if not self.running or self.disk_full:
             self._check_writable()
         b = req.batch
+        if not _private(b.buf):  # the hooks check, and the commitlog takes, one copy nobody can change
+            req.batch = b = dataclasses.replace(b, buf=bytes(b.buf))
         n = len(b.starts)
         if n != 1:
             if n == 0:
@@ -565,6 +569,13 @@ class MessageStore:
     def query_by_uniq_key(self, topic: str, uniq_key: str) -> fmt.StoredRecord | None:
         found = self.query_message(topic, uniq_key, max_num=1)
         return found[0] if found else None
+
+
+def _private(buf: object) -> bool:
+    """Whether ``buf`` is immutable bytes (or a view of them): a view of shared memory (a client's
+    request ring) or of any writable buffer could change between the put hooks' checks and the
+    commitlog copy, and the store would keep what it never checked."""
+    return type(buf) is bytes or (type(buf) is memoryview and type(buf.obj) is bytes)
 
 
 def _per_record(phys: np.ndarray | None) -> np.ndarray:

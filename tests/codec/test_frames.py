@@ -36,10 +36,16 @@ def test_send_batch_roundtrip(req_id, enq, qid, topic, bodies, data):
         assert np.array_equal(getattr(b.batch, name), getattr(batch, name))
 
 
-@given(u64, names, topics, i32, i64)
+@given(u64, names, topics, st.integers(0, 0xFFFF), i64)
 def test_commit_offset_roundtrip(req_id, group, topic, qid, offset):
     assert P.decode(P.COMMIT_OFFSET, P.encode_commit_offset(req_id, group, topic, qid, offset)) == \
         P.CommitOffset(req_id, group, topic, qid, offset)
+
+
+@pytest.mark.parametrize("qid", [-1, -2**31, 0x10000, 2**31 - 1])
+def test_commit_offset_of_a_queue_id_out_of_range_is_corrupt(qid):
+    with pytest.raises(CorruptFrameError, match="queue id"):
+        P.decode(P.COMMIT_OFFSET, P.encode_commit_offset(1, "g", "T", qid, 0))
 
 
 @given(u64, topics, i32, i64, st.integers(0, 2**32 - 1))
