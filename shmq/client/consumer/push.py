@@ -275,7 +275,10 @@ class PushConsumer:
                     log.warning("consumer %r: %s", self.group, e)
                     self._wakeup.wait(REBALANCE_POLL_S)
             except Exception:
-                log.exception("consumer %r puller failed; going on", self.group)
+                # a session closed under this pass (the broker dropped the channel or died) unmaps
+                # what the pass was reading: not a fault, the next bind attaches again
+                if session.alive:
+                    log.exception("consumer %r puller failed; going on", self.group)
                 self._wakeup.wait(REBALANCE_POLL_S)
 
     def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing as mp
+import logging
 import os
 import threading
 import time
@@ -152,7 +153,7 @@ def test_spoofed_detach_is_refused(store_dir, broker_name, config):
         assert "refused DETACH for client" in broker.log() and "wrong channel secret" in broker.log()
 
 
-def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, config):
+def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, config, caplog):
     got: list[bytes] = []
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as producer:
         producer.send(Message("T", b"0"))
@@ -173,6 +174,9 @@ def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, conf
                 assert producer.send(Message("T", str(i).encode()), timeout=5).status is shmq.SendStatus.SEND_OK
             assert wait_for(lambda: sorted(got[1:]) == [b"1", b"2", b"3", b"4", b"5"], 10), got
             assert producer._conn.session.client_id not in old
+    # a drop is not a fault of the client: nothing logged as an error (a puller that was reading
+    # the closed session's state segment used to log "puller failed" with a traceback)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 # ---------------------------------------------------------------------------------------- A5
