@@ -90,6 +90,18 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ writing
 
+    def reserve(self, count: int) -> None:
+        """Give the next ``count`` entries disk blocks before any is written (DiskFullError if the
+        disk has none): a put on a full disk then fails whole, never between its commitlog
+        write and its entries. One comparison when the last file has them already."""
+        end = (self.max_offset + count) * fmt.CQ_ENTRY_SIZE
+        files = self.queue.files
+        if files:
+            mf = files[-1]
+            if end <= mf.file_to_offset and end - mf.file_from_offset <= mf.reserved_position:
+                return
+        self.queue.reserve(count * fmt.CQ_ENTRY_SIZE, self.max_offset * fmt.CQ_ENTRY_SIZE)
+
     def put_batch(self, phys: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray, first_queue_offset: int) -> int:
         """Write entries for queue offsets first_queue_offset...; entries already present are skipped.
 
@@ -112,6 +124,8 @@ class ConsumeQueue:
             entries = self._entries(mf)
             i = (qoff * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
             k = min(n - done, len(entries) - i)
+            if (i + k) * fmt.CQ_ENTRY_SIZE > mf.reserved_position:  # a guard against SIGBUS on a full disk
+                mf.reserve((i + k) * fmt.CQ_ENTRY_SIZE)
             part = entries[i:i + k]
             part["offset"] = phys[done:done + k]
             part["tags_code"] = tags_codes[done:done + k]
@@ -130,6 +144,8 @@ class ConsumeQueue:
             self._fill_blanks(queue_offset)
         mf = self.queue.last_file(queue_offset * fmt.CQ_ENTRY_SIZE)
         pos = queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset
+        if pos + fmt.CQ_ENTRY_SIZE > mf.reserved_position:  # a guard against SIGBUS on a full disk
+            mf.reserve(pos + fmt.CQ_ENTRY_SIZE)
         view = mf.view
         _I64.pack_into(view, pos, phys)
         _I64.pack_into(view, pos + 12, tags_code)

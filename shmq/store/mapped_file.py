@@ -21,7 +21,7 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer
-from shmq.store import files
+from shmq.store import files, space
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
@@ -39,6 +39,7 @@ _madvise = _libc.madvise  # through ctypes: populating pages ahead of the writer
 _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _madvise.restype = ctypes.c_int
 NEVER = 1 << 62  # a warm mark no writer reaches
+RESERVE_STEP = 64 << 10  # default bytes of disk reserved at a time ahead of a writer
 
 
 def sync_range(address: int, length: int) -> None:
@@ -51,9 +52,13 @@ def sync_range(address: int, length: int) -> None:
 class MappedFile:
     """One segment: the whole file mapped shared, written at `wrote_position`."""
 
-    def __init__(self, path: str, size: int, create: bool = True) -> None:
+    def __init__(self, path: str, size: int, create: bool = True, reserve_step: int = RESERVE_STEP) -> None:
         self.path = path
         self.size = size
+        self.reserve_step = reserve_step
+        # bytes from 0 known to have disk blocks: a write through the mapping past it could SIGBUS
+        # on a full disk. 0 for a loaded file: its first reservation covers what it holds (free).
+        self.reserved_position = 0
         start = fmt.parse_offset_file_name(os.path.basename(path))
         if start is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
@@ -67,9 +72,14 @@ class MappedFile:
             if self.created:
                 os.ftruncate(fd, size)
                 # The first write into a brand-new sparse file costs ~1.7 ms on ext4 (its first
-                # block allocation, measured); through pwrite it costs ~0.1 ms. Matters with
-                # thousands of consume queues, each created on its first message.
-                os.pwrite(fd, _ZEROS[:min(_FIRST_BYTES, size)], 0)
+                # block allocation, measured); reserving its blocks through the descriptor first
+                # costs ~0.1 ms. Matters with thousands of consume queues, each created on its
+                # first message. A disk that cannot give them refuses the file.
+                try:
+                    self.reserve(min(_FIRST_BYTES, size))
+                except BaseException:
+                    os.unlink(path)
+                    raise
             elif actual != size:
                 raise ValueError(f"{path} is {actual} bytes, expected segment size {size}")
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -89,6 +99,18 @@ class MappedFile:
     @property
     def file_to_offset(self) -> int:
         return self.file_from_offset + self.size
+
+    def reserve(self, end: int, step: bool = True) -> None:
+        """Make sure bytes up to ``end`` have disk blocks, reserving ``reserve_step`` ahead at a
+        time unless ``step`` is False (one fallocate per step, not per write); DiskFullError,
+        with nothing written, if the disk has none. Any thread may call it: a value of
+        ``reserved_position`` is only ever one that was reserved."""
+        if end <= self.reserved_position:
+            return
+        start = self.reserved_position & ~(PAGE_SIZE - 1)
+        stop = min(self.size, max(end, start + self.reserve_step * step) + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
+        space.reserve(self.path, start, stop - start)
+        self.reserved_position = max(self.reserved_position, stop)
 
     @property
     def is_full(self) -> bool:
@@ -121,6 +143,7 @@ class MappedFile:
                     return
                 stop_at = min(start + _WARM_STEP, limit)
                 began = time.monotonic()
+                self.reserve(stop_at, step=False)
                 if fd >= 0:
                     for off in range(start, stop_at, _WARM_CHUNK):
                         os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, stop_at - off)], off)
@@ -145,6 +168,10 @@ class MappedFile:
         warm() writes zeros and touches pages, which could overwrite a record being appended.
         """
         end = min(end, self.size)
+        try:
+            self.reserve(end, step=False)
+        except OSError:  # a full disk (the writer gets the error when it gets there) or a closed file
+            return False
         while self.warmed_position < end:
             start = self.warmed_position & ~(PAGE_SIZE - 1)  # madvise takes page-aligned addresses
             stop_at = min(start + _WARM_CHUNK, end)
@@ -167,6 +194,7 @@ class MappedFile:
         if self._write_fd < 0:
             self._write_fd = os.open(self.path, os.O_WRONLY)
         view = memoryview(data).cast("B")
+        self.reserve(pos + len(view))
         while len(view):
             n = os.pwrite(self._write_fd, view, pos)
             view, pos = view[n:], pos + n
@@ -190,8 +218,19 @@ class MappedFile:
         return pos
 
     def zero_from(self, pos: int) -> None:
-        """Clear the bytes from `pos` to the end: a truncated tail must not look like records later."""
-        self.array[pos:] = 0
+        """Clear the bytes from `pos` to the end: a truncated tail must not look like records later.
+
+        Recovery calls it, also on a full disk: the whole pages are cleared by punching them out
+        (no block needed), and only pages that hold data are written (they have their blocks),
+        never a hole, which would SIGBUS there."""
+        first_page = min(self.size, pos + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
+        self.array[pos:first_page] = 0
+        if first_page < self.size and not space.punch_hole(self.path, first_page, self.size - first_page):
+            for at in range(first_page, self.size, _WARM_CHUNK):  # zero only pages that are not zero
+                pages = self.array[at:min(at + _WARM_CHUNK, self.size)].reshape(-1, PAGE_SIZE)
+                for i in np.flatnonzero(pages.any(axis=1)).tolist():
+                    pages[i] = 0
+        self.reserved_position = min(self.reserved_position, first_page)
 
     def end_writes(self) -> None:
         """Close the descriptor write() opened (the segment is full): a long-lived log holds one."""
@@ -328,11 +367,18 @@ class AllocateMappedFileService:
 class MappedFileQueue:
     """The segments of one log (commitlog, or one consume queue), oldest first."""
 
-    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None) -> None:
+    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None,
+                 reserve_step: int = RESERVE_STEP) -> None:
         self.directory = directory
         self.file_size = file_size
         self.allocator = allocator
+        self.reserve_step = reserve_step
         self.files: list[MappedFile] = []
+        # the segments after the last one, made (and reserved) by reserve() for a write that
+        # will roll into them: last_file() takes them in order
+        self.spares: list[MappedFile] = []
+        # called before a file is created (the store's disk check); raises to refuse it
+        self.before_new_file: Callable[[], None] | None = None
 
     def load(self) -> None:
         """Open every existing segment; wrote positions are set later by recovery."""
@@ -344,7 +390,8 @@ class MappedFileQueue:
         while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
             os.unlink(os.path.join(self.directory, names.pop()))
         for name in names:
-            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False)
+            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False,
+                            reserve_step=self.reserve_step)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
         for a, b in zip(self.files, self.files[1:]):
@@ -378,16 +425,47 @@ class MappedFileQueue:
             start = self.files[-1].file_to_offset
         else:
             start = start_offset - start_offset % self.file_size
-        files.make_dirs(self.directory)
-        path = os.path.join(self.directory, fmt.offset_file_name(start))
+        if self.spares and self.spares[0].file_from_offset == start:
+            mf = self.spares.pop(0)
+        else:
+            mf = self._new_file(start)
         if self.allocator is not None:
-            mf = self.allocator.take(path, self.file_size)
             self.allocator.request(os.path.join(self.directory, fmt.offset_file_name(start + self.file_size)),
                                    self.file_size)
-        else:
-            mf = MappedFile(path, self.file_size)
         self.files.append(mf)
         return mf
+
+    def _new_file(self, start: int) -> MappedFile:
+        if self.before_new_file is not None:
+            self.before_new_file()
+        files.make_dirs(self.directory)
+        path = os.path.join(self.directory, fmt.offset_file_name(start))
+        mf = self.allocator.take(path, self.file_size) if self.allocator is not None else MappedFile(path, self.file_size)
+        mf.reserve_step = self.reserve_step
+        return mf
+
+    def reserve(self, nbytes: int, start_offset: int = 0, room: int = 0, loss: int = 0) -> None:
+        """Give the next ``nbytes`` appended bytes disk blocks before any is written, making the
+        segments they will roll into (kept in ``spares``); DiskFullError if the disk cannot.
+
+        ``room``: bytes a segment must keep free after the data (the commitlog's blank); ``loss``:
+        at most how many bytes of a segment's end an append can leave unused when it rolls.
+        """
+        mf = self.last_file(start_offset)
+        if nbytes + room <= mf.remaining:
+            mf.reserve(mf.wrote_position + nbytes + room)
+            return
+        mf.reserve(mf.size)
+        left = nbytes - max(0, mf.remaining - loss)
+        k = 0
+        while left > 0:
+            if k == len(self.spares):
+                last = self.spares[-1] if self.spares else mf
+                self.spares.append(self._new_file(last.file_to_offset))
+            spare = self.spares[k]
+            spare.reserve(min(spare.size, left + room + loss))
+            left -= spare.size - room - loss
+            k += 1
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding `offset`, or None if it is outside the queue."""
@@ -441,3 +519,6 @@ class MappedFileQueue:
         for mf in self.files:
             mf.close()
         self.files = []
+        for mf in self.spares:  # made ahead, never written: no data
+            mf.destroy()
+        self.spares = []
