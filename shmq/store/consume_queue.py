@@ -55,11 +55,13 @@ class ConsumeQueue:
             return
         end = files[0].file_from_offset
         for mf in files[max(0, len(files) - 3):]:
-            sizes = self._entries(mf)["size"]
+            # up to the file's first hole: entries are written from its start, and reading a
+            # hole of a full tmpfs through the mapping is a SIGBUS
+            sizes = self._entries(mf)["size"][:mf.data_end() // fmt.CQ_ENTRY_SIZE]
             zero = np.flatnonzero(sizes == 0)
             n = int(zero[0]) if len(zero) else len(sizes)
             end = mf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
-            if n < len(sizes):
+            if n < self.entries_per_file:
                 break
         self._set_end(end)
         self._find_min_offset()
@@ -82,7 +84,8 @@ class ConsumeQueue:
         files = self.queue.files
         self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE if files else self.max_offset
         if files:
-            sizes = self._entries(files[0])["size"]
+            written = (self.max_offset * fmt.CQ_ENTRY_SIZE - files[0].file_from_offset) // fmt.CQ_ENTRY_SIZE
+            sizes = self._entries(files[0])["size"][:max(0, written)]  # never into holes (see recover)
             real = np.flatnonzero(sizes != BLANK_SIZE)
             if len(real):
                 self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE + int(real[0])

@@ -100,6 +100,19 @@ class MappedFile:
     def file_to_offset(self) -> int:
         return self.file_from_offset + self.size
 
+    def data_end(self) -> int:
+        """Where the file's first hole starts (its size if none): what recovery may read of it.
+
+        On tmpfs even a read through a shared mapping gives a hole a page, and on a full tmpfs
+        that read is a SIGBUS; bytes past the first hole were never written anyway."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return min(self.size, os.lseek(fd, 0, os.SEEK_HOLE))
+        except OSError:  # a file system without SEEK_HOLE: all of it
+            return self.size
+        finally:
+            os.close(fd)
+
     def reserve(self, end: int, step: bool = True) -> None:
         """Make sure bytes up to ``end`` have disk blocks, reserving ``reserve_step`` ahead at a
         time unless ``step`` is False (one fallocate per step, not per write); DiskFullError,
@@ -394,6 +407,9 @@ class MappedFileQueue:
                             reserve_step=self.reserve_step)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
+        if self.files:  # recovery scans the last one up to its end: not into its holes
+            last = self.files[-1]
+            last.wrote_position = last.flushed_position = last.data_end()
         for a, b in zip(self.files, self.files[1:]):
             if b.file_from_offset != a.file_to_offset:
                 raise ValueError(f"{self.directory}: segment {b.path} does not follow {a.path}")
