@@ -42,6 +42,8 @@ class CleanableStore(Protocol):
 
     def consume_queues(self) -> list[ConsumeQueue]: ...
 
+    def finish_recovery(self) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class CleanDecision:
@@ -100,6 +102,7 @@ class CleanupService(ServiceThread):
 
     def _run_once(self) -> None:
         d = self.check_disk()
+        self.store.finish_recovery()
         self._manual = False
         deleted = 0
         if d.delete_expired or d.delete_forcibly:

@@ -6,6 +6,7 @@ file damaged by other means can still be read.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -18,10 +19,15 @@ def write_json(path: str, data: Any) -> None:
     directory = os.path.dirname(path) or "."
     files.make_dirs(directory)
     tmp = f"{path}.tmp"
-    with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk: the old file stays, the torn copy goes
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     if os.path.exists(path):
         os.replace(path, f"{path}.bak")
     os.replace(tmp, path)

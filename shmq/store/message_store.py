@@ -357,6 +357,16 @@ class MessageStore:
             with self.commitlog.put_lock:
                 self._finish_recovery()
 
+    def finish_recovery(self) -> None:
+        """Complete a recovery cut short by a full disk, if space is back (each cleanup round
+        calls it, so reads complete without waiting for a write)."""
+        if self._redispatch_from is not None and self.running:
+            with self.commitlog.put_lock:
+                try:
+                    self._finish_recovery()
+                except DiskFullError:
+                    pass  # still full: logged when it became so
+
     def _finish_recovery(self) -> None:
         """Re-dispatch what recovery could not for lack of disk (idempotent), before any new record."""
         start = self._redispatch_from

@@ -4,12 +4,8 @@ freed, a restart on the full disk works, and forced cleanup keeps unconsumed mes
 cleanFileForciblyEnable says otherwise. Needs root (mount); skipped otherwise."""
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import tempfile
 import time
-from typing import Iterator
 
 import pytest
 
@@ -17,63 +13,12 @@ import shmq
 from shmq import Message, Producer, PullConsumer, PullStatus, SendStatus
 from shmq.codec import frames as P
 from shmq.errors import BrokerError
+from tests.store.small_disk import MiB, fill, small_disk
 
-MiB = 1 << 20
 CONFIG = {"mappedFileSizeCommitLog": MiB, "mappedFileSizeConsumeQueue": 20 * 4096, "maxHashSlotNum": 1009,
           "maxIndexNum": 4000}
 BODY = 16000
 _NOISE = os.urandom(BODY)  # incompressible: the producer compresses bodies over 4 KiB
-
-
-@contextlib.contextmanager
-def small_disk(kind: str) -> Iterator[str]:
-    """A 48 MiB tmpfs or an 80 MB ext4 image mounted on a fresh folder; unmounted and removed after."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small file system needs root")
-    mnt = tempfile.mkdtemp(prefix="shmq-disk-")
-    image = None
-    try:
-        if kind == "tmpfs":
-            cmd = ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", mnt]
-        else:
-            fd, image = tempfile.mkstemp(prefix="shmq-ext4-", suffix=".img")
-            os.ftruncate(fd, 80 * 1000 * 1000)
-            os.close(fd)
-            if subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], capture_output=True).returncode:
-                pytest.skip("mkfs.ext4 failed")
-            cmd = ["mount", "-o", "loop", image, mnt]
-        if subprocess.run(cmd, capture_output=True).returncode:
-            pytest.skip(f"cannot mount a {kind} here")
-        try:
-            yield mnt
-        finally:
-            if subprocess.run(["umount", mnt], capture_output=True).returncode:
-                subprocess.run(["umount", "-l", mnt], capture_output=True)
-    finally:
-        os.rmdir(mnt)
-        if image is not None:
-            os.unlink(image)
-
-
-def fill(mnt: str, leave: int) -> str:
-    """Take the disk's free space but ``leave`` bytes (0: to the last block) with an unrelated
-    file; returns its path."""
-    path = os.path.join(mnt, "filler")
-    st = os.statvfs(mnt)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        size = max(os.fstat(fd).st_size + st.f_bavail * st.f_frsize - max(leave, MiB), 4096)
-        os.posix_fallocate(fd, 0, size)
-        step = MiB
-        while not leave and step >= 4096:  # file system metadata takes some: go on until refused
-            try:
-                os.posix_fallocate(fd, 0, size + step)
-                size += step
-            except OSError:
-                step //= 2
-    finally:
-        os.close(fd)
-    return path
 
 
 def body(i: int) -> bytes:
@@ -118,7 +63,7 @@ def test_full_disk_refuses_sends_keeps_reads_resumes_and_restarts(kind, broker_n
         store = ipc_tracker.store(os.path.join(mnt, "store"))
         filler = fill(mnt, 6 * MiB)
         # only the disk itself stops the writes (no ratio guard before it): the SIGBUS path
-        config = dict(CONFIG, diskSpaceWarningLevelRatio=1.0)
+        config = dict(CONFIG, diskSpaceWarningLevelRatio=1.0, flushConsumerOffsetInterval=100)
         broker = shmq.Broker(store, broker_name, config)
         try:
             with Producer("pg", broker=broker_name) as p, PullConsumer("cg", broker=broker_name) as c:
@@ -130,6 +75,11 @@ def test_full_disk_refuses_sends_keeps_reads_resumes_and_restarts(kind, broker_n
                     p.send(Message("Fill", body(-1)))
                 assert_disk_full(again.value)
                 assert read_all(c, "Fill") == acked
+                fill(mnt, 0)
+                for mq in c.fetch_queues("Fill"):  # offsets persisted on a full disk (1: all still unconsumed)
+                    c.commit(mq, 1)
+                time.sleep(0.5)
+                assert broker.process.poll() is None, broker.log()
                 os.unlink(filler)  # space freed: writes come back without a restart
                 deadline = time.monotonic() + 5
                 while True:
@@ -185,7 +135,9 @@ def test_forced_cleanup_deletes_unconsumed_messages_only_with_the_rocketmq_key(f
     with small_disk("tmpfs") as mnt:
         store = ipc_tracker.store(os.path.join(mnt, "store"))
         config = dict(CONFIG, diskSpaceCleanForciblyRatio=0.2, cleanResourceInterval=300,
-                      deleteCommitLogFilesInterval=0, cleanFileForciblyEnable=forcibly)
+                      deleteCommitLogFilesInterval=0)
+        if forcibly:
+            config["cleanFileForciblyEnable"] = True  # else the default
         with shmq.Broker(store, broker_name, config) as broker, Producer("pg", broker=broker_name) as p:
             acked = [i for i in range(1000) if p.send(Message("Keep", body(i))).status is SendStatus.SEND_OK]
             time.sleep(1.5)  # several cleanup rounds over diskSpaceCleanForciblyRatio
