@@ -70,18 +70,18 @@ class CommitLog:
         self.last_store_timestamp = ts
         return ts
 
-    def reserve(self, nbytes: int, largest: int) -> None:
-        """Give the next ``nbytes`` of records (the largest ``largest`` bytes) disk blocks before
-        any is written, so a put on a full disk fails whole with DiskFullError instead of
-        faulting on a hole (SIGBUS) or stopping between two segments. One comparison when the
-        current segment has them already."""
+    def reserve(self, nbytes: int, sizes: np.ndarray | int) -> None:
+        """Give the next ``nbytes`` of records (of ``sizes`` bytes each) disk blocks before any is
+        written, so a put on a full disk fails whole with DiskFullError instead of faulting on
+        a hole (SIGBUS) or stopping between two segments. One comparison when the current
+        segment has them already."""
         files = self.queue.files
         if files:
             mf = files[-1]
             end = mf.wrote_position + nbytes
             if end + fmt.MIN_BLANK <= mf.size and end <= mf.reserved_position:
                 return
-        self.queue.reserve(nbytes, self.queue.max_offset, fmt.MIN_BLANK, fmt.MIN_BLANK + largest)
+        self.queue.reserve(nbytes, self.queue.max_offset, fmt.MIN_BLANK, fmt.MIN_BLANK + int(np.max(sizes)))
 
     def _segment_for(self, size: int) -> MappedFile:
         """The segment with room for `size` bytes plus a blank, rolling (with a blank filler) if needed."""

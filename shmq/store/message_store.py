@@ -380,14 +380,15 @@ class MessageStore:
         self._redispatch_from = None
         log.warning("recovery finished: consume queues and index complete again")
 
-    def _reserve(self, queues: Iterable[tuple[ConsumeQueue, int]], nbytes: int, largest: int, nkeys: int) -> None:
+    def _reserve(self, queues: Iterable[tuple[ConsumeQueue, int]], nbytes: int, sizes: np.ndarray | int,
+                 nkeys: int) -> None:
         """Give everything a put will write disk blocks before any byte is written (commitlog,
         then ``count`` entries of each queue, then ``nkeys`` index entries): on a full disk the
         put fails whole with DiskFullError and the store refuses writes until space is freed,
         never faulting on a hole (SIGBUS) or leaving records without their entries. Comparisons
         only, unless a file needs its next chunk."""
         try:
-            self.commitlog.reserve(nbytes, largest)
+            self.commitlog.reserve(nbytes, sizes)
             for cq, count in queues:
                 cq.reserve(count)
             if nkeys and self.index is not None:
@@ -461,7 +462,7 @@ class MessageStore:
                 if not self.running:
                     raise StoreClosedError("the message store is shut down")
                 cq = self._queue(topic, qid)
-                self._reserve(((cq, n),), int(sizes.sum()), int(sizes.max()), len(b.key_hashes))
+                self._reserve(((cq, n),), _span(b.starts, sizes), sizes, len(b.key_hashes))
                 qoff = cq.max_offset
                 ts = self.commitlog.next_store_timestamp()
                 res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoff, qid, ts, missing_crc)
@@ -478,7 +479,7 @@ class MessageStore:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
             cqs = [self._queue(topic, qid) for topic, qid in groups]
-            self._reserve(zip(cqs, map(len, rows)), int(sizes.sum()), int(sizes.max()), len(b.key_hashes))
+            self._reserve(zip(cqs, map(len, rows)), _span(b.starts, sizes), sizes, len(b.key_hashes))
             bases = np.fromiter((cq.max_offset for cq in cqs), np.int64, len(cqs))
             qoffs = np.zeros(n, np.int64)
             qoffs[ent] = bases[gid] + rank
@@ -601,6 +602,12 @@ class MessageStore:
     def query_by_uniq_key(self, topic: str, uniq_key: str) -> fmt.StoredRecord | None:
         found = self.query_message(topic, uniq_key, max_num=1)
         return found[0] if found else None
+
+
+def _span(starts: np.ndarray, sizes: np.ndarray) -> int:
+    """Bytes from the first record's start to the last one's end: the records' total, or more
+    (records are in order); three scalar reads instead of a sum over the batch."""
+    return int(starts[-1]) - int(starts[0]) + int(sizes[-1])
 
 
 def _per_record(phys: np.ndarray | None) -> np.ndarray:
