@@ -133,9 +133,19 @@ class IndexFile:
         if end > self._reserved:
             self._reserve_to(max(end, self._reserved + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE))
 
+    def reserved_for(self, count: int) -> bool:
+        """True if the next ``count`` entries fit and have their blocks (the put path's check)."""
+        return self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE <= self._reserved
+
     def _reserve_to(self, stop: int) -> None:
+        """The first reservation (header, slots) with fallocate; later ones cover only entries
+        above every written one, so zeros written through a descriptor reserve them without a
+        journal transaction (see MappedFile.reserve)."""
         stop = min(self._size, stop)
-        space.reserve(self.path, 0, stop)
+        if self._reserved:
+            space.write_zeros(self.path, self._reserved, stop)
+        else:
+            space.reserve(self.path, 0, stop)
         self._reserved = stop
 
     @property
@@ -361,6 +371,9 @@ class IndexService:
     def reserve(self, count: int) -> None:
         """Give the next ``count`` entries disk blocks before anything is written, making the
         next file now if they will roll into it (DiskFullError if the disk cannot)."""
+        newest = self._files[-1] if self._files else None
+        if newest is not None and newest.reserved_for(count):
+            return
         with self._lock:
             f = self._writable()
             f.reserve(min(count, f.room))
