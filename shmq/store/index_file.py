@@ -138,14 +138,9 @@ class IndexFile:
         return self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE <= self._reserved
 
     def _reserve_to(self, stop: int) -> None:
-        """The first reservation (header, slots) with fallocate; later ones cover only entries
-        above every written one, so zeros written through a descriptor reserve them without a
-        journal transaction (see MappedFile.reserve)."""
+        """fallocate (see MappedFile.reserve for why not zeros written through a descriptor)."""
         stop = min(self._size, stop)
-        if self._reserved:
-            space.write_zeros(self.path, self._reserved, stop)
-        else:
-            space.reserve(self.path, 0, stop)
+        space.reserve(self.path, self._reserved, stop - self._reserved)
         self._reserved = stop
 
     @property

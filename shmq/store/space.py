@@ -2,9 +2,8 @@
 
 A write through a shared mapping into a page that has no disk block behind it (a hole of a
 sparse file) is a SIGBUS once the file system is full: the process dies, there is no error to
-catch. So every byte the store writes through a mapping is reserved first (``write_zeros`` for
-a new file's bytes above its data, ``reserve``, fallocate, where data may be), in chunks,
-never per message; a failed reservation is a DiskFullError, raised
+catch. So every byte the store writes through a mapping is reserved first with fallocate
+(``reserve``), in chunks, never per message; a failed reservation is a DiskFullError, raised
 before anything is written. ``DiskSpace`` holds the resulting state: puts check one bool, and
 only while writes are refused is the disk measured again (statvfs, at most every
 ``PROBE_INTERVAL``), so writes resume by themselves once space is freed.
@@ -27,7 +26,6 @@ _fallocate = _libc.fallocate
 _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
 _fallocate.restype = ctypes.c_int
 _PUNCH_HOLE_KEEP_SIZE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-_ZEROS = bytes(1 << 20)
 
 
 def reserve(path: str, offset: int, length: int) -> None:
@@ -40,23 +38,6 @@ def reserve(path: str, offset: int, length: int) -> None:
         if e.errno in _NO_SPACE:
             err = DiskFullError(f"no space left for {path} ({length} bytes at {offset})")
             err.wanted = length
-            raise err from None
-        raise
-    finally:
-        os.close(fd)
-
-
-def write_zeros(path: str, start: int, stop: int) -> None:
-    """Reserve ``path``'s bytes [start, stop) by writing zeros through a descriptor (callers make
-    sure nothing there is data); DiskFullError when the file system has no block left."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        while start < stop:
-            start += os.pwrite(fd, _ZEROS[:min(len(_ZEROS), stop - start)], start)
-    except OSError as e:
-        if e.errno in _NO_SPACE:
-            err = DiskFullError(f"no space left for {path} ({stop - start} bytes at {start})")
-            err.wanted = stop - start
             raise err from None
         raise
     finally:

@@ -1,5 +1,5 @@
-"""The store on a full disk (issue 10 C9), in-process: a recovery cut short by the disk does
-not crash, and completes by itself once space is freed."""
+"""The store on a full disk (issue 10 C9), in-process: puts fail whole with DiskFullError
+instead of faulting, and a recovery cut short by the disk completes by itself once space is freed."""
 from __future__ import annotations
 
 import os
@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+from shmq.codec import record as fmt
 from shmq.errors import DiskFullError
 from shmq.store.message_store import GetStatus, MessageStore
 
-from .conftest import put_one, record
+from .conftest import put_batch, put_one, record
 from .small_disk import fill, small_disk
 
 
@@ -48,3 +49,23 @@ def test_rebuilding_consume_queues_on_a_full_disk_waits_for_space(small_config):
             assert sorted(got) == sorted([b"m%d" % i for i in range(300)] + [b"after"])
         finally:
             s.shutdown()
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_batches_fill_the_disk_then_fail_whole_and_everything_stored_is_read(kind, flush, small_config):
+    """Regression (issue 10 C9): a put into a segment whose blocks the disk could not give was
+    a SIGBUS (here: in this process); blocks are now reserved before anything is written."""
+    small_config.update(diskSpaceWarningLevelRatio=1.0, flushDiskType=flush, mappedFileSizeCommitLog=1 << 20)
+    with small_disk(kind) as mnt:
+        fill(mnt, 3 << 20)
+        stored = 0
+        with MessageStore(os.path.join(mnt, "store"), small_config) as s:
+            with pytest.raises(DiskFullError, match="disk full"):
+                for i in range(100_000):
+                    topic = "T%d" % (i % 7)
+                    put_batch(s, topic, i % 3, fmt.encode_batch(topic, [os.urandom(3000)] * 5))
+                    stored += 5
+            assert stored > 100 and s.disk_full
+            got = sum(len(s.get_message("T%d" % t, q, 0, 10_000).messages) for t in range(7) for q in range(3))
+            assert got == stored
