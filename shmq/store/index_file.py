@@ -22,6 +22,8 @@ from typing import Callable
 
 import numpy as np
 
+from shmq.store.mapped_file import PAGE_SIZE
+
 from shmq.codec.record import (
     INDEX_ENTRY_DTYPE,
     INDEX_ENTRY_SIZE,
@@ -59,10 +61,12 @@ class IndexFile:
         self._entry_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
         self._size = size
         self._reserved = 0  # bytes from 0 with disk blocks: writes past it could SIGBUS on a full disk
+        self._created = False
         fd = files.open_file(path)[0]
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:  # new, or created by a run that died before ftruncate
+                self._created = True
                 os.ftruncate(fd, size)  # sparse: entry pages get their blocks as the writer nears them
                 try:  # header and slots (written anywhere) and the first entries, or no file
                     self._reserve_to(self._entry_base + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE)
@@ -138,9 +142,25 @@ class IndexFile:
         return self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE <= self._reserved
 
     def _reserve_to(self, stop: int) -> None:
-        """fallocate (see MappedFile.reserve for why not zeros written through a descriptor)."""
-        stop = min(self._size, stop)
-        space.reserve(self.path, self._reserved, stop - self._reserved)
+        """fallocate, then zeros written through the descriptor (why: MappedFile.reserve).
+
+        Above ``_reserved`` nothing is written yet. The first reservation of a file found at
+        start covers slots and entries written anywhere: there only the pages that are all zeros
+        (holes or never written) get zeros, which changes no byte."""
+        start, stop = self._reserved, min(self._size, stop)
+        space.reserve(self.path, start, stop - start)
+        if start or self._created:
+            space.write_zeros(self.path, start, stop)
+        else:
+            pages = np.frombuffer(self._mm, np.uint8, stop // PAGE_SIZE * PAGE_SIZE).reshape(-1, PAGE_SIZE)
+            empty = np.flatnonzero(~pages.any(axis=1))
+            del pages
+            runs = np.split(empty, np.flatnonzero(np.diff(empty) != 1) + 1) if len(empty) else []
+            for run in runs:  # each run of empty pages: one write
+                space.write_zeros(self.path, int(run[0]) * PAGE_SIZE, (int(run[-1]) + 1) * PAGE_SIZE)
+            full = stop // PAGE_SIZE * PAGE_SIZE  # a partial last page: zeros over it only if it is all zeros
+            if full < stop and not np.frombuffer(self._mm, np.uint8, stop - full, full).any():
+                space.write_zeros(self.path, full, stop)
         self._reserved = stop
 
     @property

@@ -27,8 +27,7 @@ from shmq.store import files, space
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; Python 3.11's mmap module does not name it
-_WARM_CHUNK = 1 << 20  # one pwrite
-_ZEROS = bytes(_WARM_CHUNK)
+_WARM_CHUNK = 1 << 20  # populated at a time ahead of the writer
 _FIRST_BYTES = 64 << 10  # written through the descriptor when a segment is created
 _WARM_STEP = 4 << 20  # populated (GIL held) and synced at a time
 MS_SYNC = 4
@@ -57,10 +56,10 @@ class MappedFile:
         self.path = path
         self.size = size
         self.reserve_step = reserve_step
-        # bytes from 0 known to have disk blocks: a write through the mapping past it could SIGBUS
-        # on a full disk. 0 for a loaded file: its first reservation covers what it holds (free).
-        # Only rises, under _reserve_lock: no data is ever above it (see reserve).
-        self.reserved_position = 0
+        # bytes from 0 with disk blocks: a write through the mapping past it could SIGBUS on a full
+        # disk. No data is ever above it (see reserve): a loaded file starts at its size, never
+        # reserved again, until recovery sets it at the end of its data (zero_from).
+        self.reserved_position = size
         self._reserve_lock = threading.Lock()
         start = fmt.parse_offset_file_name(os.path.basename(path))
         if start is None:
@@ -73,11 +72,12 @@ class MappedFile:
             actual = os.fstat(fd).st_size
             self.created = actual == 0 and create
             if self.created:
+                self.reserved_position = 0
                 os.ftruncate(fd, size)
                 # The first write into a brand-new sparse file costs ~1.7 ms on ext4 (its first
                 # block allocation, measured); reserving its blocks through the descriptor first
-                # costs ~0.1 ms. Matters with thousands of consume queues, each created on its
-                # first message. A disk that cannot give them refuses the file.
+                # (fallocate, then zeros) costs ~0.1 ms. Matters with thousands of consume queues,
+                # each created on its first message. A disk that cannot give them refuses the file.
                 try:
                     self.reserve(min(_FIRST_BYTES, size))
                 except BaseException:
@@ -121,9 +121,14 @@ class MappedFile:
         time unless ``step`` is False (one fallocate per step, not per write); DiskFullError,
         with nothing written, if the disk has none. Any thread may call it.
 
-        fallocate, not zeros written through a descriptor: on an almost full ext4 a write fault
-        into a page whose blocks were only reserved by a buffered write (delayed allocation)
-        still died with SIGBUS (measured on an 80 MB image); into fallocated blocks it never did.
+        fallocate, not only zeros written through a descriptor: on an almost full ext4 a write
+        fault into a page whose blocks were only reserved by a buffered write (delayed
+        allocation) still died with SIGBUS (measured on an 80 MB image); into fallocated blocks
+        it never did. Then zeros are written over the range (space.write_zeros: a fault into a
+        fallocated, "unwritten" ext4 page could still need a block; it also cost a journal
+        transaction, 1.3 ms on a busy journal, against 4 us into a page-cache page). Safe: no
+        data is ever above ``reserved_position`` (writers write only below it; it only rises,
+        under the lock, except in recovery, which runs alone).
         """
         with self._reserve_lock:
             start = self.reserved_position
@@ -135,6 +140,7 @@ class MappedFile:
             except DiskFullError:  # the last bit of a disk still takes what fits
                 stop = min(self.size, end + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
                 space.reserve(self.path, start, stop - start)
+            space.write_zeros(self.path, start, stop)
             self.reserved_position = stop
 
     @property
@@ -161,17 +167,14 @@ class MappedFile:
         so the writer's own fdatasyncs do not queue behind a stream of zero pages).
         """
         limit = self.size if end is None else min(end, self.size)
-        fd = os.open(self.path, os.O_WRONLY) if self.created else -1
+        fd = os.open(self.path, os.O_WRONLY) if self.created and sync else -1
         try:
             for start in range(0, limit, _WARM_STEP):
                 if stop():
                     return
                 stop_at = min(start + _WARM_STEP, limit)
                 began = time.monotonic()
-                self.reserve(stop_at, step=False)
-                if fd >= 0:  # zeros through the descriptor: cheaper than faulting fresh pages in
-                    for off in range(start, stop_at, _WARM_CHUNK):
-                        os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, stop_at - off)], off)
+                self.reserve(stop_at, step=False)  # and zeros written through a descriptor (a new file)
                 try:
                     self.mm.madvise(MADV_POPULATE_WRITE, start, stop_at - start)
                 except OSError:  # kernels before 5.14
@@ -189,8 +192,9 @@ class MappedFile:
         """Fault the pages from ``warmed_position`` to ``end`` into this mapping while the writer
         may be writing below them; False if the kernel cannot (before 5.14) or the file is closed.
 
-        Only MADV_POPULATE_WRITE is safe here: it maps pages without changing a byte, whereas
-        warm() writes zeros and touches pages, which could overwrite a record being appended.
+        The blocks are reserved first (reserve() writes zeros only above every written byte);
+        then only MADV_POPULATE_WRITE is safe: it maps pages without changing a byte, whereas
+        warm()'s fallback touches pages, which could overwrite a record being appended.
         """
         end = min(end, self.size)
         try:
@@ -245,17 +249,32 @@ class MappedFile:
     def zero_from(self, pos: int) -> None:  # recovery: no other thread uses the file yet
         """Clear the bytes from `pos` to the end: a truncated tail must not look like records later.
 
-        Recovery calls it, also on a full disk: the whole pages are cleared by punching them out
-        (no block needed), and only pages that hold data are written (they have their blocks),
-        never a hole, which would SIGBUS there."""
+        Recovery calls it, also on a full disk, so it writes only pages that hold data (they
+        have their blocks): never a hole, whose write (and on tmpfs even its read) is a SIGBUS
+        there. Holes are found with SEEK_DATA. Punching the tail out instead was tried: on a
+        full 1 KiB-block ext4 the next write into the page before the punched range faulted."""
         first_page = min(self.size, pos + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
         self.array[pos:first_page] = 0
-        if first_page < self.size and not space.punch_hole(self.path, first_page, self.size - first_page):
-            for at in range(first_page, self.size, _WARM_CHUNK):  # zero only pages that are not zero
-                pages = self.array[at:min(at + _WARM_CHUNK, self.size)].reshape(-1, PAGE_SIZE)
-                for i in np.flatnonzero(pages.any(axis=1)).tolist():
-                    pages[i] = 0
-        self.reserved_position = min(self.reserved_position, first_page)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            at = first_page
+            while at < self.size:
+                try:
+                    data = os.lseek(fd, at, os.SEEK_DATA) & ~(PAGE_SIZE - 1)
+                except OSError:  # ENXIO: no data after `at`
+                    break
+                end = min(self.size, os.lseek(fd, data, os.SEEK_HOLE))
+                for chunk in range(data, end, _WARM_CHUNK):
+                    part = self.array[chunk:min(chunk + _WARM_CHUNK, end)]
+                    whole = len(part) // PAGE_SIZE * PAGE_SIZE
+                    pages = part[:whole].reshape(-1, PAGE_SIZE)
+                    pages[np.flatnonzero(pages.any(axis=1))] = 0
+                    if whole < len(part) and part[whole:].any():  # the file's partial last page
+                        part[whole:] = 0
+                at = end
+        finally:
+            os.close(fd)
+        self.reserved_position = first_page  # the data ends below: the rest is reserved when written
 
     def end_writes(self) -> None:
         """Close the descriptor write() opened (the segment is full): a long-lived log holds one."""
@@ -318,6 +337,7 @@ class AllocateMappedFileService:
         t.start()
 
     def _prepare(self, path: str, size: int) -> None:
+        mf: MappedFile | None = None
         try:
             mf = MappedFile(path, size)
             if self._warm:
@@ -327,6 +347,8 @@ class AllocateMappedFileService:
                 self._set_mark(mf)
         except OSError as e:
             log.warning("pre-allocating %s failed: %s", path, e)
+            if mf is not None:  # a loaded file is never reserved again: take() makes it anew
+                mf.destroy()
             with self._lock:
                 self._pending.pop(path, None)
             return

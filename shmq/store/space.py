@@ -10,7 +10,6 @@ only while writes are refused is the disk measured again (statvfs, at most every
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
@@ -21,11 +20,7 @@ from shmq.errors import DiskFullError
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 0.1  # s between two measurements while writes are refused
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-_libc = ctypes.CDLL(None, use_errno=True)
-_fallocate = _libc.fallocate
-_fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long)
-_fallocate.restype = ctypes.c_int
-_PUNCH_HOLE_KEEP_SIZE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_ZEROS = bytes(1 << 20)
 
 
 def reserve(path: str, offset: int, length: int) -> None:
@@ -44,12 +39,24 @@ def reserve(path: str, offset: int, length: int) -> None:
         os.close(fd)
 
 
-def punch_hole(path: str, offset: int, length: int) -> bool:
-    """Make [offset, offset + length) read as zeros without writing (frees its blocks); False
-    where the file system cannot. Zeroing a tail by writing could fault on a hole of a full disk."""
+def write_zeros(path: str, start: int, stop: int) -> None:
+    """Write zeros over ``path``'s bytes [start, stop), already fallocated (callers make sure
+    nothing there is data); DiskFullError if even that needs a block the disk has not.
+
+    ext4 keeps fallocated blocks "unwritten": the first write fault into one converts (and may
+    split) its extent, which can need a block of its own, and on a full disk that fault is a
+    SIGBUS (measured on an 80 MB image). Written through the descriptor the conversion happens
+    here, where a full disk is an error, and the pages are then in the page cache too."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        return _fallocate(fd, _PUNCH_HOLE_KEEP_SIZE, offset, length) == 0
+        while start < stop:
+            start += os.pwrite(fd, _ZEROS[:min(len(_ZEROS), stop - start)], start)
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            err = DiskFullError(f"no space left for {path} ({stop - start} bytes at {start})")
+            err.wanted = stop - start
+            raise err from None
+        raise
     finally:
         os.close(fd)
 

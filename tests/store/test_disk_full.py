@@ -69,3 +69,24 @@ def test_batches_fill_the_disk_then_fail_whole_and_everything_stored_is_read(kin
             assert stored > 100 and s.disk_full
             got = sum(len(s.get_message("T%d" % t, q, 0, 10_000).messages) for t in range(7) for q in range(3))
             assert got == stored
+
+
+@pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
+def test_a_store_reopened_on_a_full_disk_refuses_puts_without_faulting(kind, small_config):
+    """Regression (issue 10 C9): after a restart on a full disk the first write into a loaded
+    file's page faulted (SIGBUS); a loaded file is now reserved from its data end on."""
+    small_config.update(diskSpaceWarningLevelRatio=1.0, mappedFileSizeCommitLog=1 << 20)
+    body = os.urandom(16000)
+    with small_disk(kind) as mnt:
+        d = os.path.join(mnt, "store")
+        fill(mnt, 6 << 20)
+        stored = 0
+        for round_ in range(2):
+            with MessageStore(d, small_config) as s:
+                with pytest.raises(DiskFullError):
+                    for i in range(10_000):
+                        put_one(s, "T", i % 4, record("T", body, keys=f"k{i}"))
+                        stored += 1
+                got = sum(len(s.get_message("T", q, 0, 10_000).messages) for q in range(4))
+                assert got == stored
+            fill(mnt, 0)
