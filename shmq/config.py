@@ -52,6 +52,9 @@ class BrokerConfig:
     disk_max_used_space_ratio: int = 75  # percent: start cleaning expired files early
     disk_space_clean_forcibly_ratio: float = 0.85  # delete even unexpired segments
     disk_space_warning_level_ratio: float = 0.90  # refuse writes
+    # shmq: False (RocketMQ: true): past diskSpaceCleanForciblyRatio, unexpired segments are deleted
+    # only as far as every consumer group consumed them; True deletes unconsumed ones too (logged)
+    clean_file_forcibly_enable: bool = False
     clean_resource_interval: int = 10_000  # ms
     delete_commit_log_files_interval: int = 100  # ms between two deletions
     delete_file_batch_max: int = 10

@@ -25,7 +25,10 @@ class MessageTooLargeError(ShmqError, ValueError):
 
 
 class DiskFullError(ShmqError, OSError):
-    """The store's disk is past diskSpaceWarningLevelRatio; writes are refused until cleanup frees space."""
+    """The store's disk is full (past diskSpaceWarningLevelRatio, or no block left to reserve);
+    writes are refused, reads go on, and writes resume by themselves once space is freed."""
+
+    wanted: int = 0  # bytes the refused reservation asked for (0: refused by the used ratio)
 
 
 class StoreClosedError(ShmqError, RuntimeError):

@@ -199,6 +199,13 @@ class BrokerCore:
         except OSError as e:  # stays dirty: the next pass or tick tries again
             log.error("writing topics.json failed: %s", e)
 
+    def persist_offsets(self) -> None:
+        """Every flushConsumerOffsetInterval: a full disk must not stop the broker."""
+        try:
+            self.offsets.persist()
+        except OSError as e:  # stays dirty: the next interval tries again
+            log.error("writing consumerOffset.json failed: %s", e)
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit.commit(group, topic, queue_id, offset)
 

@@ -9,6 +9,7 @@ import mmap
 import os
 
 from shmq.codec import record as fmt
+from shmq.errors import DiskFullError
 from shmq.store import files
 
 
@@ -20,6 +21,12 @@ class StoreCheckpoint:
         self.fd = files.open_file(path)[0]
         if os.fstat(self.fd).st_size != fmt.CHECKPOINT_FILE_SIZE:
             os.ftruncate(self.fd, fmt.CHECKPOINT_FILE_SIZE)
+        try:  # its page gets a block now: a flush writing into a hole of a full disk would SIGBUS
+            os.posix_fallocate(self.fd, 0, fmt.CHECKPOINT_FILE_SIZE)
+        except OSError as e:
+            os.close(self.fd)
+            raise DiskFullError(f"cannot create the store checkpoint {path}: {e.strerror}; free space on its disk "
+                                "(an existing store has it already)") from None
         self.mm = mmap.mmap(self.fd, fmt.CHECKPOINT_FILE_SIZE)
         self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = \
             fmt.CHECKPOINT.unpack_from(self.mm, 0)

@@ -1,17 +1,19 @@
 """Expired-file cleanup and the disk-full guard (RocketMQ's CleanCommitLogService and friends).
 
 Every cleanResourceInterval: measure the disk; past diskSpaceWarningLevelRatio refuse writes
-(the store raises DiskFullError, nothing is half-written). Commitlog segments older than
-fileReservedTime are deleted at the deleteWhen hours, or at any time once the disk is over
-diskMaxUsedSpaceRatio; past diskSpaceCleanForciblyRatio the oldest segments go even if not
-expired. The active segment is never deleted. Consume-queue and index files that point only
-below the commitlog's new min offset follow.
+(the store raises DiskFullError, nothing is half-written; DiskSpace also measures before each
+new file and, while refusing, every 100 ms). Commitlog segments older than fileReservedTime
+are deleted at the deleteWhen hours, or at any time once the disk is over
+diskMaxUsedSpaceRatio. Past diskSpaceCleanForciblyRatio the oldest segments go even if not
+expired, but only as far as every consumer group has consumed them (shmq.store.consumed),
+unless cleanFileForciblyEnable asks for RocketMQ's behaviour: then unconsumed messages are
+deleted too, and logged. The active segment is never deleted. Consume-queue and index files
+that point only below the commitlog's new min offset follow.
 """
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 import threading
 from dataclasses import dataclass
@@ -19,9 +21,11 @@ from typing import Protocol
 
 from shmq.config import BrokerConfig
 from shmq.store.commitlog import CommitLog
+from shmq.store import consumed
 from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.flush import ServiceThread
 from shmq.store.index_file import IndexService
+from shmq.store.space import DiskSpace
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +36,13 @@ class CleanableStore(Protocol):
 
     config: BrokerConfig
     store_dir: str
-    disk_full: bool
+    space: DiskSpace
     commitlog: CommitLog
     index: IndexService | None
 
     def consume_queues(self) -> list[ConsumeQueue]: ...
+
+    def finish_recovery(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +63,6 @@ def decide(used_ratio: float, hour: int, delete_when: str, max_used_percent: int
         delete_expired=manual or hour in hours or over,
         delete_forcibly=used_ratio > forcibly_ratio,
     )
-
-
-def disk_used_ratio(path: str) -> float:
-    usage = shutil.disk_usage(path)
-    return usage.used / usage.total if usage.total else 0.0
 
 
 class CleanupService(ServiceThread):
@@ -95,17 +96,13 @@ class CleanupService(ServiceThread):
 
     def check_disk(self) -> CleanDecision:
         cfg = self.store.config
-        d = decide(disk_used_ratio(self.store.store_dir), time.localtime().tm_hour, cfg.delete_when,
-                   cfg.disk_max_used_space_ratio, cfg.disk_space_clean_forcibly_ratio,
-                   cfg.disk_space_warning_level_ratio, self._manual)
-        if d.disk_full != self.store.disk_full:
-            log.warning("disk of %s %s", self.store.store_dir,
-                        "is full: refusing writes" if d.disk_full else "has room again: accepting writes")
-        self.store.disk_full = d.disk_full
-        return d
+        ratio = self.store.space.measure()  # refuses or accepts writes
+        return decide(ratio, time.localtime().tm_hour, cfg.delete_when, cfg.disk_max_used_space_ratio,
+                      cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio, self._manual)
 
     def _run_once(self) -> None:
         d = self.check_disk()
+        self.store.finish_recovery()
         self._manual = False
         deleted = 0
         if d.delete_expired or d.delete_forcibly:
@@ -121,6 +118,8 @@ class CleanupService(ServiceThread):
         reserved = cfg.file_reserved_time * 3600
         now = time.time()
         deleted = 0
+        protected: int | None = None  # commitlog offset of the oldest unconsumed message, once needed
+        floors: consumed.Floors = {}
         while deleted < cfg.delete_file_batch_max:
             with self.store.commitlog.put_lock:
                 if len(queue.files) <= 1:
@@ -132,6 +131,14 @@ class CleanupService(ServiceThread):
                     age = reserved + 1
                 if age <= reserved and not forcibly:
                     break
+                if age <= reserved:
+                    if protected is None:
+                        floors = consumed.committed_floors(self.store.store_dir)
+                        protected = consumed.protected_offset(self.store.consume_queues(), floors,
+                                                              self.store.commitlog.max_offset)
+                    if oldest.file_to_offset > protected and not self._may_lose(oldest.file_from_offset,
+                                                                                oldest.file_to_offset, floors):
+                        break
                 queue.delete_first(1)
             deleted += 1
             log.info("deleted commitlog segment %s (%s)", oldest.path, "forcibly" if age <= reserved else "expired")
@@ -140,6 +147,19 @@ class CleanupService(ServiceThread):
             if deleted < cfg.delete_file_batch_max:
                 time.sleep(cfg.delete_commit_log_files_interval / 1000)
         return deleted
+
+    def _may_lose(self, lo: int, hi: int, floors: consumed.Floors) -> bool:
+        """Whether the unexpired segment [lo, hi), which holds messages some group has not
+        consumed, may go: only with cleanFileForciblyEnable, and then what is lost is logged."""
+        if not self.store.config.clean_file_forcibly_enable:
+            log.warning("disk of %s over diskSpaceCleanForciblyRatio, but commitlog %d-%d holds unconsumed messages "
+                        "and is not expired: kept (cleanFileForciblyEnable=false), writes are refused until "
+                        "consumers catch up, segments expire or space is freed", self.store.store_dir, lo, hi)
+            return False
+        lost = consumed.unconsumed_between(self.store.consume_queues(), floors, lo, hi)
+        log.error("forced cleanup (cleanFileForciblyEnable=true) deletes commitlog %d-%d with %d unconsumed "
+                  "messages: %s", lo, hi, sum(x.end - x.first for x in lost), "; ".join(map(str, lost)) or "none")
+        return True
 
     def clean_logics(self) -> None:
         """Drop consume-queue and index files that only point below the commitlog's min offset."""

@@ -31,6 +31,7 @@ _TS_HOST = struct.Struct(">qq")  # STORETIMESTAMP, STOREHOST (adjacent)
 _QOFF_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, physical written last)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+RESERVE_STEP = 1 << 20  # disk reserved at a time ahead of the writer when warming is behind or off
 
 
 @dataclass(slots=True)
@@ -50,7 +51,7 @@ class CommitLog:
                  allocator: AllocateMappedFileService | None = None, write_through: bool = False) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         self.write_through = write_through
-        self.queue = MappedFileQueue(self.directory, segment_size, allocator)
+        self.queue = MappedFileQueue(self.directory, segment_size, allocator, RESERVE_STEP)
         self._allocator = allocator
         self.segment_size = segment_size
         self.store_host = store_host
@@ -69,12 +70,26 @@ class CommitLog:
         self.last_store_timestamp = ts
         return ts
 
+    def reserve(self, nbytes: int, sizes: np.ndarray | int) -> None:
+        """Give the next ``nbytes`` of records (of ``sizes`` bytes each) disk blocks before any is
+        written, so a put on a full disk fails whole with DiskFullError instead of faulting on
+        a hole (SIGBUS) or stopping between two segments. One comparison when the current
+        segment has them already."""
+        files = self.queue.files
+        if files:
+            mf = files[-1]
+            end = mf.wrote_position + nbytes
+            if end + fmt.MIN_BLANK <= mf.size and end <= mf.reserved_position:
+                return
+        self.queue.reserve(nbytes, self.queue.max_offset, fmt.MIN_BLANK, fmt.MIN_BLANK + int(np.max(sizes)))
+
     def _segment_for(self, size: int) -> MappedFile:
         """The segment with room for `size` bytes plus a blank, rolling (with a blank filler) if needed."""
         mf = self.queue.last_file(self.queue.max_offset)
         if size + fmt.MIN_BLANK > mf.remaining:
             if mf.remaining:
                 blank = fmt.BLANK.pack(mf.remaining, fmt.BLANK_MAGIC)
+                mf.reserve(mf.wrote_position + len(blank))
                 if self.write_through:
                     mf.write(blank, mf.wrote_position)
                 else:
@@ -95,6 +110,8 @@ class CommitLog:
         if self.write_through:
             view, at = bytearray(record), 0
         else:
+            if pos + size > mf.reserved_position:  # reserve() came first: only a guard against SIGBUS
+                mf.reserve(pos + size)
             view, at = mf.view, pos
             view[pos:pos + size] = record
         _I32.pack_into(view, at + fmt.OFF_QUEUEID, queue_id)
@@ -140,6 +157,8 @@ class CommitLog:
             if self.write_through:  # patch a copy, then one pwrite
                 dst, at = src[lo:hi].copy(), starts[i:j] - lo
             else:
+                if pos + hi - lo > mf.reserved_position:  # reserve() came first: only a guard against SIGBUS
+                    mf.reserve(pos + hi - lo)
                 dst, at = mf.array, rel
                 dst[pos:pos + hi - lo] = src[lo:hi]
             if missing_crc is not None:

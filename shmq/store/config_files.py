@@ -7,6 +7,7 @@ the newer one could not be, so a stale fallback is never silent.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,10 +21,15 @@ def write_json(path: str, data: Any) -> None:
     directory = os.path.dirname(path) or "."
     files.make_dirs(directory)
     tmp = f"{path}.tmp"
-    with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:  # a full disk: the old file stays, the torn copy goes
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     if os.path.exists(path):
         os.replace(path, f"{path}.bak")
     os.replace(tmp, path)

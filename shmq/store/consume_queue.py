@@ -91,11 +91,13 @@ class ConsumeQueue:
             return
         end = files[0].file_from_offset
         for mf in files[max(0, len(files) - 3):]:
-            sizes = self._entries(mf)["size"]
+            # up to the file's first hole: entries are written from its start, and reading a
+            # hole of a full tmpfs through the mapping is a SIGBUS
+            sizes = self._entries(mf)["size"][:mf.data_end() // fmt.CQ_ENTRY_SIZE]
             zero = np.flatnonzero(sizes == 0)
             n = int(zero[0]) if len(zero) else len(sizes)
             end = mf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
-            if n < len(sizes):
+            if n < self.entries_per_file:
                 break
         self._set_end(end)
         self._find_min_offset()
@@ -118,13 +120,26 @@ class ConsumeQueue:
         files = self.queue.files
         self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE if files else self.max_offset
         if files:
-            sizes = self._entries(files[0])["size"]
+            written = (self.max_offset * fmt.CQ_ENTRY_SIZE - files[0].file_from_offset) // fmt.CQ_ENTRY_SIZE
+            sizes = self._entries(files[0])["size"][:max(0, written)]  # never into holes (see recover)
             real = np.flatnonzero(sizes != BLANK_SIZE)
             if len(real):
                 self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE + int(real[0])
         self.min_offset = min(self.min_offset, self.max_offset)
 
     # ------------------------------------------------------------------ writing
+
+    def reserve(self, count: int) -> None:
+        """Give the next ``count`` entries disk blocks before any is written (DiskFullError if the
+        disk has none): a put on a full disk then fails whole, never between its commitlog
+        write and its entries. One comparison when the last file has them already."""
+        end = (self.max_offset + count) * fmt.CQ_ENTRY_SIZE
+        files = self.queue.files
+        if files:
+            mf = files[-1]
+            if end <= mf.file_to_offset and end - mf.file_from_offset <= mf.reserved_position:
+                return
+        self.queue.reserve(count * fmt.CQ_ENTRY_SIZE, self.max_offset * fmt.CQ_ENTRY_SIZE)
 
     def put_batch(self, phys: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray, first_queue_offset: int) -> int:
         """Write entries for queue offsets first_queue_offset...; entries already present are skipped.
@@ -148,6 +163,8 @@ class ConsumeQueue:
             entries = self._entries(mf)
             i = (qoff * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
             k = min(n - done, len(entries) - i)
+            if (i + k) * fmt.CQ_ENTRY_SIZE > mf.reserved_position:  # a guard against SIGBUS on a full disk
+                mf.reserve((i + k) * fmt.CQ_ENTRY_SIZE)
             part = entries[i:i + k]
             part["offset"] = phys[done:done + k]
             part["tags_code"] = tags_codes[done:done + k]
@@ -166,6 +183,8 @@ class ConsumeQueue:
             self._fill_blanks(queue_offset)
         mf = self.queue.last_file(queue_offset * fmt.CQ_ENTRY_SIZE)
         pos = queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset
+        if pos + fmt.CQ_ENTRY_SIZE > mf.reserved_position:  # a guard against SIGBUS on a full disk
+            mf.reserve(pos + fmt.CQ_ENTRY_SIZE)
         view = mf.view
         _I64.pack_into(view, pos, phys)
         _I64.pack_into(view, pos + 12, tags_code)

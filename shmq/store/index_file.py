@@ -18,8 +18,11 @@ import mmap
 import os
 import struct
 import threading
+from typing import Callable
 
 import numpy as np
+
+from shmq.store.mapped_file import PAGE_SIZE
 
 from shmq.codec.record import (
     INDEX_ENTRY_DTYPE,
@@ -31,7 +34,7 @@ from shmq.codec.record import (
     index_file_size,
     index_key_hash,
 )
-from shmq.store import files
+from shmq.store import files, space
 
 _ENTRY = struct.Struct(">iqii")  # key hash, phys offset, time diff (s), prev entry number
 assert _ENTRY.size == INDEX_ENTRY_SIZE
@@ -42,6 +45,7 @@ _H_BEGIN_TS, _H_END_TS, _H_BEGIN_PHYS, _H_END_PHYS, _H_SLOTS_USED, _H_COUNT = 0,
 _MAX_DIFF = 0x7FFFFFFF
 _NAME_FORMAT = "%Y%m%d%H%M%S%f"  # yyyyMMddHHmmssSSS once the microseconds are cut to 3 digits
 _NAME_LEN = 17
+_RESERVE_ENTRIES = 4096  # entries given disk blocks at a time ahead of the writer
 
 
 class IndexFile:
@@ -54,11 +58,21 @@ class IndexFile:
         self._slot_num = slot_num
         self._index_num = index_num
         size = index_file_size(slot_num, index_num)
+        self._entry_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
+        self._size = size
+        self._reserved = 0  # bytes from 0 with disk blocks: writes past it could SIGBUS on a full disk
+        self._created = False
         fd = files.open_file(path)[0]
         try:
             actual = os.fstat(fd).st_size
             if actual == 0:  # new, or created by a run that died before ftruncate
-                os.ftruncate(fd, size)  # sparse: pages are allocated when first written
+                self._created = True
+                os.ftruncate(fd, size)  # sparse: entry pages get their blocks as the writer nears them
+                try:  # header and slots (written anywhere) and the first entries, or no file
+                    self._reserve_to(self._entry_base + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE)
+                except BaseException:
+                    os.unlink(path)
+                    raise
             elif actual != size:
                 raise ValueError(f"{path}: {actual} bytes, expected {size} for slot_num={slot_num}, "
                                  f"index_num={index_num}; was the index configured differently?")
@@ -67,7 +81,6 @@ class IndexFile:
             os.close(fd)
             raise
         self._fd = fd
-        self._entry_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
         self._slots = np.frombuffer(self._mm, INDEX_SLOT_DTYPE, slot_num, INDEX_HEADER_SIZE)
         self._entries = np.frombuffer(self._mm, INDEX_ENTRY_DTYPE, index_num, self._entry_base)
         (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, self._slots_used,
@@ -117,6 +130,44 @@ class IndexFile:
 
     # ------------------------------------------------------------------ writes
 
+    def reserve(self, count: int) -> None:
+        """Give the header, the slots and the next ``count`` entries disk blocks (DiskFullError if
+        the disk has none), ``_RESERVE_ENTRIES`` more at a time."""
+        end = self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE
+        if end > self._reserved:
+            self._reserve_to(max(end, self._reserved + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE))
+
+    def reserved_for(self, count: int) -> bool:
+        """True if the next ``count`` entries fit and have their blocks (the put path's check)."""
+        return self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE <= self._reserved
+
+    def _reserve_to(self, stop: int) -> None:
+        """fallocate, then zeros written through the descriptor (why: MappedFile.reserve).
+
+        Above ``_reserved`` nothing is written yet. The first reservation of a file found at
+        start covers slots and entries written anywhere: there only the pages that are all zeros
+        (holes or never written) get zeros, which changes no byte."""
+        start, stop = self._reserved, min(self._size, stop)
+        space.reserve(self.path, start, stop - start)
+        if start or self._created:
+            space.write_zeros(self.path, start, stop)
+        else:
+            pages = np.frombuffer(self._mm, np.uint8, stop // PAGE_SIZE * PAGE_SIZE).reshape(-1, PAGE_SIZE)
+            empty = np.flatnonzero(~pages.any(axis=1))
+            del pages
+            runs = np.split(empty, np.flatnonzero(np.diff(empty) != 1) + 1) if len(empty) else []
+            for run in runs:  # each run of empty pages: one write
+                space.write_zeros(self.path, int(run[0]) * PAGE_SIZE, (int(run[-1]) + 1) * PAGE_SIZE)
+            full = stop // PAGE_SIZE * PAGE_SIZE  # a partial last page: zeros over it only if it is all zeros
+            if full < stop and not np.frombuffer(self._mm, np.uint8, stop - full, full).any():
+                space.write_zeros(self.path, full, stop)
+        self._reserved = stop
+
+    @property
+    def room(self) -> int:
+        """Entries it can still take."""
+        return self._index_num - 1 - self._count
+
     def put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
         """Index records in phys order (31-bit hashes, store timestamps in ms); returns how many fit."""
         n = min(len(key_hashes), self._index_num - 1 - self._count)
@@ -125,6 +176,7 @@ class IndexFile:
         hashes = np.asarray(key_hashes[:n], dtype=np.int64)
         phys = np.asarray(phys_offsets[:n], dtype=np.int64)
         ts = np.asarray(store_timestamps[:n], dtype=np.int64)
+        self.reserve(n)  # IndexService.reserve came first: only a guard against SIGBUS
         if self._count == 0:
             self._set_begin(int(ts[0]), int(phys[0]))
         first = self._count + 1
@@ -171,6 +223,8 @@ class IndexFile:
         num = self._count + 1
         if num >= self._index_num:
             return False
+        if self._entry_base + (num + 1) * INDEX_ENTRY_SIZE > self._reserved:  # a guard against SIGBUS
+            self.reserve(1)
         if num == 1:
             self._set_begin(store_timestamp, phys_offset)
         mm = self._mm
@@ -300,6 +354,8 @@ class IndexService:
         files.make_dirs(index_dir)
         names = sorted(n for n in os.listdir(index_dir) if len(n) == _NAME_LEN and n.isdigit())
         self._files: list[IndexFile] = []
+        self._spare: IndexFile | None = None  # the next file, made ahead by reserve() for a put that rolls
+        self.before_new_file: Callable[[], None] | None = None  # the store's disk check
         try:
             for name in names:
                 self._files.append(IndexFile(os.path.join(index_dir, name), slot_num, index_num))
@@ -314,10 +370,32 @@ class IndexService:
 
     def _writable(self) -> IndexFile:
         if not self._files or self._files[-1].is_full:
-            last = os.path.basename(self._files[-1].path) if self._files else None
-            path = os.path.join(self._dir, _next_file_name(last))
-            self._files.append(IndexFile(path, self._slot_num, self._index_num))
+            if self._spare is None:
+                self._spare = self._new_file()
+            self._files.append(self._spare)
+            self._spare = None
         return self._files[-1]
+
+    def _new_file(self) -> IndexFile:
+        if self.before_new_file is not None:
+            self.before_new_file()
+        last = self._files[-1] if self._files else None
+        path = os.path.join(self._dir, _next_file_name(os.path.basename(last.path) if last else None))
+        return IndexFile(path, self._slot_num, self._index_num)
+
+    def reserve(self, count: int) -> None:
+        """Give the next ``count`` entries disk blocks before anything is written, making the
+        next file now if they will roll into it (DiskFullError if the disk cannot)."""
+        newest = self._files[-1] if self._files else None
+        if newest is not None and newest.reserved_for(count):
+            return
+        with self._lock:
+            f = self._writable()
+            f.reserve(min(count, f.room))
+            if count > f.room:
+                if self._spare is None:
+                    self._spare = self._new_file()
+                self._spare.reserve(min(count - f.room, self._spare.room))
 
     def put_batch(self, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray) -> None:
         """Index all of them, rolling to new files as they fill."""
@@ -395,3 +473,6 @@ class IndexService:
             for f in self._files:
                 f.close()
             self._files = []
+            if self._spare is not None:  # made ahead, never written
+                self._spare.destroy()
+                self._spare = None

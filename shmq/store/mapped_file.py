@@ -21,15 +21,15 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer
-from shmq.store import files
+from shmq.errors import DiskFullError
+from shmq.store import files, space
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux 5.14+; Python 3.11's mmap module does not name it
-_WARM_CHUNK = 1 << 20  # one pwrite
+_WARM_CHUNK = 1 << 20  # populated at a time ahead of the writer
 _FIRST_BYTES = 64 << 10  # written through the descriptor when a segment is created
 _WARM_STEP = 4 << 20  # populated (GIL held) and synced at a time
-_ZEROS = bytes(_WARM_CHUNK)
 MS_SYNC = 4
 _libc = ctypes.CDLL(None, use_errno=True)
 _msync = _libc.msync  # through ctypes: the GIL is released while the disk works (mmap.flush keeps it)
@@ -39,6 +39,7 @@ _madvise = _libc.madvise  # through ctypes: populating pages ahead of the writer
 _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _madvise.restype = ctypes.c_int
 NEVER = 1 << 62  # a warm mark no writer reaches
+RESERVE_STEP = 64 << 10  # default bytes of disk reserved at a time ahead of a writer
 
 
 def sync_range(address: int, length: int) -> None:
@@ -51,9 +52,15 @@ def sync_range(address: int, length: int) -> None:
 class MappedFile:
     """One segment: the whole file mapped shared, written at `wrote_position`."""
 
-    def __init__(self, path: str, size: int, create: bool = True) -> None:
+    def __init__(self, path: str, size: int, create: bool = True, reserve_step: int = RESERVE_STEP) -> None:
         self.path = path
         self.size = size
+        self.reserve_step = reserve_step
+        # bytes from 0 with disk blocks: a write through the mapping past it could SIGBUS on a full
+        # disk. No data is ever above it (see reserve): a loaded file starts at its size, never
+        # reserved again, until recovery sets it at the end of its data (zero_from).
+        self.reserved_position = size
+        self._reserve_lock = threading.Lock()
         start = fmt.parse_offset_file_name(os.path.basename(path))
         if start is None:
             raise ValueError(f"{path}: segment names are 20-digit offsets")
@@ -65,11 +72,17 @@ class MappedFile:
             actual = os.fstat(fd).st_size
             self.created = actual == 0 and create
             if self.created:
+                self.reserved_position = 0
                 os.ftruncate(fd, size)
                 # The first write into a brand-new sparse file costs ~1.7 ms on ext4 (its first
-                # block allocation, measured); through pwrite it costs ~0.1 ms. Matters with
-                # thousands of consume queues, each created on its first message.
-                os.pwrite(fd, _ZEROS[:min(_FIRST_BYTES, size)], 0)
+                # block allocation, measured); reserving its blocks through the descriptor first
+                # (fallocate, then zeros) costs ~0.1 ms. Matters with thousands of consume queues,
+                # each created on its first message. A disk that cannot give them refuses the file.
+                try:
+                    self.reserve(min(_FIRST_BYTES, size))
+                except BaseException:
+                    os.unlink(path)
+                    raise
             elif actual != size:
                 raise ValueError(f"{path} is {actual} bytes, expected segment size {size}")
             self.mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -89,6 +102,46 @@ class MappedFile:
     @property
     def file_to_offset(self) -> int:
         return self.file_from_offset + self.size
+
+    def data_end(self) -> int:
+        """Where the file's first hole starts (its size if none): what recovery may read of it.
+
+        On tmpfs even a read through a shared mapping gives a hole a page, and on a full tmpfs
+        that read is a SIGBUS; bytes past the first hole were never written anyway."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return min(self.size, os.lseek(fd, 0, os.SEEK_HOLE))
+        except OSError:  # a file system without SEEK_HOLE: all of it
+            return self.size
+        finally:
+            os.close(fd)
+
+    def reserve(self, end: int, step: bool = True) -> None:
+        """Make sure bytes up to ``end`` have disk blocks, reserving ``reserve_step`` ahead at a
+        time unless ``step`` is False (one fallocate per step, not per write); DiskFullError,
+        with nothing written, if the disk has none. Any thread may call it.
+
+        fallocate, not only zeros written through a descriptor: on an almost full ext4 a write
+        fault into a page whose blocks were only reserved by a buffered write (delayed
+        allocation) still died with SIGBUS (measured on an 80 MB image); into fallocated blocks
+        it never did. Then zeros are written over the range (space.write_zeros: a fault into a
+        fallocated, "unwritten" ext4 page could still need a block; it also cost a journal
+        transaction, 1.3 ms on a busy journal, against 4 us into a page-cache page). Safe: no
+        data is ever above ``reserved_position`` (writers write only below it; it only rises,
+        under the lock, except in recovery, which runs alone).
+        """
+        with self._reserve_lock:
+            start = self.reserved_position
+            if end <= start:
+                return
+            stop = min(self.size, max(end, start + self.reserve_step * step) + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
+            try:
+                space.reserve(self.path, start, stop - start)
+            except DiskFullError:  # the last bit of a disk still takes what fits
+                stop = min(self.size, end + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
+                space.reserve(self.path, start, stop - start)
+            space.write_zeros(self.path, start, stop)
+            self.reserved_position = stop
 
     @property
     def is_full(self) -> bool:
@@ -114,16 +167,14 @@ class MappedFile:
         so the writer's own fdatasyncs do not queue behind a stream of zero pages).
         """
         limit = self.size if end is None else min(end, self.size)
-        fd = os.open(self.path, os.O_WRONLY) if self.created else -1
+        fd = os.open(self.path, os.O_WRONLY) if self.created and sync else -1
         try:
             for start in range(0, limit, _WARM_STEP):
                 if stop():
                     return
                 stop_at = min(start + _WARM_STEP, limit)
                 began = time.monotonic()
-                if fd >= 0:
-                    for off in range(start, stop_at, _WARM_CHUNK):
-                        os.pwrite(fd, _ZEROS[:min(_WARM_CHUNK, stop_at - off)], off)
+                self.reserve(stop_at, step=False)  # and zeros written through a descriptor (a new file)
                 try:
                     self.mm.madvise(MADV_POPULATE_WRITE, start, stop_at - start)
                 except OSError:  # kernels before 5.14
@@ -141,10 +192,15 @@ class MappedFile:
         """Fault the pages from ``warmed_position`` to ``end`` into this mapping while the writer
         may be writing below them; False if the kernel cannot (before 5.14) or the file is closed.
 
-        Only MADV_POPULATE_WRITE is safe here: it maps pages without changing a byte, whereas
-        warm() writes zeros and touches pages, which could overwrite a record being appended.
+        The blocks are reserved first (reserve() writes zeros only above every written byte);
+        then only MADV_POPULATE_WRITE is safe: it maps pages without changing a byte, whereas
+        warm()'s fallback touches pages, which could overwrite a record being appended.
         """
         end = min(end, self.size)
+        try:
+            self.reserve(end, step=False)
+        except OSError:  # a full disk (the writer gets the error when it gets there) or a closed file
+            return False
         while self.warmed_position < end:
             start = self.warmed_position & ~(PAGE_SIZE - 1)  # madvise takes page-aligned addresses
             stop_at = min(start + _WARM_CHUNK, end)
@@ -167,6 +223,7 @@ class MappedFile:
         if self._write_fd < 0:
             self._write_fd = os.open(self.path, os.O_WRONLY)
         view = memoryview(data).cast("B")
+        self.reserve(pos + len(view))
         while len(view):
             n = os.pwrite(self._write_fd, view, pos)
             view, pos = view[n:], pos + n
@@ -189,9 +246,35 @@ class MappedFile:
             self.flushed_position = pos
         return pos
 
-    def zero_from(self, pos: int) -> None:
-        """Clear the bytes from `pos` to the end: a truncated tail must not look like records later."""
-        self.array[pos:] = 0
+    def zero_from(self, pos: int) -> None:  # recovery: no other thread uses the file yet
+        """Clear the bytes from `pos` to the end: a truncated tail must not look like records later.
+
+        Recovery calls it, also on a full disk, so it writes only pages that hold data (they
+        have their blocks): never a hole, whose write (and on tmpfs even its read) is a SIGBUS
+        there. Holes are found with SEEK_DATA. Punching the tail out instead was tried: on a
+        full 1 KiB-block ext4 the next write into the page before the punched range faulted."""
+        first_page = min(self.size, pos + PAGE_SIZE - 1 & ~(PAGE_SIZE - 1))
+        self.array[pos:first_page] = 0
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            at = first_page
+            while at < self.size:
+                try:
+                    data = os.lseek(fd, at, os.SEEK_DATA) & ~(PAGE_SIZE - 1)
+                except OSError:  # ENXIO: no data after `at`
+                    break
+                end = min(self.size, os.lseek(fd, data, os.SEEK_HOLE))
+                for chunk in range(data, end, _WARM_CHUNK):
+                    part = self.array[chunk:min(chunk + _WARM_CHUNK, end)]
+                    whole = len(part) // PAGE_SIZE * PAGE_SIZE
+                    pages = part[:whole].reshape(-1, PAGE_SIZE)
+                    pages[np.flatnonzero(pages.any(axis=1))] = 0
+                    if whole < len(part) and part[whole:].any():  # the file's partial last page
+                        part[whole:] = 0
+                at = end
+        finally:
+            os.close(fd)
+        self.reserved_position = first_page  # the data ends below: the rest is reserved when written
 
     def end_writes(self) -> None:
         """Close the descriptor write() opened (the segment is full): a long-lived log holds one."""
@@ -254,6 +337,7 @@ class AllocateMappedFileService:
         t.start()
 
     def _prepare(self, path: str, size: int) -> None:
+        mf: MappedFile | None = None
         try:
             mf = MappedFile(path, size)
             if self._warm:
@@ -263,6 +347,8 @@ class AllocateMappedFileService:
                 self._set_mark(mf)
         except OSError as e:
             log.warning("pre-allocating %s failed: %s", path, e)
+            if mf is not None:  # a loaded file is never reserved again: take() makes it anew
+                mf.destroy()
             with self._lock:
                 self._pending.pop(path, None)
             return
@@ -328,11 +414,18 @@ class AllocateMappedFileService:
 class MappedFileQueue:
     """The segments of one log (commitlog, or one consume queue), oldest first."""
 
-    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None) -> None:
+    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None,
+                 reserve_step: int = RESERVE_STEP) -> None:
         self.directory = directory
         self.file_size = file_size
         self.allocator = allocator
+        self.reserve_step = reserve_step
         self.files: list[MappedFile] = []
+        # the segments after the last one, made (and reserved) by reserve() for a write that
+        # will roll into them: last_file() takes them in order
+        self.spares: list[MappedFile] = []
+        # called before a file is created (the store's disk check); raises to refuse it
+        self.before_new_file: Callable[[], None] | None = None
 
     def load(self) -> None:
         """Open every existing segment; wrote positions are set later by recovery."""
@@ -344,9 +437,13 @@ class MappedFileQueue:
         while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
             os.unlink(os.path.join(self.directory, names.pop()))
         for name in names:
-            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False)
+            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False,
+                            reserve_step=self.reserve_step)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
+        if self.files:  # recovery scans the last one up to its end: not into its holes
+            last = self.files[-1]
+            last.wrote_position = last.flushed_position = last.data_end()
         for a, b in zip(self.files, self.files[1:]):
             if b.file_from_offset != a.file_to_offset:
                 raise ValueError(f"{self.directory}: segment {b.path} does not follow {a.path}")
@@ -378,16 +475,47 @@ class MappedFileQueue:
             start = self.files[-1].file_to_offset
         else:
             start = start_offset - start_offset % self.file_size
-        files.make_dirs(self.directory)
-        path = os.path.join(self.directory, fmt.offset_file_name(start))
+        if self.spares and self.spares[0].file_from_offset == start:
+            mf = self.spares.pop(0)
+        else:
+            mf = self._new_file(start)
         if self.allocator is not None:
-            mf = self.allocator.take(path, self.file_size)
             self.allocator.request(os.path.join(self.directory, fmt.offset_file_name(start + self.file_size)),
                                    self.file_size)
-        else:
-            mf = MappedFile(path, self.file_size)
         self.files.append(mf)
         return mf
+
+    def _new_file(self, start: int) -> MappedFile:
+        if self.before_new_file is not None:
+            self.before_new_file()
+        files.make_dirs(self.directory)
+        path = os.path.join(self.directory, fmt.offset_file_name(start))
+        mf = self.allocator.take(path, self.file_size) if self.allocator is not None else MappedFile(path, self.file_size)
+        mf.reserve_step = self.reserve_step
+        return mf
+
+    def reserve(self, nbytes: int, start_offset: int = 0, room: int = 0, loss: int = 0) -> None:
+        """Give the next ``nbytes`` appended bytes disk blocks before any is written, making the
+        segments they will roll into (kept in ``spares``); DiskFullError if the disk cannot.
+
+        ``room``: bytes a segment must keep free after the data (the commitlog's blank); ``loss``:
+        at most how many bytes of a segment's end an append can leave unused when it rolls.
+        """
+        mf = self.last_file(start_offset)
+        if nbytes + room <= mf.remaining:
+            mf.reserve(mf.wrote_position + nbytes + room)
+            return
+        mf.reserve(mf.size)
+        left = nbytes - max(0, mf.remaining - loss)
+        k = 0
+        while left > 0:
+            if k == len(self.spares):
+                last = self.spares[-1] if self.spares else mf
+                self.spares.append(self._new_file(last.file_to_offset))
+            spare = self.spares[k]
+            spare.reserve(min(spare.size, left + room + loss))
+            left -= spare.size - room - loss
+            k += 1
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding `offset`, or None if it is outside the queue."""
@@ -441,3 +569,6 @@ class MappedFileQueue:
         for mf in self.files:
             mf.close()
         self.files = []
+        for mf in self.spares:  # made ahead, never written: no data
+            mf.destroy()
+        self.spares = []

@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, Gro
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
+from shmq.store.space import DiskSpace
 
 log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
@@ -120,7 +121,9 @@ class MessageStore:
         self.config = BrokerConfig.load(config)
         self._lock_fd = -1
         self.running = False
-        self.disk_full = False
+        self.space = DiskSpace(self.store_dir, self.config.disk_space_warning_level_ratio)
+        # set when recovery could not re-dispatch for lack of disk: done before the next write
+        self._redispatch_from: int | None = None
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
@@ -130,6 +133,7 @@ class MessageStore:
                                                    ahead=self.config.warm_ahead_size)
         self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
                                    self.config.store_host, self.allocator, write_through=sync_flush)
+        self.commitlog.queue.before_new_file = self.space.check_new_file
         self.index: IndexService | None = None
         self._services: list[ServiceThread] = []
         self.put_hooks: list[PutHook] = [RecordCheck(self.config), QueueCheck()]
@@ -167,8 +171,11 @@ class MessageStore:
             self._lock_fd = -1
             raise StoreLockedError(f"store {self.store_dir} is already open by another broker "
                                    f"(lock held{holders})") from None
-        os.ftruncate(self._lock_fd, 0)
-        os.write(self._lock_fd, f"{os.getpid()}\n".encode())
+        try:  # the pid is for people; a full disk must not stop the broker from starting
+            os.ftruncate(self._lock_fd, 0)
+            os.write(self._lock_fd, f"{os.getpid()}\n".encode())
+        except OSError as e:
+            log.warning("could not write the pid into the store's lock file: %s", e)
 
     def _unlock(self) -> None:
         if self._lock_fd >= 0:
@@ -188,6 +195,7 @@ class MessageStore:
         damaged = self._load_consume_queues(cq_dir)
         if cfg.message_index_enable:
             self.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
+            self.index.before_new_file = self.space.check_new_file
             self.dispatchers.append(IndexDispatcher(self.index))
         end = recovery.recover_commitlog(self.commitlog, abnormal,
                                          self.checkpoint.min_timestamp(self.index is not None))
@@ -199,13 +207,21 @@ class MessageStore:
         expected = recovery.expected_queue_ends(self.store_dir, self.commitlog)
         damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected))
         start = self._redispatch_start(abnormal, cq_lost or (self.index is not None and index_lost))
-        damaged.update(self._redispatch(start))
-        if damaged:
-            recovery.log_damaged(damaged)
-            for key in damaged:
-                self._queue(*key).reset()
-            self._redispatch(self.commitlog.min_offset, damaged)
-            recovery.continue_rebuilt([self._queues[k] for k in sorted(damaged)], expected)
+        try:
+            damaged.update(self._redispatch(start))
+            if damaged:
+                recovery.log_damaged(damaged)
+                for key in damaged:
+                    self._queue(*key).reset()
+                start = self.commitlog.min_offset  # a rebuild cut short by the disk goes on from here
+                self._redispatch(start, damaged)
+                recovery.continue_rebuilt([self._queues[k] for k in sorted(damaged)], expected)
+        except DiskFullError as e:  # start anyway: reads serve what is dispatched, writes wait for space
+            self.space.refused(e)
+            self._redispatch_from = start
+            log.error("disk full during recovery (%s): consume queues and index are not complete past commitlog "
+                      "offset %d; the store starts refusing writes and finishes recovery once space is freed", e,
+                      start)
         for cq in self._queues.values():
             cq.delete_expired(self.commitlog.min_offset)
         self.queue_table.write(self.consume_queues(), force=True)
@@ -222,6 +238,7 @@ class MessageStore:
             for qid in sorted(os.listdir(tdir)):
                 if qid.isdigit() and int(qid) <= MAX_QUEUE_ID:
                     cq = ConsumeQueue(self.store_dir, topic, int(qid), self.config.mapped_file_size_consume_queue)
+                    cq.queue.before_new_file = self.space.check_new_file
                     if not cq.load():
                         damaged.add((topic, int(qid)))
                     self._queues[(topic, int(qid))] = cq
@@ -340,6 +357,7 @@ class MessageStore:
                 cq = self._queues.get((topic, queue_id))
                 if cq is None:
                     cq = ConsumeQueue(self.store_dir, topic, queue_id, self.config.mapped_file_size_consume_queue)
+                    cq.queue.before_new_file = self.space.check_new_file
                     self._queues[(topic, queue_id)] = cq
         return cq
 
@@ -358,12 +376,61 @@ class MessageStore:
 
     # ------------------------------------------------------------------ put
 
+    @property
+    def disk_full(self) -> bool:
+        return self.space.full
+
     def _check_writable(self) -> None:
+        """Refuse a put on a closed store or a full disk; while the disk is full, measure it again
+        now and then (DiskSpace.recheck) so that writes resume by themselves."""
         if not self.running:
             raise StoreClosedError("the message store is shut down")
-        if self.disk_full:
-            raise DiskFullError(f"disk of {self.store_dir} is over {self.config.disk_space_warning_level_ratio:.0%} "
-                                "used; writes are refused until cleanup frees space")
+        self.space.recheck()
+        if self.space.full:
+            raise self.space.error()
+        if self._redispatch_from is not None:
+            with self.commitlog.put_lock:
+                self._finish_recovery()
+
+    def finish_recovery(self) -> None:
+        """Complete a recovery cut short by a full disk, if space is back (each cleanup round
+        calls it, so reads complete without waiting for a write)."""
+        if self._redispatch_from is not None and self.running:
+            with self.commitlog.put_lock:
+                try:
+                    self._finish_recovery()
+                except DiskFullError:
+                    pass  # still full: logged when it became so
+
+    def _finish_recovery(self) -> None:
+        """Re-dispatch what recovery could not for lack of disk (idempotent), before any new record."""
+        start = self._redispatch_from
+        if start is None:
+            return
+        try:
+            self._redispatch(start)
+        except DiskFullError as e:
+            self.space.refused(e)
+            raise self.space.error() from None
+        self._redispatch_from = None
+        log.warning("recovery finished: consume queues and index complete again")
+
+    def _reserve(self, queues: Iterable[tuple[ConsumeQueue, int]], nbytes: int, sizes: np.ndarray | int,
+                 nkeys: int) -> None:
+        """Give everything a put will write disk blocks before any byte is written (commitlog,
+        then ``count`` entries of each queue, then ``nkeys`` index entries): on a full disk the
+        put fails whole with DiskFullError and the store refuses writes until space is freed,
+        never faulting on a hole (SIGBUS) or leaving records without their entries. Comparisons
+        only, unless a file needs its next chunk."""
+        try:
+            self.commitlog.reserve(nbytes, sizes)
+            for cq, count in queues:
+                cq.reserve(count)
+            if nkeys and self.index is not None:
+                self.index.reserve(nkeys)
+        except DiskFullError as e:
+            self.space.refused(e)
+            raise self.space.error() from None
 
     def put(self, req: PutRequest, wait_flush: bool = True) -> PutMessageResult:
         """The one put path: run the put hooks on the records, append those that pass with one
@@ -375,7 +442,7 @@ class MessageStore:
         (CorruptRecordError). With SYNC_FLUSH the call returns once the records are on disk,
         unless ``wait_flush`` is False (the broker then waits on ``group_commit`` itself).
         """
-        if not self.running or self.disk_full:
+        if not self.running or self.space.full or self._redispatch_from is not None:
             self._check_writable()
         b = req.batch
         if not _private(b.buf):  # the hooks check, and the commitlog takes, one copy nobody can change
@@ -432,6 +499,7 @@ class MessageStore:
                 if not self.running:
                     raise StoreClosedError("the message store is shut down")
                 cq = self._queue(topic, qid)
+                self._reserve(((cq, n),), _span(b.starts, sizes), sizes, len(b.key_hashes))
                 qoff = cq.max_offset
                 ts = self.commitlog.next_store_timestamp()
                 res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoff, qid, ts, missing_crc)
@@ -448,6 +516,7 @@ class MessageStore:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
             cqs = [self._queue(topic, qid) for topic, qid in groups]
+            self._reserve(zip(cqs, map(len, rows)), _span(b.starts, sizes), sizes, len(b.key_hashes))
             bases = np.fromiter((cq.max_offset for cq in cqs), np.int64, len(cqs))
             qoffs = np.zeros(n, np.int64)
             qoffs[ent] = bases[gid] + rank
@@ -468,6 +537,7 @@ class MessageStore:
             if not self.running:
                 raise StoreClosedError("the message store is shut down")
             cq = self._queues.get((topic, qid)) or self._queue(topic, qid)
+            self._reserve(((cq, 1),) if enters else (), size, size, len(b.key_hashes))
             qoff = cq.max_offset if enters else 0
             ts = self.commitlog.next_store_timestamp()
             phys = self.commitlog.append(record, qoff, qid, ts)
@@ -576,6 +646,12 @@ def _private(buf: object) -> bool:
     request ring) or of any writable buffer could change between the put hooks' checks and the
     commitlog copy, and the store would keep what it never checked."""
     return type(buf) is bytes or (type(buf) is memoryview and type(buf.obj) is bytes)
+
+
+def _span(starts: np.ndarray, sizes: np.ndarray) -> int:
+    """Bytes from the first record's start to the last one's end: the records' total, or more
+    (records are in order); three scalar reads instead of a sum over the batch."""
+    return int(starts[-1]) - int(starts[0]) + int(sizes[-1])
 
 
 def _per_record(phys: np.ndarray | None) -> np.ndarray:

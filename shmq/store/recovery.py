@@ -37,7 +37,7 @@ def find_log_end(commitlog: CommitLog, start_file: int, verify_crc: bool) -> tup
     last_ts = fmt.HEADER.unpack_from(last_mf.view, last_pos)[10] if last_mf is not None else 0
     # a segment that ends with a blank filler: the log continues at the next segment's start
     tail = commitlog.queue.find(end)
-    if tail is not None:
+    if tail is not None and end - tail.file_from_offset < tail.wrote_position:  # never read a hole (tmpfs)
         status, _ = fmt.check_record(tail.view, end - tail.file_from_offset, tail.size, end, False)
         if status == fmt.RECORD_BLANK:
             end = tail.file_to_offset

@@ -1,9 +1,11 @@
+import logging
 import os
 import time
 
 import numpy as np
 import pytest
 
+from shmq.broker.groups import ConsumerOffsetManager
 from shmq.errors import DiskFullError, StoreLockedError
 from shmq.codec import ids
 from shmq.codec import record as fmt
@@ -199,16 +201,44 @@ def test_cleanup_deletes_expired_segments_and_queues(tmp_path, small_config):
         assert s.query_message("T", "k0") == [] and s.query_message("T", "k599")
 
 
-def test_forcible_cleanup_over_ratio(tmp_path, small_config):
+def test_forcible_cleanup_over_ratio_with_the_rocketmq_key_logs_what_it_deletes(tmp_path, small_config, caplog):
     small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
-                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=3)
+                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=3, cleanFileForciblyEnable=True)
     with MessageStore(str(tmp_path / "s"), small_config) as s:
         for i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
         n = len(s.commitlog.queue.files)
-        assert s.clean_service.delete_commitlog_segments(forcibly=True) == 3
+        with caplog.at_level(logging.ERROR, "shmq.store.cleanup"):
+            assert s.clean_service.delete_commitlog_segments(forcibly=True) == 3
         assert len(s.commitlog.queue.files) == n - 3
+        lost = [r.getMessage() for r in caplog.records if "unconsumed" in r.getMessage()]
+        assert len(lost) == 3 and "T/0 offsets 0-" in lost[0]
         put_one(s, "T", 0, record("T", b"still writable"))
+
+
+def test_forcible_cleanup_keeps_what_a_group_has_not_consumed_by_default(tmp_path, small_config):
+    """Regression (issue 10 C10): forced cleanup deleted acknowledged, unconsumed messages."""
+    small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
+                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=10)
+    d = str(tmp_path / "s")
+    with MessageStore(d, small_config) as s:
+        for i in range(300):
+            put_one(s, "T", 0, record("T", b"z" * 600))
+        put_one(s, "Unread", 0, record("Unread", b"nobody reads me"))
+        n = len(s.commitlog.queue.files)
+        assert s.clean_service.delete_commitlog_segments(forcibly=True) == 0  # no group committed anything
+        offsets = ConsumerOffsetManager(d)
+        offsets.commit("g1", "T", 0, 300)
+        offsets.commit("g2", "T", 0, 100)  # the slower group holds segments back
+        offsets.persist()
+        first_kept = s.get_message("T", 0, 100, 1).messages[0].physical_offset
+        deleted = s.clean_service.delete_commitlog_segments(forcibly=True)
+        assert deleted > 0 and s.commitlog.min_offset <= first_kept
+        assert len(s.commitlog.queue.files) == n - deleted
+        offsets.commit("g2", "T", 0, 300)
+        offsets.persist()  # now only the Unread queue (in the last segment) holds the log
+        deleted += s.clean_service.delete_commitlog_segments(forcibly=True)
+        assert len(s.commitlog.queue.files) == 1 and s.get_message("Unread", 0, 0).status is GetStatus.FOUND
 
 
 def test_wrong_client_crc_does_not_cut_later_records(tmp_path, small_config):
