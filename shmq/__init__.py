@@ -4,7 +4,7 @@ from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
-                         BadTopicError, BrokerBusyError, BrokerError, BrokerGoneError, BrokerNotFoundError,
+                         BadTopicError, BrokerBusyError, BrokerDiskFullError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
                          CorruptRecordError, DiskFullError, ForeignOwnerError, MessageTooLargeError, MetadataError,
                          SendTimeoutError, SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError,
@@ -17,7 +17,7 @@ from shmq.model.message_ext import MessageExt
 
 __version__ = "0.1.0"
 __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
-           "BrokerBusyError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
+           "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "Message",
            "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError",

@@ -101,6 +101,19 @@ class BrokerError(ShmqError):
         self.code = code
 
 
+class BrokerDiskFullError(BrokerError, DiskFullError):
+    """A send the broker refused because its disk is full (SERVICE_NOT_AVAILABLE, code 14): a
+    program catches it as ``DiskFullError`` (what it is) or as ``BrokerError`` (where it came from)."""
+
+
+def broker_error(code: int, message: str) -> BrokerError:
+    """The exception for an ERROR answer; the broker names the store error it hit first
+    (``DiskFullError: ...``), so a full disk gets its own type on the client."""
+    if message.startswith(DiskFullError.__name__ + ":"):
+        return BrokerDiskFullError(code, message)
+    return BrokerError(code, message)
+
+
 class BrokerBusyError(BrokerError):
     """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
-from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerError, BrokerGoneError, CorruptFrameError,
-                         MessageTooLargeError, SendTimeoutError, ShmqError)
+from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, CorruptFrameError,
+                         MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
@@ -330,7 +330,7 @@ class Producer:
                                                             r.queue_ids.tolist(), r.queue_offsets.tolist(),
                                                             r.phys_offsets.tolist())):
                     if st < 0:
-                        out.append(BrokerError(-st, r.message))
+                        out.append(broker_error(-st, r.message))
                         continue
                     mq = mqs.get((k, q))
                     if mq is None:
@@ -441,7 +441,7 @@ class Producer:
             if err.code == P.SYSTEM_BUSY:
                 self._retry(p, BrokerBusyError(err.code, err.message))
             elif not p.future.done():
-                p.future.set_exception(BrokerError(err.code, err.message))
+                p.future.set_exception(broker_error(err.code, err.message))
         elif kind == P.WAKE:
             P.decode_wake(view)
         else:

@@ -12,7 +12,7 @@ import pytest
 import shmq
 from shmq import Message, Producer, PullConsumer, PullStatus, SendStatus
 from shmq.codec import frames as P
-from shmq.errors import BrokerError
+from shmq.errors import BrokerError, DiskFullError
 from tests.store.small_disk import MiB, fill, small_disk
 
 CONFIG = {"mappedFileSizeCommitLog": MiB, "mappedFileSizeConsumeQueue": 20 * 4096, "maxHashSlotNum": 1009,
@@ -53,6 +53,7 @@ def read_all(c: PullConsumer, topic: str) -> list[int]:
 
 def assert_disk_full(e: BrokerError) -> None:
     assert e.code == P.SERVICE_NOT_AVAILABLE and "disk full" in str(e).lower(), e
+    assert isinstance(e, DiskFullError), type(e)  # catchable as what it is
 
 
 @pytest.mark.parametrize("kind", ["tmpfs", "ext4"])
