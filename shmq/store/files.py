@@ -10,11 +10,13 @@ from the folder it is created in.
 """
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import pwd
 import stat
 
-from shmq.errors import ForeignOwnerError
+from shmq.errors import ForeignOwnerError, StoreLockedError
 
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 GROUP_DIR, GROUP_FILE = 0o2750, 0o640  # setgid: new entries inherit the folder's group
@@ -151,3 +153,29 @@ def describe_lock_holders(fd: int) -> str:
     if not holders:
         return ""
     return " by " + ", ".join(f"pid {pid} of {_describe_uid(uid)}" for pid, uid in holders)
+
+
+def lock_store(store_dir: str) -> int:
+    """Take the store's lock (one broker per store): the held descriptor, or StoreLockedError
+    naming the holder. The pid written into the file is for people; the kernel's lock is what
+    counts (and a full disk must not stop a start over the pid)."""
+    fd = open_lock(os.path.join(store_dir, "lock"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holders = describe_lock_holders(fd)
+        os.close(fd)
+        raise StoreLockedError(f"store {store_dir} is already open by another broker (lock held{holders})") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:
+        logging.getLogger(__name__).warning("could not write the pid into the store's lock file: %s", e)
+    return fd
+
+
+def unlock_store(fd: int) -> None:
+    """Release a lock taken by ``lock_store`` (nothing if ``fd`` is -1)."""
+    if fd >= 0:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -8,31 +8,29 @@ from __future__ import annotations
 import dataclasses
 
 import enum
-import fcntl
 import logging
 import os
 import struct
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
-from shmq.errors import DiskFullError, StoreClosedError, StoreLockedError
+from shmq.errors import DiskFullError, StoreClosedError
 from shmq.store import files, queue_table, recovery
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
-from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
+from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.dispatch import (MAX_QUEUE_ID, ConsumeQueueDispatcher, Dispatcher, DispatchRequest,
                                  IndexDispatcher, group_by_queue, requests_from_log)
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
+from shmq.store.lookup import MessageLookup
 from shmq.store.mapped_file import AllocateMappedFileService
 from shmq.store.space import DiskSpace
 
@@ -44,16 +42,6 @@ _HIDDEN_TX_BIT = 0x4  # SYSFLAG bit of prepared and rolled-back transactions: no
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-
-
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
 
 
 @dataclass(slots=True)
@@ -102,16 +90,7 @@ class PutMessageResult:
         return self.refusals[int(self.refused[i]) - 1]
 
 
-@dataclass(slots=True)
-class GetMessageResult:
-    status: GetStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: list[fmt.StoredRecord] = field(default_factory=list)
-
-
-class MessageStore:
+class MessageStore(MessageLookup):
     """A store directory: commitlog, consume queues, index, checkpoint, config files."""
 
     checkpoint: StoreCheckpoint  # from start() on
@@ -150,38 +129,17 @@ class MessageStore:
     def start(self) -> "MessageStore":
         """Lock the directory, recover it, and start the flush services."""
         files.prepare_root(self.store_dir, self.config.group_id())
-        self._lock()
+        self._lock_fd = files.lock_store(self.store_dir)
         try:
             self._load_and_recover()
         except BaseException:
-            self._unlock()
+            files.unlock_store(self._lock_fd)
+            self._lock_fd = -1
             raise
         os.close(files.open_file(self.abort_path)[0])
         self._start_services()
         self.running = True
         return self
-
-    def _lock(self) -> None:
-        self._lock_fd = files.open_lock(os.path.join(self.store_dir, "lock"))
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holders = files.describe_lock_holders(self._lock_fd)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-            raise StoreLockedError(f"store {self.store_dir} is already open by another broker "
-                                   f"(lock held{holders})") from None
-        try:  # the pid is for people; a full disk must not stop the broker from starting
-            os.ftruncate(self._lock_fd, 0)
-            os.write(self._lock_fd, f"{os.getpid()}\n".encode())
-        except OSError as e:
-            log.warning("could not write the pid into the store's lock file: %s", e)
-
-    def _unlock(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
 
     def _load_and_recover(self) -> None:
         cfg = self.config
@@ -206,7 +164,8 @@ class MessageStore:
             self.index.truncate(end)
         expected = recovery.expected_queue_ends(self.store_dir, self.commitlog)
         damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected))
-        start = self._redispatch_start(abnormal, cq_lost or (self.index is not None and index_lost))
+        start = recovery.redispatch_start(self.commitlog, self._queues.values(), self.index, self.checkpoint, abnormal,
+                                          cq_lost or (self.index is not None and index_lost))
         try:
             damaged.update(self._redispatch(start))
             if damaged:
@@ -243,20 +202,6 @@ class MessageStore:
                         damaged.add((topic, int(qid)))
                     self._queues[(topic, int(qid))] = cq
         return damaged
-
-    def _redispatch_start(self, abnormal: bool, rebuild: bool) -> int:
-        """Where re-dispatch starts: everything for a lost folder, the checkpoint after a crash."""
-        if rebuild or not self.commitlog.queue.files:
-            return self.commitlog.min_offset
-        if abnormal:
-            i = recovery.abnormal_start_file(self.commitlog, self.checkpoint.min_timestamp(self.index is not None))
-            return self.commitlog.queue.files[i].file_from_offset
-        # clean shutdown: dispatch is synchronous and in log order, so everything before the
-        # most advanced queue's last entry is dispatched (RocketMQ's reput offset likewise)
-        ends = [cq.max_phys_end for cq in self._queues.values() if cq.max_phys_end >= 0]
-        if self.index is not None and self.index.end_phys_offset >= 0:
-            ends.append(self.index.end_phys_offset + 1)
-        return max(ends) if ends else self.commitlog.min_offset
 
     def _redispatch(self, start: int, only: set[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
         """Dispatch the records from ``start`` (only those of the queues ``only``); returns the
@@ -340,7 +285,8 @@ class MessageStore:
             self.commitlog.close()
             self.checkpoint.close()
         os.unlink(self.abort_path)
-        self._unlock()
+        files.unlock_store(self._lock_fd)
+        self._lock_fd = -1
 
     def __enter__(self) -> "MessageStore":
         return self.start()
@@ -360,9 +306,6 @@ class MessageStore:
                     cq.queue.before_new_file = self.space.check_new_file
                     self._queues[(topic, queue_id)] = cq
         return cq
-
-    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((topic, queue_id))
 
     def consume_queues(self) -> list[ConsumeQueue]:
         with self._queues_lock:
@@ -563,82 +506,6 @@ class MessageStore:
         if not ok:
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
         return result
-
-    # ------------------------------------------------------------------ read
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """The first queue offset stored at or after `timestamp` (ms); max offset if none."""
-        cq = self.find_consume_queue(topic, queue_id)
-        return cq.offset_for_timestamp(timestamp, self.commitlog.store_timestamp_at) if cq is not None else 0
-
-    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
-                    tags: set[str] | None = None) -> GetMessageResult:
-        """Up to `max_num` messages from `offset`, filtered by tag (None = all), RocketMQ's statuses."""
-        cq = self.find_consume_queue(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        lo, hi = cq.min_offset, cq.max_offset
-        if hi == 0:
-            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-        if offset < lo:
-            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-        entries = cq.get_range(offset, max_num)
-        next_offset = offset + len(entries)
-        keep = entries["size"] != BLANK_SIZE
-        if tags is not None:
-            keep &= np.isin(entries["tags_code"], [fmt.tags_code(t) for t in tags])
-        messages = []
-        for e in entries[keep]:
-            rec = self.commitlog.read(int(e["offset"]))
-            if rec is not None and (tags is None or rec.tags in tags):
-                messages.append(rec)
-        status = GetStatus.FOUND if messages else GetStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, next_offset, lo, hi, messages)
-
-    def look_message_by_offset(self, phys_offset: int) -> fmt.StoredRecord | None:
-        """The record at a commitlog offset (from an offset msg id)."""
-        if phys_offset < self.commitlog.min_offset:
-            return None
-        return self.commitlog.read(phys_offset)
-
-    def view_message_by_id(self, offset_msg_id: str) -> fmt.StoredRecord | None:
-        _, phys = ids.parse_offset_msg_id(offset_msg_id)
-        return self.look_message_by_offset(phys)
-
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
-                      end_ts: int | None = None) -> list[fmt.StoredRecord]:
-        """Messages of `topic` with `key` among their KEYS or as their UNIQ_KEY, newest first."""
-        if self.index is None:
-            return []
-        end_ts = int(time.time() * 1000) + 1 if end_ts is None else end_ts
-        out: list[fmt.StoredRecord] = []
-        seen = set()
-        for phys in self.index.query(topic, key, max_num * 2, begin_ts, end_ts):
-            if phys in seen:
-                continue
-            seen.add(phys)
-            rec = self.look_message_by_offset(phys)
-            if rec is not None and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
-                out.append(rec)
-                if len(out) >= max_num:
-                    break
-        return out
-
-    def query_by_uniq_key(self, topic: str, uniq_key: str) -> fmt.StoredRecord | None:
-        found = self.query_message(topic, uniq_key, max_num=1)
-        return found[0] if found else None
 
 
 def _private(buf: object) -> bool:

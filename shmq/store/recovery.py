@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from shmq.codec import record as fmt
 from shmq.store import queue_table
 from shmq.store.commitlog import CommitLog
+from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
@@ -152,3 +154,20 @@ def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[s
     """The queues whose recovered max offset is below what the queue table recorded (or that are
     gone): their consume queue lost entries that the commitlog still has."""
     return sorted(k for k, n in expected.items() if max_offsets.get(k, -1) < n)
+
+
+def redispatch_start(commitlog: CommitLog, queues: Iterable[ConsumeQueue], index: IndexService | None,
+                     checkpoint: StoreCheckpoint, abnormal: bool, rebuild: bool) -> int:
+    """Where re-dispatch starts at a store's start: everything for a lost folder (``rebuild``),
+    the checkpoint's file after a crash, else the end of what the queues and the index hold."""
+    if rebuild or not commitlog.queue.files:
+        return commitlog.min_offset
+    if abnormal:
+        i = abnormal_start_file(commitlog, checkpoint.min_timestamp(index is not None))
+        return commitlog.queue.files[i].file_from_offset
+    # clean shutdown: dispatch is synchronous and in log order, so everything before the
+    # most advanced queue's last entry is dispatched (RocketMQ's reput offset likewise)
+    ends = [cq.max_phys_end for cq in queues if cq.max_phys_end >= 0]
+    if index is not None and index.end_phys_offset >= 0:
+        ends.append(index.end_phys_offset + 1)
+    return max(ends) if ends else commitlog.min_offset

@@ -10,7 +10,8 @@ from shmq.errors import DiskFullError, StoreLockedError
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.store.hooks import MESSAGE_ILLEGAL, PutRequest
-from shmq.store.message_store import GetStatus, MessageStore, PutMessageResult, PutStatus
+from shmq.store.lookup import GetStatus
+from shmq.store.message_store import MessageStore, PutMessageResult, PutStatus
 
 from .conftest import put_batch, put_multi, put_one, record
 

@@ -489,7 +489,7 @@ class CrashHarness:
     def _check_queue(self, store, key, expect) -> None:
         """Consume-queue entries of the whole queue against `expect` [(qoff, seq, phys)]; get_message
         over everything new since the last round plus a random window of the old part."""
-        from shmq.store.message_store import GetStatus
+        from shmq.store.lookup import GetStatus
 
         topic, qid = key
         n = len(expect)
