@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
 
 from shmq.codec import record as fmt
 from shmq.store.commitlog import CommitLog
 from shmq.store.mapped_file import NEVER, AllocateMappedFileService
 
 from .conftest import record
+from tests.waiting import wait_for
 
 SEGMENT = 8 << 20
 AHEAD = 1 << 20
@@ -19,22 +19,13 @@ def _allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def _wait(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
 def test_prepared_segment_is_warmed_only_ahead_bytes_then_follows_the_writer(tmp_path):
     alloc = AllocateMappedFileService(warm=True, ahead=AHEAD)
     log = CommitLog(str(tmp_path), SEGMENT, allocator=alloc)
     rec = record("T", b"x" * 1000)
     log.append(rec, 0, 0, 1)
     nxt = os.path.join(tmp_path, "commitlog", fmt.offset_file_name(SEGMENT))
-    assert _wait(lambda: not alloc._pending and os.path.exists(nxt))
+    assert wait_for(lambda: not alloc._pending and os.path.exists(nxt))
     assert AHEAD <= _allocated(nxt) <= AHEAD + (64 << 10)  # sparse past the warmed part
     i = 1
     while len(log.queue.files) < 2:  # roll into the prepared segment
@@ -46,10 +37,10 @@ def test_prepared_segment_is_warmed_only_ahead_bytes_then_follows_the_writer(tmp
         i += 1
     # warming is asked for by appends: once the thread is idle, one more append leaves the
     # warmed end between half of `ahead` and `ahead` past the writer
-    assert _wait(lambda: mf.warm_mark != NEVER)
+    assert wait_for(lambda: mf.warm_mark != NEVER)
     log.append(rec, i, 0, 1)
     i += 1
-    assert _wait(lambda: mf.warm_mark != NEVER)
+    assert wait_for(lambda: mf.warm_mark != NEVER)
     assert _allocated(mf.path) >= mf.wrote_position + AHEAD // 2
     assert _allocated(mf.path) <= mf.wrote_position + AHEAD + (64 << 10)
     assert _allocated(mf.path) < SEGMENT  # not the whole segment
@@ -67,6 +58,6 @@ def test_ahead_of_a_segment_or_more_warms_whole_segments(tmp_path):
     log = CommitLog(str(tmp_path), SEGMENT, allocator=alloc)
     log.append(record("T", b"x"), 0, 0, 1)
     nxt = os.path.join(tmp_path, "commitlog", fmt.offset_file_name(SEGMENT))
-    assert _wait(lambda: not alloc._pending and os.path.exists(nxt) and _allocated(nxt) >= SEGMENT)
+    assert wait_for(lambda: not alloc._pending and os.path.exists(nxt) and _allocated(nxt) >= SEGMENT)
     alloc.shutdown()
     log.close()

@@ -15,11 +15,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
+from tests.waiting import wait_for
 
 TOOLS = ("useradd", "userdel", "runuser", "unshare", "mount")
 
@@ -124,11 +124,3 @@ def stranger() -> Iterator[Stranger]:
         subprocess.run(["userdel", "-r", name], capture_output=True)
 
 
-def wait_for(cond: Callable[[], object], timeout: float) -> bool:
-    """Poll ``cond()`` every 10 ms for up to ``timeout`` seconds; its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return bool(cond())

@@ -21,6 +21,7 @@ from shmq.ring.doorbell import Doorbell, wake
 from shmq.ring.framing import CONSUMER
 from shmq.ring.liveness import Liveness
 from shmq.ring.state import StateReader
+from tests.waiting import wait_for
 
 ctx = mp.get_context("fork")
 _req_ids = itertools.count(1)
@@ -61,15 +62,6 @@ def client_ids(broker: str) -> set[int]:
         return {int(c["client_id"]) for c in v.clients if c["used"]}
     finally:
         state.close()
-
-
-def wait_for(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 # ---------------------------------------------------------------------------------------- A2

@@ -16,18 +16,10 @@ from shmq.ring.shm import Segment
 from shmq.ring.state import state_name
 
 from .rawclient import RawClient
+from tests.waiting import wait_for
 
 HEAD, TAIL = 8, 16  # word indexes of the ring counters (shmq.ring.framing's layout)
 HOSTILE = {"2^63": 1 << 63, "-1": (1 << 64) - 1, "unaligned": 4, "huge": 1 << 40}
-
-
-def _wait(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 def _counters(ring: Ring) -> memoryview:
@@ -82,7 +74,7 @@ def test_hostile_request_head_drops_only_that_client(store_dir, broker_name, con
             _counters(requests)[HEAD] = value
             wake(requests, CONSUMER, bad.channel.broker_bell)
             bad.channel.broker_bell.ring()
-            assert _wait(lambda: _gone(broker_name, bad), 2)
+            assert wait_for(lambda: _gone(broker_name, bad), 2)
             _still_serves(broker, good)
             assert "malformed frame" in broker.log()
         finally:
@@ -127,7 +119,7 @@ def test_commit_offset_of_a_queue_id_out_of_range_drops_only_that_client(store_d
         try:
             assert bad.admin("join_group", group="g", subscriptions={"T": "*"}).ok
             bad.write(P.COMMIT_OFFSET, P.encode_commit_offset(1, "g", "T", -5, 3))
-            assert _wait(lambda: _gone(broker_name, bad), 2)
+            assert wait_for(lambda: _gone(broker_name, bad), 2)
             _still_serves(broker, good)
             assert "COMMIT_OFFSET queue id -5" in broker.log()
         finally:

@@ -21,7 +21,9 @@ from shmq.ring.state import StateReader
 
 from tests.ipc_tracking import existing, remove, store_objects
 
-from .other_user import Stranger, stranger, wait_for  # noqa: F401 (fixture)
+from tests.waiting import wait_for
+
+from .other_user import Stranger, stranger  # noqa: F401 (fixture)
 
 
 def _broker_argv(store_dir: str, name: str) -> list[str]:

@@ -5,7 +5,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 
@@ -43,10 +42,3 @@ def bodies(*paths: str) -> Counter:
     return Counter(b for p in paths for b, _, _ in received(p))
 
 
-def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()

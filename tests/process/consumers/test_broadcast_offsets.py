@@ -7,7 +7,7 @@ import threading
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, MessageModel, Producer, PushConsumer
 
-from .procs import wait_for
+from tests.waiting import wait_for
 
 
 class Collector:

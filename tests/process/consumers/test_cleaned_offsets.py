@@ -9,7 +9,7 @@ from shmq import ConsumeFrom, ConsumeResult, MessageQueue, PullConsumer, PullSta
 from shmq.store.message_store import MessageStore
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put_many
 
-from .procs import wait_for
+from tests.waiting import wait_for
 
 
 def _cleaned_store(store_dir: str) -> tuple[int, int]:

@@ -8,7 +8,9 @@ import shmq
 from shmq import Message, Producer, SendStatus
 from shmq.errors import BrokerGoneError, ShmqError
 
-from .procs import bodies, expect_line, spawn, stop, wait_for
+from tests.waiting import wait_for
+
+from .procs import bodies, expect_line, spawn, stop
 
 
 def test_broker_killed_under_load_consumers_resume_by_themselves(store_dir, broker_name, config, tmp_path):

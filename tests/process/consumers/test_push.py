@@ -10,7 +10,9 @@ from collections import Counter, defaultdict
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer
 
-from .procs import bodies, expect_line, received, spawn, stop, wait_for
+from tests.waiting import wait_for
+
+from .procs import bodies, expect_line, received, spawn, stop
 
 
 def _consumer(broker: str, group: str, listener, **kw) -> PushConsumer:

@@ -9,7 +9,9 @@ import pytest
 import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
 
-from .procs import spawn, stop, wait_for
+from tests.waiting import wait_for
+
+from .procs import spawn, stop
 
 
 def test_admin_topic_api(store_dir, broker_name, config):
