@@ -77,11 +77,17 @@ class Session:
         self.alive = True
         self._closed = False
         self._close_lock = threading.Lock()
+        self._control_lock = threading.Lock()
 
     def admin(self, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Run an admin command (join_group, query_offset, ...) and return its result."""
+        """Run an admin command (join_group, query_offset, ...) and return its result.
+
+        One control request of this client id at a time: sending drops the id's unread replies
+        and receiving drops replies to other requests, so two threads (a push consumer's puller
+        and the user's) must not interleave."""
         req = Admin(self.client_id, next_request_id(), command, args, self.channel.secret)
-        reply = self.control.call(req, timeout, self.channel.broker_bell.ring)
+        with self._control_lock:
+            reply = self.control.call(req, timeout, self.channel.broker_bell.ring)
         if not reply.ok:
             raise BrokerError(0, f"{command}: {reply.body.get('error')}")
         return reply.body
@@ -100,8 +106,9 @@ class Session:
             while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():
                 time.sleep(0.001)
             try:
-                self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
-                                  nudge=self.channel.broker_bell.ring)
+                with self._control_lock:
+                    self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
+                                      nudge=self.channel.broker_bell.ring)
             except (ShmqError, OSError):
                 pass
         self.alive = False
