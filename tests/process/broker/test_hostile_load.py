@@ -98,4 +98,36 @@ def test_a_doorbell_flood_rotates_the_bell_and_leaves_the_broker_idle(store_dir,
                     assert wait_for(lambda: len(got) > n, 5)
                     delays.append((got[n] - t) * 1000)
                 assert statistics.median(delays) < 10, delays
+            assert "T" in shmq.Admin(broker=broker_name).topics(), "an admin call nudges the new bell"
         assert broker.process.poll() is None
+
+
+def _flood_until_rotated(broker_name: str) -> str:
+    """Post the gen-0 bell until the broker moved on; the name of its new bell."""
+    rotated = "sem." + broker_bell_name(broker_name, 1)[1:]
+    sem = posix_ipc.Semaphore(broker_bell_name(broker_name))
+    try:
+        for _ in range(20):
+            for _ in range(500_000):
+                sem.release()
+            if rotated in shm.leftovers(broker_name):
+                return rotated
+            time.sleep(0.05)
+    finally:
+        sem.close()
+    raise AssertionError(f"the broker never rotated its bell: {shm.leftovers(broker_name)}")
+
+
+def test_a_rotated_bell_of_a_crashed_broker_is_reclaimed(store_dir, broker_name, config):
+    """A broker killed after a rotation leaves /shmq.<name>.bell.<gen>: the next broker of the
+    name removes it at start (same prefix as every other object), and its own stop leaves nothing."""
+    broker = shmq.Broker(store_dir, broker_name, config)
+    try:
+        rotated = _flood_until_rotated(broker_name)
+    finally:
+        broker.kill()
+    assert rotated in shm.leftovers(broker_name)
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as producer:
+        assert rotated not in shm.leftovers(broker_name)
+        assert producer.send(Message("T", b"again")).status is SendStatus.SEND_OK
+    assert shm.leftovers(broker_name) == []
