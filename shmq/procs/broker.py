@@ -35,7 +35,7 @@ from shmq.procs.control_plane import Client, ControlPlane
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.control import ControlQueue, sysv_key
-from shmq.ring.doorbell import RotatingBell, park, wake
+from shmq.ring.doorbell import Doorbell, RotatingBell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
 from shmq.ring.owner import refuse_squatters
@@ -147,7 +147,9 @@ class BrokerController:
             undo.callback(self.liveness.release)
             self.control = ControlQueue.create(control_key)
             undo.callback(self.control.remove)
-            self.bell = RotatingBell.create_rotating(lambda gen: broker_bell_name(self.name, gen), self._bell_rotated)
+            # rotates to a new name when flooded (_bell_rotated tells the clients)
+            self.bell: Doorbell = RotatingBell.create_rotating(lambda gen: broker_bell_name(self.name, gen),
+                                                               self._bell_rotated)
             undo.callback(self.bell.unlink)
             undo.callback(self.bell.close)
             self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
