@@ -121,10 +121,11 @@ class RotatingBell(Doorbell):
     ``wait`` returns before the caller raises its parked flags again, so the generation is
     stored before the flag a peer loads first (``wake``): a peer that sees the raised flag sees
     the new generation (x86-64 keeps stores in order and loads in order). A peer that loaded the
-    flag of the previous park and posts the old bell during the rotation loses nothing: it
-    published its frame before it loaded the flag, so the waiter's re-check after clearing its
-    flags (``park``) sees that frame. Should a wake-up still be lost (a peer that reads a stale
-    generation on another memory model), the waiter's park timeout (20 ms) bounds the delay.
+    flag still raised from the park that is ending and posts the old bell loses nothing: it
+    published its frame and fenced before that load, so the frame is visible to ``park``'s
+    re-check after the waiter raises its flags again and fences. Should a wake-up still be lost
+    (a stale generation on a weaker memory model, a peer that cannot open the new bell), the
+    waiter's park timeout (the broker's 20 ms) bounds the delay.
     """
 
     def __init__(self, sem: posix_ipc.Semaphore, gen: int, name_of: Callable[[int], str],
