@@ -15,8 +15,7 @@ from shmq.client.connection import broker_name_or_default, next_request_id
 from shmq.errors import BrokerError
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
 from shmq.ring import control
-from shmq.ring.channel import broker_bell_name
-from shmq.ring.doorbell import Doorbell
+from shmq.ring.channel import follow_broker_bell
 from shmq.ring.state import StateReader
 
 
@@ -90,14 +89,16 @@ class Admin:
         try:
             state.trust.check_queue(int(state.view.header[0]["control_key"]))  # another user's broker: refuse
             queue = control.ControlQueue.open(int(state.view.header[0]["control_key"]))
+            req = control.Admin(control.new_client_id(), next_request_id(), command, args)
+            # the broker may be parked; its bell's generation is in the state segment
+            bell = follow_broker_bell(self.broker_name, lambda: int(state.view.header["bell_gen"][0]),
+                                      state.trust.check_semaphore)
+            try:
+                reply = queue.call(req, self.timeout, bell.ring)  # a long reply comes in chunks
+            finally:
+                bell.close()
         finally:
             state.close()
-        req = control.Admin(control.new_client_id(), next_request_id(), command, args)
-        bell = Doorbell.open(broker_bell_name(self.broker_name))  # the broker may be parked
-        try:
-            reply = queue.call(req, self.timeout, bell.ring)  # a long reply comes in chunks
-        finally:
-            bell.close()
         if not reply.ok:
             what = f"{command} {args['topic']!r}" if "topic" in args else command
             raise BrokerError(0, f"{what}: {reply.body.get('error')}")

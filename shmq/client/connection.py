@@ -22,9 +22,9 @@ import posix_ipc
 
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ShmqError)
-from shmq.ring.channel import Channel, broker_bell_name
+from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
-from shmq.ring.doorbell import Doorbell, park, wake
+from shmq.ring.doorbell import park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, full_fence
 from shmq.ring.liveness import Liveness, Watch
 from shmq.ring.owner import check_channel
@@ -209,7 +209,7 @@ class BrokerConnection:
             req = Attach(client_id, next_request_id(), os.getpid(), liveness.key, self.ring_bytes,
                          {"role": self.role, "group": self.group})
             control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
-            bell = Doorbell.open(broker_bell_name(self.broker_name))
+            bell = follow_broker_bell(self.broker_name, lambda: int(state.view.header["bell_gen"][0]))
             try:
                 state.trust.check_semaphore(bell.name)
                 bell.ring()
@@ -218,7 +218,7 @@ class BrokerConnection:
             reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
             if not reply.ok:
                 raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
-            channel = Channel.open(self.broker_name, client_id)
+            channel = Channel.open(self.broker_name, client_id, state.trust.check_semaphore)
             try:
                 check_channel(state.trust, channel)
             except BaseException:

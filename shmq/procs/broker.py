@@ -35,7 +35,7 @@ from shmq.procs.control_plane import Client, ControlPlane
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.control import ControlQueue, sysv_key
-from shmq.ring.doorbell import Doorbell, park, wake
+from shmq.ring.doorbell import Doorbell, RotatingBell, park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
 from shmq.ring.liveness import Liveness, Watch, remove_if_dead
 from shmq.ring.owner import refuse_squatters
@@ -147,7 +147,9 @@ class BrokerController:
             undo.callback(self.liveness.release)
             self.control = ControlQueue.create(control_key)
             undo.callback(self.control.remove)
-            self.bell = Doorbell.create(broker_bell_name(self.name))
+            # rotates to a new name when flooded (_bell_rotated tells the clients)
+            self.bell: Doorbell = RotatingBell.create_rotating(lambda gen: broker_bell_name(self.name, gen),
+                                                               self._bell_rotated)
             undo.callback(self.bell.unlink)
             undo.callback(self.bell.close)
             self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
@@ -293,11 +295,23 @@ class BrokerController:
         return False
 
     def _rebuild_park_flags(self) -> None:
+        """Called whenever the clients change: the park flags to raise, and the bell generation
+        in every channel (a channel made while the bell rotated gets the new one here)."""
         flags = []
+        gen = self.bell.gen
         for c in self.clients.values():
             flags.append((c.channel.requests, CONSUMER))
             flags.append((c.channel.responses, PRODUCER))
+            c.channel.set_bell_gen(gen)
         self._park_flags = flags
+
+    def _bell_rotated(self, gen: int) -> None:
+        """The flooded doorbell was replaced (``RotatingBell.wait``, inside ``park`` before the
+        parked flags go up again): publish the new generation to every channel and to clients
+        that attach next (the state segment)."""
+        for c in self.clients.values():
+            c.channel.set_bell_gen(gen)
+        self.state.view.header["bell_gen"] = gen
 
     def _pass(self, now: int) -> int:
         """Serve every client's requests, let the core end the pass, then write the answers."""

@@ -1,14 +1,17 @@
 """A client's channel: one segment with a request ring and a response ring, plus doorbells.
 
 Segment ``/shmq.<broker>.ch.<client id>``: a 64-byte header (magic, client id, ring
-capacity, secret, dropped flag), the request ring (client -> broker), the response ring
-(broker -> client). The segment is 0600 and only its client and the broker map it, so the
+capacity, secret, dropped flag, broker-bell generation), the request ring (client -> broker),
+the response ring (broker -> client). The segment is 0600 and only its client and the broker map it, so the
 random ``secret`` the broker writes there at attach proves that a control request comes from
 the channel's owner; the broker raises ``dropped`` before it lets a channel go, so the client
 knows to attach again.
 The client sleeps on its own doorbell ``/shmq.<broker>.ch.<client id>.bell``; the broker
-sleeps on one doorbell ``/shmq.<broker>.bell`` shared by all channels, since it can only wait
-on one semaphore, and parks with its flag raised in every ring it serves.
+sleeps on one doorbell shared by all channels, since it can only wait on one semaphore, and
+parks with its flag raised in every ring it serves. That doorbell rotates when it is flooded
+(``RotatingBell``): ``/shmq.<broker>.bell``, then ``/shmq.<broker>.bell.<gen>``; the broker
+writes the generation into every channel header (and the state segment, for clients not yet
+attached), and the client follows it when it posts (``FollowingBell``).
 
 The client can write the whole segment at any time, so the broker never reads the header back:
 it keeps the rings it formatted, and every counter it reads later is checked by the ring.
@@ -16,11 +19,12 @@ it keeps the rings it formatted, and every counter it reads later is checked by 
 from __future__ import annotations
 
 import struct
+from typing import Callable
 
 import posix_ipc
 
 from shmq.errors import BrokerGoneError, CorruptFrameError
-from shmq.ring.doorbell import Doorbell
+from shmq.ring.doorbell import Doorbell, FollowingBell
 from shmq.ring.framing import Ring, RingLayout
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
@@ -28,6 +32,7 @@ CHANNEL_MAGIC = 0x314E4843514D53  # b"SMQCHN1" as little-endian
 _HEADER = struct.Struct("<QQQQ")
 _DROPPED = struct.Struct("<Q")
 _DROPPED_AT = _HEADER.size
+_BELL_GEN_AT = _DROPPED_AT + 8
 _HEADER_BYTES = 64
 
 
@@ -41,9 +46,17 @@ def client_bell_name(broker: str, client_id: int) -> str:
     return ipc_name(broker, f"ch.{client_id}.bell")
 
 
-def broker_bell_name(broker: str) -> str:
-    """Name of the one doorbell the broker sleeps on."""
-    return ipc_name(broker, "bell")
+def broker_bell_name(broker: str, gen: int = 0) -> str:
+    """Name of generation ``gen`` of the one doorbell the broker sleeps on."""
+    return ipc_name(broker, "bell" if gen == 0 else f"bell.{gen}")
+
+
+def follow_broker_bell(broker: str, gen_of: Callable[[], int],
+                       check: Callable[[str], None] | None = None) -> FollowingBell:
+    """Open the broker's bell at the generation ``gen_of()`` loads (a channel header, or the
+    state segment for a client without a channel), following later rotations; ``check(name)``
+    vets each later generation's owner. ``posix_ipc.ExistentialError`` if there is none."""
+    return FollowingBell.open(lambda gen: broker_bell_name(broker, gen), gen_of, check)
 
 
 def channel_size(ring_bytes: int) -> int:
@@ -55,8 +68,8 @@ class Channel:
     """Both rings and doorbells of one client; the broker creates it, the client opens it."""
 
     def __init__(self, broker: str, client_id: int, segment: Segment, client_bell: Doorbell,
-                 broker_bell: Doorbell, owns_broker_bell: bool, rings: tuple[Ring, Ring] | None = None,
-                 secret: int = 0) -> None:
+                 broker_bell: Doorbell | FollowingBell, owns_broker_bell: bool,
+                 rings: tuple[Ring, Ring] | None = None, secret: int = 0) -> None:
         """``rings`` and ``secret``: the broker's freshly formatted (requests, responses) and the
         secret it wrote (never read back from memory the client can change); None: read the header."""
         self.broker = broker
@@ -90,6 +103,7 @@ class Channel:
             second = _HEADER_BYTES + layout.size
             rings.append(Ring.create(segment.buf[second:second + layout.size], layout))
             _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes, secret)
+            _DROPPED.pack_into(segment.buf, _BELL_GEN_AT, broker_bell.gen)
             bell = Doorbell.create(client_bell_name(broker, client_id))
         except BaseException:
             for ring in rings:
@@ -101,15 +115,18 @@ class Channel:
                    rings=(rings[0], rings[1]), secret=secret)
 
     @classmethod
-    def open(cls, broker: str, client_id: int) -> Channel:
-        """Client side: map the channel the broker made for ``client_id``."""
+    def open(cls, broker: str, client_id: int, check_bell: Callable[[str], None] | None = None) -> Channel:
+        """Client side: map the channel the broker made for ``client_id``; ``check_bell(name)``
+        vets the owner of each later generation of the broker's bell (``FollowingBell``)."""
         try:
             segment = Segment.open(channel_name(broker, client_id))
         except posix_ipc.ExistentialError:
             raise BrokerGoneError(f"channel {channel_name(broker, client_id)} does not exist") from None
+        buf = segment.buf
         try:
             client_bell = Doorbell.open(client_bell_name(broker, client_id))
-            broker_bell = Doorbell.open(broker_bell_name(broker))
+            broker_bell = follow_broker_bell(broker, lambda: _DROPPED.unpack_from(buf, _BELL_GEN_AT)[0],
+                                             check_bell)
         except posix_ipc.ExistentialError:
             segment.close()
             raise BrokerGoneError(f"doorbells of broker {broker!r} are gone") from None
@@ -118,6 +135,10 @@ class Channel:
     def mark_dropped(self) -> None:
         """Broker side, before letting the channel go: tell the client it must attach again."""
         _DROPPED.pack_into(self.segment.buf, _DROPPED_AT, 1)
+
+    def set_bell_gen(self, gen: int) -> None:
+        """Broker side: publish the generation of the broker's bell (``RotatingBell``)."""
+        _DROPPED.pack_into(self.segment.buf, _BELL_GEN_AT, gen)
 
     def dropped(self) -> bool:
         """Client side: whether the broker let this channel go (detach by the broker, a drop)."""

@@ -8,6 +8,8 @@ never slows the broker down. Fixed-capacity numpy structured tables follow a hea
     128  broker pid, control-queue key, broker liveness key, start time, store dir
     704  flags u32 (bit 0: ``shm_gid`` is set), shm_gid u32: the ``shmGroup`` whose members may
          trust objects of this broker that their group owns
+    712  bell_gen u64: generation of the broker's doorbell (``broker_bell_name``), raised when
+         a flood makes it rotate; a client reads it to nudge the broker before it has a channel
 
 Readers copy what they need between two loads of an even, unchanged ``seq`` and retry
 otherwise, so multi-word entries are never seen torn. A lone aligned 8-byte field (a queue's
@@ -41,10 +43,10 @@ NAME = "S128"
 HEADER = np.dtype({
     "names": ["magic", "version", "header_bytes", "topics", "queues", "groups", "members",
               "offsets", "clients", "seq", "broker_pid", "control_key", "alive_key",
-              "started_ms", "store_dir", "flags", "shm_gid"],
+              "started_ms", "store_dir", "flags", "shm_gid", "bell_gen"],
     "formats": ["<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4",
-                "<u4", "<u4", "<u8", "S512", "<u4", "<u4"],
-    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708],
+                "<u4", "<u4", "<u8", "S512", "<u4", "<u4", "<u8"],
+    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708, 712],
     "itemsize": HEADER_BYTES,
 })
 TOPIC = np.dtype([("used", "u1"), ("perm", "u1"), ("read_queues", "<u2"), ("write_queues", "<u2"),
@@ -144,7 +146,7 @@ def format_state(buf: Any, layout: StateLayout, store_dir: str, control_key: int
     header[0] = (0, VERSION, HEADER_BYTES, layout.topics, layout.queues, layout.groups,
                  layout.members, layout.offsets, layout.clients, 0, broker_pid, control_key,
                  alive_key, int(time.time() * 1000), store_dir.encode(), FLAG_SHM_GID if shm_gid is not None else 0,
-                 shm_gid or 0)
+                 shm_gid or 0, 0)
     header["magic"] = MAGIC
 
 
