@@ -259,7 +259,7 @@ class BrokerController:
                 continue
             try:
                 stats["parks"] += 1
-                if park(self._has_work, self._park_flags, self.bell, IDLE_PARK_S, spin=0.0):
+                if park(self._has_work, self._park_flags, self.bell, IDLE_PARK_S, spin=0.0, ring_ends=True):
                     spin_ns = _next_spin(time.monotonic_ns() - idle_since)
                 else:
                     stats["park_timeouts"] += 1

@@ -253,12 +253,16 @@ class FollowingBell:
 
 
 def park(ready: Callable[[], bool], flags: Sequence[tuple[Ring, int]], bell: Doorbell,
-         timeout: float | None, spin: float = SPIN_SECONDS) -> bool:
+         timeout: float | None, spin: float = SPIN_SECONDS, ring_ends: bool = False) -> bool:
     """Wait until ``ready()`` is true or ``timeout`` passes; return ``ready()``'s last answer.
 
     ``flags`` are the (ring, side) parked flags to raise while asleep: a consumer passes
     ``(ring, CONSUMER)``, a producer waiting for room ``(ring, PRODUCER)``, and a broker
     serving many channels passes one pair per ring so that any peer can wake it.
+    ``ring_ends``: a post on the bell ends the wait even if ``ready()`` is false. The broker
+    needs it: a client that sent a control request (attach, admin) rings the bell, and the
+    control queue is not among the rings ``ready()`` looks at (it served such requests only
+    when its 20 ms park timed out).
     """
     start = time.perf_counter()
     deadline = None if timeout is None else start + timeout
@@ -277,11 +281,13 @@ def park(ready: Callable[[], bool], flags: Sequence[tuple[Ring, int]], bell: Doo
         remaining = None if deadline is None else deadline - time.perf_counter()
         if remaining is not None and remaining <= 0:
             break
-        bell.wait(remaining)
+        rung = bell.wait(remaining)
         for ring, side in flags:
             ring.set_parked(side, False)
         if ready():
             return True
+        if rung and ring_ends:
+            return False
     for ring, side in flags:
         ring.set_parked(side, False)
     return ready()

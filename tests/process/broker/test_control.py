@@ -105,3 +105,20 @@ def test_auto_created_topics_reach_topics_json_soon_and_at_shutdown(store_dir, b
         assert {f"Auto{i}" for i in range(20)} <= on_disk()  # written by the loop, not per creation
         p.send(Message("Last", b"x"))
     assert "Last" in on_disk()  # shutdown writes what is still pending
+
+
+def test_a_parked_broker_answers_control_requests_at_once(store_dir, broker_name, config):
+    """A client rings the broker's doorbell after it queues a control request; that ring must
+    end the broker's park (it served the request only when its 20 ms park timed out, so every
+    admin call and attach of an idle broker took 20 ms)."""
+    with shmq.Broker(store_dir, broker_name, config):
+        admin = shmq.Admin(broker=broker_name)
+        admin.topics()
+        took = []
+        for _ in range(15):
+            time.sleep(0.03)  # the broker parks
+            t = time.perf_counter()
+            admin.topics()
+            took.append(time.perf_counter() - t)
+        took.sort()
+        assert took[len(took) // 2] < 0.008, took
