@@ -14,7 +14,7 @@ from shmq.codec import frames as P
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 
-from ..consumers.procs import wait_for
+from tests.waiting import wait_for
 from .rawclient import RawClient
 
 PER_CLIENT_QUEUE = 16  # maxPullWaitersPerClientQueue's default
