@@ -22,6 +22,7 @@ from tests.process.broker.test_control_hostile import (_attach, _exists, _req_id
 ctx = mp.get_context("fork")
 BIG = 64 << 20  # a 64 MiB ring: ~130 MiB of shared memory to back, ~40 ms
 SLOW_MS = 25.0
+PRODUCER = {"role": "producer"}
 
 
 def _shm_exists(name: str) -> bool:
@@ -34,7 +35,7 @@ def _sem_exists(name: str) -> bool:
 
 def _attach_big_rings(broker: str, n: int, out) -> None:
     """Attach ``n`` big-ring channels one after the other, each detached again (its pages then
-    freed by the broker); report each attach's round trip in ms."""
+    freed by the broker's channel worker); report each attach's round trip in ms."""
     rtts = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -82,14 +83,15 @@ def test_limits_count_attaches_in_flight(store_dir, broker_name, config, limit):
             reqs = []
             for _ in range(4):  # all sent at once
                 held.append(Liveness.hold())
-                reqs.append(Attach(new_client_id(), next(_req_ids), os.getpid(), held[-1].key, ring, {"role": "producer"}))
+                reqs.append(Attach(new_client_id(), next(_req_ids), os.getpid(), held[-1].key, ring, PRODUCER))
                 send(broker_name, reqs[-1])
             q = control_queue(broker_name)
             replies = [q.recv_reply(r.client_id, r.req_id, 10.0) for r in reqs]
             assert [r.ok for r in replies] == [True, True, False, False], [r.body for r in replies]
             assert all(f"{limit}=" in r.body["error"] for r in replies[2:])
             assert client_ids(broker_name) == {reqs[0].client_id, reqs[1].client_id}
-            again = call(broker_name, Attach(reqs[0].client_id, next(_req_ids), os.getpid(), held[0].key, 4096, {"role": "producer"}))
+            dup = Attach(reqs[0].client_id, next(_req_ids), os.getpid(), held[0].key, 4096, PRODUCER)
+            again = call(broker_name, dup)
             assert not again.ok and "already attached" in again.body["error"]
     finally:
         for liveness in held:
@@ -97,11 +99,15 @@ def test_limits_count_attaches_in_flight(store_dir, broker_name, config, limit):
 
 
 def _die_while_attaching(broker: str, give_up: bool, out) -> None:
+    """Ask for two big channels, then die (or give up) while the first is backed: the second
+    is surely made after that, the first most likely."""
     liveness = Liveness.hold()
-    cid = new_client_id()
-    send(broker, Attach(cid, next(_req_ids), os.getpid(), liveness.key, BIG, {"role": "producer"}))
-    wait_for(lambda: _shm_exists(channel_name(broker, cid)), 5)  # the broker is backing it now
-    out.put((cid, liveness.key))
+    cids = [new_client_id(), new_client_id()]
+    for cid in cids:
+        send(broker, Attach(cid, next(_req_ids), os.getpid(), liveness.key, BIG, PRODUCER))
+    wait_for(lambda: _shm_exists(channel_name(broker, cids[0])), 5)  # the broker is backing it now
+    time.sleep(0.01)  # both requests were read and checked
+    out.put((cids, liveness.key))
     out.close()
     out.join_thread()
     if give_up:
@@ -111,23 +117,25 @@ def _die_while_attaching(broker: str, give_up: bool, out) -> None:
 
 @pytest.mark.parametrize("give_up", [False, True], ids=["dies", "gives-up"])
 def test_client_gone_mid_attach_leaves_nothing(store_dir, broker_name, config, give_up):
-    with shmq.Broker(store_dir, broker_name, config):
-        blocker, liveness, _ = _attach(broker_name)  # the broker is up and attaching works
-        assert blocker.ok
+    with shmq.Broker(store_dir, broker_name, config) as broker:
         out = ctx.Queue()
         p = ctx.Process(target=_die_while_attaching, args=(broker_name, give_up, out))
         p.start()
-        cid, key = out.get(timeout=20)
+        cids, key = out.get(timeout=20)
         p.join(10)
-        assert wait_for(lambda: not _shm_exists(channel_name(broker_name, cid))
-                        and not _sem_exists(client_bell_name(broker_name, cid)) and not _exists(key), 5)
-        assert cid not in client_ids(broker_name)
+        assert wait_for(lambda: not any(_shm_exists(channel_name(broker_name, c))
+                                        or _sem_exists(client_bell_name(broker_name, c)) for c in cids)
+                        and not _exists(key), 5)
+        assert not set(cids) & client_ids(broker_name)
+        assert f"client {cids[1]} (pid {p.pid}) died or gave up while its channel was made" in broker.log()
+        reply, liveness, _ = _attach(broker_name)
         liveness.release()
+        assert reply.ok
 
 
 def test_broker_stopped_mid_attach_leaves_nothing(store_dir, broker_name, config):
     held = [Liveness.hold() for _ in range(4)]
-    reqs = [Attach(new_client_id(), next(_req_ids), os.getpid(), lv.key, BIG, {"role": "producer"}) for lv in held]
+    reqs = [Attach(new_client_id(), next(_req_ids), os.getpid(), lv.key, BIG, PRODUCER) for lv in held]
     try:
         broker = shmq.Broker(store_dir, broker_name, config)
         with broker:
