@@ -53,6 +53,8 @@ REPLY_TTL_S = 5.0  # a reply unread this long belongs to a client that gave up (
 FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at once
 MAX_PENDING = 1024  # reply messages waiting for queue room, all clients together
 MAX_TRACKED = 4096  # client ids with replies in the queue that a sweep looks at
+# errors that become the request's error reply (anything else is a bug and ends the loop)
+_REFUSED = (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error)
 
 
 @dataclass(eq=False)
@@ -172,8 +174,8 @@ class ControlPlane:
                 self._owner(req.client_id, req.secret, f"admin {req.command!r}")
                 body = admin.handle(self.host.core, req.client_id, req.command, req.args)
             return Reply(req.client_id, req.req_id, True, body)
-        except (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
-            return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+        except _REFUSED as e:
+            return _error_reply(req, e)
 
     def _owner(self, client_id: int, secret: int, what: str) -> Client | None:
         """The attached client ``client_id`` if ``secret`` is its channel's; None if it is not attached."""
@@ -211,18 +213,20 @@ class ControlPlane:
         for m in finished:
             req = m.req
             del self._making[req.client_id]
-            if m.error is not None:
-                e = m.error
-                self._queue_reply(Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"}), now)
+            if m.channel is None:
+                self._queue_reply(_error_reply(req, m.error), now)
                 continue
-            assert m.channel is not None
             if not m.watch.is_alive():
                 log.info("client %d (pid %d) died or gave up while its channel was made: removed it",
                          req.client_id, req.pid)
                 self._worker.discard(m.channel)
                 m.watch.remove()
                 continue
-            self._queue_reply(Reply(req.client_id, req.req_id, True, self._register(m, m.channel)), now)
+            try:
+                reply = Reply(req.client_id, req.req_id, True, self._register(m, m.channel))
+            except _REFUSED as e:
+                reply = _error_reply(req, e)
+            self._queue_reply(reply, now)
         return len(finished)
 
     def _register(self, m: Making, channel: Channel) -> dict:
@@ -231,8 +235,12 @@ class ControlPlane:
         c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), m.watch.key, now_ms(),
                    channel=channel, watch=m.watch, ring_bytes=req.ring_bytes)
         host.clients[req.client_id] = c
-        host._rebuild_park_flags()
-        host.core.add_client(c)
+        try:
+            host._rebuild_park_flags()
+            host.core.add_client(c)
+        except BaseException as e:
+            host._drop(c, f"registering it failed: {e}")
+            raise
         log.info("client %d (pid %d, %s %s) attached", c.client_id, c.pid, c.role, c.group or "")
         return {"channel": channel.segment.name, "store_dir": host.store_dir, "store_host": host.config.store_host}
 
@@ -351,3 +359,8 @@ class ControlPlane:
     def watch_orphan(self, watch: Watch) -> None:
         """A client dropped while alive: remove its liveness semaphore once it dies."""
         self._orphans.append(watch)
+
+
+def _error_reply(req: Request, e: BaseException | None) -> Reply:
+    """The refusal of ``req`` because of ``e``."""
+    return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
