@@ -391,7 +391,7 @@ class BrokerController:
         self.clients.pop(c.client_id, None)
         self._rebuild_park_flags()
         c.channel.mark_dropped()
-        self.control_plane.retire(c.channel)  # freeing a big channel's pages takes ms: off the loop
+        self.control_plane.retire(c.channel)  # names now, the unmapping (freeing its pages) off the loop
         if remove_liveness:
             c.watch.remove()
         else:

@@ -1,15 +1,15 @@
-"""Channels are made and removed off the broker loop, by one worker thread in the broker process.
+"""Channels are made and unmapped off the broker loop, by one worker thread in the broker process.
 
 Backing a channel's segment (``posix_fallocate``, so a full /dev/shm is a clear error and never
 a SIGBUS) costs ~0.3 ms per MiB, and freeing it again ~0.15 ms per MiB: done on the loop thread,
 one client attaching 64 MiB rings stalled every other client ~40 ms per attach, and ~20 ms per
-detach. The worker does both; ``posix_fallocate``, ``mmap``, ``ftruncate`` and the unlink that
-frees the pages release the GIL, so the loop keeps serving meanwhile. The loop collects finished
-channels (``done``) and registers their clients itself: the worker never touches the broker core.
+detach. The worker does both; ``posix_fallocate``, ``mmap`` and ``munmap`` release the GIL, so
+the loop keeps serving meanwhile. The loop collects finished channels (``done``) and registers
+their clients itself: the worker never touches the broker core. A channel that goes has its
+names removed by the loop at once (cheap while the broker still maps it), so nothing of it is
+visible once its client left the state table; the unmapping that frees its pages is queued here.
 
-Jobs run one at a time in order, so removing a client's old channel always happens before a new
-channel of the same name is made. A finished job rings the broker's doorbell, so a parked loop
-collects it at once.
+A finished attach rings the broker's doorbell, so a parked loop collects it at once.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Making:
 
 
 @dataclass(eq=False)
-class _Discard:
+class _Unmap:
     channel: Channel
 
 
@@ -57,7 +57,7 @@ class ChannelWorker:
     """One thread making and removing channels in order; started with the first job."""
 
     def __init__(self) -> None:
-        self._jobs: deque[Making | _Discard] = deque()
+        self._jobs: deque[Making | _Unmap] = deque()
         self._done: deque[Making] = deque()
         self._cv = threading.Condition()
         self._stopping = False
@@ -67,14 +67,15 @@ class ChannelWorker:
         """Make ``m``'s channel (old leftovers of its name removed first); it shows up in ``done``."""
         self._submit(m)
 
-    def discard(self, channel: Channel) -> None:
-        """Close ``channel`` and remove its names (this side's last use of it); at once once stopped."""
+    def unmap(self, channel: Channel) -> None:
+        """Close ``channel``, whose names are removed already (this side's last use of it);
+        at once once stopped."""
         with self._cv:
             stopped = self._stopping
         if stopped:
-            _remove(channel)
+            _close(channel)
         else:
-            self._submit(_Discard(channel))
+            self._submit(_Unmap(channel))
 
     def done(self) -> list[Making]:
         """The attaches finished since the last call (made, or failed with ``error``)."""
@@ -93,7 +94,7 @@ class ChannelWorker:
             self._thread.join()
         return self.done()
 
-    def _submit(self, job: Making | _Discard) -> None:
+    def _submit(self, job: Making | _Unmap) -> None:
         with self._cv:
             if self._stopping:
                 raise BrokerStoppingError("the broker is stopping")
@@ -111,8 +112,8 @@ class ChannelWorker:
                 if not self._jobs:
                     return
                 job, stopping = self._jobs.popleft(), self._stopping
-            if isinstance(job, _Discard):
-                _remove(job.channel)
+            if isinstance(job, _Unmap):
+                _close(job.channel)
                 continue
             if stopping:
                 job.error = BrokerStoppingError("the broker stopped before the channel was made")
@@ -141,9 +142,8 @@ def _create(m: Making) -> tuple[Channel | None, Exception | None]:
         return None, e
 
 
-def _remove(channel: Channel) -> None:
+def _close(channel: Channel) -> None:
     try:
         channel.close()
-        channel.unlink()
     except Exception:
-        log.exception("removing the channel of client %d failed", channel.client_id)
+        log.exception("unmapping the channel of client %d failed", channel.client_id)

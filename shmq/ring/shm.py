@@ -114,15 +114,10 @@ class Segment:
 
 
 def unlink_segment(name: str) -> bool:
-    """Remove a segment name; False if it was already gone.
-
-    ``os.unlink`` of the /dev/shm entry, not ``shm_unlink`` through posix_ipc: removing the last
-    reference to a backed segment frees its pages (~20 ms for 128 MiB), and posix_ipc holds the
-    GIL meanwhile, which would stall the broker loop while its channel worker removes a channel.
-    """
+    """Remove a segment name; False if it was already gone."""
     try:
-        os.unlink(SHM_DIR + name)
-    except FileNotFoundError:
+        posix_ipc.unlink_shared_memory(name)
+    except posix_ipc.ExistentialError:
         return False
     return True
 
