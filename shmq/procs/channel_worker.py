@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import posix_ipc
 
-from shmq.errors import ShmqError
+from shmq.errors import BrokerGoneError, ShmqError
 from shmq.ring import shm
 from shmq.ring.channel import Channel, channel_name, client_bell_name
 from shmq.ring.control import Attach
@@ -28,10 +28,6 @@ from shmq.ring.doorbell import Doorbell
 from shmq.ring.liveness import Watch
 
 log = logging.getLogger("shmq.broker")
-
-
-class BrokerStoppingError(ShmqError):
-    """The broker stopped before the channel was made."""
 
 
 @dataclass(eq=False)
@@ -86,7 +82,7 @@ class ChannelWorker:
 
     def stop(self) -> list[Making]:
         """Run what is queued, except that no further channel is made (those attaches fail with
-        ``BrokerStoppingError``), join the thread; the attaches finished but not collected."""
+        ``BrokerGoneError``), join the thread; the attaches finished but not collected."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
@@ -97,7 +93,7 @@ class ChannelWorker:
     def _submit(self, job: Making | _Unmap) -> None:
         with self._cv:
             if self._stopping:
-                raise BrokerStoppingError("the broker is stopping")
+                raise BrokerGoneError("the broker is stopping")
             self._jobs.append(job)
             self._cv.notify()
             if self._thread is None:
@@ -116,7 +112,7 @@ class ChannelWorker:
                 _close(job.channel)
                 continue
             if stopping:
-                job.error = BrokerStoppingError("the broker stopped before the channel was made")
+                job.error = BrokerGoneError("the broker stopped before the channel was made")
             else:
                 job.channel, job.error = _create(job)
             self._done.append(job)
