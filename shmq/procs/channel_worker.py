@@ -50,7 +50,7 @@ class _Unmap:
 
 
 class ChannelWorker:
-    """One thread making and removing channels in order; started with the first job."""
+    """One thread making and unmapping channels in order; started with the first job."""
 
     def __init__(self) -> None:
         self._jobs: deque[Making | _Unmap] = deque()
