@@ -191,6 +191,7 @@ class BrokerController:
             self.control.remove()
             for c in list(self.clients.values()):
                 self._release_client(c, remove_liveness=not c.watch.is_alive())
+            self.control_plane.close()  # channels in the making or removal are done with before the bell goes
             self.bell.close()
             self.bell.unlink()
         finally:
@@ -404,8 +405,7 @@ class BrokerController:
         self.clients.pop(c.client_id, None)
         self._rebuild_park_flags()
         c.channel.mark_dropped()
-        c.channel.close()
-        c.channel.unlink()
+        self.control_plane.retire(c.channel)  # names now, the unmapping (freeing its pages) off the loop
         if remove_liveness:
             c.watch.remove()
         else:

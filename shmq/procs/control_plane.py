@@ -10,6 +10,10 @@ the others:
   wrote into that channel's private segment at attach; a mismatch is refused and logged;
 - attaches are capped per client process, in total (never past the state segment's client
   table) and in ring bytes, with a refusal that says which limit was hit;
+- channels are made (and unmapped) by a worker thread (``channel_worker``): backing a 64 MiB
+  ring takes ~40 ms, which the loop must not wait for. The checks run at once, the limits count
+  the attaches in flight, and the client is registered and answered when its channel is done,
+  unless it died or gave up meanwhile (then its channel is removed and nothing is left);
 - a client dropped while alive (a malformed frame) keeps being watched, and its liveness
   semaphore is removed once it dies, so nothing of it is left behind.
 """
@@ -32,8 +36,8 @@ from shmq.broker.core import BrokerCore
 from shmq.broker.publish import now_ms
 from shmq.config import BrokerConfig
 from shmq.errors import ControlProtocolError, ShmqError
-from shmq.ring import shm
-from shmq.ring.channel import Channel, channel_name, channel_size, client_bell_name
+from shmq.procs.channel_worker import ChannelWorker, Making
+from shmq.ring.channel import Channel, channel_size
 from shmq.ring.control import MAX_PID, Attach, ControlQueue, Detach, Reply, Request, encode_reply, id_pid
 from shmq.ring.doorbell import Doorbell
 from shmq.ring.liveness import Watch
@@ -49,6 +53,8 @@ REPLY_TTL_S = 5.0  # a reply unread this long belongs to a client that gave up (
 FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at once
 MAX_PENDING = 1024  # reply messages waiting for queue room, all clients together
 MAX_TRACKED = 4096  # client ids with replies in the queue that a sweep looks at
+# errors that become the request's error reply (anything else is a bug and ends the loop)
+_REFUSED = (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error)
 
 
 @dataclass(eq=False)
@@ -115,6 +121,8 @@ class ControlPlane:
         self._pending_count = 0
         self._sent: dict[int, float] = {}  # client id -> when its newest reply went into the queue
         self._orphans: list[Watch] = []  # liveness of clients dropped while alive
+        self._making: dict[int, Making] = {}  # attaches whose channel the worker is making
+        self._worker = ChannelWorker()
         self._next_sweep = 0.0
         self._last_full = 0.0
         self._malformed = _Throttled()
@@ -123,9 +131,11 @@ class ControlPlane:
     # ------------------------------------------------------------------ serving
 
     def serve(self) -> int:
-        """Send what waits, answer up to ``MAX_REQUESTS_PER_POLL`` requests within ``BUDGET_S``,
-        sweep now and then; the number of requests handled (0: nothing to do)."""
+        """Register the clients whose channel is made, send what waits, answer up to
+        ``MAX_REQUESTS_PER_POLL`` requests within ``BUDGET_S``, sweep now and then; the number of
+        requests handled and attaches finished (0: nothing to do)."""
         now = time.monotonic()
+        made = self._collect(now)
         self._flush(now)
         n = 0
         # requests wait in the queue while replies wait for room, or this poll used its time
@@ -140,19 +150,22 @@ class ControlPlane:
             if req is None:
                 break
             n += 1
-            self._queue_reply(self._answer(req), now)
+            reply = self._answer(req)
+            if reply is not None:  # None: an attach, answered when its channel is made
+                self._queue_reply(reply, now)
         if self._pending:
             self._flush(now)
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_S
             self._sweep(now, REPLY_TTL_S)
-        return n
+        return n + made
 
-    def _answer(self, req: Request) -> Reply:
+    def _answer(self, req: Request) -> Reply | None:
         try:
             if isinstance(req, Attach):
-                body = self._attach(req)
-            elif isinstance(req, Detach):
+                self._attach(req)
+                return None
+            if isinstance(req, Detach):
                 c = self._owner(req.client_id, req.secret, "DETACH")
                 if c is not None:
                     self.host._drop(c, None)
@@ -161,8 +174,8 @@ class ControlPlane:
                 self._owner(req.client_id, req.secret, f"admin {req.command!r}")
                 body = admin.handle(self.host.core, req.client_id, req.command, req.args)
             return Reply(req.client_id, req.req_id, True, body)
-        except (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
-            return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+        except _REFUSED as e:
+            return _error_reply(req, e)
 
     def _owner(self, client_id: int, secret: int, what: str) -> Client | None:
         """The attached client ``client_id`` if ``secret`` is its channel's; None if it is not attached."""
@@ -175,10 +188,10 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ attach
 
-    def _attach(self, req: Attach) -> dict:
+    def _attach(self, req: Attach) -> None:
+        """Check the attach, reserve its place in the limits, hand its channel to the worker."""
         host = self.host
-        clients = host.clients
-        if req.client_id in clients:
+        if req.client_id in host.clients or req.client_id in self._making:
             raise ValueError(f"client id {req.client_id} is already attached")
         rb = req.ring_bytes
         if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):
@@ -189,32 +202,76 @@ class ControlPlane:
         if watch.holder_pid() != req.pid:
             raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held by pid {req.pid}")
         self._check_limits(req.pid, rb)
-        shm.unlink_segment(channel_name(host.name, req.client_id))  # a dead client's, with a recycled id
-        try:
-            posix_ipc.unlink_semaphore(client_bell_name(host.name, req.client_id))
-        except posix_ipc.ExistentialError:
-            pass
-        channel = Channel.create(host.name, req.client_id, rb, host.bell, secrets.randbits(63) + 1)
+        m = Making(req, watch, secrets.randbits(63) + 1, host.name, host.bell)
+        self._worker.make(m)
+        self._making[req.client_id] = m
+
+    def _collect(self, now: float) -> int:
+        """Register the clients whose channel the worker made and answer their attach; remove
+        the channels of clients that died or gave up meanwhile; the number of attaches finished."""
+        finished = self._worker.done()
+        for m in finished:
+            req = m.req
+            del self._making[req.client_id]
+            if m.channel is None:
+                self._queue_reply(_error_reply(req, m.error), now)
+                continue
+            if not m.watch.is_alive():
+                log.info("client %d (pid %d) died or gave up while its channel was made: removed it",
+                         req.client_id, req.pid)
+                self.retire(m.channel)
+                m.watch.remove()
+                continue
+            try:
+                reply = Reply(req.client_id, req.req_id, True, self._register(m, m.channel))
+            except _REFUSED as e:
+                reply = _error_reply(req, e)
+            self._queue_reply(reply, now)
+        return len(finished)
+
+    def _register(self, m: Making, channel: Channel) -> dict:
+        host, req = self.host, m.req
         info = req.info
-        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), watch.key, now_ms(),
-                   channel=channel, watch=watch, ring_bytes=rb)
-        clients[req.client_id] = c
-        host._rebuild_park_flags()
-        host.core.add_client(c)
+        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), m.watch.key, now_ms(),
+                   channel=channel, watch=m.watch, ring_bytes=req.ring_bytes)
+        host.clients[req.client_id] = c
+        try:
+            host._rebuild_park_flags()
+            host.core.add_client(c)
+        except BaseException as e:
+            host._drop(c, f"registering it failed: {e}")
+            raise
         log.info("client %d (pid %d, %s %s) attached", c.client_id, c.pid, c.role, c.group or "")
         return {"channel": channel.segment.name, "store_dir": host.store_dir, "store_host": host.config.store_host}
 
+    def retire(self, channel: Channel) -> None:
+        """Remove the names of a channel that goes now; unmap it (which frees its pages, ~20 ms
+        for 64 MiB rings) off the loop."""
+        channel.unlink()
+        self._worker.unmap(channel)
+
+    def close(self) -> None:
+        """Broker shutdown: stop the worker; channels made for attaches not answered yet are removed."""
+        for m in self._worker.stop():
+            if m.channel is not None:
+                m.channel.unlink()
+                m.channel.close()
+        self._making.clear()
+
     def _check_limits(self, pid: int, ring_bytes: int) -> None:
-        """Refuse an attach past maxClientsPerProcess, maxChannels (or the state table) or maxRingBytesTotal."""
-        cfg, clients = self.host.config, self.host.clients.values()
-        if len(self.host.clients) >= self.max_channels:
-            raise ValueError(f"attach refused: {len(self.host.clients)} clients are attached, the most this broker "
+        """Refuse an attach past maxClientsPerProcess, maxChannels (or the state table) or
+        maxRingBytesTotal, counting the attaches in flight as attached."""
+        cfg, clients, making = self.host.config, self.host.clients.values(), self._making.values()
+        n = len(self.host.clients) + len(self._making)
+        if n >= self.max_channels:
+            raise ValueError(f"attach refused: {n} clients are attached, the most this broker "
                              f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})")
-        mine = sum(1 for c in clients if c.pid == pid)
+        mine = sum(1 for c in clients if c.pid == pid) + sum(1 for m in making if m.req.pid == pid)
         if mine >= cfg.max_clients_per_process:
             raise ValueError(f"attach refused: process {pid} already has {mine} channels "
                              f"(maxClientsPerProcess={cfg.max_clients_per_process})")
-        total = sum(channel_size(c.ring_bytes) for c in clients) + channel_size(ring_bytes)
+        total = (sum(channel_size(c.ring_bytes) for c in clients) + sum(channel_size(m.req.ring_bytes) for m in making)
+                 + channel_size(ring_bytes))
         if total > cfg.max_ring_bytes_total:
             raise ValueError(f"attach refused: channels would hold {total} bytes of shared memory "
                              f"(maxRingBytesTotal={cfg.max_ring_bytes_total})")
@@ -304,3 +361,8 @@ class ControlPlane:
     def watch_orphan(self, watch: Watch) -> None:
         """A client dropped while alive: remove its liveness semaphore once it dies."""
         self._orphans.append(watch)
+
+
+def _error_reply(req: Request, e: BaseException | None) -> Reply:
+    """The refusal of ``req`` because of ``e``."""
+    return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
