@@ -12,7 +12,7 @@ from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec.record import TOPIC_PATTERN, check_topic
 from shmq.errors import MetadataError
 from shmq.store.config_files import load_json, set_aside, write_json
-from shmq.store.dispatch import MAX_QUEUE_ID
+from shmq.store.dispatch import MAX_QUEUE_ID, queue_id_of
 from shmq.store.queue_table import MAX_OFFSET
 
 log = logging.getLogger("shmq.broker")
@@ -86,11 +86,12 @@ def parse_offsets(data: Any) -> dict[tuple[str, str, int], int]:
         if not isinstance(queues, dict):
             raise ValueError(f"{key!r:.80}: not an object of queue id -> offset")
         for qid, offset in queues.items():
-            if not (qid.isdigit() and int(qid) <= MAX_QUEUE_ID):
+            q = queue_id_of(qid)
+            if q is None:
                 raise ValueError(f"{key!r:.80}: queue id {qid!r:.20} is not in 0..{MAX_QUEUE_ID}")
             if not isinstance(offset, int) or isinstance(offset, bool) or not -1 <= offset <= MAX_OFFSET:
                 raise ValueError(f"{key!r:.80} queue {qid}: offset {offset!r:.30} is not an int in -1..2^63-1")
-            out[(group, topic, int(qid))] = offset
+            out[(group, topic, q)] = offset
     return out
 
 

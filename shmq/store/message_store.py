@@ -25,8 +25,8 @@ from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
 from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.dispatch import (MAX_QUEUE_ID, ConsumeQueueDispatcher, Dispatcher, DispatchRequest,
-                                 IndexDispatcher, group_by_queue, requests_from_log)
+from shmq.store.dispatch import (ConsumeQueueDispatcher, Dispatcher, DispatchRequest,
+                                 IndexDispatcher, group_by_queue, queue_id_of, requests_from_log)
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
@@ -194,13 +194,14 @@ class MessageStore(MessageLookup):
             tdir = os.path.join(cq_dir, topic)
             if not os.path.isdir(tdir) or not fmt.TOPIC_PATTERN.match(topic):
                 continue
-            for qid in sorted(os.listdir(tdir)):
-                if qid.isdigit() and int(qid) <= MAX_QUEUE_ID:
-                    cq = ConsumeQueue(self.store_dir, topic, int(qid), self.config.mapped_file_size_consume_queue)
+            for name in sorted(os.listdir(tdir)):
+                qid = queue_id_of(name)
+                if qid is not None:
+                    cq = ConsumeQueue(self.store_dir, topic, qid, self.config.mapped_file_size_consume_queue)
                     cq.queue.before_new_file = self.space.check_new_file
                     if not cq.load():
-                        damaged.add((topic, int(qid)))
-                    self._queues[(topic, int(qid))] = cq
+                        damaged.add((topic, qid))
+                    self._queues[(topic, qid)] = cq
         return damaged
 
     def _redispatch(self, start: int, only: set[tuple[str, int]] | None = None) -> set[tuple[str, int]]:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from shmq.codec import record as fmt
 from shmq.store.config_files import load_json, write_json
 from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.dispatch import MAX_QUEUE_ID
+from shmq.store.dispatch import MAX_QUEUE_ID, queue_id_of
 
 log = logging.getLogger(__name__)
 QueueKey = tuple[str, int]
@@ -40,11 +40,12 @@ def parse(data: Any) -> dict[QueueKey, int]:
         if not isinstance(queues, dict):
             raise ValueError(f"topic {topic!r}: not an object of queue id -> max offset")
         for qid, n in queues.items():
-            if not (qid.isdigit() and int(qid) <= MAX_QUEUE_ID):
+            q = queue_id_of(qid)
+            if q is None:
                 raise ValueError(f"topic {topic!r}: queue id {qid!r:.20} is not in 0..{MAX_QUEUE_ID}")
             if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_OFFSET:
                 raise ValueError(f"topic {topic!r} queue {qid}: max offset {n!r:.30} is not an int >= 0")
-            out[(topic, int(qid))] = n
+            out[(topic, q)] = n
     return out
 
 
