@@ -50,15 +50,18 @@ def feed(master: MessageStore, rng: random.Random, rounds: int = 60, first: int 
     return keys
 
 
-def stream(master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None) -> None:
-    """The master's log from the replica's end to ``upto`` in random chunks that never cross a segment."""
+def stream(master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None,
+           defer: bool = False) -> None:
+    """The master's log from the replica's end to ``upto`` in random chunks that never cross a
+    segment; ``defer``: most of them with dispatch=False, as an HA client with frames queued."""
     end = master.commitlog.max_offset if upto is None else upto
     while replica.max_offset < end:
         at = replica.max_offset
         size = min(rng.randint(1, FRAME), end - at, SEG - at % SEG)
         data = master.commitlog.data(at, size)
         assert data is not None
-        replica.append(at, bytes(data))
+        replica.append(at, bytes(data), dispatch=not defer or rng.random() < 0.2)
+    replica.dispatch()
 
 
 def segment_bytes(store: MessageStore, upto: int) -> dict[str, bytes]:
@@ -111,6 +114,35 @@ def test_stream_is_byte_identical(pair):
     app = ReplicaAppender(replica)
     stream(master, app, rng)
     assert_same(master, replica, keys, master.commitlog.max_offset)
+
+
+def test_deferred_dispatch_is_the_same(pair):
+    """append(dispatch=False) for most frames, across segment ends: the same store in the end."""
+    master, replica = pair
+    rng = random.Random(12)
+    keys = feed(master, rng, 120)
+    app = ReplicaAppender(replica)
+    stream(master, app, rng, defer=True)
+    assert_same(master, replica, keys, master.commitlog.max_offset)
+
+
+def test_deferred_corrupt_record_cut_at_dispatch(pair):
+    master, replica = pair
+    for i in range(30):
+        put_one(master, "TopicA", 0, record("TopicA", bytes([i]) * 80, keys=f"key{i}"))
+    cl = master.commitlog
+    size = cl.size_at(0)
+    run = bytearray(cl.data(0, cl.max_offset))
+    run[10 * size + fmt.OFF_BODY + 3] ^= 1  # record 10's body: its CRC fails
+    app = ReplicaAppender(replica)
+    app.append(0, bytes(run[:5 * size + 7]), dispatch=False)
+    app.append(5 * size + 7, bytes(run[5 * size + 7:]), dispatch=False)
+    assert app.max_offset == len(run)  # written, not yet checked
+    assert replica.get_max_offset_in_queue("TopicA", 0) == 0
+    with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {10 * size}: body CRC"):
+        app.dispatch()
+    assert app.max_offset == 10 * size and replica.get_max_offset_in_queue("TopicA", 0) == 10
+    assert not replica.commitlog.queue.files[0].array[10 * size:len(run)].any()
 
 
 def test_one_byte_frames_and_blank_tails(pair):
