@@ -350,3 +350,51 @@ def test_fresh_replica_starts_at_a_segment_start(pair):
     assert replica.commitlog.min_offset == SEG
     assert segment_bytes(replica, master.commitlog.max_offset) == \
         {k: v for k, v in segment_bytes(master, master.commitlog.max_offset).items() if int(k) >= SEG}
+
+
+_TRUNCATE_CHILD = r"""
+import os, random, sys
+from shmq.store import recovery, replicated
+from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.message_store import MessageStore
+from tests.store.conftest import SMALL
+replica = MessageStore(sys.argv[1], SMALL).start()
+app = replicated.ReplicaAppender(replica)
+def crash(*args, **kw):
+    os._exit(9)
+if sys.argv[3] == "after_marker":  # the marker is durable, nothing cut yet
+    replicated.recovery.finish_cut = crash
+else:  # the commitlog is cut, consume queues, index and checkpoint not yet
+    ConsumeQueue.truncate_dirty = crash
+app.truncate(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("point", ["after_marker", "after_cut"])
+def test_crash_during_truncate_recovers_to_the_offset(tmp_path, point):
+    """A replica killed in the middle of truncate() (fault injected in a child process)
+    recovers to exactly the target offset, its queues and index in line with it."""
+    rng = random.Random(6)
+    master = MessageStore(str(tmp_path / "master"), SMALL).start()
+    rdir = str(tmp_path / "replica")
+    try:
+        keys = feed(master, rng, 60)
+        with MessageStore(rdir, SMALL) as replica:
+            stream(master, ReplicaAppender(replica), rng)
+        cut = 2 * SEG + master.commitlog.size_at(2 * SEG)
+        child = subprocess.run([sys.executable, "-c", _TRUNCATE_CHILD, rdir, str(cut), point], cwd=os.getcwd())
+        assert child.returncode == 9
+        with MessageStore(rdir, SMALL) as replica:
+            app = ReplicaAppender(replica)
+            assert app.max_offset == cut
+            assert not os.path.exists(os.path.join(rdir, "truncating"))
+            for cq in replica.consume_queues():
+                assert cq.max_phys_end <= cut
+            kept = [(t, k) for t, k in keys if any(r.physical_offset < cut for r in master.query_message(t, k, 64))]
+            for topic, key in kept:
+                want = [r.physical_offset for r in master.query_message(topic, key, 64) if r.physical_offset < cut]
+                assert [r.physical_offset for r in replica.query_message(topic, key, 64)] == want
+            stream(master, app, rng)  # the master's bytes go on from the cut, as after a handshake
+            assert_same(master, replica, keys, master.commitlog.max_offset)
+    finally:
+        master.shutdown()
