@@ -180,7 +180,7 @@ def _first_bad(buf: np.ndarray, starts: np.ndarray, f: Fields, seg_left: int
             first, reason = int(np.flatnonzero(topic_ids == t)[0]), "topic name not valid"
             break
     lo = starts[:first] + fmt.OFF_BODY
-    bodies = map(memoryview(buf).__getitem__, map(slice, lo.tolist(), (lo + body_len[:first]).tolist()))
+    bodies = map(buf.data.__getitem__, map(slice, lo.tolist(), (lo + body_len[:first]).tolist()))
     crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, first) & 0x7FFFFFFF  # the one step per record
     wrong = np.flatnonzero(crcs != f.body_crc[:first])
     if len(wrong):
@@ -422,7 +422,7 @@ def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarra
         return out
     classes, inverse = np.unique(group * (1 << 32) + lengths, return_inverse=True)
     inverse = inverse.reshape(-1)
-    view = memoryview(buf)
+    view = buf.data
     for c in range(len(classes)):
         rows = np.flatnonzero(inverse == c) if len(classes) > 1 else np.arange(len(lo))
         if len(classes) > _VARIANT_GROUPS or len(rows) < _VARIANT_MIN_ROWS:

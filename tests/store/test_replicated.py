@@ -18,6 +18,7 @@ import pytest
 from shmq.codec import record as fmt
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store import replica_scan
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
 
@@ -281,6 +282,7 @@ def test_replica_reopened_as_master(pair, tmp_path):
 _CHILD = r"""
 import random, sys
 from shmq.store.message_store import MessageStore
+from shmq.store import replica_scan
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL
 master = MessageStore(sys.argv[1], SMALL).start()
@@ -398,3 +400,58 @@ def test_crash_during_truncate_recovers_to_the_offset(tmp_path, point):
             assert_same(master, replica, keys, master.commitlog.max_offset)
     finally:
         master.shutdown()
+
+
+def _raw(topic: str, body: bytes, props: bytes, sysflag: int = 0) -> bytes:
+    buf = bytearray(fmt.record_size(len(body), len(topic), len(props)))
+    fmt.pack_message_into(buf, 0, topic.encode(), body, props, fmt.body_crc(body), sysflag=sysflag, born_timestamp=1)
+    return bytes(buf)
+
+
+def test_odd_records_dispatch_like_recovery(pair):
+    """Records the fast paths must not get wrong: non-ASCII property values, a name given twice,
+    KEYS with runs of spaces, empty values, a prepared transaction, a body holding a record-like
+    pattern at its own position, many property layouts; the replica's consume queues and index
+    equal the master's and the scan's dispatch data equal what recovery's decode computes."""
+    master, replica = pair
+    rng = random.Random(17)
+    for i in range(300):
+        topic = rng.choice(["TopicA", "TopicB"])
+        kind = i % 7
+        if kind == 0:
+            props = fmt.encode_properties({"TAGS": "t\u00e9", "KEYS": f"k\u00fc{i}", "UNIQ_KEY": f"U{i}"})
+        elif kind == 1:
+            props = f"KEYS\x01a{i}\x02TAGS\x01x\x02KEYS\x01b{i}\x02".encode()
+        elif kind == 2:
+            props = f"KEYS\x01  s{i}   t{i} \x02UNIQ_KEY\x01\x02TAGS\x01\x02".encode()
+        elif kind == 3:
+            props = f"X\x01TAGS\x01no\x02UNIQ_KEY\x01{i:032X}\x02TAGS\x01{'a' * (i % 5 + 1)}\x02".encode()
+        else:
+            props = fmt.encode_properties({"TAGS": rng.choice(["A", "BB"]), "UNIQ_KEY": f"{i:032X}",
+                                           **({"KEYS": f"q{i}"} if kind == 4 else {})})
+        body = rng.randbytes(rng.choice([0, 3, 40]))
+        if i == 200:  # a body that mimics a record at its own position (magic + PHYSICALOFFSET)
+            at = master.commitlog.max_offset + fmt.OFF_BODY
+            fake = bytearray(_raw(topic, b"zz", b""))
+            struct.pack_into(">q", fake, fmt.OFF_PHYSICALOFFSET, at)
+            body = bytes(fake)
+        put_one(master, topic, 1, _raw(topic, body, props, fmt.TRANSACTION_PREPARED if i == 250 else 0))
+    end = master.commitlog.max_offset
+    assert end < SEG
+    data = bytes(master.commitlog.data(0, end))
+    found = replica_scan.scan(np.frombuffer(data, np.uint8), 0, SEG)
+    expect_tags, expect_keys = [], []
+    for i, s in enumerate(found.starts.tolist()):
+        rec = fmt.decode_record(data, s)
+        expect_tags.append(fmt.tags_code(rec.tags))
+        expect_keys += [(i, h) for h in fmt.record_key_hashes(rec.topic, rec.uniq_key, rec.properties.get("KEYS"))]
+    assert found.error is None and found.end == end and len(found) > 100
+    assert found.tags_codes.tolist() == expect_tags
+    assert list(zip(found.key_records.tolist(), found.key_hashes.tolist())) == expect_keys
+    app = ReplicaAppender(replica)
+    app.append(0, data)
+    assert_same(master, replica, [], end)
+    for topic, key in [("TopicA", "k\u00fc0"), ("TopicB", "k\u00fc0"), ("TopicA", "b1"), ("TopicB", "b1"),
+                       ("TopicA", "s2"), ("TopicB", "t2"), ("TopicA", "q4")]:
+        assert [r.physical_offset for r in replica.query_message(topic, key)] == \
+            [r.physical_offset for r in master.query_message(topic, key)]
