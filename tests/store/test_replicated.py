@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
-from shmq.store.message_store import MessageStore
 from shmq.store import replica_scan
+from shmq.store.message_store import MessageStore
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
 
@@ -276,13 +275,11 @@ def test_replica_reopened_as_master(pair, tmp_path):
         assert [bytes(r.body) for r in promoted.query_message("TopicA", "promoted")] == [b"after"]
     finally:
         promoted.shutdown()
-    replica.start()  # the fixture shuts it down
 
 
 _CHILD = r"""
 import random, sys
 from shmq.store.message_store import MessageStore
-from shmq.store import replica_scan
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL
 master = MessageStore(sys.argv[1], SMALL).start()
