@@ -4,11 +4,13 @@ appends the master's commitlog bytes, the reput service dispatches them).
 The bytes are the master's commitlog, written verbatim at the same offsets, so the replica's
 segment files are byte-identical to the master's (records, BLANK fillers, the zeros after
 them) and a replica store opens as a master store unchanged. Each run of bytes is checked
-before anything of it is kept (``replica_scan``: magic, sizes, PHYSICALOFFSET, body CRC,
-topic), then every record completed by it is dispatched into the replica's consume queues and
-index with the store's own dispatchers; a record split across two runs is dispatched when its
-tail arrives. Crash safety is the store's: an abort marker, a torn tail that recovery cuts, an
-idempotent re-dispatch.
+before it is written (``replica_scan``: magic, sizes, PHYSICALOFFSET, body CRC, topic), then
+every record completed by it is dispatched into the replica's consume queues and index with
+the store's own dispatchers; a record split across two runs is dispatched when its tail
+arrives. Runs appended with ``dispatch=False`` are written first and checked with the next
+dispatching call (checking 1 MiB costs little more than 32 KiB); what fails is cut then, so
+the store never keeps bytes it refused. Crash safety is the store's: an abort marker, a torn
+tail that recovery cuts, an idempotent re-dispatch.
 
 ``truncate`` cuts a replica that holds a tail its new master never had. The cut bytes are kept
 in DIR/diverged/, and the cut is made crash-safe by recording the consume queues' new ends
