@@ -36,6 +36,7 @@ from shmq.store.replica_scan import Scan, scan
 
 log = logging.getLogger(__name__)
 _HIDDEN = fmt.TRANSACTION_PREPARED  # SYSFLAG bit of records without a consume-queue entry
+_MESSAGE_MAGIC = fmt.MESSAGE_MAGIC.to_bytes(4, "big")
 MAX_UNDISPATCHED = 1 << 20  # bytes append(dispatch=False) may leave unchecked
 
 
@@ -92,11 +93,21 @@ class ReplicaAppender:
             mf = self._segment(offset)
             pos = offset - mf.file_from_offset
             new = np.frombuffer(data, np.uint8)
-            if self._dispatched >= offset + n or (not dispatch and offset + n - self._dispatched <= MAX_UNDISPATCHED):
+            if self._dispatched >= offset + n or self._incomplete(mf, offset + n) or \
+                    (not dispatch and offset + n - self._dispatched <= MAX_UNDISPATCHED):
                 self._reserve(mf, pos + n, [])  # zeros after a BLANK filler, or checked later
                 self._write(mf, pos, new, pos + n)
                 return touched
             return sorted(set(touched + self._process(mf, pos, new)))
+
+    def _incomplete(self, mf: MappedFile, end: int) -> bool:
+        """Whether the undispatched bytes are one record (its header checked when it arrived)
+        that still does not end by ``end``: a 4 MiB record in 32 KiB frames is then checked
+        once, not its growing head with every frame."""
+        at = self._dispatched - mf.file_from_offset
+        if at < 0 or at + 8 > mf.wrote_position or mf.view[at + 4:at + 8] != _MESSAGE_MAGIC:
+            return False  # a BLANK filler is seen at once (the segment's rest is then reserved)
+        return self._dispatched + int.from_bytes(mf.view[at:at + 4], "big", signed=True) > end
 
     def dispatch(self) -> list[tuple[str, int]]:
         """Check and dispatch what ``append(..., dispatch=False)`` left (see ``append``)."""

@@ -452,3 +452,31 @@ def test_odd_records_dispatch_like_recovery(pair):
                        ("TopicA", "s2"), ("TopicB", "t2"), ("TopicA", "q4")]:
         assert [r.physical_offset for r in replica.query_message(topic, key)] == \
             [r.physical_offset for r in master.query_message(topic, key)]
+
+
+def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
+    """A replica dies after writing a segment's BLANK filler but before (all of) the zeros after
+    it reached the disk (here: a sparse copy of the running store, whose zero tail is a hole):
+    recovery reports the segment's end, where the master goes on (regression: it reported the
+    end of the filler's page, and the next frame went to the wrong offset)."""
+    master, replica = pair
+    rng = random.Random(9)
+    for i in range(100):
+        put_one(master, "TopicA", i % 3, record("TopicA", rng.randbytes(200), keys=f"s{i}"))
+    blank_at = master.commitlog.max_offset
+    put_one(master, "TopicA", 0, record("TopicA", rng.randbytes(40_000), keys="big"))  # rolls: a long filler
+    assert SEG - blank_at > 8 * 4096 and master.commitlog.max_offset > SEG
+    keys = [("TopicA", f"s{i}") for i in range(100)] + [("TopicA", "big")]
+    app = ReplicaAppender(replica)
+    stream(master, app, rng, upto=blank_at)
+    app.append(blank_at, bytes(master.commitlog.data(blank_at, fmt.MIN_BLANK)))
+    copy = str(tmp_path / "copy")
+    subprocess.run(["cp", "-a", "--sparse=always", replica.store_dir, copy], check=True)
+    spare = os.path.join(copy, "commitlog", fmt.offset_file_name(SEG))  # not made yet by the allocator
+    if os.path.exists(spare):
+        os.unlink(spare)
+    with MessageStore(copy, SMALL) as crashed:
+        again = ReplicaAppender(crashed)
+        assert again.max_offset == SEG
+        stream(master, again, rng)
+        assert_same(master, crashed, keys, master.commitlog.max_offset)
