@@ -223,9 +223,12 @@ class HASender:
         """Once a second: let go of cleaned segments, pass changed config files on."""
         self.reader.refresh()
         for frame in self.meta.check():
-            for conn in self.conns.values():
+            for conn in list(self.conns.values()):
                 if conn.welcomed:  # a newer one got them with its WELCOME
-                    conn.queue(frame)
+                    try:
+                        conn.queue_metadata(frame)
+                    except Closed as e:
+                        self._close(conn, str(e))
 
     def _close(self, conn: ReplicaConnection, reason: str, level: int = logging.WARNING) -> None:
         log.log(level, "closing replica %s%s: %s", conn.addr, f" ({conn.name})" if conn.name else "", reason)

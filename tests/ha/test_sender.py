@@ -10,12 +10,15 @@ import subprocess
 import time
 from contextlib import ExitStack
 
+import posix_ipc
 import pytest
 
 import shmq
 
 from shmq.ha import protocol as P
 from shmq.ha.shared import STREAMING, HASegment
+from shmq.ring.channel import broker_bell_name
+from shmq.ring.state import StateReader
 from tests.ha.sender_support import (SEGMENT, TOKEN, Master, Replica, running_master, send_bytes,
                                      sender_command)
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
@@ -300,3 +303,65 @@ def test_a_slot_reader_sees_the_sender_beat(start):
         assert abs(int(ha.header["sender_beat_ms"][0]) - time.time() * 1000) < 1000
     finally:
         ha.close()
+
+
+def test_welcome_carries_the_epochs_file_and_the_cleaned_start_is_refused(start, broker_name, store_dir):
+    m = start()
+    send_bytes(broker_name, 300_000)
+    epochs = [P.Epoch(1, 0, b"a" * 16), P.Epoch(2, 70000, b"b" * 16)]
+    with open(os.path.join(store_dir, "config", "epochs.json"), "w") as f:
+        json.dump([e.to_json() for e in epochs], f)
+    r = Replica(m.port)
+    try:
+        assert r.handshake().epochs == epochs
+    finally:
+        r.close()
+    # cleanup deleted the first segment: it cannot be served any more
+    os.unlink(os.path.join(store_dir, "commitlog", f"{0:020d}"))
+    time.sleep(1.2)  # the sender looks at the folder once a second
+    r = Replica(m.port)
+    try:
+        assert r.handshake().min_offset == SEGMENT
+        r.start = 0
+        r.report(0)
+        with pytest.raises(ConnectionError):
+            r.read_until(lambda: False, timeout=5)
+        assert not r.data
+        assert f"reported offset 0 below the master's min offset {SEGMENT} (cleaned)" in m.log()
+    finally:
+        r.close()
+
+
+def test_an_advancing_ack_rings_the_broker_bell_only_while_the_broker_waits(start, broker_name):
+    m = start()
+    send_bytes(broker_name, 100_000)
+    end = _master_offset(m)
+    state = StateReader.open(broker_name)
+    bell = posix_ipc.Semaphore(broker_bell_name(broker_name, int(state.view.header["bell_gen"][0])))
+    rw = HASegment.open(broker_name)
+    r = Replica(m.port)
+    os.kill(m.broker.pid, signal.SIGSTOP)  # the broker takes no post off the bell meanwhile
+    try:
+        r.handshake()
+        r.start = 0
+        r.report(0)
+        r.read_until(lambda: r.offset >= end // 2)
+        before = bell.value
+        r.report(end // 2)  # broker_waiting is 0: no post
+        assert wait_for(lambda: [x.acked_offset for x in m.ha.replicas()] == [end // 2])
+        time.sleep(0.1)
+        assert bell.value == before
+        rw.set_broker_waiting(True)
+        r.read_until(lambda: r.offset >= end)
+        r.report(end)
+        assert wait_for(lambda: bell.value > before, 2)
+        r.report(end)  # the same offset again: no advance, no post
+        time.sleep(0.2)
+        assert bell.value == before + 1
+    finally:
+        rw.set_broker_waiting(False)
+        os.kill(m.broker.pid, signal.SIGCONT)
+        r.close()
+        rw.close()
+        bell.close()
+        state.close()
