@@ -23,6 +23,7 @@ from shmq.ha.connection import Closed, ReplicaConnection, Settings
 from shmq.ha.log_reader import HALogReader
 from shmq.ha.metadata import MetadataWatcher, load_epochs
 from shmq.ha.shared import HASegment, wake_address
+from shmq.ring.framing import full_fence
 
 log = logging.getLogger("shmq.ha")
 MAX_SLEEP_MS = 100  # beat and the broker's liveness are checked at least this often
@@ -164,6 +165,7 @@ class HASender:
                 if any(c.caught_up(master) for c in conns.values()):
                     header["sender_parked"] = 1  # the broker wakes us from now on ...
                     parked = True
+                    full_fence()  # the flag's store before the offset's load (Dekker, as ring.doorbell)
                     if int(header["master_offset"][0]) != master:  # ... and this catches what it published before
                         header["sender_parked"] = 0
                         parked = False
