@@ -372,3 +372,24 @@ def test_an_advancing_ack_rings_the_broker_bell_only_while_the_broker_waits(star
         rw.close()
         bell.close()
         state.close()
+
+
+def test_a_parked_sender_is_woken_by_the_broker_at_once(start, broker_name):
+    m = start()
+    send_bytes(broker_name, 10_000)
+    r = Replica(m.port)
+    try:
+        r.handshake()
+        r.follow(0, _master_offset(m))
+        took = []
+        with shmq.Producer("pg", broker=broker_name) as p:
+            for _ in range(12):
+                time.sleep(0.12)  # the sender has parked (it sleeps up to 100 ms unless woken)
+                t0 = time.perf_counter()
+                p.send(shmq.Message("HaTopic", b"x" * 100))
+                r.follow(0, _master_offset(m))
+                took.append(time.perf_counter() - t0)
+        took.sort()
+        assert took[len(took) // 2] < 0.015, took  # not woken: it would wait for its next 50 ms tick
+    finally:
+        r.close()
