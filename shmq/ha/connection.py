@@ -12,7 +12,6 @@ first report, which needs ``Authenticated``).
 """
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 import time
@@ -256,9 +255,5 @@ class ReplicaConnection:
         self._out.clear()
         self.out_bytes = 0
         self._ha.release_slot(self.slot)
-        try:
-            self.sock.close()
-        except OSError as e:
-            if e.errno != errno.EBADF:
-                raise
+        self.sock.close()
 
