@@ -6,7 +6,8 @@ from shmq.client.producer.producer import Producer
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
                          BadTopicError, BrokerBusyError, BrokerDiskFullError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
-                         CorruptRecordError, DiskFullError, ForeignOwnerError, MessageTooLargeError, MetadataError,
+                         CorruptRecordError, DiskFullError, ForeignOwnerError, HADivergedError, HAProtocolError,
+                         MessageTooLargeError, MetadataError, ReplicaReadOnlyError,
                          SendTimeoutError, SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError,
                          StoreLockedError, TopicNotReadableError)
 from shmq.launcher import Broker
@@ -19,8 +20,8 @@ __version__ = "0.1.0"
 __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
            "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
-           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "Message",
+           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
            "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError",
-           "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
+           "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError"]

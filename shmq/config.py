@@ -42,7 +42,9 @@ class BrokerConfig:
     flush_interval_consume_queue: int = 1000  # ms
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000  # ms: flush every queue and write the checkpoint
-    sync_flush_timeout: int = 5000  # ms, SYNC_FLUSH ack gives FLUSH_DISK_TIMEOUT after this
+    # ms: a SYNC_FLUSH send not on disk by then is answered FLUSH_DISK_TIMEOUT, a SYNC_MASTER send not
+    # acknowledged by a replica by then FLUSH_SLAVE_TIMEOUT (RocketMQ uses the one key for both waits)
+    sync_flush_timeout: int = 3000
     warm_mapped_file_enable: bool = True  # shmq: get commitlog pages into memory before the writer needs them
     # shmq: how far ahead of the commitlog writer pages are warmed (a segment size or more: whole segments)
     warm_ahead_size: int = 16 * 1024 * 1024
@@ -60,7 +62,7 @@ class BrokerConfig:
     delete_file_batch_max: int = 10
     # broker
     broker_name: str | None = None  # None: --name, else "default"
-    broker_role: str = ASYNC_MASTER  # SLAVE is refused at broker start until HA replicas exist
+    broker_role: str = ASYNC_MASTER
     default_topic_queue_nums: int = 4
     auto_create_topic_enable: bool = True
     wait_time_mills_in_send_queue: int = 200
@@ -74,6 +76,18 @@ class BrokerConfig:
     # queue (past it: its oldest there is answered at once)
     max_pull_waiters_per_client: int = 16384
     max_pull_waiters_per_client_queue: int = 16
+    # HA (docs/HA.md): the master's sender listens here (0: no sender); the replica connects to haMasterAddress
+    ha_listen_port: int = 10912
+    ha_listen_address: str = "127.0.0.1"  # shmq: loopback unless told (RocketMQ listens on every address)
+    ha_master_address: str | None = None  # replica side: "host:port"
+    ha_auth_token: str = ""  # shmq: shared secret both sides prove with HMAC; empty: no proof asked
+    ha_send_heartbeat_interval: int = 5000  # ms: a replica reports (and the sender sends a heartbeat) at least this often
+    ha_housekeeping_interval: int = 20000  # ms: a connection silent this long is closed
+    ha_transfer_batch_size: int = 32768  # bytes of log per frame
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024  # bytes: a replica further behind is not in sync
+    ha_max_frame_size: int = 16 * 1024 * 1024  # shmq: the replica closes a connection sending a bigger frame
+    ha_connect_timeout: int = 3000  # shmq, ms
+    ha_reconnect_interval: int = 1000  # shmq, ms: first reconnect delay; doubles up to 10x while the master is away
     # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
     # consumers running as other users of that group; None: the broker's user only (0700/0600)
     shm_group: str | None = None
@@ -109,19 +123,34 @@ class BrokerConfig:
         for key in ("max_clients_per_process", "max_channels", "max_ring_bytes_total"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{camel(key)} must be at least 1")
+        if not 0 <= self.ha_listen_port <= 65535:
+            raise ConfigError(f"haListenPort must be 0..65535, got {self.ha_listen_port}")
+        if self.ha_master_address is not None:
+            split_address(self.ha_master_address)
+        for key in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+                    "ha_max_gap_not_in_sync", "ha_max_frame_size", "ha_connect_timeout", "ha_reconnect_interval",
+                    "sync_flush_timeout"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{camel(key)} must be at least 1")
+        if self.ha_transfer_batch_size > self.ha_max_frame_size:
+            raise ConfigError("haTransferBatchSize must not exceed haMaxFrameSize")
         for hour in self.delete_when.split(";"):
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ConfigError(f"deleteWhen takes hours 00-23 separated by ';', got {self.delete_when!r}")
 
     def check_role(self) -> None:
-        """Refuse the roles whose promise needs a replica, until HA builds one.
+        """Refuse role settings that cannot keep their promise: a SYNC_MASTER without an HA sender
+        could never have a send acknowledged by a replica, a SLAVE without a master to follow
+        would serve a store that never changes."""
+        if self.broker_role == SYNC_MASTER and self.ha_listen_port <= 0:
+            raise ConfigError("brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through "
+                              "the HA sender")
+        if self.broker_role == SLAVE and not self.ha_master_address:
+            raise ConfigError("brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)")
 
-        A SLAVE would accept writes it must refuse, and a SYNC_MASTER would acknowledge sends as
-        replicated that no replica holds: both would silently break what the key promises.
-        """
-        if self.broker_role != ASYNC_MASTER:
-            raise ConfigError(f"brokerRole={self.broker_role} is not supported yet (replication comes with the "
-                              f"HA issue); run this broker as brokerRole=ASYNC_MASTER")
+    @property
+    def is_master(self) -> bool:
+        return self.broker_role != SLAVE
 
     def resolve_name(self, name: str | None) -> str:
         """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``default``.
@@ -194,6 +223,15 @@ _NOT_SUPPORTED = {
     "osPageCacheBusyTimeOutMills": "shmq's busy rule is waitTimeMillsInSendQueue (a send older than that "
                                    "when the broker reaches it is answered SYSTEM_BUSY)",
 }
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as (host, port); ConfigError if it is not one."""
+    host, sep, port = address.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ConfigError(f"haMasterAddress must be host:port, got {address!r}")
+    return host, int(port)
 
 
 def _check_name(name: str) -> None:

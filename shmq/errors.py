@@ -136,3 +136,18 @@ class BadArgumentError(ShmqError, ValueError):
 
 class ArgumentTypeError(ShmqError, TypeError):
     """A client call got an argument of the wrong type (not a Message, a body that is not bytes)."""
+
+
+class HAProtocolError(ShmqError, ValueError):
+    """An HA peer sent something the protocol does not allow (wrong magic, version, token proof,
+    a frame at the wrong offset or of an impossible size): the connection is closed, the store
+    keeps nothing of it."""
+
+
+class HADivergedError(ShmqError, RuntimeError):
+    """A replica's store holds history the master does not share (no common epoch), so it cannot
+    follow that master without losing data silently; wipe it or start it as a master."""
+
+
+class ReplicaReadOnlyError(BrokerError):
+    """The broker is a replica (brokerRole=SLAVE): it serves consumers, producers must send to its master."""

@@ -69,12 +69,17 @@ def test_keys_shmq_cannot_honour_yet_are_refused_not_ignored(key):
         BrokerConfig.from_mapping({key: "1s 5s"})
 
 
-def test_roles_that_need_a_replica_are_refused_at_start():
+def test_roles_are_refused_at_start_only_when_they_cannot_work():
     BrokerConfig().check_role()
-    for role in ("SLAVE", "SYNC_MASTER"):
-        c = BrokerConfig.from_mapping({"brokerRole": role})  # a valid value, refused by the broker
-        with pytest.raises(ConfigError, match=f"brokerRole={role} is not supported yet"):
-            c.check_role()
+    BrokerConfig.from_mapping({"brokerRole": "SYNC_MASTER"}).check_role()
+    BrokerConfig.from_mapping({"brokerRole": "SLAVE", "haMasterAddress": "10.0.0.1:10912"}).check_role()
+    for values, why in (({"brokerRole": "SLAVE"}, "needs haMasterAddress"),
+                        ({"brokerRole": "SYNC_MASTER", "haListenPort": 0}, "needs haListenPort > 0")):
+        with pytest.raises(ConfigError, match=f"brokerRole={values['brokerRole']} {why}"):
+            BrokerConfig.from_mapping(values).check_role()
+    for bad in ("nohost", "h:0", ":80", "h:99999", "h:x"):
+        with pytest.raises(ConfigError, match="haMasterAddress must be host:port"):
+            BrokerConfig.from_mapping({"haMasterAddress": bad})
 
 
 def test_broker_name_names_the_broker_unless_name_contradicts_it():

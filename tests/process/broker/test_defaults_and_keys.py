@@ -44,17 +44,18 @@ def _cli(store_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("role", ["SLAVE", "SYNC_MASTER"])
-def test_roles_needing_a_replica_are_refused(tmp_path, store_dir, broker_name, role):
+@pytest.mark.parametrize("role, conf_text, why", [
+    ("SLAVE", "brokerRole=SLAVE\n", "brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)"),
+    ("SYNC_MASTER", "brokerRole=SYNC_MASTER\nhaListenPort=0\n",
+     "brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through the HA sender")])
+def test_roles_that_cannot_keep_their_promise_are_refused(tmp_path, store_dir, broker_name, role, conf_text, why):
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"brokerRole={role}\n")
+    conf.write_text(conf_text)
     out = _cli(store_dir, "--name", broker_name, "--config", str(conf))
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        f"shmq broker: error: brokerRole={role} is not supported yet (replication comes with the HA issue); "
-        "run this broker as brokerRole=ASYNC_MASTER"]
+    assert out.stderr.strip().splitlines() == [f"shmq broker: error: {why}"]
     with pytest.raises(ConfigError, match=f"brokerRole={role}"):
-        shmq.Broker(store_dir, broker_name, {"brokerRole": role})
+        shmq.Broker(store_dir, broker_name, str(conf))
     assert not os.path.exists(os.path.join(store_dir, "commitlog"))  # nothing was written
 
 
