@@ -14,8 +14,9 @@ import sys
 import tempfile
 import time
 from functools import lru_cache
+from typing import Callable
 
-from ..core import body, durable_result, free_port, timed_loop
+from ..core import ReplicatedSpec, System, body, durable_result, free_port, timed_loop
 
 SETTLE = 60.0  # seconds a fresh pair may take until the replica streams
 
@@ -52,26 +53,14 @@ class ReplicatedPair:
             raise
 
     def wait_streaming(self, timeout: float = SETTLE) -> None:
-        """Until the master's HA segment shows a replica streaming at the master's end."""
-        from shmq.errors import BrokerNotFoundError
-        from shmq.ha.shared import STREAMING, HASegment
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.replica.poll() is not None:
-                raise RuntimeError(f"replica {self.replica_name} exited {self.replica.returncode}: {self.log_tail()}")
-            try:
-                seg = HASegment.open(self.name, read_only=True)
-            except BrokerNotFoundError:
-                seg = None
-            if seg is not None:
-                try:
-                    end = seg.master_offset
-                    if any(r.state == STREAMING and r.acked_offset >= end for r in seg.replicas()):
-                        return
-                finally:
-                    seg.close()
-            time.sleep(0.05)
-        raise RuntimeError(f"replica {self.replica_name} not streaming within {timeout} s: {self.log_tail()}")
+        try:
+            wait_streaming(self.name, timeout, self._check_replica)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}; replica log: {self.log_tail()}") from None
+
+    def _check_replica(self) -> None:
+        if self.replica.poll() is not None:
+            raise RuntimeError(f"replica {self.replica_name} exited {self.replica.returncode}: {self.log_tail()}")
 
     def log_tail(self) -> str:
         try:
@@ -94,6 +83,41 @@ class ReplicatedPair:
             from shmq.ring.reclaim import reclaim_dead_broker
             reclaim_dead_broker(self.replica_name, self.replica_store)
         return f"replica {self.replica_name} stopped, exit status {self.replica.returncode}"
+
+
+def wait_streaming(broker: str, timeout: float = SETTLE, check: Callable[[], None] = lambda: None) -> None:
+    """Until ``broker``'s HA segment shows a replica streaming at the master's end (``check`` raises
+    to give up early, e.g. when the replica died)."""
+    from shmq.errors import BrokerNotFoundError
+    from shmq.ha.shared import STREAMING, HASegment
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        check()
+        try:
+            seg = HASegment.open(broker, read_only=True)
+        except BrokerNotFoundError:
+            seg = None
+        if seg is not None:
+            try:
+                end = seg.master_offset
+                if any(r.state == STREAMING and r.acked_offset >= end for r in seg.replicas()):
+                    return
+            finally:
+                seg.close()
+        time.sleep(0.05)
+    raise RuntimeError(f"no replica of {broker} streaming within {timeout} s")
+
+
+class FixedPair(System):
+    """A pair started elsewhere (tools/bench/ha_bench.py, on two hosts): only the replicated workload."""
+
+    replicated = True
+
+    def __init__(self, ctx: dict) -> None:
+        self.ctx = ctx
+
+    def replicated_context(self, spec: ReplicatedSpec) -> dict:
+        return self.ctx
 
 
 def replicated_sender(ctx, spec, idx, sync):
