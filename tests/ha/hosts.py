@@ -142,8 +142,18 @@ class Host:
                 f"--wd={os.fspath(cwd) if cwd is not None else ROOT}", "--", *map(os.fspath, argv)]
 
     def popen(self, argv: Sequence[str], cwd: str | os.PathLike | None = None, **kw: Any) -> subprocess.Popen:
-        """Start ``argv`` in this host (nsenter execs it: the pid is the program's own)."""
-        return subprocess.Popen(self.argv(argv, cwd), **kw)
+        """Start ``argv`` in this host (nsenter execs it: the pid is the program's own).
+
+        Returns once the process is inside the host, so a ``kill_all()`` right after sees it."""
+        proc = subprocess.Popen(self.argv(argv, cwd), **kw)
+        deadline = time.monotonic() + 10
+        while _ns_inode(proc.pid, "ipc") != self.ipc_inode and proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"{self}: {argv[0]} did not enter the host within 10 s")
+            time.sleep(0.001)
+        return proc
 
     def run(self, argv: Sequence[str], timeout: float = 30, cwd: str | os.PathLike | None = None,
             **kw: Any) -> subprocess.CompletedProcess:

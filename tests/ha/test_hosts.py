@@ -71,10 +71,10 @@ while True:
     b, a = s.recvfrom(100); s.sendto(b, a)
 """
 
-# argv: ip, count: datagrams sent one at a time, prints how many came back
+# argv: ip, count, timeout: datagrams sent one at a time, prints how many came back within the timeout
 UDP_PROBE = f"""
 import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.01)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(float(sys.argv[3]))
 back = 0
 for i in range(int(sys.argv[2])):
     s.sendto(str(i).encode(), (sys.argv[1], {PORT}))
@@ -217,12 +217,12 @@ def test_loss_100_times_connects_out_and_stalls_a_transfer_until_cleared(ha_host
 def test_partial_loss_drops_about_that_share(ha_hosts):
     master, replica = ha_hosts
     start(replica, UDP_ECHO)[1].wait_for("ready")
-    assert int(master.run_python(UDP_PROBE, replica.ip, 20).stdout) == 20  # ARP resolved, nothing lost
+    assert int(master.run_python(UDP_PROBE, replica.ip, 20, 1.0).stdout) == 20  # ARP resolved, nothing lost
     master.link.loss(50)  # each way: a round trip survives with p = 0.25
-    back = int(master.run_python(UDP_PROBE, replica.ip, 120).stdout)
+    back = int(master.run_python(UDP_PROBE, replica.ip, 120, 0.01).stdout)
     assert 10 <= back <= 60, back  # 30 expected; these bounds are over 4 standard deviations away
     master.link.clear()
-    assert int(master.run_python(UDP_PROBE, replica.ip, 20).stdout) == 20
+    assert int(master.run_python(UDP_PROBE, replica.ip, 20, 1.0).stdout) == 20
 
 
 def _gone(pid: int) -> bool:
