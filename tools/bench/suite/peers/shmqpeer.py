@@ -133,7 +133,7 @@ class Shmq(System):
         role = "SYNC_MASTER" if spec.sync else "ASYNC_MASTER"
         pair = self.pairs.get(role)
         if pair is None:
-            pair = self.pairs[role] = ReplicatedPair(self.workdir, self.name_ + role[0].lower(), role, STORE_LAYOUT)
+            pair = self.pairs[role] = ReplicatedPair(self.workdir, self.name_ + role[0].lower(), role)
             self.brokers.append(pair.master)
             pair.wait_streaming()
         p = shmq.Producer("bench-admin-ha", broker=pair.name)
