@@ -112,6 +112,7 @@ class Host:
         self.link: Link | None = None
         self.holder: subprocess.Popen | None = None
         self.ipc_inode: int | None = None
+        self._procs: list[subprocess.Popen] = []  # popen's children, reaped when they are killed
         try:
             self._start_holder()
         except BaseException:
@@ -153,6 +154,7 @@ class Host:
                 proc.wait()
                 raise RuntimeError(f"{self}: {argv[0]} did not enter the host within 10 s")
             time.sleep(0.001)
+        self._procs.append(proc)
         return proc
 
     def run(self, argv: Sequence[str], timeout: float = 30, cwd: str | os.PathLike | None = None,
@@ -184,6 +186,14 @@ class Host:
         """SIGKILL every process of this host (the host itself, its /dev/shm and SysV objects stay)."""
         assert self.holder is not None and self.ipc_inode is not None
         _kill_members("ipc", self.ipc_inode, spare=self.holder.pid)
+        self._reap()
+
+    def _reap(self) -> None:
+        """Wait for the killed children of popen (no zombies, and their returncode is set)."""
+        for proc in self._procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+        self._procs = [p for p in self._procs if p.returncode is None]
 
     def reboot(self) -> None:
         """A host crash and restart: every process killed, /dev/shm and the SysV tables start empty."""
@@ -195,6 +205,7 @@ class Host:
             return
         if self.ipc_inode is not None:
             _kill_members("ipc", self.ipc_inode)
+            self._reap()
         if self.holder.poll() is None:
             self.holder.kill()
         self.holder.wait()

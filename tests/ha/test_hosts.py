@@ -97,8 +97,9 @@ class Lines:
         self._t.start()
 
     def _read(self, proc: subprocess.Popen) -> None:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            self.lines.append(line.strip())
+        with proc.stdout:  # type: ignore[union-attr]
+            for line in proc.stdout:  # type: ignore[union-attr]
+                self.lines.append(line.strip())
 
     def wait_for(self, text: str, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
