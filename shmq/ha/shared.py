@@ -18,6 +18,7 @@ same seq twice knows both reads were of one connection.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -187,3 +188,30 @@ class HASegment:
 
     def unlink(self) -> None:
         unlink_segment(self.segment.name)
+
+
+def wake_address(broker: str) -> str:
+    """The sender's wake-up socket: an abstract unix datagram name (no file, gone with the sender)."""
+    return f"\0shmq.{broker}.ha"
+
+
+class SenderWaker:
+    """The broker's side of the wake-up: one datagram when the sender is parked and the log grew.
+
+    A datagram to an abstract socket costs one system call and needs no file; a sender that is
+    not there (not started, restarting) simply misses it and reads ``master_offset`` when it
+    comes back."""
+
+    def __init__(self, broker: str) -> None:
+        self._addr = wake_address(broker)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+
+    def wake(self) -> None:
+        try:
+            self._sock.sendto(b"\0", self._addr)
+        except OSError:  # no sender listening, or its queue is full (it is awake then)
+            pass
+
+    def close(self) -> None:
+        self._sock.close()

@@ -32,6 +32,7 @@ from shmq.codec import frames as P
 from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, CorruptFrameError, ShmqError
 from shmq.procs.control_plane import Client, ControlPlane
+from shmq.procs.ha_link import MasterLink
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.control import ControlQueue, sysv_key
@@ -41,6 +42,7 @@ from shmq.ring.liveness import Liveness, Watch, remove_if_dead
 from shmq.ring.owner import refuse_squatters
 from shmq.ring.reclaim import reclaim_dead_broker, remove_queue
 from shmq.ring.state import StateReader, StateWriter
+from shmq.store.epochs import EpochFile
 from shmq.store.message_store import MessageStore
 
 log = logging.getLogger("shmq.broker")
@@ -82,6 +84,7 @@ class BrokerController:
         self.clients: dict[int, Client] = {}
         self._stopping = False
         self._park_flags: list[tuple[Ring, int]] = []
+        self.ha: MasterLink | None = None  # a master's end of HA, from start() on
 
     # ------------------------------------------------------------------ start / stop
 
@@ -97,6 +100,8 @@ class BrokerController:
         # before the state segment announces us: a stop right after start must be graceful
         handlers = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
+            if self.config.is_master:  # a new epoch: a replica can tell what this start wrote (docs/HA.md)
+                EpochFile(self.store_dir).begin_master_epoch(self.store.commitlog.max_offset)
             # the metadata is loaded and checked (or the start refused) before any IPC object exists
             self.core = BrokerCore(self.store, self.config)
             self._create_ipc()
@@ -156,6 +161,10 @@ class BrokerController:
                                             shm_gid=self.config.group_id())
             undo.callback(self.state.unlink)
             undo.callback(self.state.close)
+            if self.config.is_master:
+                self.ha = MasterLink(self.name, self.config.group_id())
+                self.ha.after_pass(self.core.store.commitlog.max_offset)
+                undo.callback(self.ha.close)
             self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
             self.publisher = StatePublisher(self.state)
             self.core.publisher = self.publisher
@@ -194,6 +203,8 @@ class BrokerController:
             self.control_plane.close()  # channels in the making or removal are done with before the bell goes
             self.bell.close()
             self.bell.unlink()
+            if self.ha is not None:
+                self.ha.close()
         finally:
             try:
                 self.store.shutdown()
@@ -324,6 +335,8 @@ class BrokerController:
                     continue  # back pressure: the client is not reading its responses
             work += self._serve_channel(c, now)
         work += self.core.end_pass()
+        if self.ha is not None:
+            self.ha.after_pass(self.core.store.commitlog.max_offset)
         for c in list(self.clients.values()):
             if c.out:
                 self._flush_out(c)
