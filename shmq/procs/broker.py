@@ -156,17 +156,17 @@ class BrokerController:
                                                                self._bell_rotated)
             undo.callback(self.bell.unlink)
             undo.callback(self.bell.close)
-            self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
-                                            shm_gid=self.config.group_id())
-            undo.callback(self.state.unlink)
-            undo.callback(self.state.close)
-            if self.config.is_master:
+            if self.config.is_master:  # before the state segment: a broker seen running has it
                 commitlog = self.core.store.commitlog
                 self.ha = MasterLink(self.name, self.store_dir, self.config, lambda: commitlog.max_offset)
                 self.ha.after_pass(commitlog.max_offset)
                 undo.callback(self.ha.close)
                 if self.core.replica is not None:
                     self.core.replica.source = self.ha
+            self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
+                                            shm_gid=self.config.group_id())
+            undo.callback(self.state.unlink)
+            undo.callback(self.state.close)
             self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
             self.publisher = StatePublisher(self.state)
             self.core.publisher = self.publisher
