@@ -66,7 +66,7 @@ class MasterLink:
         """At shutdown: the sender stops, then the segment goes."""
         try:
             if self.sender is not None:
-                self.sender.stop()
+                self.sender.stop(self._waker.wake)
         finally:
             self._waker.close()
             self.segment.close()

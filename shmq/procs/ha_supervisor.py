@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import Callable
 
 from shmq.config import BrokerConfig
 from shmq.store import files
@@ -98,12 +99,15 @@ class SenderSupervisor:
         self._restart_at = now + int(self._backoff * 1e9)
         self._backoff = min(BACKOFF_MAX_S, self._backoff * 2)
 
-    def stop(self) -> None:
-        """At broker shutdown: SIGTERM, up to STOP_WAIT_S for it to go, then SIGKILL; the config file goes."""
+    def stop(self, nudge: Callable[[], None]) -> None:
+        """At broker shutdown: SIGTERM, ``nudge`` (the wake-up datagram: its signal handler only
+        sets a flag, the datagram ends its sleep), up to STOP_WAIT_S for it to go, then SIGKILL;
+        the config file goes."""
         p, self.process = self.process, None
         try:
             if p is not None and p.poll() is None:
                 p.terminate()
+                nudge()
                 try:
                     p.wait(STOP_WAIT_S)
                 except subprocess.TimeoutExpired:

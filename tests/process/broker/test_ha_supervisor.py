@@ -173,7 +173,7 @@ def test_restart_backoff_doubles_to_the_cap_and_resets_after_a_long_run(tmp_path
         due = exits(now + 31 * s)  # it ran 31 s: the backoff starts over
         assert (due - now - 31 * s) / s == 0.2
     finally:
-        sup.stop()
+        sup.stop(lambda: None)
     with open(tmp_path / "ha.log") as f:
         assert f.read().count("shmq ha: error:") == 8
     assert not os.path.exists(sup.config_path)

@@ -245,3 +245,28 @@ def test_shutdown_answers_what_waits(store_dir, broker_name, config):
         if ha is not None:
             ha.close()
         broker.stop()
+
+
+def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(store_dir, broker_name, config):
+    """Regression: the producer resent a request that had no answer after a third of
+    send_msg_timeout (one attempt of three). A ring never loses a request, so the broker had
+    stored it and held the answer for a replica: each resend stored another copy, and the
+    caller got SendTimeoutError instead of FLUSH_SLAVE_TIMEOUT."""
+    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 1500))
+    ha = standin = None
+    try:
+        ha = HASegment.open(broker_name)
+        standin = StandIn(broker_name)
+        with Producer("pg", broker=broker_name, auto_batch=False, send_msg_timeout=3.0) as p:
+            p.send(Message("T", b"warm"))
+            standin.hold(ha.master_offset)
+            start = time.perf_counter()
+            r = p.send(Message("T", b"once"))
+            assert r.status is SendStatus.FLUSH_SLAVE_TIMEOUT and 1.4 < time.perf_counter() - start < 2.5
+        assert sorted(read_all(broker_name, "T")) == [b"once", b"warm"]
+    finally:
+        if standin is not None:
+            standin.close()
+        if ha is not None:
+            ha.close()
+        broker.stop()
