@@ -270,3 +270,37 @@ def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(sto
         if ha is not None:
             ha.close()
         broker.stop()
+
+
+DYING_PRODUCER = """
+import sys, time
+from shmq import Message, Producer
+p = Producer("dying", broker=sys.argv[1], auto_batch=False).start()
+futures = [p.send_async(Message("T", b"orphan%d" % i)) for i in range(3)]
+print("sent", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_dead_clients_waiting_answers_are_dropped(ha_pair, broker_name):
+    broker, ha, standin = ha_pair
+    with Producer("pg", broker=broker_name) as p:
+        p.send(Message("T", b"warm"))
+        standin.hold(ha.master_offset)
+        start = ha.master_offset
+        child = subprocess.Popen([sys.executable, "-c", DYING_PRODUCER, broker_name], stdout=subprocess.PIPE,
+                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+        try:
+            assert child.stdout.readline() == b"sent\n"
+            wait_grown(ha, start)
+            child.kill()
+            child.wait()
+            assert wait_for(lambda: "(pid %d)" % child.pid in broker.log(), 5)  # dropped by the broker
+        finally:
+            child.kill()
+            child.wait()
+            child.stdout.close()
+        standin.auto()
+        assert p.send(Message("T", b"after")).status is SendStatus.SEND_OK
+    broker.stop()
+    assert "3 dropped" in broker.log()
