@@ -6,7 +6,9 @@ it with ``Popen.poll`` (no blocking call) every ``CHECK_NS``; a sender that exit
 after a backoff that doubles from ``BACKOFF_MIN_S`` to ``BACKOFF_MAX_S`` and starts over once a
 sender stayed up ``STABLE_S``. A sender that cannot run at all (its port is taken by another
 broker's sender) thus costs one start every 5 s and a line in ``STORE/ha.log``, nothing more.
-The broker's effective config goes to the sender in a 0600 temp file (it holds haAuthToken).
+The broker's effective config (it holds haAuthToken) goes to the sender in an anonymous memory
+file the child inherits (``--config /dev/fd/N``): no file on disk that a killed broker could
+leave behind with the token in it.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from typing import Callable
 
 from shmq.config import BrokerConfig
@@ -46,9 +47,9 @@ class SenderSupervisor:
         self.store_dir = store_dir
         self.name = name
         self.log_path = os.path.join(store_dir, "ha.log")
-        fd, self.config_path = tempfile.mkstemp(prefix=f"shmq-{name}-ha-", suffix=".conf")  # 0600
-        with os.fdopen(fd, "w") as f:
-            f.write(config.to_properties())
+        self._config_fd = os.memfd_create(f"shmq-{name}-ha.conf", os.MFD_CLOEXEC)
+        os.write(self._config_fd, config.to_properties().encode())
+        self.config_path = f"/dev/fd/{self._config_fd}"  # each open of it reads from the start
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._started_ns = 0
@@ -63,7 +64,8 @@ class SenderSupervisor:
         try:
             fd = files.open_file(self.log_path, os.O_WRONLY | os.O_APPEND)[0]
             try:
-                self.process = subprocess.Popen(cmd, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL)
+                self.process = subprocess.Popen(cmd, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL,
+                                                pass_fds=(self._config_fd,))
             finally:
                 os.close(fd)
         except OSError as e:
@@ -102,7 +104,7 @@ class SenderSupervisor:
     def stop(self, nudge: Callable[[], None]) -> None:
         """At broker shutdown: SIGTERM, ``nudge`` (the wake-up datagram: its signal handler only
         sets a flag, the datagram ends its sleep), up to STOP_WAIT_S for it to go, then SIGKILL;
-        the config file goes."""
+        the config goes."""
         p, self.process = self.process, None
         try:
             if p is not None and p.poll() is None:
@@ -115,7 +117,4 @@ class SenderSupervisor:
                     p.kill()
                     p.wait()
         finally:
-            try:
-                os.unlink(self.config_path)
-            except FileNotFoundError:
-                pass
+            os.close(self._config_fd)
