@@ -27,6 +27,7 @@ from shmq.ha.shared import STREAMING, HASegment
 
 log = logging.getLogger("shmq.ha")
 OUT_LIMIT = 1 << 20  # bytes queued per connection before the loop waits for the socket
+METADATA_BACKLOG = 8 * OUT_LIMIT  # queued bytes past which a metadata frame closes the connection
 IOV_MAX = 64  # parts handed to one sendmsg
 RECV_SIZE = 65536
 Part = Union[bytes, memoryview]
@@ -91,6 +92,13 @@ class ReplicaConnection:
         self._out.append((data, end_offset))
         self.out_bytes += len(data)
         self._queued_ms = _ms()
+
+    def queue_metadata(self, frame: bytes) -> None:
+        """A changed config file; Closed if the replica has left far too much unread (it reports
+        but does not read: the queue would otherwise grow with every change)."""
+        if self.out_bytes >= METADATA_BACKLOG:
+            raise Closed(f"the replica reads nothing: {self.out_bytes} bytes wait to be sent")
+        self.queue(frame)
 
     def can_fill(self, master_offset: int) -> bool:
         """More log to queue and room to queue it: the loop must not sleep."""

@@ -23,6 +23,7 @@ from shmq.ha.connection import Closed, ReplicaConnection, Settings
 from shmq.ha.log_reader import HALogReader
 from shmq.ha.metadata import MetadataWatcher, load_epochs
 from shmq.ha.shared import HASegment, wake_address
+from shmq.ring.framing import full_fence
 
 log = logging.getLogger("shmq.ha")
 MAX_SLEEP_MS = 100  # beat and the broker's liveness are checked at least this often
@@ -164,6 +165,7 @@ class HASender:
                 if any(c.caught_up(master) for c in conns.values()):
                     header["sender_parked"] = 1  # the broker wakes us from now on ...
                     parked = True
+                    full_fence()  # the flag's store before the offset's load (Dekker, as ring.doorbell)
                     if int(header["master_offset"][0]) != master:  # ... and this catches what it published before
                         header["sender_parked"] = 0
                         parked = False
@@ -223,9 +225,12 @@ class HASender:
         """Once a second: let go of cleaned segments, pass changed config files on."""
         self.reader.refresh()
         for frame in self.meta.check():
-            for conn in self.conns.values():
+            for conn in list(self.conns.values()):
                 if conn.welcomed:  # a newer one got them with its WELCOME
-                    conn.queue(frame)
+                    try:
+                        conn.queue_metadata(frame)
+                    except Closed as e:
+                        self._close(conn, str(e))
 
     def _close(self, conn: ReplicaConnection, reason: str, level: int = logging.WARNING) -> None:
         log.log(level, "closing replica %s%s: %s", conn.addr, f" ({conn.name})" if conn.name else "", reason)
