@@ -304,3 +304,56 @@ def test_a_dead_clients_waiting_answers_are_dropped(ha_pair, broker_name):
         assert p.send(Message("T", b"after")).status is SendStatus.SEND_OK
     broker.stop()
     assert "3 dropped" in broker.log()
+
+
+def test_end_to_end_with_the_supervised_sender_and_a_tcp_replica(store_dir, broker_name, config):
+    """The whole chain: the broker's own `shmq ha` child, a replica speaking the protocol over
+    TCP (tests/ha/sender_support.py), acks through the HA segment and the broker's doorbell.
+    Sends are SEND_OK while it follows; once it is gone, SLAVE_NOT_AVAILABLE."""
+    from tests.ha.sender_support import TOKEN, Replica
+
+    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 2000, haAuthToken=TOKEN))
+    ha = None
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    try:
+        ha = HASegment.open(broker_name)
+        assert wait_for(lambda: int(ha.header["listen_port"][0]) != 0, 10)
+        replica = Replica(int(ha.header["listen_port"][0]))
+        welcome = replica.handshake()
+        replica.start = welcome.max_offset
+        replica.report(replica.offset)
+
+        def follow() -> None:
+            replica.sock.settimeout(0.05)
+            try:
+                while not stop.is_set():
+                    try:
+                        if replica._read_once():
+                            replica.report(replica.offset)
+                    except socket.timeout:
+                        pass
+            except BaseException as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        try:
+            with Producer("pg", broker=broker_name) as p:
+                assert wait_for(lambda: ha.best_acked(ha.master_offset, 1 << 30) >= 0, 10)
+                results = [p.send(Message("E2E", b"m%d" % i)) for i in range(50)]
+                assert {r.status for r in results} == {SendStatus.SEND_OK}
+                assert replica.offset >= results[-1].phys_offsets[0]  # it has them
+        finally:
+            stop.set()
+            thread.join(10)
+        assert not errors
+        replica.close()
+        assert wait_for(lambda: ha.best_acked(ha.master_offset, 1 << 30) < 0, 10)
+        with Producer("pg", broker=broker_name) as p:
+            assert p.send(Message("E2E", b"alone")).status is SendStatus.SLAVE_NOT_AVAILABLE
+    finally:
+        stop.set()
+        if ha is not None:
+            ha.close()
+        broker.stop()
