@@ -44,6 +44,7 @@ class MasterLink:
             self._published = max_offset
             header = self.segment.header
             header["master_offset"] = max_offset
+            full_fence()  # the store before the load: the sender fences between raising the flag and re-reading
             if header["sender_parked"][0]:
                 self._waker.wake()
 
