@@ -11,6 +11,7 @@ core directly with a real store and no process.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from shmq.broker.answers import Answers, Peer
@@ -20,17 +21,18 @@ from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
 from shmq.broker.publish import StatePublisher
+from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
 from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.codec import frames as P
-from shmq.config import SYNC_FLUSH, BrokerConfig
+from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig
 from shmq.errors import CorruptFrameError
 from shmq.store.message_store import MessageStore
 
 log = logging.getLogger("shmq.broker")
 
 LOOP_STATS = ("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts", "group_commits",
-              "group_commit_ns", "flushed_answers")
+              "group_commit_ns", "flushed_answers", *REPLICATION_STATS)
 
 
 class BrokerCore:
@@ -50,7 +52,10 @@ class BrokerCore:
         self.clients: dict[int, Peer] = {}
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)
-        self.answers = Answers(config.flush_disk_type == SYNC_FLUSH, self._flush, self.stats)
+        # SYNC_MASTER: answers wait for a replica; the process sets ``replica.source`` (its HA segment)
+        self.replica = ReplicaWaits(config.sync_flush_timeout, self.stats) if config.broker_role == SYNC_MASTER \
+            else None
+        self.answers = Answers(config.flush_disk_type == SYNC_FLUSH, self._flush, self.stats, self.replica)
         self.resolve_topic = topic_resolver(self.topics.get, self._auto_create, config.auto_create_topic_enable)
         self.send = SendProcessor(self)
         self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
@@ -111,11 +116,14 @@ class BrokerCore:
     def end_pass(self) -> int:
         """After every client's frames of a pass, before any answer is written: topics created in
         the pass become durable (one write for all of them), SYNC_FLUSH sends get their group
-        flush, new max offsets are published and waiting consumers woken. Returns the answers
-        the group commit released."""
+        flush, SYNC_MASTER answers a replica acknowledged (or that timed out) are released, new
+        max offsets are published and waiting consumers woken. Returns the answers released."""
         if self.topics.dirty:
             self.persist_topics()
-        n = self.answers.group_commit() if self.answers.pending else 0
+        replica = self.replica
+        n = replica.release(time.monotonic_ns()) if replica is not None and replica.groups else 0
+        if self.answers.pending:
+            n += self.answers.group_commit()
         if self._touched:
             self._after_puts()
         return n

@@ -105,6 +105,8 @@ class BrokerController:
             # the metadata is loaded and checked (or the start refused) before any IPC object exists
             self.core = BrokerCore(self.store, self.config)
             self._create_ipc()
+            if self.ha is not None:  # it finds the broker through the state segment, which now exists
+                self.ha.start_sender(time.monotonic_ns())
         except BaseException:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -157,14 +159,17 @@ class BrokerController:
                                                                self._bell_rotated)
             undo.callback(self.bell.unlink)
             undo.callback(self.bell.close)
+            if self.config.is_master:  # before the state segment: a broker seen running has it
+                commitlog = self.core.store.commitlog
+                self.ha = MasterLink(self.name, self.store_dir, self.config, lambda: commitlog.max_offset)
+                self.ha.after_pass(commitlog.max_offset)
+                undo.callback(self.ha.close)
+                if self.core.replica is not None:
+                    self.core.replica.source = self.ha
             self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
                                             shm_gid=self.config.group_id())
             undo.callback(self.state.unlink)
             undo.callback(self.state.close)
-            if self.config.is_master:
-                self.ha = MasterLink(self.name, self.config.group_id())
-                self.ha.after_pass(self.core.store.commitlog.max_offset)
-                undo.callback(self.ha.close)
             self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
             self.publisher = StatePublisher(self.state)
             self.core.publisher = self.publisher
@@ -188,6 +193,8 @@ class BrokerController:
         core = self.core
         try:
             self._pass(time.monotonic_ns())
+            if core.replica is not None:
+                core.replica.finish(time.monotonic_ns())
             for c in list(self.clients.values()):
                 self._flush_out(c)
             core.publish_counters()
@@ -216,6 +223,11 @@ class BrokerController:
         log.info("broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
                  "%d spins that found work, %d client doorbell posts", self.name, st["frames"], st["busy_passes"],
                  st["parks"], st["park_timeouts"], st["spin_hits"], st["posts"])
+        if core.replica is not None:
+            log.info("SYNC_MASTER: %d answers waited for a replica (%.1f us on average), %d timed out "
+                     "(FLUSH_SLAVE_TIMEOUT), %d found no replica in sync (SLAVE_NOT_AVAILABLE), %d dropped",
+                     st["replica_waits"], st["replica_wait_ns"] / max(1, st["replica_acked"]) / 1000,
+                     st["replica_timeouts"], st["slave_not_available"], st["replica_dropped"])
         if st["group_commits"]:
             log.info("group commit: %d answers in %d flushes, %.1f us per flush on average",
                      st["flushed_answers"], st["group_commits"], st["group_commit_ns"] / st["group_commits"] / 1000)
@@ -238,6 +250,8 @@ class BrokerController:
             if now >= next_tick:
                 next_tick = now + TICK_NS
                 core.tick(now)
+                if self.ha is not None:
+                    self.ha.tick(now)
                 if now >= next_live:
                     next_live = now + LIVENESS_NS
                     self._check_liveness()
@@ -271,7 +285,9 @@ class BrokerController:
                 continue
             try:
                 stats["parks"] += 1
-                if park(self._has_work, self._park_flags, self.bell, IDLE_PARK_S, spin=0.0, ring_ends=True):
+                timeout = IDLE_PARK_S if core.replica is None else \
+                    core.replica.park_timeout(IDLE_PARK_S, time.monotonic_ns())
+                if park(self._has_work, self._park_flags, self.bell, timeout, spin=0.0, ring_ends=True):
                     spin_ns = _next_spin(time.monotonic_ns() - idle_since)
                 else:
                     stats["park_timeouts"] += 1
@@ -293,6 +309,9 @@ class BrokerController:
 
     def _has_work(self) -> bool:
         if self._stopping:
+            return True
+        replica = self.core.replica
+        if replica is not None and replica.groups and replica.ready(time.monotonic_ns()):
             return True
         try:
             for c in self.clients.values():

@@ -1,22 +1,42 @@
-"""The master broker's end of HA: the HA segment it owns and the wake-ups it sends the HA sender.
+"""The master broker's end of HA: the HA segment it owns, the wake-ups it sends the HA sender,
+the acked offsets SYNC_MASTER answers wait for, and the sender child it supervises.
 
 After every pass that wrote, the loop publishes the commitlog's new max offset in the HA
 segment (one aligned store) and, only if the sender is parked, wakes it with one datagram, so
-a busy broker makes no system call for replication.
+a busy broker makes no system call for replication. While SYNC_MASTER answers wait the
+``broker_waiting`` word is 1 and the sender rings the broker's doorbell when an ack advances.
 """
 from __future__ import annotations
 
+from typing import Callable
+
+from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment, SenderWaker
+from shmq.procs.ha_supervisor import SenderSupervisor
 from shmq.ring.framing import full_fence
 
 
 class MasterLink:
-    """Owned by the broker process of a master (``brokerRole`` ASYNC_MASTER or SYNC_MASTER)."""
+    """Owned by the broker process of a master (``brokerRole`` ASYNC_MASTER or SYNC_MASTER);
+    ``log_end`` reads the commitlog's max offset (the in-sync gap is measured from it)."""
 
-    def __init__(self, broker: str, shm_gid: int | None) -> None:
-        self.segment = HASegment.create(broker, shm_gid)
-        self._waker = SenderWaker(broker)
+    def __init__(self, broker: str, store_dir: str, config: BrokerConfig, log_end: Callable[[], int]) -> None:
+        self.segment = HASegment.create(broker, config.group_id())
+        try:
+            self._waker = SenderWaker(broker)
+            self.sender = SenderSupervisor(store_dir, broker, config) if config.ha_listen_port > 0 else None
+        except BaseException:
+            self.segment.close()
+            self.segment.unlink()
+            raise
         self._published = -1
+        self._log_end = log_end
+        self._max_gap = config.ha_max_gap_not_in_sync
+
+    def start_sender(self, now: int) -> None:
+        """Once the broker serves (the sender watches its liveness from the state segment)."""
+        if self.sender is not None:
+            self.sender.start(now)
 
     def after_pass(self, max_offset: int) -> None:
         """Publish a grown log end; wake a parked sender."""
@@ -28,8 +48,27 @@ class MasterLink:
             if header["sender_parked"][0]:
                 self._waker.wake()
 
+    def tick(self, now: int) -> None:
+        """The broker's timer tick: restart a sender that died (no blocking call)."""
+        if self.sender is not None:
+            self.sender.check(now)
+
+    # ------------------------------------------------------------------ replication.AckSource
+
+    def best_acked(self) -> int:
+        return self.segment.best_acked(self._log_end(), self._max_gap)
+
+    def set_waiting(self, waiting: bool) -> None:
+        self.segment.set_broker_waiting(waiting)
+        if waiting:  # Dekker with the sender: our flag before we read its acks again
+            full_fence()
+
     def close(self) -> None:
-        """At shutdown: the segment goes (the sender sees the broker die and exits)."""
-        self._waker.close()
-        self.segment.close()
-        self.segment.unlink()
+        """At shutdown: the sender stops, then the segment goes."""
+        try:
+            if self.sender is not None:
+                self.sender.stop(self._waker.wake)
+        finally:
+            self._waker.close()
+            self.segment.close()
+            self.segment.unlink()

@@ -74,8 +74,7 @@ class _Pending:
     resend: Callable[[], None]
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
-    attempt_deadline: float
-    retries_left: int
+    retries_left: int  # resends left after SYSTEM_BUSY (the broker stored nothing)
 
 
 def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[list[Message]]:
@@ -160,7 +159,7 @@ class Producer:
 
     def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
-        """Send and wait for the broker's answer (retried on busy/timeout within the timeout)."""
+        """Send and wait for the broker's answer (resent after SYSTEM_BUSY within the timeout)."""
         self._flush_accumulated()
         qid = self._choose_queue(msg, selector, arg)
         s = self._conn.hold_responses()
@@ -387,13 +386,10 @@ class Producer:
 
     def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float) -> Future:
         fut: Future = Future()
-        attempts = self.retry_times_when_send_failed + 1
-        per_attempt = (deadline - time.monotonic()) / attempts
-        p = _Pending(fut, lambda: None, build, deadline, 0.0, self.retry_times_when_send_failed)
+        p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed)
 
         def attempt() -> None:
             req_id = next_request_id()
-            p.attempt_deadline = min(deadline, time.monotonic() + per_attempt)
             self._pending[req_id] = p
             try:
                 self._write(kind, size, fill, req_id, deadline)
@@ -448,10 +444,13 @@ class Producer:
             raise CorruptFrameError(f"frame kind {kind} is not a response")
 
     def _expire(self, now: float) -> None:
+        """Fail sends with no answer by their deadline, never send them again: a ring does not lose
+        a request, so the broker has it (and may have stored it while its answer waits for a
+        flush or a replica); a resend would store another copy."""
         for req_id, p in list(self._pending.items()):
-            if now >= p.attempt_deadline and self._pending.pop(req_id, None) is p:
-                self._retry(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
-                                                f"{self.send_msg_timeout} s"))
+            if now >= p.deadline and self._pending.pop(req_id, None) is p and not p.future.done():
+                p.future.set_exception(SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
+                                                        f"{self.send_msg_timeout} s"))
 
     def _broker_died(self, s: Session, why: str) -> None:
         self._fail_all(BrokerGoneError(f"broker {self.broker_name!r} went away ({why}); "
