@@ -21,7 +21,7 @@ from typing import Any, Callable
 import posix_ipc
 
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
-                         MessageTooLargeError, ShmqError)
+                         MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
 from shmq.ring.doorbell import park, wake
@@ -57,6 +57,15 @@ def not_serving_message(broker: str, cause: Exception) -> str:
     if isinstance(cause, BrokerNotFoundError):
         return f"{cause}; {hint}"
     return f"no broker named {broker!r} is serving ({cause}); {hint}"
+
+
+def _refusal(broker: str, error: str) -> ShmqError:
+    """The exception for a refused attach; a replica's refusal of a producer keeps its class."""
+    kind, _, detail = error.partition(": ")
+    if kind == ReplicaReadOnlyError.__name__:
+        code, _, text = detail.removeprefix("broker error ").partition(": ")
+        return ReplicaReadOnlyError(int(code) if code.isdigit() else 0, text or detail)
+    return ShmqError(f"broker {broker!r} refused to attach: {error}")
 
 
 class Session:
@@ -217,7 +226,7 @@ class BrokerConnection:
                 bell.close()
             reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
             if not reply.ok:
-                raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
+                raise _refusal(self.broker_name, str(reply.body.get("error")))
             channel = Channel.open(self.broker_name, client_id, state.trust.check_semaphore)
             try:
                 check_channel(state.trust, channel)
