@@ -252,8 +252,16 @@ class ConsumeQueue:
 
     def truncate_dirty(self, phys_end: int) -> None:
         """Drop entries pointing at or past `phys_end` (a commitlog tail that recovery cut)."""
+        cut = self.dirty_from(phys_end)
+        if cut < self.max_offset:
+            self._set_end(cut * fmt.CQ_ENTRY_SIZE)
+            self.min_offset = min(self.min_offset, self.max_offset)
+
+    def dirty_from(self, phys_end: int) -> int:
+        """The first queue offset whose entry ends past `phys_end` (max_offset if none): where
+        ``truncate_dirty`` cuts, known before cutting (the replica's truncation records it first)."""
         if self.max_offset <= self.min_offset or self.max_phys_end <= phys_end:
-            return
+            return self.max_offset
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:  # first entry with offset >= phys_end (entries are in commitlog order)
             mid = (lo + hi) // 2
@@ -263,8 +271,7 @@ class ConsumeQueue:
                 hi = mid
             else:
                 lo = mid + 1
-        self._set_end(lo * fmt.CQ_ENTRY_SIZE)
-        self.min_offset = min(self.min_offset, self.max_offset)
+        return lo
 
     def delete_expired(self, min_commitlog_offset: int) -> int:
         """Delete files whose entries all point below the commitlog's min offset; returns count."""

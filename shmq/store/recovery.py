@@ -9,10 +9,12 @@ holds beyond their progress is re-dispatched (dispatch is idempotent).
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from typing import Iterable, Iterator
 
 from shmq.codec import record as fmt
+from shmq.errors import MetadataError
 from shmq.store import queue_table
 from shmq.store.commitlog import CommitLog
 from shmq.store.checkpoint import StoreCheckpoint
@@ -63,8 +65,58 @@ def first_store_timestamp(mf: MappedFile) -> int:
     return fmt.HEADER.unpack_from(mf.view, 0)[10]
 
 
+def sync_dir(path: str) -> None:
+    """fsync a folder: a file's creation, rename or removal in it is then durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def cut_marker_path(commitlog: CommitLog) -> str:
+    """DIR/truncating: a replica's truncation in progress (its target offset): recovery finishes it."""
+    return os.path.join(os.path.dirname(commitlog.directory), "truncating")
+
+
+def cut_log(commitlog: CommitLog, offset: int) -> None:
+    """Cut the commitlog at ``offset`` durably: the tail of its segment zeroed and synced before
+    the later segments go, so a crash in between never brings a cut record back."""
+    queue = commitlog.queue
+    mf = queue.find(offset)
+    if mf is not None:
+        mf.zero_from(offset - mf.file_from_offset)
+        mf.mm.flush()
+        mf.wrote_position = mf.flushed_position = offset - mf.file_from_offset
+    for later in [f for f in queue.files if f.file_from_offset > offset]:
+        later.destroy()
+    queue.files = [f for f in queue.files if f.file_from_offset <= offset]
+    for spare in queue.spares:
+        spare.destroy()
+    queue.spares = []
+    sync_dir(queue.directory)
+
+
+def finish_cut(commitlog: CommitLog) -> None:
+    """Complete a replica truncation that a crash interrupted (see ``cut_marker_path``)."""
+    path = cut_marker_path(commitlog)
+    try:
+        with open(path, encoding="ascii") as f:
+            offset = int(f.read())
+    except FileNotFoundError:
+        return
+    except ValueError:
+        raise MetadataError(f"{path} does not hold a commitlog offset; it marks an interrupted replica "
+                            "truncation (DIR/diverged/ keeps the cut bytes)") from None
+    log.warning("finishing an interrupted replica truncation: commitlog cut at %d", offset)
+    cut_log(commitlog, offset)
+    os.unlink(path)
+    sync_dir(os.path.dirname(path))
+
+
 def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) -> int:
     """Set the commitlog's write position to its true end and cut everything after; returns the end."""
+    finish_cut(commitlog)
     files = commitlog.queue.files
     if not files:
         return 0

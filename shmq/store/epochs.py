@@ -1,0 +1,68 @@
+"""config/epochs.json: the store's epoch history, which HA compares to find the shared log.
+
+Every master start opens an epoch (``shmq.ha.protocol.Epoch``: number, first offset, random
+id); a replica adopts its master's list. The file is written atomically (temp, fsync, rename:
+``config_files.write_json``) because a torn history would make a replica either refuse a master
+it shares everything with or, worse, keep a tail it does not share. Garbage is never read as
+"no epochs": that would let a store with data look like a fresh one, so it raises
+MetadataError naming the file and the fault.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from shmq.errors import MetadataError
+from shmq.ha.protocol import Epoch, check_epochs
+from shmq.store.config_files import write_json
+
+
+class EpochFile:
+    """The epoch list of one store directory."""
+
+    def __init__(self, store_dir: str) -> None:
+        self.path = os.path.join(store_dir, "config", "epochs.json")
+
+    @property
+    def entries(self) -> list[Epoch]:
+        """The saved list (empty if the store never had one); MetadataError if the file is damaged."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return []
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MetadataError(f"{self.path} is not valid JSON ({e}); restore it from the master's list "
+                                "or remove it only if the store holds no data") from None
+        try:
+            if not isinstance(data, dict) or not isinstance(data.get("epochs"), list):
+                raise ValueError('not a {"epochs": [...]} object')
+            epochs = [Epoch.from_json(e) for e in data["epochs"]]
+            check_epochs(epochs)
+        except ValueError as e:
+            raise MetadataError(f"{self.path}: {e}") from None
+        return epochs
+
+    def save(self, entries: list[Epoch]) -> None:
+        """Replace the list atomically (ValueError if it is out of order)."""
+        check_epochs(entries)
+        write_json(self.path, {"epochs": [e.to_json() for e in entries]})
+
+    def begin_master_epoch(self, max_offset: int) -> Epoch:
+        """Open the epoch of a master start at ``max_offset`` (its commitlog end after recovery):
+        the last epoch + 1, or a new id for the last entry when nothing was written in it (it
+        starts at ``max_offset`` too), so a list does not grow with restarts that wrote
+        nothing. A fresh store gets epoch 1 at 0."""
+        entries = self.entries
+        if entries and max_offset < entries[-1].start_offset:
+            raise MetadataError(f"{self.path}: the last epoch starts at {entries[-1].start_offset}, past the "
+                                f"commitlog's end {max_offset}: the log lost data the history says it had")
+        if entries and entries[-1].start_offset == max_offset:
+            # nothing was written in it: replaced by a higher number (a replica that adopted the
+            # old entry then shares the log up to its start, which is all there is)
+            epoch = Epoch.new(entries.pop().epoch + 1, max_offset)
+        else:
+            epoch = Epoch.new(entries[-1].epoch + 1 if entries else 1, max_offset)
+        entries.append(epoch)
+        self.save(entries)
+        return epoch
