@@ -21,7 +21,9 @@ from shmq.broker.topics import TopicConfig, topic_from_json
 from shmq.ha import protocol
 from shmq.ha.client import HAClient
 from shmq.procs.broker import BrokerController, run_broker
+from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
+from shmq.store.hooks import PutRequest
 from shmq.store.replicated import ReplicaAppender
 
 log = logging.getLogger("shmq.broker")
@@ -153,12 +155,24 @@ def _merge_offsets(core: BrokerCore, text: bytes) -> None:
         core.persist_offsets()
 
 
+class ReadOnly:
+    """A put hook refusing every put: the replica's log is the master's, byte for byte, so nothing
+    may be written into it locally (a consumer's send-back of a failed message included)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def before_put(self, req: PutRequest) -> None:
+        req.refuse(None, SERVICE_NOT_AVAILABLE, self.reason)
+
+
 class ReplicaController(BrokerController):
     """A BrokerController in role SLAVE with the HA client following its master."""
 
     def start(self) -> "ReplicaController":
         super().start()
         assert self.store is not None
+        self.store.put_hooks.append(ReadOnly(replica_refusal(self.name, self.config)))
         self.follower = ReplicaInbox(self.bell)
         self.ha_client = HAClient(ReplicaAppender(self.store), self.config, self.name, self.follower)
         self.ha_client.start()
