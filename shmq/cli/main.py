@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--role", choices=ROLES[:2], default="ASYNC_MASTER", help="role of the new master")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
                                                                "and for the broker to serve")
+    h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
+    h.add_argument("--store", required=True, help="the master's store directory")
+    h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
+    h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
     args = parser.parse_args(argv)
     if args.command == "broker":
         return _broker("broker", args.store, args.name, args.config, {"broker_role": args.role} if args.role else {})
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "admin" and args.admin_command == "promote":
         from shmq.cli.promote import promote
         return promote(args.store, args.name, args.config, args.role, args.timeout)
+    if args.command == "ha":
+        return _ha(args.store, args.name, args.config)
     return 2
 
 
@@ -63,6 +69,19 @@ def _broker(command: str, store: str, name: str | None, config_path: str | None,
         return run_broker(store, resolved, config)
     from shmq.procs.replica import run_replica
     return run_replica(store, resolved, config)
+
+
+def _ha(store: str, name: str | None, config_path: str | None) -> int:
+    from shmq.config import BrokerConfig
+    from shmq.errors import ConfigError
+    from shmq.procs.ha_sender import run_ha_sender
+    try:
+        config = BrokerConfig.load(config_path)
+        resolved = config.resolve_name(name)
+    except (ConfigError, OSError) as e:
+        print(f"shmq ha: error: {e}", file=sys.stderr)
+        return 2
+    return run_ha_sender(store, resolved, config)
 
 
 if __name__ == "__main__":
