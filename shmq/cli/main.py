@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import Any
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "broker":
         return _broker("broker", args.store, args.name, args.config, {"broker_role": args.role} if args.role else {})
     if args.command == "replica":
-        overrides = {"broker_role": "SLAVE"}
+        overrides: dict[str, Any] = {"broker_role": "SLAVE"}
         if args.master:
             overrides["ha_master_address"] = args.master
         return _broker("replica", args.store, args.name, args.config, overrides)
@@ -50,7 +51,7 @@ def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 
-def _broker(command: str, store: str, name: str | None, config_path: str | None, overrides: dict[str, str]) -> int:
+def _broker(command: str, store: str, name: str | None, config_path: str | None, overrides: dict[str, Any]) -> int:
     """Check the config before anything starts: a wrong key or role is one line and status 2.
     A SLAVE runs the replica daemon (the broker plus the HA client)."""
     from shmq.config import BrokerConfig

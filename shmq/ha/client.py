@@ -18,6 +18,7 @@ over thread-safely and rings the broker's doorbell.
 from __future__ import annotations
 
 import logging
+import re
 import select
 import socket
 import threading
@@ -25,12 +26,13 @@ import time
 from typing import Protocol
 
 from shmq.config import BrokerConfig, split_address
-from shmq.errors import CorruptRecordError, DiskFullError, HADivergedError, HAProtocolError, MetadataError, ShmqError
+from shmq.errors import CorruptRecordError, HADivergedError, HAProtocolError, MetadataError, ShmqError
 from shmq.ha import protocol
 from shmq.store.epochs import EpochFile
 from shmq.store.replicated import ReplicaAppender
 
 log = logging.getLogger("shmq.ha.client")
+_DIGITS = re.compile(r"\d+")
 
 RECV_BYTES = 1 << 20
 DRAIN_CHUNKS = 16  # recv calls per run before reporting: a busy stream still gets its report out
@@ -49,14 +51,6 @@ class Sink(Protocol):
     def wake(self) -> None: ...
 
 
-class _Closed(Exception):
-    """End of one connection; the message says why (logged once per kind of reason)."""
-
-    def __init__(self, state: str, reason: str) -> None:
-        super().__init__(reason)
-        self.state = state
-
-
 class HAClient(threading.Thread):
     """Follows the master at ``config.ha_master_address`` until ``stop()``."""
 
@@ -73,6 +67,7 @@ class HAClient(threading.Thread):
         self._stop_event = threading.Event()
         self._sock: socket.socket | None = None
         self._state = ""
+        self._streamed = False  # the current connection got past the handshake
         self._floor = 0  # an empty store follows from the master's min offset (older segments were cleaned)
         self.diverged: str | None = None  # why following stopped for good
         self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1,
@@ -97,48 +92,52 @@ class HAClient(threading.Thread):
         delay = base
         host, port = self.address
         while not self._stop_event.is_set():
-            streamed = False
+            self._streamed = False
             try:
                 sock = socket.create_connection((host, port), timeout=self.config.ha_connect_timeout / 1000)
             except OSError as e:
-                self._note("unreachable", f"master {host}:{port} unreachable ({e}); retrying every "
-                                          f"{base:g}-{10 * base:g} s")
+                self._note(f"master {host}:{port} unreachable ({e}); retrying every {base:g}-{10 * base:g} s")
             else:
                 self._sock = sock
                 self.stats["connects"] += 1
                 try:
-                    streamed = self._follow(sock)
-                except _Closed as e:
-                    streamed = e.state == "closed"
-                    self._note(e.state, f"connection to master {host}:{port} closed: {e}")
+                    self._note(f"connection to master {host}:{port} closed: {self._follow(sock)}")
                 except HADivergedError as e:
                     self.diverged = str(e)
                     log.error("stopped following master %s:%d: %s. The replica keeps serving its consumers what "
                               "it has", host, port, e)
                     return
-                except (ShmqError, OSError) as e:
-                    self._note(type(e).__name__, f"connection to master {host}:{port} failed: {e}")
+                except HAProtocolError as e:  # what the master sent was refused
+                    self._note(f"connection to master {host}:{port} closed: {e}", logging.ERROR)
+                except (ShmqError, OSError) as e:  # a full disk, a reset connection
+                    self._note(f"connection to master {host}:{port} closed: {e}")
+                except Exception:  # a bug must not end replication for good: logged in full, retried
+                    log.exception("HA client failed; reconnecting")
+                    self._state = ""
                 finally:
                     self._sock = None
                     sock.close()
             if self._stop_event.is_set():
                 break
             self.stats["reconnects"] += 1
-            delay = base if streamed else min(delay * 2, 10 * base)
+            delay = base if self._streamed else min(delay * 2, 10 * base)
             self._stop_event.wait(delay)
         log.info("HA client stopped: %d bytes in %d frames over %d connections, last report %d",
                  self.stats["bytes"], self.stats["frames"], self.stats["connects"], self.stats["last_report"])
 
-    def _note(self, state: str, message: str) -> None:
-        """Log a state once, not once per retry."""
+    def _note(self, message: str, level: int = logging.WARNING) -> None:
+        """Log a state once, not once per retry (messages differing only in numbers are one state)."""
+        state = _DIGITS.sub("#", message)
         if state != self._state:
             self._state = state
-            log.warning("%s", message)
+            log.log(level, "%s", message)
 
     # ------------------------------------------------------------------ one connection
 
-    def _follow(self, sock: socket.socket) -> bool:
-        """Handshake, then append frames until the connection ends (``_Closed``); True if it streamed."""
+    def _follow(self, sock: socket.socket) -> str:
+        """Handshake, then append frames until the connection ends: why it ended (the master closed
+        it or fell silent, or we stop), or HAProtocolError for something of the master's refused;
+        ``_streamed`` tells whether it got past the handshake."""
         cfg = self.config
         session = protocol.ReplicaSession(cfg.ha_auth_token.encode(), self.broker_name, cfg.ha_max_frame_size)
         sock.settimeout(None)
@@ -155,19 +154,18 @@ class HAClient(threading.Thread):
             now = time.monotonic()
             if not readable:
                 if now - last_rx > silence:
-                    raise _Closed("silent", f"the master said nothing for {silence:g} s (haHousekeepingInterval)")
-                if streaming and now >= next_report:
+                    return f"the master said nothing for {silence:g} s (haHousekeepingInterval)"
+                if streaming and now >= next_report:  # a heartbeat report, whatever the master sends
                     self._report(sock)
                     next_report = now + heartbeat
                 continue
             chunks = self._drain(sock)
+            if not chunks:
+                return "the master closed the connection"
             last_rx = now
             appended = False
             for chunk in chunks:
-                try:
-                    events = session.receive(chunk)
-                except HAProtocolError as e:
-                    raise _Closed("protocol", str(e)) from None
+                events = session.receive(chunk)
                 out = session.take_output()
                 if out:
                     sock.sendall(out)
@@ -180,22 +178,23 @@ class HAClient(threading.Thread):
                         self._welcome(ev)
                         self._report(sock)
                         next_report = time.monotonic() + heartbeat
-                        streaming = True
-                        self._note("streaming", f"following master {self.address[0]}:{self.address[1]} from "
-                                                f"offset {self.appender.max_offset} (its max {ev.max_offset})")
+                        streaming = self._streamed = True
+                        self._note(f"following master {self.address[0]}:{self.address[1]} from offset "
+                                   f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
                     elif isinstance(ev, protocol.Refused):
-                        raise _Closed(f"refused{ev.code}", f"the master refused (code {ev.code}): {ev.reason}")
-            if appended:
+                        raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
+            if appended or (streaming and now >= next_report):
                 self._report(sock)
                 next_report = time.monotonic() + heartbeat
             self.sink.wake()
-        return streaming
+        return "the replica stops"
 
     def _drain(self, sock: socket.socket) -> list[bytes]:
-        """What the socket holds now (at least one recv, which select said will not block)."""
+        """What the socket holds now (one recv, which select said will not block, then those that
+        do not block); empty: the master closed the connection."""
         data = sock.recv(RECV_BYTES)
         if not data:
-            raise _Closed("closed", "the master closed the connection")
+            return []
         chunks = [data]
         for _ in range(DRAIN_CHUNKS - 1):
             try:
@@ -215,10 +214,9 @@ class HAClient(threading.Thread):
     def _welcome(self, w: protocol.Welcome) -> None:
         """Check the master's segment size and history; cut what it does not share; adopt its epochs."""
         if w.segment_size != self.segment_size:
-            log.error("master %s:%d uses commitlog segments of %d bytes, this replica %d "
-                      "(mappedFileSizeCommitLog must be equal on both): not following it",
-                      *self.address, w.segment_size, self.segment_size)
-            raise _Closed("segment", "segment size differs")
+            raise HAProtocolError(f"the master uses commitlog segments of {w.segment_size} bytes, this replica "
+                                  f"{self.segment_size} (mappedFileSizeCommitLog must be equal on both): not "
+                                  "following it")
         try:
             own = self.epochs.entries
         except MetadataError as e:
@@ -227,7 +225,10 @@ class HAClient(threading.Thread):
         self._floor = w.min_offset if mine == 0 else 0
         keep = protocol.consistent_offset(own, mine, w.epochs, w.max_offset)
         if keep < mine:
-            cut = self.appender.truncate(keep)
+            try:
+                cut = self.appender.truncate(keep)
+            except ValueError as e:  # not a record boundary here: the histories do not say what is shared
+                raise HADivergedError(f"cannot cut the replica back to offset {keep}: {e}") from None
             log.warning("the replica held %d bytes the master never had (offsets %d..%d): cut, kept in %s",
                         cut, keep, mine, self.appender.diverged_path(keep))
             self.sink.truncated()
@@ -235,18 +236,16 @@ class HAClient(threading.Thread):
         self.stats["master_max"] = w.max_offset
 
     def _append(self, ev: protocol.Data) -> bool:
-        """Append one data frame (True) or a heartbeat (False); ``_Closed`` for a frame refused."""
+        """Append one data frame (True) or a heartbeat (False); HAProtocolError for a frame refused."""
         if not ev.data:
             return False
         expected = max(self.appender.max_offset, self._floor)
         if ev.offset != expected:
-            raise _Closed("offset", f"frame at offset {ev.offset}, but the replica's log ends at {expected}")
+            raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {expected}")
         try:
             touched = self.appender.append(ev.offset, ev.data)
         except (ValueError, CorruptRecordError) as e:
-            raise _Closed("record", f"frame at offset {ev.offset} refused: {e}") from None
-        except DiskFullError as e:
-            raise _Closed("disk", f"frame at offset {ev.offset} not written: {e}") from None
+            raise HAProtocolError(f"frame at offset {ev.offset} refused: {e}") from None
         self.stats["bytes"] += len(ev.data)
         self.stats["frames"] += 1
         if touched:

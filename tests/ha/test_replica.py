@@ -255,3 +255,25 @@ def test_shmq_broker_with_role_slave_runs_the_replica(pair: Pair) -> None:
 def _replica_conf() -> dict:
     from tests.ha.conftest import REPLICA
     return dict(REPLICA)
+
+
+def test_a_silent_master_gets_heartbeat_reports_then_is_dropped(pair: Pair) -> None:
+    fake = pair.fake(bad=lambda at: b"")  # WELCOME, then not a byte
+    t = time.monotonic()
+    replica = pair.replica(fake.address, haHousekeepingInterval=800)
+    assert wait_for(lambda: fake.closed_by_replica >= 1, 10)
+    assert time.monotonic() - t >= 0.8
+    assert len(fake.reports) >= 3 and set(fake.reports) == {0}  # the first report, then every 200 ms
+    replica.stop()
+    assert "said nothing for 0.8 s" in replica.log()
+
+
+def test_a_master_with_another_segment_size_is_not_followed(pair: Pair) -> None:
+    _fill(pair, 20)
+    fake = pair.fake()
+    fake.segment_size = 2 * SEGMENT
+    replica = pair.replica(fake.address)
+    assert wait_for(lambda: fake.connections >= 2, 10)
+    assert fake.reports == []
+    replica.stop()
+    assert "mappedFileSizeCommitLog must be equal" in replica.log()
