@@ -277,3 +277,22 @@ def test_a_master_with_another_segment_size_is_not_followed(pair: Pair) -> None:
     assert fake.reports == []
     replica.stop()
     assert "mappedFileSizeCommitLog must be equal" in replica.log()
+
+
+def test_shmq_replica_command(pair: Pair) -> None:
+    """`shmq replica --master` follows that address; without one it is refused in one line."""
+    out = subprocess.run([sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name",
+                          pair.replica_name], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stderr.startswith("shmq replica: error:") and "haMasterAddress" in out.stderr
+    _fill(pair, 20)
+    fake = pair.fake()
+    conf = pair.config_file("127.0.0.1:1")  # overridden by --master
+    with open(os.path.join(pair.tmp, "replica-cli.log"), "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name",
+                                 pair.replica_name, "--config", conf, "--master", fake.address],
+                                stdout=log, stderr=log)
+    try:
+        assert wait_reports(fake, pair.master_end(), 20)
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
