@@ -36,6 +36,7 @@ _DIGITS = re.compile(r"\d+")
 
 RECV_BYTES = 1 << 20
 DRAIN_CHUNKS = 16  # recv calls per run before reporting: a busy stream still gets its report out
+RUN_BYTES = 4 << 20  # data frames appended in one call at most
 POLL_S = 0.2  # longest wait on the socket: how soon a stop is seen
 
 
@@ -68,6 +69,10 @@ class HAClient(threading.Thread):
         self._sock: socket.socket | None = None
         self._state = ""
         self._streamed = False  # the current connection got past the handshake
+        self._run: list[bytes] = []  # data frames of this recv run, appended together
+        self._run_at = 0
+        self._run_bytes = 0
+        self._wrote = False  # something was appended in this recv run: report it
         self._floor = 0  # an empty store follows from the master's min offset (older segments were cleaned)
         self.diverged: str | None = None  # why following stopped for good
         self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1,
@@ -147,6 +152,7 @@ class HAClient(threading.Thread):
         last_rx = time.monotonic()
         next_report = float("inf")
         streaming = False
+        self._run, self._run_bytes = [], 0
         while not self._stop_event.is_set():
             now = time.monotonic()
             wait = min(POLL_S, max(0.0, next_report - now), max(0.0, last_rx + silence - now))
@@ -163,7 +169,7 @@ class HAClient(threading.Thread):
             if not chunks:
                 return "the master closed the connection"
             last_rx = now
-            appended = False
+            self._wrote = False
             for chunk in chunks:
                 events = session.receive(chunk)
                 out = session.take_output()
@@ -171,8 +177,10 @@ class HAClient(threading.Thread):
                     sock.sendall(out)
                 for ev in events:
                     if isinstance(ev, protocol.Data):
-                        appended |= self._append(ev)
-                    elif isinstance(ev, protocol.Metadata):
+                        self._take(ev)
+                        continue
+                    self._flush_run()
+                    if isinstance(ev, protocol.Metadata):
                         self.sink.metadata(ev.kind, ev.text)
                     elif isinstance(ev, protocol.Welcome):
                         self._welcome(ev)
@@ -183,7 +191,8 @@ class HAClient(threading.Thread):
                                    f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
                     elif isinstance(ev, protocol.Refused):
                         raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
-            if appended or (streaming and now >= next_report):
+            self._flush_run()
+            if self._wrote or (streaming and now >= next_report):
                 self._report(sock)
                 next_report = time.monotonic() + heartbeat
             self.sink.wake()
@@ -235,19 +244,38 @@ class HAClient(threading.Thread):
         self.epochs.save(w.epochs)
         self.stats["master_max"] = w.max_offset
 
-    def _append(self, ev: protocol.Data) -> bool:
-        """Append one data frame (True) or a heartbeat (False); HAProtocolError for a frame refused."""
+    def _take(self, ev: protocol.Data) -> None:
+        """Queue a data frame behind those of this run (heartbeats are skipped); HAProtocolError
+        for one that does not start where the log (with the run) ends, after the run is kept."""
         if not ev.data:
-            return False
-        expected = max(self.appender.max_offset, self._floor)
-        if ev.offset != expected:
-            raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {expected}")
-        try:
-            touched = self.appender.append(ev.offset, ev.data)
-        except (ValueError, CorruptRecordError) as e:
-            raise HAProtocolError(f"frame at offset {ev.offset} refused: {e}") from None
-        self.stats["bytes"] += len(ev.data)
+            return
+        end = self._run_at + self._run_bytes if self._run else max(self.appender.max_offset, self._floor)
+        if ev.offset != end:
+            self._flush_run()
+            raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {end}")
+        seg = self.segment_size
+        if self._run and ((end + len(ev.data) - 1) // seg != self._run_at // seg
+                          or self._run_bytes + len(ev.data) > RUN_BYTES):
+            self._flush_run()
+        if not self._run:
+            self._run_at = ev.offset
+        self._run.append(ev.data)
+        self._run_bytes += len(ev.data)
         self.stats["frames"] += 1
+
+    def _flush_run(self) -> None:
+        """Append the queued frames in one call (the appender's checks and dispatch cost per call,
+        not per byte: 32 KiB frames one by one ran at a third of the rate); ``_wrote`` tells."""
+        if not self._run:
+            return
+        data = self._run[0] if len(self._run) == 1 else b"".join(self._run)
+        at = self._run_at
+        self._run, self._run_bytes = [], 0
+        try:
+            touched = self.appender.append(at, data)
+        except (ValueError, CorruptRecordError) as e:
+            raise HAProtocolError(f"frames from offset {at} refused: {e}") from None
+        self.stats["bytes"] += len(data)
+        self._wrote = True
         if touched:
             self.sink.touched(touched)
-        return True
