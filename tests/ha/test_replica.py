@@ -296,3 +296,18 @@ def test_shmq_replica_command(pair: Pair) -> None:
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
+
+
+def test_good_frames_before_a_bad_one_in_one_run_are_kept(pair: Pair) -> None:
+    """Frames of one recv run are appended together: those before a frame at the wrong offset stay."""
+    _fill(pair, 40)
+    n = 32768
+    fake = pair.fake()
+    good = protocol.frame_header(0, n) + fake._read(0, n)
+    fake.bad = lambda at: (good if at == 0 else b"") + protocol.frame_header(n + 8, 16) + b"x" * 16
+    replica = pair.replica(fake.address)
+    assert wait_for(lambda: n in fake.reports and fake.closed_by_replica >= 2, 10)
+    assert set(fake.reports) == {0, n}
+    replica.stop()
+    assert f"frame at offset {n + 8}, but the replica's log ends at {n}" in replica.log()
+    assert commitlog_bytes(pair.replica_store, SEGMENT, n) == commitlog_bytes(pair.master_store, SEGMENT, n)
