@@ -311,3 +311,21 @@ def test_good_frames_before_a_bad_one_in_one_run_are_kept(pair: Pair) -> None:
     replica.stop()
     assert f"frame at offset {n + 8}, but the replica's log ends at {n}" in replica.log()
     assert commitlog_bytes(pair.replica_store, SEGMENT, n) == commitlog_bytes(pair.master_store, SEGMENT, n)
+
+
+def test_a_killed_replica_catches_up_after_restart(pair: Pair) -> None:
+    _fill(pair, 100)
+    fake = pair.fake()
+    replica = pair.replica(fake.address)
+    assert wait_reports(fake, pair.master_end())
+    replica.kill()  # SIGKILL: recovery of the replica's store at the next start
+    pair.replicas.remove(replica)  # its leftovers go when the next replica of its name starts
+    with Producer("pg", broker=pair.master_name) as p:
+        for i in range(100):
+            p.send(Message("Orders", os.urandom(BODY)), selector=_queue(i % 3))
+    end = pair.master_end()
+    pair.replica(fake.address)
+    assert wait_reports(fake, end)
+    assert commitlog_bytes(pair.replica_store, SEGMENT, end) == commitlog_bytes(pair.master_store, SEGMENT, end)
+    with PullConsumer("cg", broker=pair.replica_name) as c:
+        assert sum(c.max_offset(mq) for mq in c.fetch_queues("Orders")) == 200
