@@ -110,9 +110,12 @@ def crc32_of_variants(first_crc: int, suffixes: np.ndarray) -> np.ndarray:
     batch's UNIQ_KEY index hashes cost a numpy gather instead of one zlib call per message.
     """
     k = suffixes.shape[1]
-    table = _crc32_byte_table(k)
+    table = _crc32_byte_table(k).reshape(-1)
     diff = suffixes ^ suffixes[0]
-    return np.bitwise_xor.reduce(table[np.arange(k), diff], axis=1).astype(np.int64) ^ first_crc
+    cols = np.flatnonzero(diff.any(axis=0))  # bytes equal in all strings (a key's prefix) add nothing
+    lanes = diff[:, cols].astype(np.intp)
+    lanes += cols * 256  # one flat gather: half the time of table[arange, diff]
+    return np.bitwise_xor.reduce(table[lanes], axis=1).astype(np.int64) ^ first_crc
 
 
 @functools.lru_cache(maxsize=8)

@@ -127,6 +127,9 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     end, last_ts = find_log_end(commitlog, start, verify_crc=True)
     log.info("commitlog recovered (%s): valid data ends at %d", "abnormal" if abnormal else "normal", end)
     commitlog.queue.truncate(end)
+    last = commitlog.queue.files[-1]
+    if end == last.file_to_offset:  # ends with a BLANK filler: full, even if its zero tail was never written
+        last.wrote_position = last.size
     for mf in commitlog.queue.files:
         mf.flushed_position = mf.wrote_position
     commitlog.last_store_timestamp = last_ts

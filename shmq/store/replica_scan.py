@@ -15,6 +15,7 @@ key given twice) takes the per-record decode, which is what recovery runs.
 """
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -26,11 +27,31 @@ from shmq.store.dispatch import MAX_QUEUE_ID
 
 _MAGIC = np.frombuffer(struct.pack(">I", fmt.MESSAGE_MAGIC), np.uint8)
 _BLANK = np.frombuffer(struct.pack(">I", fmt.BLANK_MAGIC), np.uint8)
-_HEADER_LANES = np.arange(fmt.OFF_BODY, dtype=np.int64)
 _EMPTY = np.empty(0, np.int64)
 _TAGS, _KEYS, _UNIQ = (k.encode() + b"\x01" for k in (fmt.PROPERTY_TAGS, fmt.PROPERTY_KEYS, fmt.PROPERTY_UNIQ_KEY))
+_NAME_LANES = np.arange(16, dtype=np.int64)  # a property's first 16 bytes: two words to compare names in
 _VARIANT_GROUPS = 8  # more distinct value lengths than this: one zlib call per value instead
 _VARIANT_MIN_ROWS = 16  # fewer values of one length: zlib per value (a new length builds a CRC table)
+
+
+@dataclass(slots=True)
+class Fields:
+    """Header fields of records (int64 arrays, one value per record)."""
+
+    total_size: np.ndarray
+    body_crc: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    physical_offset: np.ndarray
+    sysflag: np.ndarray
+    store_timestamp: np.ndarray
+    body_len: np.ndarray
+
+    def take(self, rows: slice) -> "Fields":
+        return Fields(*(getattr(self, f)[rows] for f in _FIELDS))
+
+
+_FIELDS = [f for f in Fields.__dataclass_fields__]
 
 
 @dataclass(slots=True)
@@ -42,7 +63,7 @@ class Scan:
     still be whole once the rest arrives. ``error``: why the bytes at ``end`` were refused."""
 
     starts: np.ndarray
-    header: np.ndarray  # HEADER_DTYPE per record
+    fields: "Fields"
     end: int
     blank: bool = False
     error: str | None = None
@@ -74,19 +95,23 @@ def scan(buf: np.ndarray, base: int, seg_left: int) -> Scan:
     n = len(buf)
     starts = find_pattern(buf, _MAGIC, 4) - 4
     starts = starts[starts + fmt.OFF_BODY <= n]
-    header = _headers(buf, starts)
-    mine = header["physical_offset"] == starts + base
-    starts, header = starts[mine], header[mine]
-    chain = _chain(starts, header["total_size"].astype(np.int64))
+    i32, i64 = _unaligned(buf, ">i4"), _unaligned(buf, ">i8")
+    starts = starts[i64[starts + fmt.OFF_PHYSICALOFFSET] == starts + base]
+    sizes = i32[starts].astype(np.int64)
+    chain = _chain(starts, sizes)
     if chain is not None:
-        starts, header = starts[chain], header[chain]
-    sizes = header["total_size"].astype(np.int64)
+        starts, sizes = starts[chain], sizes[chain]
     whole = starts + sizes <= n
     if not whole.all():  # only the chain's last record can be cut off by the run's end
         k = int(np.argmin(whole))
-        starts, header, sizes = starts[:k], header[:k], sizes[:k]
-    bad, reason = _first_bad(buf, starts, header, sizes, seg_left)
-    out = Scan(starts[:bad], header[:bad], int(starts[bad - 1] + sizes[bad - 1]) if bad else 0)
+        starts, sizes = starts[:k], sizes[:k]
+    f = Fields(sizes, *(v[starts + off].astype(np.int64) for v, off in (
+        (i32, fmt.OFF_BODYCRC), (i32, fmt.OFF_QUEUEID), (i64, fmt.OFF_QUEUEOFFSET), (i64, fmt.OFF_PHYSICALOFFSET),
+        (i32, fmt.OFF_SYSFLAG), (i64, fmt.OFF_STORETIMESTAMP), (i32, fmt.OFF_BODYLEN))))
+    bad, reason, names, topic_ids = _first_bad(buf, starts, f, seg_left)
+    out = Scan(starts[:bad], f.take(slice(0, bad)), int(starts[bad - 1] + sizes[bad - 1]) if bad else 0)
+    out.topic_ids = topic_ids[:bad]
+    out.topics = [name or "" for name in names]  # a bad name is only ever a record's at or after ``bad``
     if bad < len(starts):
         out.error = f"record at offset {base + int(starts[bad])}: {reason}"
     elif out.end < n:
@@ -98,11 +123,11 @@ def scan(buf: np.ndarray, base: int, seg_left: int) -> Scan:
     return out
 
 
-def _headers(buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    if not len(starts):
-        return np.empty(0, fmt.HEADER_DTYPE)
-    rows = np.ascontiguousarray(buf[starts[:, None] + _HEADER_LANES])
-    return rows.view(fmt.HEADER_DTYPE).reshape(-1)
+def _unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """A view of ``buf`` where element i is the big-endian integer starting at byte i: a field
+    of every record is then one 1-D gather (a 2-D gather of whole headers cost ~20x more)."""
+    width = np.dtype(dtype).itemsize
+    return np.ndarray((max(0, len(buf) - width + 1),), dtype, buf, 0, (1,))
 
 
 def _chain(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
@@ -120,13 +145,14 @@ def _chain(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     return np.array(out, np.int64)
 
 
-def _first_bad(buf: np.ndarray, starts: np.ndarray, h: np.ndarray, sizes: np.ndarray,
-               seg_left: int) -> tuple[int, str]:
-    """(index of the first record failing a check, why); (len, "") if none does."""
+def _first_bad(buf: np.ndarray, starts: np.ndarray, f: Fields, seg_left: int
+               ) -> tuple[int, str, list[str | None], np.ndarray]:
+    """(index of the first record failing a check, why; the topics and each record's number
+    among them); (len, "", ...) if none fails."""
     n = len(buf)
     if not len(starts):
-        return 0, ""
-    body_len = h["body_len"].astype(np.int64)
+        return 0, "", [], _EMPTY
+    sizes, body_len = f.total_size, f.body_len
     top = n - 1
     topic_at = np.minimum(starts + fmt.OFF_BODY + np.maximum(body_len, 0), top)
     topic_len = buf[topic_at].astype(np.int64)
@@ -136,59 +162,62 @@ def _first_bad(buf: np.ndarray, starts: np.ndarray, h: np.ndarray, sizes: np.nda
     checks = [
         (sizes > fmt.MAX_RECORD_SIZE, "TOTALSIZE over the largest record"),
         (ends > seg_left - fmt.MIN_BLANK, "record does not leave room for the segment's end filler"),
-        (h["store_timestamp"] <= 0, "no STORETIMESTAMP"),
+        (f.store_timestamp <= 0, "no STORETIMESTAMP"),
         ((body_len < 0) | (fmt.OFF_BODY + body_len + 3 > sizes), "BODYLEN does not fit TOTALSIZE"),
         (topic_len == 0, "empty topic"),
         (fmt.FIXED_OVERHEAD + body_len + topic_len + props_len != sizes, "sizes do not add up to TOTALSIZE"),
-        ((props_len > 0) & (buf[np.maximum(ends - 1, 0).clip(max=top)] != 2), "properties not terminated"),
-        ((h["queue_id"] < 0) | (h["queue_id"] > MAX_QUEUE_ID), "QUEUEID out of range"),
+        ((props_len > 0) & (buf[np.clip(ends - 1, 0, top)] != 2), "properties not terminated"),
+        ((f.queue_id < 0) | (f.queue_id > MAX_QUEUE_ID), "QUEUEID out of range"),
     ]
     first, reason = len(starts), ""
     for failed, why in checks:
         hit = np.flatnonzero(failed)
         if len(hit) and hit[0] < first:
             first, reason = int(hit[0]), why
-    ok_topics = _topic_check(buf, topic_at[:first], topic_len[:first])
-    if ok_topics < first:
-        first, reason = ok_topics, "topic name not valid"
-    crcs = h["body_crc"][:first].tolist()
-    view = memoryview(buf)
-    for i, (s, b) in enumerate(zip((starts[:first] + fmt.OFF_BODY).tolist(), body_len[:first].tolist())):
-        if zlib.crc32(view[s:s + b]) & 0x7FFFFFFF != crcs[i]:
-            return i, "body CRC mismatch"
-    return first, reason
-
-
-def _topic_check(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> int:
-    """Index of the first record whose topic name is not valid (len if all are)."""
-    _, names, inverse = _topic_names(buf, topic_at, topic_len)
+    names, topic_ids = _topic_names(buf, topic_at[:first], topic_len[:first])
     for t, name in enumerate(names):
         if name is None:
-            return int(np.flatnonzero(inverse == t)[0])
-    return len(topic_at)
+            first, reason = int(np.flatnonzero(topic_ids == t)[0]), "topic name not valid"
+            break
+    lo = starts[:first] + fmt.OFF_BODY
+    bodies = map(buf.data.__getitem__, map(slice, lo.tolist(), (lo + body_len[:first]).tolist()))
+    crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, first) & 0x7FFFFFFF  # the one step per record
+    wrong = np.flatnonzero(crcs != f.body_crc[:first])
+    if len(wrong):
+        first, reason = int(wrong[0]), "body CRC mismatch"
+    return first, reason, names, topic_ids[:first]
 
 
 def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
-                 ) -> tuple[np.ndarray, list[str | None], np.ndarray]:
-    """Distinct topic fields (length byte + name, zero padded), their names (None: not a valid
-    topic), and each record's number among them."""
+                 ) -> tuple[list[str | None], np.ndarray]:
+    """The distinct topics (None: not a valid name) and each record's number among them. Records
+    come in runs of one topic (batches): rows are compared with their predecessor, and only the
+    first row of each run is looked at in Python."""
     if not len(topic_at):
-        return np.empty((0, 1), np.uint8), [], _EMPTY
+        return [], _EMPTY
     width = int(topic_len.max()) + 1
     lanes = np.arange(width, dtype=np.int64)
     rows = buf[np.minimum(topic_at[:, None] + lanes, len(buf) - 1)]
     rows[lanes > topic_len[:, None]] = 0
-    rows = np.ascontiguousarray(rows)
-    uniq, inverse = np.unique(rows.view(f"V{width}").reshape(-1), return_inverse=True)
+    new_run = np.ones(len(rows), bool)
+    new_run[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    heads = np.flatnonzero(new_run)
+    number: dict[bytes, int] = {}
     names: list[str | None] = []
-    for u in uniq.tolist():
-        raw = u[1:1 + u[0]]
-        try:
-            name = raw.decode("ascii")
-        except UnicodeDecodeError:
-            name = None
-        names.append(name if name and len(name) <= fmt.MAX_TOPIC_LENGTH and fmt.TOPIC_PATTERN.match(name) else None)
-    return uniq, names, inverse.reshape(-1)
+    run_topic = np.empty(len(heads), np.int64)
+    for k, h in enumerate(heads.tolist()):
+        raw = rows[h, 1:1 + int(topic_len[h])].tobytes()
+        t = number.get(raw)
+        if t is None:
+            t = number[raw] = len(names)
+            try:
+                name: str | None = raw.decode("ascii")
+            except UnicodeDecodeError:
+                name = None
+            names.append(name if name and len(name) <= fmt.MAX_TOPIC_LENGTH and fmt.TOPIC_PATTERN.match(name)
+                         else None)
+        run_topic[k] = t
+    return names, run_topic[np.cumsum(new_run) - 1]
 
 
 def _classify_tail(buf: np.ndarray, pos: int, base: int, seg_left: int) -> tuple[bool, str | None]:
@@ -218,95 +247,195 @@ def _classify_tail(buf: np.ndarray, pos: int, base: int, seg_left: int) -> tuple
 
 
 def _dispatch_data(buf: np.ndarray, out: Scan) -> None:
-    starts, h = out.starts, out.header
-    sizes = h["total_size"].astype(np.int64)
-    topic_at = starts + fmt.OFF_BODY + h["body_len"].astype(np.int64)
-    topic_len = buf[topic_at].astype(np.int64)
-    _, names, out.topic_ids = _topic_names(buf, topic_at, topic_len)
-    out.topics = [t for t in names if t is not None]
-    assert len(out.topics) == len(names)  # checked by _first_bad
-    p_lo = topic_at + 3 + topic_len
-    p_hi = starts + sizes
-    if not _fast_properties(buf, out, p_lo, p_hi):
-        _slow_properties(buf, out)
+    starts, f = out.starts, out.fields
+    topic_at = starts + fmt.OFF_BODY + f.body_len
+    p_lo = topic_at + 3 + buf[topic_at].astype(np.int64)
+    seeds = [zlib.crc32(t.encode() + b"#") for t in out.topics]
+    n = len(out)
+    tags = np.zeros(n, np.int64)
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (record, rank in record, key hash)
+    left = _by_layout(buf, p_lo, starts + f.total_size, out.topic_ids, seeds, tags, parts)
+    if len(left):
+        found = _searched(buf, starts[left], p_lo[left], (starts + f.total_size)[left], out.topic_ids[left], seeds)
+        if found is None:
+            _slow_properties(buf, out)
+            return
+        tags[left] = found[0]
+        parts.append((left[found[1]], found[2], found[3]))
+    out.tags_codes = tags
+    recs = np.concatenate([p[0] for p in parts]) if parts else _EMPTY
+    order = np.lexsort((np.concatenate([p[1] for p in parts]), recs)) if parts else _EMPTY
+    out.key_records = recs[order]
+    out.key_hashes = np.concatenate([p[2] for p in parts])[order] if parts else _EMPTY
 
 
-def _record_of(starts: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    return np.searchsorted(starts, pos, side="right") - 1
+def _layout(props: bytes) -> tuple[dict[bytes, tuple[int, int]], np.ndarray] | None:
+    """Where the values of TAGS, UNIQ_KEY and KEYS sit in one record's properties (the last of a
+    name given twice, as ``decode_properties`` keeps), and which bytes are not inside a value.
+    None if a value is not ASCII."""
+    values: dict[bytes, tuple[int, int]] = {}
+    fixed = np.ones(len(props), bool)
+    at = 0
+    for item in props.split(b"\x02")[:-1]:
+        name, sep, value = item.partition(b"\x01")
+        lo = at + len(name) + len(sep)
+        fixed[lo:at + len(item)] = False
+        if name + sep in (_TAGS, _UNIQ, _KEYS):
+            if not value.isascii():
+                return None
+            values[name + sep] = (lo, at + len(item))
+        at += len(item) + 1
+    return values, fixed
 
 
-def _property(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, seps: np.ndarray,
-              key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _by_layout(buf: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: np.ndarray, seeds: list[int],
+               tags: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+    """Tag codes and key hashes of the records whose properties have the layout of another of
+    the same length (a producer's batch: the same names, values of the same lengths): one
+    gather of their properties as a matrix, one compare of the bytes outside the values, then
+    each value is a column range. Returns the records left for the search."""
+    lens = p_hi - p_lo
+    classes, inverse, counts = np.unique(lens, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    left = [np.flatnonzero(inverse == c) for c in np.flatnonzero((counts < _VARIANT_MIN_ROWS) | (classes == 0))]
+    for c in np.flatnonzero((counts >= _VARIANT_MIN_ROWS) & (classes > 0)).tolist():
+        rows = np.flatnonzero(inverse == c) if len(classes) > 1 else np.arange(len(lens))
+        width = int(classes[c])
+        matrix = buf[p_lo[rows][:, None] + np.arange(width, dtype=np.int64)]
+        layout = _layout(matrix[0].tobytes())
+        if layout is None:
+            left.append(rows)
+            continue
+        values, fixed = layout
+        same = (matrix[:, fixed] == matrix[0, fixed]).all(axis=1)
+        loose = matrix[:, ~fixed]
+        same &= ((loose != 2) & (loose < 0x80)).all(axis=1)  # no separator, all ASCII in the values
+        if not same.all():
+            left.append(rows[~same])
+            rows, matrix = rows[same], matrix[same]
+        if not len(rows):
+            continue
+        group = topic_ids[rows]
+        if _TAGS in values:
+            a, b = values[_TAGS]
+            tags[rows] = fmt.crc32_of_variants(zlib.crc32(matrix[0, a:b].tobytes()), matrix[:, a:b]) if b > a else 0
+        if _UNIQ in values and values[_UNIQ][1] > values[_UNIQ][0]:
+            a, b = values[_UNIQ]
+            hashes = np.empty(len(rows), np.int64)
+            for t in np.unique(group).tolist():  # a key's hash covers its topic
+                sel = group == t
+                hashes[sel] = fmt.crc32_of_variants(zlib.crc32(matrix[sel][0, a:b].tobytes(), seeds[t]),
+                                                    matrix[sel][:, a:b])
+            parts.append((rows, np.zeros(len(rows), np.int64), hashes & 0x7FFFFFFF))
+        if _KEYS in values:
+            a, b = values[_KEYS]
+            k_rec, k_rank, k_hash = [], [], []
+            for r, t, value in zip(rows.tolist(), group.tolist(), map(bytes, matrix[:, a:b])):
+                for i, key in enumerate(k for k in value.split(b" ") if k):
+                    k_rec.append(r)
+                    k_rank.append(1 + i)
+                    k_hash.append(zlib.crc32(key, seeds[t]) & 0x7FFFFFFF)
+            parts.append((np.array(k_rec, np.int64), np.array(k_rank, np.int64), np.array(k_hash, np.int64)))
+    return np.sort(np.concatenate(left)) if left else _EMPTY
+
+
+def _properties_at(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, seps: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(position, record, name window) of every property of every record: a property starts at
+    its record's first properties byte or after a separator inside the properties; the window
+    holds its first bytes (enough for the longest name looked for)."""
+    cand = np.sort(np.concatenate([p_lo[p_hi > p_lo], seps + 1]))
+    rec = np.searchsorted(starts, cand, side="right") - 1
+    inside = (cand >= p_lo[rec]) & (cand < p_hi[rec])
+    cand, rec = cand[inside], rec[inside]
+    window = np.ascontiguousarray(buf[np.minimum(cand[:, None] + _NAME_LANES, len(buf) - 1)]).view("<u8")
+    return cand, rec, window
+
+
+@functools.lru_cache(maxsize=8)
+def _name_words(key: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``key`` (<= 16 bytes) as two little-endian words and the mask of its bytes in them."""
+    assert len(key) <= len(_NAME_LANES)
+    pad = len(_NAME_LANES) - len(key)
+    return (np.frombuffer(key + bytes(pad), "<u8"), np.frombuffer(b"\xff" * len(key) + bytes(pad), "<u8"))
+
+
+def _property(at: np.ndarray, rec: np.ndarray, window: np.ndarray, seps: np.ndarray, key: bytes
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(record, value start, value end) of each record's ``key`` property; None if a record has
     it twice (the per-record decode then decides, as ``decode_properties`` does)."""
-    hits = find_pattern(buf, key, int(p_lo[0]))
-    rec = _record_of(starts, hits)
-    inside = (hits >= p_lo[rec]) & (hits < p_hi[rec])
-    hits, rec = hits[inside], rec[inside]
-    at_item = (hits == p_lo[rec]) | (buf[hits - 1] == 2)
-    hits, rec = hits[at_item], rec[at_item]
+    pattern, mask = _name_words(key)
+    match = (window[:, 0] & mask[0]) == pattern[0]
+    match &= (window[:, 1] & mask[1]) == pattern[1]
+    hits, rec = at[match], rec[match]
     if len(rec) > 1 and (rec[1:] == rec[:-1]).any():
         return None
     v_lo = hits + len(key)
-    v_hi = seps[np.searchsorted(seps, v_lo)]  # every record's properties end with a separator
-    return rec, v_lo, v_hi
+    return rec, v_lo, seps[np.searchsorted(seps, v_lo)]  # every record's properties end with a separator
 
 
-def _fast_properties(buf: np.ndarray, out: Scan, p_lo: np.ndarray, p_hi: np.ndarray) -> bool:
-    n = len(out)
-    starts = out.starts
-    region = np.zeros(len(buf) + 1, np.int8)
-    np.add.at(region, p_lo, 1)
-    np.add.at(region, p_hi, -1)
-    in_props = np.cumsum(region[:-1]) > 0
-    if (buf[in_props] >= 0x80).any():  # not ASCII: decode_properties replaces bad UTF-8
-        return False
-    seps = np.flatnonzero((buf == 2) & in_props)
-    found = [_property(buf, starts, p_lo, p_hi, seps, k) for k in (_TAGS, _UNIQ, _KEYS)]
-    if any(f is None for f in found):
-        return False
+def _searched(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: np.ndarray,
+              seeds: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(tag codes, key records, their rank in the record, key hashes) found by looking at the
+    start of every property of these records for the three names; None when the per-record
+    decode must decide (a name twice in a record, a value not ASCII, which
+    ``decode_properties`` would have replaced)."""
+    seps = np.flatnonzero(buf == 2)
+    at, rec, window = _properties_at(buf, starts, p_lo, p_hi, seps)
+    found = [_property(at, rec, window, seps, k) for k in (_TAGS, _UNIQ, _KEYS)]
+    if any(x is None for x in found):
+        return None
     tags, uniq, keys = found
     assert tags is not None and uniq is not None and keys is not None
-    out.tags_codes = np.zeros(n, np.int64)
     has = tags[2] > tags[1]
-    out.tags_codes[tags[0][has]] = _crcs(buf, tags[1][has], tags[2][has] - tags[1][has], np.zeros(has.sum(), np.int64),
-                                         [0])
-    seeds = [zlib.crc32(t.encode() + b"#") for t in out.topics]
-    has = uniq[2] > uniq[1]
-    u_rec = uniq[0][has]
-    u_hash = _crcs(buf, uniq[1][has], uniq[2][has] - uniq[1][has], out.topic_ids[u_rec], seeds) & 0x7FFFFFFF
+    t_codes = _crcs(buf, tags[1][has], tags[2][has] - tags[1][has], np.zeros(int(has.sum()), np.int64), [0])
+    has_u = uniq[2] > uniq[1]
+    u_rec = uniq[0][has_u]
+    u_hash = _crcs(buf, uniq[1][has_u], uniq[2][has_u] - uniq[1][has_u], topic_ids[u_rec], seeds)
+    if t_codes is None or u_hash is None:
+        return None
+    codes = np.zeros(len(starts), np.int64)
+    codes[tags[0][has]] = t_codes
     k_rec: list[int] = []
+    k_rank: list[int] = []
     k_hash: list[int] = []
-    for r, lo, hi in zip(*(a.tolist() for a in keys)):  # KEYS split on spaces: rarer, per record
-        seed = seeds[out.topic_ids[r]]
-        for key in bytes(buf[lo:hi]).split(b" "):
-            if key:
-                k_rec.append(r)
-                k_hash.append(zlib.crc32(key, seed) & 0x7FFFFFFF)
-    recs = np.concatenate([u_rec, np.array(k_rec, np.int64)])
-    order = np.argsort(recs, kind="stable")  # per record: UNIQ_KEY first, then its KEYS (record_key_hashes)
-    out.key_records = recs[order]
-    out.key_hashes = np.concatenate([u_hash, np.array(k_hash, np.int64)])[order]
-    return True
+    for r, lo, hi in zip(*(a.tolist() for a in keys)):  # KEYS split on spaces: per record
+        value = buf[lo:hi].tobytes()
+        if not value.isascii():
+            return None
+        for i, key in enumerate(k for k in value.split(b" ") if k):
+            k_rec.append(r)
+            k_rank.append(1 + i)
+            k_hash.append(zlib.crc32(key, seeds[topic_ids[r]]) & 0x7FFFFFFF)
+    return (codes, np.concatenate([u_rec, np.array(k_rec, np.int64)]),
+            np.concatenate([np.zeros(len(u_rec), np.int64), np.array(k_rank, np.int64)]),
+            np.concatenate([u_hash & 0x7FFFFFFF, np.array(k_hash, np.int64)]))
 
 
-def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarray, seeds: list[int]) -> np.ndarray:
+def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarray,
+          seeds: list[int]) -> np.ndarray | None:
     """zlib.crc32 of each span, continued from ``seeds[group[i]]``: one CRC table gather per
-    (group, length) class (``crc32_of_variants``), or a zlib call per span when classes abound."""
+    (group, length) class (``crc32_of_variants``), or a zlib call per span when classes abound.
+    None if a span is not ASCII."""
     out = np.empty(len(lo), np.int64)
     if not len(lo):
         return out
     classes, inverse = np.unique(group * (1 << 32) + lengths, return_inverse=True)
     inverse = inverse.reshape(-1)
-    view = memoryview(buf)
+    view = buf.data
     for c in range(len(classes)):
-        rows = np.flatnonzero(inverse == c)
+        rows = np.flatnonzero(inverse == c) if len(classes) > 1 else np.arange(len(lo))
         if len(classes) > _VARIANT_GROUPS or len(rows) < _VARIANT_MIN_ROWS:
             for i, a, k, g in zip(rows.tolist(), lo[rows].tolist(), lengths[rows].tolist(), group[rows].tolist()):
-                out[i] = zlib.crc32(view[a:a + k], seeds[g])
+                span = view[a:a + k]
+                if not span.tobytes().isascii():
+                    return None
+                out[i] = zlib.crc32(span, seeds[g])
             continue
         k, seed = int(lengths[rows[0]]), seeds[int(group[rows[0]])]
         values = buf[lo[rows][:, None] + np.arange(k, dtype=np.int64)]
+        if (values >= 0x80).any():
+            return None
         out[rows] = fmt.crc32_of_variants(zlib.crc32(values[0].tobytes(), seed), values)
     return out
 

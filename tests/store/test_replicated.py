@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
+from shmq.store import replica_scan
 from shmq.store.message_store import MessageStore
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
@@ -50,15 +50,18 @@ def feed(master: MessageStore, rng: random.Random, rounds: int = 60, first: int 
     return keys
 
 
-def stream(master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None) -> None:
-    """The master's log from the replica's end to ``upto`` in random chunks that never cross a segment."""
+def stream(master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None,
+           defer: bool = False) -> None:
+    """The master's log from the replica's end to ``upto`` in random chunks that never cross a
+    segment; ``defer``: most of them with dispatch=False, as an HA client with frames queued."""
     end = master.commitlog.max_offset if upto is None else upto
     while replica.max_offset < end:
         at = replica.max_offset
         size = min(rng.randint(1, FRAME), end - at, SEG - at % SEG)
         data = master.commitlog.data(at, size)
         assert data is not None
-        replica.append(at, bytes(data))
+        replica.append(at, bytes(data), dispatch=not defer or rng.random() < 0.2)
+    replica.dispatch()
 
 
 def segment_bytes(store: MessageStore, upto: int) -> dict[str, bytes]:
@@ -111,6 +114,35 @@ def test_stream_is_byte_identical(pair):
     app = ReplicaAppender(replica)
     stream(master, app, rng)
     assert_same(master, replica, keys, master.commitlog.max_offset)
+
+
+def test_deferred_dispatch_is_the_same(pair):
+    """append(dispatch=False) for most frames, across segment ends: the same store in the end."""
+    master, replica = pair
+    rng = random.Random(12)
+    keys = feed(master, rng, 120)
+    app = ReplicaAppender(replica)
+    stream(master, app, rng, defer=True)
+    assert_same(master, replica, keys, master.commitlog.max_offset)
+
+
+def test_deferred_corrupt_record_cut_at_dispatch(pair):
+    master, replica = pair
+    for i in range(30):
+        put_one(master, "TopicA", 0, record("TopicA", bytes([i]) * 80, keys=f"key{i}"))
+    cl = master.commitlog
+    size = cl.size_at(0)
+    run = bytearray(cl.data(0, cl.max_offset))
+    run[10 * size + fmt.OFF_BODY + 3] ^= 1  # record 10's body: its CRC fails
+    app = ReplicaAppender(replica)
+    app.append(0, bytes(run[:5 * size + 7]), dispatch=False)
+    app.append(5 * size + 7, bytes(run[5 * size + 7:]), dispatch=False)
+    assert app.max_offset == len(run)  # written, not yet checked
+    assert replica.get_max_offset_in_queue("TopicA", 0) == 0
+    with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {10 * size}: body CRC"):
+        app.dispatch()
+    assert app.max_offset == 10 * size and replica.get_max_offset_in_queue("TopicA", 0) == 10
+    assert not replica.commitlog.queue.files[0].array[10 * size:len(run)].any()
 
 
 def test_one_byte_frames_and_blank_tails(pair):
@@ -243,7 +275,6 @@ def test_replica_reopened_as_master(pair, tmp_path):
         assert [bytes(r.body) for r in promoted.query_message("TopicA", "promoted")] == [b"after"]
     finally:
         promoted.shutdown()
-    replica.start()  # the fixture shuts it down
 
 
 _CHILD = r"""
@@ -318,3 +349,134 @@ def test_fresh_replica_starts_at_a_segment_start(pair):
     assert replica.commitlog.min_offset == SEG
     assert segment_bytes(replica, master.commitlog.max_offset) == \
         {k: v for k, v in segment_bytes(master, master.commitlog.max_offset).items() if int(k) >= SEG}
+
+
+_TRUNCATE_CHILD = r"""
+import os, random, sys
+from shmq.store import recovery, replicated
+from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.message_store import MessageStore
+from tests.store.conftest import SMALL
+replica = MessageStore(sys.argv[1], SMALL).start()
+app = replicated.ReplicaAppender(replica)
+def crash(*args, **kw):
+    os._exit(9)
+if sys.argv[3] == "after_marker":  # the marker is durable, nothing cut yet
+    replicated.recovery.finish_cut = crash
+else:  # the commitlog is cut, consume queues, index and checkpoint not yet
+    ConsumeQueue.truncate_dirty = crash
+app.truncate(int(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("point", ["after_marker", "after_cut"])
+def test_crash_during_truncate_recovers_to_the_offset(tmp_path, point):
+    """A replica killed in the middle of truncate() (fault injected in a child process)
+    recovers to exactly the target offset, its queues and index in line with it."""
+    rng = random.Random(6)
+    master = MessageStore(str(tmp_path / "master"), SMALL).start()
+    rdir = str(tmp_path / "replica")
+    try:
+        keys = feed(master, rng, 60)
+        with MessageStore(rdir, SMALL) as replica:
+            stream(master, ReplicaAppender(replica), rng)
+        cut = 2 * SEG + master.commitlog.size_at(2 * SEG)
+        child = subprocess.run([sys.executable, "-c", _TRUNCATE_CHILD, rdir, str(cut), point], cwd=os.getcwd())
+        assert child.returncode == 9
+        with MessageStore(rdir, SMALL) as replica:
+            app = ReplicaAppender(replica)
+            assert app.max_offset == cut
+            assert not os.path.exists(os.path.join(rdir, "truncating"))
+            for cq in replica.consume_queues():
+                assert cq.max_phys_end <= cut
+            kept = [(t, k) for t, k in keys if any(r.physical_offset < cut for r in master.query_message(t, k, 64))]
+            for topic, key in kept:
+                want = [r.physical_offset for r in master.query_message(topic, key, 64) if r.physical_offset < cut]
+                assert [r.physical_offset for r in replica.query_message(topic, key, 64)] == want
+            stream(master, app, rng)  # the master's bytes go on from the cut, as after a handshake
+            assert_same(master, replica, keys, master.commitlog.max_offset)
+    finally:
+        master.shutdown()
+
+
+def _raw(topic: str, body: bytes, props: bytes, sysflag: int = 0) -> bytes:
+    buf = bytearray(fmt.record_size(len(body), len(topic), len(props)))
+    fmt.pack_message_into(buf, 0, topic.encode(), body, props, fmt.body_crc(body), sysflag=sysflag, born_timestamp=1)
+    return bytes(buf)
+
+
+def test_odd_records_dispatch_like_recovery(pair):
+    """Records the fast paths must not get wrong: non-ASCII property values, a name given twice,
+    KEYS with runs of spaces, empty values, a prepared transaction, a body holding a record-like
+    pattern at its own position, many property layouts; the replica's consume queues and index
+    equal the master's and the scan's dispatch data equal what recovery's decode computes."""
+    master, replica = pair
+    rng = random.Random(17)
+    for i in range(300):
+        topic = rng.choice(["TopicA", "TopicB"])
+        kind = i % 7
+        if kind == 0:
+            props = fmt.encode_properties({"TAGS": "t\u00e9", "KEYS": f"k\u00fc{i}", "UNIQ_KEY": f"U{i}"})
+        elif kind == 1:
+            props = f"KEYS\x01a{i}\x02TAGS\x01x\x02KEYS\x01b{i}\x02".encode()
+        elif kind == 2:
+            props = f"KEYS\x01  s{i}   t{i} \x02UNIQ_KEY\x01\x02TAGS\x01\x02".encode()
+        elif kind == 3:
+            props = f"X\x01TAGS\x01no\x02UNIQ_KEY\x01{i:032X}\x02TAGS\x01{'a' * (i % 5 + 1)}\x02".encode()
+        else:
+            props = fmt.encode_properties({"TAGS": rng.choice(["A", "BB"]), "UNIQ_KEY": f"{i:032X}",
+                                           **({"KEYS": f"q{i}"} if kind == 4 else {})})
+        body = rng.randbytes(rng.choice([0, 3, 40]))
+        if i == 200:  # a body that mimics a record at its own position (magic + PHYSICALOFFSET)
+            at = master.commitlog.max_offset + fmt.OFF_BODY
+            fake = bytearray(_raw(topic, b"zz", b""))
+            struct.pack_into(">q", fake, fmt.OFF_PHYSICALOFFSET, at)
+            body = bytes(fake)
+        put_one(master, topic, 1, _raw(topic, body, props, fmt.TRANSACTION_PREPARED if i == 250 else 0))
+    end = master.commitlog.max_offset
+    assert end < SEG
+    data = bytes(master.commitlog.data(0, end))
+    found = replica_scan.scan(np.frombuffer(data, np.uint8), 0, SEG)
+    expect_tags, expect_keys = [], []
+    for i, s in enumerate(found.starts.tolist()):
+        rec = fmt.decode_record(data, s)
+        expect_tags.append(fmt.tags_code(rec.tags))
+        expect_keys += [(i, h) for h in fmt.record_key_hashes(rec.topic, rec.uniq_key, rec.properties.get("KEYS"))]
+    assert found.error is None and found.end == end and len(found) > 100
+    assert found.tags_codes.tolist() == expect_tags
+    assert list(zip(found.key_records.tolist(), found.key_hashes.tolist())) == expect_keys
+    app = ReplicaAppender(replica)
+    app.append(0, data)
+    assert_same(master, replica, [], end)
+    for topic, key in [("TopicA", "k\u00fc0"), ("TopicB", "k\u00fc0"), ("TopicA", "b1"), ("TopicB", "b1"),
+                       ("TopicA", "s2"), ("TopicB", "t2"), ("TopicA", "q4")]:
+        assert [r.physical_offset for r in replica.query_message(topic, key)] == \
+            [r.physical_offset for r in master.query_message(topic, key)]
+
+
+def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
+    """A replica dies after writing a segment's BLANK filler but before (all of) the zeros after
+    it reached the disk (here: a sparse copy of the running store, whose zero tail is a hole):
+    recovery reports the segment's end, where the master goes on (regression: it reported the
+    end of the filler's page, and the next frame went to the wrong offset)."""
+    master, replica = pair
+    rng = random.Random(9)
+    for i in range(100):
+        put_one(master, "TopicA", i % 3, record("TopicA", rng.randbytes(200), keys=f"s{i}"))
+    blank_at = master.commitlog.max_offset
+    put_one(master, "TopicA", 0, record("TopicA", rng.randbytes(40_000), keys="big"))  # rolls: a long filler
+    assert SEG - blank_at > 8 * 4096 and master.commitlog.max_offset > SEG
+    keys = [("TopicA", f"s{i}") for i in range(100)] + [("TopicA", "big")]
+    app = ReplicaAppender(replica)
+    stream(master, app, rng, upto=blank_at)
+    app.append(blank_at, bytes(master.commitlog.data(blank_at, fmt.MIN_BLANK)))
+    copy = str(tmp_path / "copy")
+    subprocess.run(["cp", "-a", "--sparse=always", replica.store_dir, copy], check=True)
+    spare = os.path.join(copy, "commitlog", fmt.offset_file_name(SEG))  # not made yet by the allocator
+    if os.path.exists(spare):
+        os.unlink(spare)
+    with MessageStore(copy, SMALL) as crashed:
+        again = ReplicaAppender(crashed)
+        assert again.max_offset == SEG
+        stream(master, again, rng)
+        assert_same(master, crashed, keys, master.commitlog.max_offset)
