@@ -4,13 +4,14 @@ The connection owns its protocol session, its slot in the HA segment and a bound
 outgoing parts (frame headers, views of the log mappings, handshake and metadata bytes). The
 sender's loop calls ``on_readable`` when the socket has bytes, ``fill`` to queue log frames up
 to the published master offset, ``flush`` to hand the queue to the kernel, and ``check_timers``
-now and then. Anything wrong raises ``Closed`` with the reason the sender logs; no byte of log is
-queued before the replica proved the token (``streaming`` needs its first report, which needs
-``Authenticated``).
+now and then. Anything wrong raises, and the sender closes the connection logging the message as
+the reason: HAProtocolError for what the protocol forbids, TimeoutError for a silent peer,
+ConnectionError and other OSErrors from the socket, LookupError for a log offset that was
+cleaned. No byte of log is queued before the replica proved the token (``streaming`` needs its
+first report, which needs ``Authenticated``).
 """
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 import time
@@ -22,18 +23,15 @@ from typing import Callable, Union
 from shmq.config import BrokerConfig
 from shmq.errors import HAProtocolError
 from shmq.ha import protocol as P
-from shmq.ha.log_reader import HALogReader, OffsetCleanedError
+from shmq.ha.log_reader import HALogReader
 from shmq.ha.shared import STREAMING, HASegment
 
 log = logging.getLogger("shmq.ha")
 OUT_LIMIT = 1 << 20  # bytes queued per connection before the loop waits for the socket
+METADATA_BACKLOG = 8 * OUT_LIMIT  # queued bytes past which a metadata frame closes the connection
 IOV_MAX = 64  # parts handed to one sendmsg
 RECV_SIZE = 65536
 Part = Union[bytes, memoryview]
-
-
-class Closed(Exception):
-    """The connection must be closed; the message is the reason logged with the peer address."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +90,13 @@ class ReplicaConnection:
         self.out_bytes += len(data)
         self._queued_ms = _ms()
 
+    def queue_metadata(self, frame: bytes) -> None:
+        """A changed config file; HAProtocolError if the replica has left far too much unread (it reports
+        but does not read: the queue would otherwise grow with every change)."""
+        if self.out_bytes >= METADATA_BACKLOG:
+            raise HAProtocolError(f"the replica reads nothing: {self.out_bytes} bytes wait to be sent")
+        self.queue(frame)
+
     def can_fill(self, master_offset: int) -> bool:
         """More log to queue and room to queue it: the loop must not sleep."""
         return self.streaming and self.next_offset < master_offset and self.out_bytes < OUT_LIMIT
@@ -114,8 +119,6 @@ class ReplicaConnection:
                 offset += size
                 out.append((view, offset))
                 queued += size + P.FRAME.size
-        except OffsetCleanedError as e:
-            raise Closed(f"cannot stream: {e}") from None
         finally:
             self.next_offset, self.out_bytes = offset, queued
         self._queued_ms = _ms()
@@ -129,8 +132,6 @@ class ReplicaConnection:
                 n = self.sock.sendmsg([p for p, _ in islice(out, IOV_MAX)])
             except (BlockingIOError, InterruptedError):
                 break
-            except OSError as e:
-                raise Closed(f"send failed: {e.strerror or e}") from None
             sent_any = True
             self.out_bytes -= n
             while n:
@@ -159,10 +160,8 @@ class ReplicaConnection:
             data = self.sock.recv(RECV_SIZE)
         except (BlockingIOError, InterruptedError):
             return False
-        except OSError as e:
-            raise Closed(f"receive failed: {e.strerror or e}") from None
         if not data:
-            raise Closed("the replica closed the connection" if self.streaming else "EOF during the handshake")
+            raise ConnectionError("the replica closed the connection" if self.streaming else "EOF during the handshake")
         self._heard_ms = _ms()
         if len(self._head) < 6:
             self._head += data[:6 - len(self._head)]
@@ -171,7 +170,7 @@ class ReplicaConnection:
         except HAProtocolError as e:
             if not self._session.authenticated:
                 self._refuse(P.REFUSE_VERSION if self._wrong_version() else P.REFUSE_AUTH, str(e))
-            raise Closed(f"protocol error: {e}") from None
+            raise
         advanced = False
         for ev in events:
             if isinstance(ev, P.Authenticated):
@@ -179,7 +178,7 @@ class ReplicaConnection:
             elif isinstance(ev, P.Report):
                 advanced |= self._report(ev.offset, master_offset)
             elif isinstance(ev, P.Refused):
-                raise Closed(f"the replica refused: code {ev.code}: {ev.reason}")
+                raise HAProtocolError(f"the replica refused: code {ev.code}: {ev.reason}")
         return advanced
 
     def _wrong_version(self) -> bool:
@@ -206,19 +205,19 @@ class ReplicaConnection:
 
     def _report(self, offset: int, master_offset: int) -> bool:
         if offset > master_offset:
-            raise Closed(f"reported offset {offset} past the master's end {master_offset}")
+            raise HAProtocolError(f"reported offset {offset} past the master's end {master_offset}")
         table = self._ha.slot_table
         i = self.slot
         if not self.streaming:
             low = self._reader.min_offset
             if offset < low:
-                raise Closed(f"reported offset {offset} below the master's min offset {low} (cleaned): "
+                raise HAProtocolError(f"reported offset {offset} below the master's min offset {low} (cleaned): "
                              "the replica cannot catch up from this master; wipe its store")
             self.next_offset = self._sent = offset
             table["sent_offset"][i] = offset
             log.info("replica %r at %s streams from offset %d", self.name, self.addr, offset)
         elif offset > self.next_offset:
-            raise Closed(f"reported offset {offset} past what was sent ({self.next_offset})")
+            raise HAProtocolError(f"reported offset {offset} past what was sent ({self.next_offset})")
         advanced = offset > self.acked
         self.acked = offset
         table["acked_offset"][i] = offset
@@ -235,9 +234,9 @@ class ReplicaConnection:
         s = self._settings
         if not self._session.authenticated and now_ms - self._opened_ms >= s.connect_timeout_ms:
             self._refuse(P.REFUSE_AUTH, "handshake not done in time")
-            raise Closed(f"handshake not done within haConnectTimeout={s.connect_timeout_ms} ms")
+            raise TimeoutError(f"handshake not done within haConnectTimeout={s.connect_timeout_ms} ms")
         if now_ms - self._heard_ms >= s.housekeeping_ms:
-            raise Closed(f"silent for haHousekeepingInterval={s.housekeeping_ms} ms")
+            raise TimeoutError(f"silent for haHousekeepingInterval={s.housekeeping_ms} ms")
         if self.streaming and not self._out and now_ms - self._queued_ms >= s.heartbeat_ms:
             self.queue(P.frame_header(self.next_offset, 0))
 
@@ -256,9 +255,5 @@ class ReplicaConnection:
         self._out.clear()
         self.out_bytes = 0
         self._ha.release_slot(self.slot)
-        try:
-            self.sock.close()
-        except OSError as e:
-            if e.errno != errno.EBADF:
-                raise
+        self.sock.close()
 

@@ -12,10 +12,6 @@ import os
 from shmq.store.reader import SegmentQueue
 
 
-class OffsetCleanedError(LookupError):
-    """The offset lies below the first segment file: cleanup deleted it, it cannot be served."""
-
-
 class HALogReader:
     """The segment files of ``STORE/commitlog``, mapped with ACCESS_READ (``SegmentQueue``)."""
 
@@ -36,12 +32,12 @@ class HALogReader:
     def chunk(self, offset: int, end: int, batch: int) -> memoryview:
         """Bytes ``[offset, min(offset + batch, segment end, end))`` as a view of the mapping.
 
-        ``end`` is the published master offset. OffsetCleanedError below the first file;
+        ``end`` is the published master offset. LookupError below the first file (cleanup deleted it: it cannot be served);
         OSError if a segment that must exist (below ``end``) cannot be found or is short."""
         seg = self._files.find(offset)
         if seg is None:
             if offset < self._files.min_offset:
-                raise OffsetCleanedError(f"offset {offset} was cleaned (the log starts at {self.min_offset})")
+                raise LookupError(f"offset {offset} was cleaned (the log starts at {self.min_offset})")
             raise FileNotFoundError(f"no commitlog segment holds offset {offset} (published end {end})")
         if seg.size != self.segment_size:
             raise OSError(f"{seg.path} is {seg.size} bytes, mappedFileSizeCommitLog is {self.segment_size}")

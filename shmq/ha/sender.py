@@ -19,10 +19,12 @@ from typing import Callable
 
 from shmq.config import BrokerConfig
 from shmq.ha import protocol as P
-from shmq.ha.connection import Closed, ReplicaConnection, Settings
+from shmq.errors import HAProtocolError
+from shmq.ha.connection import ReplicaConnection, Settings
 from shmq.ha.log_reader import HALogReader
 from shmq.ha.metadata import MetadataWatcher, load_epochs
 from shmq.ha.shared import HASegment, wake_address
+from shmq.ring.framing import full_fence
 
 log = logging.getLogger("shmq.ha")
 MAX_SLEEP_MS = 100  # beat and the broker's liveness are checked at least this often
@@ -30,6 +32,12 @@ TICK_MS = 50  # timers of the connections are looked at this often while busy
 SLOW_MS = 1000  # metadata files and cleaned segments are looked at this often
 BIND_RETRY_MS = 1000
 BIND_LOG_MS = 10_000
+CLOSING = (HAProtocolError, OSError, LookupError)  # what closes one connection, logged as its reason
+
+
+def _reason(e: BaseException) -> str:
+    """A socket error's text, else the message the connection raised."""
+    return f"socket error: {e.strerror}" if isinstance(e, OSError) and e.strerror else str(e)
 
 
 def _ms() -> int:
@@ -153,8 +161,8 @@ class HASender:
                 try:
                     conn.fill(master)
                     conn.flush()
-                except Closed as e:
-                    self._close(conn, str(e))
+                except CLOSING as e:
+                    self._close(conn, _reason(e))
                     continue
                 busy |= conn.can_fill(master)
                 self._want(sock, conn.wants_write)
@@ -164,6 +172,7 @@ class HASender:
                 if any(c.caught_up(master) for c in conns.values()):
                     header["sender_parked"] = 1  # the broker wakes us from now on ...
                     parked = True
+                    full_fence()  # the flag's store before the offset's load (Dekker, as ring.doorbell)
                     if int(header["master_offset"][0]) != master:  # ... and this catches what it published before
                         header["sender_parked"] = 0
                         parked = False
@@ -193,8 +202,8 @@ class HASender:
             try:
                 if conn.on_readable(int(self.ha.header["master_offset"][0])) and self.ha.header["broker_waiting"][0]:
                     self._ring_broker()
-            except Closed as e:
-                self._close(conn, str(e))
+            except CLOSING as e:
+                self._close(conn, _reason(e))
             except Exception as e:  # a bug must not take every replica down: this one goes, logged
                 log.exception("replica %s: unexpected error", conn.addr)
                 self._close(conn, f"unexpected error: {type(e).__name__}: {e}")
@@ -216,16 +225,19 @@ class HASender:
         for conn in list(self.conns.values()):
             try:
                 conn.check_timers(now)
-            except Closed as e:
-                self._close(conn, str(e))
+            except CLOSING as e:
+                self._close(conn, _reason(e))
 
     def _slow_work(self) -> None:
         """Once a second: let go of cleaned segments, pass changed config files on."""
         self.reader.refresh()
         for frame in self.meta.check():
-            for conn in self.conns.values():
+            for conn in list(self.conns.values()):
                 if conn.welcomed:  # a newer one got them with its WELCOME
-                    conn.queue(frame)
+                    try:
+                        conn.queue_metadata(frame)
+                    except HAProtocolError as e:
+                        self._close(conn, _reason(e))
 
     def _close(self, conn: ReplicaConnection, reason: str, level: int = logging.WARNING) -> None:
         log.log(level, "closing replica %s%s: %s", conn.addr, f" ({conn.name})" if conn.name else "", reason)

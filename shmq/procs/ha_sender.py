@@ -25,10 +25,6 @@ from shmq.ring.state import StateReader
 log = logging.getLogger("shmq.ha")
 
 
-class StartRefused(Exception):
-    """The sender must not run: one line for the operator, exit status 2."""
-
-
 class BrokerBell:
     """The broker's doorbell, opened on first use and following its generation (state header
     ``bell_gen``): a report that lets SYNC_MASTER answers go wakes the broker at once."""
@@ -63,16 +59,18 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _check_broker(store_dir: str, name: str, state: StateReader) -> Watch:
-    """The broker's liveness; StartRefused if it is dead or serves another store."""
+def _refusal(store_dir: str, name: str, state: StateReader, ha: HASegment) -> str | None:
+    """Why this sender must not run (one line for the operator), or None."""
     h = state.view.header[0]
-    watch = Watch(int(h["alive_key"]))
-    if not watch.is_alive():
-        raise StartRefused(f"broker {name!r} is not running (its liveness semaphore is gone)")
+    if not Watch(int(h["alive_key"])).is_alive():
+        return f"broker {name!r} is not running (its liveness semaphore is gone)"
     served = bytes(h["store_dir"]).decode(errors="replace")
     if os.path.realpath(served) != os.path.realpath(store_dir):
-        raise StartRefused(f"broker {name!r} serves store {served}, not {store_dir}")
-    return watch
+        return f"broker {name!r} serves store {served}, not {store_dir}"
+    other = int(ha.header["sender_pid"][0])
+    if other and other != os.getpid() and _pid_alive(other):
+        return f"another HA sender (pid {other}) serves broker {name!r}"
+    return None
 
 
 def run_ha_sender(store_dir: str, name: str, config: BrokerConfig) -> int:
@@ -86,39 +84,42 @@ def run_ha_sender(store_dir: str, name: str, config: BrokerConfig) -> int:
         print(f"shmq ha: error: {e}", file=sys.stderr)
         return 2
     try:
-        return _run(store_dir, name, config, state)
-    except (StartRefused, ShmqError, OSError, posix_ipc.Error) as e:
+        ha = HASegment.open(name)  # BrokerNotFoundError: not a master
+    except (ShmqError, OSError) as e:
+        state.close()
         print(f"shmq ha: error: {e}", file=sys.stderr)
         return 2
-    finally:
-        state.close()
-
-
-def _run(store_dir: str, name: str, config: BrokerConfig, state: StateReader) -> int:
-    watch = _check_broker(store_dir, name, state)
-    ha = HASegment.open(name)  # BrokerNotFoundError: not a master
     try:
-        other = int(ha.header["sender_pid"][0])
-        if other and other != os.getpid() and _pid_alive(other):
-            raise StartRefused(f"another HA sender (pid {other}) serves broker {name!r}")
-        bell = BrokerBell(name, state)
-        try:
-            sender = HASender(store_dir, name, config, ha, watch.is_alive, bell.ring)
-        except OSError as e:  # the wake-up name is taken: a sender raced us
-            raise StartRefused(f"another HA sender serves broker {name!r} ({e.strerror or e})") from None
-        try:
-            ha.header["sender_pid"] = os.getpid()
-            ha.reset_slots()
-            signal.signal(signal.SIGTERM, sender.stop)
-            signal.signal(signal.SIGINT, sender.stop)
-            log.info("HA sender of broker %r on store %s (pid %d)", name, store_dir, os.getpid())
-            sender.serve()
-        finally:
-            sender.close()
-            if int(ha.header["sender_pid"][0]) == os.getpid():
-                ha.header["sender_pid"] = 0
-            bell.close()
-        log.info("stopped")
-        return 0
+        refusal = _refusal(store_dir, name, state, ha)
+        if refusal is None:
+            return _serve(store_dir, name, config, state, ha)
     finally:
         ha.close()
+        state.close()
+    print(f"shmq ha: error: {refusal}", file=sys.stderr)
+    return 2
+
+
+def _serve(store_dir: str, name: str, config: BrokerConfig, state: StateReader, ha: HASegment) -> int:
+    bell = BrokerBell(name, state)
+    try:
+        sender = HASender(store_dir, name, config, ha, Watch(int(state.view.header[0]["alive_key"])).is_alive,
+                          bell.ring)
+    except OSError as e:  # the wake-up name is taken: a sender raced us
+        bell.close()
+        print(f"shmq ha: error: another HA sender serves broker {name!r} ({e.strerror or e})", file=sys.stderr)
+        return 2
+    try:
+        ha.header["sender_pid"] = os.getpid()
+        ha.reset_slots()
+        signal.signal(signal.SIGTERM, sender.stop)
+        signal.signal(signal.SIGINT, sender.stop)
+        log.info("HA sender of broker %r on store %s (pid %d)", name, store_dir, os.getpid())
+        sender.serve()
+    finally:
+        sender.close()
+        if int(ha.header["sender_pid"][0]) == os.getpid():
+            ha.header["sender_pid"] = 0
+        bell.close()
+    log.info("stopped")
+    return 0
