@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test typecheck bench bench-store clean
+.PHONY: install demo test typecheck bench bench-store clean host-tools
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -19,8 +19,21 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) host-tools
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the HA host tests (tests/ha) make network namespaces with iproute2's ip and tc: installed by
+# apt-get when missing and root; otherwise those tests skip and say why
+host-tools:
+	@if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "iproute2 missing: apt-get install iproute2"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	           apt-get install -y -q --no-install-recommends iproute2 >/dev/null; } \
+	      || echo "apt-get install iproute2 failed: the HA host tests will skip"; \
+	  else echo "iproute2 missing (installing it needs root and apt-get): the HA host tests will skip"; fi; \
+	fi
 
 # mypy over the package, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)

@@ -7,6 +7,7 @@ a busy broker makes no system call for replication.
 from __future__ import annotations
 
 from shmq.ha.shared import HASegment, SenderWaker
+from shmq.ring.framing import full_fence
 
 
 class MasterLink:
@@ -23,6 +24,7 @@ class MasterLink:
             self._published = max_offset
             header = self.segment.header
             header["master_offset"] = max_offset
+            full_fence()  # the store before the load: the sender fences between raising the flag and re-reading
             if header["sender_parked"][0]:
                 self._waker.wake()
 

@@ -10,11 +10,14 @@ MetadataError naming the file and the fault.
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from shmq.errors import MetadataError
 from shmq.ha.protocol import Epoch, check_epochs
 from shmq.store.config_files import write_json
+
+log = logging.getLogger(__name__)
 
 
 class EpochFile:
@@ -54,15 +57,18 @@ class EpochFile:
         starts at ``max_offset`` too), so a list does not grow with restarts that wrote
         nothing. A fresh store gets epoch 1 at 0."""
         entries = self.entries
-        if entries and max_offset < entries[-1].start_offset:
-            raise MetadataError(f"{self.path}: the last epoch starts at {entries[-1].start_offset}, past the "
-                                f"commitlog's end {max_offset}: the log lost data the history says it had")
+        top = entries[-1].epoch if entries else 0  # numbers keep rising past dropped entries too
+        while entries and entries[-1].start_offset > max_offset:
+            # a replica adopts its master's whole list, also an epoch the master began past what
+            # reached the replica; promoted, it holds nothing of that epoch: the entry goes
+            gone = entries.pop()
+            log.warning("%s: epoch %d starts at %d, past the commitlog's end %d: none of it is here; dropped",
+                        self.path, gone.epoch, gone.start_offset, max_offset)
         if entries and entries[-1].start_offset == max_offset:
             # nothing was written in it: replaced by a higher number (a replica that adopted the
             # old entry then shares the log up to its start, which is all there is)
-            epoch = Epoch.new(entries.pop().epoch + 1, max_offset)
-        else:
-            epoch = Epoch.new(entries[-1].epoch + 1 if entries else 1, max_offset)
+            entries.pop()
+        epoch = Epoch.new(top + 1, max_offset)
         entries.append(epoch)
         self.save(entries)
         return epoch

@@ -1,5 +1,6 @@
-"""HA tests run real brokers and replicas on loopback TCP; each test gets unique names and must
-leave no IPC object behind."""
+"""HA tests run real brokers and replicas on loopback TCP (``pair``: a master and a replica's
+names and stores, on this host) or on two hosts linked only by TCP (``ha_hosts``, tests/ha/hosts.py);
+each test gets unique names and must leave no IPC object behind."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ import pytest
 import shmq
 from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment
+from tests.ha import hosts
 from tests.ha.fake_master import FakeMaster
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 
@@ -87,3 +89,13 @@ def stop_pid(pid: int, timeout: float = 30.0) -> None:
             return
         time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def ha_hosts() -> Iterator[tuple[hosts.Host, hosts.Host]]:
+    """A fresh (master, replica) pair for the test; skips when hosts cannot be made (not root, no iproute2)."""
+    reason = hosts.unavailable()
+    if reason:
+        pytest.skip(reason)
+    with hosts.pair() as pair:
+        yield pair

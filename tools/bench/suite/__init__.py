@@ -9,6 +9,9 @@ nats-server; pip: the project's ``bench`` extra), starts each system, and runs:
 - round trip of one synchronous send (p50 / p99 / p99.9);
 - durability: 8 senders, each message acked only once on disk (shmq SYNC_FLUSH, Redis
   appendfsync always, NATS sync_interval: always);
+- replication: the same 8 senders on a master with one replica, acked once the replica has it
+  (shmq SYNC_MASTER + ``shmq replica``; Redis ``replicaof`` + ``WAIT 1 0``) and without waiting
+  (ASYNC_MASTER; plain XADD), with each system's sync / async ratio;
 - shmq only: send throughput with 8 / 1,000 / 10,000 queues, and a backlog written unconsumed
   then drained.
 

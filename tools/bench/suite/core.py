@@ -55,6 +55,20 @@ class DurableSpec:
     run_id: str
 
 
+@dataclass(frozen=True)
+class ReplicatedSpec:
+    senders: int
+    size: int
+    count: int        # per sender
+    deadline: float
+    run_id: str
+    sync: bool        # acked once a replica has it (shmq SYNC_MASTER, Redis WAIT 1 0) or once the master has it
+
+    @property
+    def mode(self) -> str:
+        return "sync" if self.sync else "async"
+
+
 class Sync:
     """The worker's side of a run: start together, count what was sent and received."""
 
@@ -124,7 +138,7 @@ class System:
     The worker functions live in the peer's module so spawned processes import only it:
     ``tput_producer(ctx, spec, idx, n, sync) -> sent``, ``tput_consumer(ctx, spec, idx, sync)``,
     ``latency_client(ctx, spec, sync) -> ns array``, optional ``latency_server(ctx, spec, sync)``,
-    ``durable_sender(ctx, spec, idx, sync) -> ns array``.
+    ``durable_sender(ctx, spec, idx, sync) -> ns array``, ``replicated_sender`` likewise.
     """
 
     name = "?"
@@ -139,6 +153,8 @@ class System:
     latency_server = False
     durable = False
     durable_note = ""
+    replicated = False
+    replicated_note = ""
 
     def install(self) -> str | None:
         """Make the peer usable; return why it cannot be, or None."""
@@ -173,6 +189,12 @@ class System:
         return None
 
     def durable_cleanup(self, spec: DurableSpec, ctx: Any) -> None:
+        pass
+
+    def replicated_context(self, spec: ReplicatedSpec) -> Any:
+        return None
+
+    def replicated_cleanup(self, spec: ReplicatedSpec, ctx: Any) -> None:
         pass
 
     def extra_workloads(self, settings: Any) -> dict[str, Any]:
@@ -302,15 +324,29 @@ def run_latency(system: System, spec: LatencySpec) -> dict:
 def run_durable(system: System, spec: DurableSpec) -> dict:
     """``senders`` processes each sending one message at a time, acked only once on disk."""
     ctx = system.durable_context(spec)
-    mod = type(system).__module__
     try:
-        sync = Sync(spec.senders, 0, spec.deadline)
-        procs = [SPAWN.Process(target=_worker, args=(mod, "durable_sender", (ctx, spec, i), ("sender", i), sync),
-                               daemon=True) for i in range(spec.senders)]
-        _start(procs, sync)
-        out = _collect(procs, sync, len(procs), spec.deadline + 30)
+        return _run_senders(system, "durable_sender", ctx, spec)
     finally:
         system.durable_cleanup(spec, ctx)
+
+
+def run_replicated(system: System, spec: ReplicatedSpec) -> dict:
+    """``senders`` processes each sending one message at a time to a master that has a replica,
+    acked once the replica has it (``spec.sync``) or once the master has it."""
+    ctx = system.replicated_context(spec)
+    try:
+        return _run_senders(system, "replicated_sender", ctx, spec)
+    finally:
+        system.replicated_cleanup(spec, ctx)
+
+
+def _run_senders(system: System, func: str, ctx: Any, spec: DurableSpec | ReplicatedSpec) -> dict:
+    mod = type(system).__module__
+    sync = Sync(spec.senders, 0, spec.deadline)
+    procs = [SPAWN.Process(target=_worker, args=(mod, func, (ctx, spec, i), ("sender", i), sync),
+                           daemon=True) for i in range(spec.senders)]
+    _start(procs, sync)
+    out = _collect(procs, sync, len(procs), spec.deadline + 30)
     lat = np.concatenate([v[2] for v in out.values()])
     start = min(v[0] for v in out.values())
     end = max(v[1] for v in out.values())

@@ -43,12 +43,22 @@ def _ratio(res: dict, key: str, name: str, metric: str, lower_better: bool = Fal
     return f"{1 / r if lower_better else r:.2f}×"
 
 
+def _sync_ratio(res: dict, name: str) -> str:
+    """A system's sync-replicated throughput over its async-replicated one (goal for shmq: >= 0.5)."""
+    got = {}
+    for key, w in res["results"].items():
+        if w["kind"] == "replicated":
+            got[key.split()[1]] = w["systems"].get(name, {}).get("msgs_s", {}).get("median")
+    return f"{got['sync'] / got['async']:.2f}" if got.get("sync") and got.get("async") else ""
+
+
 def rows(res: dict) -> dict[str, list[list[str]]]:
     """Tables as lists of rows (first row: header), shared by the screen and markdown output."""
     tables: dict[str, list[list[str]]] = {}
     tput = [["workload", "system", "msg/s (median)", "min–max", "MB/s", "shmq ×", "note"]]
     lat = [["system", "p50 µs", "p99 µs", "p99.9 µs", "p50 min–max", "shmq × (p50)", "note"]]
     dur = [["system", "msg/s (median)", "min–max", "p50 µs", "p99 µs", "shmq ×", "mode"]]
+    rep = [["ack", "system", "msg/s (median)", "min–max", "p50 µs", "p99 µs", "shmq ×", "sync / async", "mode"]]
     for key, w in res["results"].items():
         for name, e in w["systems"].items():
             note = _cell(e)
@@ -68,6 +78,16 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                                 _ratio(res, key, name, "p50_us", lower_better=True), sysnote])
                 else:
                     lat.append([name, "—", "", "", "", "", note])
+            elif w["kind"] == "replicated":
+                mode = key.split()[1]
+                if e.get("runs"):
+                    m = e["msgs_s"]
+                    rep.append([mode, name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}", _us(e["p50_us"]["median"]),
+                                _us(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
+                                _sync_ratio(res, name) if mode == "sync" else "",
+                                res["systems"][name].get("replicated_note", "")])
+                elif e.get("na") != "no replication":  # the peers without replication are left out
+                    rep.append([mode, name, "—", "", "", "", "", "", note])
             else:
                 if e.get("runs"):
                     m = e["msgs_s"]
@@ -81,6 +101,10 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
     tables[f"Round trip of one synchronous send ({lat_key})"] = lat
     dur_key = next(k for k, w in res["results"].items() if w["kind"] == "durable")
     tables[f"Durability: acked only once on disk ({dur_key})"] = dur
+    rep_key = next((k for k, w in res["results"].items() if w["kind"] == "replicated"), None)
+    if rep_key:
+        what = rep_key.split(" ", 2)[2]
+        tables[f"Replication: a master with one replica, sync = acked once the replica has it ({what})"] = rep
     x = res.get("extras", {}).get(REF, {})
     q = x.get("queues", {})
     if "error" in q or not q:

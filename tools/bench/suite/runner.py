@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from . import core, install, machine
-from .core import DurableSpec, LatencySpec, TputSpec
+from .core import DurableSpec, LatencySpec, ReplicatedSpec, TputSpec
 from .settings import Settings
 
 LAT_SIZE = 100
@@ -37,6 +37,10 @@ def workloads(s: Settings) -> list[tuple[str, str, object]]:
                 lambda rid: LatencySpec(LAT_SIZE, s.latency_rounds, s.latency_deadline, rid)))
     out.append((f"durable {s.durable_senders} senders {DUR_SIZE}B", "durable",
                 lambda rid: DurableSpec(s.durable_senders, DUR_SIZE, s.durable_count, s.durable_deadline, rid)))
+    for mode in ("sync", "async"):  # the same senders against a master with a replica: SYNC vs ASYNC
+        out.append((f"replicated {mode} {s.durable_senders} senders {DUR_SIZE}B", "replicated",
+                    lambda rid, mode=mode: ReplicatedSpec(s.durable_senders, DUR_SIZE, s.durable_count,
+                                                          s.durable_deadline, rid, mode == "sync")))
     return out
 
 
@@ -48,6 +52,8 @@ def _applies(system, kind: str, spec) -> str | None:
         return "no synchronous send"
     if kind == "durable" and not system.durable:
         return system.durable_note or "no persistence"
+    if kind == "replicated" and not system.replicated:
+        return "no replication"
     return system.why_not(kind, spec)
 
 
@@ -107,7 +113,8 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                     t = time.monotonic()
                     ok = False
                     try:
-                        fn = {"tput": core.run_tput, "latency": core.run_latency, "durable": core.run_durable}[kind]
+                        fn = {"tput": core.run_tput, "latency": core.run_latency, "durable": core.run_durable,
+                              "replicated": core.run_replicated}[kind]
                         entry["runs"].append(fn(system, spec))
                         ok = True
                     except Exception as e:
@@ -162,7 +169,7 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
         "settings": {k: v for k, v in s.__dict__.items() if k != "extra"},
         "machine": {**machine.facts(), "load_average_1m_at_start": load_at_start}, "versions": versions, "unavailable": unavailable,
         "systems": {x.name: {"title": x.title, "how": x.how, "persistence": x.persistence, "broker": x.broker, "note": x.note,
-                             "durable_note": x.durable_note} for x in systems},
+                             "durable_note": x.durable_note, "replicated_note": x.replicated_note} for x in systems},
         "results": results, "extras": extras, "install_log": list(install.LOG),
         "seconds": round(time.monotonic() - started, 1),
     }

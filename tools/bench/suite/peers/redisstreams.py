@@ -1,6 +1,7 @@
 """Redis Streams: Debian's redis-server on loopback with an append-only file (fsync every
 second; ``always`` for the durability workload); redis-py XADD (pipelined for the batch
-API) and XREADGROUP + XACK in a consumer group."""
+API) and XREADGROUP + XACK in a consumer group. The replicated rows use a second pair of
+servers, a master and its replica (``replicaof``), with ``WAIT 1 0`` after each XADD for sync."""
 from __future__ import annotations
 
 import os
@@ -24,6 +25,9 @@ class RedisStreams(System):
     note = "AOF with appendfsync everysec (a crash can lose the last second)"
     durable = True
     durable_note = "appendfsync always"
+    replicated = True
+    replicated_note = ("a second redis-server with replicaof, AOF fsync everysec on both; sync: XADD + WAIT 1 0 "
+                       "pipelined in one round trip; async: XADD alone")
 
     def install(self):
         try:
@@ -43,49 +47,61 @@ class RedisStreams(System):
         return shutil.which("redis-server") or "/usr/bin/redis-server"
 
     def start(self, workdir):
+        self.servers = []
+        _, self.client, _, self.port = self._server(workdir, "redis.")
+        # the replicated rows: a master and a replica of it (replicaof), both with the AOF
+        self.ha_master = self._server(workdir, "redis-master.")
+        self.ha_replica = self._server(workdir, "redis-replica.", "--replicaof", "127.0.0.1", str(self.ha_master[3]))
+        wait_replica_online(self.ha_master[1])
+
+    def _server(self, workdir, prefix, *extra):
+        """A redis-server on a loopback port with its own directory, kept for stop(); when it serves."""
         import redis
-        self.dir = tempfile.mkdtemp(prefix="redis.", dir=workdir)
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [self.binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", self.dir,
+        d = tempfile.mkdtemp(prefix=prefix, dir=workdir)
+        port = free_port()
+        proc = subprocess.Popen(
+            [self.binary(), "--bind", "127.0.0.1", "--port", str(port), "--dir", d,
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-             "--protected-mode", "yes", "--logfile", os.path.join(self.dir, "redis.log")],
+             "--protected-mode", "yes", "--logfile", os.path.join(d, "redis.log"), *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+        client = redis.Redis(host="127.0.0.1", port=port)
+        self.servers.append((proc, client, d))
         for _ in range(200):
             try:
-                self.client.ping()
-                return
+                client.ping()
+                return proc, client, d, port
             except redis.ConnectionError:
-                if self.proc.poll() is not None:
+                if proc.poll() is not None:
                     break
                 time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start (see {self.dir}/redis.log)")
+        raise RuntimeError(f"redis-server did not start (see {d}/redis.log)")
 
     def stop(self):
-        try:
-            self.client.close()
-        except Exception:
-            pass
-        if getattr(self, "proc", None) is not None:
-            self.proc.terminate()
+        for proc, client, d in getattr(self, "servers", []):
             try:
-                self.proc.wait(10)
+                client.close()
+            except Exception:
+                pass
+            proc.terminate()
+            try:
+                proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+                proc.kill()
+                proc.wait()
+            shutil.rmtree(d, ignore_errors=True)
 
-    def _stream(self, run_id):
+    def _stream(self, run_id, client=None, port=None):
+        client = client or self.client
         key = f"bench:{run_id}"
-        self.client.delete(key)
-        self.client.xgroup_create(key, GROUP, id="0", mkstream=True)
-        return {"port": self.port, "key": key}
+        client.delete(key)
+        client.xgroup_create(key, GROUP, id="0", mkstream=True)
+        return {"port": port or self.port, "key": key}
 
-    def _drop(self, ctx):
-        self.client.delete(ctx["key"])
+    def _drop(self, ctx, client=None):
+        client = client or self.client
+        client.delete(ctx["key"])
         try:
-            self.client.bgrewriteaof()  # keep the AOF from growing over the whole suite
+            client.bgrewriteaof()  # keep the AOF from growing over the whole suite
         except Exception:
             pass
 
@@ -108,6 +124,25 @@ class RedisStreams(System):
     def durable_cleanup(self, spec, ctx):
         self.client.config_set("appendfsync", "everysec")
         self._drop(ctx)
+
+    def replicated_context(self, spec):
+        ctx = self._stream(spec.run_id, self.ha_master[1], self.ha_master[3])
+        ctx["wait"] = spec.sync
+        return ctx
+
+    def replicated_cleanup(self, spec, ctx):
+        self._drop(ctx, self.ha_master[1])
+
+
+def wait_replica_online(master, timeout: float = 30.0) -> None:
+    """Until the master lists one replica in state online (its initial sync done)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = master.info("replication")
+        if info.get("connected_slaves", 0) >= 1 and info.get("slave0", {}).get("state") == "online":
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the Redis replica did not come online within {timeout} s: {master.info('replication')}")
 
 
 def _client(ctx):
@@ -176,4 +211,26 @@ def durable_sender(ctx, spec, idx, sync):
     r.ping()
     sync.ready()
     lat = timed_loop(sync, lambda: r.xadd(key, fields), spec.count, check_every=16)
+    return durable_result(sync, lat)
+
+
+def replicated_sender(ctx, spec, idx, sync):
+    """XADD to the master; with ``wait``, WAIT 1 0 in the same round trip (acked once the replica has it)."""
+    r = _client(ctx)
+    key = ctx["key"]
+    fields = {"b": body(spec.size)}
+    r.ping()
+    if ctx["wait"]:
+        pipe = r.pipeline(transaction=False)
+
+        def send():
+            pipe.xadd(key, fields)
+            pipe.execute_command("WAIT", 1, 0)
+            if pipe.execute()[1] < 1:
+                raise RuntimeError("WAIT 1 0 returned without a replica")
+    else:
+        def send():
+            r.xadd(key, fields)
+    sync.ready()
+    lat = timed_loop(sync, send, spec.count, check_every=16)
     return durable_result(sync, lat)

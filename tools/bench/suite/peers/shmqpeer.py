@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import POLL, System, body, durable_result, run_roles, timed_loop
 from ..install import say
+from .shmqha import ReplicatedPair, ha_missing, replicated_sender  # noqa: F401  (the sender runs from this module)
 
 WINDOW = 256
 BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
@@ -47,6 +48,9 @@ class Shmq(System):
     note = ""
     durable = True
     durable_note = "flushDiskType=SYNC_FLUSH"
+    replicated = True
+    replicated_note = ("a master broker (sync: brokerRole=SYNC_MASTER, async: ASYNC_MASTER; ASYNC_FLUSH) and "
+                       "`shmq replica` on loopback; Producer.send, only SEND_OK counts")
 
     def install(self):
         missing = missing_api()
@@ -79,6 +83,7 @@ class Shmq(System):
                            dict(STORE_LAYOUT, flush_disk_type="SYNC_FLUSH", default_topic_queue_nums=8))
         self.producer = shmq.Producer("bench-admin", broker=self.name_)
         self.producer.start()
+        self.pairs: dict[str, ReplicatedPair] = {}  # started on first use, when this shmq has HA
 
     def _start_broker(self, store, name, config):
         import shmq
@@ -94,6 +99,8 @@ class Shmq(System):
                 producer.shutdown()
         except Exception as e:
             say(f"shmq: stop: {e}")
+        for pair in getattr(self, "pairs", {}).values():
+            say(f"shmq: {pair.stop_replica()}")
         for broker in getattr(self, "brokers", []):
             self._stop_broker(broker)
         shutil.rmtree(getattr(self, "store", ""), ignore_errors=True)
@@ -116,7 +123,27 @@ class Shmq(System):
         return {"broker": broker or self.name_, "topic": topic}
 
     def why_not(self, kind, spec):
+        if kind == "replicated":
+            return ha_missing()
         return self.consumer_missing() if kind == "tput" else None
+
+    def replicated_context(self, spec):
+        """The pair of this mode (started once, then kept like the other brokers), streaming, and a fresh topic."""
+        import shmq
+        role = "SYNC_MASTER" if spec.sync else "ASYNC_MASTER"
+        pair = self.pairs.get(role)
+        if pair is None:
+            pair = self.pairs[role] = ReplicatedPair(self.workdir, self.name_ + role[0].lower(), role)
+            self.brokers.append(pair.master)
+            pair.wait_streaming()
+        p = shmq.Producer("bench-admin-ha", broker=pair.name)
+        p.start()
+        try:
+            ctx = self._topic(spec.run_id, p, pair.name)
+        finally:
+            p.shutdown()
+        pair.wait_streaming()
+        return ctx
 
     def tput_context(self, spec):
         return self._topic(spec.run_id)
