@@ -226,6 +226,10 @@ class HAClient(threading.Thread):
             raise HAProtocolError(f"the master uses commitlog segments of {w.segment_size} bytes, this replica "
                                   f"{self.segment_size} (mappedFileSizeCommitLog must be equal on both): not "
                                   "following it")
+        if not w.epochs and w.max_offset > 0:
+            raise HAProtocolError(f"the master announces no epoch history for its {w.max_offset} bytes of log (its "
+                                  "config/epochs.json is missing or unreadable): not following it, since this "
+                                  "replica could not prove what it shares with it after a restart")
         try:
             own = self.epochs.entries
         except MetadataError as e:

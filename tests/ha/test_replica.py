@@ -329,3 +329,15 @@ def test_a_killed_replica_catches_up_after_restart(pair: Pair) -> None:
     assert commitlog_bytes(pair.replica_store, SEGMENT, end) == commitlog_bytes(pair.master_store, SEGMENT, end)
     with PullConsumer("cg", broker=pair.replica_name) as c:
         assert sum(c.max_offset(mq) for mq in c.fetch_queues("Orders")) == 200
+
+
+def test_a_master_with_data_but_no_epochs_is_not_followed(pair: Pair) -> None:
+    """Regression: a sender that could not read the master's epochs.json announced none; the
+    replica followed, adopted the empty list, and after its next restart refused its own store."""
+    _fill(pair, 20)
+    fake = pair.fake(epochs=[])
+    replica = pair.replica(fake.address)
+    assert wait_for(lambda: fake.connections >= 2, 10)
+    assert fake.reports == []
+    replica.stop()
+    assert "announces no epoch history" in replica.log()
