@@ -17,6 +17,7 @@ import time
 
 from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, ConfigError, ShmqError
+from shmq.ha.shared import HASegment
 from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
 from shmq.store import files
@@ -67,6 +68,8 @@ def _stop_replica(name: str, store_dir: str, timeout: float) -> int | None:
         pid, alive_key, serving = found
         if os.path.realpath(serving) != store_dir:
             raise ShmqError(f"broker {name!r} (pid {pid}) serves {serving}, not {store_dir}: nothing promoted")
+        if _is_master(name):
+            raise ShmqError(f"broker {name!r} (pid {pid}) serving {store_dir} is a master already: nothing promoted")
         watch: Watch | None = Watch(alive_key)
     elif _store_free(store_dir):
         return None
@@ -82,6 +85,15 @@ def _stop_replica(name: str, store_dir: str, timeout: float) -> int | None:
                             "its store is still in use (stop it, then run `shmq broker` on the store)")
         time.sleep(POLL_S)
     return pid
+
+
+def _is_master(name: str) -> bool:
+    """A master owns an HA segment; a replica has none."""
+    try:
+        HASegment.open(name, read_only=True).close()
+    except (ShmqError, OSError):
+        return False
+    return True
 
 
 def _store_free(store_dir: str) -> bool:

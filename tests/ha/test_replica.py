@@ -341,3 +341,10 @@ def test_a_master_with_data_but_no_epochs_is_not_followed(pair: Pair) -> None:
     assert fake.reports == []
     replica.stop()
     assert "announces no epoch history" in replica.log()
+
+
+def test_promote_refuses_a_master(pair: Pair) -> None:
+    out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", pair.master_store,
+                          "--name", pair.master_name, "--timeout", "5"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "is a master already" in out.stderr
+    assert pair.master.process.poll() is None
