@@ -2,41 +2,74 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from typing import Any
+
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shmq", description="A RocketMQ-style message broker for one machine.")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("broker", help="run a broker on a store directory")
-    b.add_argument("--store", required=True, help="store directory (created if missing)")
-    b.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
-    b.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
+    b = sub.add_parser("broker", help="run a broker on a store directory (a replica with brokerRole=SLAVE)")
+    _store_args(b)
+    b.add_argument("--role", choices=ROLES, help="brokerRole, over the config's (what `shmq admin promote` uses)")
+    r = sub.add_parser("replica", help="run a replica (brokerRole=SLAVE) following a master over TCP")
+    _store_args(r)
+    r.add_argument("--master", help="the master's HA address host:port (haMasterAddress, over the config's)")
+    a = sub.add_parser("admin", help="operations on brokers")
+    asub = a.add_subparsers(dest="admin_command", required=True)
+    p = asub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
+    _store_args(p)
+    p.add_argument("--role", choices=ROLES[:2], default="ASYNC_MASTER", help="role of the new master")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
+                                                               "and for the broker to serve")
     h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
     h.add_argument("--store", required=True, help="the master's store directory")
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
     args = parser.parse_args(argv)
     if args.command == "broker":
-        return _broker(args.store, args.name, args.config)
+        return _broker("broker", args.store, args.name, args.config, {"broker_role": args.role} if args.role else {})
+    if args.command == "replica":
+        overrides: dict[str, Any] = {"broker_role": "SLAVE"}
+        if args.master:
+            overrides["ha_master_address"] = args.master
+        return _broker("replica", args.store, args.name, args.config, overrides)
+    if args.command == "admin" and args.admin_command == "promote":
+        from shmq.cli.promote import promote
+        return promote(args.store, args.name, args.config, args.role, args.timeout)
     if args.command == "ha":
         return _ha(args.store, args.name, args.config)
     return 2
 
 
-def _broker(store: str, name: str | None, config_path: str | None) -> int:
-    """Check the config before anything starts: a wrong key or role is one line and status 2."""
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, help="store directory (created if missing)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
+
+
+def _broker(command: str, store: str, name: str | None, config_path: str | None, overrides: dict[str, Any]) -> int:
+    """Check the config before anything starts: a wrong key or role is one line and status 2.
+    A SLAVE runs the replica daemon (the broker plus the HA client)."""
     from shmq.config import BrokerConfig
     from shmq.errors import ConfigError
-    from shmq.procs.broker import run_broker
     try:
         config = BrokerConfig.load(config_path)
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
         config.check_role()
         resolved = config.resolve_name(name)
     except (ConfigError, OSError) as e:
-        print(f"shmq broker: error: {e}", file=sys.stderr)
+        print(f"shmq {command}: error: {e}", file=sys.stderr)
         return 2
-    return run_broker(store, resolved, config)
+    if config.is_master:
+        from shmq.procs.broker import run_broker
+        return run_broker(store, resolved, config)
+    from shmq.procs.replica import run_replica
+    return run_replica(store, resolved, config)
 
 
 def _ha(store: str, name: str | None, config_path: str | None) -> int:

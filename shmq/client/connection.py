@@ -21,7 +21,7 @@ from typing import Any, Callable
 import posix_ipc
 
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
-                         MessageTooLargeError, ShmqError)
+                         MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
 from shmq.ring.doorbell import park, wake
@@ -33,6 +33,7 @@ from shmq.ring.state import StateReader
 log = logging.getLogger(__name__)
 
 CHECK_S = 0.05  # how often the reader thread checks the broker's liveness and calls on_tick
+PRIMARY_CHECK_S = 1.0  # how often a client reading from a replica looks whether its broker is back
 DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
 
 _req_ids = itertools.count(1)
@@ -57,6 +58,27 @@ def not_serving_message(broker: str, cause: Exception) -> str:
     if isinstance(cause, BrokerNotFoundError):
         return f"{cause}; {hint}"
     return f"no broker named {broker!r} is serving ({cause}); {hint}"
+
+
+def _serving(name: str) -> bool:
+    """Whether a live broker named ``name`` serves."""
+    try:
+        state = StateReader.open(name)
+    except ShmqError:
+        return False
+    try:
+        return Watch(int(state.view.header[0]["alive_key"])).is_alive()
+    finally:
+        state.close()
+
+
+def _refusal(broker: str, error: str) -> ShmqError:
+    """The exception for a refused attach; a replica's refusal of a producer keeps its class."""
+    kind, _, detail = error.partition(": ")
+    if kind == ReplicaReadOnlyError.__name__:
+        code, _, text = detail.removeprefix("broker error ").partition(": ")
+        return ReplicaReadOnlyError(int(code) if code.isdigit() else 0, text or detail)
+    return ShmqError(f"broker {broker!r} refused to attach: {error}")
 
 
 class Session:
@@ -127,8 +149,10 @@ class BrokerConnection:
 
     def __init__(self, broker: str | None, role: str, group: str, ring_bytes: int, on_response: FrameHandler,
                  on_tick: Callable[[float], None] | None = None,
-                 on_lost: Callable[[Session, str], None] | None = None) -> None:
+                 on_lost: Callable[[Session, str], None] | None = None, replica: str | None = None) -> None:
         self.broker_name = broker_name_or_default(broker)
+        # RocketMQ's slave read: a replica of ``broker`` served from while ``broker`` is down
+        self.replica = replica
         self.role = role
         self.group = group
         self.ring_bytes = ring_bytes
@@ -181,23 +205,32 @@ class BrokerConnection:
                 raise BrokerGoneError(f"broker {self.broker_name!r} is gone and did not come back: {e}") from None
 
     def _connect(self, deadline: float) -> Session:
-        """Attach (caller holds the lock); waits for a broker to appear until ``deadline``."""
+        """Attach (caller holds the lock); waits for a broker to appear until ``deadline``. With a
+        ``replica``, each round that finds the broker down tries the replica."""
         while True:
             try:
-                return self._attach_once(deadline)
+                return self._attach_once(deadline, self.broker_name)
             except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
                 last = e
+            if self.replica is not None:
+                try:
+                    s = self._attach_once(deadline, self.replica)
+                    log.warning("broker %r is down (%s): reading from its replica %r until it is back",
+                                self.broker_name, last, self.replica)
+                    return s
+                except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
+                    last = BrokerNotFoundError(f"{last}; its replica {self.replica!r}: {e}")
             if time.monotonic() >= deadline:
                 raise BrokerNotFoundError(not_serving_message(self.broker_name, last))
             time.sleep(0.02)
 
-    def _attach_once(self, deadline: float) -> Session:
-        state = StateReader.open(self.broker_name)
+    def _attach_once(self, deadline: float, name: str) -> Session:
+        state = StateReader.open(name)
         try:
             h = state.view.header[0]
             broker = Watch(int(h["alive_key"]))
             if not broker.is_alive():
-                raise BrokerNotFoundError(f"the last broker named {self.broker_name!r} died")
+                raise BrokerNotFoundError(f"the last broker named {name!r} died")
             state.trust.check_queue(int(h["control_key"]))  # the state segment's owner was checked by open
             control = ControlQueue.open(int(h["control_key"]))
             liveness = Liveness.hold()
@@ -209,7 +242,7 @@ class BrokerConnection:
             req = Attach(client_id, next_request_id(), os.getpid(), liveness.key, self.ring_bytes,
                          {"role": self.role, "group": self.group})
             control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
-            bell = follow_broker_bell(self.broker_name, lambda: int(state.view.header["bell_gen"][0]))
+            bell = follow_broker_bell(name, lambda: int(state.view.header["bell_gen"][0]))
             try:
                 state.trust.check_semaphore(bell.name)
                 bell.ring()
@@ -217,8 +250,8 @@ class BrokerConnection:
                 bell.close()
             reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
             if not reply.ok:
-                raise ShmqError(f"broker {self.broker_name!r} refused to attach: {reply.body.get('error')}")
-            channel = Channel.open(self.broker_name, client_id, state.trust.check_semaphore)
+                raise _refusal(name, str(reply.body.get("error")))
+            channel = Channel.open(name, client_id, state.trust.check_semaphore)
             try:
                 check_channel(state.trust, channel)
             except BaseException:
@@ -228,7 +261,7 @@ class BrokerConnection:
             liveness.release()
             state.close()
             raise
-        s = Session(self.broker_name, client_id, liveness, state, channel, broker, control, reply.body)
+        s = Session(name, client_id, liveness, state, channel, broker, control, reply.body)
         self.session = s
         self._reader = threading.Thread(target=self._read_loop, args=(s,), name=f"shmq-{self.role}-{client_id}",
                                         daemon=True)
@@ -280,6 +313,7 @@ class BrokerConnection:
         ring = s.channel.responses
         bell = s.channel.client_bell
         next_check = time.monotonic() + CHECK_S
+        next_primary = next_check + PRIMARY_CHECK_S
         try:
             while s.alive:
                 with self._read_lock:
@@ -295,6 +329,11 @@ class BrokerConnection:
                     if s.channel.dropped():
                         self._broker_died(s, "it dropped this client's channel (attaching again on the next call)")
                         return
+                    if s.name != self.broker_name and now >= next_primary:
+                        next_primary = now + PRIMARY_CHECK_S
+                        if _serving(self.broker_name):
+                            self._broker_died(s, f"broker {self.broker_name!r} is back: leaving replica {s.name!r}")
+                            return
                     if self.on_tick is not None:
                         self.on_tick(now)
         except CorruptFrameError as e:
@@ -373,7 +412,7 @@ class BrokerConnection:
 
     def _broker_died(self, s: Session, why: str) -> None:
         """The session is over (the broker died or dropped the channel): the next call attaches again."""
-        log.warning("lost broker %r: %s", self.broker_name, why)
+        log.warning("lost broker %r: %s", s.name, why)
         s.alive = False
         with self.lock:
             # under the lock and before the session is cleared: no call can attach again and

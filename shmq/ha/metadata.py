@@ -6,30 +6,25 @@ whole old or a whole new file.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 
+from shmq.errors import MetadataError
 from shmq.ha import protocol as P
+from shmq.store.epochs import EpochFile
 
 log = logging.getLogger("shmq.ha")
 FILES = ((P.META_TOPICS, "topics.json"), (P.META_OFFSETS, "consumerOffset.json"))
 
 
 def load_epochs(store_dir: str) -> list[P.Epoch]:
-    """The master's epoch list; [] if the file is absent or damaged (logged: the replica then
-    cannot prove shared history and refuses, which is the safe side)."""
-    path = os.path.join(store_dir, "config", "epochs.json")
+    """The master's epoch list, read as the store writes it (``EpochFile``); [] if the file is
+    absent or damaged (logged: a replica with data then cannot prove shared history and refuses,
+    which is the safe side)."""
     try:
-        with open(path, "rb") as f:
-            raw = json.loads(f.read())
-        epochs = [P.Epoch.from_json(e) for e in raw]
-        P.check_epochs(epochs)
-        return epochs
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError, TypeError) as e:
-        log.error("%s cannot be used (%s): replicas are told of no epochs", path, e)
+        return EpochFile(store_dir).entries
+    except (MetadataError, OSError) as e:
+        log.error("%s: replicas are told of no epochs", e)
         return []
 
 

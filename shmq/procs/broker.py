@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import posix_ipc
 import sysv_ipc
@@ -44,6 +44,9 @@ from shmq.ring.reclaim import reclaim_dead_broker, remove_queue
 from shmq.ring.state import StateReader, StateWriter
 from shmq.store.epochs import EpochFile
 from shmq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from shmq.procs.replica import ReplicaInbox
 
 log = logging.getLogger("shmq.broker")
 
@@ -85,6 +88,7 @@ class BrokerController:
         self._stopping = False
         self._park_flags: list[tuple[Ring, int]] = []
         self.ha: MasterLink | None = None  # a master's end of HA, from start() on
+        self.follower: ReplicaInbox | None = None  # a replica's hand-over from its HA client (procs.replica)
 
     # ------------------------------------------------------------------ start / stop
 
@@ -308,7 +312,7 @@ class BrokerController:
         return False
 
     def _has_work(self) -> bool:
-        if self._stopping:
+        if self._stopping or (self.follower is not None and self.follower.pending):
             return True
         replica = self.core.replica
         if replica is not None and replica.groups and replica.ready(time.monotonic_ns()):
@@ -353,6 +357,8 @@ class BrokerController:
                 if c.out:
                     continue  # back pressure: the client is not reading its responses
             work += self._serve_channel(c, now)
+        if self.follower is not None and self.follower.pending:
+            work += self.follower.apply(self.core)
         work += self.core.end_pass()
         if self.ha is not None:
             self.ha.after_pass(self.core.store.commitlog.max_offset)
@@ -462,13 +468,15 @@ def _raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def run_broker(store_dir: str, name: str = "default", config: Any = None) -> int:
-    """Entry point of `shmq broker`: serve until SIGTERM/SIGINT; exit status 0, or 2 on a start error."""
+def run_broker(store_dir: str, name: str = "default", config: Any = None,
+               controller_class: type[BrokerController] = BrokerController) -> int:
+    """Entry point of `shmq broker` (``controller_class`` ReplicaController: `shmq replica`): serve
+    until SIGTERM/SIGINT; exit status 0, or 2 on a start error."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s broker[{name}] %(levelname)s %(message)s")
     _raise_open_file_limit()
     try:
-        controller = BrokerController(store_dir, name, config).start()
+        controller = controller_class(store_dir, name, config).start()
     except (ShmqError, ValueError, OSError, sysv_ipc.Error, posix_ipc.Error) as e:
         print(f"shmq broker: error: {e}", file=sys.stderr)
         return 2
@@ -476,7 +484,7 @@ def run_broker(store_dir: str, name: str = "default", config: Any = None) -> int
         log.exception("unexpected error while starting")
         print(f"shmq broker: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    log.info("serving store %s as broker %r (pid %d, %s)", controller.store_dir, name, os.getpid(),
-             controller.config.flush_disk_type)
+    log.info("serving store %s as broker %r (pid %d, %s, %s)", controller.store_dir, name, os.getpid(),
+             controller.config.flush_disk_type, controller.config.broker_role)
     controller.serve_forever()
     return 0

@@ -35,7 +35,7 @@ from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
 from shmq.broker.publish import now_ms
 from shmq.config import BrokerConfig
-from shmq.errors import ControlProtocolError, ShmqError
+from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError
 from shmq.procs.channel_worker import ChannelWorker, Making
 from shmq.ring.channel import Channel, channel_size
 from shmq.ring.control import MAX_PID, Attach, ControlQueue, Detach, Reply, Request, encode_reply, id_pid
@@ -52,6 +52,7 @@ SWEEP_S = 0.05  # how often stale replies, pending replies and dropped clients a
 REPLY_TTL_S = 5.0  # a reply unread this long belongs to a client that gave up (they read within ms)
 FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at once
 MAX_PENDING = 1024  # reply messages waiting for queue room, all clients together
+SERVICE_NOT_AVAILABLE = 14  # RocketMQ's answer to a send on a slave
 MAX_TRACKED = 4096  # client ids with replies in the queue that a sweep looks at
 # errors that become the request's error reply (anything else is a bug and ends the loop)
 _REFUSED = (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error)
@@ -193,6 +194,8 @@ class ControlPlane:
         host = self.host
         if req.client_id in host.clients or req.client_id in self._making:
             raise ValueError(f"client id {req.client_id} is already attached")
+        if not host.config.is_master and req.info.get("role", "producer") == "producer":
+            raise ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, replica_refusal(host.name, host.config))
         rb = req.ring_bytes
         if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):
             raise ValueError(f"ring_bytes must be a power of two in {MIN_RING_BYTES}..{MAX_RING_BYTES}, got {rb}")
@@ -361,6 +364,12 @@ class ControlPlane:
     def watch_orphan(self, watch: Watch) -> None:
         """A client dropped while alive: remove its liveness semaphore once it dies."""
         self._orphans.append(watch)
+
+
+def replica_refusal(name: str, config: BrokerConfig) -> str:
+    """What a producer attaching to a replica is told: where to send instead."""
+    return (f"broker {name!r} is a replica (brokerRole=SLAVE) of the master at {config.ha_master_address}: it serves "
+            "consumers only; send to the master broker")
 
 
 def _error_reply(req: Request, e: BaseException | None) -> Reply:

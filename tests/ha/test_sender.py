@@ -19,6 +19,7 @@ from shmq.ha import protocol as P
 from shmq.ha.shared import STREAMING, HASegment
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.state import StateReader
+from shmq.store.epochs import EpochFile
 from tests.ha.sender_support import (SEGMENT, TOKEN, Master, Replica, running_master, send_bytes,
                                      sender_command)
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
@@ -316,8 +317,7 @@ def test_welcome_carries_the_epochs_file_and_the_cleaned_start_is_refused(start,
     m = start()
     send_bytes(broker_name, 300_000)
     epochs = [P.Epoch(1, 0, b"a" * 16), P.Epoch(2, 70000, b"b" * 16)]
-    with open(os.path.join(store_dir, "config", "epochs.json"), "w") as f:
-        json.dump([e.to_json() for e in epochs], f)
+    EpochFile(store_dir).save(epochs)  # as the store writes it
     r = Replica(m.port)
     try:
         assert r.handshake().epochs == epochs

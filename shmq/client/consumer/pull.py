@@ -23,11 +23,13 @@ CONSUMER_RING_BYTES = 256 * 1024  # requests and answers are small: PULL_WAIT, C
 
 class PullConsumer:
     def __init__(self, group: str, broker: str | None = None, *, start_timeout: float = 3.0,
-                 ring_bytes: int = CONSUMER_RING_BYTES) -> None:
+                 ring_bytes: int = CONSUMER_RING_BYTES, replica: str | None = None) -> None:
+        """``replica``: the name of a replica of ``broker`` (on this host) to read from while
+        ``broker`` is down (RocketMQ's slave read); back to ``broker`` within a second of its return."""
         self.group = group
         self.start_timeout = start_timeout
         self._conn = BrokerConnection(broker, "consumer", group, ring_bytes, self._on_response,
-                                      on_lost=self._on_lost)
+                                      on_lost=self._on_lost, replica=replica)
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
         self._lock = threading.Lock()  # the store reader is not thread-safe

@@ -69,7 +69,7 @@ class PushConsumer:
                  consume_concurrently_max_span: int = 2000, max_reconsume_times: int = 16,
                  suspend_current_queue_time_millis: int = 1000, persist_consumer_offset_interval: float = 1.0,
                  instance_name: str | None = None, offset_store_dir: str | None = None,
-                 start_timeout: float = 3.0) -> None:
+                 start_timeout: float = 3.0, replica: str | None = None) -> None:
         """Sizes ``pull_threshold_size_*`` are in MiB, as RocketMQ's. ``pull_batch_size`` is 256, not
         RocketMQ's 32: a pull here is a local file read whose fixed cost (~0.3 ms of numpy calls)
         is worth spreading (measured: 2.2x the push throughput of 32). ``consume_thread_max`` is 4, not
@@ -80,7 +80,10 @@ class PushConsumer:
         Without ``instance_name`` (or with RocketMQ's "DEFAULT") the name is made unique per
         consumer, ``<pid>-<n>`` (RocketMQ uses the pid), so members on one host never share a
         file; such a file dies with the consumer (deleted at ``shutdown``): a broadcasting member
-        that must resume where it stopped after a restart needs a stable ``instance_name``."""
+        that must resume where it stopped after a restart needs a stable ``instance_name``.
+        ``replica``: the name of a replica of ``broker`` on this host to consume from while
+        ``broker`` is down (RocketMQ's slave read), resuming from the offsets committed there (the
+        master's, mirrored) and going back to ``broker`` within a second of its return."""
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
@@ -110,7 +113,7 @@ class PushConsumer:
         self.offset_store_dir = offset_store_dir
         self.start_timeout = start_timeout
         self._conn = BrokerConnection(broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response,
-                                      on_lost=self._on_lost)
+                                      on_lost=self._on_lost, replica=replica)
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
         self._subscriptions: dict[str, Expression] = {}

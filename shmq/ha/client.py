@@ -1,0 +1,285 @@
+"""The replica's HA client: one thread that follows the master's commitlog (RocketMQ's HAClient).
+
+It connects to ``haMasterAddress``, answers the master's HELLO with proof of ``haAuthToken``,
+checks the master's proof, segment size and epoch history (``protocol.consistent_offset``),
+cuts a tail the master never had (kept in DIR/diverged/), adopts the master's epoch list, and
+then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
+dispatches the records) and reports its max offset after each run of frames and at least every
+``haSendHeartbeatInterval``. Whatever breaks a connection (a refused or garbled frame, silence
+over ``haHousekeepingInterval``, the master going away) is logged once and followed by a
+reconnect after a delay that doubles from ``haReconnectInterval`` up to ten times that, for as
+long as the replica runs. A store whose history the master does not share (HADivergedError) is
+never followed: that is logged as an error and the replica keeps serving what it has.
+
+The store is written here, under ``commitlog.put_lock`` (the appender takes it); the broker loop
+learns about new entries through ``Sink`` (queues touched, metadata files), which hands them
+over thread-safely and rings the broker's doorbell.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import select
+import socket
+import threading
+import time
+from typing import Protocol
+
+from shmq.config import BrokerConfig, split_address
+from shmq.errors import CorruptRecordError, HADivergedError, HAProtocolError, MetadataError, ShmqError
+from shmq.ha import protocol
+from shmq.store.epochs import EpochFile
+from shmq.store.replicated import ReplicaAppender
+
+log = logging.getLogger("shmq.ha.client")
+_DIGITS = re.compile(r"\d+")
+
+RECV_BYTES = 1 << 20
+DRAIN_CHUNKS = 16  # recv calls per run before reporting: a busy stream still gets its report out
+RUN_BYTES = 4 << 20  # data frames appended in one call at most
+POLL_S = 0.2  # longest wait on the socket: how soon a stop is seen
+
+
+class Sink(Protocol):
+    """Where the client hands what the broker loop must act on (``procs.replica.ReplicaInbox``)."""
+
+    def touched(self, queues: list[tuple[str, int]]) -> None: ...
+
+    def truncated(self) -> None: ...
+
+    def metadata(self, kind: int, text: bytes) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+class HAClient(threading.Thread):
+    """Follows the master at ``config.ha_master_address`` until ``stop()``."""
+
+    def __init__(self, appender: ReplicaAppender, config: BrokerConfig, name: str, sink: Sink) -> None:
+        super().__init__(name=f"shmq-ha-client-{name}", daemon=True)
+        assert config.ha_master_address is not None
+        self.address = split_address(config.ha_master_address)
+        self.appender = appender
+        self.epochs = EpochFile(appender.store.store_dir)
+        self.config = config
+        self.broker_name = name
+        self.sink = sink
+        self.segment_size = appender.store.commitlog.segment_size
+        self._stop_event = threading.Event()
+        self._sock: socket.socket | None = None
+        self._state = ""
+        self._streamed = False  # the current connection got past the handshake
+        self._run: list[bytes] = []  # data frames of this recv run, appended together
+        self._run_at = 0
+        self._run_bytes = 0
+        self._wrote = False  # something was appended in this recv run: report it
+        self._floor = 0  # an empty store follows from the master's min offset (older segments were cleaned)
+        self.diverged: str | None = None  # why following stopped for good
+        self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1,
+                      "master_max": -1}
+
+    # ------------------------------------------------------------------ thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the connection and the thread (the broker's shutdown, before the store closes)."""
+        self._stop_event.set()
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        base = self.config.ha_reconnect_interval / 1000
+        delay = base
+        host, port = self.address
+        while not self._stop_event.is_set():
+            self._streamed = False
+            try:
+                sock = socket.create_connection((host, port), timeout=self.config.ha_connect_timeout / 1000)
+            except OSError as e:
+                self._note(f"master {host}:{port} unreachable ({e}); retrying every {base:g}-{10 * base:g} s")
+            else:
+                self._sock = sock
+                self.stats["connects"] += 1
+                try:
+                    self._note(f"connection to master {host}:{port} closed: {self._follow(sock)}")
+                except HADivergedError as e:
+                    self.diverged = str(e)
+                    log.error("stopped following master %s:%d: %s. The replica keeps serving its consumers what "
+                              "it has", host, port, e)
+                    return
+                except HAProtocolError as e:  # what the master sent was refused
+                    self._note(f"connection to master {host}:{port} closed: {e}", logging.ERROR)
+                except (ShmqError, OSError) as e:  # a full disk, a reset connection
+                    self._note(f"connection to master {host}:{port} closed: {e}")
+                except Exception:  # a bug must not end replication for good: logged in full, retried
+                    log.exception("HA client failed; reconnecting")
+                    self._state = ""
+                finally:
+                    self._sock = None
+                    sock.close()
+            if self._stop_event.is_set():
+                break
+            self.stats["reconnects"] += 1
+            delay = base if self._streamed else min(delay * 2, 10 * base)
+            self._stop_event.wait(delay)
+        log.info("HA client stopped: %d bytes in %d frames over %d connections, last report %d",
+                 self.stats["bytes"], self.stats["frames"], self.stats["connects"], self.stats["last_report"])
+
+    def _note(self, message: str, level: int = logging.WARNING) -> None:
+        """Log a state once, not once per retry (messages differing only in numbers are one state)."""
+        state = _DIGITS.sub("#", message)
+        if state != self._state:
+            self._state = state
+            log.log(level, "%s", message)
+
+    # ------------------------------------------------------------------ one connection
+
+    def _follow(self, sock: socket.socket) -> str:
+        """Handshake, then append frames until the connection ends: why it ended (the master closed
+        it or fell silent, or we stop), or HAProtocolError for something of the master's refused;
+        ``_streamed`` tells whether it got past the handshake."""
+        cfg = self.config
+        session = protocol.ReplicaSession(cfg.ha_auth_token.encode(), self.broker_name, cfg.ha_max_frame_size)
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        silence = cfg.ha_housekeeping_interval / 1000
+        last_rx = time.monotonic()
+        next_report = float("inf")
+        streaming = False
+        self._run, self._run_bytes = [], 0
+        while not self._stop_event.is_set():
+            now = time.monotonic()
+            wait = min(POLL_S, max(0.0, next_report - now), max(0.0, last_rx + silence - now))
+            readable, _, _ = select.select([sock], [], [], wait)
+            now = time.monotonic()
+            if not readable:
+                if now - last_rx > silence:
+                    return f"the master said nothing for {silence:g} s (haHousekeepingInterval)"
+                if streaming and now >= next_report:  # a heartbeat report, whatever the master sends
+                    self._report(sock)
+                    next_report = now + heartbeat
+                continue
+            chunks = self._drain(sock)
+            if not chunks:
+                return "the master closed the connection"
+            last_rx = now
+            self._wrote = False
+            for chunk in chunks:
+                events = session.receive(chunk)
+                out = session.take_output()
+                if out:
+                    sock.sendall(out)
+                for ev in events:
+                    if isinstance(ev, protocol.Data):
+                        self._take(ev)
+                        continue
+                    self._flush_run()
+                    if isinstance(ev, protocol.Metadata):
+                        self.sink.metadata(ev.kind, ev.text)
+                    elif isinstance(ev, protocol.Welcome):
+                        self._welcome(ev)
+                        self._report(sock)
+                        next_report = time.monotonic() + heartbeat
+                        streaming = self._streamed = True
+                        self._note(f"following master {self.address[0]}:{self.address[1]} from offset "
+                                   f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
+                    elif isinstance(ev, protocol.Refused):
+                        raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
+            self._flush_run()
+            if self._wrote or (streaming and now >= next_report):
+                self._report(sock)
+                next_report = time.monotonic() + heartbeat
+            self.sink.wake()
+        return "the replica stops"
+
+    def _drain(self, sock: socket.socket) -> list[bytes]:
+        """What the socket holds now (one recv, which select said will not block, then those that
+        do not block); empty: the master closed the connection."""
+        data = sock.recv(RECV_BYTES)
+        if not data:
+            return []
+        chunks = [data]
+        for _ in range(DRAIN_CHUNKS - 1):
+            try:
+                more = sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not more:
+                break  # the close is seen by the next recv, after these frames are kept
+            chunks.append(more)
+        return chunks
+
+    def _report(self, sock: socket.socket) -> None:
+        offset = max(self.appender.max_offset, self._floor)
+        sock.sendall(protocol.encode_report(offset))
+        self.stats["last_report"] = offset
+
+    def _welcome(self, w: protocol.Welcome) -> None:
+        """Check the master's segment size and history; cut what it does not share; adopt its epochs."""
+        if w.segment_size != self.segment_size:
+            raise HAProtocolError(f"the master uses commitlog segments of {w.segment_size} bytes, this replica "
+                                  f"{self.segment_size} (mappedFileSizeCommitLog must be equal on both): not "
+                                  "following it")
+        if not w.epochs and w.max_offset > 0:
+            raise HAProtocolError(f"the master announces no epoch history for its {w.max_offset} bytes of log (its "
+                                  "config/epochs.json is missing or unreadable): not following it, since this "
+                                  "replica could not prove what it shares with it after a restart")
+        try:
+            own = self.epochs.entries
+        except MetadataError as e:
+            raise HADivergedError(f"the replica's epoch history is unreadable: {e}") from None
+        mine = self.appender.max_offset
+        self._floor = w.min_offset if mine == 0 else 0
+        keep = protocol.consistent_offset(own, mine, w.epochs, w.max_offset)
+        if keep < mine:
+            try:
+                cut = self.appender.truncate(keep)
+            except ValueError as e:  # not a record boundary here: the histories do not say what is shared
+                raise HADivergedError(f"cannot cut the replica back to offset {keep}: {e}") from None
+            log.warning("the replica held %d bytes the master never had (offsets %d..%d): cut, kept in %s",
+                        cut, keep, mine, self.appender.diverged_path(keep))
+            self.sink.truncated()
+        self.epochs.save(w.epochs)
+        self.stats["master_max"] = w.max_offset
+
+    def _take(self, ev: protocol.Data) -> None:
+        """Queue a data frame behind those of this run (heartbeats are skipped); HAProtocolError
+        for one that does not start where the log (with the run) ends, after the run is kept."""
+        if not ev.data:
+            return
+        end = self._run_at + self._run_bytes if self._run else max(self.appender.max_offset, self._floor)
+        if ev.offset != end:
+            self._flush_run()
+            raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {end}")
+        seg = self.segment_size
+        if self._run and ((end + len(ev.data) - 1) // seg != self._run_at // seg
+                          or self._run_bytes + len(ev.data) > RUN_BYTES):
+            self._flush_run()
+        if not self._run:
+            self._run_at = ev.offset
+        self._run.append(ev.data)
+        self._run_bytes += len(ev.data)
+        self.stats["frames"] += 1
+
+    def _flush_run(self) -> None:
+        """Append the queued frames in one call (the appender's checks and dispatch cost per call,
+        not per byte: 32 KiB frames one by one ran at a third of the rate); ``_wrote`` tells."""
+        if not self._run:
+            return
+        data = self._run[0] if len(self._run) == 1 else b"".join(self._run)
+        at = self._run_at
+        self._run, self._run_bytes = [], 0
+        try:
+            touched = self.appender.append(at, data)
+        except (ValueError, CorruptRecordError) as e:
+            raise HAProtocolError(f"frames from offset {at} refused: {e}") from None
+        self.stats["bytes"] += len(data)
+        self._wrote = True
+        if touched:
+            self.sink.touched(touched)
