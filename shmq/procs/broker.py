@@ -42,7 +42,7 @@ from shmq.ring.liveness import Liveness, Watch, remove_if_dead
 from shmq.ring.owner import refuse_squatters
 from shmq.ring.reclaim import reclaim_dead_broker, remove_queue
 from shmq.ring.state import StateReader, StateWriter
-from shmq.store.epochs import EpochFile
+from shmq.store.epochs import open_master_epoch
 from shmq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
@@ -105,7 +105,9 @@ class BrokerController:
         handlers = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             if self.config.is_master:  # a new epoch: a replica can tell what this start wrote (docs/HA.md)
-                EpochFile(self.store_dir).begin_master_epoch(self.store.commitlog.max_offset)
+                pending = open_master_epoch(self.store_dir, self.store.commitlog.max_offset)
+                if pending is not None:
+                    self.store.put_hooks.insert(0, pending)
             # the metadata is loaded and checked (or the start refused) before any IPC object exists
             self.core = BrokerCore(self.store, self.config)
             self._create_ipc()

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 
-from shmq.errors import MetadataError
+from shmq.errors import DiskFullError, MetadataError
 from shmq.ha.protocol import Epoch, check_epochs
 from shmq.store.config_files import write_json
 
@@ -72,3 +72,42 @@ class EpochFile:
         entries.append(epoch)
         self.save(entries)
         return epoch
+
+
+class PendingEpoch:
+    """A put hook while a master's new epoch is not on disk (the disk was full at start).
+
+    Every put is refused as if the disk were full until the epoch is written: a record written
+    in an epoch the history does not name would later look shared with a replica that never
+    had it. Once written, the hook is one attribute check per put."""
+
+    def __init__(self, epochs: EpochFile, start_offset: int) -> None:
+        self._epochs = epochs
+        self._start = start_offset
+        self.done = False
+
+    def before_put(self, req: object) -> None:
+        if self.done:
+            return
+        try:
+            self._epochs.begin_master_epoch(self._start)
+        except OSError as e:
+            raise DiskFullError(f"disk full: the master's new epoch cannot be written to {self._epochs.path} "
+                                f"({e}); writes resume once space is freed") from None
+        self.done = True
+        log.warning("the new epoch is written to %s; writes resume", self._epochs.path)
+
+
+def open_master_epoch(store_dir: str, max_offset: int) -> PendingEpoch | None:
+    """Open a master start's epoch; on a full disk log it and return the hook that holds writes
+    back until it is written (the broker still starts: reads go on)."""
+    epochs = EpochFile(store_dir)
+    try:
+        epochs.begin_master_epoch(max_offset)
+    except MetadataError:
+        raise
+    except OSError as e:
+        log.error("cannot write the new epoch to %s (%s): writes are refused until it can be written",
+                  epochs.path, e)
+        return PendingEpoch(epochs, max_offset)
+    return None

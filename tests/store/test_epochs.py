@@ -73,3 +73,21 @@ def test_json_shape(tmp_path):
     e = f.begin_master_epoch(0)
     with open(f.path) as fh:
         assert json.load(fh) == {"epochs": [{"epoch": 1, "startOffset": 0, "id": e.id.hex()}]}
+
+
+def test_an_epoch_that_cannot_be_written_holds_writes_back_until_it_is(tmp_path):
+    """A master starting on a full disk still starts (reads go on), but no record is written in
+    an epoch the history does not name: puts are refused as DiskFullError until it is written."""
+    from shmq.errors import DiskFullError
+    from shmq.store.epochs import open_master_epoch
+    (tmp_path / "config").write_text("not a folder: every write below it fails like a full disk")
+    pending = open_master_epoch(str(tmp_path), 700)
+    assert pending is not None
+    with pytest.raises(DiskFullError, match="new epoch cannot be written"):
+        pending.before_put(None)
+    (tmp_path / "config").unlink()
+    (tmp_path / "config").mkdir()
+    pending.before_put(None)
+    assert pending.done
+    assert [(e.epoch, e.start_offset) for e in EpochFile(str(tmp_path)).entries] == [(1, 700)]
+    assert open_master_epoch(str(tmp_path), 900) is None
