@@ -129,6 +129,10 @@ class HASender:
             log.info("connection from %s (slot %d)", addr, slot)
 
     def _welcome_info(self) -> tuple[int, int, list[P.Epoch], list[bytes]]:
+        """Fields of a WELCOME; the config files are looked at now, not at the last slow round, so
+        a replica never starts from a topic table up to a second old (it would serve the queues
+        its log shows with the default count until the next round)."""
+        self._pass_metadata(self.meta.check())
         return self.reader.min_offset, self.ha.master_offset, load_epochs(self.store_dir), \
             list(self.meta.frames.values())
 
@@ -231,7 +235,11 @@ class HASender:
     def _slow_work(self) -> None:
         """Once a second: let go of cleaned segments, pass changed config files on."""
         self.reader.refresh()
-        for frame in self.meta.check():
+        self._pass_metadata(self.meta.check())
+
+    def _pass_metadata(self, frames: list[bytes]) -> None:
+        """Changed config files to every replica already welcomed."""
+        for frame in frames:
             for conn in list(self.conns.values()):
                 if conn.welcomed:  # a newer one got them with its WELCOME
                     try:
