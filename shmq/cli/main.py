@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from typing import Any
 
@@ -54,17 +53,11 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 def _broker(command: str, store: str, name: str | None, config_path: str | None, overrides: dict[str, Any]) -> int:
     """Check the config before anything starts: a wrong key or role is one line and status 2.
     A SLAVE runs the replica daemon (the broker plus the HA client)."""
-    from shmq.config import BrokerConfig
-    from shmq.errors import ConfigError
-    try:
-        config = BrokerConfig.load(config_path)
-        if overrides:
-            config = dataclasses.replace(config, **overrides)
-        config.check_role()
-        resolved = config.resolve_name(name)
-    except (ConfigError, OSError) as e:
-        print(f"shmq {command}: error: {e}", file=sys.stderr)
+    from shmq.cli.options import load_config
+    loaded = load_config(command, config_path, name, overrides, check_role=True)
+    if loaded is None:
         return 2
+    config, resolved = loaded
     if config.is_master:
         from shmq.procs.broker import run_broker
         return run_broker(store, resolved, config)
@@ -73,16 +66,10 @@ def _broker(command: str, store: str, name: str | None, config_path: str | None,
 
 
 def _ha(store: str, name: str | None, config_path: str | None) -> int:
-    from shmq.config import BrokerConfig
-    from shmq.errors import ConfigError
+    from shmq.cli.options import load_config
     from shmq.procs.ha_sender import run_ha_sender
-    try:
-        config = BrokerConfig.load(config_path)
-        resolved = config.resolve_name(name)
-    except (ConfigError, OSError) as e:
-        print(f"shmq ha: error: {e}", file=sys.stderr)
-        return 2
-    return run_ha_sender(store, resolved, config)
+    loaded = load_config("ha", config_path, name)
+    return 2 if loaded is None else run_ha_sender(store, loaded[1], loaded[0])
 
 
 if __name__ == "__main__":

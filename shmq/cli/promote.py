@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from shmq.config import BrokerConfig
-from shmq.errors import BrokerNotFoundError, ConfigError, ShmqError
+from shmq.cli.options import load_config
+from shmq.errors import BrokerNotFoundError, ShmqError
 from shmq.ha.shared import HASegment
 from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
@@ -27,12 +27,10 @@ POLL_S = 0.02
 
 def promote(store: str, name: str | None, config_path: str | None, role: str, timeout: float) -> int:
     """Stop the replica of ``store`` and start a master on it; one line out, status 0 (or 1/2)."""
-    try:
-        config = BrokerConfig.load(config_path)
-        name = config.resolve_name(name)
-    except (ConfigError, OSError) as e:
-        print(f"shmq admin promote: error: {e}", file=sys.stderr)
+    loaded = load_config("admin promote", config_path, name)
+    if loaded is None:
         return 2
+    name = loaded[1]
     store_dir = os.path.realpath(store)
     try:
         stopped = _stop_replica(name, store_dir, timeout)
