@@ -159,3 +159,51 @@ def wait_until(cond, timeout: float, what: str, step: float = 0.05) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(step)
+
+
+def read_all(host, broker: str, out_name: str) -> dict[int, list[tuple[int, str]]]:
+    out = os.path.join(host.dir, out_name)
+    r = host.run_python(READ_ALL, broker, "T", out, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with open(out) as f:
+        return {int(q): [(o, k) for o, k in rows] for q, rows in json.load(f).items()}
+
+
+def check_acked_on(got: dict[int, list[tuple[int, str]]], acked: list[tuple[str, int, int]]) -> None:
+    """Every acknowledged key is at the queue offset the master gave it; no key twice; per queue
+    the keys rise with the offset (one producer sending in order)."""
+    at = {(q, o): k for q, rows in got.items() for o, k in rows}
+    missing = [(k, q, o) for k, q, o in acked if at.get((q, o)) != k]
+    assert missing == [], f"{len(missing)} acknowledged messages are not where the master put them: {missing[:5]}"
+    keys = [k for rows in got.values() for _, k in rows]
+    assert len(keys) == len(set(keys)), "a message is stored twice"
+    for q, rows in got.items():
+        nums = [int(k[1:]) for _, k in rows]
+        assert nums == sorted(nums), f"queue {q} is out of order"
+
+
+def failover_round(master: Host, replica: Host, min_acked: int, kill_after: float) -> dict[str, int]:
+    """The master host dies under a SYNC_MASTER load ``kill_after`` s after ``min_acked`` sends
+    were acknowledged; the replica is promoted (`shmq admin promote`) and must hold every
+    acknowledged message where the master put it, in order, none twice, and take sends.
+    AssertionError otherwise; else counts for a report."""
+    start_master(master, "SYNC_MASTER")
+    start_replica(replica, master)
+    acked_path, status_path = os.path.join(master.dir, "acked"), os.path.join(master.dir, "status")
+    master.python(PRODUCE, "m", "T", acked_path, status_path)
+    wait_until(lambda: os.path.exists(acked_path) and len(acked(acked_path)) >= min_acked, 60,
+               f"{min_acked} acknowledged sends")
+    time.sleep(kill_after)
+    master.kill_all()  # the broker, its HA sender and the producer die together: the host is gone
+    done = acked(acked_path)
+    conf = write_conf(replica, "promoted", {"mappedFileSizeCommitLog": SEGMENT, "haListenPort": 0})
+    out = replica.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", replica_store(replica),
+                       "--name", "r", "--config", conf], timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_serving(replica, "r")
+    got = read_all(replica, "r", "after-promote.json")
+    check_acked_on(got, done)
+    more = os.path.join(replica.dir, "more")
+    r = replica.run_python(PRODUCE, "r", "T", more, more + ".status", 5, timeout=60)
+    assert r.returncode == 0 and len(acked(more)) == 5, r.stderr
+    return {"acked": len(done), "stored": sum(map(len, got.values()))}
