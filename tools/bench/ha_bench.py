@@ -48,21 +48,28 @@ SAMPLE = 0.005
 # ---------------------------------------------------------------- pure: lag from samples
 
 def lag_stats(t: np.ndarray, master: np.ndarray, acked: np.ndarray) -> dict:
-    """Lag figures from samples (monotonic seconds, master end, best acked offset; -1 = none yet)."""
+    """Lag figures from samples (monotonic seconds, master end, best acked offset; -1 = none yet).
+
+    Only the samples while the master's end moves count: the load process's start (imports,
+    connecting) and its shutdown leave the master idle with the replica at its end, lag 0 samples
+    that would flatter the percentiles and the first third / last third comparison."""
     t = np.asarray(t, dtype=np.float64)
     master = np.asarray(master, dtype=np.int64)
     acked = np.maximum.accumulate(np.asarray(acked, dtype=np.int64))
-    lag_b = np.clip(master - acked, 0, None)
-    first = np.searchsorted(acked, master, side="left")  # the first sample where acked >= master[i]
+    moves = np.flatnonzero(np.diff(master))
+    lo, hi = (moves[0], moves[-1] + 2) if len(moves) else (0, len(master))  # the sample before the first move
+    first = np.searchsorted(acked, master[lo:hi], side="left")  # the first sample where acked >= master[i]
     done = first < len(acked)
-    lag_ms = (t[first[done]] - t[done]) * 1e3
+    lag_ms = (t[first[done]] - t[lo:hi][done]) * 1e3
+    lag_b = np.clip(master[lo:hi] - acked[lo:hi], 0, None)
     thirds = np.array_split(lag_b, 3)
     return {"lag_bytes_p50": float(np.percentile(lag_b, 50)), "lag_bytes_p99": float(np.percentile(lag_b, 99)),
             "lag_ms_p50": float(np.percentile(lag_ms, 50)) if len(lag_ms) else None,
             "lag_ms_p99": float(np.percentile(lag_ms, 99)) if len(lag_ms) else None,
             "lag_bytes_p50_first_third": float(np.median(thirds[0])),
             "lag_bytes_p50_last_third": float(np.median(thirds[-1])),
-            "ingest_mb_s": float((master[-1] - master[0]) / max(t[-1] - t[0], 1e-9) / 1e6),
+            "ingest_mb_s": float((master[hi - 1] - master[lo]) / max(t[hi - 1] - t[lo], 1e-9) / 1e6),
+            "seconds": float(t[hi - 1] - t[lo]), "samples": int(hi - lo),
             "samples_never_acked": int((~done).sum())}
 
 
