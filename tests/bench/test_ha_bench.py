@@ -24,6 +24,7 @@ def test_lag_of_a_replica_a_constant_20_ms_behind():
     assert s["lag_ms_p50"] == pytest.approx(20, abs=0.01) and s["lag_ms_p99"] == pytest.approx(20, abs=0.01)
     assert s["lag_bytes_p50"] == pytest.approx(2e6, rel=0.01)
     assert s["lag_bytes_p50_first_third"] == pytest.approx(s["lag_bytes_p50_last_third"], rel=0.01)
+    assert s["lag_ms_p50_first_third"] == pytest.approx(20, abs=0.01) == s["lag_ms_p50_last_third"]
     assert s["ingest_mb_s"] == pytest.approx(100, rel=0.01)
     assert s["samples_never_acked"] == 4  # the last 20 ms were not acked when the run ended
 
@@ -35,6 +36,7 @@ def test_a_falling_behind_replica_shows_in_the_thirds_and_acks_going_back_count_
     acked[100] = 0  # a reconnecting replica's slot reads low for a moment
     s = lag_stats(t, master, acked)
     assert s["lag_bytes_p50_last_third"] > 4 * s["lag_bytes_p50_first_third"]
+    assert s["lag_ms_p50_last_third"] > 2 * s["lag_ms_p50_first_third"]
     assert s["lag_bytes_p99"] <= 1.5e8
     assert s["samples_never_acked"] > len(t) // 3
 

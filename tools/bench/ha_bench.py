@@ -63,11 +63,14 @@ def lag_stats(t: np.ndarray, master: np.ndarray, acked: np.ndarray) -> dict:
     lag_ms = (t[first[done]] - t[lo:hi][done]) * 1e3
     lag_b = np.clip(master[lo:hi] - acked[lo:hi], 0, None)
     thirds = np.array_split(lag_b, 3)
+    ms_thirds = np.array_split(lag_ms, 3) if len(lag_ms) >= 3 else None
     return {"lag_bytes_p50": float(np.percentile(lag_b, 50)), "lag_bytes_p99": float(np.percentile(lag_b, 99)),
             "lag_ms_p50": float(np.percentile(lag_ms, 50)) if len(lag_ms) else None,
             "lag_ms_p99": float(np.percentile(lag_ms, 99)) if len(lag_ms) else None,
             "lag_bytes_p50_first_third": float(np.median(thirds[0])),
             "lag_bytes_p50_last_third": float(np.median(thirds[-1])),
+            "lag_ms_p50_first_third": float(np.median(ms_thirds[0])) if ms_thirds else None,
+            "lag_ms_p50_last_third": float(np.median(ms_thirds[-1])) if ms_thirds else None,
             "ingest_mb_s": float((master[hi - 1] - master[lo]) / max(t[hi - 1] - t[lo], 1e-9) / 1e6),
             "seconds": float(t[hi - 1] - t[lo]), "samples": int(hi - lo),
             "samples_never_acked": int((~done).sum())}
