@@ -6,8 +6,9 @@ each measurement gets a fresh pair, the master broker and the load run inside th
 
 - keep-up: the master's maximum ingest of 100 B messages in batches of 100 for ``--seconds``
   (ASYNC_MASTER); replica lag p50/p99 in bytes (master end - acked) and in ms (how long after the
-  master reached an offset the replica acked it; 5 ms sampling), and the byte lag's p50 over the
-  first and the last third of the run: it must not grow;
+  master reached an offset the replica acked it; 5 ms sampling, so 5 ms is the resolution), and
+  the lag's p50 (bytes and ms) over the first and the last third of the run: it must not grow.
+  Only the samples while the master's end moves count (not the load's start-up and shutdown);
 - catch-up: a ``--catchup-mib`` backlog (4 KiB bodies) written with no replica, then a fresh
   replica: MB/s from its connection until it acked the master's end (goal >= 200 MB/s);
 - senders: 8 processes each doing ``Producer.send`` one at a time (the suite's replicated
