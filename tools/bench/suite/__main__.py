@@ -1,4 +1,4 @@
-"""``python -m tools.bench.suite [--quick] [--only NAME ...] [--out DIR]`` (QUICK=1 in the environment = --quick)."""
+"""``python -m tools.bench.suite [--quick] [--only NAME ...] [--workloads WORD ...] [--out DIR]`` (QUICK=1 in the environment = --quick)."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", default=os.environ.get("QUICK", "") not in ("", "0"),
                     help="the one-minute smoke run (also QUICK=1)")
     ap.add_argument("--only", nargs="*", help="system names to run (default: all)")
+    ap.add_argument("--workloads", nargs="*", metavar="WORD",
+                    help="only the workloads whose name contains one of these words (e.g. replicated, durable, "
+                         "latency, '1->1'); shmq's queue-scaling and backlog extras run only with the word extras")
     ap.add_argument("--reps", type=int, help="repetitions (default 3)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and markdown go")
     a = ap.parse_args(argv)
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     s = settings(a.quick)
     if a.reps:
         s = type(s)(**{**s.__dict__, "reps": a.reps})
-    res = run_suite(s, only=a.only)
+    res = run_suite(s, only=a.only, words=a.workloads)
     report.show(res)
     js, md = report.save(res, a.out)
     print(f"[bench] wrote {js} and {md}")

@@ -57,7 +57,14 @@ def _applies(system, kind: str, spec) -> str | None:
     return system.why_not(kind, spec)
 
 
-def run_suite(s: Settings, only: list[str] | None = None, budget: float | None = None) -> dict:
+def selected(wl: list[tuple[str, str, object]], words: list[str] | None) -> list[tuple[str, str, object]]:
+    """The workloads whose key contains one of ``words`` (all of them without words)."""
+    return [w for w in wl if not words or any(word in w[0] for word in words)]
+
+
+def run_suite(s: Settings, only: list[str] | None = None, budget: float | None = None,
+              words: list[str] | None = None) -> dict:
+    """Every selected workload (``words``: see ``selected``) on every system in ``only`` (all without)."""
     started = time.monotonic()
     load_at_start = round(__import__("os").getloadavg()[0], 2)
     budget = budget or (70.0 if s.quick else 480.0)  # the interleaved repetitions; extras come after
@@ -83,7 +90,8 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
             unavailable[system.name] = reason
             install.say(f"skipping {system.name}: {reason}")
     results: dict = {}
-    wl = workloads(s)
+    wl = selected(workloads(s), words)
+    run_extras = not words or "extras" in words
     for key, kind, _ in wl:
         results[key] = {"kind": kind, "systems": {}}
         for system in systems:
@@ -127,12 +135,12 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                           f"{_brief(entry['runs'][-1]) if ok else 'failed'}"
                           f" ({time.monotonic() - t:.1f}s)", flush=True)
         extras = {}
-        for system in live:  # each extra workload is bounded by its own deadline
+        for system in live if run_extras else []:  # each extra workload is bounded by its own deadline
             x = system.extra_workloads(s)
             if x:
                 extras[system.name] = x
         for system in systems:
-            if system.name in unavailable and system.name == "shmq":
+            if run_extras and system.name in unavailable and system.name == "shmq":
                 extras["shmq"] = {"queues": {"error": unavailable["shmq"]}, "backlog": {"error": unavailable["shmq"]}}
     finally:
         versions = {}
@@ -165,7 +173,7 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                     entry[p] = _stats([r[p] for r in runs])
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "quick": s.quick, "reps": s.reps, "skipped_reps": skipped_reps,
+        "quick": s.quick, "reps": s.reps, "skipped_reps": skipped_reps, "workloads": words or None,
         "settings": {k: v for k, v in s.__dict__.items() if k != "extra"},
         "machine": {**machine.facts(), "load_average_1m_at_start": load_at_start}, "versions": versions, "unavailable": unavailable,
         "systems": {x.name: {"title": x.title, "how": x.how, "persistence": x.persistence, "broker": x.broker, "note": x.note,

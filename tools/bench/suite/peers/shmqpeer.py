@@ -133,7 +133,8 @@ class Shmq(System):
         role = "SYNC_MASTER" if spec.sync else "ASYNC_MASTER"
         pair = self.pairs.get(role)
         if pair is None:
-            pair = self.pairs[role] = ReplicatedPair(self.workdir, self.name_ + role[0].lower(), role)
+            # "bench<pid>sm" / "bench<pid>am": not "bench<pid>s", the SYNC_FLUSH broker's name
+            pair = self.pairs[role] = ReplicatedPair(self.workdir, f"{self.name_}{role[0].lower()}m", role)
             self.brokers.append(pair.master)
             pair.wait_streaming()
         p = shmq.Producer("bench-admin-ha", broker=pair.name)
