@@ -98,6 +98,10 @@ class ReplicaAppender:
                 self._reserve(mf, pos + n, [])  # zeros after a BLANK filler, or checked later
                 self._write(mf, pos, new, pos + n)
                 return touched
+            if self._dispatched < offset:  # behind unchecked bytes: written first, all checked in place
+                self._reserve(mf, pos + n, [])  # (no copy of the unchecked MiB to join them)
+                self._write(mf, pos, new, pos + n)
+                return sorted(set(touched + self._process(mf, pos + n, new[:0])))
             return sorted(set(touched + self._process(mf, pos, new)))
 
     def _incomplete(self, mf: MappedFile, end: int) -> bool:
