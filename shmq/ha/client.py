@@ -198,9 +198,10 @@ class HAClient(threading.Thread):
             out = session.take_output()
             if out:
                 sock.sendall(out)
+            last = events[-1] if n < len(view) and events else None  # the socket is likely drained
             for ev in events:
                 if isinstance(ev, protocol.Data):
-                    self._take(ev)
+                    self._take(ev, ev is last)
                     continue
                 self._check()
                 if isinstance(ev, protocol.Metadata):
@@ -249,10 +250,12 @@ class HAClient(threading.Thread):
         self.epochs.save(w.epochs)
         self.stats["master_max"] = w.max_offset
 
-    def _take(self, ev: protocol.Data) -> None:
+    def _take(self, ev: protocol.Data, last: bool) -> None:
         """Append a data frame unchecked (heartbeats are skipped): the appender writes it and checks
         and dispatches a MiB at a time, ``_check`` the rest at the burst's end; HAProtocolError
-        for a frame that does not start where the log ends, after what came before is checked."""
+        for a frame that does not start where the log ends, after what came before is checked.
+        The ``last`` frame of a burst is checked at once, before it is written (a frame that came
+        alone, as SYNC_MASTER sends trickle in, then costs one appender call, not two)."""
         if not ev.data:
             return
         end = max(self.appender.max_offset, self._floor)
@@ -260,7 +263,7 @@ class HAClient(threading.Thread):
             self._check()
             raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {end}")
         try:
-            touched = self.appender.append(ev.offset, ev.data, dispatch=False)
+            touched = self.appender.append(ev.offset, ev.data, dispatch=last)
         except (ValueError, CorruptRecordError) as e:
             raise HAProtocolError(f"frame at offset {ev.offset} refused: {e}") from None
         self.stats["bytes"] += len(ev.data)

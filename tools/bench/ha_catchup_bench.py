@@ -71,10 +71,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) a process used so far: what the replica's work costs, whatever
-    else the machine runs meanwhile."""
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+def cpu_seconds(pid: int, tid: int = 0) -> float:
+    """CPU seconds (user + system) a process (or one of its threads) used so far: what the
+    replica's work costs, whatever else the machine runs meanwhile."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    fields = open(path).read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -108,7 +109,9 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
                     conn = min(r.connected_ms for r in live) / 1e3
                     return {"mb": end / 1e6, "s": done - t0, "mb_s": end / 1e6 / (done - t0),
                             "mb_s_conn": end / 1e6 / max(done - conn, 1e-9),
-                            "mb_per_cpu_s": end / 1e6 / cpu_seconds(proc.pid)}
+                            "mb_per_cpu_s": end / 1e6 / cpu_seconds(proc.pid),
+                            "thread_cpu_s": sorted((cpu_seconds(proc.pid, int(t)) for t in
+                                                    os.listdir(f"/proc/{proc.pid}/task")), reverse=True)[:4]}
                 if proc.poll() is not None:
                     raise RuntimeError(f"the replica exited {proc.returncode}")
                 time.sleep(0.002)
@@ -196,9 +199,9 @@ def main() -> int:
                     runs.append(run(backlog, work, f"{os.getpid()}x{r}", prof))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
-                print(f"{body} B records, run {r + 1}: " + json.dumps({k: round(v, 1) for k, v in runs[-1].items()}),
+                print(f"{body} B records, run {r + 1}: " + json.dumps(runs[-1]),
                       flush=True)
-            out[f"{body}B"] = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+            out[f"{body}B"] = {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "thread_cpu_s"}
             print(f"{body} B records: median {out[f'{body}B']['mb_s']:.0f} MB/s from the replica's start, "
                   f"{out[f'{body}B']['mb_s_conn']:.0f} MB/s from its connection", flush=True)
     finally:
