@@ -68,7 +68,9 @@ class ReplicaAppender:
 
         ValueError: wrong offset, or a run crossing a segment end. CorruptRecordError: a record
         failed a check; the good records before it are kept and dispatched, nothing from it on
-        (bytes of it written earlier are cut). DiskFullError: nothing of the run was written."""
+        (bytes of it written earlier are cut). DiskFullError: nothing of the run was written,
+        or (behind bytes appended with dispatch=False, which a dispatching call writes first and
+        checks in place with them) it waits unchecked, as those do, for the next call."""
         store = self.store
         if not store.running or store.space.full or store._redispatch_from is not None:
             store._check_writable()

@@ -15,7 +15,7 @@ is >= 200 MB/s; ha_bench.py measures the same over the veth of two namespaces (r
 over loopback: N sends of 100 B one at a time (each acknowledged only after the replica reported
 past it: the replica's promptness with frames that trickle in one by one), p50/p99 in µs.
 
-``--profile`` records the replica with py-spy (--native) into CACHE/replica-<body>.txt (collapsed).
+``--profile`` records the replica with py-spy (--threads, raw) into CACHE/replica-<body>.txt.
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
             log.close()
             if profile:
                 spy = subprocess.Popen([shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy", "record", "-p",
-                                        str(proc.pid), "-f", "raw", "--native", "-o", profile, "-r", "200"],
+                                        str(proc.pid), "-f", "raw", "--threads", "-o", profile, "-r", "100"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
