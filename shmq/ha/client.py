@@ -4,8 +4,9 @@ It connects to ``haMasterAddress``, answers the master's HELLO with proof of ``h
 checks the master's proof, segment size and epoch history (``protocol.consistent_offset``),
 cuts a tail the master never had (kept in DIR/diverged/), adopts the master's epoch list, and
 then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
-dispatches the records) and reports its max offset after each run of frames and at least every
-``haSendHeartbeatInterval``. Whatever breaks a connection (a refused or garbled frame, silence
+dispatches the records) and reports its max offset after each burst of frames (what one wakeup
+finds in the socket, up to BURST_BYTES, checked and dispatched before the report) and at least
+every ``haSendHeartbeatInterval``. Whatever breaks a connection (a refused or garbled frame, silence
 over ``haHousekeepingInterval``, the master going away) is logged once and followed by a
 reconnect after a delay that doubles from ``haReconnectInterval`` up to ten times that, for as
 long as the replica runs. A store whose history the master does not share (HADivergedError) is
@@ -17,6 +18,7 @@ over thread-safely and rings the broker's doorbell.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import select
@@ -34,9 +36,8 @@ from shmq.store.replicated import ReplicaAppender
 log = logging.getLogger("shmq.ha.client")
 _DIGITS = re.compile(r"\d+")
 
-RECV_BYTES = 1 << 20
-DRAIN_CHUNKS = 16  # recv calls per run before reporting: a busy stream still gets its report out
-RUN_BYTES = 4 << 20  # data frames appended in one call at most
+RECV_BYTES = 1 << 20  # the receive buffer, reused by every recv_into
+BURST_BYTES = 16 << 20  # bytes read before the replica checks, dispatches and reports: a busy stream still gets its report out
 POLL_S = 0.2  # longest wait on the socket: how soon a stop is seen
 
 
@@ -69,10 +70,9 @@ class HAClient(threading.Thread):
         self._sock: socket.socket | None = None
         self._state = ""
         self._streamed = False  # the current connection got past the handshake
-        self._run: list[bytes] = []  # data frames of this recv run, appended together
-        self._run_at = 0
-        self._run_bytes = 0
-        self._wrote = False  # something was appended in this recv run: report it
+        self._recv_view = memoryview(bytearray(RECV_BYTES))
+        self._next_report = float("inf")  # when the next heartbeat report is due
+        self._wrote = False  # something was appended in this burst: report it
         self._floor = 0  # an empty store follows from the master's min offset (older segments were cleaned)
         self.diverged: str | None = None  # why following stopped for good
         self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1,
@@ -150,75 +150,77 @@ class HAClient(threading.Thread):
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
         silence = cfg.ha_housekeeping_interval / 1000
         last_rx = time.monotonic()
-        next_report = float("inf")
-        streaming = False
-        self._run, self._run_bytes = [], 0
+        self._next_report = float("inf")
         while not self._stop_event.is_set():
             now = time.monotonic()
-            wait = min(POLL_S, max(0.0, next_report - now), max(0.0, last_rx + silence - now))
+            wait = min(POLL_S, max(0.0, self._next_report - now), max(0.0, last_rx + silence - now))
             readable, _, _ = select.select([sock], [], [], wait)
             now = time.monotonic()
             if not readable:
                 if now - last_rx > silence:
                     return f"the master said nothing for {silence:g} s (haHousekeepingInterval)"
-                if streaming and now >= next_report:  # a heartbeat report, whatever the master sends
+                if self._streamed and now >= self._next_report:  # a heartbeat report, whatever the master sends
                     self._report(sock)
-                    next_report = now + heartbeat
                 continue
-            chunks = self._drain(sock)
-            if not chunks:
+            self._wrote = False
+            try:
+                got = self._burst(sock, session)
+            except BaseException:
+                with contextlib.suppress(HAProtocolError):  # the first fault is the one to tell
+                    self._check()  # what was appended is checked (and cut if bad) whatever happens
+                raise
+            self._check()
+            if not got:
                 return "the master closed the connection"
             last_rx = now
-            self._wrote = False
-            for chunk in chunks:
-                events = session.receive(chunk)
-                out = session.take_output()
-                if out:
-                    sock.sendall(out)
-                for ev in events:
-                    if isinstance(ev, protocol.Data):
-                        self._take(ev)
-                        continue
-                    self._flush_run()
-                    if isinstance(ev, protocol.Metadata):
-                        self.sink.metadata(ev.kind, ev.text)
-                    elif isinstance(ev, protocol.Welcome):
-                        self._welcome(ev)
-                        self._report(sock)
-                        next_report = time.monotonic() + heartbeat
-                        streaming = self._streamed = True
-                        self._note(f"following master {self.address[0]}:{self.address[1]} from offset "
-                                   f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
-                    elif isinstance(ev, protocol.Refused):
-                        raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
-            self._flush_run()
-            if self._wrote or (streaming and now >= next_report):
+            if self._wrote or (self._streamed and now >= self._next_report):
                 self._report(sock)
-                next_report = time.monotonic() + heartbeat
             self.sink.wake()
         return "the replica stops"
 
-    def _drain(self, sock: socket.socket) -> list[bytes]:
-        """What the socket holds now (one recv, which select said will not block, then those that
-        do not block); empty: the master closed the connection."""
-        data = sock.recv(RECV_BYTES)
-        if not data:
-            return []
-        chunks = [data]
-        for _ in range(DRAIN_CHUNKS - 1):
+    def _burst(self, sock: socket.socket, session: protocol.ReplicaSession) -> int:
+        """Read what the socket holds now (the first recv_into, which select said will not block,
+        then those that do not block, up to BURST_BYTES) and append its frames unchecked; the
+        bytes read, 0 when the master closed the connection. The frames are views of the one
+        receive buffer: each recv's events are used before the next recv overwrites it."""
+        view = self._recv_view
+        total, flags = 0, 0
+        while total < BURST_BYTES:
             try:
-                more = sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+                n = sock.recv_into(view, 0, flags)
             except (BlockingIOError, InterruptedError):
                 break
-            if not more:
-                break  # the close is seen by the next recv, after these frames are kept
-            chunks.append(more)
-        return chunks
+            if not n:
+                break  # a close after frames is seen by the next recv, after these frames are kept
+            total += n
+            flags = socket.MSG_DONTWAIT
+            events = session.receive(view[:n])
+            out = session.take_output()
+            if out:
+                sock.sendall(out)
+            last = events[-1] if n < len(view) and events else None  # the socket is likely drained
+            for ev in events:
+                if isinstance(ev, protocol.Data):
+                    self._take(ev, ev is last)
+                    continue
+                self._check()
+                if isinstance(ev, protocol.Metadata):
+                    self.sink.metadata(ev.kind, ev.text)
+                elif isinstance(ev, protocol.Welcome):
+                    self._welcome(ev)
+                    self._report(sock)
+                    self._streamed = True
+                    self._note(f"following master {self.address[0]}:{self.address[1]} from offset "
+                               f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
+                elif isinstance(ev, protocol.Refused):
+                    raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
+        return total
 
     def _report(self, sock: socket.socket) -> None:
         offset = max(self.appender.max_offset, self._floor)
         sock.sendall(protocol.encode_report(offset))
         self.stats["last_report"] = offset
+        self._next_report = time.monotonic() + self.config.ha_send_heartbeat_interval / 1000
 
     def _welcome(self, w: protocol.Welcome) -> None:
         """Check the master's segment size and history; cut what it does not share; adopt its epochs."""
@@ -248,38 +250,34 @@ class HAClient(threading.Thread):
         self.epochs.save(w.epochs)
         self.stats["master_max"] = w.max_offset
 
-    def _take(self, ev: protocol.Data) -> None:
-        """Queue a data frame behind those of this run (heartbeats are skipped); HAProtocolError
-        for one that does not start where the log (with the run) ends, after the run is kept."""
+    def _take(self, ev: protocol.Data, last: bool) -> None:
+        """Append a data frame unchecked (heartbeats are skipped): the appender writes it and checks
+        and dispatches a MiB at a time, ``_check`` the rest at the burst's end; HAProtocolError
+        for a frame that does not start where the log ends, after what came before is checked.
+        The ``last`` frame of a burst is checked at once, before it is written (a frame that came
+        alone, as SYNC_MASTER sends trickle in, then costs one appender call, not two)."""
         if not ev.data:
             return
-        end = self._run_at + self._run_bytes if self._run else max(self.appender.max_offset, self._floor)
+        end = max(self.appender.max_offset, self._floor)
         if ev.offset != end:
-            self._flush_run()
+            self._check()
             raise HAProtocolError(f"frame at offset {ev.offset}, but the replica's log ends at {end}")
-        seg = self.segment_size
-        if self._run and ((end + len(ev.data) - 1) // seg != self._run_at // seg
-                          or self._run_bytes + len(ev.data) > RUN_BYTES):
-            self._flush_run()
-        if not self._run:
-            self._run_at = ev.offset
-        self._run.append(ev.data)
-        self._run_bytes += len(ev.data)
-        self.stats["frames"] += 1
-
-    def _flush_run(self) -> None:
-        """Append the queued frames in one call (the appender's checks and dispatch cost per call,
-        not per byte: 32 KiB frames one by one ran at a third of the rate); ``_wrote`` tells."""
-        if not self._run:
-            return
-        data = self._run[0] if len(self._run) == 1 else b"".join(self._run)
-        at = self._run_at
-        self._run, self._run_bytes = [], 0
         try:
-            touched = self.appender.append(at, data)
+            touched = self.appender.append(ev.offset, ev.data, dispatch=last)
         except (ValueError, CorruptRecordError) as e:
-            raise HAProtocolError(f"frames from offset {at} refused: {e}") from None
-        self.stats["bytes"] += len(data)
+            raise HAProtocolError(f"frame at offset {ev.offset} refused: {e}") from None
+        self.stats["bytes"] += len(ev.data)
+        self.stats["frames"] += 1
         self._wrote = True
+        if touched:
+            self.sink.touched(touched)
+
+    def _check(self) -> None:
+        """Check and dispatch what ``_take`` appended unchecked (before any report: a replica
+        never reports bytes it has not checked); HAProtocolError if a record fails (it is cut)."""
+        try:
+            touched = self.appender.dispatch()
+        except CorruptRecordError as e:
+            raise HAProtocolError(f"frames refused: {e}") from None
         if touched:
             self.sink.touched(touched)

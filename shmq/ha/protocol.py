@@ -196,10 +196,11 @@ class Refused:
 
 @dataclass(frozen=True, slots=True)
 class Data:
-    """Replica side: raw commitlog bytes at ``offset`` (empty: a heartbeat)."""
+    """Replica side: raw commitlog bytes at ``offset`` (empty: a heartbeat); a view of the
+    bytes given to ``ReplicaSession.receive`` when the frame lay whole in them."""
 
     offset: int
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,32 +317,72 @@ class ReplicaSession:
         self.pending_output = bytearray()
         self._buf = bytearray()
 
-    def receive(self, data: bytes) -> list[Event]:
+    def receive(self, data: bytes | bytearray | memoryview) -> list[Event]:
+        """Events in ``data`` (with what earlier calls left). Once streaming, a ``Data`` or
+        ``Metadata`` frame that lies whole inside ``data`` is a view of it, not a copy (a
+        catch-up moves every byte of the log through here): the caller uses the events before
+        it reuses the buffer ``data`` views."""
+        if self.state == "frames":
+            return self._frames(memoryview(data))
+        events = self._handshake(data)
+        if self.state != "frames" or not self._buf:
+            return events
+        rest = bytes(self._buf)  # frames right behind the WELCOME
+        self._buf.clear()
+        return events + self._frames(memoryview(rest))
+
+    def _frames(self, mv: memoryview) -> list[Event]:
+        """Frames of ``mv``: a frame begun by an earlier call is completed in ``_buf`` (a copy),
+        the whole frames after it are views of ``mv``, an incomplete tail is kept in ``_buf``."""
+        events: list[Event] = []
+        buf, n, pos = self._buf, len(mv), 0
+        if buf:
+            if len(buf) < FRAME.size:
+                pos = min(FRAME.size - len(buf), n)
+                buf += mv[:pos]
+                if len(buf) < FRAME.size:
+                    return events
+            offset, size = FRAME.unpack_from(buf)
+            self._check_size(offset, size)
+            take = min(FRAME.size + size - len(buf), n - pos)
+            buf += mv[pos:pos + take]
+            pos += take
+            if len(buf) < FRAME.size + size:
+                return events
+            events.append(self._frame(offset, bytes(memoryview(buf)[FRAME.size:])))
+            buf.clear()
+        while n - pos >= FRAME.size:
+            offset, size = FRAME.unpack_from(mv, pos)
+            self._check_size(offset, size)
+            if n - pos - FRAME.size < size:
+                break
+            events.append(self._frame(offset, mv[pos + FRAME.size:pos + FRAME.size + size]))
+            pos += FRAME.size + size
+        buf += mv[pos:]
+        return events
+
+    def _check_size(self, offset: int, size: int) -> None:
+        if size > self.max_frame:
+            raise HAProtocolError(f"frame of {size} bytes at offset {offset} (at most {self.max_frame})")
+
+    @staticmethod
+    def _frame(offset: int, body: bytes | memoryview) -> Event:
+        if offset == METADATA_OFFSET:
+            if not body or body[0] not in META_KINDS:
+                raise HAProtocolError(f"metadata frame of unknown kind {bytes(body[:1])!r}")
+            return Metadata(body[0], bytes(body[1:]))
+        if offset < 0:
+            raise HAProtocolError(f"frame at negative offset {offset}")
+        return Data(offset, body)
+
+    def _handshake(self, data: bytes | bytearray | memoryview) -> list[Event]:
+        """HELLO, then WELCOME (or a REFUSE); what follows the WELCOME stays in ``_buf``."""
         buf = self._buf
         buf += data
         events: list[Event] = []
         pos = 0
-        while True:
+        while self.state != "frames":
             avail = len(buf) - pos
-            if self.state == "frames":
-                if avail < FRAME.size:
-                    break
-                offset, size = FRAME.unpack_from(buf, pos)
-                if size > self.max_frame:
-                    raise HAProtocolError(f"frame of {size} bytes at offset {offset} (at most {self.max_frame})")
-                if avail < FRAME.size + size:
-                    break
-                body = bytes(buf[pos + FRAME.size:pos + FRAME.size + size])
-                pos += FRAME.size + size
-                if offset == METADATA_OFFSET:
-                    if not body or body[0] not in META_KINDS:
-                        raise HAProtocolError(f"metadata frame of unknown kind {body[:1]!r}")
-                    events.append(Metadata(body[0], body[1:]))
-                elif offset < 0:
-                    raise HAProtocolError(f"frame at negative offset {offset}")
-                else:
-                    events.append(Data(offset, body))
-                continue
             if avail < 4:
                 break
             magic = bytes(buf[pos:pos + 4])

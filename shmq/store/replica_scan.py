@@ -130,6 +130,17 @@ def _unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:
     return np.ndarray((max(0, len(buf) - width + 1),), dtype, buf, 0, (1,))
 
 
+def _rows(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """A new (len(at), width) array whose row i is ``buf[at[i]:at[i] + width]`` (the last byte
+    repeated past the end): one row gather from a sliding-window view, six times cheaper than
+    gathering through a 2-D index array."""
+    n = len(buf)
+    if len(at) and int(at.max()) + width > n:
+        return buf[np.minimum(at[:, None] + np.arange(width, dtype=np.int64), n - 1)]
+    step = buf.strides[0]
+    return np.lib.stride_tricks.as_strided(buf, (max(0, n - width + 1), width), (step, step), writeable=False)[at]
+
+
 def _chain(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     """Indexes of the candidates reachable from position 0 by sizes (None: all of them)."""
     if len(starts) and starts[0] == 0 and np.array_equal(starts[1:], starts[:-1] + sizes[:-1]):
@@ -197,7 +208,7 @@ def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
         return [], _EMPTY
     width = int(topic_len.max()) + 1
     lanes = np.arange(width, dtype=np.int64)
-    rows = buf[np.minimum(topic_at[:, None] + lanes, len(buf) - 1)]
+    rows = _rows(buf, topic_at, width)
     rows[lanes > topic_len[:, None]] = 0
     new_run = np.ones(len(rows), bool)
     new_run[1:] = (rows[1:] != rows[:-1]).any(axis=1)
@@ -295,13 +306,16 @@ def _by_layout(buf: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: n
     gather of their properties as a matrix, one compare of the bytes outside the values, then
     each value is a column range. Returns the records left for the search."""
     lens = p_hi - p_lo
-    classes, inverse, counts = np.unique(lens, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
+    if len(lens) and (lens == lens[0]).all():  # one producer's batches: no sort to find the classes
+        classes, inverse, counts = lens[:1], np.zeros(len(lens), np.intp), np.array([len(lens)])
+    else:
+        classes, inverse, counts = np.unique(lens, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(-1)
     left = [np.flatnonzero(inverse == c) for c in np.flatnonzero((counts < _VARIANT_MIN_ROWS) | (classes == 0))]
     for c in np.flatnonzero((counts >= _VARIANT_MIN_ROWS) & (classes > 0)).tolist():
         rows = np.flatnonzero(inverse == c) if len(classes) > 1 else np.arange(len(lens))
         width = int(classes[c])
-        matrix = buf[p_lo[rows][:, None] + np.arange(width, dtype=np.int64)]
+        matrix = _rows(buf, p_lo[rows], width)
         layout = _layout(matrix[0].tobytes())
         if layout is None:
             left.append(rows)
@@ -348,7 +362,7 @@ def _properties_at(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: 
     rec = np.searchsorted(starts, cand, side="right") - 1
     inside = (cand >= p_lo[rec]) & (cand < p_hi[rec])
     cand, rec = cand[inside], rec[inside]
-    window = np.ascontiguousarray(buf[np.minimum(cand[:, None] + _NAME_LANES, len(buf) - 1)]).view("<u8")
+    window = _rows(buf, cand, len(_NAME_LANES)).view("<u8")
     return cand, rec, window
 
 
@@ -433,7 +447,7 @@ def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarra
                 out[i] = zlib.crc32(span, seeds[g])
             continue
         k, seed = int(lengths[rows[0]]), seeds[int(group[rows[0]])]
-        values = buf[lo[rows][:, None] + np.arange(k, dtype=np.int64)]
+        values = _rows(buf, lo[rows], k)
         if (values >= 0x80).any():
             return None
         out[rows] = fmt.crc32_of_variants(zlib.crc32(values[0].tobytes(), seed), values)

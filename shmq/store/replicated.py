@@ -68,7 +68,9 @@ class ReplicaAppender:
 
         ValueError: wrong offset, or a run crossing a segment end. CorruptRecordError: a record
         failed a check; the good records before it are kept and dispatched, nothing from it on
-        (bytes of it written earlier are cut). DiskFullError: nothing of the run was written."""
+        (bytes of it written earlier are cut). DiskFullError: nothing of the run was written,
+        or (behind bytes appended with dispatch=False, which a dispatching call writes first and
+        checks in place with them) it waits unchecked, as those do, for the next call."""
         store = self.store
         if not store.running or store.space.full or store._redispatch_from is not None:
             store._check_writable()
@@ -98,6 +100,10 @@ class ReplicaAppender:
                 self._reserve(mf, pos + n, [])  # zeros after a BLANK filler, or checked later
                 self._write(mf, pos, new, pos + n)
                 return touched
+            if self._dispatched < offset:  # behind unchecked bytes: written first, all checked in place
+                self._reserve(mf, pos + n, [])  # (no copy of the unchecked MiB to join them)
+                self._write(mf, pos, new, pos + n)
+                return sorted(set(touched + self._process(mf, pos + n, new[:0])))
             return sorted(set(touched + self._process(mf, pos, new)))
 
     def _incomplete(self, mf: MappedFile, end: int) -> bool:

@@ -117,3 +117,27 @@ def test_epoch_json_round_trip_and_validation():
                 {"epoch": "1", "startOffset": 0, "id": "00" * 16}, [1, 2]):
         with pytest.raises(ValueError):
             H.Epoch.from_json(bad)
+
+
+def test_frames_are_views_of_the_received_buffer_and_any_split_gives_the_same_events():
+    """A catch-up moves the whole log through ReplicaSession: a frame lying whole inside what one
+    receive got is a view of it (no copy); one split over several receives is completed in the
+    session's buffer. Every way of cutting the stream gives the same events."""
+    import random
+
+    rng = random.Random(7)
+    frames = [(0, rng.randbytes(300)), (300, b""), (300, rng.randbytes(5000)), (5300, rng.randbytes(1))]
+    stream = b"".join(H.frame_header(o, len(d)) + d for o, d in frames) + H.encode_metadata(H.META_OFFSETS, b"[1]")
+    want = [H.Data(o, d) for o, d in frames] + [H.Metadata(H.META_OFFSETS, b"[1]")]
+    _, r, _ = _handshake()
+    buf = bytearray(stream)
+    got = r.receive(memoryview(buf))
+    assert got == want
+    assert all(isinstance(e.data, memoryview) and e.data.obj is buf for e in got if isinstance(e, H.Data))
+    for _ in range(200):
+        _, r, _ = _handshake()
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 6)))
+        events = []
+        for a, b in zip([0] + cuts, cuts + [len(stream)]):
+            events += r.receive(stream[a:b])
+        assert events == want, cuts

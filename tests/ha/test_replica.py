@@ -348,3 +348,27 @@ def test_promote_refuses_a_master(pair: Pair) -> None:
                           "--name", pair.master_name, "--timeout", "5"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "is a master already" in out.stderr
     assert pair.master.process.poll() is None
+
+
+
+def test_a_bad_record_deep_in_a_burst_is_cut_and_never_reported(pair: Pair) -> None:
+    """A whole segment of frames arrives in one burst (appended unchecked, checked at its end)
+    with a corrupt record in the middle: the records before it are kept and reported, nothing
+    from it on is kept, and no report ever goes past it."""
+    _fill(pair, 400)
+    fake = pair.fake()
+    seg = fake._read(0, SEGMENT)
+    bad = next(s for s in _record_starts(seg) if s > SEGMENT // 2)
+    size = int.from_bytes(seg[bad:bad + 4], "big")
+    corrupt = bytearray(seg)
+    corrupt[bad + size - 60] ^= 1  # inside its body: the body CRC fails
+    frames = b"".join(protocol.frame_header(at, len(corrupt[at:at + 32768])) + corrupt[at:at + 32768]
+                      for at in range(0, SEGMENT, 32768))
+    fake.bad = lambda at: frames if at == 0 else b""
+    replica = pair.replica(fake.address)
+    assert wait_for(lambda: bad in fake.reports and fake.connections >= 2, 10)  # cut, reconnected from there
+    replica.stop()
+    assert max(fake.reports) == bad
+    assert f"record at offset {bad}: body CRC mismatch" in replica.log()
+    got = commitlog_bytes(pair.replica_store, SEGMENT, SEGMENT)
+    assert got[:bad] == seg[:bad] and not any(got[bad:])

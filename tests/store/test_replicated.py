@@ -480,3 +480,34 @@ def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
         assert again.max_offset == SEG
         stream(master, again, rng)
         assert_same(master, crashed, keys, master.commitlog.max_offset)
+
+
+@pytest.mark.parametrize("bad_in", ["deferred", "last"])
+def test_a_dispatching_append_behind_deferred_frames_checks_all_in_place(pair, bad_in):
+    """Frames appended with dispatch=False, then one that dispatches: it is written behind them
+    and everything is checked in the file (no copy of the deferred bytes); a bad record, in the
+    deferred part or in the last frame, is cut with all after it, the good ones are dispatched."""
+    master, replica = pair
+    for i in range(40):
+        put_one(master, "TopicA", i % 2, record("TopicA", bytes([i]) * 90, keys=f"key{i}"))
+    cl = master.commitlog
+    end = cl.max_offset
+    at = [0]
+    while at[-1] < end:
+        at.append(at[-1] + cl.size_at(at[-1]))
+    bad = at[12 if bad_in == "deferred" else 38]
+    run = bytearray(cl.data(0, end))
+    run[bad + fmt.OFF_BODY + 7] ^= 1  # its body CRC fails
+    app = ReplicaAppender(replica)
+    cuts = [0, at[3] + 5, at[20] + 11, at[37] + 2, end]
+    for a, b in zip(cuts[:-2], cuts[1:-1]):
+        assert app.append(a, bytes(run[a:b]), dispatch=False) == []
+    assert replica.get_max_offset_in_queue("TopicA", 0) == 0  # nothing checked yet
+    with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {bad}: body CRC"):
+        app.append(cuts[-2], bytes(run[cuts[-2]:]))
+    assert app.max_offset == bad
+    n = at.index(bad)
+    assert replica.get_max_offset_in_queue("TopicA", 0) + replica.get_max_offset_in_queue("TopicA", 1) == n
+    assert not replica.commitlog.queue.files[0].array[bad:end].any()  # the refused bytes are gone
+    app.append(bad, bytes(cl.data(bad, end - bad)))  # the true bytes then go on
+    assert_same(master, replica, [("TopicA", f"key{i}") for i in range(40)], end)

@@ -40,11 +40,11 @@ CONFIG = {"mappedFileSizeCommitLog": 32 << 20, "flushDiskType": "ASYNC_FLUSH"}
 def fill(master: MessageStore, mib: int, body: int) -> None:
     topics = [f"BenchTopic{i}" for i in range(4)]
     n, i = 256, 0
-    payload = os.urandom(body)
+    payloads = [os.urandom(body) for _ in range(n)]  # bodies differ, as a producer's do
     while master.commitlog.max_offset < mib << 20:
         topic = topics[i % 4]
         props = [fmt.message_properties(tags="TagA", uniq_key=f"{i:016X}{j:016X}") for j in range(n)]
-        batch = fmt.encode_batch(topic, [payload] * n, props)
+        batch = fmt.encode_batch(topic, payloads, props)
         master.put(PutRequest(batch, [topic], None, i % 16 // 4, user_batch=True))
         i += 1
 
