@@ -11,7 +11,6 @@ import pytest
 
 from tests.ha import hosts
 from tools.bench.ha_bench import lag_stats
-from tools.bench.suite.peers.shmqha import ha_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +56,7 @@ def test_only_the_samples_while_the_master_moves_count():
     assert s["samples_never_acked"] == 0  # the replica acked the end during the shutdown
 
 
-@pytest.mark.skipif(ha_missing() is not None or hosts.unavailable() is not None,
-                    reason=str(ha_missing() or hosts.unavailable()))
+@pytest.mark.skipif(hosts.unavailable() is not None, reason=str(hosts.unavailable()))
 def test_a_short_run_on_two_hosts_measures_every_row(tmp_path):
     """Keep-up, catch-up and both sender rows, each on a fresh host pair over a veth (about 30 s)."""
     out = tmp_path / "ha.json"

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from shmq.ring import shm
-from tools.bench.suite.peers.shmqha import ha_missing
 from tools.bench.suite.runner import selected, workloads
 from tools.bench.suite.settings import settings
 
@@ -32,7 +31,6 @@ def test_workload_words_select_by_substring_and_none_selects_all():
     assert selected(wl, ["extras"]) == []
 
 
-@pytest.mark.skipif(ha_missing() is not None, reason=str(ha_missing()))
 def test_replicated_rows_alone_give_shmq_numbers_for_both_roles(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tools.bench.suite", "--quick", "--only", "shmq",
                              "--workloads", "replicated", "--out", str(tmp_path)],

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import lru_cache
 from typing import Callable
 
 from ..core import ReplicatedSpec, System, body, durable_result, free_port, timed_loop
@@ -22,15 +21,6 @@ SETTLE = 60.0  # seconds a fresh pair may take until the replica streams
 # Both stores of a pair: segments warmed whole before the writer reaches them, as in the other
 # rows, but 256 MiB (the rows write tens of MB) so four more stores do not cost 4 GiB of disk.
 HA_LAYOUT = {"mapped_file_size_commit_log": 256 << 20, "warm_ahead_size": 256 << 20}
-
-
-@lru_cache(maxsize=1)
-def ha_missing() -> str | None:
-    """Why the replicated rows cannot run (this shmq has no ``shmq replica``), or None."""
-    r = subprocess.run([sys.executable, "-m", "shmq", "replica", "--help"], capture_output=True, text=True)
-    if r.returncode:
-        return "needs HA: this shmq has no `shmq replica` (issue 11)"
-    return None
 
 
 class ReplicatedPair:

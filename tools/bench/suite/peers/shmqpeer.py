@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core import POLL, System, body, durable_result, run_roles, timed_loop
 from ..install import say
-from .shmqha import ReplicatedPair, ha_missing, replicated_sender  # noqa: F401  (the sender runs from this module)
+from .shmqha import ReplicatedPair, replicated_sender  # noqa: F401  (the sender runs from this module)
 
 WINDOW = 256
 BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
@@ -123,8 +123,6 @@ class Shmq(System):
         return {"broker": broker or self.name_, "topic": topic}
 
     def why_not(self, kind, spec):
-        if kind == "replicated":
-            return ha_missing()
         return self.consumer_missing() if kind == "tput" else None
 
     def replicated_context(self, spec):
