@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Iterator
 
 import pytest
@@ -66,10 +67,12 @@ class StandIn:
         self.p.stdout.close()
 
 
-@pytest.fixture
-def ha_pair(store_dir, broker_name, config) -> Iterator[tuple[shmq.Broker, HASegment, StandIn]]:
-    """A SYNC_MASTER broker (syncFlushTimeout 2 s unless a test says otherwise) and a stand-in replica."""
-    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 2000))
+@contextmanager
+def sync_master_pair(store_dir: str, broker_name: str,
+                     values: dict) -> Iterator[tuple[shmq.Broker, HASegment, StandIn]]:
+    """A SYNC_MASTER broker of ``values`` and a stand-in replica; the broker is stopped on exit
+    (its object stays usable for ``log()``)."""
+    broker = shmq.Broker(store_dir, broker_name, values)
     ha = standin = None
     try:
         ha = HASegment.open(broker_name)
@@ -81,6 +84,13 @@ def ha_pair(store_dir, broker_name, config) -> Iterator[tuple[shmq.Broker, HASeg
         if ha is not None:
             ha.close()
         broker.stop()
+
+
+@pytest.fixture
+def ha_pair(store_dir, broker_name, config) -> Iterator[tuple[shmq.Broker, HASegment, StandIn]]:
+    """A SYNC_MASTER broker (syncFlushTimeout 2 s unless a test says otherwise) and a stand-in replica."""
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 2000)) as pair:
+        yield pair
 
 
 def read_all(broker: str, topic: str) -> list[bytes]:
@@ -151,11 +161,7 @@ def test_multi_sends_wait_for_the_ack_too(ha_pair, broker_name):
 
 
 def test_no_ack_within_sync_flush_timeout_answers_flush_slave_timeout(store_dir, broker_name, config):
-    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 300))
-    ha = standin = None
-    try:
-        ha = HASegment.open(broker_name)
-        standin = StandIn(broker_name)
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 300)) as (broker, ha, standin):
         with Producer("pg", broker=broker_name) as p:
             assert p.send(Message("T", b"warm")).status is SendStatus.SEND_OK
             standin.hold(ha.master_offset)
@@ -167,12 +173,6 @@ def test_no_ack_within_sync_flush_timeout_answers_flush_slave_timeout(store_dir,
             standin.auto()  # the replica catches up: the next send is acknowledged again
             assert p.send(Message("T", b"again")).status is SendStatus.SEND_OK
         assert sorted(read_all(broker_name, "T")) == [b"again", b"late", b"warm"]
-    finally:
-        if standin is not None:
-            standin.close()
-        if ha is not None:
-            ha.close()
-        broker.stop()
     assert "1 timed out (FLUSH_SLAVE_TIMEOUT)" in broker.log()
 
 
@@ -202,33 +202,20 @@ def test_eight_concurrent_sync_senders(ha_pair, broker_name):
 
 
 def test_sync_flush_and_sync_master_together(store_dir, broker_name, config):
-    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 300, flushDiskType="SYNC_FLUSH"))
-    ha = standin = None
-    try:
-        ha = HASegment.open(broker_name)
-        standin = StandIn(broker_name)
+    values = sync_master_config(config, 300, flushDiskType="SYNC_FLUSH")
+    with sync_master_pair(store_dir, broker_name, values) as (broker, ha, standin):
         with Producer("pg", broker=broker_name, auto_batch=False) as p:
             assert [p.send(Message("F", b"%d" % i)).status for i in range(5)] == [SendStatus.SEND_OK] * 5
             standin.hold(ha.master_offset)
             late = p.send_async(Message("F", b"late"))
             assert late.result(2).status is SendStatus.FLUSH_SLAVE_TIMEOUT
-    finally:
-        if standin is not None:
-            standin.close()
-        if ha is not None:
-            ha.close()
-        broker.stop()
     log = broker.log()
     assert "group commit: 6 answers in 6 flushes" in log and "1 timed out" in log
 
 
 def test_shutdown_answers_what_waits(store_dir, broker_name, config):
     """A broker stopped while sends wait for a replica answers them FLUSH_SLAVE_TIMEOUT, not never."""
-    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 30_000))
-    ha = standin = None
-    try:
-        ha = HASegment.open(broker_name)
-        standin = StandIn(broker_name)
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 30_000)) as (broker, ha, standin):
         with Producer("pg", broker=broker_name, auto_batch=False) as p:
             p.send(Message("T", b"warm"))
             standin.hold(ha.master_offset)
@@ -239,12 +226,6 @@ def test_shutdown_answers_what_waits(store_dir, broker_name, config):
             broker.process.send_signal(15)
             assert [f.result(5).status for f in waiting] == [SendStatus.FLUSH_SLAVE_TIMEOUT] * 3
             assert time.perf_counter() - start < 5
-    finally:
-        if standin is not None:
-            standin.close()
-        if ha is not None:
-            ha.close()
-        broker.stop()
 
 
 def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(store_dir, broker_name, config):
@@ -252,11 +233,7 @@ def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(sto
     send_msg_timeout (one attempt of three). A ring never loses a request, so the broker had
     stored it and held the answer for a replica: each resend stored another copy, and the
     caller got SendTimeoutError instead of FLUSH_SLAVE_TIMEOUT."""
-    broker = shmq.Broker(store_dir, broker_name, sync_master_config(config, 1500))
-    ha = standin = None
-    try:
-        ha = HASegment.open(broker_name)
-        standin = StandIn(broker_name)
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 1500)) as (broker, ha, standin):
         with Producer("pg", broker=broker_name, auto_batch=False, send_msg_timeout=3.0) as p:
             p.send(Message("T", b"warm"))
             standin.hold(ha.master_offset)
@@ -264,12 +241,6 @@ def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(sto
             r = p.send(Message("T", b"once"))
             assert r.status is SendStatus.FLUSH_SLAVE_TIMEOUT and 1.4 < time.perf_counter() - start < 2.5
         assert sorted(read_all(broker_name, "T")) == [b"once", b"warm"]
-    finally:
-        if standin is not None:
-            standin.close()
-        if ha is not None:
-            ha.close()
-        broker.stop()
 
 
 DYING_PRODUCER = """
