@@ -7,7 +7,7 @@ from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError
                          BadTopicError, BrokerBusyError, BrokerDiskFullError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
                          CorruptRecordError, DiskFullError, ForeignOwnerError, HADivergedError, HAProtocolError,
-                         MessageTooLargeError, MetadataError, ReplicaReadOnlyError,
+                         MessageTooLargeError, MetadataError, NotAStoreError, ReplicaReadOnlyError,
                          SendTimeoutError, SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError,
                          StoreLockedError, TopicNotReadableError)
 from shmq.launcher import Broker
@@ -21,7 +21,16 @@ __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError
            "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
-           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError",
+           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError"]
+
+
+def __getattr__(name: str) -> object:
+    """`shmq.spark` on first use: it imports pyspark and pyarrow (the `spark` extra), which a
+    program that never touches Spark should not pay for or need."""
+    if name == "spark":
+        import importlib
+        return importlib.import_module("shmq.spark")
+    raise AttributeError(f"module 'shmq' has no attribute {name!r}")

@@ -151,3 +151,7 @@ class HADivergedError(ShmqError, RuntimeError):
 
 class ReplicaReadOnlyError(BrokerError):
     """The broker is a replica (brokerRole=SLAVE): it serves consumers, producers must send to its master."""
+
+
+class NotAStoreError(ShmqError, ValueError):
+    """A path given as a store directory holds no shmq store (no commitlog/ and consumequeue/)."""

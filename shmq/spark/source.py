@@ -1,0 +1,102 @@
+"""The Spark Python data source `shmq`: `spark.read.format("shmq").load(STORE_DIR)`.
+
+Reads the store files directly and read-only (no broker, no lock), so it works on a live
+master, a replica and a stopped or crashed store alike. Partitions are queue-offset ranges of
+at most `maxPartitionBytes` of records each (planning reads consume queues only); each task
+maps the commitlog and builds Arrow batches column-wise.
+
+Filter pushdown: Spark (4.1+) refuses every query of a reader that overrides `pushFilters`
+while `spark.sql.python.filterPushdown.enabled` is false, and it asks for pushdown only in
+its pushdown planning worker. So `reader()` hands out the pushdown-capable reader only to
+that worker; everywhere else it gives the plain reader, and Spark evaluates the filters.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.types import StructType
+
+from shmq.errors import ConfigError
+from shmq.spark.batches import read_slice
+from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, parse_topic_option
+from shmq.spark.planner import plan_scan
+from shmq.spark.pushdown import ScanBounds, push_filters
+from shmq.spark.schema import SCHEMA_DDL
+
+_PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+class ScanOptions:
+    """The options of a `shmq` read, checked once on the driver side."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        path = options.get("path")
+        if not path:
+            raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
+        self.store_dir = check_store(path)
+        self.topics = parse_topic_option(options.get("topic"))
+        self.max_partition_bytes = _positive_int(options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
+
+
+def _positive_int(options: dict[str, str], key: str, default: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {key} must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"option {key} must be a positive integer, got {raw!r}")
+    return value
+
+
+class SlicePartition(InputPartition):
+    """One task's share: a queue-offset range of one queue."""
+
+    def __init__(self, sl: QueueSlice) -> None:
+        super().__init__(sl)
+        self.slice = sl
+
+
+class ShmqScanReader(DataSourceReader):
+    """Batch reader without pushdown: Spark filters the rows itself."""
+
+    def __init__(self, opts: ScanOptions) -> None:
+        self.opts = opts
+        self.bounds = ScanBounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [SlicePartition(s) for s in
+                plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SlicePartition)
+        yield from read_slice(self.opts.store_dir, partition.slice, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
+
+
+class ShmqPushdownReader(ShmqScanReader):
+    """Batch reader that takes filters on topic, queue_id, queue_offset and store_timestamp."""
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
+        self.bounds, rest = push_filters(self.bounds, filters)
+        return rest
+
+
+class ShmqDataSource(DataSource):
+    """Format `shmq`: one row per stored message (columns: shmq.spark.schema)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "shmq"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = ScanOptions(dict(self.options))
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
