@@ -1,10 +1,11 @@
-# shmq — make install | demo | test | typecheck | bench [QUICK=1] | bench-store
+# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck bench bench-store clean host-tools
+.PHONY: install demo test typecheck spark bench bench-store clean host-tools java
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -15,11 +16,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the spark extra (pyspark + pyarrow): the Spark data source, its tests and jobs
+$(SPARK_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	@touch $(SPARK_STAMP)
+
 # the main job: a broker, producers and consumers in separate processes, verified
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
-test: $(STAMP) host-tools
+test: $(SPARK_STAMP) host-tools java
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the HA host tests (tests/ha) make network namespaces with iproute2's ip and tc: installed by
@@ -33,6 +39,19 @@ host-tools:
 	           apt-get install -y -q --no-install-recommends iproute2 >/dev/null; } \
 	      || echo "apt-get install iproute2 failed: the HA host tests will skip"; \
 	  else echo "iproute2 missing (installing it needs root and apt-get): the HA host tests will skip"; fi; \
+	fi
+
+# Spark needs a Java runtime: Debian's openjdk-17-jre-headless, installed by apt-get when java
+# is missing and we are root; otherwise the Spark tests skip and say why
+java:
+	@if ! command -v java >/dev/null 2>&1 && [ -z "$${JAVA_HOME:-}" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "java missing: apt-get install openjdk-17-jre-headless"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	           apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null; } \
+	      || echo "apt-get install openjdk-17-jre-headless failed: the Spark tests will skip"; \
+	  else echo "java missing (installing it needs root and apt-get): the Spark tests will skip"; fi; \
 	fi
 
 # mypy over the package, with the settings of [tool.mypy] in pyproject.toml
