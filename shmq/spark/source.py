@@ -13,15 +13,16 @@ that worker; everywhere else it gives the plain reader, and Spark evaluates the 
 from __future__ import annotations
 
 import sys
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from shmq.errors import ConfigError
+from shmq.errors import ConfigError, CorruptRecordError
 from shmq.spark.batches import read_slice
-from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, parse_topic_option
+from shmq.spark.layout import (DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, describe_damage,
+                               parse_topic_option)
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds, push_filters
 from shmq.spark.schema import SCHEMA_DDL
@@ -32,17 +33,18 @@ _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 class ScanOptions:
     """The options of a `shmq` read, checked once on the driver side."""
 
-    def __init__(self, options: dict[str, str]) -> None:
-        path = options.get("path")
+    def __init__(self, options: Mapping[str, str]) -> None:
+        opts = {k.lower(): v for k, v in options.items()}  # Spark option names ignore case
+        path = opts.get("path")
         if not path:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
         self.store_dir = check_store(path)
-        self.topics = parse_topic_option(options.get("topic"))
-        self.max_partition_bytes = _positive_int(options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
+        self.topics = parse_topic_option(opts.get("topic"))
+        self.max_partition_bytes = _positive_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
 def _positive_int(options: dict[str, str], key: str, default: int) -> int:
-    raw = options.get(key)
+    raw = options.get(key.lower())
     if raw is None:
         return default
     try:
@@ -74,8 +76,13 @@ class ShmqScanReader(DataSourceReader):
                 plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SlicePartition)
-        yield from read_slice(self.opts.store_dir, partition.slice, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
+        if not isinstance(partition, SlicePartition):
+            return  # a scan that planned no slice: Spark still runs one task, with InputPartition(None)
+        sl = partition.slice
+        try:
+            yield from read_slice(self.opts.store_dir, sl, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(describe_damage(self.opts.store_dir, sl, e)) from e
 
 
 class ShmqPushdownReader(ShmqScanReader):
@@ -97,6 +104,6 @@ class ShmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ScanOptions(dict(self.options))
+        opts = ScanOptions(self.options)
         caller = sys._getframe(1).f_globals.get("__name__", "")
         return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
