@@ -144,8 +144,9 @@ def test_pushdown_reader_plans_the_pushed_ranges(stored: tuple[str, list[dict]])
     planned = [(p.slice.topic, p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()]
     ends = {t: 1 + max(w["queue_offset"] for w in sent if w["topic"] == t and w["queue_id"] == 1) for t in ("Orders", "Pay")}
     assert planned == [(t, 1, 2, min(5, ends[t])) for t in ("Orders", "Pay") if ends[t] > 2] and planned
-    end = max(w["queue_offset"] for w in sent if w["topic"] == "Pay" and w["queue_id"] == 1) + 1
+    pay_ends = {q: 1 + max(w["queue_offset"] for w in sent if w["topic"] == "Pay" and w["queue_id"] == q)
+                for q in range(3)}
     reader = ShmqPushdownReader(ScanOptions({"path": store, "TOPIC": "Pay"}))  # option names ignore case
-    assert reader.pushFilters([GreaterThanOrEqual(("queue_offset",), end - 1)]) == []
+    assert reader.pushFilters([GreaterThanOrEqual(("queue_offset",), 2)]) == []
     assert [(p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()] == \
-        [(q, end - 1, end) for q in range(3)]
+        [(q, 2, end) for q, end in pay_ends.items() if end > 2]
