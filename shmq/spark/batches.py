@@ -19,6 +19,7 @@ from shmq.codec.columns import PulledBatch, decode_batch
 from shmq.errors import CorruptRecordError
 from shmq.spark.layout import QueueSlice
 from shmq.spark.schema import ARROW_SCHEMA
+from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import StoreReader
 
 DEFAULT_BATCH_ROWS = 65536
@@ -33,7 +34,27 @@ def _check_crcs(b: PulledBatch, sl: QueueSlice) -> None:
         if got != want:
             raise CorruptRecordError(
                 f"{sl.topic}/{sl.queue_id} queue offset {int(b.queue_offset[i])}: the record at commitlog offset "
-                f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk; `shmq admin store verify`)")
+                f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk)")
+
+
+_OWNER_DTYPE = np.dtype([("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8")])  # header bytes 12..28
+
+
+def _check_owners(b: PulledBatch, sl: QueueSlice) -> None:
+    """Each record must be the one its entry names (QUEUEID, QUEUEOFFSET): an entry pointing at
+    another whole record of the same size would otherwise give that record twice."""
+    span = np.arange(fmt.OFF_QUEUEID, fmt.OFF_PHYSICALOFFSET)
+    for s in np.unique(b.segment).tolist():
+        rows = np.flatnonzero(b.segment == s)
+        starts = b.body_pos[rows].astype(np.int64) - fmt.OFF_BODY
+        owner = b.buffers[s][starts[:, None] + span].view(_OWNER_DTYPE).reshape(-1)
+        bad = np.flatnonzero((owner["queue_id"] != sl.queue_id) | (owner["queue_offset"] != b.queue_offset[rows]))
+        if len(bad):
+            i = int(rows[bad[0]])
+            raise CorruptRecordError(
+                f"{sl.topic}/{sl.queue_id} queue offset {int(b.queue_offset[i])}: the entry points at commitlog "
+                f"offset {int(b.commit_log_offset[i])}, a record of queue {int(owner['queue_id'][bad[0]])} offset "
+                f"{int(owner['queue_offset'][bad[0]])}")
 
 
 def to_record_batch(b: PulledBatch) -> pa.RecordBatch:
@@ -77,8 +98,14 @@ def read_slice(store_dir: str, sl: QueueSlice, time_lo_ms: int = 0, time_hi_ms: 
                 break
             b = decode_batch(reader.commitlog, sl.topic, sl.queue_id, rng)
             pos = rng.next_offset
+            # entries whose records are gone are skipped only when cleanup deleted them
+            alive = (rng.entries["size"] != BLANK_SIZE) & (rng.entries["offset"] >= reader.commitlog.min_offset)
+            if len(b) < int(alive.sum()):
+                raise CorruptRecordError(f"{sl.topic}/{sl.queue_id} queue offsets [{rng.start}, {rng.next_offset}): "
+                                         f"{int(alive.sum()) - len(b)} entries point past the commitlog files")
             if not len(b):
                 continue
+            _check_owners(b, sl)
             _check_crcs(b, sl)
             if time_lo_ms > 0 or time_hi_ms < 1 << 62:
                 keep = (b.store_timestamp >= time_lo_ms) & (b.store_timestamp < time_hi_ms)
