@@ -9,9 +9,13 @@ Filter pushdown: Spark (4.1+) refuses every query of a reader that overrides `pu
 while `spark.sql.python.filterPushdown.enabled` is false, and it asks for pushdown only in
 its pushdown planning worker. So `reader()` hands out the pushdown-capable reader only to
 that worker; everywhere else it gives the plain reader, and Spark evaluates the filters.
+Spark (4.3) keeps the plan of the last pushdown on the DataFrame's relation and reuses it for
+a later query of that DataFrame that pushes nothing, so with pushdown on each query should
+start from its own `spark.read...load()` (docs/SPARK.md).
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Iterator, Mapping, Sequence
 
@@ -28,6 +32,8 @@ from shmq.spark.pushdown import ScanBounds, push_filters
 from shmq.spark.schema import SCHEMA_DDL
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+# the same worker run as a script (spark.python.use.daemon=false) is named __main__
+_PUSHDOWN_WORKER_FILE = os.path.join("pyspark", "sql", "worker", "data_source_pushdown_filters.py")
 
 
 class ScanOptions:
@@ -105,5 +111,7 @@ class ShmqDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ScanOptions(self.options)
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
+        caller = sys._getframe(1)
+        pushdown = caller.f_globals.get("__name__") == _PUSHDOWN_WORKER or \
+            caller.f_code.co_filename.endswith(_PUSHDOWN_WORKER_FILE)
+        return ShmqPushdownReader(opts) if pushdown else ShmqScanReader(opts)
