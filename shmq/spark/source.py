@@ -49,7 +49,8 @@ class ScanOptions:
         self.max_partition_bytes = _positive_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
-def _positive_int(options: dict[str, str], key: str, default: int) -> int:
+def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
+    """`options` with lowercased names (a plain dict of them) or Spark's case-insensitive map."""
     raw = options.get(key.lower())
     if raw is None:
         return default
