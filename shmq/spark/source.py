@@ -16,7 +16,7 @@ import sys
 from typing import Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from shmq.errors import ConfigError
@@ -100,3 +100,8 @@ class ShmqDataSource(DataSource):
         opts = ScanOptions(dict(self.options))
         caller = sys._getframe(1).f_globals.get("__name__", "")
         return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from shmq.spark.stream import ShmqStreamReader, StreamOptions  # imports this module
+
+        return ShmqStreamReader(StreamOptions(dict(self.options)))
