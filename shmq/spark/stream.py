@@ -15,7 +15,7 @@ the store keeps no record of the query. Cleanup may delete files the query has n
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -42,7 +42,7 @@ class StreamOptions(ScanOptions):
     """The options of a `shmq` stream: those of a scan, plus startingOffsets,
     maxRecordsPerTrigger and failOnDataLoss."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
         starting = options.get("startingOffsets", "earliest").strip().lower()
         if starting not in STARTING_OFFSETS:
@@ -52,7 +52,7 @@ class StreamOptions(ScanOptions):
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
 
 
-def _bool(options: dict[str, str], key: str, default: bool) -> bool:
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     raw = options.get(key)
     if raw is None:
         return default
