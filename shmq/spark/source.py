@@ -13,10 +13,10 @@ that worker; everywhere else it gives the plain reader, and Spark evaluates the 
 from __future__ import annotations
 
 import sys
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from shmq.errors import ConfigError
@@ -32,7 +32,9 @@ _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 class ScanOptions:
     """The options of a `shmq` read, checked once on the driver side."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
+        """`options`: the data source's own (case-insensitive: Spark lowercases the keys, so
+        never copy it into a plain dict)."""
         path = options.get("path")
         if not path:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
@@ -41,7 +43,7 @@ class ScanOptions:
         self.max_partition_bytes = _positive_int(options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
-def _positive_int(options: dict[str, str], key: str, default: int) -> int:
+def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
     raw = options.get(key)
     if raw is None:
         return default
@@ -97,6 +99,11 @@ class ShmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ScanOptions(dict(self.options))
+        opts = ScanOptions(self.options)
         caller = sys._getframe(1).f_globals.get("__name__", "")
         return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from shmq.spark.stream import ShmqStreamReader, StreamOptions  # imports this module
+
+        return ShmqStreamReader(StreamOptions(self.options))
