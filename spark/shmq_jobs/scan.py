@@ -9,7 +9,8 @@ from rich.console import Console
 
 from shmq_jobs import render
 from shmq_jobs.lag import lag_for_store
-from shmq_jobs.session import job_session, parse_topics, topic_option
+from shmq.spark.layout import check_store, parse_topic_option
+from shmq_jobs.session import job_session, topic_option, wide_console
 from shmq_jobs.summary import topic_summaries
 
 
@@ -29,15 +30,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, spark: Any = None, console: Console | None = None) -> int:
     """Run the scan; `spark`: an existing session to use (left running), else one is made."""
     args = parser().parse_args(argv)
-    topics = parse_topics(args.topic)
-    from shmq.spark.layout import check_store
-
+    topics = parse_topic_option(args.topic)
     store = check_store(args.store)  # before Spark starts: a wrong path is a one-line error
     with job_session("shmq-scan", args.master, spark) as session:
         df = session.read.format("shmq").options(**topic_option(topics)).load(store)
         summaries = topic_summaries(df, args.top)
     lags, problems = lag_for_store(store, topics)
-    out = console or Console()
+    out = console or wide_console()
     if args.json:
         out.file.write(render.to_json(render.report(store, summaries, lags, problems)) + "\n")
     else:
@@ -46,11 +45,11 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
 
 
 def run() -> int:
-    """The script's entry point: a store that is not one is a message and exit status 2."""
-    from shmq.errors import NotAStoreError
+    """The script's entry point: a path that is not a store or a bad topic name is one line and exit status 2."""
+    from shmq.errors import BadTopicError, NotAStoreError
 
     try:
         return main()
-    except NotAStoreError as e:
+    except (NotAStoreError, BadTopicError) as e:
         print(f"scan.py: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,10 @@ import os
 import sys
 from typing import Any, Iterator
 
+from rich.console import Console
+
+PIPE_WIDTH = 120
+
 
 @contextlib.contextmanager
 def job_session(app_name: str, master: str | None, spark: Any = None) -> Iterator[Any]:
@@ -43,8 +47,8 @@ def topic_option(topics: list[str] | None) -> dict[str, str]:
     return {"topic": ",".join(topics)} if topics else {}
 
 
-def parse_topics(value: str | None) -> list[str] | None:
-    """`--topic A,B` as a list (checked like the source's option); None when absent."""
-    from shmq.spark.layout import parse_topic_option
-
-    return parse_topic_option(value)
+def wide_console() -> Console:
+    """A console for the tables: a terminal's own width, else (a pipe, a log, make) PIPE_WIDTH
+    columns rather than rich's 80, so topic and group names are not cut."""
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPE_WIDTH)
