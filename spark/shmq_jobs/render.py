@@ -17,7 +17,8 @@ def utc_iso(ms: int | None) -> str | None:
     """Epoch milliseconds as ISO 8601 UTC with milliseconds (`Z`)."""
     if ms is None:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def report(store: str, topics: list[TopicSummary], lags: list[GroupLag], problems: list[str]) -> dict[str, Any]:
