@@ -20,7 +20,7 @@ import sys
 from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from shmq.errors import ConfigError, CorruptRecordError
@@ -40,7 +40,9 @@ class ScanOptions:
     """The options of a `shmq` read, checked once on the driver side."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        opts = {k.lower(): v for k, v in options.items()}  # Spark option names ignore case
+        """`options`: the data source's own (Spark's case-insensitive map) or any mapping;
+        option names ignore case either way."""
+        opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
@@ -116,3 +118,8 @@ class ShmqDataSource(DataSource):
         pushdown = caller.f_globals.get("__name__") == _PUSHDOWN_WORKER or \
             caller.f_code.co_filename.endswith(_PUSHDOWN_WORKER_FILE)
         return ShmqPushdownReader(opts) if pushdown else ShmqScanReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from shmq.spark.stream import ShmqStreamReader, StreamOptions  # imports this module
+
+        return ShmqStreamReader(StreamOptions(self.options))
