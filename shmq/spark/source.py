@@ -52,8 +52,8 @@ class ScanOptions:
 
 
 def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
-    """`options` with lowercased names (a plain dict of them) or Spark's case-insensitive map."""
-    raw = options.get(key.lower())
+    """Option `key`, its name in any case (Spark's own map or a plain one), as an int > 0."""
+    raw = next((v for k, v in options.items() if k.lower() == key.lower()), None)
     if raw is None:
         return default
     try:
