@@ -34,9 +34,11 @@ def check_store(store_dir: str) -> str:
     path = os.path.abspath(store_dir)
     if not os.path.isdir(path):
         raise NotAStoreError(f"{store_dir!r} is not a shmq store: no such directory")
-    if not os.path.isdir(os.path.join(path, "commitlog")):
-        raise NotAStoreError(f"{store_dir!r} is not a shmq store: it has no commitlog/ directory "
-                             "(give the directory a broker was started with, `shmq broker --store DIR`)")
+    # a broker makes commitlog/ with its first message; before that its checkpoint file says
+    # the directory is a store (an empty one)
+    if not os.path.isdir(os.path.join(path, "commitlog")) and not os.path.isfile(os.path.join(path, "checkpoint")):
+        raise NotAStoreError(f"{store_dir!r} is not a shmq store: it has no commitlog/ directory nor checkpoint "
+                             "file (give the directory a broker was started with, `shmq broker --store DIR`)")
     return path
 
 

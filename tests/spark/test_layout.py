@@ -8,13 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+import shmq
 from shmq.codec import record as fmt
 from shmq.errors import BadTopicError, NotAStoreError
-from shmq.spark.layout import check_store, parse_topic_option, select_topics, split_extent
+from shmq.spark.layout import check_store, parse_topic_option, queue_extent, select_topics, split_extent, topic_queues
 from shmq.spark.planner import plan_scan, queue_extents
 from shmq.spark.pushdown import ScanBounds
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.reader import CommitLogReader
 from tests.spark.conftest import SMALL
 
 
@@ -90,5 +92,26 @@ def test_topics_of_a_scan(tmp_path: Any) -> None:
     assert parse_topic_option(" , ") is None and parse_topic_option(None) is None
     with pytest.raises(BadTopicError, match="characters outside"):
         parse_topic_option("Pay,Or/ders")
-    with pytest.raises(NotAStoreError, match="no commitlog"):
+    with pytest.raises(NotAStoreError, match="no commitlog/ directory nor checkpoint file"):
         check_store(os.path.join(store, "consumequeue"))
+
+
+def test_a_store_no_message_was_sent_to_scans_empty(store_dir: str, broker_name: str) -> None:
+    with shmq.Broker(store_dir, name=broker_name):
+        assert not os.path.exists(os.path.join(store_dir, "commitlog"))  # made with the first message
+        assert plan_scan(store_dir, None, ScanBounds()) == []
+    assert plan_scan(store_dir, ["Orders"], ScanBounds()) == []
+
+
+def test_layout_of_a_store_without_queues(tmp_path: Any) -> None:
+    """A store a broker started on and never wrote to: no topics, no partitions, no error."""
+    os.makedirs(tmp_path / "s" / "commitlog")
+    store = check_store(str(tmp_path / "s"))
+    assert plan_scan(store, None, ScanBounds()) == []
+    assert topic_queues(store, "Orders") == []
+    commitlog = CommitLogReader(store)
+    try:
+        ext = queue_extent(store, "Orders", 0, commitlog)
+    finally:
+        commitlog.close()
+    assert (ext.start, ext.end) == (0, 0)

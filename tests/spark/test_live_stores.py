@@ -18,13 +18,15 @@ from shmq.client.admin import Admin
 from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment
 from tests.ipc_tracking import IpcTracker
-from tests.spark.live_producer import body
+from tests.spark.live_producer import body, queue_of
 from tests.spark.support import as_dict, load, run, with_ms
 from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRODUCER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "live_producer.py")
 COLUMNS = ("queue_id", "queue_offset", "msg_id", "properties", "body")
+# small files: a live scan meets commitlog and consume-queue files being rolled
+ROLLING = {"mappedFileSizeCommitLog": 128 * 1024, "mappedFileSizeConsumeQueue": 100 * 20}
 
 
 class LiveProducer:
@@ -80,7 +82,7 @@ def _scan(spark: Any, store_dir: str) -> dict[tuple[int, int], dict]:
         assert offsets == list(range(len(offsets))), (q, offsets[:3], len(offsets))
     for r in got.values():
         i = int(r["properties"]["i"])
-        assert r["body"] == body(i) and r["queue_id"] == i % 4
+        assert r["body"] == body(i) and r["queue_id"] == queue_of(i)
     return got
 
 
@@ -91,9 +93,9 @@ def _has_all(got: dict[tuple[int, int], dict], acked: list[tuple[str, int, int]]
 
 def test_scans_while_a_producer_sends_only_grow(spark: Any, store_dir: str, broker_name: str, config: dict,
                                                 producer: Any) -> None:
-    with shmq.Broker(store_dir, name=broker_name, config=config):
+    with shmq.Broker(store_dir, name=broker_name, config={**config, **ROLLING}):
         p = producer()
-        p.wait_acked(100)
+        p.wait_acked(400)
         seen: dict[tuple[int, int], dict] = {}
         counts = []
         for _ in range(3):
@@ -109,14 +111,16 @@ def test_scans_while_a_producer_sends_only_grow(spark: Any, store_dir: str, brok
     assert counts == sorted(counts) and counts[-1] > counts[0], counts
     _has_all(final, acked)
     assert len(final) == len(acked)  # the producer stopped: the last scan sees exactly what it sent
+    assert len(os.listdir(os.path.join(store_dir, "commitlog"))) > 1
+    assert len(os.listdir(os.path.join(store_dir, "consumequeue", "Live", "0"))) > 1
 
 
 def test_a_crashed_store_reads_without_a_lock(spark: Any, store_dir: str, broker_name: str, config: dict,
                                              producer: Any) -> None:
-    broker = shmq.Broker(store_dir, name=broker_name, config=config)
+    broker = shmq.Broker(store_dir, name=broker_name, config={**config, **ROLLING})
     try:
         p = producer()
-        p.wait_acked(300)
+        p.wait_acked(600)
         broker.kill()  # SIGKILL mid-send
         p.proc.wait(20)
     finally:
@@ -127,7 +131,7 @@ def test_a_crashed_store_reads_without_a_lock(spark: Any, store_dir: str, broker
     assert len(got) >= len(acked)
     # the scan took no lock: a broker starts on the store (recovering it), and a scan meanwhile
     # sees at least what the crashed store held
-    with shmq.Broker(store_dir, name=broker_name, config=config):
+    with shmq.Broker(store_dir, name=broker_name, config={**config, **ROLLING}):
         during = _scan(spark, store_dir)
     assert {k: v["msg_id"] for k, v in got.items()}.items() <= {k: v["msg_id"] for k, v in during.items()}.items()
 

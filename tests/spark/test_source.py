@@ -142,7 +142,8 @@ def test_pushdown_reader_plans_the_pushed_ranges(stored: tuple[str, list[dict]])
                                GreaterThanOrEqual(("queue_offset",), 2), LessThan(("queue_offset",), 5)])
     assert rest == [tags]
     planned = [(p.slice.topic, p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()]
-    ends = {t: 1 + max(w["queue_offset"] for w in sent if w["topic"] == t and w["queue_id"] == 1) for t in ("Orders", "Pay")}
+    ends = {t: 1 + max(w["queue_offset"] for w in sent if w["topic"] == t and w["queue_id"] == 1)
+            for t in ("Orders", "Pay")}
     assert planned == [(t, 1, 2, min(5, ends[t])) for t in ("Orders", "Pay") if ends[t] > 2] and planned
     pay_ends = {q: 1 + max(w["queue_offset"] for w in sent if w["topic"] == "Pay" and w["queue_id"] == q)
                 for q in range(3)}

@@ -14,12 +14,11 @@ import pytest
 import shmq
 from shmq import Message, Producer
 from shmq.codec import record as fmt
-from shmq.spark.layout import check_store, queue_extent, split_extent, topic_queues
+from shmq.spark.layout import split_extent
 from shmq.spark.planner import plan_scan, queue_extents
 from shmq.spark.pushdown import ScanBounds
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import CommitLogReader
 from tests.spark.support import load, run
 
 SYSTEM = ("%RETRY%cg", "%DLQ%cg", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
@@ -61,7 +60,8 @@ def test_bad_paths_and_options_fail_with_their_reason(spark: Any, store_dir: str
                                                      config: dict, tmp_path: Any) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         _send(broker_name, "Orders", 4)
-    cases = [(lambda: load(spark, str(tmp_path)), "is not a shmq store: it has no commitlog/ directory"),
+    cases = [(lambda: load(spark, str(tmp_path)),
+              "is not a shmq store: it has no commitlog/ directory nor checkpoint file"),
              (lambda: load(spark, str(tmp_path / "nowhere")), "is not a shmq store: no such directory"),
              (lambda: load(spark, store_dir, maxPartitionBytes="-1"), "option maxPartitionBytes must be a positive"),
              (lambda: load(spark, store_dir, maxpartitionbytes="lots"), "option maxPartitionBytes must be a positive"),
@@ -140,17 +140,3 @@ def test_max_partition_bytes_cuts_a_queue_into_exact_slices(spark: Any, store_di
     rows, tasks = run(spark, load(spark, store_dir, maxPartitionBytes="20000").select("queue_id", "queue_offset"))
     assert tasks == len(plan) == len(slices) + 1
     assert sorted(rows) == [(0, i) for i in range(5)] + [(3, i) for i in range(300)]
-
-
-def test_layout_of_a_store_without_queues(tmp_path: Any) -> None:
-    """A store a broker started on and never wrote to: no topics, no partitions, no error."""
-    os.makedirs(tmp_path / "s" / "commitlog")
-    store = check_store(str(tmp_path / "s"))
-    assert plan_scan(store, None, ScanBounds()) == []
-    assert topic_queues(store, "Orders") == []
-    commitlog = CommitLogReader(store)
-    try:
-        ext = queue_extent(store, "Orders", 0, commitlog)
-    finally:
-        commitlog.close()
-    assert (ext.start, ext.end) == (0, 0)
