@@ -54,6 +54,14 @@ java:
 	  else echo "java missing (installing it needs root and apt-get): the Spark tests will skip"; fi; \
 	fi
 
+# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
+SPARK_DEMO_STORE ?= build/spark-demo-store
+SPARK_DEMO_ARGS  ?= --messages 5000
+spark: $(SPARK_STAMP) java
+	rm -rf $(SPARK_DEMO_STORE)
+	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
+	$(PY) spark/scan.py $(SPARK_DEMO_STORE) $(SCAN_ARGS)
+
 # mypy over the package, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)
 	$(PY) -m mypy shmq

@@ -131,9 +131,18 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--timeout", type=float, default=180)
     ap.add_argument("--keep", action="store_true", help="keep the store directory")
+    ap.add_argument("--store", help="make the store in this directory (absent or empty; kept afterwards, "
+                                    "e.g. for `make spark`) instead of a temporary one")
     args = ap.parse_args()
     console = Console()
-    store = tempfile.mkdtemp(prefix="shmq-demo-")
+    if args.store:
+        if os.path.isdir(args.store) and os.listdir(args.store):
+            console.print(f"[bold red]--store {args.store}[/]: not empty (the demo counts on a store of its own)")
+            return 2
+        os.makedirs(args.store, exist_ok=True)
+        store, args.keep = os.path.abspath(args.store), True
+    else:
+        store = tempfile.mkdtemp(prefix="shmq-demo-")
     name = f"demo{os.getpid()}"
     ctx = mp.get_context("spawn")
     report: mp.Queue = ctx.Queue()

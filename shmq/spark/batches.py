@@ -28,6 +28,7 @@ from shmq.errors import CorruptRecordError
 from shmq.spark.layout import QueueSlice
 from shmq.spark.properties import property_columns
 from shmq.spark.schema import ARROW_SCHEMA, TIMESTAMP
+from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import EntryRange, StoreReader
 
 DEFAULT_BATCH_ROWS = 65536
@@ -93,7 +94,7 @@ def check_bodies(b: PulledBatch) -> tuple[np.ndarray, np.ndarray]:
         i = int(wrong[0])
         raise CorruptRecordError(
             f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[i])}: the record at commitlog offset "
-            f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk; `shmq admin store verify`)")
+            f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk)")
     return data, offsets
 
 
@@ -118,6 +119,25 @@ def _inflated(b: PulledBatch, data: np.ndarray, offsets: np.ndarray) -> tuple[np
         at = hi
     pieces.append(view[at:])
     return np.frombuffer(b"".join(pieces), np.uint8), span_offsets(lengths)
+
+
+_OWNER_DTYPE = np.dtype([("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8")])  # header bytes 12..28
+
+
+def _check_owners(b: PulledBatch) -> None:
+    """Each record must be the one its entry names (QUEUEID, QUEUEOFFSET): an entry pointing at
+    another whole record of the same size would otherwise give that record twice."""
+    span = np.arange(fmt.OFF_QUEUEID, fmt.OFF_PHYSICALOFFSET)
+    for s, lo, hi in _runs(b):
+        starts = b.body_pos[lo:hi].astype(np.int64) - fmt.OFF_BODY
+        owner = b.buffers[s][starts[:, None] + span].view(_OWNER_DTYPE).reshape(-1)
+        bad = np.flatnonzero((owner["queue_id"] != b.queue_id) | (owner["queue_offset"] != b.queue_offset[lo:hi]))
+        if len(bad):
+            i = lo + int(bad[0])
+            raise CorruptRecordError(
+                f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[i])}: the entry points at commitlog "
+                f"offset {int(b.commit_log_offset[i])}, a record of queue {int(owner['queue_id'][bad[0]])} offset "
+                f"{int(owner['queue_offset'][bad[0]])}")
 
 
 def _binary(n: int, data: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -211,8 +231,14 @@ def read_slice(store_dir: str, sl: QueueSlice, time_lo_ms: int = 0, time_hi_ms: 
                 break
             b = decode_batch(reader.commitlog, sl.topic, sl.queue_id, rng)
             pos = rng.next_offset
+            # entries whose records are gone are skipped only when cleanup deleted them
+            alive = (rng.entries["size"] != BLANK_SIZE) & (rng.entries["offset"] >= reader.commitlog.min_offset)
+            if len(b) < int(alive.sum()):
+                raise CorruptRecordError(f"{sl.topic}/{sl.queue_id} queue offsets [{rng.start}, {rng.next_offset}): "
+                                         f"{int(alive.sum()) - len(b)} entries point past the commitlog files")
             if not len(b):
                 continue
+            _check_owners(b)
             bodies: tuple[np.ndarray, np.ndarray] | None = check_bodies(b)
             if time_lo_ms > 0 or time_hi_ms < _NO_LIMIT:
                 keep = (b.store_timestamp >= time_lo_ms) & (b.store_timestamp < time_hi_ms)

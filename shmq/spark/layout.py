@@ -34,9 +34,11 @@ def check_store(store_dir: str) -> str:
     path = os.path.abspath(store_dir)
     if not os.path.isdir(path):
         raise NotAStoreError(f"{store_dir!r} is not a shmq store: no such directory")
-    if not os.path.isdir(os.path.join(path, "commitlog")):
-        raise NotAStoreError(f"{store_dir!r} is not a shmq store: it has no commitlog/ directory "
-                             "(give the directory a broker was started with, `shmq broker --store DIR`)")
+    # a broker makes commitlog/ with its first message; before that its checkpoint file says
+    # the directory is a store (an empty one)
+    if not os.path.isdir(os.path.join(path, "commitlog")) and not os.path.isfile(os.path.join(path, "checkpoint")):
+        raise NotAStoreError(f"{store_dir!r} is not a shmq store: it has no commitlog/ directory nor checkpoint "
+                             "file (give the directory a broker was started with, `shmq broker --store DIR`)")
     return path
 
 
@@ -89,28 +91,42 @@ class QueueExtent:
     end: int
 
 
-def _record_whole(commitlog: CommitLogReader, entry: np.void, queue_id: int, queue_offset: int) -> bool:
-    """Does this consume-queue entry point at a whole record of this queue (what a reader may
-    return)? The CRC is checked later, when the record is read."""
+def _entry_problem(commitlog: CommitLogReader, entry: np.void, queue_id: int, queue_offset: int,
+                   verify_crc: bool = False) -> str | None:
+    """Why this consume-queue entry does not point at a whole record of this queue (None: it
+    does, or its record was deleted by cleanup and a read skips it). The CRC is checked when
+    asked (a scan checks it when the record is read)."""
     size = int(entry["size"])
     phys = int(entry["offset"])
     if size == BLANK_SIZE:
-        return True
+        return None
     if size < fmt.FIXED_OVERHEAD or phys < 0:
-        return False
+        return f"the entry holds commitlog offset {phys} and size {size}, which no record has"
     seg = commitlog.segment(phys)
     if seg is None or phys + size > seg.end:
         commitlog.refresh()
         seg = commitlog.segment(phys)
         if seg is None:
-            return phys < commitlog.min_offset  # deleted by cleanup: skipped when read, not an end
+            return None if phys < commitlog.min_offset else \
+                f"it points at commitlog offset {phys}, past the commitlog files on disk"
         if phys + size > seg.end:
-            return False
-    status, got = fmt.check_record(memoryview(seg.mm), phys - seg.start, seg.size, phys, verify_crc=False)
+            return f"its record at commitlog offset {phys} (size {size}) runs past the end of its segment"
+    status, got = fmt.check_record(memoryview(seg.mm), phys - seg.start, seg.size, phys, verify_crc=verify_crc)
+    if status == fmt.RECORD_BAD_CRC:
+        return f"the record at commitlog offset {phys} fails its body CRC"
     if status != fmt.RECORD_OK or got != size:
-        return False
+        return f"no whole record of size {size} is at commitlog offset {phys}"
     hdr = np.frombuffer(seg.mm, fmt.HEADER_DTYPE, 1, phys - seg.start)[0]
-    return int(hdr["queue_id"]) == queue_id and int(hdr["queue_offset"]) == queue_offset
+    if int(hdr["queue_id"]) != queue_id or int(hdr["queue_offset"]) != queue_offset:
+        return (f"the record at commitlog offset {phys} belongs to queue {int(hdr['queue_id'])} "
+                f"offset {int(hdr['queue_offset'])}")
+    return None
+
+
+def _record_whole(commitlog: CommitLogReader, entry: np.void, queue_id: int, queue_offset: int) -> bool:
+    """Does this consume-queue entry point at a whole record of this queue (what a reader may
+    return)? The CRC is checked later, when the record is read."""
+    return _entry_problem(commitlog, entry, queue_id, queue_offset) is None
 
 
 def _written_end(cq: ConsumeQueueReader) -> int:
@@ -192,3 +208,26 @@ def split_extent(store_dir: str, ext: QueueExtent, max_bytes: int) -> list[Queue
         base += nbytes
         i = j
     return out
+
+
+def describe_damage(store_dir: str, sl: QueueSlice, error: Exception) -> str:
+    """The message for a read of `sl` that met damage: the first entry of the slice that does
+    not point at a whole, CRC-clean record of its queue, named by topic, queue and queue offset
+    (found by checking entry by entry: only done once a read has failed)."""
+    commitlog = CommitLogReader(store_dir)
+    cq = ConsumeQueueReader(store_dir, sl.topic, sl.queue_id, commitlog)
+    where = f"{sl.topic}/{sl.queue_id} queue offsets [{sl.start}, {sl.end})"
+    try:
+        commitlog.refresh()
+        cq.refresh()
+        for start in range(sl.start, sl.end, 4096):
+            rng = cq.entries(start, min(4096, sl.end - start), sl.end)
+            for i, entry in enumerate(rng.entries):
+                problem = _entry_problem(commitlog, entry, sl.queue_id, rng.start + i, verify_crc=True)
+                if problem is not None:
+                    return (f"{store_dir}: topic {sl.topic} queue {sl.queue_id} queue offset {rng.start + i} is "
+                            f"damaged: {problem} (the read of {where} stopped there: {error})")
+    finally:
+        cq.close()
+        commitlog.close()
+    return f"{store_dir}: {where}: {error}"

@@ -14,8 +14,9 @@ def queue_extents(store_dir: str, topics: list[str] | None, bounds: ScanBounds) 
     store_dir = check_store(store_dir)
     if bounds.empty:
         return []
-    chosen = select_topics(store_dir, topics if bounds.topics is None or topics is not None
-                           else sorted(bounds.topics))
+    # a topic filter only narrows what the `topic` option chose: naming a system topic in a
+    # filter does not add it, so a query answers the same with pushdown on or off
+    chosen = select_topics(store_dir, topics)
     commitlog = CommitLogReader(store_dir)
     try:
         commitlog.refresh()

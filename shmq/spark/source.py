@@ -9,40 +9,51 @@ Filter pushdown: Spark (4.1+) refuses every query of a reader that overrides `pu
 while `spark.sql.python.filterPushdown.enabled` is false, and it asks for pushdown only in
 its pushdown planning worker. So `reader()` hands out the pushdown-capable reader only to
 that worker; everywhere else it gives the plain reader, and Spark evaluates the filters.
+Spark (4.3) keeps the plan of the last pushdown on the DataFrame's relation and reuses it for
+a later query of that DataFrame that pushes nothing, so with pushdown on each query should
+start from its own `spark.read...load()` (docs/SPARK.md).
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from shmq.errors import ConfigError
+from shmq.errors import ConfigError, CorruptRecordError
 from shmq.spark.batches import read_slice
-from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, parse_topic_option
+from shmq.spark.layout import (DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, describe_damage,
+                               parse_topic_option)
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds, push_filters
 from shmq.spark.schema import SCHEMA_DDL
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+# the same worker run as a script (spark.python.use.daemon=false) is named __main__
+_PUSHDOWN_WORKER_FILE = os.path.join("pyspark", "sql", "worker", "data_source_pushdown_filters.py")
 
 
 class ScanOptions:
     """The options of a `shmq` read, checked once on the driver side."""
 
-    def __init__(self, options: dict[str, str]) -> None:
-        path = options.get("path")
+    def __init__(self, options: Mapping[str, str]) -> None:
+        """`options`: the data source's own (Spark's case-insensitive map) or any mapping;
+        option names ignore case either way."""
+        opts = {k.lower(): v for k, v in options.items()}
+        path = opts.get("path")
         if not path:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
         self.store_dir = check_store(path)
-        self.topics = parse_topic_option(options.get("topic"))
-        self.max_partition_bytes = _positive_int(options, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
+        self.topics = parse_topic_option(opts.get("topic"))
+        self.max_partition_bytes = _positive_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
-def _positive_int(options: dict[str, str], key: str, default: int) -> int:
-    raw = options.get(key)
+def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
+    """Option `key`, its name in any case (Spark's own map or a plain one), as an int > 0."""
+    raw = next((v for k, v in options.items() if k.lower() == key.lower()), None)
     if raw is None:
         return default
     try:
@@ -74,8 +85,13 @@ class ShmqScanReader(DataSourceReader):
                 plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SlicePartition)
-        yield from read_slice(self.opts.store_dir, partition.slice, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
+        if not isinstance(partition, SlicePartition):
+            return  # a scan that planned no slice: Spark still runs one task, with InputPartition(None)
+        sl = partition.slice
+        try:
+            yield from read_slice(self.opts.store_dir, sl, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(describe_damage(self.opts.store_dir, sl, e)) from e
 
 
 class ShmqPushdownReader(ShmqScanReader):
@@ -97,6 +113,13 @@ class ShmqDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ScanOptions(dict(self.options))
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        return ShmqPushdownReader(opts) if caller == _PUSHDOWN_WORKER else ShmqScanReader(opts)
+        opts = ScanOptions(self.options)
+        caller = sys._getframe(1)
+        pushdown = caller.f_globals.get("__name__") == _PUSHDOWN_WORKER or \
+            caller.f_code.co_filename.endswith(_PUSHDOWN_WORKER_FILE)
+        return ShmqPushdownReader(opts) if pushdown else ShmqScanReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)
+        from shmq.spark.stream import ShmqStreamReader, StreamOptions  # imports this module
+
+        return ShmqStreamReader(StreamOptions(self.options))

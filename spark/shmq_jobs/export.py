@@ -1,0 +1,175 @@
+"""export.py: a store's messages as Parquet partitioned by topic and day, checked after writing.
+
+Parquet is the form a Spark cluster reads when the data outgrows one host: any executor reads
+it from HDFS or S3, while the `shmq` source needs the store's own files on the executors' disks.
+Layout: OUT/topic=T/day=YYYY-MM-DD/part-*.parquet: the files hold the scan's columns except
+`topic`, which the path holds with `day`, the UTC date of store_timestamp.
+
+The export covers a snapshot: each queue's range as planned before the write (a live broker
+may append meanwhile; those messages go to the next export). After writing, the part of OUT
+within that snapshot is read back and compared with what the write consumed: row count and a
+checksum over (topic, queue_id, queue_offset, msg_id); on a mismatch the first differing
+messages are listed. `overwrite` replaces only the (topic, day) partitions this export writes
+(dynamic partition overwrite: other topics and older days stay), `append` adds files, so
+appending a snapshot twice shows up as a mismatch (every message twice).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shmq.spark.layout import check_store, parse_topic_option
+from shmq_jobs.session import job_session, topic_option, wide_console
+
+EXPORT_DDL_EXTRA = "day date"
+DAY_MS = 86_400_000
+SHOWN_DIFFERENCES = 5
+Ident = tuple[str, int, int, str]  # topic, queue_id, queue_offset, msg_id
+
+
+@dataclass(slots=True)
+class ExportResult:
+    """What was written and whether it reads back the same."""
+
+    out: str
+    source_rows: int
+    written_rows: int
+    checksums_equal: bool
+    partitions: list[tuple[str, str, int]] = field(default_factory=list)  # topic, day (ISO), rows
+    missing: list[Ident] = field(default_factory=list)  # more often in the store than in OUT
+    extra: list[Ident] = field(default_factory=list)  # more often in OUT: duplicates
+
+    @property
+    def ok(self) -> bool:
+        return self.source_rows == self.written_rows and self.checksums_equal
+
+
+def export_schema() -> str:
+    """The schema to read an export with: the scan's columns and `day`. Given explicitly, so a
+    topic named like a number stays a string (Spark infers partition value types otherwise)."""
+    from shmq.spark.schema import SCHEMA_DDL
+
+    return f"{SCHEMA_DDL}, {EXPORT_DDL_EXTRA}"
+
+
+def read_export(spark: Any, out: str) -> Any:
+    return spark.read.schema(export_schema()).parquet(out)
+
+
+def _within(df: Any, ranges: Any) -> Any:
+    """The rows of `df` inside the snapshot: per queue, offsets [lo, hi)."""
+    from pyspark.sql import functions as F
+
+    return (df.join(F.broadcast(ranges), ["topic", "queue_id"])
+            .where((F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi")))
+            .drop("lo", "hi"))
+
+
+def _checks(F: Any) -> list[Any]:
+    ident = F.xxhash64("topic", "queue_id", "queue_offset", "msg_id").cast("decimal(38,0)")
+    return [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ident), F.lit(0).cast("decimal(38,0)")).alias("checksum")]
+
+
+def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[Ident]]:
+    """A few messages more often in the store than in the export, and the other way round
+    (one query: +1 per store row, -1 per exported row, summed per message)."""
+    from pyspark.sql import Window
+
+    ident = ["topic", "queue_id", "queue_offset", "msg_id"]
+    net = (source.select(*ident, F.lit(1).alias("n")).unionByName(written.select(*ident, F.lit(-1).alias("n")))
+           .groupBy(*ident).agg(F.sum("n").alias("n")))
+    first = Window.partitionBy(F.signum("n")).orderBy(*ident)
+    rows = net.where("n != 0").withColumn("k", F.row_number().over(first)).where(f"k <= {SHOWN_DIFFERENCES}")
+    found = sorted(rows.collect(), key=lambda r: tuple(r[:4]))
+    missing = [(r[0], r[1], r[2], r[3]) for r in found if r["n"] > 0]
+    extra = [(r[0], r[1], r[2], r[3]) for r in found if r["n"] < 0]
+    return missing, extra
+
+
+def export(spark: Any, store: str, out: str, topics: list[str] | None, mode: str) -> ExportResult:
+    """Write the snapshot of `topics` (None: every user topic) to `out` and verify it."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from shmq.spark.planner import queue_extents
+    from shmq.spark.pushdown import ScanBounds
+
+    extents = [e for e in queue_extents(store, topics, ScanBounds()) if e.end > e.start]
+    if not extents:
+        return ExportResult(out, 0, 0, True)
+    ranges = spark.createDataFrame([(e.topic, e.queue_id, e.start, e.end) for e in extents],
+                                   "topic string, queue_id int, lo long, hi long")
+    source = _within(spark.read.format("shmq").options(**topic_option(topics)).load(store), ranges)
+    rows = source.withColumn("day", F.date_from_unix_date(
+        F.floor(F.unix_millis("store_timestamp") / DAY_MS).cast("int")))
+    seen = Observation("shmq_export")
+    (rows.observe(seen, *_checks(F)).write.mode(mode).option("partitionOverwriteMode", "dynamic")
+     .partitionBy("topic", "day").parquet(out))
+    src = seen.get
+    written = _within(read_export(spark, out).where(F.col("topic").isin(sorted({e.topic for e in extents}))), ranges)
+    days = written.groupBy("topic", "day").agg(*_checks(F)).orderBy("topic", "day").collect()
+    result = ExportResult(out, int(src["rows"]), sum(r["rows"] for r in days),
+                          src["checksum"] == sum(r["checksum"] for r in days))
+    result.partitions = [(r["topic"], r["day"].isoformat(), r["rows"]) for r in days]
+    if not result.ok:
+        result.missing, result.extra = _differences(F, source, written)
+    return result
+
+
+def print_result(console: Console, r: ExportResult) -> None:
+    t = Table(title=f"Parquet written to {r.out}")
+    for col in ("topic", "day (UTC)", "messages"):
+        t.add_column(col, justify="right" if col == "messages" else "left")
+    for topic, day, n in r.partitions:
+        t.add_row(topic, day, f"{n:,}")
+    console.print(t)
+    if r.ok:
+        console.print(f"[bold green]verified[/]: {r.written_rows:,} messages read back from {r.out}, the same "
+                      f"(topic, queue, offset, msg_id) as the {r.source_rows:,} read from the store")
+        return
+    console.print(f"[bold red]MISMATCH[/]: {r.source_rows:,} messages read from the store, {r.written_rows:,} "
+                  f"read back from {r.out}" + ("" if r.checksums_equal else " (msg_id checksums differ)"))
+    for label, rows in (("missing from the export", r.missing),
+                        ("more often in the export than in the store", r.extra)):
+        for topic, qid, offset, msg_id in rows:
+            console.print(f"  {label}: {topic}/{qid} offset {offset} msg_id {msg_id}")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="export.py", description=(
+        "Write a shmq store's messages as Parquet partitioned by topic and day (UTC), then read them back "
+        "and check them against the store."))
+    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker was started with")
+    ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
+    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics only when named)")
+    ap.add_argument("--mode", choices=("overwrite", "append"), default="overwrite",
+                    help="overwrite (default) replaces the topic/day partitions written; append adds to them")
+    ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
+    return ap
+
+
+def main(argv: list[str] | None = None, spark: Any = None, console: Console | None = None) -> int:
+    """Export and verify; exit status 1 when the export does not read back as the store."""
+    args = parser().parse_args(argv)
+    topics = parse_topic_option(args.topic)
+    store = check_store(args.store)
+    with job_session("shmq-export", args.master, spark) as session:
+        result = export(session, store, args.out, topics, args.mode)
+    print_result(console or wide_console(), result)
+    return 0 if result.ok else 1
+
+
+def run() -> int:
+    """The script's entry point: a path that is not a store or a bad topic name is one line and exit status 2."""
+    from shmq.errors import BadTopicError, NotAStoreError
+
+    try:
+        return main()
+    except (NotAStoreError, BadTopicError) as e:
+        print(f"export.py: {e}", file=sys.stderr)
+        return 2
