@@ -60,10 +60,16 @@ def hex_digits(values: np.ndarray, digits: int) -> np.ndarray:
     return _HEX_PAIRS[raw].reshape(len(raw), digits)
 
 
-def offset_msg_ids(store_hosts: int | np.ndarray, physical_offsets: np.ndarray) -> list[str]:
-    """offset_msg_id for many records at once (one store host for all, or one per record)."""
+def offset_msg_id_digits(store_hosts: int | np.ndarray, physical_offsets: np.ndarray) -> np.ndarray:
+    """offset_msg_id for many records at once (one store host for all, or one per record), as
+    an (n, 32) uint8 array of ASCII hex digits (what a columnar reader copies from)."""
     n = len(physical_offsets)
     out = np.empty((n, 32), np.uint8)
     out[:, :16] = hex_digits(np.broadcast_to(np.asarray(store_hosts, np.int64).astype(np.uint64), (n,)), 16)
     out[:, 16:] = hex_digits(np.asarray(physical_offsets, np.uint64), 16)
-    return out.view("S32").ravel().astype(str).tolist()
+    return out
+
+
+def offset_msg_ids(store_hosts: int | np.ndarray, physical_offsets: np.ndarray) -> list[str]:
+    """offset_msg_id for many records at once (one store host for all, or one per record)."""
+    return offset_msg_id_digits(store_hosts, physical_offsets).view("S32").ravel().astype(str).tolist()

@@ -131,6 +131,46 @@ def _crc32_byte_table(k: int) -> np.ndarray:
     return table
 
 
+def crc32_rows(rows: np.ndarray) -> np.ndarray:
+    """zlib.crc32 of each row of an (n, k) uint8 array, as int64, without a Python step per row.
+
+    Slicing-by-8 run across the rows at once: each step folds 8 bytes of every row into its
+    crc with eight table gathers. About twice as fast as a zlib call per row for 100-byte rows
+    (the call, not the bytes, is what costs there); for rows that differ in a few bytes only,
+    ``crc32_of_variants`` is cheaper still.
+    """
+    n, k = rows.shape
+    tables = _slicing_tables()
+    words = np.ascontiguousarray(rows)[:, :k - k % 8].view("<u4").T.copy()  # (2 * k // 8, n): rows as columns
+    crc = np.full(n, 0xFFFFFFFF, np.uint32)
+    lane = np.empty(n, np.uint32)
+    acc = np.empty(n, np.uint32)
+    for j in range(0, len(words), 2):
+        crc ^= words[j]
+        np.bitwise_and(crc, 0xFF, out=lane)
+        np.take(tables[7], lane, out=acc)
+        for t, (word, shift) in enumerate(((crc, 8), (crc, 16), (crc, 24), (words[j + 1], 0),
+                                           (words[j + 1], 8), (words[j + 1], 16), (words[j + 1], 24))):
+            np.right_shift(word, shift, out=lane)
+            lane &= 0xFF
+            acc ^= tables[6 - t][lane]
+        crc, acc = acc, crc
+    for j in range(k - k % 8, k):  # the last bytes one at a time
+        crc = tables[0][(crc ^ rows[:, j]) & 0xFF] ^ (crc >> 8)
+    return (crc ^ 0xFFFFFFFF).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=1)
+def _slicing_tables() -> np.ndarray:
+    """(8, 256) uint32: table t maps a byte to its crc contribution t bytes before the end of an 8-byte step."""
+    first = np.array([zlib.crc32(bytes([v])) ^ zlib.crc32(b"\0") for v in range(256)], np.uint32)
+    tables = np.empty((8, 256), np.uint32)
+    tables[0] = first
+    for t in range(1, 8):
+        tables[t] = (tables[t - 1] >> 8) ^ first[tables[t - 1] & 0xFF]
+    return tables
+
+
 def enters_consume_queue(sysflag: int) -> bool:
     """Prepared and rolled-back transaction records are never visible to consumers."""
     t = sysflag & TRANSACTION_MASK

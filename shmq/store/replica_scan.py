@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.codec.gather import byte_rows as _rows
 from shmq.store.dispatch import MAX_QUEUE_ID
 
 _MAGIC = np.frombuffer(struct.pack(">I", fmt.MESSAGE_MAGIC), np.uint8)
@@ -128,17 +129,6 @@ def _unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:
     of every record is then one 1-D gather (a 2-D gather of whole headers cost ~20x more)."""
     width = np.dtype(dtype).itemsize
     return np.ndarray((max(0, len(buf) - width + 1),), dtype, buf, 0, (1,))
-
-
-def _rows(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """A new (len(at), width) array whose row i is ``buf[at[i]:at[i] + width]`` (the last byte
-    repeated past the end): one row gather from a sliding-window view, six times cheaper than
-    gathering through a 2-D index array."""
-    n = len(buf)
-    if len(at) and int(at.max()) + width > n:
-        return buf[np.minimum(at[:, None] + np.arange(width, dtype=np.int64), n - 1)]
-    step = buf.strides[0]
-    return np.lib.stride_tricks.as_strided(buf, (max(0, n - width + 1), width), (step, step), writeable=False)[at]
 
 
 def _chain(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import shmq
+from shmq.config import BrokerConfig
 from shmq.ha import protocol as P
 from shmq.ha.shared import HASegment
 from tests.waiting import wait_for
@@ -25,6 +26,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def conf_file(path: str, values: dict) -> str:
+    """A broker config file (properties) holding `values`; its path."""
+    with open(path, "w") as f:
+        f.write(BrokerConfig.from_mapping(values).to_properties())
+    return path
 
 
 class Master:

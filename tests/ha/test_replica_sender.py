@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -10,33 +9,21 @@ import shmq
 from shmq import Message, PullConsumer, PullStatus
 from shmq.client.admin import Admin
 from shmq.client.producer.producer import Producer
-from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment
 from tests.ha.conftest import BASE, REPLICA, SEGMENT
 from tests.ha.fake_master import commitlog_bytes
+from tests.ha.sender_support import conf_file, free_port
 from tests.ipc_tracking import IpcTracker
 from tests.waiting import wait_for
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _conf(path: str, values: dict) -> str:
-    with open(path, "w") as f:
-        f.write(BrokerConfig.from_mapping(values).to_properties())
-    return path
-
-
 def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> None:
-    port = _free_port()
+    port = free_port()
     token = "s3cret"
     mname, rname = ipc_tracker.name("m"), ipc_tracker.name("r")
     mstore, rstore = ipc_tracker.store(str(tmp_path / "master")), ipc_tracker.store(str(tmp_path / "replica"))
-    mconf = _conf(str(tmp_path / "master.conf"), {**BASE, "haListenPort": port, "haAuthToken": token})
-    rconf = _conf(str(tmp_path / "replica.conf"), {**REPLICA, "haMasterAddress": f"127.0.0.1:{port}",
+    mconf = conf_file(str(tmp_path / "master.conf"), {**BASE, "haListenPort": port, "haAuthToken": token})
+    rconf = conf_file(str(tmp_path / "replica.conf"), {**REPLICA, "haMasterAddress": f"127.0.0.1:{port}",
                                                    "haAuthToken": token})
     sender = None
     with shmq.Broker(mstore, mname, mconf) as master:

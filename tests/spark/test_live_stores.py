@@ -4,7 +4,6 @@ no lock, and sees every acknowledged message."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,11 +14,11 @@ import pytest
 import shmq
 from shmq import Message, Producer
 from shmq.client.admin import Admin
-from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment
 from tests.ipc_tracking import IpcTracker
 from tests.spark.live_producer import body, queue_of
 from tests.spark.support import as_dict, load, run, with_ms
+from tests.ha.sender_support import conf_file, free_port
 from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -136,26 +135,14 @@ def test_a_crashed_store_reads_without_a_lock(spark: Any, store_dir: str, broker
     assert {k: v["msg_id"] for k, v in got.items()}.items() <= {k: v["msg_id"] for k, v in during.items()}.items()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _conf(path: str, values: dict) -> str:
-    with open(path, "w") as f:
-        f.write(BrokerConfig.from_mapping(values).to_properties())
-    return path
-
-
 def test_a_replica_store_reads_as_its_master(spark: Any, tmp_path: Any, ipc_tracker: IpcTracker, config: dict) -> None:
     """A real replica (the HA client of `shmq broker` as SLAVE) following a real master's HA
     sender over loopback TCP: the replica's store scans to the same rows as the master's."""
-    port, token = _free_port(), "spark-replica"
+    port, token = free_port(), "spark-replica"
     mname, rname = ipc_tracker.name("m"), ipc_tracker.name("r")
     mstore, rstore = ipc_tracker.store(str(tmp_path / "master")), ipc_tracker.store(str(tmp_path / "replica"))
-    mconf = _conf(str(tmp_path / "m.conf"), {**config, "haListenPort": port, "haAuthToken": token})
-    rconf = _conf(str(tmp_path / "r.conf"), {**config, "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{port}",
+    mconf = conf_file(str(tmp_path / "m.conf"), {**config, "haListenPort": port, "haAuthToken": token})
+    rconf = conf_file(str(tmp_path / "r.conf"), {**config, "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{port}",
                                              "haAuthToken": token, "haReconnectInterval": 100,
                                              "haSendHeartbeatInterval": 200})
     with shmq.Broker(mstore, mname, mconf):

@@ -18,16 +18,11 @@ import pytest
 import shmq
 from shmq import Message, Producer, PullConsumer, PullStatus, SendStatus
 from shmq.ha.shared import HASegment
+from tests.ha.sender_support import free_port
 from tests.waiting import wait_for
 
 STANDIN = os.path.join(os.path.dirname(__file__), "standin_replica.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sync_master_config(config: dict, timeout_ms: int = 300, **more: object) -> dict:
