@@ -486,8 +486,10 @@ class MappedFileQueue:
         else:
             mf = self._new_file(start)
         if self.allocator is not None:
-            self.allocator.request(os.path.join(self.directory, fmt.offset_file_name(start + self.file_size)),
-                                   self.file_size)
+            # prepare the segment after every one already made: a spare is in use, and a second
+            # preparation of its path would be deleted, data and all, as unused at shutdown
+            after = self.spares[-1].file_to_offset if self.spares else mf.file_to_offset
+            self.allocator.request(os.path.join(self.directory, fmt.offset_file_name(after)), self.file_size)
         self.files.append(mf)
         return mf
 

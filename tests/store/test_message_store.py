@@ -76,6 +76,23 @@ def test_reopen_keeps_everything(tmp_path, small_config):
         assert r.queue_offset == 75 and r.wrote_offset >= offs[-1]
 
 
+def test_a_put_larger_than_a_segment_survives_a_clean_shutdown(tmp_path):
+    """Regression (found by the Spark reader's tests): a put that rolled through two segments
+    made ahead for it ended with the second one also queued for warm-ahead preparation, and
+    shutdown deleted it as an unused prepared file, records and all."""
+    d = str(tmp_path / "s")
+    config = {"mappedFileSizeCommitLog": 65536, "flushDiskType": "ASYNC_FLUSH"}
+    with MessageStore(d, config) as s:
+        put_multi(s, ["T"] * 100, [0] * 100, fmt.encode_batch("T", [b"a" * 500] * 100))
+        big = put_multi(s, ["T"] * 160, [0] * 160, fmt.encode_batch("T", [b"b" * 500] * 160))
+        assert big.status is PutStatus.PUT_OK
+        assert len(s.commitlog.queue.files) == 3
+    with MessageStore(d, config) as s:
+        assert s.get_max_offset_in_queue("T", 0) == 260
+        got = s.get_message("T", 0, 0, 300)
+        assert [bytes(m.body)[:1] for m in got.messages] == [b"a"] * 100 + [b"b"] * 160
+
+
 def test_second_store_on_same_dir_fails(store):
     with pytest.raises(StoreLockedError, match="already open"):
         MessageStore(store.store_dir, store.config).start()
