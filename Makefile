@@ -62,9 +62,10 @@ spark: $(SPARK_STAMP) java
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
 	$(PY) spark/scan.py $(SPARK_DEMO_STORE) $(SCAN_ARGS)
 
-# mypy over the package, with the settings of [tool.mypy] in pyproject.toml
+# mypy over the package and the Spark jobs, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)
 	$(PY) -m mypy shmq
+	$(PY) -m mypy --strict spark/shmq_jobs
 
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)
