@@ -48,10 +48,10 @@ class ScanOptions:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
         self.store_dir = check_store(path)
         self.topics = parse_topic_option(opts.get("topic"))
-        self.max_partition_bytes = _positive_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
+        self.max_partition_bytes = positive_int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
-def _positive_int(options: Mapping[str, str], key: str, default: int) -> int:
+def positive_int_option(options: Mapping[str, str], key: str, default: int) -> int:
     """Option `key`, its name in any case (Spark's own map or a plain one), as an int > 0."""
     raw = next((v for k, v in options.items() if k.lower() == key.lower()), None)
     if raw is None:

@@ -26,7 +26,7 @@ from shmq.spark.batches import read_slice
 from shmq.spark.layout import QueueExtent, split_extent
 from shmq.spark.planner import queue_extents
 from shmq.spark.pushdown import ScanBounds
-from shmq.spark.source import ScanOptions, SlicePartition, _positive_int
+from shmq.spark.source import ScanOptions, SlicePartition, positive_int_option
 from shmq.spark.stream_offsets import QueueRange, StreamOffset, next_end, plan_ranges, queue_key, sorted_offset
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class StreamOptions(ScanOptions):
         if starting not in STARTING_OFFSETS:
             raise ConfigError(f"option startingOffsets must be earliest or latest, got {starting!r}")
         self.starting = starting
-        self.max_records: int | None = _positive_int(options, "maxRecordsPerTrigger", 0) or None
+        self.max_records: int | None = positive_int_option(options, "maxRecordsPerTrigger", 0) or None
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
 
 
