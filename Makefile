@@ -65,7 +65,7 @@ spark: $(SPARK_STAMP) java
 # mypy over the package and the Spark jobs, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)
 	$(PY) -m mypy shmq
-	$(PY) -m mypy --strict spark/shmq_jobs
+	$(PY) -m mypy --strict --follow-imports=silent spark/shmq_jobs
 
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)

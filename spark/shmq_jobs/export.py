@@ -57,6 +57,13 @@ def export_schema() -> str:
     return f"{SCHEMA_DDL}, {EXPORT_DDL_EXTRA}"
 
 
+def day_column() -> Any:
+    """The `day` partition column: the UTC date of store_timestamp (whatever the session time zone)."""
+    from pyspark.sql import functions as F
+
+    return F.date_from_unix_date(F.floor(F.unix_millis("store_timestamp") / DAY_MS).cast("int"))
+
+
 def read_export(spark: Any, out: str) -> Any:
     return spark.read.schema(export_schema()).parquet(out)
 
@@ -105,8 +112,7 @@ def export(spark: Any, store: str, out: str, topics: list[str] | None, mode: str
     ranges = spark.createDataFrame([(e.topic, e.queue_id, e.start, e.end) for e in extents],
                                    "topic string, queue_id int, lo long, hi long")
     source = _within(spark.read.format("shmq").options(**topic_option(topics)).load(store), ranges)
-    rows = source.withColumn("day", F.date_from_unix_date(
-        F.floor(F.unix_millis("store_timestamp") / DAY_MS).cast("int")))
+    rows = source.withColumn("day", day_column())
     seen = Observation("shmq_export")
     (rows.observe(seen, *_checks(F)).write.mode(mode).option("partitionOverwriteMode", "dynamic")
      .partitionBy("topic", "day").parquet(out))

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(REPO, "spark"))
 
 from shmq_jobs import export as export_job  # noqa: E402
 from shmq_jobs import render, scan  # noqa: E402
+from shmq_jobs import stream as stream_job  # noqa: E402
 from shmq_jobs.lag import GroupLag, group_lags, read_committed  # noqa: E402
 
 BIG = b"compressible " * 700  # over the producer's 4 KiB threshold: stored compressed
@@ -203,3 +204,34 @@ def test_scan_script_end_to_end(store_dir, broker_name, config, tmp_path) -> Non
     row = next(line for line in done.stdout.splitlines() if "Script" in line and "topics of" not in line)
     assert row.split("│")[2].strip() == "5"  # messages
     assert "T1 (5)" in done.stdout and "no consumer group has committed" in done.stdout
+
+
+def test_stream_job_appends_new_messages_exactly_once_across_runs(spark, store_dir, broker_name, config,
+                                                                   tmp_path) -> None:
+    """Two runs of stream.py on one checkpoint, the broker sending in between (and during the
+    second run's start): OUT holds every message once, partitioned as export.py does."""
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    args = [store_dir, out, "--checkpoint", ckpt, "--available-now", "--max-records", "70"]
+    sent: dict[str, bytes] = {}
+    with shmq.Broker(store_dir, name=broker_name, config=config):
+        p = Producer("pg", broker=broker_name).start()
+        try:
+            for i in range(120):
+                r = p.send(Message("Orders" if i % 3 else "Audit", b"first %d" % i, tags="T"))
+                sent[r.msg_id] = b"first %d" % i
+            assert stream_job.main(args, spark=spark, console=_console()) == 0
+            first = {row.msg_id for row in export_job.read_export(spark, out).select("msg_id").collect()}
+            assert first == set(sent)
+            for i in range(50):
+                r = p.send(Message("Orders", b"second %d" % i))
+                sent[r.msg_id] = b"second %d" % i
+            console = _console()
+            assert stream_job.main(args, spark=spark, console=console) == 0
+        finally:
+            p.shutdown()
+    assert "50 messages written" in console.file.getvalue()
+    rows = export_job.read_export(spark, out).select("msg_id", "body", "topic", "day").collect()
+    assert sorted(r.msg_id for r in rows) == sorted(sent)  # every message, none twice
+    assert {r.msg_id: bytes(r.body) for r in rows} == sent
+    assert {r.topic for r in rows} == {"Orders", "Audit"} and len({r.day for r in rows}) >= 1
+    assert os.path.isdir(os.path.join(out, "topic=Orders")) and os.path.isdir(os.path.join(out, "_spark_metadata"))
