@@ -16,7 +16,6 @@ appending a snapshot twice shows up as a mismatch (every message twice).
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shmq.spark.layout import check_store, parse_topic_option
-from shmq_jobs.session import job_session, topic_option, wide_console
+from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 
 EXPORT_DDL_EXTRA = "day date"
 DAY_MS = 86_400_000
@@ -147,15 +146,11 @@ def print_result(console: Console, r: ExportResult) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="export.py", description=(
+    ap = job_parser("export.py", (
         "Write a shmq store's messages as Parquet partitioned by topic and day (UTC), then read them back "
-        "and check them against the store."))
-    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker was started with")
-    ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
-    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics only when named)")
+        "and check them against the store."), with_out=True)
     ap.add_argument("--mode", choices=("overwrite", "append"), default="overwrite",
                     help="overwrite (default) replaces the topic/day partitions written; append adds to them")
-    ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
     return ap
 
 
@@ -171,11 +166,5 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
 
 
 def run() -> int:
-    """The script's entry point: a path that is not a store or a bad topic name is one line and exit status 2."""
-    from shmq.errors import BadTopicError, NotAStoreError
-
-    try:
-        return main()
-    except (NotAStoreError, BadTopicError) as e:
-        print(f"export.py: {e}", file=sys.stderr)
-        return 2
+    """The script's entry point (session.run_job)."""
+    return run_job("export.py", main)

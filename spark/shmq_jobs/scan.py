@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -10,20 +9,16 @@ from rich.console import Console
 from shmq_jobs import render
 from shmq_jobs.lag import lag_for_store
 from shmq.spark.layout import check_store, parse_topic_option
-from shmq_jobs.session import job_session, topic_option, wide_console
+from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 from shmq_jobs.summary import topic_summaries
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="scan.py", description=(
+    ap = job_parser("scan.py", (
         "Per-topic counts, bytes, store time range, top tags and keys of a shmq store (read with Spark, "
-        "no broker needed), and the consumer lag of every group that committed offsets."))
-    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker was started with")
-    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics "
-                                    "such as %%RETRY%%group only when named)")
+        "no broker needed), and the consumer lag of every group that committed offsets."), with_out=False)
     ap.add_argument("--top", type=int, default=5, help="tags and keys shown per topic (default 5)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
     return ap
 
 
@@ -45,11 +40,5 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
 
 
 def run() -> int:
-    """The script's entry point: a path that is not a store or a bad topic name is one line and exit status 2."""
-    from shmq.errors import BadTopicError, NotAStoreError
-
-    try:
-        return main()
-    except (NotAStoreError, BadTopicError) as e:
-        print(f"scan.py: {e}", file=sys.stderr)
-        return 2
+    """The script's entry point (session.run_job)."""
+    return run_job("scan.py", main)

@@ -1,10 +1,11 @@
 """The SparkSession a job runs in, and the `shmq` source registered on it."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from rich.console import Console
 
@@ -52,3 +53,27 @@ def wide_console() -> Console:
     columns rather than rich's 80, so topic and group names are not cut."""
     console = Console()
     return console if console.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def job_parser(prog: str, description: str, with_out: bool) -> argparse.ArgumentParser:
+    """The arguments every job takes: STORE_DIR, OUT when it writes, --topic and --master."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker or replica was started with")
+    if with_out:
+        ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
+    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics "
+                                    "such as %%RETRY%%group only when named)")
+    ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
+    return ap
+
+
+def run_job(prog: str, main: Callable[[], int]) -> int:
+    """A script's entry point: a path that is not a store or a bad topic name is one line and
+    exit status 2 (no traceback, no Spark started)."""
+    from shmq.errors import BadTopicError, NotAStoreError
+
+    try:
+        return main()
+    except (NotAStoreError, BadTopicError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2

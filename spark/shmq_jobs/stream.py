@@ -10,14 +10,13 @@ checkpoint and OUT neither loses nor repeats a message. A new checkpoint is a ne
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.console import Console
 
 from shmq.spark.layout import check_store, parse_topic_option
 from shmq_jobs.export import day_column
-from shmq_jobs.session import job_session, topic_option, wide_console
+from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 
 
 def start_query(spark: Any, store: str, out: str, checkpoint: str, topics: list[str] | None,
@@ -57,20 +56,16 @@ def follow(query: Any, console: Console) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="stream.py", description=(
+    ap = job_parser("stream.py", (
         "Follow a shmq store and append its new messages to Parquet partitioned by topic and day (UTC), "
-        "exactly once across restarts with the same checkpoint."))
-    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker or replica was started with")
-    ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
+        "exactly once across restarts with the same checkpoint."), with_out=True)
     ap.add_argument("--checkpoint", required=True, help="the query's checkpoint directory (keep it with OUT)")
-    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics only when named)")
     ap.add_argument("--trigger", type=float, default=10.0, help="seconds between micro-batches (default 10)")
     ap.add_argument("--available-now", action="store_true",
                     help="read what the store holds now, in micro-batches, then stop (for cron-style runs)")
     ap.add_argument("--max-records", type=int, help="at most this many messages per micro-batch")
     ap.add_argument("--starting", choices=("earliest", "latest"), default="earliest",
                     help="where a new query (no checkpoint yet) starts")
-    ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
     return ap
 
 
@@ -88,11 +83,5 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
 
 
 def run() -> int:
-    """The script's entry point: a path that is not a store or a bad topic name is one line and exit status 2."""
-    from shmq.errors import BadTopicError, NotAStoreError
-
-    try:
-        return main()
-    except (NotAStoreError, BadTopicError) as e:
-        print(f"stream.py: {e}", file=sys.stderr)
-        return 2
+    """The script's entry point (session.run_job)."""
+    return run_job("stream.py", main)
