@@ -14,7 +14,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.process.broker.conftest import broker_name, store_dir  # noqa: F401 (the broker tests' fixtures)
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e '.[spark]')")
 pytest.importorskip("pyarrow", reason="the spark extra is not installed (pip install -e '.[spark]')")
@@ -47,16 +48,6 @@ def spark() -> Iterator[object]:
         yield session
     finally:
         session.stop()
-
-
-@pytest.fixture
-def broker_name(ipc_tracker: IpcTracker) -> str:  # noqa: F811
-    return ipc_tracker.name("sp")
-
-
-@pytest.fixture
-def store_dir(tmp_path, ipc_tracker: IpcTracker) -> str:  # noqa: F811
-    return ipc_tracker.store(str(tmp_path / "store"))
 
 
 @pytest.fixture
