@@ -17,16 +17,11 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.errors import NotAStoreError
+from shmq.model.system_topics import is_system_topic
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import CommitLogReader, ConsumeQueueReader
 
-SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", "rmq_sys_")
 DEFAULT_MAX_PARTITION_BYTES = 64 * 1024 * 1024  # commitlog bytes one task reads at most
-
-
-def is_system_topic(topic: str) -> bool:
-    """Retry, dead-letter, schedule and transaction topics: scanned only when named."""
-    return topic.startswith(SYSTEM_TOPIC_PREFIXES)
 
 
 def check_store(store_dir: str) -> str:
