@@ -14,6 +14,9 @@ from shmq.broker.answers import Peer
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
+from shmq.config import BrokerConfig
+from shmq.filter.sql import TYPE_SQL92, SqlFilter
+from shmq.filter.tags import TYPE_TAG, TagFilter
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
@@ -24,6 +27,7 @@ class AdminTarget(Protocol):
     import the broker that imports it."""
 
     store: MessageStore
+    config: BrokerConfig
     topics: TopicConfigManager
     consumers: ConsumerManager
     offsets: ConsumerOffsetManager
@@ -73,14 +77,33 @@ def _queue(b: AdminTarget, a: dict) -> tuple[str, int]:
     return topic, _int(a, "queue_id", 0, n - 1)
 
 
-def _subscriptions(v: object) -> dict[str, str]:
+def _subscriptions(b: AdminTarget, v: object) -> dict[str, str | dict[str, str]]:
+    """topic -> a tag expression (a string), or ``{"type": "SQL92", "expression": text}``;
+    an SQL92 text is parsed here, so a bad one is refused at join (BadExpressionError is a
+    ValueError: the client gets the parser's message) and the broker never keeps it."""
     if not isinstance(v, dict):
         raise ValueError("subscriptions must be an object of topic -> expression")
+    out: dict[str, str | dict[str, str]] = {}
     for topic, expression in v.items():
         check_topic(topic)
-        if not isinstance(expression, str):
+        if isinstance(expression, dict):
+            kind, text = expression.get("type"), expression.get("expression")
+            if set(expression) != {"type", "expression"} or kind not in (TYPE_TAG, TYPE_SQL92) or \
+                    not isinstance(text, str):
+                raise ValueError(f"subscription of {topic!r} must be a string or "
+                                 f'{{"type": "TAG" or "SQL92", "expression": str}}, got {expression!r:.80}')
+            if kind == TYPE_TAG:
+                out[topic] = TagFilter(text).expression
+                continue
+            if not b.config.enable_property_filter:
+                raise ValueError(f"subscription of {topic!r}: SQL92 filtering is off on this broker "
+                                 "(enablePropertyFilter=false)")
+            out[topic] = {"type": TYPE_SQL92, "expression": SqlFilter(text).expression}
+        elif isinstance(expression, str):
+            out[topic] = expression
+        else:
             raise ValueError(f"subscription expression of {topic!r} must be a string")
-    return v
+    return out
 
 
 def _update_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
@@ -107,7 +130,7 @@ def _join_group(b: AdminTarget, client_id: int, a: dict) -> dict:
     mine = [n for n, g in groups.items() if client_id in g.members]
     if name not in mine and len(mine) >= MAX_GROUPS_PER_CLIENT:
         raise ValueError(f"client {client_id} is already in {len(mine)} groups, the most one client may join")
-    g = b.consumers.join(name, client_id, model, _subscriptions(a.get("subscriptions", {})))
+    g = b.consumers.join(name, client_id, model, _subscriptions(b, a.get("subscriptions", {})))
     try:
         _publish_groups(b)
     except ValueError:  # the state segment has no row left for a new group: undo the join

@@ -1,10 +1,11 @@
 """Subscription expressions: which messages of a topic a consumer wants.
 
-Only tag expressions exist today ("*", "TagA || TagB"). A consumer holds an `Expression`;
-the pull path asks a `TagFilter` for its tag codes to drop mismatches by hash over whole
-consume-queue ranges, then re-checks the tag string (hashes collide). Any other expression
-type (SQL92 comes later) only has to implement `match(properties)`; the batch decoder
-evaluates such expressions record by record.
+Tag expressions ("*", "TagA || TagB") are strings; SQL92 filters are ``shmq.sql(text)``
+objects (``shmq.filter.sql``). A consumer holds an `Expression`; the pull path asks a
+`TagFilter` for its tag codes to drop mismatches by hash over whole consume-queue ranges, then
+re-checks the tag string (hashes collide). Any other expression type only has to implement
+`match(properties)`; the batch decoder evaluates an SQL92 filter over columns
+(``shmq.filter.sql_batch``) and any other one record by record.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def parse_tags(text: str) -> list[str]:
     ``subscribe``, instead of a consumer that silently never receives a message."""
     pieces = [t.strip() for t in text.split(TAG_SEPARATOR)]
     if any(c in _SQL_CHARS for c in text) or (len(pieces) == 1 and _SQL_WORDS.search(text) and " " in text):
-        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92; SQL92 filtering is not "
-                                 f"supported yet: subscribe with tags ('TagA || TagB') or '*'")
+        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92: a string is a tag "
+                                 f"expression ('TagA || TagB' or '*'); for SQL92 pass shmq.sql({text!r})")
     for t in pieces:
         if not t:
             raise BadExpressionError(f"tag expression {text!r} has an empty tag: write tags as 'TagA || TagB'")
@@ -104,8 +105,19 @@ class TagFilter:
         return hash(self.tags)
 
 
+def subscription_arg(expression: Expression) -> str | dict[str, str]:
+    """How a consumer names its subscription to the broker at join: SQL92 as ``{"type": "SQL92",
+    "expression": text}`` (the broker checks it and keeps it for the filter bitmap), a tag
+    expression or any other (consumer-side) expression as a string, shown in the group listing."""
+    if expression.type == "SQL92":
+        return {"type": "SQL92", "expression": str(getattr(expression, "expression", ""))}
+    return str(getattr(expression, "expression", repr(expression)))
+
+
 def as_expression(expression: str | Expression | None) -> Expression:
-    """What consumers accept in `subscribe`: a tag string, None, or an Expression object."""
+    """What consumers accept in `subscribe`: a tag string, None, or an Expression object
+    (``shmq.sql(...)``; a string is never taken for SQL92, as RocketMQ's ``MessageSelector``
+    makes the type explicit)."""
     if expression is None or isinstance(expression, str):
         return TagFilter(expression)
     if isinstance(expression, Expression):

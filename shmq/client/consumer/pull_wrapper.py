@@ -22,6 +22,7 @@ from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
 from shmq.filter.tags import Expression
 from shmq.model.message import MessageQueue
+from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import StoreReader
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class PullAPIWrapper:
         self.session: Session | None = None
         self.state: BrokerState | None = None
         self.store: StoreReader | None = None
+        self.bitmap: FilterBitmapReader | None = None  # SQL92 filter bitmaps of this group (skipped unread)
         self._waits: dict[int, WakeHandler] = {}
         self._waits_lock = threading.Lock()
 
@@ -45,6 +47,7 @@ class PullAPIWrapper:
             self.close()
             self.state = BrokerState(s.state)
             self.store = StoreReader(s.store_dir)
+            self.bitmap = FilterBitmapReader(self.store.store_dir)
             self.session = s
         return s
 
@@ -57,7 +60,9 @@ class PullAPIWrapper:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
-        self.session = self.state = self.store = None
+        if self.bitmap is not None:
+            self.bitmap.close()
+        self.session = self.state = self.store = self.bitmap = None
 
     def pull(self, mq: MessageQueue, expression: Expression, offset: int, max_nums: int) -> PullResult:
         """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
@@ -75,7 +80,7 @@ class PullAPIWrapper:
             return PullResult(PullStatus.OFFSET_ILLEGAL, hi, lo, hi)
         if offset == hi:
             return PullResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
-        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression)
+        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap, self.conn.group)
         status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG
         return PullResult(status, batch.next_offset, lo, hi, batch)
 

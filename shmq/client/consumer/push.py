@@ -39,7 +39,7 @@ from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
 from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
-from shmq.filter.tags import Expression, as_expression
+from shmq.filter.tags import Expression, as_expression, subscription_arg
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -133,9 +133,11 @@ class PushConsumer:
     # ------------------------------------------------------------------ configuration
 
     def subscribe(self, topic: str, expression: str | Expression = "*") -> None:
-        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", or an Expression).
+        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", an SQL92 filter
+        ``shmq.sql("a > 3")``, or another Expression).
 
-        A malformed or SQL92 expression raises ``BadExpressionError`` here. A topic whose perm
+        A malformed expression raises ``BadExpressionError`` here (an SQL92 string without
+        ``shmq.sql`` too; a broker with enablePropertyFilter=false refuses SQL92 at start). A topic whose perm
         lacks the read bit (4) is skipped, with a warning in the log, until its perm allows reading."""
         self._subscriptions[topic] = as_expression(expression)
         if self._running:
@@ -232,7 +234,7 @@ class PushConsumer:
         s = self._wrapper.bind(deadline)
         if s is self._session:
             return s
-        subs = {t: getattr(e, "expression", repr(e)) for t, e in self._subscriptions.items()}
+        subs = {t: subscription_arg(e) for t, e in self._subscriptions.items()}
         s.admin("join_group", {"group": self.group, "model": self.model.value, "subscriptions": subs},
                 self.start_timeout)
         for pq in self._pqs.values():
