@@ -4,17 +4,20 @@ Only tag expressions exist today ("*", "TagA || TagB"). A consumer holds an `Exp
 the pull path asks a `TagFilter` for its tag codes to drop mismatches by hash over whole
 consume-queue ranges, then re-checks the tag string (hashes collide). Any other expression
 type (SQL92 comes later) only has to implement `match(properties)`; the batch decoder
-evaluates such expressions record by record.
+evaluates such expressions record by record. A plain callable becomes a ``FunctionFilter``
+(shmq.filter.function), evaluated on decoded messages after the pull.
 """
 from __future__ import annotations
 
 import re
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.errors import BadExpressionError
+from shmq.filter.function import FunctionFilter
+from shmq.model.message_ext import MessageExt
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -104,11 +107,19 @@ class TagFilter:
         return hash(self.tags)
 
 
-def as_expression(expression: str | Expression | None) -> Expression:
-    """What consumers accept in `subscribe`: a tag string, None, or an Expression object."""
+# what a consumer holds per subscribed topic: an Expression, or a predicate it evaluates on decoded messages
+Subscription = Expression | FunctionFilter
+
+
+def as_expression(expression: str | Expression | FunctionFilter | Callable[[MessageExt], object] | None
+                  ) -> Subscription:
+    """What consumers accept in `subscribe`: a tag string, None, an Expression object, or a
+    plain predicate ``fn(msg: MessageExt) -> bool`` (a ``FunctionFilter``, see shmq.filter.function)."""
     if expression is None or isinstance(expression, str):
         return TagFilter(expression)
-    if isinstance(expression, Expression):
+    if isinstance(expression, (Expression, FunctionFilter)):
         return expression
-    raise BadExpressionError(f"subscription expression must be a str or an Expression, "
-                             f"got {type(expression).__name__}")
+    if callable(expression):
+        return FunctionFilter(expression)
+    raise BadExpressionError(f"subscription expression must be a str, an Expression or a callable "
+                             f"fn(msg) -> bool, got {type(expression).__name__}")
