@@ -76,6 +76,14 @@ class BrokerConfig:
     # queue (past it: its oldest there is answered at once)
     max_pull_waiters_per_client: int = 16384
     max_pull_waiters_per_client_queue: int = 16
+    # delayed delivery: the delay of each level 1..n (units ms s m h d); the schedule topic has one queue per level
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    timer_max_delay_sec: int = 3 * 24 * 3600  # the furthest delivery time a message may ask for (RocketMQ 5)
+    # transactions: a half message unresolved this long (ms) is checked with a producer of its group,
+    # at most transactionCheckMax times, one check round every transactionCheckInterval (ms)
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
     # HA (docs/HA.md): the master's sender listens here (0: no sender); the replica connects to haMasterAddress
     ha_listen_port: int = 10912
     ha_listen_address: str = "127.0.0.1"  # shmq: loopback unless told (RocketMQ listens on every address)
@@ -134,6 +142,11 @@ class BrokerConfig:
                 raise ConfigError(f"{camel(key)} must be at least 1")
         if self.ha_transfer_batch_size > self.ha_max_frame_size:
             raise ConfigError("haTransferBatchSize must not exceed haMaxFrameSize")
+        delay_levels(self.message_delay_level)
+        for key in ("timer_max_delay_sec", "transaction_time_out", "transaction_check_max",
+                    "transaction_check_interval"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"{camel(key)} must be at least 1")
         for hour in self.delete_when.split(";"):
             if not hour.strip().isdigit() or not 0 <= int(hour) <= 23:
                 raise ConfigError(f"deleteWhen takes hours 00-23 separated by ';', got {self.delete_when!r}")
@@ -218,11 +231,29 @@ _ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
 
 # RocketMQ keys a config may name but shmq cannot honour yet: refused, never silently ignored
 _NOT_SUPPORTED = {
-    "messageDelayLevel": "delay levels come with delayed delivery (a later issue); the 18 default levels "
-                         "are what Message(delay_level=...) will mean",
     "osPageCacheBusyTimeOutMills": "shmq's busy rule is waitTimeMillsInSendQueue (a send older than that "
                                    "when the broker reaches it is answered SYSTEM_BUSY)",
 }
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_DELAY_LEVELS = 64
+
+
+def delay_levels(text: str) -> list[int]:
+    """The delays of ``messageDelayLevel`` in ms, level 1 first ("1s 5s 100ms 2h"); ConfigError if malformed."""
+    levels = []
+    for word in text.split():
+        m = _DURATION.fullmatch(word)
+        if m is None:
+            raise ConfigError(f"messageDelayLevel: {word!r} is not a duration like 100ms, 5s, 1m, 2h or 1d")
+        levels.append(int(float(m.group(1)) * _UNIT_MS[m.group(2)]))
+    if not 1 <= len(levels) <= MAX_DELAY_LEVELS:
+        raise ConfigError(f"messageDelayLevel must name 1..{MAX_DELAY_LEVELS} levels, got {len(levels)}")
+    if any(ms < 1 for ms in levels):
+        raise ConfigError("messageDelayLevel: every level must be at least 1 ms")
+    return levels
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -1,6 +1,6 @@
 import pytest
 
-from shmq.config import BrokerConfig, camel
+from shmq.config import delay_levels, BrokerConfig, camel
 from shmq.errors import ConfigError
 
 
@@ -63,10 +63,20 @@ def test_camel_names():
     assert camel("disk_max_used_space_ratio") == "diskMaxUsedSpaceRatio"
 
 
-@pytest.mark.parametrize("key", ["messageDelayLevel", "message_delay_level", "osPageCacheBusyTimeOutMills"])
+@pytest.mark.parametrize("key", ["osPageCacheBusyTimeOutMills"])
 def test_keys_shmq_cannot_honour_yet_are_refused_not_ignored(key):
     with pytest.raises(ConfigError, match=f"config key '{key}' is not supported yet: .+"):
         BrokerConfig.from_mapping({key: "1s 5s"})
+
+
+def test_delay_levels_take_rocketmq_units_and_refuse_malformed_ones():
+    assert delay_levels(BrokerConfig().message_delay_level)[:3] == [1000, 5000, 10_000]
+    assert len(delay_levels(BrokerConfig().message_delay_level)) == 18
+    assert delay_levels("100ms 1.5s 2m 1h 1d") == [100, 1500, 120_000, 3_600_000, 86_400_000]
+    assert BrokerConfig.from_mapping({"messageDelayLevel": "100ms 200ms"}).message_delay_level == "100ms 200ms"
+    for bad in ("", "5", "1x", "-1s", "0ms", " ".join(["1s"] * 65)):
+        with pytest.raises(ConfigError, match="messageDelayLevel"):
+            BrokerConfig.from_mapping({"messageDelayLevel": bad})
 
 
 def test_roles_are_refused_at_start_only_when_they_cannot_work():

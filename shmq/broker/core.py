@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, Protocol
+
+import numpy as np
 
 from shmq.broker.answers import Answers, Peer
+from shmq.broker.delay import DelayLevelService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
@@ -23,16 +26,30 @@ from shmq.broker.processors.send import SendProcessor, SendRun
 from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
+from shmq.broker.schedule import DeliveryRulesHook, now_ms
 from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.codec import frames as P
-from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig
+from shmq.codec import record as fmt
+from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
 from shmq.errors import CorruptFrameError
-from shmq.store.message_store import MessageStore
+from shmq.model import system_topics as st
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore, PutMessageResult
+from shmq.store.rewrite import dispatch_fields
 
 log = logging.getLogger("shmq.broker")
 
 LOOP_STATS = ("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts", "group_commits",
               "group_commit_ns", "flushed_answers", *REPLICATION_STATS)
+
+
+class TimedService(Protocol):
+    """A broker service driven by the loop's tick (delays, timers, transaction checks): it does
+    its due work in ``tick`` and keeps its progress in a config file."""
+
+    def tick(self, now_ms: int) -> int: ...
+
+    def persist(self, durable: bool = True) -> None: ...
 
 
 class BrokerCore:
@@ -71,6 +88,16 @@ class BrokerCore:
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}
         self.busy = 0  # sends refused for waiting too long, since the last counters
+        # a master parks delayed messages and transaction halves and brings them back when due;
+        # a replica only mirrors what its master wrote
+        self.services: list[TimedService] = []
+        self.delay: DelayLevelService | None = None
+        if config.is_master:
+            levels = delay_levels(config.message_delay_level)
+            self._system_topics(len(levels))
+            store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
+            self.delay = DelayLevelService(store, levels, self.put_internal)
+            self.services.append(self.delay)
 
     # ------------------------------------------------------------------ frames
 
@@ -87,6 +114,7 @@ class BrokerCore:
             return
         run: SendRun | None = None
         processors = self._processors
+        flagged = 0  # the OR of the run's SEND flags: does any ask the put hooks to read it?
         for kind, view in frames:
             if kind == P.SEND:  # gathered inline: the per-message path of the broker
                 req_id, enq, qid, flags, tags, traw, keys, record = send_fields(view)
@@ -102,16 +130,17 @@ class BrokerCore:
                 run.records.append(record)
                 run.tags.append(tags)
                 run.keys.append(keys)
+                flagged |= flags
                 continue
             if run is not None:  # a SEND_BATCH must not overtake SENDs of its queue
-                send.put_run(peer, run)
-                run = None
+                send.put_run(peer, run, bool(flagged & P.FLAG_INSPECT))
+                run, flagged = None, 0
             processor = processors.get(kind)
             if processor is None:
                 raise CorruptFrameError(f"frame kind {kind} is not a request")
             processor(peer, view, now)
         if run is not None:
-            send.put_run(peer, run)
+            send.put_run(peer, run, bool(flagged & P.FLAG_INSPECT))
 
     def end_pass(self) -> int:
         """After every client's frames of a pass, before any answer is written: topics created in
@@ -129,8 +158,16 @@ class BrokerCore:
         return n
 
     def tick(self, now: int) -> None:
-        """Every timer tick: expire long polls, publish counters and the min offsets cleanup moved."""
+        """Every timer tick: expire long polls, run the timed services (due delays, timers,
+        transaction checks), publish counters and the min offsets cleanup moved."""
         self.pull.expire(now)
+        if self.services:
+            ms = now_ms()
+            for service in self.services:
+                try:
+                    service.tick(ms)
+                except Exception:  # a store error (disk full) must not stop the loop: next tick tries again
+                    log.exception("%s failed", type(service).__name__)
         self.publish_counters()
         cleaner = self.store.clean_service
         if cleaner is not None:
@@ -147,6 +184,52 @@ class BrokerCore:
             cnt = self._counts[topic] = [0, 0]
         cnt[0] += msgs
         cnt[1] += nbytes
+
+    def put_internal(self, items: list[tuple[str, int, bytes]], inspect: bool = False) -> PutMessageResult:
+        """The broker's own put (due delays, retries, dead letters, transaction commits and ops):
+        records (topic, queue id, record bytes) stored through the store's hooks (``inspect``: the
+        delivery rules read them too, e.g. a retry that must wait), counted, published and their
+        waiting consumers woken like client sends. Topics it writes that have no config yet get
+        one (a group's %RETRY% / %DLQ% topic has one queue, as in RocketMQ)."""
+        records, topics, qids, tags, keys, key_rows = [], [], [], [], [], []
+        for i, (topic, qid, record) in enumerate(items):
+            self._ensure_topic(topic, qid)
+            code, hashes = dispatch_fields(record, topic)
+            records.append(record)
+            topics.append(topic)
+            qids.append(qid)
+            tags.append(code)
+            keys += hashes
+            key_rows += [i] * len(hashes)
+        sizes = np.fromiter(map(len, records), np.int64, len(records))
+        starts = np.zeros(len(records), np.int64)
+        starts[1:] = np.cumsum(sizes)[:-1]
+        batch = fmt.EncodedBatch(b"".join(records), starts, np.array(tags, np.int64), np.array(keys, np.int64),
+                                 np.array(key_rows, np.int64))
+        req = PutRequest.of_routes(topics, qids, batch)
+        if inspect:
+            req.inspect = np.arange(len(records), dtype=np.int64)
+        r = self.store.put(req, wait_flush=False)
+        stored_topics, stored_qids = req.topic_ids(), req.queue_id_array()
+        for i in range(len(records)):
+            if r.refused is None or not r.refused[i]:
+                self.count(req.topics[int(stored_topics[i])], int(stored_qids[i]), 1, int(sizes[i]))
+        return r
+
+    def _ensure_topic(self, topic: str, qid: int) -> None:
+        tc = self.topics.get(topic)
+        if tc is None:
+            one = st.is_retry_topic(topic) or st.is_dlq_topic(topic)
+            n = 1 if one else max(self.config.default_topic_queue_nums, qid + 1)
+            self.update_topic(topic, n, n, persist=False)
+
+    def _system_topics(self, levels: int) -> None:
+        """The topics the broker writes, created (or resized to the delay levels) at start."""
+        wanted = {st.SCHEDULE_TOPIC: levels, **st.BROKER_TOPICS}
+        for name, n in wanted.items():
+            tc = self.topics.get(name)
+            if tc is None or tc.read_queue_nums != n or tc.write_queue_nums != n:
+                self.topics.create_or_update(name, n, n, None, True)
 
     def _flush(self, end: int) -> bool:
         gc = self.store.group_commit
@@ -208,11 +291,15 @@ class BrokerCore:
             log.error("writing topics.json failed: %s", e)
 
     def persist_offsets(self) -> None:
-        """Every flushConsumerOffsetInterval: a full disk must not stop the broker."""
-        try:
-            self.offsets.persist()
-        except OSError as e:  # stays dirty: the next interval tries again
-            log.error("writing consumerOffset.json failed: %s", e)
+        """Every flushConsumerOffsetInterval: committed offsets and the timed services' progress (a
+        full disk must not stop the broker)."""
+        if self.offsets.dirty:
+            try:
+                self.offsets.persist()
+            except OSError as e:  # stays dirty: the next interval tries again
+                log.error("writing consumerOffset.json failed: %s", e)
+        for service in self.services:
+            service.persist(durable=True)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit.commit(group, topic, queue_id, offset)
@@ -278,3 +365,8 @@ class BrokerCore:
             log.exception("persisting consumer offsets at shutdown failed")
         if self.topics.dirty:
             self.persist_topics()
+        for service in self.services:
+            try:
+                service.persist(durable=True)
+            except Exception:
+                log.exception("persisting %s at shutdown failed", type(service).__name__)

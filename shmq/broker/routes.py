@@ -9,6 +9,7 @@ from typing import Callable
 from shmq.broker.topics import TopicConfig
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
+from shmq.model.system_topics import client_may_send
 
 log = logging.getLogger("shmq.broker")
 
@@ -23,6 +24,10 @@ def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[s
     answers that pass)."""
 
     def resolve(topic: str) -> tuple[TopicConfig | None, int, str]:
+        if not client_may_send(topic):
+            return None, P.NO_PERMISSION, (f"topic {topic!r} is a system topic: only the broker writes it (retries "
+                                           f"and dead letters come from consumers' send-backs, delays from "
+                                           f"Message(delay_level=...))")
         tc = get(topic)
         if tc is None:
             try:

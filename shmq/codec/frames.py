@@ -53,10 +53,17 @@ SEND_RESULT = 32
 ERROR = 33
 WAKE = 34
 SEND_MULTI_RESULT = 35
+# kinds of the message-semantics frames, whose codecs live in their own modules
+SEND_BACK = 22  # consumer -> broker: messages to redeliver later (retry topic) or to the DLQ
+END_TRANSACTION = 23  # producer -> broker: commit or roll back a half message
+CHECK_TRANSACTION = 36  # broker -> producer: what became of this half message?
 REQUEST_KINDS = frozenset((SEND, SEND_BATCH, COMMIT_OFFSET, PULL_WAIT, HEARTBEAT, SEND_MULTI))
 RESPONSE_KINDS = frozenset((SEND_RESULT, ERROR, WAKE, SEND_MULTI_RESULT))
 
 FLAG_ONEWAY = 0x1
+# SEND: the record carries delivery rules (DELAY, TIMER_*) or is a transaction half; the broker's
+# put hooks read its properties (records without it are stored without being looked into)
+FLAG_INSPECT = 0x2
 
 # SEND_RESULT statuses (SendStatus on the client)
 SEND_OK = 0

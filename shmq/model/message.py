@@ -14,6 +14,8 @@ from shmq.errors import BadMessageError
 
 
 MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s .. 2h)
+# properties the broker acts on before storing (RocketMQ users may set them as plain properties)
+_RULE_KEYS = frozenset({fmt.PROPERTY_DELAY, fmt.PROPERTY_TIMER_DELIVER_MS, fmt.PROPERTY_TIMER_DELAY_MS})
 
 
 def join_keys(keys: str | Iterable[str] | None) -> str | None:
@@ -30,11 +32,21 @@ def join_keys(keys: str | Iterable[str] | None) -> str | None:
     return " ".join(items) or None
 
 
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
+            or value == float("inf"):
+        raise BadMessageError(f"{name} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 @dataclass(init=False)
 class Message:
     """A message to send. ``keys`` are index keys: a space-separated str, or a list, tuple or set
-    of them; ``delay_level`` 1..18 delays delivery (0: none). Both are checked here, so a bad
-    value fails at the call that made it, not at a later send."""
+    of them. Delivery may wait: ``delay_level`` n (1..18 with the default ``messageDelayLevel``;
+    0: none), or any time up to the broker's ``timerMaxDelaySec`` with ``deliver_at`` (epoch
+    seconds) or ``delay`` (seconds after the broker receives it), at most one of the three. They
+    are checked here, so a bad value fails at the call that made it, not at a later send (the
+    broker refuses a level it has no delay for, or a time beyond ``timerMaxDelaySec``)."""
 
     topic: str
     body: bytes
@@ -43,12 +55,23 @@ class Message:
     properties: dict[str, str] | None
     flag: int
     delay_level: int
+    deliver_at: float | None
+    delay: float | None
 
     def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0) -> None:
+                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0,
+                 deliver_at: float | None = None, delay: float | None = None) -> None:
         if delay_level and not (isinstance(delay_level, int) and 0 <= delay_level <= MAX_DELAY_LEVEL):
             raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), "
                                   f"got {delay_level!r}")
+        if deliver_at is not None:
+            deliver_at = _seconds("deliver_at", deliver_at)
+        if delay is not None:
+            delay = _seconds("delay", delay)
+        if sum((bool(delay_level), deliver_at is not None, delay is not None)) > 1:
+            raise BadMessageError("give at most one of delay_level, deliver_at and delay")
+        self.deliver_at = deliver_at
+        self.delay = delay
         self.topic = topic
         self.body = body
         self.tags = tags
@@ -57,11 +80,22 @@ class Message:
         self.flag = flag
         self.delay_level = delay_level
 
+    @property
+    def delivery_rules(self) -> bool:
+        """Whether the broker must read this message's properties before storing it (a delay or a
+        delivery time): such messages are sent alone, flagged, never in a batch."""
+        return bool(self.delay_level) or self.deliver_at is not None or self.delay is not None or \
+            bool(self.properties) and not _RULE_KEYS.isdisjoint(self.properties)  # type: ignore[arg-type]
+
     def build_properties(self, uniq_key: str) -> dict[str, str]:
-        """The record's properties: TAGS, KEYS, UNIQ_KEY, DELAY, then the user's."""
+        """The record's properties: TAGS, KEYS, UNIQ_KEY, delivery rules, then the user's."""
         props = fmt.message_properties(self.tags, self.keys, uniq_key, self.properties)
         if self.delay_level > 0:
             props[fmt.PROPERTY_DELAY] = str(self.delay_level)
+        elif self.deliver_at is not None:
+            props[fmt.PROPERTY_TIMER_DELIVER_MS] = str(int(round(self.deliver_at * 1000)))
+        elif self.delay is not None:
+            props[fmt.PROPERTY_TIMER_DELAY_MS] = str(int(round(self.delay * 1000)))
         return props
 
 

@@ -268,8 +268,7 @@ class BrokerController:
                         core.persist_topics()
                 if now >= next_persist:
                     next_persist = now + self.config.flush_consumer_offset_interval * 1_000_000
-                    if core.offsets.dirty:
-                        core.persist_offsets()
+                    core.persist_offsets()
             if work or self._stopping:
                 idle_since = None
                 stats["busy_passes"] += 1

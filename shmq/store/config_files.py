@@ -16,8 +16,10 @@ from typing import Any, Callable
 from shmq.store import files
 
 
-def write_json(path: str, data: Any) -> None:
-    """Replace ``path`` atomically; the temp file is private like the file it becomes (store.files)."""
+def write_json(path: str, data: Any, durable: bool = True) -> None:
+    """Replace ``path`` atomically; the temp file is private like the file it becomes (store.files).
+    ``durable`` False skips the fsyncs: the replacement survives the process being killed, not a
+    power loss (for progress written often and made durable on an interval)."""
     directory = os.path.dirname(path) or "."
     files.make_dirs(directory)
     tmp = f"{path}.tmp"
@@ -25,7 +27,8 @@ def write_json(path: str, data: Any) -> None:
         with os.fdopen(files.open_file(tmp, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
     except BaseException:  # a full disk: the old file stays, the torn copy goes
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -33,6 +36,8 @@ def write_json(path: str, data: Any) -> None:
     if os.path.exists(path):
         os.replace(path, f"{path}.bak")
     os.replace(tmp, path)
+    if not durable:
+        return
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -38,6 +38,8 @@ class PutRequest:
 
     ``user_batch``: the records are one MessageBatch of a user (held to maxMessageSize in total,
     stored all or nothing, no transactional records), not separate sends stored together.
+    ``inspect``: the records (ascending row numbers) whose properties the hooks must read (delivery
+    rules, transaction halves: the sender flagged them); None, the usual case: none.
     """
 
     batch: fmt.EncodedBatch
@@ -51,6 +53,7 @@ class PutRequest:
     # sets both to None
     sizes: np.ndarray | None = None
     header: np.ndarray | None = None
+    inspect: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.batch.starts)
@@ -72,11 +75,15 @@ class PutRequest:
     def subset(self, rows: np.ndarray) -> "PutRequest":
         """The records ``rows`` (ascending) as a put of their own."""
         q = self.queue_ids
+        inspect = None
+        if self.inspect is not None:
+            inspect = np.flatnonzero(np.isin(rows, self.inspect))
+            inspect = inspect if len(inspect) else None
         return PutRequest(fmt.select_records(self.batch, rows), self.topics,
                           None if self.topic_idx is None else self.topic_idx[rows],
                           q if isinstance(q, int) else q[rows], self.user_batch,
                           sizes=None if self.sizes is None else self.sizes[rows],
-                          header=None if self.header is None else self.header[rows])
+                          header=None if self.header is None else self.header[rows], inspect=inspect)
 
     @classmethod
     def of_records(cls, topic: str, queue_id: int, records: list[bytes]) -> "PutRequest":

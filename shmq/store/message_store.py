@@ -475,7 +475,9 @@ class MessageStore(MessageLookup):
         b = req.batch
         record = b.buf
         size = len(record)
-        topic, qid = req.topics[0], int(req.queue_ids if isinstance(req.queue_ids, int) else req.queue_ids[0])
+        # a one-record subset of a put of several topics keeps the put's topic table
+        topic = req.topics[0] if req.topic_idx is None else req.topics[int(req.topic_idx[0])]
+        qid = int(req.queue_ids if isinstance(req.queue_ids, int) else req.queue_ids[0])
         enters = not _I32.unpack_from(record, fmt.OFF_SYSFLAG)[0] & _HIDDEN_TX_BIT
         with self.commitlog.put_lock:
             if not self.running:

@@ -181,18 +181,22 @@ class SendProcessor:
             return self._error(peer, req_id, flags, code, message)
         batch = fmt.EncodedBatch(bytes(record), _ZERO_START, np.array((tags_code,), np.int64),
                                  np.array(keys, np.int64) if keys else _NO_KEYS, _KEY_RECORDS[len(keys)])
+        req = PutRequest(batch, [topic], None, qid, inspect=_ZERO_START if flags & P.FLAG_INSPECT else None)
         try:
-            r = self.store.put(PutRequest(batch, [topic], None, qid), wait_flush=False)
+            r = self.store.put(req, wait_flush=False)
         except Exception as e:
             return self._put_failed(peer, req_id, flags, e, f"put of a message to {topic}/{qid}")
         if r.refused is not None:
             return self._error(peer, req_id, flags, *r.reason(0))
-        self.core.count(topic, qid, 1, r.wrote_bytes)
+        # a parked message (delay, transaction half) is counted where it was stored, answered as
+        # sent to its own queue (RocketMQ answers the real topic and queue too)
+        self.core.count(req.topics[0], int(req.queue_ids) if isinstance(req.queue_ids, int) else int(req.queue_ids[0]),
+                        1, r.wrote_bytes)
         if not flags & P.FLAG_ONEWAY:
             self.core.answers.add(peer, r.end_offset, [P.SendResultFrame(
                 req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset, r.store_timestamp, self._host)])
 
-    def put_run(self, peer: Peer, run: SendRun) -> None:
+    def put_run(self, peer: Peer, run: SendRun, inspect: bool = False) -> None:
         """Store the SENDs of one pass, of any topics and queues, with one store put.
 
         A topic that cannot take them (bad name, not writable, auto-create off) answers its own
@@ -213,18 +217,21 @@ class SendProcessor:
             keep.append(i)
             queues.append((name, q))
         if keep:
-            self._store_run(peer, run if len(keep) == len(run.req_ids) else run.subset(keep), queues)
+            self._store_run(peer, run if len(keep) == len(run.req_ids) else run.subset(keep), queues, inspect)
 
-    def _store_run(self, peer: Peer, run: SendRun, queues: list[tuple[str, int]]) -> None:
+    def _store_run(self, peer: Peer, run: SendRun, queues: list[tuple[str, int]], inspect: bool) -> None:
         n = len(run.records)
         first = queues[0]
-        one_queue = n == 1 or all(q == first for q in queues)
+        # a parked message is stored elsewhere than asked: the run is then put as separate queues
+        one_queue = (n == 1 or all(q == first for q in queues)) and not inspect
         if one_queue:
             req = PutRequest(run.batch(), [first[0]], None, first[1])
         else:
             table: dict[str, int] = {}
             idx = np.fromiter((table.setdefault(t, len(table)) for t, _ in queues), np.int64, n)
             req = PutRequest(run.batch(), list(table), idx, np.fromiter((q for _, q in queues), np.int64, n))
+            if inspect:
+                req.inspect = np.flatnonzero(np.fromiter((f & P.FLAG_INSPECT for f in run.flags), np.int64, n))
         try:
             r = self.store.put(req, wait_flush=False)
         except Exception as e:
@@ -251,8 +258,12 @@ class SendProcessor:
         else:
             stored = range(n) if rows is None else rows
             records = run.records
+            where = queues
+            if inspect:  # parked messages are counted where they were stored
+                tids, sqids = req.topic_ids().tolist(), req.queue_id_array().tolist()
+                where = [(req.topics[t], q) for t, q in zip(tids, sqids)]
             for i in stored:
-                count(*queues[i], 1, len(records[i]))
+                count(*where[i], 1, len(records[i]))
             qid = np.fromiter((queues[i][1] for i in stored), np.int64, len(stored))
         k = len(req_ids)
         if k == 1 and one_queue:  # the sync send: no per-record arrays

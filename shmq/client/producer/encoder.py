@@ -26,7 +26,7 @@ _UNIQ_NAME = (fmt.PROPERTY_UNIQ_KEY + fmt.NAME_VALUE_SEPARATOR).encode()
 _UNIQ_LEN = 32
 _UNIQ_COUNTER = 24  # UNIQ_KEYs of one block share pid, random word and second; the counter follows
 _SEP = fmt.PROPERTY_SEPARATOR.encode()
-_FIELDS = attrgetter("body", "topic", "tags", "keys", "properties", "flag", "delay_level")
+_FIELDS = attrgetter("body", "topic", "tags", "keys", "properties", "flag", "delivery_rules")
 
 
 @dataclass(slots=True)
@@ -123,7 +123,7 @@ class MessageEncoder:
             a, b = sorted(topic_set, key=str)[:2]
             raise BadArgumentError(f"a batch must be of one topic: {a!r} != {b!r}")
         if any(delays):
-            raise BadArgumentError("delayed messages cannot be sent in a batch")
+            raise BadArgumentError("delayed messages (delay_level, deliver_at, delay) cannot be sent in a batch")
         return self._encode_columns(topics[0], bodies, tags, keys, user, np.fromiter(flags, np.int64, n),
                                     born_timestamp, born_host)
 

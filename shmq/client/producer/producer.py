@@ -229,7 +229,7 @@ class Producer:
 
     def _accumulator_for(self, msg: Message) -> ProduceAccumulator | None:
         """The accumulator, if ``msg`` goes through it (delayed messages never go in batches)."""
-        return None if msg.delay_level else self._accumulator
+        return None if msg.delivery_rules else self._accumulator
 
     def _flush_accumulated(self) -> None:
         if self._accumulator is not None:
@@ -424,7 +424,7 @@ class Producer:
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
-        flags = P.FLAG_ONEWAY if oneway else 0
+        flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules else 0)
 
         def fill(view, req_id: int) -> None:
             p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,

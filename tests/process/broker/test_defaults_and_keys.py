@@ -74,9 +74,9 @@ def test_cli_refuses_a_name_contradicting_broker_name_and_unsupported_keys(tmp_p
     out = _cli(store_dir, "--name", broker_name + "x", "--config", str(conf))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "contradicts brokerName" in out.stderr
-    conf.write_text("messageDelayLevel=1s 5s\n")
+    conf.write_text("osPageCacheBusyTimeOutMills=1000\n")
     out = _cli(store_dir, "--name", broker_name, "--config", str(conf))
-    assert out.returncode == 2 and "'messageDelayLevel' is not supported yet" in out.stderr
+    assert out.returncode == 2 and "'osPageCacheBusyTimeOutMills' is not supported yet" in out.stderr
 
 
 def test_broker_log_and_root_made_by_the_launcher_are_private(tmp_path, broker_name, ipc_tracker):
