@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
@@ -31,56 +30,71 @@ log = logging.getLogger(__name__)
 SYNC, ASYNC, ONEWAY = "SYNC", "ASYNC", "ONEWAY"  # RocketMQ's CommunicationMode
 
 
-@dataclass(eq=False)
-class SendMessageContext:
-    """One send as hooks see it. ``message`` is what was given to the send (a Message, a list
-    of them, or a MessageBatch); ``queue``, ``result`` and ``exception`` are set for ``after``."""
+class _Context:
+    """Timing shared by both contexts. Slotted classes with a plain ``__init__``: one is made per
+    send while a hook is registered, and a dataclass with default factories cost a microsecond."""
 
-    group: str
-    message: Message | Sequence[Message] | MessageBatch
-    mode: str  # SYNC, ASYNC or ONEWAY
-    begin_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))  # ms since the epoch
-    end_timestamp: int = 0
-    queue: MessageQueue | None = None
-    result: SendResult | None = None
-    exception: BaseException | None = None
-    props: dict[str, Any] = field(default_factory=dict)  # hooks' own state between before and after
-    _begin_ns: int = field(default_factory=time.monotonic_ns, repr=False)
-    _cost_ns: int = field(default=0, repr=False)
+    __slots__ = ("begin_timestamp", "end_timestamp", "props", "_begin_ns", "_cost_ns")
 
-    @property
-    def success(self) -> bool:
-        return self.exception is None
+    def __init__(self) -> None:
+        self.begin_timestamp = int(time.time() * 1000)  # ms since the epoch
+        self.end_timestamp = 0
+        self.props: dict[str, Any] = {}  # hooks' own state between before and after
+        self._begin_ns = time.monotonic_ns()
+        self._cost_ns = 0
+
+    def _finish(self) -> None:
+        self._cost_ns = time.monotonic_ns() - self._begin_ns
+        self.end_timestamp = int(time.time() * 1000)
 
     @property
     def cost_ms(self) -> float:
         """Milliseconds from ``before`` to ``after`` (monotonic clock)."""
         return self._cost_ns / 1e6
 
+    def __repr__(self) -> str:
+        names = [n for c in type(self).__mro__ for n in getattr(c, "__slots__", ()) if not n.startswith("_")]
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in names) + ")"
 
-@dataclass(eq=False)
-class ConsumeMessageContext:
+
+class SendMessageContext(_Context):
+    """One send as hooks see it. ``message`` is what was given to the send (a Message, a list
+    of them, or a MessageBatch); ``mode`` SYNC, ASYNC or ONEWAY; ``queue``, ``result`` and
+    ``exception`` are set for ``after``."""
+
+    __slots__ = ("group", "message", "mode", "queue", "result", "exception")
+
+    def __init__(self, group: str, message: Message | Sequence[Message] | MessageBatch, mode: str) -> None:
+        super().__init__()
+        self.group = group
+        self.message = message
+        self.mode = mode
+        self.queue: MessageQueue | None = None
+        self.result: SendResult | None = None
+        self.exception: BaseException | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.exception is None
+
+
+class ConsumeMessageContext(_Context):
     """One listener call as hooks see it; ``status``, ``success`` and ``exception`` are set for ``after``.
     An exception from the listener (or a return that is not a ConsumeResult) is RECONSUME_LATER."""
 
-    group: str
-    queue: MessageQueue
-    messages: list[MessageExt]
-    begin_timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
-    end_timestamp: int = 0
-    status: ConsumeResult | None = None
-    exception: BaseException | None = None
-    props: dict[str, Any] = field(default_factory=dict)
-    _begin_ns: int = field(default_factory=time.monotonic_ns, repr=False)
-    _cost_ns: int = field(default=0, repr=False)
+    __slots__ = ("group", "queue", "messages", "status", "exception")
+
+    def __init__(self, group: str, queue: MessageQueue, messages: list[MessageExt]) -> None:
+        super().__init__()
+        self.group = group
+        self.queue = queue
+        self.messages = messages
+        self.status: ConsumeResult | None = None
+        self.exception: BaseException | None = None
 
     @property
     def success(self) -> bool:
         return self.status is ConsumeResult.SUCCESS
-
-    @property
-    def cost_ms(self) -> float:
-        return self._cost_ns / 1e6
 
 
 class SendMessageHook(Protocol):
@@ -118,8 +132,7 @@ def call_hooks(hooks: Sequence[H], method: str, ctx: object) -> None:
 def send_done(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, result: SendResult | None,
               exception: BaseException | None) -> None:
     """Fill in the outcome and run every hook's ``send_message_after``."""
-    ctx._cost_ns = time.monotonic_ns() - ctx._begin_ns
-    ctx.end_timestamp = int(time.time() * 1000)
+    ctx._finish()
     ctx.result, ctx.exception = result, exception
     if result is not None:
         ctx.queue = result.queue
@@ -148,11 +161,12 @@ def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, sub
         raise
 
     def done(f: Future) -> None:
+        # f is done: its fields are final, read without taking its lock twice more per send
         if f.cancelled():
             send_done(hooks, ctx, None, CancelledError())
         else:
-            error = f.exception()
-            send_done(hooks, ctx, f.result() if error is None else None, error)
+            error = f._exception
+            send_done(hooks, ctx, f._result if error is None else None, error)
     fut.add_done_callback(done)
     return fut
 
@@ -177,8 +191,7 @@ class HookedListener:
             ctx.exception = e
             raise  # the consume service logs it and delivers again, as without hooks
         finally:
-            ctx._cost_ns = time.monotonic_ns() - ctx._begin_ns
-            ctx.end_timestamp = int(time.time() * 1000)
+            ctx._finish()
             ctx.status = result if isinstance(result, ConsumeResult) else ConsumeResult.RECONSUME_LATER
             call_hooks(self.hooks, "consume_message_after", ctx)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from shmq.codec import record as fmt
 from shmq.model.message import Message
 from shmq.model.system_topics import TRACE_TOPIC
-from shmq.trace.record import TraceRecord
+from shmq.trace.record import Fields, to_line
 
 if TYPE_CHECKING:
     from shmq.client.producer.producer import Producer
@@ -41,7 +41,7 @@ INNER_PRODUCER_PREFIX = "_INNER_TRACE_PRODUCER-"  # + the client's group: the in
 TRACE_RING_BYTES = 4 * 1024 * 1024  # the internal producer's ring: trace messages are <= MAX_BODY_BYTES
 NEVER_COMPRESS = fmt.MAX_MESSAGE_SIZE  # the internal producer's compression threshold: trace bodies stay plain JSON
 
-Builder = Callable[..., list[TraceRecord]]
+Builder = Callable[..., list[Fields]]
 
 
 def trace_topic(option: bool | str | None) -> str | None:
@@ -138,7 +138,7 @@ class AsyncTraceDispatcher:
     def _drain(self) -> None:
         """Turn the queued events into trace messages and send them (without waiting for answers)."""
         events = self._events
-        records: list[TraceRecord] = []
+        records: list[Fields] = []
         while events:
             build, args, _ = events.popleft()
             try:
@@ -151,9 +151,9 @@ class AsyncTraceDispatcher:
         if records:
             self._send(records)
 
-    def _send(self, records: list[TraceRecord]) -> None:
+    def _send(self, records: list[Fields]) -> None:
         """Trace messages of at most ``max_records`` records and ``max_body_bytes`` (or one record)."""
-        lines = [r.to_json() + "\n" for r in records]
+        lines = [to_line(r) for r in records]
         start = 0
         while start < len(records):
             end, size = start + 1, len(lines[start])
@@ -163,8 +163,8 @@ class AsyncTraceDispatcher:
             self._send_one(records[start:end], "".join(lines[start:end]).encode())
             start = end
 
-    def _send_one(self, records: list[TraceRecord], body: bytes) -> None:
-        ids = list(dict.fromkeys(r.msg_id for r in records if r.msg_id))
+    def _send_one(self, records: list[Fields], body: bytes) -> None:
+        ids = list(dict.fromkeys(r["msg_id"] for r in records if r.get("msg_id")))
         fut = self.producer.send_async(Message(self.topic, body, keys=" ".join(ids) or None))
         self._inflight.add(fut)
         fut.add_done_callback(functools.partial(self._done, n=len(records)))

@@ -13,22 +13,22 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Iterator
 
 from shmq.client.hooks import ConsumeMessageContext, SendMessageContext
 from shmq.model.message import Message, MessageBatch
-from shmq.model.message_ext import MessageExt
 
 PUB, SUB_BEFORE, SUB_AFTER = "Pub", "SubBefore", "SubAfter"
 TYPES = (PUB, SUB_BEFORE, SUB_AFTER)
 _ORDER = {t: i for i, t in enumerate(TYPES)}
 CLIENT_HOST = socket.gethostname()
+Fields = dict[str, Any]  # a record as built by the clients: TraceRecord's fields, those that are None left out
 
 
-@dataclass
+@dataclass(slots=True)
 class TraceRecord:
-    """One event of one message. Times are ms since the epoch; ``cost_ms`` is the send's time
+    """One event of one message, as ``Admin.view_trace`` returns it. Times are ms since the epoch; ``cost_ms`` is the send's time
     to its answer (Pub) or the listener call's time (SubAfter: the whole call, which got
     ``batch`` messages); ``request_id`` pairs a SubBefore with its SubAfter."""
 
@@ -56,7 +56,7 @@ class TraceRecord:
 
     def to_json(self) -> str:
         """The record as one JSON line (without the newline); fields that are None are left out."""
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None}, separators=(",", ":"))
+        return _dumps({k: v for k in _NAMES if (v := getattr(self, k)) is not None})
 
     @classmethod
     def from_json(cls, line: str) -> "TraceRecord | None":
@@ -68,15 +68,18 @@ class TraceRecord:
             return None
         if not isinstance(d, dict) or d.get("type") not in TYPES:
             return None
-        known = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in d.items() if k in known})
+            return cls(**{k: v for k, v in d.items() if k in _NAMES})
         except TypeError:
             return None
 
     @property
     def sort_key(self) -> tuple[int, int]:
         return self.timestamp if isinstance(self.timestamp, int) else 0, _ORDER.get(self.type, 0)
+
+
+_NAMES = tuple(f.name for f in fields(TraceRecord))
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per call
 
 
 def decode_body(body: bytes | str) -> Iterator[TraceRecord]:
@@ -98,7 +101,7 @@ def _sent(message: Message | MessageBatch | Any) -> list[tuple[str, str | None, 
     return [(m.topic, m.tags, m.keys, len(m.body)) for m in message]
 
 
-def pub_records(ctx: SendMessageContext) -> list[TraceRecord]:
+def pub_records(ctx: SendMessageContext) -> list[Fields]:
     """The Pub records of an answered send, one per message; none for a failed send (it has no
     message id to find it by, as in RocketMQ) or a oneway one (no answer)."""
     r = ctx.result
@@ -107,31 +110,44 @@ def pub_records(ctx: SendMessageContext) -> list[TraceRecord]:
     sent = _sent(ctx.message)
     ids = r.msg_id.split(",") if len(sent) > 1 else [r.msg_id]
     offset_ids = r.offset_msg_id.split(",") if len(sent) > 1 else [r.offset_msg_id]
-    pid = os.getpid()
-    return [TraceRecord(PUB, ctx.begin_timestamp, ctx.group, topic, ids[i], tags, keys, offset_ids[i],
-                        r.queue.queue_id, r.queue_offset + i, r.store_timestamp, body_length=length,
-                        cost_ms=round(ctx.cost_ms, 3), status=r.status.value, success=True, batch=len(sent),
-                        client_pid=pid)
-            for i, (topic, tags, keys, length) in enumerate(sent) if i < len(ids)]
+    base = {"type": PUB, "timestamp": ctx.begin_timestamp, "group": ctx.group, "queue_id": r.queue.queue_id,
+            "store_time": r.store_timestamp, "cost_ms": round(ctx.cost_ms, 3), "status": r.status.value,
+            "success": True, "batch": len(sent), "client_host": CLIENT_HOST, "client_pid": os.getpid()}
+    out = []
+    for i, (topic, tags, keys, length) in enumerate(sent[:len(ids)]):
+        d = dict(base, topic=topic, msg_id=ids[i], offset_msg_id=offset_ids[i], queue_offset=r.queue_offset + i,
+                 body_length=length)
+        if tags is not None:
+            d["tags"] = tags
+        if keys is not None:
+            d["keys"] = keys
+        out.append(d)
+    return out
 
 
-def _sub(kind: str, ctx: ConsumeMessageContext, m: MessageExt, request_id: str, pid: int) -> TraceRecord:
-    return TraceRecord(kind, ctx.begin_timestamp if kind == SUB_BEFORE else ctx.end_timestamp, ctx.group, m.topic,
-                       m.msg_id, m.tags, m.keys, m.offset_msg_id, m.queue_id, m.queue_offset, m.store_timestamp,
-                       m.born_timestamp, len(m.body), m.reconsume_times, request_id=request_id, client_pid=pid)
-
-
-def sub_records(ctx: ConsumeMessageContext, request_id: str, before: bool) -> list[TraceRecord]:
+def sub_records(ctx: ConsumeMessageContext, request_id: str, before: bool) -> list[Fields]:
     """SubBefore records (``before``) or SubAfter records of one listener call, one per message."""
-    pid = os.getpid()
-    if before:
-        return [_sub(SUB_BEFORE, ctx, m, request_id, pid) for m in ctx.messages]
+    base: Fields = {"type": SUB_BEFORE if before else SUB_AFTER,
+                    "timestamp": ctx.begin_timestamp if before else ctx.end_timestamp, "group": ctx.group,
+                    "request_id": request_id, "client_host": CLIENT_HOST, "client_pid": os.getpid()}
+    if not before:
+        base.update(cost_ms=round(ctx.cost_ms, 3), success=ctx.success, batch=len(ctx.messages))
+        if ctx.status is not None:
+            base["status"] = ctx.status.value
     out = []
     for m in ctx.messages:
-        r = _sub(SUB_AFTER, ctx, m, request_id, pid)
-        r.cost_ms = round(ctx.cost_ms, 3)
-        r.status = ctx.status.value if ctx.status is not None else None
-        r.success = ctx.success
-        r.batch = len(ctx.messages)
-        out.append(r)
+        d = dict(base, topic=m.topic, msg_id=m.msg_id, offset_msg_id=m.offset_msg_id, queue_id=m.queue_id,
+                 queue_offset=m.queue_offset, store_time=m.store_timestamp, born_time=m.born_timestamp,
+                 body_length=len(m.body), reconsume_times=m.reconsume_times)
+        tags, keys = m.tags, m.keys
+        if tags is not None:
+            d["tags"] = tags
+        if keys is not None:
+            d["keys"] = keys
+        out.append(d)
     return out
+
+
+def to_line(record: Fields) -> str:
+    """One record as a JSON line (with its newline)."""
+    return _dumps(record) + "\n"

@@ -12,7 +12,7 @@ from shmq.filter.function import FunctionFilter
 from shmq.filter.tags import TagFilter, as_expression
 from shmq.model.message_ext import MessageExt
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
-from shmq.trace.record import TraceRecord, decode_body, pub_records, sub_records
+from shmq.trace.record import TraceRecord, decode_body, pub_records, sub_records, to_line
 
 
 class Log:
@@ -78,9 +78,9 @@ def test_pub_records_of_a_batch_one_per_message():
     msgs = [Message("T", b"a", tags="x", keys="k1"), Message("T", b"bbb")]
     ctx = SendMessageContext("g", msgs, SYNC)
     hooked_call([], ctx, lambda: _result(2))
-    records = pub_records(ctx)
-    assert [(t.msg_id, t.keys, t.body_length, t.queue_offset, t.batch) for t in records] == \
-        [(f"{0:032X}", "k1", 1, 10, 2), (f"{1:032X}", None, 3, 11, 2)]
+    records = [TraceRecord.from_json(to_line(d)) for d in pub_records(ctx)]
+    assert [(t.type, t.msg_id, t.keys, t.body_length, t.queue_offset, t.batch) for t in records] == \
+        [("Pub", f"{0:032X}", "k1", 1, 10, 2), ("Pub", f"{1:032X}", None, 3, 11, 2)]
     failed = SendMessageContext("g", msgs[0], SYNC)
     assert pub_records(failed) == []  # no answer, no id to find it by
 
@@ -89,7 +89,8 @@ def test_sub_records_pair_before_and_after():
     m = MessageExt("T", b"xy", tags="t", keys="k", queue_id=1, queue_offset=7, msg_id="M", reconsume_times=2)
     ctx = ConsumeMessageContext("cg", MessageQueue("T", "b", 1), [m])
     ctx.status = ConsumeResult.SUCCESS
-    before, after = sub_records(ctx, "r1", True)[0], sub_records(ctx, "r1", False)[0]
+    before, after = (TraceRecord.from_json(to_line(sub_records(ctx, "r1", b)[0])) for b in (True, False))
+    assert before is not None and after is not None
     assert (before.type, before.status, before.reconsume_times, before.queue_offset) == ("SubBefore", None, 2, 7)
     assert (after.type, after.status, after.success, after.request_id) == ("SubAfter", "SUCCESS", True, "r1")
 
