@@ -5,12 +5,13 @@ buffer and returns: an append is a deque append, no lock, no encoding, no I/O. W
 buffer holds ``buffer_size`` events the event is dropped and counted (``dropped`` counts its
 records), and a warning is logged at most every ``LOG_INTERVAL_S``: tracing never blocks or
 slows a send or a consume beyond that append. One background thread wakes every
-``flush_interval`` s (or when ``max_records`` events wait), turns the events into records,
-packs up to ``max_records`` records (and at most ``max_body_bytes``) into one trace message
-keyed by their message ids, and sends it with its own internal producer (RocketMQ's
-``_INNER_TRACE_PRODUCER-<group>``, auto-batching its async sends). A trace message that
-cannot be stored is logged and its records counted in ``failed``; the user's traffic is
-never affected.
+``flush_interval`` s (or when half the buffer is used), turns the events into records, packs
+up to ``max_records`` records (and at most ``max_body_bytes``) into one trace message keyed
+by their message ids, and sends the trace messages of a wake-up as one batch with its own
+internal producer (RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``). Few, big wake-ups matter
+in Python: every hand-over of the GIL between the user's thread and this one costs the
+user's thread time. A trace message that cannot be stored is logged and its records counted
+in ``failed``; the user's traffic is never affected.
 """
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from shmq.codec import record as fmt
 from shmq.model.message import Message
 from shmq.model.system_topics import TRACE_TOPIC
-from shmq.trace.record import Fields, to_line
+from shmq.trace.record import Line
 
 if TYPE_CHECKING:
     from shmq.client.producer.producer import Producer
@@ -35,13 +36,14 @@ log = logging.getLogger(__name__)
 BUFFER_SIZE = 2048  # events (RocketMQ's traceContextQueue holds 2048)
 MAX_RECORDS = 100  # per trace message (RocketMQ packs up to 100 trace contexts per batch)
 MAX_BODY_BYTES = 128 * 1024  # RocketMQ's maxMsgSize of a trace message
+MAX_BATCH_BYTES = 1024 * 1024  # trace messages sent together in one batch (a drain sends one or a few)
 FLUSH_INTERVAL_S = 0.05
 LOG_INTERVAL_S = 10.0
 INNER_PRODUCER_PREFIX = "_INNER_TRACE_PRODUCER-"  # + the client's group: the internal producer's group
 TRACE_RING_BYTES = 4 * 1024 * 1024  # the internal producer's ring: trace messages are <= MAX_BODY_BYTES
 NEVER_COMPRESS = fmt.MAX_MESSAGE_SIZE  # the internal producer's compression threshold: trace bodies stay plain JSON
 
-Builder = Callable[..., list[Fields]]
+Builder = Callable[..., list[Line]]
 
 
 def trace_topic(option: bool | str | None) -> str | None:
@@ -96,7 +98,7 @@ class AsyncTraceDispatcher:
                             self.producer.group, self.buffer_size, self.dropped)
             return False
         events.append((build, args, records))
-        if len(events) >= self.max_records:
+        if len(events) == self.buffer_size // 2:  # wake early only when the buffer fills: fewer, bigger drains
             self._wake.set()
         return True
 
@@ -136,38 +138,54 @@ class AsyncTraceDispatcher:
                 log.exception("trace dispatcher of %r failed; going on", self.producer.group)
 
     def _drain(self) -> None:
-        """Turn the queued events into trace messages and send them (without waiting for answers)."""
+        """Turn the queued events into trace messages and send them, one batch per
+        ``MAX_BATCH_BYTES`` (without waiting for the answers)."""
         events = self._events
-        records: list[Fields] = []
+        records: list[Line] = []
         while events:
             build, args, _ = events.popleft()
             try:
                 records.extend(build(*args))
             except Exception:
                 log.exception("building trace records failed; event skipped")
-            if len(records) >= self.max_records:
-                self._send(records)
-                records = []
-        if records:
-            self._send(records)
+        batch: list[Message] = []
+        counts: list[int] = []
+        size = 0
+        for msg, n in self._messages(records):
+            if batch and size + len(msg.body) > MAX_BATCH_BYTES:
+                self._send(batch, counts)
+                batch, counts, size = [], [], 0
+            batch.append(msg)
+            counts.append(n)
+            size += len(msg.body)
+        if batch:
+            self._send(batch, counts)
 
-    def _send(self, records: list[Fields]) -> None:
-        """Trace messages of at most ``max_records`` records and ``max_body_bytes`` (or one record)."""
-        lines = [to_line(r) for r in records]
+    def _messages(self, records: list[Line]) -> Iterator[tuple[Message, int]]:
+        """Trace messages of at most ``max_records`` records and ``max_body_bytes`` (or one record),
+        each keyed by the message ids of its records; with the count of records in each."""
         start = 0
         while start < len(records):
-            end, size = start + 1, len(lines[start])
-            while end < len(records) and end - start < self.max_records and size + len(lines[end]) <= self.max_body_bytes:
-                size += len(lines[end])
+            end, size = start + 1, len(records[start][1])
+            while end < len(records) and end - start < self.max_records:
+                size += len(records[end][1])
+                if size > self.max_body_bytes:
+                    break
                 end += 1
-            self._send_one(records[start:end], "".join(lines[start:end]).encode())
+            chunk = records[start:end]
+            ids = " ".join(dict.fromkeys(msg_id for msg_id, _ in chunk if msg_id))
+            yield Message(self.topic, "".join(line for _, line in chunk).encode(), keys=ids or None), len(chunk)
             start = end
 
-    def _send_one(self, records: list[Fields], body: bytes) -> None:
-        ids = list(dict.fromkeys(r["msg_id"] for r in records if r.get("msg_id")))
-        fut = self.producer.send_async(Message(self.topic, body, keys=" ".join(ids) or None))
+    def _send(self, batch: list[Message], counts: list[int]) -> None:
+        try:
+            fut = self.producer.send_batch_async(batch)
+        except Exception as e:  # a bad record (an id too long for the KEYS property): this batch only
+            self.failed += sum(counts)
+            log.warning("trace messages of %d records to %s not sent: %s", sum(counts), self.topic, e)
+            return
         self._inflight.add(fut)
-        fut.add_done_callback(functools.partial(self._done, n=len(records)))
+        fut.add_done_callback(functools.partial(self._done, n=sum(counts)))
 
     def _done(self, fut: Future, n: int) -> None:
         self._inflight.discard(fut)

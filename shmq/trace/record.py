@@ -11,6 +11,7 @@ Pure: building and (de)serialising records; the dispatcher and hooks do the I/O.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii
 import os
 import socket
 from dataclasses import dataclass, fields
@@ -23,7 +24,11 @@ PUB, SUB_BEFORE, SUB_AFTER = "Pub", "SubBefore", "SubAfter"
 TYPES = (PUB, SUB_BEFORE, SUB_AFTER)
 _ORDER = {t: i for i, t in enumerate(TYPES)}
 CLIENT_HOST = socket.gethostname()
-Fields = dict[str, Any]  # a record as built by the clients: TraceRecord's fields, those that are None left out
+# a record as the clients build it: (the message id, its JSON line); the line holds TraceRecord's
+# fields, those that are None left out, written with f-strings (a json.dumps of a dict per record
+# took most of the trace's cost); every string a user chose goes through the JSON string escaper
+Line = tuple[str, str]
+_str = encode_basestring_ascii  # a str as a JSON string literal, quotes included (the C escaper)
 
 
 @dataclass(slots=True)
@@ -54,10 +59,6 @@ class TraceRecord:
     client_host: str = CLIENT_HOST
     client_pid: int = 0
 
-    def to_json(self) -> str:
-        """The record as one JSON line (without the newline); fields that are None are left out."""
-        return _dumps({k: v for k in _NAMES if (v := getattr(self, k)) is not None})
-
     @classmethod
     def from_json(cls, line: str) -> "TraceRecord | None":
         """A record from one line; None for a line that is not one (the trace topic is writable
@@ -78,8 +79,7 @@ class TraceRecord:
         return self.timestamp if isinstance(self.timestamp, int) else 0, _ORDER.get(self.type, 0)
 
 
-_NAMES = tuple(f.name for f in fields(TraceRecord))
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder, not one per call
+_NAMES = frozenset(f.name for f in fields(TraceRecord))
 
 
 def decode_body(body: bytes | str) -> Iterator[TraceRecord]:
@@ -101,7 +101,11 @@ def _sent(message: Message | MessageBatch | Any) -> list[tuple[str, str | None, 
     return [(m.topic, m.tags, m.keys, len(m.body)) for m in message]
 
 
-def pub_records(ctx: SendMessageContext) -> list[Fields]:
+def _opt(name: str, value: str | None) -> str:
+    return "" if value is None else f',"{name}":{_str(value)}'
+
+
+def pub_records(ctx: SendMessageContext) -> list[Line]:
     """The Pub records of an answered send, one per message; none for a failed send (it has no
     message id to find it by, as in RocketMQ) or a oneway one (no answer)."""
     r = ctx.result
@@ -110,44 +114,29 @@ def pub_records(ctx: SendMessageContext) -> list[Fields]:
     sent = _sent(ctx.message)
     ids = r.msg_id.split(",") if len(sent) > 1 else [r.msg_id]
     offset_ids = r.offset_msg_id.split(",") if len(sent) > 1 else [r.offset_msg_id]
-    base = {"type": PUB, "timestamp": ctx.begin_timestamp, "group": ctx.group, "queue_id": r.queue.queue_id,
-            "store_time": r.store_timestamp, "cost_ms": round(ctx.cost_ms, 3), "status": r.status.value,
-            "success": True, "batch": len(sent), "client_host": CLIENT_HOST, "client_pid": os.getpid()}
-    out = []
-    for i, (topic, tags, keys, length) in enumerate(sent[:len(ids)]):
-        d = dict(base, topic=topic, msg_id=ids[i], offset_msg_id=offset_ids[i], queue_offset=r.queue_offset + i,
-                 body_length=length)
-        if tags is not None:
-            d["tags"] = tags
-        if keys is not None:
-            d["keys"] = keys
-        out.append(d)
-    return out
+    head = (f'{{"type":"{PUB}","timestamp":{ctx.begin_timestamp},"group":{_str(ctx.group)},'
+            f'"queue_id":{r.queue.queue_id},"store_time":{r.store_timestamp},"cost_ms":{round(ctx.cost_ms, 3)},'
+            f'"status":"{r.status.value}","success":true,"batch":{len(sent)},{_client()}')
+    qoff = r.queue_offset
+    return [(ids[i], f'{head},"topic":{_str(topic)},"msg_id":{_str(ids[i])},"offset_msg_id":{_str(offset_ids[i])},'
+                     f'"queue_offset":{qoff + i},"body_length":{length}{_opt("tags", tags)}{_opt("keys", keys)}}}\n')
+            for i, (topic, tags, keys, length) in enumerate(sent[:len(ids)])]
 
 
-def sub_records(ctx: ConsumeMessageContext, request_id: str, before: bool) -> list[Fields]:
+def sub_records(ctx: ConsumeMessageContext, request_id: str, before: bool) -> list[Line]:
     """SubBefore records (``before``) or SubAfter records of one listener call, one per message."""
-    base: Fields = {"type": SUB_BEFORE if before else SUB_AFTER,
-                    "timestamp": ctx.begin_timestamp if before else ctx.end_timestamp, "group": ctx.group,
-                    "request_id": request_id, "client_host": CLIENT_HOST, "client_pid": os.getpid()}
+    head = (f'{{"type":"{SUB_BEFORE if before else SUB_AFTER}",'
+            f'"timestamp":{ctx.begin_timestamp if before else ctx.end_timestamp},"group":{_str(ctx.group)},'
+            f'"request_id":{_str(request_id)},{_client()}')
     if not before:
-        base.update(cost_ms=round(ctx.cost_ms, 3), success=ctx.success, batch=len(ctx.messages))
-        if ctx.status is not None:
-            base["status"] = ctx.status.value
-    out = []
-    for m in ctx.messages:
-        d = dict(base, topic=m.topic, msg_id=m.msg_id, offset_msg_id=m.offset_msg_id, queue_id=m.queue_id,
-                 queue_offset=m.queue_offset, store_time=m.store_timestamp, born_time=m.born_timestamp,
-                 body_length=len(m.body), reconsume_times=m.reconsume_times)
-        tags, keys = m.tags, m.keys
-        if tags is not None:
-            d["tags"] = tags
-        if keys is not None:
-            d["keys"] = keys
-        out.append(d)
-    return out
+        head += (f',"cost_ms":{round(ctx.cost_ms, 3)},"success":{"true" if ctx.success else "false"},'
+                 f'"batch":{len(ctx.messages)}{_opt("status", ctx.status.value if ctx.status else None)}')
+    return [(m.msg_id, f'{head},"topic":{_str(m.topic)},"msg_id":{_str(m.msg_id)},'
+                       f'"offset_msg_id":{_str(m.offset_msg_id)},"queue_id":{m.queue_id},"queue_offset":{m.queue_offset},'
+                       f'"store_time":{m.store_timestamp},"born_time":{m.born_timestamp},"body_length":{len(m.body)},'
+                       f'"reconsume_times":{m.reconsume_times}{_opt("tags", m.tags)}{_opt("keys", m.keys)}}}\n')
+            for m in ctx.messages]
 
 
-def to_line(record: Fields) -> str:
-    """One record as a JSON line (with its newline)."""
-    return _dumps(record) + "\n"
+def _client() -> str:
+    return f'"client_host":{_str(CLIENT_HOST)},"client_pid":{os.getpid()}'

@@ -12,7 +12,7 @@ from shmq.filter.function import FunctionFilter
 from shmq.filter.tags import TagFilter, as_expression
 from shmq.model.message_ext import MessageExt
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
-from shmq.trace.record import TraceRecord, decode_body, pub_records, sub_records, to_line
+from shmq.trace.record import TraceRecord, decode_body, pub_records, sub_records
 
 
 class Log:
@@ -65,20 +65,23 @@ def test_check_hook_refuses_objects_without_the_methods():
         check_hook(object(), "send_message_before", "send_message_after")
 
 
-def test_trace_records_round_trip_and_garbage_is_skipped():
-    r = TraceRecord("Pub", 1, "g", "T", "ID", keys="a b", cost_ms=1.5, success=True)
-    assert TraceRecord.from_json(r.to_json()) == r
-    assert "queue_id" not in r.to_json()  # None fields are left out
-    body = (r.to_json() + "\n{}\nnot json\n[1]\n" + '{"type": "Pub", "nope": 1}\n' + '{"type": "Other"}\n').encode()
+def test_trace_lines_parse_back_and_garbage_is_skipped():
+    m = MessageExt("T", b"xy", tags='q"\\\n\u00e9', keys="k", msg_id='M"1', offset_msg_id="O")
+    ctx = ConsumeMessageContext("c\tg", MessageQueue("T", "b", 1), [m])
+    msg_id, line = sub_records(ctx, "r", True)[0]
+    r = TraceRecord.from_json(line)  # every string a user chose is escaped
+    assert r is not None and (msg_id, r.msg_id, r.tags, r.group, r.keys) == ('M"1', 'M"1', m.tags, "c\tg", "k")
+    assert r.cost_ms is None and '"cost_ms"' not in line  # fields a record has not are left out
+    body = (line + "{}\nnot json\n[1]\n" + '{"type": "Pub", "nope": 1}\n' + '{"type": "Other"}\n').encode()
     assert list(decode_body(body)) == [r]
-    assert list(decode_body(b"\xff\xfe" + r.to_json().encode())) == []
+    assert list(decode_body(b"\xff\xfe" + line.encode())) == []
 
 
 def test_pub_records_of_a_batch_one_per_message():
     msgs = [Message("T", b"a", tags="x", keys="k1"), Message("T", b"bbb")]
     ctx = SendMessageContext("g", msgs, SYNC)
     hooked_call([], ctx, lambda: _result(2))
-    records = [TraceRecord.from_json(to_line(d)) for d in pub_records(ctx)]
+    records = [TraceRecord.from_json(line) for _, line in pub_records(ctx)]
     assert [(t.type, t.msg_id, t.keys, t.body_length, t.queue_offset, t.batch) for t in records] == \
         [("Pub", f"{0:032X}", "k1", 1, 10, 2), ("Pub", f"{1:032X}", None, 3, 11, 2)]
     failed = SendMessageContext("g", msgs[0], SYNC)
@@ -89,7 +92,7 @@ def test_sub_records_pair_before_and_after():
     m = MessageExt("T", b"xy", tags="t", keys="k", queue_id=1, queue_offset=7, msg_id="M", reconsume_times=2)
     ctx = ConsumeMessageContext("cg", MessageQueue("T", "b", 1), [m])
     ctx.status = ConsumeResult.SUCCESS
-    before, after = (TraceRecord.from_json(to_line(sub_records(ctx, "r1", b)[0])) for b in (True, False))
+    before, after = (TraceRecord.from_json(sub_records(ctx, "r1", b)[0][1]) for b in (True, False))
     assert before is not None and after is not None
     assert (before.type, before.status, before.reconsume_times, before.queue_offset) == ("SubBefore", None, 2, 7)
     assert (after.type, after.status, after.success, after.request_id) == ("SubAfter", "SUCCESS", True, "r1")

@@ -5,7 +5,9 @@ hook: the normal path), ``hook`` (one no-op send hook: the cost of the hook mach
 ``trace`` (trace=True: a Pub record per message through the async dispatcher and its own
 producer). Each mode is run for sync sends (``send``, one round trip per message) and async
 sends (``send_async`` with 256 futures in flight, auto-batched), ``--rounds`` times on a
-fresh store; medians reported, with the trace records dropped (buffer full) and stored.
+fresh store; medians reported, with this process's CPU per message (all its threads, until
+the run's trace records are stored: less moved by other load than the rate), and the trace
+records dropped (buffer full) and stored.
 
     .venv/bin/python tools/bench/trace_bench.py [--seconds S] [--rounds N]
 """
@@ -32,21 +34,19 @@ class NoopHook:
         pass
 
 
-def _sync(p: Producer, seconds: float) -> float:
+def _sync(p: Producer, seconds: float) -> int:
     msg = Message("Bench", BODY)
-    n, start = 0, time.perf_counter()
-    end = start + seconds
+    n, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         p.send(msg)
         n += 1
-    return n / (time.perf_counter() - start)
+    return n
 
 
-def _async(p: Producer, seconds: float) -> float:
+def _async(p: Producer, seconds: float) -> int:
     msg = Message("Bench", BODY)
     window: deque = deque()
-    n, start = 0, time.perf_counter()
-    end = start + seconds
+    n, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         for _ in range(64):
             window.append(p.send_async(msg))
@@ -55,21 +55,28 @@ def _async(p: Producer, seconds: float) -> float:
         n += 64
     for f in window:
         f.result()
-    return n / (time.perf_counter() - start)
+    return n
 
 
-def run(mode: str, kind: str, seconds: float) -> tuple[float, int, int]:
+def run(mode: str, kind: str, seconds: float) -> tuple[float, float, int, int]:
+    """(msgs/s, this process's CPU us per message until its trace records are stored, dropped, stored)."""
     with tempfile.TemporaryDirectory() as d, shmq.Broker(d + "/store", "trace_bench", CONFIG):
         p = Producer("bench", broker="trace_bench", trace=mode == "trace").start()
         if mode == "hook":
             p.register_send_hook(NoopHook())
         try:
             (_sync if kind == "sync" else _async)(p, 0.3)  # warm up: attach, first segment, topic creation
-            rate = (_sync if kind == "sync" else _async)(p, seconds)
             tracer = p.tracer
             if tracer is not None:
                 tracer.flush(30)
-            return rate, tracer.dropped if tracer else 0, tracer.sent if tracer else 0
+                tracer.dropped = tracer.sent = 0
+            cpu, start = time.process_time(), time.perf_counter()
+            n = (_sync if kind == "sync" else _async)(p, seconds)
+            rate = n / (time.perf_counter() - start)
+            if tracer is not None:
+                tracer.flush(30)
+            cpu_us = (time.process_time() - cpu) / n * 1e6
+            return rate, cpu_us, tracer.dropped if tracer else 0, tracer.sent if tracer else 0
         finally:
             p.shutdown()
 
@@ -78,17 +85,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kinds", default="sync,async")
+    ap.add_argument("--modes", default="off,hook,trace")
     args = ap.parse_args()
-    print(f"{'kind':6} {'mode':6} {'msgs/s (median)':>16} {'vs off':>7} {'dropped':>9} {'stored':>9}")
-    for kind in ("sync", "async"):
+    print(f"{'kind':6} {'mode':6} {'msgs/s (median)':>16} {'vs off':>7} {'CPU us/msg':>10} {'dropped':>9} {'stored':>9}")
+    for kind in args.kinds.split(","):
         base = None
-        for mode in ("off", "hook", "trace"):
+        for mode in args.modes.split(","):
             runs = [run(mode, kind, args.seconds) for _ in range(args.rounds)]
-            rate = statistics.median(r[0] for r in runs)
+            rate, cpu, dropped, stored = (statistics.median(r[k] for r in runs) for k in range(4))
             base = base or rate
-            dropped = statistics.median(r[1] for r in runs)
-            stored = statistics.median(r[2] for r in runs)
-            print(f"{kind:6} {mode:6} {rate:16,.0f} {rate / base:7.2f} {dropped:9,.0f} {stored:9,.0f}", flush=True)
+            print(f"{kind:6} {mode:6} {rate:16,.0f} {rate / base:7.2f} {cpu:10.1f} {dropped:9,.0f} {stored:9,.0f}",
+                  flush=True)
         time.sleep(0.1)
 
 

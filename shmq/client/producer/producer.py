@@ -525,6 +525,7 @@ class Producer:
 
 def inner_producer(group: str, broker: str | None) -> Producer:
     """The producer that sends a client's trace records: RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``,
-    with a small ring and no compression (trace bodies stay plain JSON in the store)."""
+    with a small ring, no compression (trace bodies stay plain JSON in the store) and no
+    accumulator (the dispatcher sends its own batches)."""
     return Producer(INNER_PRODUCER_PREFIX + group, broker, ring_bytes=TRACE_RING_BYTES,
-                    compress_msg_body_over_howmuch=NEVER_COMPRESS)
+                    compress_msg_body_over_howmuch=NEVER_COMPRESS, auto_batch=False)
