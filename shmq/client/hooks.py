@@ -21,6 +21,7 @@ import time
 from concurrent.futures import CancelledError, Future
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
+from shmq.errors import ArgumentTypeError
 from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult
 from shmq.model.message_ext import MessageExt
@@ -28,6 +29,7 @@ from shmq.model.message_ext import MessageExt
 log = logging.getLogger(__name__)
 
 SYNC, ASYNC, ONEWAY = "SYNC", "ASYNC", "ONEWAY"  # RocketMQ's CommunicationMode
+LOG_INTERVAL_S = 10.0
 
 
 class _Context:
@@ -117,16 +119,24 @@ def check_hook(hook: object, before: str, after: str) -> None:
     """Refuse, at registration, an object that lacks the two methods."""
     missing = [m for m in (before, after) if not callable(getattr(hook, m, None))]
     if missing:
-        raise TypeError(f"{type(hook).__name__} is not a hook: it has no {' or '.join(missing)} method")
+        raise ArgumentTypeError(f"{type(hook).__name__} is not a hook: it has no {' or '.join(missing)} method")
+
+
+_failures: dict[tuple[int, str], float] = {}  # (hook id, method) -> when its failure was last logged
 
 
 def call_hooks(hooks: Sequence[H], method: str, ctx: object) -> None:
-    """``hook.<method>(ctx)`` for each hook; one that raises is logged and the others still run."""
+    """``hook.<method>(ctx)`` for each hook; one that raises is logged (with its traceback at most
+    once per ``LOG_INTERVAL_S`` per hook and method: a broken hook must not flood the log) and
+    the others still run."""
     for h in hooks:
         try:
             getattr(h, method)(ctx)
         except Exception:
-            log.exception("%s.%s raised; ignored", type(h).__name__, method)
+            now, key = time.monotonic(), (id(h), method)
+            if now - _failures.get(key, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+                _failures[key] = now
+                log.exception("%s.%s raised; ignored (the send or consume goes on)", type(h).__name__, method)
 
 
 def send_done(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, result: SendResult | None,

@@ -2,20 +2,20 @@
 
 Types (RocketMQ's TraceType names): ``Pub`` (a send answered), ``SubBefore`` (a listener is
 about to get the message), ``SubAfter`` (the listener returned). A trace message stored under
-the trace topic holds the records of up to ``MAX_RECORDS`` events as JSON lines (UTF-8, one
-object per line, ``\\n`` after each), and its KEYS property lists the message ids they are
-about, so the index finds the trace of a message by its id (``Admin.view_trace``).
+the trace topic holds up to 100 records (``shmq.trace.dispatcher.MAX_RECORDS``) as JSON lines
+(UTF-8, one object per line, ``\\n`` after each), and its KEYS property lists the message ids
+they are about, so the index finds the trace of a message by its id (``Admin.view_trace``).
 
 Pure: building and (de)serialising records; the dispatcher and hooks do the I/O.
 """
 from __future__ import annotations
 
 import json
-from json.encoder import encode_basestring_ascii
 import os
 import socket
 from dataclasses import dataclass, fields
-from typing import Any, Iterator
+from json.encoder import encode_basestring_ascii
+from typing import Any
 
 from shmq.client.hooks import ConsumeMessageContext, SendMessageContext
 from shmq.model.message import Message, MessageBatch
@@ -33,9 +33,10 @@ _str = encode_basestring_ascii  # a str as a JSON string literal, quotes include
 
 @dataclass(slots=True)
 class TraceRecord:
-    """One event of one message, as ``Admin.view_trace`` returns it. Times are ms since the epoch; ``cost_ms`` is the send's time
-    to its answer (Pub) or the listener call's time (SubAfter: the whole call, which got
-    ``batch`` messages); ``request_id`` pairs a SubBefore with its SubAfter."""
+    """One event of one message, as ``Admin.view_trace`` returns it. Times are ms since the
+    epoch; ``cost_ms`` is the send's time to its answer (Pub) or the listener call's time
+    (SubAfter: the whole call, which got ``batch`` messages); ``request_id`` pairs a SubBefore
+    with its SubAfter."""
 
     type: str
     timestamp: int
@@ -67,7 +68,8 @@ class TraceRecord:
             d = json.loads(line)
         except ValueError:
             return None
-        if not isinstance(d, dict) or d.get("type") not in TYPES:
+        if not isinstance(d, dict) or d.get("type") not in TYPES or type(d.get("timestamp")) is not int \
+                or not all(isinstance(d.get(k), str) for k in ("group", "topic", "msg_id")):
             return None
         try:
             return cls(**{k: v for k, v in d.items() if k in _NAMES})
@@ -76,18 +78,11 @@ class TraceRecord:
 
     @property
     def sort_key(self) -> tuple[int, int]:
-        return self.timestamp if isinstance(self.timestamp, int) else 0, _ORDER.get(self.type, 0)
+        """Time order; at one ms, Pub before SubBefore before SubAfter."""
+        return self.timestamp, _ORDER[self.type]
 
 
 _NAMES = frozenset(f.name for f in fields(TraceRecord))
-
-
-def decode_body(body: bytes | str) -> Iterator[TraceRecord]:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    for line in text.splitlines():
-        r = TraceRecord.from_json(line) if line.strip() else None
-        if r is not None:
-            yield r
 
 
 def _sent(message: Message | MessageBatch | Any) -> list[tuple[str, str | None, str | None, int]]:
