@@ -17,6 +17,8 @@ from shmq.codec.record import check_topic
 from shmq.config import BrokerConfig
 from shmq.filter.sql import TYPE_SQL92, SqlFilter
 from shmq.filter.tags import TYPE_TAG, TagFilter
+from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_topic
+from shmq.trace.query import trace_lines
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
@@ -106,14 +108,34 @@ def _subscriptions(b: AdminTarget, v: object) -> dict[str, str | dict[str, str]]
     return out
 
 
+def _user_topic(b: AdminTarget, a: dict, deleting: bool = False) -> str:
+    """The topic a user's create, update or delete names, if a user may do that to it.
+
+    System topics are the broker's: it creates them and its services rely on their queues. A
+    user may only change the perm of an existing %RETRY%/%DLQ% topic (perm 6 lets tools read
+    dead letters; taking the write bit stops redeliveries) and delete one (a retired group's);
+    never create a system topic, change its queue counts or touch the broker's own."""
+    topic = _topic(a)
+    if not is_system_topic(topic):
+        return topic
+    group_topic = is_retry_topic(topic) or is_dlq_topic(topic)
+    if b.topics.get(topic) is None and not deleting:
+        raise ValueError(f"{topic!r} is a system topic name (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, "
+                         f"rmq_sys_*); only the broker creates such topics")
+    if not group_topic or (not deleting and set(a) - {"topic", "perm"}):
+        raise ValueError(f"{topic!r} is a system topic: a user may change only the perm of an existing %RETRY% "
+                         f"or %DLQ% topic, or delete one; not its queue counts, nor the broker's own topics")
+    return topic
+
+
 def _update_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    tc = b.update_topic(_topic(a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
+    tc = b.update_topic(_user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
                         _opt_int(a, "perm"))
     return {"topic": tc.to_json()}
 
 
 def _delete_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    return {"deleted": b.delete_topic(_topic(a))}
+    return {"deleted": b.delete_topic(_user_topic(b, a, deleting=True))}
 
 
 def _list_topics(b: AdminTarget, client_id: int, a: dict) -> dict:
@@ -188,6 +210,13 @@ def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {"min_offset": lo, "max_offset": hi}
 
 
+def _view_trace(b: AdminTarget, client_id: int, a: dict) -> dict:
+    msg_id = a["msg_id"]
+    if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 128 or any(c.isspace() for c in msg_id):
+        raise ValueError(f"msg_id must be a message id (1..128 characters, no whitespace), got {msg_id!r:.60}")
+    return {"records": trace_lines(b.store, _topic(a), msg_id)}
+
+
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
@@ -201,6 +230,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "commit_offset": (_commit_offset, _QUEUE_ARGS | {"group", "offset"}),
     "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
     "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
+    "view_trace": (_view_trace, frozenset({"topic", "msg_id"})),
 }
 
 

@@ -5,17 +5,20 @@ objects (``shmq.filter.sql``). A consumer holds an `Expression`; the pull path a
 `TagFilter` for its tag codes to drop mismatches by hash over whole consume-queue ranges, then
 re-checks the tag string (hashes collide). Any other expression type only has to implement
 `match(properties)`; the batch decoder evaluates an SQL92 filter over columns
-(``shmq.filter.sql_batch``) and any other one record by record.
+(``shmq.filter.sql_batch``) and any other one record by record. A plain callable becomes a
+``FunctionFilter`` (shmq.filter.function), evaluated on decoded messages after the pull.
 """
 from __future__ import annotations
 
 import re
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.errors import BadExpressionError
+from shmq.filter.function import FunctionFilter
+from shmq.model.message_ext import MessageExt
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -105,22 +108,31 @@ class TagFilter:
         return hash(self.tags)
 
 
-def subscription_arg(expression: Expression) -> str | dict[str, str]:
+# what a consumer holds per subscribed topic: an Expression, or a predicate it evaluates on decoded messages
+Subscription = Expression | FunctionFilter
+
+
+def subscription_arg(expression: Subscription) -> str | dict[str, str]:
     """How a consumer names its subscription to the broker at join: SQL92 as ``{"type": "SQL92",
     "expression": text}`` (the broker checks it and keeps it for the filter bitmap), a tag
-    expression or any other (consumer-side) expression as a string, shown in the group listing."""
+    expression or any other (consumer-side) expression as a string, shown in the group listing
+    (a predicate shows "*": the broker filters nothing for it)."""
     if expression.type == "SQL92":
         return {"type": "SQL92", "expression": str(getattr(expression, "expression", ""))}
     return str(getattr(expression, "expression", repr(expression)))
 
 
-def as_expression(expression: str | Expression | None) -> Expression:
-    """What consumers accept in `subscribe`: a tag string, None, or an Expression object
+def as_expression(expression: str | Expression | FunctionFilter | Callable[[MessageExt], object] | None
+                  ) -> Subscription:
+    """What consumers accept in `subscribe`: a tag string, None, an Expression object
     (``shmq.sql(...)``; a string is never taken for SQL92, as RocketMQ's ``MessageSelector``
-    makes the type explicit)."""
+    makes the type explicit), or a plain predicate ``fn(msg: MessageExt) -> bool`` (a
+    ``FunctionFilter``, see shmq.filter.function)."""
     if expression is None or isinstance(expression, str):
         return TagFilter(expression)
-    if isinstance(expression, Expression):
+    if isinstance(expression, (Expression, FunctionFilter)):
         return expression
-    raise BadExpressionError(f"subscription expression must be a str or an Expression, "
-                             f"got {type(expression).__name__}")
+    if callable(expression):
+        return FunctionFilter(expression)
+    raise BadExpressionError(f"subscription expression must be a str, an Expression or a callable "
+                             f"fn(msg) -> bool, got {type(expression).__name__}")

@@ -20,7 +20,8 @@ from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.codec.columns import read_batch
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
-from shmq.filter.tags import Expression
+from shmq.filter.function import FunctionFilter
+from shmq.filter.tags import Subscription
 from shmq.model.message import MessageQueue
 from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import StoreReader
@@ -64,7 +65,7 @@ class PullAPIWrapper:
             self.bitmap.close()
         self.session = self.state = self.store = self.bitmap = None
 
-    def pull(self, mq: MessageQueue, expression: Expression, offset: int, max_nums: int) -> PullResult:
+    def pull(self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int) -> PullResult:
         """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
         queue's min offset, cleaned up: ``next_begin_offset`` is the min; past the max: the max).
         ``TopicNotReadableError`` if the topic's perm lacks the read bit (RocketMQ's broker
@@ -80,7 +81,12 @@ class PullAPIWrapper:
             return PullResult(PullStatus.OFFSET_ILLEGAL, hi, lo, hi)
         if offset == hi:
             return PullResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
-        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap, self.conn.group)
+        if isinstance(expression, FunctionFilter):  # the predicate needs whole messages: decode, then test
+            batch, msgs = expression.select(read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi))
+            status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
+            return PullResult(status, batch.next_offset, lo, hi, batch, msgs)
+        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
+                           self.conn.group)
         status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG
         return PullResult(status, batch.next_offset, lo, hi, batch)
 
