@@ -33,6 +33,7 @@ from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
 from shmq.errors import CorruptFrameError
 from shmq.model import system_topics as st
+from shmq.store.filter_bitmap import CalcBitMapDispatcher
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore, PutMessageResult
 from shmq.store.rewrite import dispatch_fields
@@ -66,6 +67,12 @@ class BrokerCore:
         self.topics = TopicConfigManager(store.store_dir, config.default_topic_queue_nums)
         self.topics.repair(store.topics())
         self.consumers = ConsumerManager()
+        # enableCalcFilterBitMap: first in the dispatcher list, fed the groups' SQL92 filters
+        self.bitmap: CalcBitMapDispatcher | None = None
+        if config.enable_calc_filter_bit_map:
+            self.bitmap = CalcBitMapDispatcher(store.store_dir, store.commitlog, store.find_consume_queue,
+                                               config.mapped_file_size_consume_queue // fmt.CQ_ENTRY_SIZE)
+            store.dispatchers.insert(0, self.bitmap)
         self.clients: dict[int, Peer] = {}
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)
@@ -149,6 +156,8 @@ class BrokerCore:
         max offsets are published and waiting consumers woken. Returns the answers released."""
         if self.topics.dirty:
             self.persist_topics()
+        if self.bitmap is not None:
+            self.bitmap.close()
         replica = self.replica
         n = replica.release(time.monotonic_ns()) if replica is not None and replica.groups else 0
         if self.answers.pending:
@@ -334,6 +343,10 @@ class BrokerCore:
             self.publisher.topics(self.topics.topics, self.queue_offsets, self.offsets.offsets)
 
     def publish_groups(self) -> None:
+        """After every change of the groups (join, leave, a member gone): publish them, and give
+        the filter bitmap the SQL92 filters they now hold."""
+        if self.bitmap is not None:
+            self.bitmap.set_filters(self.consumers.sql_subscriptions())
         if self.publisher is not None:
             self.publisher.groups(self.consumers.groups, self.offsets.offsets)
         self.publish_clients()

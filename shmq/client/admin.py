@@ -14,9 +14,11 @@ from typing import Any
 from shmq.client.connection import broker_name_or_default, next_request_id
 from shmq.errors import BrokerError
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
+from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.state import StateReader
+from shmq.trace.record import TraceRecord
 
 
 
@@ -28,6 +30,7 @@ class TopicInfo:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    system: bool = False  # a system topic (retry, DLQ, schedule, timer, transaction, trace): the broker's
 
     @property
     def queues(self) -> int:
@@ -44,7 +47,8 @@ class TopicInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
-        return cls(str(d["topicName"]), int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]))
+        name = str(d["topicName"])
+        return cls(name, int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]), is_system_topic(name))
 
 
 class Admin:
@@ -81,8 +85,19 @@ class Admin:
         return bool(self._call("delete_topic", {"topic": name})["deleted"])
 
     def topics(self) -> dict[str, TopicInfo]:
-        """Every topic's config, by name."""
+        """Every topic's config, by name; system topics have ``system`` set (``is_system_topic``).
+        Creating a system topic, or changing one other than the perm of a %RETRY%/%DLQ% topic,
+        raises ``BrokerError``: the broker creates them and its services rely on their queues."""
         return {n: TopicInfo.from_json(t) for n, t in self._call("list_topics", {})["topics"].items()}
+
+    def view_trace(self, msg_id: str, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
+        """The trace records of message ``msg_id`` (a SendResult's or MessageExt's ``msg_id``) in
+        ``topic``, oldest first: Pub, then SubBefore and SubAfter of each consume (see shmq.trace).
+        Found through the store's index while the broker runs; a trace still in a client's buffer
+        (records are sent every few tens of ms) is not there yet."""
+        lines = self._call("view_trace", {"topic": topic, "msg_id": msg_id})["records"]
+        found = [r for r in map(TraceRecord.from_json, lines) if r is not None and r.msg_id == msg_id]
+        return sorted(found, key=lambda r: r.sort_key)
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)
