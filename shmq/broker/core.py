@@ -23,6 +23,7 @@ from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
+from shmq.broker.processors.send_back import SendBackProcessor
 from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
@@ -78,12 +79,14 @@ class BrokerCore:
         self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
                                       config.max_pull_waiters_per_client_queue)
         self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
+        self.send_back = SendBackProcessor(self, len(delay_levels(config.message_delay_level)))
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
             P.SEND_BATCH: self.send.send_batch,
             P.SEND_MULTI: self.send.send_multi,
             P.COMMIT_OFFSET: self.commit.handle,
             P.PULL_WAIT: self.pull.handle,
             P.HEARTBEAT: HeartbeatProcessor().handle,
+            P.SEND_BACK: self.send_back.handle,
         }
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}

@@ -46,6 +46,8 @@ from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
+from shmq.client.consumer.send_back import SendBackClient
+from shmq.model.system_topics import is_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,9 @@ class PushConsumer:
         self._offset_store: LocalFileOffsetStore | None = None
         self._thread: threading.Thread | None = None
         self._broker_wait_logged = False
+        # clustering: messages not consumed go back to the broker (retry topic, DLQ)
+        self._send_back = SendBackClient(self._conn, group, max_reconsume_times) \
+            if self.model is MessageModel.CLUSTERING else None
 
     # ------------------------------------------------------------------ configuration
 
@@ -163,6 +168,8 @@ class PushConsumer:
             raise ShmqError("subscribe to a topic before start()")
         if self._running:
             return self
+        if self._send_back is not None:  # every clustering member consumes its group's redeliveries
+            self._subscriptions.setdefault(self._send_back.retry_topic, as_expression("*"))
         if self.model is MessageModel.BROADCASTING:
             directory = self.offset_store_dir or default_offset_dir(self.broker_name)
             self._offset_store = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
@@ -177,7 +184,8 @@ class PushConsumer:
         self._scheduler = DelayScheduler(f"shmq-redeliver-{self.group}")
         service = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
         self._service = service(self._listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
-                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed)
+                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed,
+                                self._send_back)
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
         self._thread.start()
@@ -217,9 +225,12 @@ class PushConsumer:
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
-        self._wrapper.on_response(kind, view)
+        if self._send_back is None or not self._send_back.on_response(kind, view):
+            self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
+        if self._send_back is not None:
+            self._send_back.fail_all()
         self._wrapper.wake_all()
         self._wakeup.set()
 
@@ -304,6 +315,8 @@ class PushConsumer:
             status = result.status
             if status is PullStatus.FOUND:
                 msgs = result.messages
+                if self._send_back is not None and pq.mq.topic == self._send_back.retry_topic:
+                    self._send_back.show_original_topic(msgs)
                 pq.put(msgs, result.next_begin_offset)
                 self._service.submit(pq, msgs)
                 total += len(msgs)
@@ -422,8 +435,8 @@ class PushConsumer:
         if offset < 0:
             state, store = self._wrapper.views()
             lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
-            if self.consume_from is ConsumeFrom.FIRST_OFFSET:
-                offset = lo
+            if self.consume_from is ConsumeFrom.FIRST_OFFSET or is_retry_topic(mq.topic):
+                offset = lo  # a retry queue holds only the group's redeliveries: all are for it
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
                 offset = hi
             else:
