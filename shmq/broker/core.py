@@ -18,6 +18,7 @@ import numpy as np
 
 from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
+from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
@@ -95,12 +96,14 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
+        self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
             self._system_topics(len(levels))
             store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
             self.delay = DelayLevelService(store, levels, self.put_internal)
             self.services.append(self.delay)
+            self.dlq = DlqResendService(self)
 
     # ------------------------------------------------------------------ frames
 
