@@ -213,6 +213,8 @@ class PushConsumer:
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._conn.shutdown()
+        if self._send_back is not None:
+            self._send_back.fail_all()  # a send-back still waiting will get no answer now
         self._wrapper.wake_all()
         self._wrapper.close()
 
