@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from shmq.broker.answers import Peer
+from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
@@ -34,6 +35,7 @@ class AdminTarget(Protocol):
     consumers: ConsumerManager
     offsets: ConsumerOffsetManager
     clients: dict[int, Peer]
+    dlq: DlqResendService | None
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
                      perm: int | None = None, persist: bool = True) -> TopicConfig: ...
@@ -217,6 +219,17 @@ def _view_trace(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {"records": trace_lines(b.store, _topic(a), msg_id)}
 
 
+def _resend_dlq(b: AdminTarget, client_id: int, a: dict) -> dict:
+    if b.dlq is None:
+        raise ValueError("a replica resends nothing: resend dead letters on the master")
+    ids = a.get("msg_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) and len(i) <= 128 for i in ids)
+                            or len(ids) > MAX_RESEND_PER_CALL):
+        raise ValueError(f"msg_ids must be a list of at most {MAX_RESEND_PER_CALL} message id strings")
+    max_num = _int(a, "max_num", 1, MAX_RESEND_PER_CALL) if "max_num" in a else MAX_RESEND_PER_CALL
+    return b.dlq.resend(_group(a), ids, max_num)
+
+
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
@@ -231,6 +244,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
     "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
     "view_trace": (_view_trace, frozenset({"topic", "msg_id"})),
+    "resend_dlq": (_resend_dlq, frozenset({"group", "msg_ids", "max_num"})),
 }
 
 

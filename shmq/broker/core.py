@@ -18,11 +18,13 @@ import numpy as np
 
 from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
+from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
+from shmq.broker.processors.send_back import SendBackProcessor
 from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
@@ -85,12 +87,14 @@ class BrokerCore:
         self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
                                       config.max_pull_waiters_per_client_queue)
         self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
+        self.send_back = SendBackProcessor(self, len(delay_levels(config.message_delay_level)))
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
             P.SEND_BATCH: self.send.send_batch,
             P.SEND_MULTI: self.send.send_multi,
             P.COMMIT_OFFSET: self.commit.handle,
             P.PULL_WAIT: self.pull.handle,
             P.HEARTBEAT: HeartbeatProcessor().handle,
+            P.SEND_BACK: self.send_back.handle,
         }
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}
@@ -99,12 +103,14 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
+        self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
             self._system_topics(len(levels))
             store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
             self.delay = DelayLevelService(store, levels, self.put_internal)
             self.services.append(self.delay)
+            self.dlq = DlqResendService(self)
 
     # ------------------------------------------------------------------ frames
 

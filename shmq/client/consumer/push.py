@@ -51,6 +51,8 @@ from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
+from shmq.client.consumer.send_back import SendBackClient
+from shmq.model.system_topics import is_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,9 @@ class PushConsumer:
         if topic is not None:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
             self.register_consume_hook(ConsumeTraceHook(self.tracer))
+        # clustering: messages not consumed go back to the broker (retry topic, DLQ)
+        self._send_back = SendBackClient(self._conn, group, max_reconsume_times) \
+            if self.model is MessageModel.CLUSTERING else None
 
     # ------------------------------------------------------------------ configuration
 
@@ -188,6 +193,8 @@ class PushConsumer:
             raise ShmqError("subscribe to a topic before start()")
         if self._running:
             return self
+        if self._send_back is not None:  # every clustering member consumes its group's redeliveries
+            self._subscriptions.setdefault(self._send_back.retry_topic, as_expression("*"))
         if self.model is MessageModel.BROADCASTING:
             directory = self.offset_store_dir or default_offset_dir(self.broker_name)
             self._offset_store = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
@@ -206,7 +213,8 @@ class PushConsumer:
         listener = HookedListener(self._listener, self.group, self._consume_hooks) if self._consume_hooks \
             else self._listener
         self._service = service(listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
-                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed)
+                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed,
+                                self._send_back)
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
         self._thread.start()
@@ -234,6 +242,8 @@ class PushConsumer:
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._conn.shutdown()
+        if self._send_back is not None:
+            self._send_back.fail_all()  # a send-back still waiting will get no answer now
         self._wrapper.wake_all()
         self._wrapper.close()
         if self.tracer is not None:
@@ -248,9 +258,12 @@ class PushConsumer:
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
-        self._wrapper.on_response(kind, view)
+        if self._send_back is None or not self._send_back.on_response(kind, view):
+            self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
+        if self._send_back is not None:
+            self._send_back.fail_all()
         self._wrapper.wake_all()
         self._wakeup.set()
 
@@ -335,6 +348,8 @@ class PushConsumer:
             status = result.status
             if status is PullStatus.FOUND:
                 msgs = result.messages
+                if self._send_back is not None and pq.mq.topic == self._send_back.retry_topic:
+                    self._send_back.show_original_topic(msgs)
                 pq.put(msgs, result.next_begin_offset)
                 self._service.submit(pq, msgs)
                 total += len(msgs)
@@ -453,8 +468,8 @@ class PushConsumer:
         if offset < 0:
             state, store = self._wrapper.views()
             lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
-            if self.consume_from is ConsumeFrom.FIRST_OFFSET:
-                offset = lo
+            if self.consume_from is ConsumeFrom.FIRST_OFFSET or is_retry_topic(mq.topic):
+                offset = lo  # a retry queue holds only the group's redeliveries: all are for it
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
                 offset = hi
             else:
