@@ -285,8 +285,13 @@ class Not(Node):
         return 2 - self.x.truth(props)
 
 
-class And(Node):
+class _Junction(Node):
+    """AND / OR over any number of operands, in three-valued logic: the operands' min (AND) or max
+    (OR) of FALSE < UNKNOWN < TRUE, stopping at the value that decides (FALSE, TRUE)."""
+
     __slots__ = ("xs",)
+    START = TRUE  # the value of no operands
+    DECIDES = FALSE  # the value that decides whatever the other operands are
 
     def __init__(self, xs: list[Node]) -> None:
         self.xs = xs
@@ -295,30 +300,24 @@ class And(Node):
         return tuple(self.xs)
 
     def truth(self, props: Mapping[str, str]) -> int:
-        t = TRUE
+        t = self.START
         for x in self.xs:
-            t = min(t, x.truth(props))
-            if t == FALSE:
-                return FALSE
+            v = x.truth(props)
+            if v == self.DECIDES:
+                return v
+            if v == UNKNOWN:
+                t = UNKNOWN
         return t
 
 
-class Or(Node):
-    __slots__ = ("xs",)
+class And(_Junction):
+    __slots__ = ()
 
-    def __init__(self, xs: list[Node]) -> None:
-        self.xs = xs
 
-    def children(self) -> tuple[Node, ...]:
-        return tuple(self.xs)
-
-    def truth(self, props: Mapping[str, str]) -> int:
-        t = FALSE
-        for x in self.xs:
-            t = max(t, x.truth(props))
-            if t == TRUE:
-                return TRUE
-        return t
+class Or(_Junction):
+    __slots__ = ()
+    START = FALSE
+    DECIDES = TRUE
 
 
 CONDITIONS = (Compare, In, IsNull, Match, Not, And, Or, BoolCast)
