@@ -3,6 +3,7 @@ from shmq.client.admin import Admin, TopicInfo
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
+from shmq.client.producer.transaction import TransactionProducer, TransactionSendResult, TransactionStatus
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
                          BadTopicError, BrokerBusyError, BrokerDiskFullError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
@@ -24,7 +25,7 @@ __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError
            "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
-           "TopicInfo", "TopicNotReadableError"]
+           "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult", "TransactionStatus"]
 
 
 def __getattr__(name: str) -> object:
