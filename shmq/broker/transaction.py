@@ -126,6 +126,13 @@ class TransactionalMessageService:
                       loaded.source or "the half and op queues' start (halves are checked again, none delivered "
                       "twice: the op queue says which are settled)")
         half, op, times = parse_state(loaded.data) if loaded.source else (0, 0, {})
+        half_max, op_max = (store.get_max_offset_in_queue(t, 0) for t in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC))
+        if half > half_max or op > op_max:  # the logs lost a tail the file had seen (power loss): never
+            # take halves stored anew at those offsets for settled ones
+            log.warning("transactions: progress (half %d, op %d) is past the queues' end (%d, %d): the commitlog "
+                        "lost its tail; progress set back to the end", half, op, half_max, op_max)
+            half, op = min(half, half_max), min(op, op_max)
+            times = {k: v for k, v in times.items() if k < half_max}
         self.state = TransactionState(half, op, times)
         self.unsynced = False
         self._mirrored = (-1, -1)  # the progress last committed as CID_RMQ_SYS_TRANS's offsets
@@ -133,38 +140,32 @@ class TransactionalMessageService:
         self._turn = 0  # round robin over a group's producers
         self.checks_sent = 0
         self.discarded = 0
-        last = self._load_ops()
-        if last is not None:
-            self._repair_last_commit(*last)
+        self._load_ops()
+        self._repair_last_commit()
         cq = store.find_consume_queue(TRANS_HALF_TOPIC, 0)
         self.state.advance(cq.min_offset if cq is not None else 0)
 
     # ------------------------------------------------------------------ start
 
-    def _load_ops(self) -> tuple[int, int, str, int] | None:
-        """Read the op queue from the persisted op progress into the state; the last op as
-        (its commitlog offset, its size, outcome, half offset), None if there is none."""
+    def _load_ops(self) -> None:
+        """Read the op queue from the persisted op progress into the state."""
         cq = self.store.find_consume_queue(TRANS_OP_HALF_TOPIC, 0)
         if cq is None:
-            return None
+            return
         st = self.state
         offset, hi = max(st.op_offset, cq.min_offset), cq.max_offset
-        last = None
         while offset < hi:
             entries = cq.get_range(offset, min(hi - offset, _CHUNK))
             if not len(entries):
                 break
             for i, e in enumerate(entries):
-                phys, size = int(e["offset"]), int(e["size"])
-                parsed = self._read_op(phys, size)
+                parsed = self._read_op(int(e["offset"]), int(e["size"]))
                 if parsed is not None:
                     st.note_op(offset + i, parsed[0], parsed[1])
-                    last = (phys, size, parsed[1], parsed[0])
             offset += len(entries)
         if st.ops:
             log.info("transactions: %d op records read, %d halves from offset %d settled", len(st.ops),
                      len(st.resolved), st.half_offset)
-        return last
 
     def _read_op(self, phys: int, size: int) -> tuple[int, str] | None:
         view = self.store.commitlog.data(phys, size) if size != BLANK_SIZE else None
@@ -179,11 +180,21 @@ class TransactionalMessageService:
         outcome = rec.properties.get(PROPERTY_TRAN_OP, COMMIT)
         return half, outcome if outcome in OUTCOMES else COMMIT
 
-    def _repair_last_commit(self, op_phys: int, op_size: int, outcome: str, half: int) -> None:
+    def _repair_last_commit(self) -> None:
         """The last op of the log is a commit whose real message was cut off by a crash (the
-        only op that can be: point 2 of the module docstring): write the message now."""
-        if outcome != COMMIT:
+        only op that can be: point 2 of the module docstring): write the message now. The last
+        op is read whatever the op progress says (a progress file newer than the log's end)."""
+        cq = self.store.find_consume_queue(TRANS_OP_HALF_TOPIC, 0)
+        if cq is None or cq.max_offset <= cq.min_offset:
             return
+        entries = cq.get_range(cq.max_offset - 1, 1)
+        if not len(entries):
+            return
+        op_phys, op_size = int(entries[0]["offset"]), int(entries[0]["size"])
+        parsed = self._read_op(op_phys, op_size)
+        if parsed is None or parsed[1] != COMMIT:
+            return
+        half = parsed[0]
         found = self._half(half)
         if found is None:
             return
