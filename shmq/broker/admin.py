@@ -8,7 +8,7 @@ a form its loader refuses.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from shmq.broker.answers import Peer
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
@@ -17,6 +17,9 @@ from shmq.codec.record import check_topic
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from shmq.broker.transaction import TransactionalMessageService
 
 
 class AdminTarget(Protocol):
@@ -28,6 +31,7 @@ class AdminTarget(Protocol):
     consumers: ConsumerManager
     offsets: ConsumerOffsetManager
     clients: dict[int, Peer]
+    transactions: TransactionalMessageService | None
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
                      perm: int | None = None, persist: bool = True) -> TopicConfig: ...
@@ -165,6 +169,12 @@ def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {"min_offset": lo, "max_offset": hi}
 
 
+def _transactions(b: AdminTarget, client_id: int, a: dict) -> dict:
+    if b.transactions is None:
+        raise ValueError("this broker is a replica: its master keeps the transactions")
+    return b.transactions.describe(_int(a, "max_num", 1, 1000) if "max_num" in a else 32)
+
+
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
@@ -178,6 +188,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "commit_offset": (_commit_offset, _QUEUE_ARGS | {"group", "offset"}),
     "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
     "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
+    "transactions": (_transactions, frozenset({"max_num"})),
 }
 
 

@@ -340,6 +340,31 @@ class TransactionalMessageService:
         if st.dirty:
             self.persist(durable=False)
 
+    def describe(self, max_num: int) -> dict[str, Any]:
+        """For operators (``Admin.transactions``): the progress, the check counters and up to
+        ``max_num`` open halves from the oldest on (a stuck one is first, with its check count)."""
+        st = self.state
+        cq = self.store.find_consume_queue(TRANS_HALF_TOPIC, 0)
+        hi = cq.max_offset if cq is not None else 0
+        found: list[dict[str, Any]] = []
+        offset, end = st.half_offset, min(hi, st.half_offset + MAX_SCAN_PER_ROUND)
+        while cq is not None and offset < end and len(found) < max_num:
+            entries = cq.get_range(offset, min(end - offset, _CHUNK))
+            if not len(entries):
+                break
+            for i, e in enumerate(entries):
+                half = self._read_entry(e) if st.outcome(offset + i) is None else None
+                if half is not None and len(found) < max_num:
+                    props = half[1].properties
+                    found.append({"queue_offset": offset + i, "msg_id": half[1].uniq_key,
+                                  "topic": props.get(fmt.PROPERTY_REAL_TOPIC),
+                                  "producer_group": props.get(fmt.PROPERTY_PGROUP),
+                                  "store_timestamp": half[1].store_timestamp,
+                                  "check_times": st.check_times.get(offset + i, 0)})
+            offset += len(entries)
+        return {"half_offset": st.half_offset, "half_max_offset": hi, "op_offset": st.op_offset, "open": found,
+                "checks_sent": self.checks_sent, "discarded": self.discarded}
+
     def persist(self, durable: bool = True) -> None:
         """Write transactionCheck.json (a failure is logged: the next round or interval tries again)."""
         st = self.state

@@ -84,6 +84,13 @@ class Admin:
         """Every topic's config, by name."""
         return {n: TopicInfo.from_json(t) for n, t in self._call("list_topics", {})["topics"].items()}
 
+    def transactions(self, max_num: int = 32) -> dict[str, Any]:
+        """The broker's transaction halves: ``half_offset`` (every half below it is settled),
+        ``half_max_offset``, ``open`` (up to ``max_num`` unsettled halves, oldest first: queue
+        offset, msg id, topic, producer group, store time, checks so far), ``checks_sent`` and
+        ``discarded`` since the broker started."""
+        return self._call("transactions", {"max_num": max_num})
+
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)
         try:

@@ -120,10 +120,17 @@ def test_a_producer_killed_between_half_and_end_is_settled_by_another_of_its_gro
         assert child.returncode == -9 and child.stdout == b"half stored\n"
         time.sleep(0.3)  # older than transactionTimeOut, but nobody of group tpg lives: it waits
         assert visible(broker_name) == []
+        view = shmq.Admin(broker_name).transactions()
+        [stuck] = view["open"]
+        assert (view["half_offset"], view["half_max_offset"], view["checks_sent"]) == (0, 1, 0)
+        assert (stuck["queue_offset"], stuck["topic"], stuck["producer_group"], stuck["check_times"]) == \
+            (0, "Tx", "tpg", 0) and time.time() * 1000 - stuck["store_timestamp"] >= 300
         with TransactionProducer("tpg", broker=broker_name, check=decide):
             assert wait_for(lambda: visible(broker_name) == [b"orphan"], timeout=5)
             time.sleep(0.3)
             assert visible(broker_name) == [b"orphan"]
+            view = shmq.Admin(broker_name).transactions()
+            assert (view["half_offset"], view["open"], view["checks_sent"]) == (1, [], 1)
 
 
 def test_broker_sigkills_mid_transaction(tmp_path, broker_name):
