@@ -114,11 +114,10 @@ def cut_at_last_commit(store_dir: str) -> set[int] | None:
 class TxCrashHarness:
     """One store, one broker name; ``round`` kills, restarts, settles and verifies."""
 
-    def __init__(self, store_dir: str, name: str, seed: int, log=print) -> None:
+    def __init__(self, store_dir: str, name: str, seed: int) -> None:
         self.store_dir = store_dir
         self.name = name
         self.rng = random.Random(seed)
-        self.log = log
         self.next_seq = 0
         self.acked: set[int] = set()  # seq of the halves stored with SEND_OK
         self.totals = Totals()
