@@ -19,8 +19,8 @@ import numpy as np
 from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
-from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.end_transaction import EndTransactionProcessor
+from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
@@ -313,7 +313,7 @@ class BrokerCore:
 
     def _commit_progress(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """A broker service's progress as a committed offset of a system group (RocketMQ's
-        CID_RMQ_SYS_TRANS), so ``consumer_progress`` shows what is still open."""
+        CID_RMQ_SYS_TRANS), so an operator sees what is still open where RocketMQ shows it."""
         self.offsets.commit(group, topic, queue_id, offset)
         self._publish_offset(group, topic, queue_id, offset)
 

@@ -100,7 +100,7 @@ def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[l
 class Producer:
     """RocketMQ's DefaultMQProducer over a shared-memory channel."""
 
-    ROLE = "producer"  # the attach role (a TransactionProducer's answers transaction checks)
+    ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
 
     def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
@@ -368,12 +368,13 @@ class Producer:
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
         flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
+        sysflag |= e.sysflag
 
         def fill(view, req_id: int) -> None:
             p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
                                      e.key_hashes, e.record_len)
-            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag,
-                                  sysflag=e.sysflag | sysflag, born_timestamp=int(time.time() * 1000), born_host=self._born_host())
+            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=sysflag,
+                                  born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
