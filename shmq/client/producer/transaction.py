@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from shmq.client.connection import next_request_id
+from shmq.client.hooks import SYNC, SendMessageContext, hooked_call
 from shmq.client.producer.producer import Producer
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
@@ -113,14 +114,11 @@ class TransactionProducer(Producer):
         props[fmt.PROPERTY_TRAN_MSG] = "true"
         props[fmt.PROPERTY_PGROUP] = self.group
         half = Message(msg.topic, msg.body, msg.tags, msg.keys, props, msg.flag)
-        self._flush_accumulated()
-        s = self._conn.hold_responses()
-        try:
-            fut = self._submit_one(half, -1, timeout, oneway=False, sysflag=fmt.TRANSACTION_PREPARED)
-            self._conn.poll(s, fut.done, HALF_POLL_S)
-        finally:
-            self._conn.release_responses(s)
-        sent: SendResult = fut.result()
+        if self._send_hooks:  # the half is the transaction's send: send hooks (trace) see it
+            sent = hooked_call(self._send_hooks, SendMessageContext(self.group, half, SYNC),
+                               lambda: self._send_half(half, timeout))
+        else:
+            sent = self._send_half(half, timeout)
         if sent.status is not SendStatus.SEND_OK:
             state = TransactionStatus.ROLLBACK
         else:
@@ -132,6 +130,18 @@ class TransactionProducer(Producer):
                 state = TransactionStatus.UNKNOWN
         self._end(sent.phys_offsets[0], sent.queue_offset, sent.msg_id, state, from_check=False)
         return TransactionSendResult(sent, state)
+
+    def _send_half(self, half: Message, timeout: float | None) -> SendResult:
+        """The half, sync: SYSFLAG prepared, flagged for the broker's put hooks."""
+        self._flush_accumulated()
+        s = self._conn.hold_responses()
+        try:
+            fut = self._submit_one(half, -1, timeout, oneway=False, sysflag=fmt.TRANSACTION_PREPARED)
+            self._conn.poll(s, fut.done, HALF_POLL_S)
+        finally:
+            self._conn.release_responses(s)
+        result: SendResult = fut.result()
+        return result
 
     def _end(self, phys: int, queue_offset: int, msg_id: str, state: TransactionStatus, from_check: bool) -> None:
         """END_TRANSACTION, oneway. If it cannot be written (the broker went away) the half stays

@@ -64,8 +64,20 @@ def test_commit_rollback_and_unknown_settled_by_the_check(broker_name, store_dir
         def run(body: bytes, keys: str, state: TransactionStatus) -> shmq.TransactionSendResult:
             return tp.send_in_transaction(Message("Tx", body, keys=keys), lambda m, a: a, arg=state)
 
+        class Seen:  # send hooks (trace) see the half as the transaction's send
+            def __init__(self) -> None:
+                self.sent: list[tuple[str, str]] = []
+
+            def send_message_before(self, ctx) -> None:
+                pass
+
+            def send_message_after(self, ctx) -> None:
+                self.sent.append((ctx.message.properties[fmt.PROPERTY_TRAN_MSG], ctx.result.msg_id))
+        seen = Seen()
+        tp.register_send_hook(seen)
         r = run(b"committed", "x", TransactionStatus.COMMIT)
         assert r.status is SendStatus.SEND_OK and r.local_transaction_state is TransactionStatus.COMMIT
+        assert seen.sent == [("true", r.msg_id)]
         run(b"rolled back", "x", TransactionStatus.ROLLBACK)
         run(b"checked in", "yes", TransactionStatus.UNKNOWN)
         run(b"checked out", "no", TransactionStatus.UNKNOWN)
