@@ -53,7 +53,8 @@ def test_push_with_a_predicate_commits_past_rejected_messages(store_dir, broker_
             assert wait_for(lambda: c._conn.admin("query_offset", {"group": "cg", "topic": "F", "queue_id": 0},
                                                   3.0)["offset"] == 40, 10)
             groups = admin._call("list_groups", {})["groups"]
-            assert list(groups["cg"]["subscriptions"].values()) == [{"F": "*"}]  # the broker sees "*"
+            [subs] = groups["cg"]["subscriptions"].values()
+            assert subs["F"] == "*"  # the broker sees "*" (besides the group's own retry topic)
         assert sorted(got, key=int) == [b"%d" % i for i in range(0, 40, 2) if i != 10]
 
 
