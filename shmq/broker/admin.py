@@ -8,7 +8,7 @@ a form its loader refuses.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from shmq.broker.answers import Peer
 from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
@@ -24,6 +24,9 @@ from shmq.trace.query import trace_lines
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
 
+if TYPE_CHECKING:
+    from shmq.broker.transaction import TransactionalMessageService
+
 
 class AdminTarget(Protocol):
     """What admin commands act on (the broker core): a narrow view, so this module does not
@@ -35,6 +38,7 @@ class AdminTarget(Protocol):
     consumers: ConsumerManager
     offsets: ConsumerOffsetManager
     clients: dict[int, Peer]
+    transactions: TransactionalMessageService | None
     dlq: DlqResendService | None
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
@@ -212,6 +216,12 @@ def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {"min_offset": lo, "max_offset": hi}
 
 
+def _transactions(b: AdminTarget, client_id: int, a: dict) -> dict:
+    if b.transactions is None:
+        raise ValueError("this broker is a replica: its master keeps the transactions")
+    return b.transactions.describe(_int(a, "max_num", 1, 1000) if "max_num" in a else 32)
+
+
 def _view_trace(b: AdminTarget, client_id: int, a: dict) -> dict:
     msg_id = a["msg_id"]
     if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 128 or any(c.isspace() for c in msg_id):
@@ -243,6 +253,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "commit_offset": (_commit_offset, _QUEUE_ARGS | {"group", "offset"}),
     "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
     "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
+    "transactions": (_transactions, frozenset({"max_num"})),
     "view_trace": (_view_trace, frozenset({"topic", "msg_id"})),
     "resend_dlq": (_resend_dlq, frozenset({"group", "msg_ids", "max_num"})),
 }

@@ -20,6 +20,7 @@ from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
 from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.broker.processors.end_transaction import EndTransactionProcessor
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
@@ -30,6 +31,7 @@ from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
 from shmq.broker.schedule import DeliveryRulesHook, now_ms
 from shmq.broker.topics import TopicConfig, TopicConfigManager
+from shmq.broker.transaction import TransactionalMessageService, live_producers
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
@@ -103,6 +105,7 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
+        self.transactions: TransactionalMessageService | None = None
         self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
@@ -110,6 +113,10 @@ class BrokerCore:
             store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
             self.delay = DelayLevelService(store, levels, self.put_internal)
             self.services.append(self.delay)
+            self.transactions = TransactionalMessageService(store, config, self.put_internal,
+                                                            live_producers(self.clients), self._commit_progress)
+            self.services.append(self.transactions)
+            self._processors[P.END_TRANSACTION] = EndTransactionProcessor(self, self.transactions).handle
             self.dlq = DlqResendService(self)
 
     # ------------------------------------------------------------------ frames
@@ -318,6 +325,12 @@ class BrokerCore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit.commit(group, topic, queue_id, offset)
+
+    def _commit_progress(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A broker service's progress as a committed offset of a system group (RocketMQ's
+        CID_RMQ_SYS_TRANS), so an operator sees what is still open where RocketMQ shows it."""
+        self.offsets.commit(group, topic, queue_id, offset)
+        self._publish_offset(group, topic, queue_id, offset)
 
     def _publish_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self.publisher is not None:

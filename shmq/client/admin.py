@@ -104,6 +104,13 @@ class Admin:
         raises ``BrokerError``: the broker creates them and its services rely on their queues."""
         return {n: TopicInfo.from_json(t) for n, t in self._call("list_topics", {})["topics"].items()}
 
+    def transactions(self, max_num: int = 32) -> dict[str, Any]:
+        """The broker's transaction halves: ``half_offset`` (every half below it is settled),
+        ``half_max_offset``, ``open`` (up to ``max_num`` unsettled halves, oldest first: queue
+        offset, msg id, topic, producer group, store time, checks so far), ``checks_sent`` and
+        ``discarded`` since the broker started."""
+        return self._call("transactions", {"max_num": max_num})
+
     def view_trace(self, msg_id: str, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
         """The trace records of message ``msg_id`` (a SendResult's or MessageExt's ``msg_id``) in
         ``topic``, oldest first: Pub, then SubBefore and SubAfter of each consume (see shmq.trace).

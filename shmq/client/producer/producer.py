@@ -105,6 +105,8 @@ def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[l
 class Producer:
     """RocketMQ's DefaultMQProducer over a shared-memory channel."""
 
+    ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
+
     def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
@@ -124,7 +126,7 @@ class Producer:
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
         self._pending: dict[int, _Pending] = {}
         self._executor: ThreadPoolExecutor | None = None
-        self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
+        self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
                                       self._broker_died)
         self._accumulator = ProduceAccumulator(self._send_accumulated, batch_max_delay_ms, batch_max_bytes) \
             if auto_batch else None
@@ -420,16 +422,18 @@ class Producer:
             raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0) -> Future:
+        """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
-        flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules else 0)
+        flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
+        sysflag |= e.sysflag
 
         def fill(view, req_id: int) -> None:
             p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
                                      e.key_hashes, e.record_len)
-            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=e.sysflag,
+            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=sysflag,
                                   born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
