@@ -118,9 +118,10 @@ def _user_topic(b: AdminTarget, a: dict, deleting: bool = False) -> str:
     """The topic a user's create, update or delete names, if a user may do that to it.
 
     System topics are the broker's: it creates them and its services rely on their queues. A
-    user may only change the perm of an existing %RETRY%/%DLQ% topic (perm 6 lets tools read
-    dead letters; taking the write bit stops redeliveries) and delete one (a retired group's);
-    never create a system topic, change its queue counts or touch the broker's own."""
+    user may only change the perm of an existing %RETRY%/%DLQ% topic (the read bit lets tools
+    and consumers read it; the broker's own retry and dead-letter writes do not look at the write
+    bit) and delete one (a retired group's); never create a system topic, change its queue
+    counts or touch the broker's own."""
     topic = _topic(a)
     if not is_system_topic(topic):
         return topic

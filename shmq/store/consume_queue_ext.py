@@ -19,6 +19,7 @@ a message correctly.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -95,15 +96,11 @@ class ConsumeQueueExt:
     def truncate(self, max_offset: int) -> None:
         """Zero (durably) every entry at or past ``max_offset``: after recovery cut the consume
         queue, a new record may take a queue offset an old, lost one had."""
-        for name in sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []:
-            start = fmt.parse_offset_file_name(name)
-            if start is None or start % self.file_size:
-                continue
-            index = start // self.file_size
+        for index in self._indexes():
             first = index * self.entries_per_file
             if first >= max_offset:
                 self._drop(index)
-                os.unlink(os.path.join(self.directory, name))
+                os.unlink(self._path(index))
                 continue
             cut = max_offset - first
             if cut < self.entries_per_file:
@@ -116,10 +113,19 @@ class ConsumeQueueExt:
                         mf.mm.flush()
 
     def delete_below(self, min_offset: int) -> None:
-        """Remove files whose entries are all below ``min_offset`` (the queue's cleaned head)."""
-        for index in [i for i in self._files if (i + 1) * self.entries_per_file <= min_offset]:
-            self._drop(index)
-            os.unlink(self._path(index))
+        """Remove files whose entries are all below ``min_offset`` (the queue's cleaned head),
+        also those an earlier broker run wrote and this one never opened."""
+        for index in self._indexes():
+            if (index + 1) * self.entries_per_file <= min_offset:
+                self._drop(index)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._path(index))
+
+    def _indexes(self) -> list[int]:
+        """File numbers of the extension files on disk, in order."""
+        names = sorted(os.listdir(self.directory)) if os.path.isdir(self.directory) else []
+        starts = [fmt.parse_offset_file_name(n) for n in names]
+        return [s // self.file_size for s in starts if s is not None and s % self.file_size == 0]
 
     def _drop(self, index: int) -> None:
         got = self._files.pop(index, None)
