@@ -1,6 +1,6 @@
 """MessageStore: the facade the broker owns (RocketMQ's DefaultMessageStore).
 
-It opens a store directory (lock, abort marker, checkpoint), recovers it, and serves puts,
+It opens a store directory (lock, abort marker, checkpoint), recovers it (shmq.store.startup), and serves puts,
 reads, queries and cleanup; flush and cleanup run in background threads.
 """
 from __future__ import annotations
@@ -20,13 +20,12 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import DiskFullError, StoreClosedError
-from shmq.store import files, queue_table, recovery
+from shmq.store import files, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
 from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.dispatch import (ConsumeQueueDispatcher, Dispatcher, DispatchRequest,
-                                 IndexDispatcher, group_by_queue, queue_id_of, requests_from_log)
+from shmq.store.dispatch import ConsumeQueueDispatcher, Dispatcher, DispatchRequest, group_by_queue
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
 from shmq.store.index_file import IndexService
@@ -131,7 +130,7 @@ class MessageStore(MessageLookup):
         files.prepare_root(self.store_dir, self.config.group_id())
         self._lock_fd = files.lock_store(self.store_dir)
         try:
-            self._load_and_recover()
+            startup.load_and_recover(self)
         except BaseException:
             files.unlock_store(self._lock_fd)
             self._lock_fd = -1
@@ -140,89 +139,6 @@ class MessageStore(MessageLookup):
         self._start_services()
         self.running = True
         return self
-
-    def _load_and_recover(self) -> None:
-        cfg = self.config
-        abnormal = os.path.exists(self.abort_path)
-        cq_dir = os.path.join(self.store_dir, "consumequeue")
-        index_dir = os.path.join(self.store_dir, "index")
-        cq_lost = not os.path.isdir(cq_dir)
-        index_lost = not os.path.isdir(index_dir)
-        self.checkpoint = StoreCheckpoint(os.path.join(self.store_dir, "checkpoint"))
-        self.commitlog.queue.load()
-        damaged = self._load_consume_queues(cq_dir)
-        if cfg.message_index_enable:
-            self.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
-            self.index.before_new_file = self.space.check_new_file
-            self.dispatchers.append(IndexDispatcher(self.index))
-        end = recovery.recover_commitlog(self.commitlog, abnormal,
-                                         self.checkpoint.min_timestamp(self.index is not None))
-        for cq in self._queues.values():
-            cq.recover()
-            cq.truncate_dirty(end)
-        if self.index is not None:
-            self.index.truncate(end)
-        expected = recovery.expected_queue_ends(self.store_dir, self.commitlog)
-        damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in self._queues.items()}, expected))
-        start = recovery.redispatch_start(self.commitlog, self._queues.values(), self.index, self.checkpoint, abnormal,
-                                          cq_lost or (self.index is not None and index_lost))
-        try:
-            damaged.update(self._redispatch(start))
-            if damaged:
-                recovery.log_damaged(damaged)
-                for key in damaged:
-                    self._queue(*key).reset()
-                start = self.commitlog.min_offset  # a rebuild cut short by the disk goes on from here
-                self._redispatch(start, damaged)
-                recovery.continue_rebuilt([self._queues[k] for k in sorted(damaged)], expected)
-        except DiskFullError as e:  # start anyway: reads serve what is dispatched, writes wait for space
-            self.space.refused(e)
-            self._redispatch_from = start
-            log.error("disk full during recovery (%s): consume queues and index are not complete past commitlog "
-                      "offset %d; the store starts refusing writes and finishes recovery once space is freed", e,
-                      start)
-        for cq in self._queues.values():
-            cq.delete_expired(self.commitlog.min_offset)
-        self.queue_table.write(self.consume_queues(), force=True)
-
-    def _load_consume_queues(self, cq_dir: str) -> set[tuple[str, int]]:
-        """Open every consume queue; the ones whose files were unusable (removed, to rebuild)."""
-        damaged: set[tuple[str, int]] = set()
-        if not os.path.isdir(cq_dir):
-            return damaged
-        for topic in sorted(os.listdir(cq_dir)):
-            tdir = os.path.join(cq_dir, topic)
-            if not os.path.isdir(tdir) or not fmt.TOPIC_PATTERN.match(topic):
-                continue
-            for name in sorted(os.listdir(tdir)):
-                qid = queue_id_of(name)
-                if qid is not None:
-                    cq = ConsumeQueue(self.store_dir, topic, qid, self.config.mapped_file_size_consume_queue)
-                    cq.queue.before_new_file = self.space.check_new_file
-                    if not cq.load():
-                        damaged.add((topic, qid))
-                    self._queues[(topic, qid)] = cq
-        return damaged
-
-    def _redispatch(self, start: int, only: set[tuple[str, int]] | None = None) -> set[tuple[str, int]]:
-        """Dispatch the records from ``start`` (only those of the queues ``only``); returns the
-        queues that had a gap: a record past the queue's end although the log before ``start``
-        is dispatched, so the queue lost entries (from the log's min offset a gap is normal:
-        cleanup removed the records before it)."""
-        count = 0
-        gaps: set[tuple[str, int]] = set()
-        check = start > self.commitlog.min_offset
-        for req in requests_from_log(recovery.decoded_records(self.commitlog, start, only), self._queue):
-            if check and req.queues:
-                cq = req.queues[0]
-                assert isinstance(cq, ConsumeQueue)
-                if req.first_queue_offsets[0] > cq.max_offset:
-                    gaps.add((cq.topic, cq.queue_id))
-            self._dispatch(req)
-            count += len(req.phys_offsets)
-        if count:
-            log.info("re-dispatched %d records from commitlog offset %d", count, start)
-        return gaps
 
     def _start_services(self) -> None:
         cfg = self.config
@@ -352,7 +268,7 @@ class MessageStore(MessageLookup):
         if start is None:
             return
         try:
-            self._redispatch(start)
+            startup.redispatch(self.commitlog, start, self._queue, self._dispatch)
         except DiskFullError as e:
             self.space.refused(e)
             raise self.space.error() from None

@@ -31,10 +31,8 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 from shmq.codec import frames as P
-from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
 from shmq.client.producer.producer import inner_producer
@@ -48,11 +46,12 @@ from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offs
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
+from shmq.client.consumer.rebalance_impl import RebalanceImpl
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
 from shmq.client.consumer.send_back import SendBackClient
-from shmq.model.system_topics import is_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +132,6 @@ class PushConsumer:
         self._running = False
         self._throttled = False
         self._session: Session | None = None
-        self._rebalance_key: tuple | None = None
-        self._members: list[int] | None = None
-        self._offset_store: LocalFileOffsetStore | None = None
         self._thread: threading.Thread | None = None
         self._broker_wait_logged = False
         self._consume_hooks: list[ConsumeMessageHook] = []
@@ -195,10 +191,14 @@ class PushConsumer:
             return self
         if self._send_back is not None:  # every clustering member consumes its group's redeliveries
             self._subscriptions.setdefault(self._send_back.retry_topic, as_expression("*"))
+        local = None
         if self.model is MessageModel.BROADCASTING:
             directory = self.offset_store_dir or default_offset_dir(self.broker_name)
-            self._offset_store = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
-            self._offset_store.load()
+            local = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
+            local.load()
+        self._offsets = QueueOffsets(self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp,
+                                     self.start_timeout, local)
+        self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log)
         self._conn.start(self.start_timeout)
         try:
             self._bind(time.monotonic() + self.start_timeout)
@@ -233,11 +233,11 @@ class PushConsumer:
             pq.drop()
         self._await_listeners(pqs, DROP_WAIT_S)
         try:
-            self._commit(pqs, sync=True, force=True)
+            self._offsets.commit(pqs, sync=True, force=True)
         except (ShmqError, OSError) as e:
             log.warning("could not commit offsets at shutdown: %s", e)
-        if self._offset_store is not None and self._anonymous:
-            self._offset_store.delete()  # its name dies with this consumer: nobody could read it again
+        if self._offsets.local is not None and self._anonymous:
+            self._offsets.local.delete()  # its name dies with this consumer: nobody could read it again
         self._pqs.clear()
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -283,12 +283,11 @@ class PushConsumer:
             pq.wait_req = None
         if self._session is not None and self.model is MessageModel.CLUSTERING:
             # a restarted broker lost the commits since its last persist: give it ours again
-            self._commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
+            self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
         for mq in [mq for mq in self._pqs if mq.topic not in self._subscriptions]:
             self._drop(self._pqs.pop(mq))
         self._session = s
-        self._rebalance_key = None
-        self._members = None  # client ids are new after a restart
+        self._rebalance.reset()
         self._broker_wait_logged = False
         return s
 
@@ -314,7 +313,7 @@ class PushConsumer:
                 progressed, idle = self._pull_pass(now)
                 if now >= next_commit:
                     next_commit = now + self.persist_consumer_offset_interval
-                    self._commit(list(self._pqs.values()), sync=False)
+                    self._offsets.commit(list(self._pqs.values()), sync=False)
                 if not progressed and self._running:
                     self._park(idle)
             except (BrokerGoneError, ShmqError, OSError) as e:
@@ -340,7 +339,7 @@ class PushConsumer:
             if expression is None or pq.dropped or now < pq.ready_at:
                 continue
             if pq.next_offset < 0:
-                self._init_offset(pq)
+                self._offsets.init(pq)
             if self._flow_controlled(pq, total, total_size):
                 self._throttled = True
                 continue
@@ -395,49 +394,20 @@ class PushConsumer:
     # ------------------------------------------------------------------ rebalance
 
     def _rebalance_if_changed(self, me: int) -> None:
-        """Recompute this member's (client id ``me``) queues if members, queue counts or perms changed."""
-        state = self._wrapper.views()[0]
-        topics = sorted(self._subscriptions)
-        perms = tuple(state.topic_perm(t) for t in topics)
-        blocked = [t for t, perm in zip(topics, perms) if perm is not None and not perm & PERM_READ]
-        # a topic without the read bit has no queues for us (its files are there, but reading is forbidden)
-        counts = tuple(0 if t in blocked else state.read_queue_count(t) for t in topics)
-        if self.model is MessageModel.BROADCASTING:
-            key: tuple = (counts, perms)
-            members: list[int] = []
-        else:
-            version, members = state.group_members(self.group)
-            key = (version, counts, perms)
-        if key == self._rebalance_key:
+        """Apply this member's (client id ``me``) new queues if members, queue counts or perms changed."""
+        change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
+        if change is None:
             return
-        if blocked:
-            log.warning("consumer %r: topic(s) %s not readable (perm without the read bit 4): skipped until "
-                        "their perm allows reading", self.group, ", ".join(blocked))
-        if self.model is MessageModel.CLUSTERING and me not in members:
-            return  # our join is not published yet
-        queues = {t: [MessageQueue(t, self.broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
-        mine: set[MessageQueue] = set()
-        for t in topics:
-            mine.update(queues[t] if self.model is MessageModel.BROADCASTING else self.allocate(queues[t], members, me))
-        previous = self._members if self._members is not None else [m for m in members if m != me]
-        gone = [mq for mq in self._pqs if mq not in mine]
-        for mq in gone:
+        for mq in [mq for mq in self._pqs if mq not in change.mine]:
             self._drop(self._pqs.pop(mq))
         now = time.monotonic()
-        for mq in sorted(mine - set(self._pqs)):
+        for mq in change.added:
             pq = self._pqs[mq] = ProcessQueue(mq, -1)
-            if self.model is MessageModel.CLUSTERING and self._handed_over(queues[mq.topic], previous, mq, members, me):
+            if mq in change.handed_over:
                 pq.ready_at = now + HANDOFF_GRACE_S
-        if gone or len(mine) != len(self._pqs) or key != self._rebalance_key:
-            log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
-                     len(members), len(self._pqs))
-        self._rebalance_key = key
-        self._members = members
-
-    def _handed_over(self, queues: Sequence[MessageQueue], previous: list[int], mq: MessageQueue,
-               members: list[int], me: int) -> bool:
-        """Whether another live member owned ``mq`` under the previous members (it is handing it over)."""
-        return any(m != me and m in members and mq in self.allocate(queues, previous, m) for m in previous)
+        log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
+                 len(change.members), len(self._pqs))
+        self._rebalance.done(change)
 
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away: no new listener call, wait for running ones, commit where it stands."""
@@ -447,61 +417,13 @@ class PushConsumer:
         if pq.next_offset < 0:
             return
         self._await_listeners([pq], DROP_WAIT_S)
-        self._commit([pq], sync=True)
+        self._offsets.commit([pq], sync=True)
 
     @staticmethod
     def _await_listeners(pqs: list[ProcessQueue], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while any(pq.inflight for pq in pqs) and time.monotonic() < deadline:
             time.sleep(0.001)
-
-    # ------------------------------------------------------------------ offsets
-
-    def _init_offset(self, pq: ProcessQueue) -> None:
-        """Where a newly assigned queue starts: the group's offset, else ``consume_from`` (committed at once)."""
-        mq = pq.mq
-        if self._offset_store is not None:  # BROADCASTING
-            offset = self._offset_store.read(mq.topic, mq.queue_id)
-        else:
-            offset = int(self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic,
-                                                          "queue_id": mq.queue_id}, self.start_timeout)["offset"])
-        if offset < 0:
-            state, store = self._wrapper.views()
-            lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
-            if self.consume_from is ConsumeFrom.FIRST_OFFSET or is_retry_topic(mq.topic):
-                offset = lo  # a retry queue holds only the group's redeliveries: all are for it
-            elif self.consume_from is ConsumeFrom.LAST_OFFSET:
-                offset = hi
-            else:
-                ts = self.consume_timestamp if self.consume_timestamp is not None \
-                    else int(time.time() * 1000) - 30 * 60 * 1000
-                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
-                    if hi > 0 else 0
-            pq.next_offset = offset
-            self._commit([pq], sync=True)
-        pq.next_offset = offset
-
-    def _commit(self, pqs: list[ProcessQueue], sync: bool, force: bool = False) -> None:
-        """Commit each queue's smallest offset in process (if it moved): a COMMIT_OFFSET frame, or
-        synchronously through the control queue (rebalance, shutdown), or the local file when broadcasting."""
-        for pq in pqs:
-            if pq.next_offset < 0:
-                continue
-            offset = pq.commit_offset()
-            if offset == pq.committed and not force:
-                continue
-            mq = pq.mq
-            if self._offset_store is not None:
-                self._offset_store.update(mq.topic, mq.queue_id, offset)
-            elif sync:
-                self._conn.admin("commit_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                                   "offset": offset}, self.start_timeout)
-            else:
-                self._conn.write_frame(P.COMMIT_OFFSET, P.encode_commit_offset(
-                    next_request_id(), self.group, mq.topic, mq.queue_id, offset), time.monotonic() + 1.0)
-            pq.committed = offset
-        if self._offset_store is not None:
-            self._offset_store.persist()
 
     # ------------------------------------------------------------------ introspection
 

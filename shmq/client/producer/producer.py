@@ -6,18 +6,13 @@ broker restart the next send attaches again (``shmq.client.connection.BrokerConn
 """
 from __future__ import annotations
 
-import functools
-import logging
 import os
 import random
 import time
 import zlib
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import repeat
-from typing import Any, Callable, Literal, Sequence, overload
-
-import numpy as np
+from typing import Any, Callable, Sequence
 
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -27,37 +22,19 @@ from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, Cor
                          MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
-from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
+from shmq.client.producer.accumulator import ProduceAccumulator
+from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
 from shmq.codec import record as fmt
 from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, NEVER_COMPRESS, TRACE_RING_BYTES, AsyncTraceDispatcher,
                                    trace_topic)
 from shmq.trace.hooks import SendTraceHook
 
 
-log = logging.getLogger(__name__)
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
-MAX_BATCH_BYTES = 4 * 1024 * 1024
-MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
 SYNC_POLL_S = 300e-6  # a sync send reads its own answer this long, then waits for the reader thread
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
-_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-           P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT, P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
-
-
-def _settle(sent: Future, futures: Sequence[PendingSend | None]) -> None:
-    """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
-    error = sent.exception()
-    settle(futures, () if error is not None else sent.result(), error)
-
-
-def _fail(future: Future | None, error: Exception, topic: str) -> None:
-    """An accumulated message that could not be written: its future fails; a oneway one is logged."""
-    if future is None:
-        log.warning("a oneway message to %s was not sent: %s", topic, error)
-    elif not future.done():
-        future.set_exception(error)
 
 
 class SelectMessageQueueByHash:
@@ -128,7 +105,8 @@ class Producer:
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
                                       self._broker_died)
-        self._accumulator = ProduceAccumulator(self._send_accumulated, batch_max_delay_ms, batch_max_bytes) \
+        self._batches = BatchSender(self)
+        self._accumulator = ProduceAccumulator(self._batches.send_accumulated, batch_max_delay_ms, batch_max_bytes) \
             if auto_batch else None
         self.broker_name = self._conn.broker_name
         self._send_hooks: list[SendMessageHook] = []  # replaced, never changed in place: senders read it unlocked
@@ -295,116 +273,7 @@ class Producer:
         self._flush_accumulated()
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
-        return self._submit_batch(msgs, qid, timeout)
-
-    @overload
-    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-                      oneway: Literal[False] = False, split: bool = False) -> Future: ...
-
-    @overload
-    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-                      oneway: bool, split: bool = False) -> Future | None: ...
-
-    def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-                      oneway: bool = False, split: bool = False) -> Future | None:
-        """Encode and write one SEND_BATCH; ``split``: the future gives one SendResult per message."""
-        enc = self._encoder.encode_batch(msgs, int(time.time() * 1000), self._born_host())
-        batch = enc.batch
-        total = len(batch.buf)
-        if total > MAX_BATCH_BYTES:
-            raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
-                                       "(cut it with shmq.client.producer.producer.split_batch)")
-        deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
-        flags = P.FLAG_ONEWAY if oneway else 0
-
-        def fill(view, req_id: int) -> None:
-            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
-                                           batch.tags_codes, batch.key_hashes, batch.key_records, total)
-            view[p:p + total] = batch.buf
-
-        if oneway:
-            self._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
-            return None
-        topic = enc.topic_b.decode()
-
-        def build(r: P.SendResultFrame) -> SendResult | list[SendResult]:
-            phys = r.phys_offsets or [r.phys_offset]
-            status, mq = _STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, self.broker_name, r.queue_id)
-            if split:
-                return [SendResult(status, uniq, None, mq, r.queue_offset + i, r.store_timestamp, 1, [p], r.store_host)
-                        for i, (uniq, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), phys))]
-            return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
-                              list(phys), r.store_host)
-        return self._submit(P.SEND_BATCH, size, fill, build, deadline)
-
-    def _send_accumulated(self, groups: list[Group]) -> None:
-        """The accumulator's flush: a SEND_BATCH per group of at least MIN_BATCH messages, its
-        result split among the messages' futures. Smaller groups (many topics, each sent
-        rarely) go together in SEND_MULTI frames of up to MULTI_MAX_BYTES, which the broker
-        stores with one put whatever their topics."""
-        mixed: list[tuple[Message, int, PendingSend | None]] = []
-        for topic, qid, msgs, futures in groups:
-            if len(msgs) < MIN_BATCH:
-                mixed.extend(zip(msgs, repeat(qid), futures))
-                continue
-            try:
-                batch_future = self._submit_batch(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
-            except Exception as e:
-                for f in futures:
-                    _fail(f, e, topic)
-                continue
-            if batch_future is not None:
-                batch_future.add_done_callback(functools.partial(_settle, futures=futures))
-        size, start = 0, 0
-        for i, (msg, _, _) in enumerate(mixed):
-            size += len(msg.body) + RECORD_OVERHEAD
-            if size >= MULTI_MAX_BYTES or i == len(mixed) - 1:
-                self._send_multi(mixed[start:i + 1])
-                size, start = 0, i + 1
-
-    def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
-        """Encode and write one SEND_MULTI; each message's future gets its own SendResult."""
-        msgs, qids, futures = zip(*items)
-        try:
-            enc = self._encoder.encode_mixed(msgs, int(time.time() * 1000), self._born_host())
-            batch = enc.batch
-            deadline = time.monotonic() + self.send_msg_timeout
-            size = P.send_multi_size(enc.topics_b, len(batch), len(batch.key_hashes), len(batch.buf))
-            qid_arr = np.array(qids, np.int64)
-            oneway = all(f is None for f in futures)
-
-            def fill(view, req_id: int) -> None:
-                p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
-                                               enc.topics_b, enc.topic_idx, qid_arr, batch)
-                view[p:p + len(batch.buf)] = batch.buf
-
-            if oneway:
-                self._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
-                return
-            topics = [t.decode() for t in enc.topics_b]
-
-            def build(r: P.SendMultiResultFrame) -> list:
-                out: list[SendResult | Exception] = []
-                mqs: dict[tuple[int, int], MessageQueue] = {}
-                for i, (st, k, q, qoff, ph) in enumerate(zip(r.statuses.tolist(), enc.topic_idx.tolist(),
-                                                            r.queue_ids.tolist(), r.queue_offsets.tolist(),
-                                                            r.phys_offsets.tolist())):
-                    if st < 0:
-                        out.append(broker_error(-st, r.message))
-                        continue
-                    mq = mqs.get((k, q))
-                    if mq is None:
-                        mq = mqs[(k, q)] = MessageQueue(topics[k], self.broker_name, q)
-                    out.append(SendResult(_STATUS.get(st, SendStatus.SEND_OK), enc.uniq_keys[i], None, mq, qoff,
-                                          r.store_timestamp, 1, [ph], r.store_host))
-                return out
-            sent = self._submit(P.SEND_MULTI, size, fill, build, deadline)
-        except Exception as e:
-            for m, f in zip(msgs, futures):
-                _fail(f, e, m.topic)
-            return
-        sent.add_done_callback(lambda bf: _settle(bf, list(futures)))
+        return self._batches.submit(msgs, qid, timeout)
 
     # ------------------------------------------------------------------ encoding
 
@@ -441,7 +310,7 @@ class Producer:
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
-            return SendResult(_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
+            return SendResult(SEND_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
                               MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
                               1, [r.phys_offset], r.store_host)
         return self._submit(P.SEND, size, fill, build, deadline)

@@ -1,0 +1,168 @@
+"""BatchSender: a producer's SEND_BATCH and SEND_MULTI frames, encoded and submitted.
+
+Kept apart from ``Producer`` (its API, hooks and request table) because batches have rules of
+their own: a user's batch is one frame with one answer (or, for the accumulator's batches, an
+answer split per message), and what the accumulator hands over goes out as SEND_BATCH per
+queue when a group is big enough, else mixed with other topics' small groups in SEND_MULTI
+frames that the broker stores with one put. It writes through the producer's request table
+(``_submit``, ``_write``) and reads the producer's settings at each send, so that changing
+``send_msg_timeout`` on a running producer applies here as to single sends.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from concurrent.futures import Future
+from itertools import repeat
+from typing import TYPE_CHECKING, Literal, Sequence, overload
+
+import numpy as np
+
+from shmq.client.connection import next_request_id
+from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, settle
+from shmq.codec import frames as P
+from shmq.errors import MessageTooLargeError, broker_error
+from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+
+if TYPE_CHECKING:
+    from shmq.client.producer.producer import Producer
+
+log = logging.getLogger(__name__)
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
+SEND_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+               P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+               P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+def _settle(sent: Future, futures: Sequence[PendingSend | None]) -> None:
+    """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
+    error = sent.exception()
+    settle(futures, () if error is not None else sent.result(), error)
+
+
+def _fail(future: Future | None, error: Exception, topic: str) -> None:
+    """An accumulated message that could not be written: its future fails; a oneway one is logged."""
+    if future is None:
+        log.warning("a oneway message to %s was not sent: %s", topic, error)
+    elif not future.done():
+        future.set_exception(error)
+
+
+class BatchSender:
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    @overload
+    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+               oneway: Literal[False] = False, split: bool = False) -> Future: ...
+
+    @overload
+    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+               oneway: bool, split: bool = False) -> Future | None: ...
+
+    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
+               oneway: bool = False, split: bool = False) -> Future | None:
+        """Encode and write one SEND_BATCH; ``split``: the future gives one SendResult per message."""
+        producer = self._producer
+        enc = producer._encoder.encode_batch(msgs, int(time.time() * 1000), producer._born_host())
+        batch = enc.batch
+        total = len(batch.buf)
+        if total > MAX_BATCH_BYTES:
+            raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
+                                       "(cut it with shmq.client.producer.producer.split_batch)")
+        deadline = time.monotonic() + (producer.send_msg_timeout if timeout is None else timeout)
+        size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
+        flags = P.FLAG_ONEWAY if oneway else 0
+
+        def fill(view, req_id: int) -> None:
+            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
+                                           batch.tags_codes, batch.key_hashes, batch.key_records, total)
+            view[p:p + total] = batch.buf
+
+        if oneway:
+            producer._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
+            return None
+        topic = enc.topic_b.decode()
+        broker_name = producer.broker_name
+
+        def build(r: P.SendResultFrame) -> SendResult | list[SendResult]:
+            phys = r.phys_offsets or [r.phys_offset]
+            status, mq = SEND_STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, broker_name, r.queue_id)
+            if split:
+                return [SendResult(status, uniq, None, mq, r.queue_offset + i, r.store_timestamp, 1, [p], r.store_host)
+                        for i, (uniq, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), phys))]
+            return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
+                              list(phys), r.store_host)
+        return producer._submit(P.SEND_BATCH, size, fill, build, deadline)
+
+    def send_accumulated(self, groups: list[Group]) -> None:
+        """The accumulator's flush: a SEND_BATCH per group of at least MIN_BATCH messages, its
+        result split among the messages' futures. Smaller groups (many topics, each sent
+        rarely) go together in SEND_MULTI frames of up to MULTI_MAX_BYTES, which the broker
+        stores with one put whatever their topics."""
+        mixed: list[tuple[Message, int, PendingSend | None]] = []
+        for topic, qid, msgs, futures in groups:
+            if len(msgs) < MIN_BATCH:
+                mixed.extend(zip(msgs, repeat(qid), futures))
+                continue
+            try:
+                batch_future = self.submit(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
+            except Exception as e:
+                for f in futures:
+                    _fail(f, e, topic)
+                continue
+            if batch_future is not None:
+                batch_future.add_done_callback(functools.partial(_settle, futures=futures))
+        size, start = 0, 0
+        for i, (msg, _, _) in enumerate(mixed):
+            size += len(msg.body) + RECORD_OVERHEAD
+            if size >= MULTI_MAX_BYTES or i == len(mixed) - 1:
+                self._send_multi(mixed[start:i + 1])
+                size, start = 0, i + 1
+
+    def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
+        """Encode and write one SEND_MULTI; each message's future gets its own SendResult."""
+        producer = self._producer
+        msgs, qids, futures = zip(*items)
+        try:
+            enc = producer._encoder.encode_mixed(msgs, int(time.time() * 1000), producer._born_host())
+            batch = enc.batch
+            deadline = time.monotonic() + producer.send_msg_timeout
+            size = P.send_multi_size(enc.topics_b, len(batch), len(batch.key_hashes), len(batch.buf))
+            qid_arr = np.array(qids, np.int64)
+            oneway = all(f is None for f in futures)
+
+            def fill(view, req_id: int) -> None:
+                p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
+                                               enc.topics_b, enc.topic_idx, qid_arr, batch)
+                view[p:p + len(batch.buf)] = batch.buf
+
+            if oneway:
+                producer._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
+                return
+            topics = [t.decode() for t in enc.topics_b]
+            broker_name = producer.broker_name
+
+            def build(r: P.SendMultiResultFrame) -> list:
+                out: list[SendResult | Exception] = []
+                mqs: dict[tuple[int, int], MessageQueue] = {}
+                for i, (st, k, q, qoff, ph) in enumerate(zip(r.statuses.tolist(), enc.topic_idx.tolist(),
+                                                            r.queue_ids.tolist(), r.queue_offsets.tolist(),
+                                                            r.phys_offsets.tolist())):
+                    if st < 0:
+                        out.append(broker_error(-st, r.message))
+                        continue
+                    mq = mqs.get((k, q))
+                    if mq is None:
+                        mq = mqs[(k, q)] = MessageQueue(topics[k], broker_name, q)
+                    out.append(SendResult(SEND_STATUS.get(st, SendStatus.SEND_OK), enc.uniq_keys[i], None, mq, qoff,
+                                          r.store_timestamp, 1, [ph], r.store_host))
+                return out
+            sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
+        except Exception as e:
+            for m, f in zip(msgs, futures):
+                _fail(f, e, m.topic)
+            return
+        sent.add_done_callback(lambda bf: _settle(bf, list(futures)))
