@@ -27,6 +27,7 @@ from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
 from shmq.broker.schedule import DeliveryRulesHook, now_ms
+from shmq.broker.timer import TimerService
 from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
@@ -92,12 +93,14 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
+        self.timer: TimerService | None = None
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
             self._system_topics(len(levels))
             store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
             self.delay = DelayLevelService(store, levels, self.put_internal)
-            self.services.append(self.delay)
+            self.timer = TimerService(store, self.put_internal)
+            self.services += [self.delay, self.timer]
 
     # ------------------------------------------------------------------ frames
 
