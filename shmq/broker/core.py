@@ -52,6 +52,8 @@ class TimedService(Protocol):
 
     def persist(self, durable: bool = True) -> None: ...
 
+    def next_due_ms(self) -> int | None: ...  # the earliest due time it waits for (None: nothing)
+
 
 class BrokerCore:
     """The broker's tables and processors over one open store; ``publisher`` None: nothing is
@@ -178,6 +180,15 @@ class BrokerCore:
                 self._touched[key] = None
             if self._touched:
                 self._after_puts()
+
+    def idle_timeout(self, timeout: float, until_tick_ns: int) -> float:
+        """How long the idle loop may sleep: ``timeout``, or only until the next tick when a timed
+        service has a message due before ``timeout`` is over (else an idle broker, parked 20 ms
+        at a time, would deliver delayed messages up to two ticks late)."""
+        dues = [d for d in (s.next_due_ms() for s in self.services) if d is not None]
+        if not dues or min(dues) - now_ms() > timeout * 1000:
+            return timeout
+        return min(timeout, max(0.0, until_tick_ns / 1e9))
 
     def count(self, topic: str, qid: int, msgs: int, nbytes: int) -> None:
         """Note a put: the queue's new max offset gets published, the topic's counters grow."""

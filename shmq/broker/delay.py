@@ -97,6 +97,11 @@ class DelayLevelService:
                 total += max(0, cq.max_offset - max(self.offsets.get(level, 0), cq.min_offset))
         return total
 
+    def next_due_ms(self) -> int | None:
+        """The earliest head due time of the levels looked at (0: a level must be looked at again)."""
+        dues = [due for _, due in self._heads.values() if due >= 0]
+        return min(dues) if dues else None
+
     def tick(self, now_ms: int) -> int:
         """Deliver what is due; the number delivered."""
         n = 0

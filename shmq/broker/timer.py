@@ -94,6 +94,9 @@ class TimerService:
         unread = max(0, cq.max_offset - max(self.check.enqueue_offset, cq.min_offset)) if cq is not None else 0
         return len(self.pending_keys) + unread
 
+    def next_due_ms(self) -> int | None:
+        return self.pending_keys.earliest()
+
     def tick(self, now_ms: int) -> int:
         """Read new log entries, deliver what is due; the number delivered."""
         n = 0

@@ -146,10 +146,9 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_only_the_tick_in_fli
     bodies = [m.body for m in got]
     assert set(bodies) == set(sent), "lost: %s" % sorted(set(sent) - set(bodies))[:5]
     dups = {b for b in bodies if bodies.count(b) > 1}
-    for b in dups:  # delivered in the tick a kill cut short: due just before that kill
+    for b in dups:  # delivered in the tick a kill cut short: due (and delivered) just before that kill
         assert bodies.count(b) == 2
-        assert any(-0.3 <= k - sent[b] for k in kills), b
-    assert len(dups) <= 5 * 10, dups
+        assert any(0 <= k - sent[b] <= 1.0 for k in kills), (b, sent[b], kills)
 
 
 def test_bad_delivery_times_are_refused_with_a_clear_error(store_dir, broker_name, config):
