@@ -134,7 +134,9 @@ class DelayLevelService:
             if int(e["size"]) == BLANK_SIZE:
                 continue
             view = self.store.commitlog.data(int(e["offset"]), int(e["size"]))
-            if view is None:  # cleanup took it: nothing left to deliver
+            if view is None:  # cleanup took it (fileReservedTime shorter than the delay): nothing left to deliver
+                log.error("delay level %d message at commitlog offset %d was removed by cleanup before it was due",
+                          level, int(e["offset"]))
                 continue
             try:
                 items.append(delivered_record(view))
