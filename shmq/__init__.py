@@ -3,6 +3,8 @@ from shmq.client.admin import Admin, TopicInfo
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
+from shmq.client.producer.transaction import TransactionProducer, TransactionSendResult, TransactionStatus
+from shmq.filter.sql import SqlFilter, sql
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
                          BadTopicError, BrokerBusyError, BrokerDiskFullError, BrokerError, BrokerGoneError, BrokerNotFoundError,
                          BrokerStartError, ConfigError, ControlProtocolError, ControlTimeoutError, CorruptFrameError,
@@ -23,8 +25,9 @@ __all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
            "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
-           "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "StateLayoutError", "StoreClosedError", "StoreLockedError",
-           "TopicInfo", "TopicNotReadableError"]
+           "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",
+           "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult",
+           "TransactionStatus", "sql"]
 
 
 def __getattr__(name: str) -> object:

@@ -65,6 +65,13 @@ class BrokerConfig:
     broker_role: str = ASYNC_MASTER
     default_topic_queue_nums: int = 4
     auto_create_topic_enable: bool = True
+    # SQL92 subscriptions (RocketMQ defaults both to false). enablePropertyFilter: shmq true, since
+    # consumers evaluate filters in their own processes and a broker pays nothing for them;
+    # false refuses groups that join with one. enableCalcFilterBitMap: false as in RocketMQ: the
+    # bitmap moves filter evaluation onto the broker's single put path (every record of a topic
+    # an SQL92 group subscribes to), worth it for selective filters read by many (docs/OPERATIONS.md)
+    enable_property_filter: bool = True
+    enable_calc_filter_bit_map: bool = False
     wait_time_mills_in_send_queue: int = 200
     flush_consumer_offset_interval: int = 5000  # ms
     store_host: int = 0  # shmq: 8-byte store host id written into records and offset msg ids

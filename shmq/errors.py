@@ -90,7 +90,11 @@ class BadMessageError(ShmqError, ValueError):
 
 
 class BadExpressionError(ShmqError, ValueError):
-    """A subscription expression is malformed, or is SQL92 (not supported yet)."""
+    """A subscription expression is malformed (tags or SQL92); for an SQL92 syntax error
+    ``column`` (1-based) and ``expected`` say where and what the parser wanted."""
+
+    column: int | None = None
+    expected: str | None = None
 
 
 class BrokerError(ShmqError):

@@ -8,15 +8,24 @@ a form its loader refuses.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from shmq.broker.answers import Peer
+from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
+from shmq.config import BrokerConfig
+from shmq.filter.sql import TYPE_SQL92, SqlFilter
+from shmq.filter.tags import TYPE_TAG, TagFilter
+from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_topic
+from shmq.trace.query import trace_lines
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
+
+if TYPE_CHECKING:
+    from shmq.broker.transaction import TransactionalMessageService
 
 
 class AdminTarget(Protocol):
@@ -24,10 +33,13 @@ class AdminTarget(Protocol):
     import the broker that imports it."""
 
     store: MessageStore
+    config: BrokerConfig
     topics: TopicConfigManager
     consumers: ConsumerManager
     offsets: ConsumerOffsetManager
     clients: dict[int, Peer]
+    transactions: TransactionalMessageService | None
+    dlq: DlqResendService | None
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
                      perm: int | None = None, persist: bool = True) -> TopicConfig: ...
@@ -73,24 +85,64 @@ def _queue(b: AdminTarget, a: dict) -> tuple[str, int]:
     return topic, _int(a, "queue_id", 0, n - 1)
 
 
-def _subscriptions(v: object) -> dict[str, str]:
+def _subscriptions(b: AdminTarget, v: object) -> dict[str, str | dict[str, str]]:
+    """topic -> a tag expression (a string), or ``{"type": "SQL92", "expression": text}``;
+    an SQL92 text is parsed here, so a bad one is refused at join (BadExpressionError is a
+    ValueError: the client gets the parser's message) and the broker never keeps it."""
     if not isinstance(v, dict):
         raise ValueError("subscriptions must be an object of topic -> expression")
+    out: dict[str, str | dict[str, str]] = {}
     for topic, expression in v.items():
         check_topic(topic)
-        if not isinstance(expression, str):
+        if isinstance(expression, dict):
+            kind, text = expression.get("type"), expression.get("expression")
+            if set(expression) != {"type", "expression"} or kind not in (TYPE_TAG, TYPE_SQL92) or \
+                    not isinstance(text, str):
+                raise ValueError(f"subscription of {topic!r} must be a string or "
+                                 f'{{"type": "TAG" or "SQL92", "expression": str}}, got {expression!r:.80}')
+            if kind == TYPE_TAG:
+                out[topic] = TagFilter(text).expression
+                continue
+            if not b.config.enable_property_filter:
+                raise ValueError(f"subscription of {topic!r}: SQL92 filtering is off on this broker "
+                                 "(enablePropertyFilter=false)")
+            out[topic] = {"type": TYPE_SQL92, "expression": SqlFilter(text).expression}
+        elif isinstance(expression, str):
+            out[topic] = expression
+        else:
             raise ValueError(f"subscription expression of {topic!r} must be a string")
-    return v
+    return out
+
+
+def _user_topic(b: AdminTarget, a: dict, deleting: bool = False) -> str:
+    """The topic a user's create, update or delete names, if a user may do that to it.
+
+    System topics are the broker's: it creates them and its services rely on their queues. A
+    user may only change the perm of an existing %RETRY%/%DLQ% topic (the read bit lets tools
+    and consumers read it; the broker's own retry and dead-letter writes do not look at the write
+    bit) and delete one (a retired group's); never create a system topic, change its queue
+    counts or touch the broker's own."""
+    topic = _topic(a)
+    if not is_system_topic(topic):
+        return topic
+    group_topic = is_retry_topic(topic) or is_dlq_topic(topic)
+    if b.topics.get(topic) is None and not deleting:
+        raise ValueError(f"{topic!r} is a system topic name (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, "
+                         f"rmq_sys_*); only the broker creates such topics")
+    if not group_topic or (not deleting and set(a) - {"topic", "perm"}):
+        raise ValueError(f"{topic!r} is a system topic: a user may change only the perm of an existing %RETRY% "
+                         f"or %DLQ% topic, or delete one; not its queue counts, nor the broker's own topics")
+    return topic
 
 
 def _update_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    tc = b.update_topic(_topic(a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
+    tc = b.update_topic(_user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
                         _opt_int(a, "perm"))
     return {"topic": tc.to_json()}
 
 
 def _delete_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
-    return {"deleted": b.delete_topic(_topic(a))}
+    return {"deleted": b.delete_topic(_user_topic(b, a, deleting=True))}
 
 
 def _list_topics(b: AdminTarget, client_id: int, a: dict) -> dict:
@@ -107,7 +159,7 @@ def _join_group(b: AdminTarget, client_id: int, a: dict) -> dict:
     mine = [n for n, g in groups.items() if client_id in g.members]
     if name not in mine and len(mine) >= MAX_GROUPS_PER_CLIENT:
         raise ValueError(f"client {client_id} is already in {len(mine)} groups, the most one client may join")
-    g = b.consumers.join(name, client_id, model, _subscriptions(a.get("subscriptions", {})))
+    g = b.consumers.join(name, client_id, model, _subscriptions(b, a.get("subscriptions", {})))
     try:
         _publish_groups(b)
     except ValueError:  # the state segment has no row left for a new group: undo the join
@@ -165,6 +217,30 @@ def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {"min_offset": lo, "max_offset": hi}
 
 
+def _transactions(b: AdminTarget, client_id: int, a: dict) -> dict:
+    if b.transactions is None:
+        raise ValueError("this broker is a replica: its master keeps the transactions")
+    return b.transactions.describe(_int(a, "max_num", 1, 1000) if "max_num" in a else 32)
+
+
+def _view_trace(b: AdminTarget, client_id: int, a: dict) -> dict:
+    msg_id = a["msg_id"]
+    if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 128 or any(c.isspace() for c in msg_id):
+        raise ValueError(f"msg_id must be a message id (1..128 characters, no whitespace), got {msg_id!r:.60}")
+    return {"records": trace_lines(b.store, _topic(a), msg_id)}
+
+
+def _resend_dlq(b: AdminTarget, client_id: int, a: dict) -> dict:
+    if b.dlq is None:
+        raise ValueError("a replica resends nothing: resend dead letters on the master")
+    ids = a.get("msg_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) and len(i) <= 128 for i in ids)
+                            or len(ids) > MAX_RESEND_PER_CALL):
+        raise ValueError(f"msg_ids must be a list of at most {MAX_RESEND_PER_CALL} message id strings")
+    max_num = _int(a, "max_num", 1, MAX_RESEND_PER_CALL) if "max_num" in a else MAX_RESEND_PER_CALL
+    return b.dlq.resend(_group(a), ids, max_num)
+
+
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
@@ -178,6 +254,9 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "commit_offset": (_commit_offset, _QUEUE_ARGS | {"group", "offset"}),
     "search_offset": (_search_offset, _QUEUE_ARGS | {"timestamp"}),
     "queue_offsets": (_queue_offsets, _QUEUE_ARGS),
+    "transactions": (_transactions, frozenset({"max_num"})),
+    "view_trace": (_view_trace, frozenset({"topic", "msg_id"})),
+    "resend_dlq": (_resend_dlq, frozenset({"group", "msg_ids", "max_num"})),
 }
 
 

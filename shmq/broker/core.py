@@ -18,22 +18,27 @@ import numpy as np
 
 from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
+from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.broker.processors.end_transaction import EndTransactionProcessor
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
+from shmq.broker.processors.send_back import SendBackProcessor
 from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
 from shmq.broker.schedule import DeliveryRulesHook, now_ms
 from shmq.broker.timer import TimerService
 from shmq.broker.topics import TopicConfig, TopicConfigManager
+from shmq.broker.transaction import TransactionalMessageService, live_producers
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
 from shmq.errors import CorruptFrameError
 from shmq.model import system_topics as st
+from shmq.store.filter_bitmap import CalcBitMapDispatcher
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore, PutMessageResult
 from shmq.store.rewrite import dispatch_fields
@@ -69,6 +74,12 @@ class BrokerCore:
         self.topics = TopicConfigManager(store.store_dir, config.default_topic_queue_nums)
         self.topics.repair(store.topics())
         self.consumers = ConsumerManager()
+        # enableCalcFilterBitMap: first in the dispatcher list, fed the groups' SQL92 filters
+        self.bitmap: CalcBitMapDispatcher | None = None
+        if config.enable_calc_filter_bit_map:
+            self.bitmap = CalcBitMapDispatcher(store.store_dir, store.commitlog, store.find_consume_queue,
+                                               config.mapped_file_size_consume_queue // fmt.CQ_ENTRY_SIZE)
+            store.dispatchers.insert(0, self.bitmap)
         self.clients: dict[int, Peer] = {}
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)
@@ -81,12 +92,14 @@ class BrokerCore:
         self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
                                       config.max_pull_waiters_per_client_queue)
         self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
+        self.send_back = SendBackProcessor(self, len(delay_levels(config.message_delay_level)))
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
             P.SEND_BATCH: self.send.send_batch,
             P.SEND_MULTI: self.send.send_multi,
             P.COMMIT_OFFSET: self.commit.handle,
             P.PULL_WAIT: self.pull.handle,
             P.HEARTBEAT: HeartbeatProcessor().handle,
+            P.SEND_BACK: self.send_back.handle,
         }
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}
@@ -96,6 +109,8 @@ class BrokerCore:
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
         self.timer: TimerService | None = None
+        self.transactions: TransactionalMessageService | None = None
+        self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
             self._system_topics(len(levels))
@@ -103,6 +118,11 @@ class BrokerCore:
             self.delay = DelayLevelService(store, levels, self.put_internal)
             self.timer = TimerService(store, self.put_internal)
             self.services += [self.delay, self.timer]
+            self.transactions = TransactionalMessageService(store, config, self.put_internal,
+                                                            live_producers(self.clients), self._commit_progress)
+            self.services.append(self.transactions)
+            self._processors[P.END_TRANSACTION] = EndTransactionProcessor(self, self.transactions).handle
+            self.dlq = DlqResendService(self)
 
     # ------------------------------------------------------------------ frames
 
@@ -154,6 +174,8 @@ class BrokerCore:
         max offsets are published and waiting consumers woken. Returns the answers released."""
         if self.topics.dirty:
             self.persist_topics()
+        if self.bitmap is not None:
+            self.bitmap.close()
         replica = self.replica
         n = replica.release(time.monotonic_ns()) if replica is not None and replica.groups else 0
         if self.answers.pending:
@@ -318,6 +340,12 @@ class BrokerCore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit.commit(group, topic, queue_id, offset)
 
+    def _commit_progress(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A broker service's progress as a committed offset of a system group (RocketMQ's
+        CID_RMQ_SYS_TRANS), so an operator sees what is still open where RocketMQ shows it."""
+        self.offsets.commit(group, topic, queue_id, offset)
+        self._publish_offset(group, topic, queue_id, offset)
+
     def _publish_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self.publisher is not None:
             self.publisher.offset(group, topic, queue_id, offset)
@@ -348,6 +376,10 @@ class BrokerCore:
             self.publisher.topics(self.topics.topics, self.queue_offsets, self.offsets.offsets)
 
     def publish_groups(self) -> None:
+        """After every change of the groups (join, leave, a member gone): publish them, and give
+        the filter bitmap the SQL92 filters they now hold."""
+        if self.bitmap is not None:
+            self.bitmap.set_filters(self.consumers.sql_subscriptions())
         if self.publisher is not None:
             self.publisher.groups(self.consumers.groups, self.offsets.offsets)
         self.publish_clients()

@@ -37,7 +37,8 @@ class ConsumerGroup:
 
     name: str
     model: str = CLUSTERING
-    members: dict[int, dict[str, str]] = field(default_factory=dict)
+    # client id -> topic -> tag expression, or {"type": "SQL92", "expression": text}
+    members: dict[int, dict[str, str | dict[str, str]]] = field(default_factory=dict)
     version: int = 0
 
 
@@ -47,7 +48,8 @@ class ConsumerManager:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
 
-    def join(self, group: str, client_id: int, model: str, subscriptions: dict[str, str]) -> ConsumerGroup:
+    def join(self, group: str, client_id: int, model: str,
+             subscriptions: dict[str, str | dict[str, str]]) -> ConsumerGroup:
         check_group(group)
         if model not in MODELS:
             raise ValueError(f"message model must be one of {MODELS}, got {model!r}")
@@ -55,7 +57,7 @@ class ConsumerManager:
         if g.members and g.model != model:
             raise ValueError(f"group {group!r} is {g.model}; a member cannot join it as {model}")
         g.model = model
-        g.members[client_id] = {str(t): str(e) for t, e in subscriptions.items()}
+        g.members[client_id] = {str(t): e if isinstance(e, dict) else str(e) for t, e in subscriptions.items()}
         g.version += 1
         return g
 
@@ -65,6 +67,19 @@ class ConsumerManager:
             return False
         g.version += 1
         return True
+
+    def sql_subscriptions(self) -> list[tuple[str, str, str]]:
+        """(topic, group, expression) of every group whose members all filter a topic with the
+        same SQL92 expression (members that disagree: no bitmap, consumers evaluate exactly)."""
+        out = []
+        for name, g in sorted(self.groups.items()):
+            per_topic: dict[str, set[str | None]] = {}
+            for subs in g.members.values():
+                for topic, e in subs.items():
+                    per_topic.setdefault(topic, set()).add(e["expression"] if isinstance(e, dict) else None)
+            out += [(topic, name, next(iter(es))) for topic, es in sorted(per_topic.items())
+                    if len(es) == 1 and None not in es]
+        return out  # type: ignore[return-value]
 
     def remove_client(self, client_id: int) -> list[str]:
         """Drop a client from every group (detach or death); the groups that changed."""

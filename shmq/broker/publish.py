@@ -18,7 +18,7 @@ from shmq.ring.state import QUEUE, StateWriter
 
 ROLE_PRODUCER = 1
 ROLE_CONSUMER = 2
-ROLES = {"producer": ROLE_PRODUCER, "consumer": ROLE_CONSUMER}
+ROLES = {"producer": ROLE_PRODUCER, "consumer": ROLE_CONSUMER, "transaction_producer": ROLE_PRODUCER}
 _QUEUE_WORDS = QUEUE.itemsize // 8
 _MIN_WORD = QUEUE.fields["min_offset"][1] // 8  # type: ignore[index]  # a structured dtype has fields
 _MAX_WORD = QUEUE.fields["max_offset"][1] // 8  # type: ignore[index]

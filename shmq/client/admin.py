@@ -4,7 +4,7 @@ Each call is one request over the broker's control queue, the way clients attach
 needs no channel, no reader thread and no session, so it opens the broker's state segment
 (to find the control queue) per call and keeps nothing between calls. It therefore works
 across broker restarts and costs nothing while unused. The rest of RocketMQ's admin
-(consumer progress, queries by key, offset resets, DLQ resend) comes with the operability issue.
+(consumer progress, queries by key, offset resets) comes with the operability issue.
 """
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from typing import Any
 from shmq.client.connection import broker_name_or_default, next_request_id
 from shmq.errors import BrokerError
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
+from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.state import StateReader
+from shmq.trace.record import TraceRecord
 
 
 
@@ -28,6 +30,7 @@ class TopicInfo:
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    system: bool = False  # a system topic (retry, DLQ, schedule, timer, transaction, trace): the broker's
 
     @property
     def queues(self) -> int:
@@ -44,7 +47,22 @@ class TopicInfo:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
-        return cls(str(d["topicName"]), int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]))
+        name = str(d["topicName"])
+        return cls(name, int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]), is_system_topic(name))
+
+
+@dataclass(frozen=True)
+class ResendResult:
+    """What ``Admin.resend_dlq`` did: the ids of the dead letters put back (in DLQ order), the
+    ones it could not put back and why (their topic was deleted, say), and how many of the
+    group's dead letters are still not resent."""
+
+    resent: list[str]
+    skipped: list[str]
+    remaining: int
+
+
+RESEND_CHUNK = 1000  # dead letters per admin call (the broker's cap: one call stays short)
 
 
 class Admin:
@@ -81,8 +99,51 @@ class Admin:
         return bool(self._call("delete_topic", {"topic": name})["deleted"])
 
     def topics(self) -> dict[str, TopicInfo]:
-        """Every topic's config, by name."""
+        """Every topic's config, by name; system topics have ``system`` set (``is_system_topic``).
+        Creating a system topic, or changing one other than the perm of a %RETRY%/%DLQ% topic,
+        raises ``BrokerError``: the broker creates them and its services rely on their queues."""
         return {n: TopicInfo.from_json(t) for n, t in self._call("list_topics", {})["topics"].items()}
+
+    def transactions(self, max_num: int = 32) -> dict[str, Any]:
+        """The broker's transaction halves: ``half_offset`` (every half below it is settled),
+        ``half_max_offset``, ``open`` (up to ``max_num`` unsettled halves, oldest first: queue
+        offset, msg id, topic, producer group, store time, checks so far), ``checks_sent`` and
+        ``discarded`` since the broker started."""
+        return self._call("transactions", {"max_num": max_num})
+
+    def view_trace(self, msg_id: str, topic: str = TRACE_TOPIC) -> list[TraceRecord]:
+        """The trace records of message ``msg_id`` (a SendResult's or MessageExt's ``msg_id``) in
+        ``topic``, oldest first: Pub, then SubBefore and SubAfter of each consume (see shmq.trace).
+        Found through the store's index while the broker runs; a trace still in a client's buffer
+        (records are sent every few tens of ms) is not there yet."""
+        lines = self._call("view_trace", {"topic": topic, "msg_id": msg_id})["records"]
+        found = [r for r in map(TraceRecord.from_json, lines) if r is not None and r.msg_id == msg_id]
+        return sorted(found, key=lambda r: r.sort_key)
+
+    def resend_dlq(self, group: str, msg_ids: list[str] | None = None, max_num: int | None = None) -> ResendResult:
+        """Put ``group``'s dead letters (``%DLQ%<group>``) back on the topics they were first sent
+        to, with reconsume times 0, each at most once: all not resent yet, or only those whose
+        msg id (UNIQ_KEY), offset msg id or ORIGIN_MESSAGE_ID is in ``msg_ids``; at most
+        ``max_num`` (None: all). The broker keeps what was resent in config/dlqResend.json."""
+        if max_num is not None and max_num < 1:
+            raise ValueError(f"max_num must be at least 1, got {max_num}")
+        resent: list[str] = []
+        skipped: list[str] = []
+        remaining = 0
+        ids = list(msg_ids) if msg_ids is not None else None
+        for k in range(0, len(ids), RESEND_CHUNK) if ids is not None else [0]:
+            while max_num is None or len(resent) < max_num:
+                n = RESEND_CHUNK if max_num is None else min(RESEND_CHUNK, max_num - len(resent))
+                args: dict[str, Any] = {"group": group, "max_num": n}
+                if ids is not None:
+                    args["msg_ids"] = ids[k:k + RESEND_CHUNK]
+                r = self._call("resend_dlq", args)
+                resent += r["resent"]
+                skipped += [s for s in r["skipped"] if s not in skipped]
+                remaining = int(r["remaining"])
+                if len(r["resent"]) < n:
+                    break
+        return ResendResult(resent, skipped, remaining)
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)

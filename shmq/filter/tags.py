@@ -1,20 +1,24 @@
 """Subscription expressions: which messages of a topic a consumer wants.
 
-Only tag expressions exist today ("*", "TagA || TagB"). A consumer holds an `Expression`;
-the pull path asks a `TagFilter` for its tag codes to drop mismatches by hash over whole
-consume-queue ranges, then re-checks the tag string (hashes collide). Any other expression
-type (SQL92 comes later) only has to implement `match(properties)`; the batch decoder
-evaluates such expressions record by record.
+Tag expressions ("*", "TagA || TagB") are strings; SQL92 filters are ``shmq.sql(text)``
+objects (``shmq.filter.sql``). A consumer holds an `Expression`; the pull path asks a
+`TagFilter` for its tag codes to drop mismatches by hash over whole consume-queue ranges, then
+re-checks the tag string (hashes collide). Any other expression type only has to implement
+`match(properties)`; the batch decoder evaluates an SQL92 filter over columns
+(``shmq.filter.sql_batch``) and any other one record by record. A plain callable becomes a
+``FunctionFilter`` (shmq.filter.function), evaluated on decoded messages after the pull.
 """
 from __future__ import annotations
 
 import re
-from typing import Mapping, Protocol, runtime_checkable
+from typing import Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.errors import BadExpressionError
+from shmq.filter.function import FunctionFilter
+from shmq.model.message_ext import MessageExt
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -34,8 +38,8 @@ def parse_tags(text: str) -> list[str]:
     ``subscribe``, instead of a consumer that silently never receives a message."""
     pieces = [t.strip() for t in text.split(TAG_SEPARATOR)]
     if any(c in _SQL_CHARS for c in text) or (len(pieces) == 1 and _SQL_WORDS.search(text) and " " in text):
-        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92; SQL92 filtering is not "
-                                 f"supported yet: subscribe with tags ('TagA || TagB') or '*'")
+        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92: a string is a tag "
+                                 f"expression ('TagA || TagB' or '*'); for SQL92 pass shmq.sql({text!r})")
     for t in pieces:
         if not t:
             raise BadExpressionError(f"tag expression {text!r} has an empty tag: write tags as 'TagA || TagB'")
@@ -104,11 +108,31 @@ class TagFilter:
         return hash(self.tags)
 
 
-def as_expression(expression: str | Expression | None) -> Expression:
-    """What consumers accept in `subscribe`: a tag string, None, or an Expression object."""
+# what a consumer holds per subscribed topic: an Expression, or a predicate it evaluates on decoded messages
+Subscription = Expression | FunctionFilter
+
+
+def subscription_arg(expression: Subscription) -> str | dict[str, str]:
+    """How a consumer names its subscription to the broker at join: SQL92 as ``{"type": "SQL92",
+    "expression": text}`` (the broker checks it and keeps it for the filter bitmap), a tag
+    expression or any other (consumer-side) expression as a string, shown in the group listing
+    (a predicate shows "*": the broker filters nothing for it)."""
+    if expression.type == "SQL92":
+        return {"type": "SQL92", "expression": str(getattr(expression, "expression", ""))}
+    return str(getattr(expression, "expression", repr(expression)))
+
+
+def as_expression(expression: str | Expression | FunctionFilter | Callable[[MessageExt], object] | None
+                  ) -> Subscription:
+    """What consumers accept in `subscribe`: a tag string, None, an Expression object
+    (``shmq.sql(...)``; a string is never taken for SQL92, as RocketMQ's ``MessageSelector``
+    makes the type explicit), or a plain predicate ``fn(msg: MessageExt) -> bool`` (a
+    ``FunctionFilter``, see shmq.filter.function)."""
     if expression is None or isinstance(expression, str):
         return TagFilter(expression)
-    if isinstance(expression, Expression):
+    if isinstance(expression, (Expression, FunctionFilter)):
         return expression
-    raise BadExpressionError(f"subscription expression must be a str or an Expression, "
-                             f"got {type(expression).__name__}")
+    if callable(expression):
+        return FunctionFilter(expression)
+    raise BadExpressionError(f"subscription expression must be a str, an Expression or a callable "
+                             f"fn(msg) -> bool, got {type(expression).__name__}")

@@ -61,10 +61,14 @@ class PullResult:
 
 @dataclass
 class ConsumeContext:
-    """Handed to listeners with each list of messages; an orderly listener may change the suspend time."""
+    """Handed to listeners with each list of messages; an orderly listener may change the suspend
+    time, a concurrent one the delay level of the messages it answers RECONSUME_LATER for
+    (RocketMQ's delayLevelWhenNextConsume: 0 the broker's rule, 3 + reconsume times; -1 straight
+    to the dead-letter queue; n that level)."""
 
     message_queue: MessageQueue
     suspend_current_queue_time_millis: int = 1000
+    delay_level_when_next_consume: int = 0
 
 
 MessageListener = Callable[[list[MessageExt], ConsumeContext], ConsumeResult]

@@ -10,10 +10,11 @@ import numpy as np
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.config import MAX_DELAY_LEVELS
 from shmq.errors import BadMessageError
 
 
-MAX_DELAY_LEVEL = 18  # RocketMQ's default messageDelayLevel has 18 levels (1s .. 2h)
+MAX_DELAY_LEVEL = MAX_DELAY_LEVELS  # the most levels messageDelayLevel may name (RocketMQ's default has 18)
 # properties the broker acts on before storing (RocketMQ users may set them as plain properties)
 _RULE_KEYS = frozenset({fmt.PROPERTY_DELAY, fmt.PROPERTY_TIMER_DELIVER_MS, fmt.PROPERTY_TIMER_DELAY_MS})
 
@@ -42,11 +43,12 @@ def _seconds(name: str, value: object) -> float:
 @dataclass(init=False)
 class Message:
     """A message to send. ``keys`` are index keys: a space-separated str, or a list, tuple or set
-    of them. Delivery may wait: ``delay_level`` n (1..18 with the default ``messageDelayLevel``;
-    0: none), or any time up to the broker's ``timerMaxDelaySec`` with ``deliver_at`` (epoch
-    seconds) or ``delay`` (seconds after the broker receives it), at most one of the three. They
-    are checked here, so a bad value fails at the call that made it, not at a later send (the
-    broker refuses a level it has no delay for, or a time beyond ``timerMaxDelaySec``)."""
+    of them. Delivery may wait: ``delay_level`` n (1..18 with the default ``messageDelayLevel``,
+    a level past the broker's last is its last, as in RocketMQ; 0: none), or any time up to the
+    broker's ``timerMaxDelaySec`` with ``deliver_at`` (epoch seconds) or ``delay`` (seconds after
+    the broker receives it), at most one of the three. They are checked here, so a bad value
+    fails at the call that made it, not at a later send (the broker refuses a time beyond
+    ``timerMaxDelaySec``)."""
 
     topic: str
     body: bytes

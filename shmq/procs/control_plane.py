@@ -194,7 +194,7 @@ class ControlPlane:
         host = self.host
         if req.client_id in host.clients or req.client_id in self._making:
             raise ValueError(f"client id {req.client_id} is already attached")
-        if not host.config.is_master and req.info.get("role", "producer") == "producer":
+        if not host.config.is_master and req.info.get("role", "producer") != "consumer":
             raise ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, replica_refusal(host.name, host.config))
         rb = req.ring_bytes
         if not MIN_RING_BYTES <= rb <= MAX_RING_BYTES or rb & (rb - 1):

@@ -28,12 +28,13 @@ def test_bad_keys_raise_at_construction(keys):
         Message("T", b"x", keys=keys)
 
 
-@pytest.mark.parametrize("level", [-1, 19, 100, 1.5])
+@pytest.mark.parametrize("level", [-1, 65, 100, 1.5])
 def test_delay_level_out_of_range_raises_at_construction(level):
-    """Regression: delay_level=19 was accepted and failed (or was ignored) later."""
-    with pytest.raises(shmq.BadMessageError, match="0..18"):
+    """Regression: delay_level=19 was accepted and failed (or was ignored) later. A broker may
+    name up to 64 levels (messageDelayLevel); one past its last is its last, as in RocketMQ."""
+    with pytest.raises(shmq.BadMessageError, match="0..64"):
         Message("T", b"x", delay_level=level)
 
 
 def test_delay_levels_in_range_are_kept():
-    assert [Message("T", b"x", delay_level=n).delay_level for n in (0, 1, 18)] == [0, 1, 18]
+    assert [Message("T", b"x", delay_level=n).delay_level for n in (0, 1, 18, 19, 64)] == [0, 1, 18, 19, 64]

@@ -13,6 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 import shmq
 from shmq import Message, Producer
 from shmq.errors import ConfigError
+from shmq.model.system_topics import TRACE_TOPIC
 from shmq.spark.stream import ShmqStreamReader, StreamDataLossError, StreamOptions
 from shmq.spark.stream_offsets import queue_key
 from tests.waiting import wait_for
@@ -96,7 +97,7 @@ def test_available_now_reads_to_the_end_it_saw_in_rate_limited_batches(spark, st
         try:
             _send(producer, "A", 250, "a", sent)
             _send(producer, "B", 120, "b", sent)
-            _send(producer, "%DLQ%g", 5, "dlq", {})  # a system topic: not streamed unless named
+            _send(producer, TRACE_TOPIC, 5, "trace", {})  # a system topic: not streamed unless named
         finally:
             producer.shutdown()
     out = str(tmp_path / "out")

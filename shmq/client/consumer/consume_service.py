@@ -2,11 +2,18 @@
 
 Concurrently: each pulled list goes to the thread pool and is handed to the listener in slices
 of ``consume_message_batch_max_size``; lists of different pulls and queues run in parallel.
-Orderly: one task per queue at a time, in queue order. A message the listener did not
-consume stays in its ProcessQueue (so its offset is never committed past) and is delivered
-again to this consumer after a short growing delay with ``reconsume_times`` + 1; none is
-dropped. (The retry topic and the DLQ after ``max_reconsume_times`` come with the retry
-feature; until then redelivery goes on at the longest delay.)
+Orderly: one task per queue at a time, in queue order.
+
+A message the listener did not consume (RECONSUME_LATER, an exception, not a ConsumeResult):
+- clustering: sent back to the broker (one SEND_BACK for the failed messages of a pulled list),
+  which stores it under ``%RETRY%<group>`` with delay level 3 + reconsume times, or under
+  ``%DLQ%<group>`` after ``max_reconsume_times``; once stored it counts as consumed. If the
+  broker does not take it (gone, a replica) it stays in its ProcessQueue and is delivered again
+  here after a short growing delay with ``reconsume_times`` + 1, as RocketMQ does;
+- broadcasting: logged and dropped (RocketMQ's rule: there is no retry topic per member).
+Orderly listeners suspend the queue (SUSPEND_CURRENT_QUEUE_A_MOMENT) and get the same messages
+again; a message suspended ``max_reconsume_times`` times goes to the DLQ (dropped, logged, when
+broadcasting) and the queue moves on.
 """
 from __future__ import annotations
 
@@ -18,11 +25,12 @@ import logging
 import threading
 import time
 from concurrent.futures import Executor
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
 from shmq.model.message_ext import MessageExt
 from shmq.client.consumer.process_queue import ProcessQueue
+from shmq.codec.send_back import TO_DLQ
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,13 @@ ORDERLY_SLICE_S = 0.5  # an orderly task yields its thread after this long, so b
 def retry_delay(reconsume_times: int) -> float:
     """Seconds before delivering again a message already delivered ``reconsume_times`` + 1 times."""
     return min(FIRST_RETRY_DELAY_S * 2 ** min(reconsume_times, 16), MAX_RETRY_DELAY_S)
+
+
+class SendBack(Protocol):
+    """Where a clustering consumer's unconsumed messages go (``SendBackClient``): per message
+    whether the broker stored it under the retry topic or DLQ."""
+
+    def send_back(self, msgs: Sequence[MessageExt], delay_level: int = 0) -> list[bool]: ...
 
 
 class DelayScheduler:
@@ -75,7 +90,9 @@ class DelayScheduler:
 
 class _Service:
     def __init__(self, listener: MessageListener, executor: Executor, scheduler: DelayScheduler, batch_max: int,
-                 max_reconsume_times: int, suspend_millis: int, on_consumed: Callable[[ProcessQueue], None]) -> None:
+                 max_reconsume_times: int, suspend_millis: int, on_consumed: Callable[[ProcessQueue], None],
+                 send_back: SendBack | None) -> None:
+        """``send_back`` None: broadcasting, messages not consumed are dropped (logged)."""
         self.listener = listener
         self.executor = executor
         self.scheduler = scheduler
@@ -83,6 +100,7 @@ class _Service:
         self.max_reconsume_times = max_reconsume_times
         self.suspend_millis = suspend_millis
         self.on_consumed = on_consumed
+        self.send_back = send_back
 
     def _call(self, pq: ProcessQueue, msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult | None:
         """The listener's verdict; None when the queue was dropped and the call skipped."""
@@ -106,14 +124,10 @@ class _Service:
             return ConsumeResult.RECONSUME_LATER
         return result
 
-    def _again(self, msgs: list[MessageExt]) -> list[MessageExt]:
-        out = []
+    def _dropped(self, pq: ProcessQueue, msgs: list[MessageExt], why: str) -> None:
         for m in msgs:
-            if m.reconsume_times + 1 == self.max_reconsume_times:
-                log.warning("message %s reached maxReconsumeTimes %d; it stays in redelivery until the retry "
-                            "topic and DLQ exist", m.msg_id, self.max_reconsume_times)
-            out.append(m.redelivered())
-        return out
+            log.warning("BROADCASTING: message %s of %s/%d %s; dropped (no retry topic per member)", m.msg_id,
+                        pq.mq.topic, pq.mq.queue_id, why)
 
 
 class ConsumeMessageConcurrentlyService(_Service):
@@ -122,28 +136,47 @@ class ConsumeMessageConcurrentlyService(_Service):
         self.executor.submit(self._consume, pq, msgs)
 
     def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """Slices of one pulled list in turn; a rebalance that drops the queue stops it between slices."""
+        """Slices of one pulled list in turn; a rebalance that drops the queue stops it between
+        slices. The slices not consumed are sent back with one frame at the end of the list."""
         if not pq.begin():
             return
         ctx = ConsumeContext(pq.mq, self.suspend_millis)
         done: list[MessageExt] = []
+        failed: list[MessageExt] = []
+        level = 0  # the delay level the listener chose for the failed slices (the last choice counts)
         try:
             for i in range(0, len(msgs), self.batch_max):
                 if pq.dropped:
                     return
                 chunk = msgs[i:i + self.batch_max]
+                ctx.delay_level_when_next_consume = 0
                 if self._invoke(pq, chunk, ctx) is ConsumeResult.SUCCESS:
                     done.extend(chunk)
                 else:
-                    again = self._again(chunk)
-                    delay = retry_delay(chunk[0].reconsume_times)
-                    self.scheduler.schedule(delay, functools.partial(self._redeliver, pq, again))
+                    failed.extend(chunk)
+                    level = ctx.delay_level_when_next_consume or level
+            if failed:
+                done.extend(self._not_consumed(pq, failed, level))
         finally:
             if done:  # one removal per pulled list: the commit offset moves once, not per message
                 pq.remove(done)
             pq.end()  # after the removal: a rebalance waiting for this call then commits past them
             if done:
                 self.on_consumed(pq)
+
+    def _not_consumed(self, pq: ProcessQueue, failed: list[MessageExt], delay_level: int) -> list[MessageExt]:
+        """Send back (clustering) or drop (broadcasting) messages the listener did not consume;
+        those the broker did not take are delivered again here. Returns the ones now settled."""
+        if self.send_back is None:
+            self._dropped(pq, failed, "was not consumed")
+            return failed
+        stored = self.send_back.send_back(failed, delay_level)
+        settled = [m for m, ok in zip(failed, stored) if ok]
+        again = [m.redelivered() for m, ok in zip(failed, stored) if not ok]
+        if again:
+            self.scheduler.schedule(retry_delay(again[0].reconsume_times - 1),
+                                    functools.partial(self._redeliver, pq, again))
+        return settled
 
     def _redeliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if not pq.dropped:
@@ -182,13 +215,33 @@ class ConsumeMessageOrderlyService(_Service):
                 pq.remove(chunk)
                 self.on_consumed(pq)
             else:
-                again = self._again(chunk)
+                settled = self._past_max(pq, chunk)
+                gone = {id(m) for m in settled}  # to the DLQ: the queue moves on past them
+                again = [m.redelivered() for m in chunk if id(m) not in gone]
                 with pq.lock:
-                    for i, m in enumerate(again):
-                        pq.pending[i] = m
-                self.scheduler.schedule(max(ctx.suspend_current_queue_time_millis, 0) / 1000,
-                                        lambda: self.executor.submit(self._run, pq))
-                return
+                    for _ in chunk:
+                        pq.pending.popleft()
+                    pq.pending.extendleft(reversed(again))
+                if settled:
+                    pq.remove(settled)
+                    self.on_consumed(pq)
+                if again:
+                    self.scheduler.schedule(max(ctx.suspend_current_queue_time_millis, 0) / 1000,
+                                            lambda: self.executor.submit(self._run, pq))
+                    return
+                continue
             if time.monotonic() - start > ORDERLY_SLICE_S:
                 self.executor.submit(self._run, pq)
                 return
+
+    def _past_max(self, pq: ProcessQueue, chunk: list[MessageExt]) -> list[MessageExt]:
+        """Messages of a suspended chunk that were consumed ``max_reconsume_times`` times: sent to
+        the DLQ (dropped when broadcasting); those the broker did not take stay suspended."""
+        over = [m for m in chunk if m.reconsume_times >= self.max_reconsume_times]
+        if not over:
+            return []
+        if self.send_back is None:
+            self._dropped(pq, over, f"was suspended {self.max_reconsume_times} times")
+            return over
+        stored = self.send_back.send_back(over, TO_DLQ)
+        return [m for m, ok in zip(over, stored) if ok]

@@ -13,7 +13,8 @@ from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import BadArgumentError, ShmqError
-from shmq.filter.tags import Expression, as_expression
+from shmq.filter.function import Predicate
+from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import OffsetTable
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
@@ -34,7 +35,7 @@ class PullConsumer:
         self._wrapper = PullAPIWrapper(self._conn)
         self._lock = threading.Lock()  # the store reader is not thread-safe
         self._offsets = OffsetTable()
-        self._expressions: dict[str, Expression] = {}
+        self._expressions: dict[str, Subscription] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -116,7 +117,7 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ pulling
 
-    def pull(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int, max_nums: int = 32,
+    def pull(self, mq: MessageQueue, expression: str | Expression | Predicate = "*", *, offset: int, max_nums: int = 32,
              timeout: float = 1.0) -> PullResult:
         """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none.
 
@@ -124,12 +125,14 @@ class PullConsumer:
         OFFSET_ILLEGAL: below the queue's min offset (its files were cleaned up) the
         ``next_begin_offset`` is that min, past the max it is the max, as RocketMQ answers.
         Raises ``TopicNotReadableError`` if the topic's perm lacks the read bit (4), as
-        RocketMQ's pull fails with NO_PERMISSION; ``BadExpressionError`` for a bad expression."""
+        RocketMQ's pull fails with NO_PERMISSION; ``BadExpressionError`` for a bad expression.
+        ``expression`` may be a predicate ``fn(msg) -> bool`` (see shmq.filter.function): the
+        messages it rejects are skipped as tag mismatches are."""
         result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
         result.messages  # decode now, so the caller's time is spent here and the views can go
         return result
 
-    def pull_batch(self, mq: MessageQueue, expression: str | Expression = "*", *, offset: int,
+    def pull_batch(self, mq: MessageQueue, expression: str | Expression | Predicate = "*", *, offset: int,
                    max_nums: int = 32, timeout: float = 1.0) -> PullResult:
         """As ``pull``, with the messages left in the columnar ``result.batch`` (decoded only if asked)."""
         if max_nums <= 0:
@@ -150,7 +153,7 @@ class PullConsumer:
             if not self._conn.started:
                 raise ShmqError("the pull consumer was shut down")
 
-    def _expression(self, expression: str | Expression) -> Expression:
+    def _expression(self, expression: str | Expression | Predicate) -> Subscription:
         if not isinstance(expression, str):
             return as_expression(expression)
         expr = self._expressions.get(expression)

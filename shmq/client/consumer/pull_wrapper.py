@@ -20,8 +20,10 @@ from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.codec.columns import read_batch
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
-from shmq.filter.tags import Expression
+from shmq.filter.function import FunctionFilter
+from shmq.filter.tags import Subscription
 from shmq.model.message import MessageQueue
+from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import StoreReader
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ class PullAPIWrapper:
         self.session: Session | None = None
         self.state: BrokerState | None = None
         self.store: StoreReader | None = None
+        self.bitmap: FilterBitmapReader | None = None  # SQL92 filter bitmaps of this group (skipped unread)
         self._waits: dict[int, WakeHandler] = {}
         self._waits_lock = threading.Lock()
 
@@ -45,6 +48,7 @@ class PullAPIWrapper:
             self.close()
             self.state = BrokerState(s.state)
             self.store = StoreReader(s.store_dir)
+            self.bitmap = FilterBitmapReader(self.store.store_dir)
             self.session = s
         return s
 
@@ -57,9 +61,11 @@ class PullAPIWrapper:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
-        self.session = self.state = self.store = None
+        if self.bitmap is not None:
+            self.bitmap.close()
+        self.session = self.state = self.store = self.bitmap = None
 
-    def pull(self, mq: MessageQueue, expression: Expression, offset: int, max_nums: int) -> PullResult:
+    def pull(self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int) -> PullResult:
         """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
         queue's min offset, cleaned up: ``next_begin_offset`` is the min; past the max: the max).
         ``TopicNotReadableError`` if the topic's perm lacks the read bit (RocketMQ's broker
@@ -75,7 +81,12 @@ class PullAPIWrapper:
             return PullResult(PullStatus.OFFSET_ILLEGAL, hi, lo, hi)
         if offset == hi:
             return PullResult(PullStatus.NO_NEW_MSG, offset, lo, hi)
-        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression)
+        if isinstance(expression, FunctionFilter):  # the predicate needs whole messages: decode, then test
+            batch, msgs = expression.select(read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi))
+            status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
+            return PullResult(status, batch.next_offset, lo, hi, batch, msgs)
+        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
+                           self.conn.group)
         status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG
         return PullResult(status, batch.next_offset, lo, hi, batch)
 

@@ -36,16 +36,23 @@ from typing import Sequence
 from shmq.codec import frames as P
 from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
+from shmq.client.producer.producer import inner_producer
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
 from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
-from shmq.filter.tags import Expression, as_expression
+from shmq.filter.function import Predicate
+from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
+from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
+from shmq.trace.hooks import ConsumeTraceHook
+from shmq.client.consumer.send_back import SendBackClient
+from shmq.model.system_topics import is_retry_topic
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ class PushConsumer:
                  consume_concurrently_max_span: int = 2000, max_reconsume_times: int = 16,
                  suspend_current_queue_time_millis: int = 1000, persist_consumer_offset_interval: float = 1.0,
                  instance_name: str | None = None, offset_store_dir: str | None = None,
-                 start_timeout: float = 3.0, replica: str | None = None) -> None:
+                 start_timeout: float = 3.0, replica: str | None = None, trace: bool | str = False) -> None:
         """Sizes ``pull_threshold_size_*`` are in MiB, as RocketMQ's. ``pull_batch_size`` is 256, not
         RocketMQ's 32: a pull here is a local file read whose fixed cost (~0.3 ms of numpy calls)
         is worth spreading (measured: 2.2x the push throughput of 32). ``consume_thread_max`` is 4, not
@@ -83,7 +90,9 @@ class PushConsumer:
         that must resume where it stopped after a restart needs a stable ``instance_name``.
         ``replica``: the name of a replica of ``broker`` on this host to consume from while
         ``broker`` is down (RocketMQ's slave read), resuming from the offsets committed there (the
-        master's, mirrored) and going back to ``broker`` within a second of its return."""
+        master's, mirrored) and going back to ``broker`` within a second of its return.
+        ``trace``: True writes SubBefore/SubAfter trace records of every listener call to
+        RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see shmq.trace.dispatcher)."""
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
@@ -116,7 +125,7 @@ class PushConsumer:
                                       on_lost=self._on_lost, replica=replica)
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
-        self._subscriptions: dict[str, Expression] = {}
+        self._subscriptions: dict[str, Subscription] = {}
         self._listener: MessageListener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
@@ -129,13 +138,25 @@ class PushConsumer:
         self._offset_store: LocalFileOffsetStore | None = None
         self._thread: threading.Thread | None = None
         self._broker_wait_logged = False
+        self._consume_hooks: list[ConsumeMessageHook] = []
+        self.tracer: AsyncTraceDispatcher | None = None
+        topic = trace_topic(trace)
+        if topic is not None:
+            self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
+            self.register_consume_hook(ConsumeTraceHook(self.tracer))
+        # clustering: messages not consumed go back to the broker (retry topic, DLQ)
+        self._send_back = SendBackClient(self._conn, group, max_reconsume_times) \
+            if self.model is MessageModel.CLUSTERING else None
 
     # ------------------------------------------------------------------ configuration
 
-    def subscribe(self, topic: str, expression: str | Expression = "*") -> None:
-        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", or an Expression).
+    def subscribe(self, topic: str, expression: str | Expression | Predicate = "*") -> None:
+        """Consume ``topic``'s messages that pass ``expression`` (tags "A || B", "*", an SQL92 filter
+        ``shmq.sql("a > 3")``, another Expression, or a predicate ``fn(msg) -> bool`` evaluated
+        here: see shmq.filter.function).
 
-        A malformed or SQL92 expression raises ``BadExpressionError`` here. A topic whose perm
+        A malformed expression raises ``BadExpressionError`` here (an SQL92 string without
+        ``shmq.sql`` too; a broker with enablePropertyFilter=false refuses SQL92 at start). A topic whose perm
         lacks the read bit (4) is skipped, with a warning in the log, until its perm allows reading."""
         self._subscriptions[topic] = as_expression(expression)
         if self._running:
@@ -153,6 +174,15 @@ class PushConsumer:
         self._listener = listener
         self._orderly = orderly
 
+    def register_consume_hook(self, hook: ConsumeMessageHook) -> None:
+        """Call ``hook.consume_message_before(ctx)`` / ``consume_message_after(ctx)`` around every
+        listener call (see shmq.client.hooks); register before ``start()``. A hook that raises is
+        logged and never changes the consume."""
+        if self._running:
+            raise ShmqError("register consume hooks before start()")
+        check_hook(hook, "consume_message_before", "consume_message_after")
+        self._consume_hooks.append(hook)
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "PushConsumer":
@@ -163,6 +193,8 @@ class PushConsumer:
             raise ShmqError("subscribe to a topic before start()")
         if self._running:
             return self
+        if self._send_back is not None:  # every clustering member consumes its group's redeliveries
+            self._subscriptions.setdefault(self._send_back.retry_topic, as_expression("*"))
         if self.model is MessageModel.BROADCASTING:
             directory = self.offset_store_dir or default_offset_dir(self.broker_name)
             self._offset_store = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
@@ -170,14 +202,19 @@ class PushConsumer:
         self._conn.start(self.start_timeout)
         try:
             self._bind(time.monotonic() + self.start_timeout)
+            if self.tracer is not None:
+                self.tracer.start()
         except BaseException:
             self._conn.shutdown()
             raise
         self._executor = ThreadPoolExecutor(self.consume_thread_max, thread_name_prefix=f"shmq-consume-{self.group}")
         self._scheduler = DelayScheduler(f"shmq-redeliver-{self.group}")
         service = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
-        self._service = service(self._listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
-                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed)
+        listener = HookedListener(self._listener, self.group, self._consume_hooks) if self._consume_hooks \
+            else self._listener
+        self._service = service(listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
+                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed,
+                                self._send_back)
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
         self._thread.start()
@@ -205,8 +242,12 @@ class PushConsumer:
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._conn.shutdown()
+        if self._send_back is not None:
+            self._send_back.fail_all()  # a send-back still waiting will get no answer now
         self._wrapper.wake_all()
         self._wrapper.close()
+        if self.tracer is not None:
+            self.tracer.shutdown()
 
     def __enter__(self) -> "PushConsumer":
         return self.start()
@@ -217,9 +258,12 @@ class PushConsumer:
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
-        self._wrapper.on_response(kind, view)
+        if self._send_back is None or not self._send_back.on_response(kind, view):
+            self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
+        if self._send_back is not None:
+            self._send_back.fail_all()
         self._wrapper.wake_all()
         self._wakeup.set()
 
@@ -232,7 +276,7 @@ class PushConsumer:
         s = self._wrapper.bind(deadline)
         if s is self._session:
             return s
-        subs = {t: getattr(e, "expression", repr(e)) for t, e in self._subscriptions.items()}
+        subs = {t: subscription_arg(e) for t, e in self._subscriptions.items()}
         s.admin("join_group", {"group": self.group, "model": self.model.value, "subscriptions": subs},
                 self.start_timeout)
         for pq in self._pqs.values():
@@ -304,6 +348,8 @@ class PushConsumer:
             status = result.status
             if status is PullStatus.FOUND:
                 msgs = result.messages
+                if self._send_back is not None and pq.mq.topic == self._send_back.retry_topic:
+                    self._send_back.show_original_topic(msgs)
                 pq.put(msgs, result.next_begin_offset)
                 self._service.submit(pq, msgs)
                 total += len(msgs)
@@ -422,8 +468,8 @@ class PushConsumer:
         if offset < 0:
             state, store = self._wrapper.views()
             lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
-            if self.consume_from is ConsumeFrom.FIRST_OFFSET:
-                offset = lo
+            if self.consume_from is ConsumeFrom.FIRST_OFFSET or is_retry_topic(mq.topic):
+                offset = lo  # a retry queue holds only the group's redeliveries: all are for it
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
                 offset = hi
             else:

@@ -21,12 +21,17 @@ import numpy as np
 
 from shmq.codec import frames as P
 from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.hooks import (ASYNC, ONEWAY, SYNC, SendMessageContext, SendMessageHook, check_hook, hooked_call,
+                               hooked_future)
 from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, CorruptFrameError,
                          MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, ProduceAccumulator, settle
 from shmq.codec import record as fmt
+from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, NEVER_COMPRESS, TRACE_RING_BYTES, AsyncTraceDispatcher,
+                                   trace_topic)
+from shmq.trace.hooks import SendTraceHook
 
 
 log = logging.getLogger(__name__)
@@ -100,15 +105,19 @@ def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[l
 class Producer:
     """RocketMQ's DefaultMQProducer over a shared-memory channel."""
 
+    ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
+
     def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
                  retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
                  max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
                  start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay_ms: float = 1.0,
-                 batch_max_bytes: int = 256 * 1024) -> None:
+                 batch_max_bytes: int = 256 * 1024, trace: bool | str = False) -> None:
         """``auto_batch`` (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages
         of one topic and queue into batches of up to ``batch_max_bytes``, sent at the latest
         ``batch_max_delay_ms`` after their first message; ``send`` and ``send_batch`` first send
-        what waits, so nothing is overtaken. Off, every message is written on its own."""
+        what waits, so nothing is overtaken. Off, every message is written on its own.
+        ``trace``: True writes a Pub trace record of every answered send to RMQ_SYS_TRACE_TOPIC, a
+        topic name to that topic (asynchronously, see shmq.trace.dispatcher)."""
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
@@ -117,17 +126,35 @@ class Producer:
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
         self._pending: dict[int, _Pending] = {}
         self._executor: ThreadPoolExecutor | None = None
-        self._conn = BrokerConnection(broker, "producer", group, ring_bytes, self._on_response, self._expire,
+        self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
                                       self._broker_died)
         self._accumulator = ProduceAccumulator(self._send_accumulated, batch_max_delay_ms, batch_max_bytes) \
             if auto_batch else None
         self.broker_name = self._conn.broker_name
+        self._send_hooks: list[SendMessageHook] = []  # replaced, never changed in place: senders read it unlocked
+        self.tracer: AsyncTraceDispatcher | None = None
+        topic = trace_topic(trace)
+        if topic is not None:
+            self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
+            self.register_send_hook(SendTraceHook(self.tracer))
+
+    def register_send_hook(self, hook: SendMessageHook) -> None:
+        """Call ``hook.send_message_before(ctx)`` / ``send_message_after(ctx)`` around every send
+        (see shmq.client.hooks); a hook that raises is logged and never fails the send."""
+        check_hook(hook, "send_message_before", "send_message_after")
+        self._send_hooks = [*self._send_hooks, hook]
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "Producer":
         """Attach to the broker; ``BrokerNotFoundError`` within ``start_timeout`` if none runs."""
         self._conn.start(self.start_timeout)
+        if self.tracer is not None:
+            try:
+                self.tracer.start()
+            except BaseException:
+                self._conn.shutdown()
+                raise
         return self
 
     def shutdown(self) -> None:
@@ -136,6 +163,8 @@ class Producer:
             self._accumulator.close()
         self._conn.shutdown()
         self._fail_all(ShmqError("the producer was shut down"))
+        if self.tracer is not None:
+            self.tracer.shutdown()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 
@@ -160,6 +189,12 @@ class Producer:
     def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
              timeout: float | None = None) -> SendResult:
         """Send and wait for the broker's answer (resent after SYSTEM_BUSY within the timeout)."""
+        if self._send_hooks:
+            return hooked_call(self._send_hooks, SendMessageContext(self.group, msg, SYNC),
+                               lambda: self._send(msg, selector, arg, timeout))
+        return self._send(msg, selector, arg, timeout)
+
+    def _send(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None) -> SendResult:
         self._flush_accumulated()
         qid = self._choose_queue(msg, selector, arg)
         s = self._conn.hold_responses()
@@ -173,6 +208,14 @@ class Producer:
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None) -> Future:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
+        if self._send_hooks:
+            fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msg, ASYNC),
+                                lambda: self._send_async(msg, selector, arg, timeout))
+        else:
+            fut = self._send_async(msg, selector, arg, timeout)
+        return self._with_callback(fut, callback)
+
+    def _send_async(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None) -> Future:
         try:
             qid = self._choose_queue(msg, selector, arg)
             acc = self._accumulator_for(msg)
@@ -184,7 +227,7 @@ class Producer:
         except (ShmqError, TimeoutError) as e:
             fut = Future()
             fut.set_exception(e)
-        return self._with_callback(fut, callback)
+        return fut
 
     def _accumulator_for(self, msg: Message) -> ProduceAccumulator | None:
         """The accumulator, if ``msg`` goes through it (delayed messages never go in batches)."""
@@ -210,6 +253,13 @@ class Producer:
     def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
         a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
+        if self._send_hooks:
+            hooked_call(self._send_hooks, SendMessageContext(self.group, msg, ONEWAY),
+                        lambda: self._send_oneway(msg, selector, arg))
+        else:
+            self._send_oneway(msg, selector, arg)
+
+    def _send_oneway(self, msg: Message, selector: Selector | None, arg: Any) -> None:
         qid = self._choose_queue(msg, selector, arg)
         acc = self._accumulator_for(msg)
         if acc is not None:
@@ -223,17 +273,29 @@ class Producer:
         """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult.
 
         A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
-        return self.send_batch_async(msgs, selector=selector, arg=arg, timeout=timeout).result()
+        if self._send_hooks:
+            return hooked_call(self._send_hooks, SendMessageContext(self.group, msgs, SYNC),
+                               lambda: self._send_batch(msgs, selector, arg, timeout).result())
+        return self._send_batch(msgs, selector, arg, timeout).result()
 
     def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
                          callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
                          arg: Any = None, timeout: float | None = None) -> Future:
         """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
         the next batch while the broker stores this one. Checks of the messages raise at once."""
+        if self._send_hooks:
+            fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msgs, ASYNC),
+                                lambda: self._send_batch(msgs, selector, arg, timeout))
+        else:
+            fut = self._send_batch(msgs, selector, arg, timeout)
+        return self._with_callback(fut, callback)
+
+    def _send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
+                    timeout: float | None) -> Future:
         self._flush_accumulated()
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
-        return self._with_callback(self._submit_batch(msgs, qid, timeout), callback)
+        return self._submit_batch(msgs, qid, timeout)
 
     @overload
     def _submit_batch(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
@@ -360,16 +422,18 @@ class Producer:
             raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool) -> Future:
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0) -> Future:
+        """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
-        flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules else 0)
+        flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
+        sysflag |= e.sysflag
 
         def fill(view, req_id: int) -> None:
             p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
                                      e.key_hashes, e.record_len)
-            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=e.sysflag,
+            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=sysflag,
                                   born_timestamp=int(time.time() * 1000), born_host=self._born_host())
 
         if oneway:
@@ -461,3 +525,11 @@ class Producer:
         for p in pending.values():
             if not p.future.done():
                 p.future.set_exception(error)
+
+
+def inner_producer(group: str, broker: str | None) -> Producer:
+    """The producer that sends a client's trace records: RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``,
+    with a small ring, no compression (trace bodies stay plain JSON in the store) and no
+    accumulator (the dispatcher sends its own batches)."""
+    return Producer(INNER_PRODUCER_PREFIX + group, broker, ring_bytes=TRACE_RING_BYTES,
+                    compress_msg_body_over_howmuch=NEVER_COMPRESS, auto_batch=False)

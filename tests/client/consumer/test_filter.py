@@ -74,7 +74,7 @@ def test_as_expression():
 @pytest.mark.parametrize("expr", ["a > 3", "a BETWEEN 1 AND 3", "color = 'red'", "(TagA)", "price IS NOT NULL"])
 def test_sql_looking_expressions_raise_at_once(expr):
     """Regression (issue 9 A6): "a > 3" was taken as a tag and the consumer silently got nothing."""
-    with pytest.raises(BadExpressionError, match="SQL92 filtering is not supported yet"):
+    with pytest.raises(BadExpressionError, match=r"looks like SQL92.*shmq\.sql\("):
         as_expression(expr)
 
 

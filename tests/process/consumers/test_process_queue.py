@@ -31,12 +31,23 @@ def test_commit_offset_is_the_smallest_in_process():
     assert not pq.begin()
 
 
+class _BrokerGone:
+    """A send-back that never reaches a broker: the services deliver again locally."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send_back(self, msgs, delay_level=0):
+        self.calls += 1
+        return [False] * len(msgs)
+
+
 def _run_service(cls, listener, msgs, until, timeout=5.0):
     pq = ProcessQueue(MQ, 0)
     pq.put(msgs, msgs[-1].queue_offset + 1)
     with ThreadPoolExecutor(4) as pool:
         scheduler = DelayScheduler("test")
-        service = cls(listener, pool, scheduler, 2, 16, 20, lambda _pq: None)
+        service = cls(listener, pool, scheduler, 2, 16, 20, lambda _pq: None, _BrokerGone())
         service.submit(pq, msgs)
         deadline = time.monotonic() + timeout
         while not until() and time.monotonic() < deadline:

@@ -132,6 +132,7 @@ def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, confi
 
 
 def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, config):
+    config["messageDelayLevel"] = " ".join(f"{10 * (k + 1)}ms" for k in range(18))  # retries come back fast
     seen = Counter()
     deliveries: dict[bytes, set[int]] = defaultdict(set)
     lock = threading.Lock()
