@@ -209,8 +209,8 @@ def test_garbage_timer_properties_are_refused_with_the_property_named(cores):
 def test_parked_records_cleanup_removed_are_skipped_and_the_rest_delivered(cores, monkeypatch, caplog):
     core = cores.core
     now = int(time.time() * 1000)
-    serve(core, Peer(1), send(1, "T", b"gone", {fmt.PROPERTY_DELAY: "1"}), send(2, "T", b"kept", {fmt.PROPERTY_DELAY: "1"}),
-          at(3, now + 30), at(4, now + 30))
+    serve(core, Peer(1), send(1, "T", b"gone", {fmt.PROPERTY_DELAY: "1"}),
+          send(2, "T", b"kept", {fmt.PROPERTY_DELAY: "1"}), at(3, now + 30), at(4, now + 30))
     first = {int(core.store.find_consume_queue(t, 0).get_range(0, 1)["offset"][0])
              for t in (st.SCHEDULE_TOPIC, st.TIMER_TOPIC)}
     data = core.store.commitlog.data
