@@ -30,6 +30,7 @@ from shmq.broker.publish import StatePublisher
 from shmq.broker.replication import REPLICATION_STATS, ReplicaWaits
 from shmq.broker.routes import topic_resolver
 from shmq.broker.schedule import DeliveryRulesHook, now_ms
+from shmq.broker.timer import TimerService
 from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.broker.transaction import TransactionalMessageService, live_producers
 from shmq.codec import frames as P
@@ -55,6 +56,8 @@ class TimedService(Protocol):
     def tick(self, now_ms: int) -> int: ...
 
     def persist(self, durable: bool = True) -> None: ...
+
+    def next_due_ms(self) -> int | None: ...  # the earliest due time it waits for (None: nothing)
 
 
 class BrokerCore:
@@ -105,6 +108,7 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self.delay: DelayLevelService | None = None
+        self.timer: TimerService | None = None
         self.transactions: TransactionalMessageService | None = None
         self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
         if config.is_master:
@@ -112,7 +116,8 @@ class BrokerCore:
             self._system_topics(len(levels))
             store.put_hooks.append(DeliveryRulesHook(levels, config.timer_max_delay_sec))
             self.delay = DelayLevelService(store, levels, self.put_internal)
-            self.services.append(self.delay)
+            self.timer = TimerService(store, self.put_internal)
+            self.services += [self.delay, self.timer]
             self.transactions = TransactionalMessageService(store, config, self.put_internal,
                                                             live_producers(self.clients), self._commit_progress)
             self.services.append(self.transactions)
@@ -197,6 +202,15 @@ class BrokerCore:
                 self._touched[key] = None
             if self._touched:
                 self._after_puts()
+
+    def idle_timeout(self, timeout: float, until_tick_ns: int) -> float:
+        """How long the idle loop may sleep: ``timeout``, or only until the next tick when a timed
+        service has a message due before ``timeout`` is over (else an idle broker, parked 20 ms
+        at a time, would deliver delayed messages up to two ticks late)."""
+        dues = [d for d in (s.next_due_ms() for s in self.services) if d is not None]
+        if not dues or min(dues) - now_ms() > timeout * 1000:
+            return timeout
+        return min(timeout, max(0.0, until_tick_ns / 1e9))
 
     def count(self, topic: str, qid: int, msgs: int, nbytes: int) -> None:
         """Note a put: the queue's new max offset gets published, the topic's counters grow."""

@@ -10,6 +10,14 @@ its real topic with one internal put. Progress is ``config/delayOffset.json`` (R
 next one: a broker killed between a delivery and that write delivers that tick's messages once
 more after restart (at least once, as RocketMQ); nothing parked is lost. The write skips fsync
 (a killed process loses no page cache); the periodic persist and shutdown fsync it.
+
+What the service survives: a ``messageDelayLevel`` changed between restarts (a message keeps
+the due time it was parked with; queues of levels no longer configured are still served to
+their end, and a level whose delay shrank delivers its newer messages once the older head is
+due); cleanup that removed parked records (skipped, logged); a damaged delayOffset.json (its
+backup, else the queues' start: parked messages still in the log are delivered again, loudly);
+an offset past its queue's end (the queue lost entries in a power failure: the end is used).
+Levels never wait for each other: each level's head is looked at on its own.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.model.system_topics import SCHEDULE_TOPIC
 from shmq.broker.schedule import delivered_record
-from shmq.store.config_files import load_json, write_json
+from shmq.store.config_files import load_json, set_aside, write_json
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore
 
@@ -57,26 +65,47 @@ class DelayLevelService:
         if loaded.damaged:
             log.error("delay offsets damaged (%s); using %s", " | ".join(loaded.problems),
                       loaded.source or "the schedule queues' start (parked messages may be delivered twice)")
-        self.offsets: dict[int, int] = parse_delay_offsets(loaded.data) if loaded.source else {}
-        # level -> (queue max offset when looked at, due ms of the head; -1: nothing waits)
-        self._heads: dict[int, tuple[int, int]] = {}
+            if not loaded.source:
+                set_aside(self.path)  # so the next write does not rotate it over a good .bak
         self.dirty = False  # offsets moved since the last write
         self.unsynced = False  # written without fsync since the last durable write
         self.delivered = 0
+        self.offsets: dict[int, int] = parse_delay_offsets(loaded.data) if loaded.source else {}
+        # levels served: the configured ones and any other whose queue holds parked messages
+        stored = self.store.topics().get(SCHEDULE_TOPIC, [])
+        self.levels = list(range(1, max([len(levels_ms), *(q + 1 for q in stored)]) + 1))
+        for level, offset in list(self.offsets.items()):
+            cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
+            end = cq.max_offset if cq is not None else 0
+            if offset > end:
+                log.error("delay level %d progress %d is past its queue's end %d (entries lost in a power "
+                          "failure?); continuing from the end", level, offset, end)
+                self.offsets[level] = end
+                self.dirty = True
+        if len(self.levels) > len(levels_ms):
+            log.warning("delay levels %d..%d are no longer in messageDelayLevel; their parked messages are "
+                        "delivered at the time they were given", len(levels_ms) + 1, len(self.levels))
+        # level -> (queue max offset when looked at, due ms of the head; -1: nothing waits)
+        self._heads: dict[int, tuple[int, int]] = {}
 
     def pending(self) -> int:
         """Messages parked and not delivered yet (for the monitor)."""
         total = 0
-        for level in range(1, len(self.levels_ms) + 1):
+        for level in self.levels:
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
             if cq is not None:
                 total += max(0, cq.max_offset - max(self.offsets.get(level, 0), cq.min_offset))
         return total
 
+    def next_due_ms(self) -> int | None:
+        """The earliest head due time of the levels looked at (0: a level must be looked at again)."""
+        dues = [due for _, due in self._heads.values() if due >= 0]
+        return min(dues) if dues else None
+
     def tick(self, now_ms: int) -> int:
         """Deliver what is due; the number delivered."""
         n = 0
-        for level in range(1, len(self.levels_ms) + 1):
+        for level in self.levels:
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
             if cq is None:
                 continue
@@ -84,7 +113,10 @@ class DelayLevelService:
             seen = self._heads.get(level)
             if seen is not None and seen[0] == hi and (seen[1] < 0 or seen[1] > now_ms):
                 continue  # nothing new and the head is not due
-            n += self._deliver(level, cq, hi, now_ms)
+            try:
+                n += self._deliver(level, cq, hi, now_ms)
+            except Exception:  # a full disk, no room for a topic: this level retries next tick, the others go on
+                log.exception("delivering delay level %d failed", level)
         if n:
             self.persist(durable=False)
         return n
@@ -102,7 +134,9 @@ class DelayLevelService:
             if int(e["size"]) == BLANK_SIZE:
                 continue
             view = self.store.commitlog.data(int(e["offset"]), int(e["size"]))
-            if view is None:  # cleanup took it: nothing left to deliver
+            if view is None:  # cleanup took it (fileReservedTime shorter than the delay): nothing left to deliver
+                log.error("delay level %d message at commitlog offset %d was removed by cleanup before it was due",
+                          level, int(e["offset"]))
                 continue
             try:
                 items.append(delivered_record(view))

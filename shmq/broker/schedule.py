@@ -3,8 +3,9 @@
 
 A record the sender flagged (``PutRequest.inspect``) is read here and, by its properties:
 - ``DELAY`` = n: stored under ``SCHEDULE_TOPIC_XXXX`` queue n-1 (levels above the last are
-  the last, as in RocketMQ), its consume-queue tag field holding the due time in ms, the real
-  topic and queue in REAL_TOPIC / REAL_QID; the delay service brings it back when due;
+  the last, as in RocketMQ), its consume-queue tag field holding the due time in ms (also in
+  TIMER_OUT_MS, from which recovery rebuilds that field), the real topic and queue in
+  REAL_TOPIC / REAL_QID; the delay service brings it back when due;
 - ``TIMER_DELIVER_MS`` (epoch ms) or ``TIMER_DELAY_MS`` (ms from now): stored under
   ``rmq_sys_wheel_timer`` queue 0 the same way (the timer service delivers it), refused past
   ``timerMaxDelaySec``; a time already due is stored at once under its own topic;
@@ -16,6 +17,7 @@ twice and loops (its users' complaint 8).
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable
 
@@ -28,7 +30,8 @@ from shmq.store.hooks import PutRequest
 from shmq.store.rewrite import replace_records, rewrite_record
 
 # properties that only mean something before the message is parked
-PARKING_PROPS = (fmt.PROPERTY_DELAY, fmt.PROPERTY_TIMER_DELAY_MS)
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+PARKING_PROPS = (fmt.PROPERTY_DELAY, fmt.PROPERTY_TIMER_DELAY_MS, fmt.PROPERTY_TIMER_OUT_MS)
 
 
 def now_ms() -> int:
@@ -96,6 +99,7 @@ class DeliveryRulesHook:
                 return None
             level = min(level, len(self.levels_ms))
             due = now + self.levels_ms[level - 1]
+            real[fmt.PROPERTY_TIMER_OUT_MS] = str(due)  # recovery rebuilds the tag field from it
             return (rewrite_record(raw, topic=st.SCHEDULE_TOPIC, queue_id=level - 1, set_props=real),
                     st.SCHEDULE_TOPIC, level - 1, due)
         if deliver or after:
@@ -105,17 +109,18 @@ class DeliveryRulesHook:
                                  f"{self.timer_max_ms // 1000}")
             if due <= now:
                 return None
-            real[fmt.PROPERTY_TIMER_DELIVER_MS] = str(due)
+            real[fmt.PROPERTY_TIMER_DELIVER_MS] = real[fmt.PROPERTY_TIMER_OUT_MS] = str(due)
             return (rewrite_record(raw, topic=st.TIMER_TOPIC, queue_id=0, set_props=real,
                                    drop_props=(fmt.PROPERTY_TIMER_DELAY_MS,)), st.TIMER_TOPIC, 0, due)
         return None
 
 
 def _int(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"property {name}={text!r:.40} is not an integer") from None
+    """A property's decimal integer; ValueError naming it for anything else (Python's own int()
+    would take " 5", "+5" and "1_000", which no RocketMQ client sends)."""
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"property {name}={text!r:.40} is not an integer")
+    return int(text)
 
 
 def delivered_record(raw: bytes | memoryview) -> tuple[bytes, str, int]:

@@ -272,6 +272,10 @@ class TransactionalMessageService:
 
     # ------------------------------------------------------------------ the check service
 
+    def next_due_ms(self) -> int | None:
+        """None: check rounds run on an interval, an idle broker need not wake early for them."""
+        return None
+
     def tick(self, now_ms: int) -> int:
         """One check round every ``interval`` ms; the checks sent."""
         if now_ms < self._next_round:

@@ -88,6 +88,7 @@ PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"  # absolute delivery time, epoch ms (RocketMQ 5)
 PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"  # delivery this many ms after the broker receives it
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"  # due time (epoch ms) of a parked delayed or timer message
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "

@@ -31,6 +31,11 @@ def is_system_topic(topic: str) -> bool:
     return topic.startswith(SYSTEM_TOPIC_PREFIXES)
 
 
+def is_parking_topic(topic: str) -> bool:
+    """The schedule and timer topics: their consume-queue tag field is a due time, not a tag hash."""
+    return topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC
+
+
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 

@@ -292,6 +292,8 @@ class BrokerController:
                 stats["parks"] += 1
                 timeout = IDLE_PARK_S if core.replica is None else \
                     core.replica.park_timeout(IDLE_PARK_S, time.monotonic_ns())
+                if core.services:
+                    timeout = core.idle_timeout(timeout, next_tick - time.monotonic_ns())
                 if park(self._has_work, self._park_flags, self.bell, timeout, spin=0.0, ring_ends=True):
                     spin_ns = _next_spin(time.monotonic_ns() - idle_since)
                 else:

@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Protocol, Sequence, Union
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.model.system_topics import is_parking_topic
 
 _EMPTY = np.empty(0, np.int64)
 MAX_QUEUE_ID = 65535  # the consume-queue layout's queue ids: 0..65535
@@ -195,9 +196,21 @@ def _request(group: list[tuple[int, fmt.StoredRecord]], queue: Callable[[str, in
         first_queue_offsets=[first.queue_offset],
         phys_offsets=np.array([p for p, _ in group], dtype=np.int64),
         sizes=np.array([r.total_size for _, r in group], dtype=np.int64),
-        tags_codes=np.array([fmt.tags_code(r.tags) for _, r in group], dtype=np.int64),
+        tags_codes=np.array([_tags_code(r) for _, r in group], dtype=np.int64),
         store_timestamp=group[-1][1].store_timestamp,
         key_hashes=np.array(key_hashes, dtype=np.int64),
         key_records=np.array(key_records, dtype=np.int64),
         key_timestamps=np.array(key_ts, dtype=np.int64),
     )
+
+
+def _tags_code(rec: fmt.StoredRecord) -> int:
+    """The consume-queue tag field of a record read back from the log: the tag hash, or for a
+    parked delayed or timer message its due time (what the put stored there)."""
+    due = rec.properties.get(fmt.PROPERTY_TIMER_OUT_MS)
+    if due is not None and is_parking_topic(rec.topic):
+        try:
+            return int(due)
+        except ValueError:
+            pass
+    return fmt.tags_code(rec.tags)
