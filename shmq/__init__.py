@@ -1,5 +1,6 @@
 """shmq: a RocketMQ-style message broker for one machine."""
-from shmq.client.admin import Admin, TopicInfo
+from shmq.client.admin import Admin, ResendResult, TopicInfo
+from shmq.client.hooks import ConsumeMessageContext, ConsumeMessageHook, SendMessageContext, SendMessageHook
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
@@ -17,9 +18,11 @@ from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResul
                                        PullStatus)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.model.message_ext import MessageExt
+from shmq.trace.record import TraceRecord
 
 __version__ = "0.1.0"
-__all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
+__all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult", "SendMessageContext",
+           "SendMessageHook", "TraceRecord", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
            "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
