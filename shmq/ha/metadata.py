@@ -1,8 +1,9 @@
 """What the HA sender tells a replica besides the log: the epoch list and config files.
 
 Read from the master's store (``config/epochs.json``, ``config/topics.json``,
-``config/consumerOffset.json``), which the broker writes atomically (rename), so a read sees a
-whole old or a whole new file.
+``config/consumerOffset.json``, and the progress files of the delay, timer, transaction-check and
+DLQ-resend services), which the broker writes atomically (rename), so a read sees a whole old or
+a whole new file.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from shmq.ha import protocol as P
 from shmq.store.epochs import EpochFile
 
 log = logging.getLogger("shmq.ha")
-FILES = ((P.META_TOPICS, "topics.json"), (P.META_OFFSETS, "consumerOffset.json"))
+FILES = ((P.META_TOPICS, "topics.json"), (P.META_OFFSETS, "consumerOffset.json"), *P.PROGRESS_FILES.items())
 
 
 def load_epochs(store_dir: str) -> list[P.Epoch]:

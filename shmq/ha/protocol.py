@@ -42,7 +42,14 @@ MAX_REASON = 1024
 METADATA_OFFSET = -1
 META_TOPICS = 1  # config/topics.json
 META_OFFSETS = 2  # config/consumerOffset.json
-META_KINDS = (META_TOPICS, META_OFFSETS)
+# the master's timed services' progress, kept verbatim by a replica for the day it is promoted
+META_DELAY_OFFSETS = 3  # config/delayOffset.json
+META_TIMER_CHECKPOINT = 4  # config/timerCheckpoint.json
+META_TRANSACTION_CHECK = 5  # config/transactionCheck.json
+META_DLQ_RESEND = 6  # config/dlqResend.json
+PROGRESS_FILES = {META_DELAY_OFFSETS: "delayOffset.json", META_TIMER_CHECKPOINT: "timerCheckpoint.json",
+                  META_TRANSACTION_CHECK: "transactionCheck.json", META_DLQ_RESEND: "dlqResend.json"}
+META_KINDS = (META_TOPICS, META_OFFSETS, *PROGRESS_FILES)
 
 # REFUSE codes
 REFUSE_VERSION = 1
@@ -205,7 +212,7 @@ class Data:
 
 @dataclass(frozen=True, slots=True)
 class Metadata:
-    """Replica side: a config file of the master (``kind`` META_TOPICS or META_OFFSETS)."""
+    """Replica side: a config file of the master (``kind`` one of META_KINDS)."""
 
     kind: int
     text: bytes

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from typing import Any
 
@@ -23,6 +24,7 @@ from shmq.ha.client import HAClient
 from shmq.procs.broker import BrokerController, run_broker
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
+from shmq.store.config_files import write_json
 from shmq.store.hooks import PutRequest
 from shmq.store.replicated import ReplicaAppender
 
@@ -87,6 +89,9 @@ class ReplicaInbox:
             _note_queues(core, touched)
         if protocol.META_OFFSETS in meta:
             _merge_offsets(core, meta[protocol.META_OFFSETS])
+        for kind, name in protocol.PROGRESS_FILES.items():
+            if kind in meta:
+                _keep_progress(core, name, meta[kind])
         return len(touched) + len(meta) + every
 
 
@@ -153,6 +158,23 @@ def _merge_offsets(core: BrokerCore, text: bytes) -> None:
             n += 1
     if n:
         core.persist_offsets()
+
+
+def _keep_progress(core: BrokerCore, name: str, text: bytes) -> None:
+    """A progress file of the master's timed services (delays delivered, timers, transaction
+    checks, dead letters resent) kept as this replica's own: a replica runs none of them, but
+    once promoted (started as a master on this store) they resume from it instead of delivering
+    every parked message again. Written without fsync (it arrives every second it changes); its
+    loaders cut progress that runs past this store's queues."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        log.error("the master's %s was not kept: %s", name, e)
+        return
+    try:
+        write_json(os.path.join(core.store.store_dir, "config", name), data, durable=False)
+    except OSError as e:
+        log.error("keeping the master's %s failed: %s", name, e)
 
 
 class ReadOnly:

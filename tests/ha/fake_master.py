@@ -17,7 +17,7 @@ from typing import Callable
 
 from shmq.codec import record as fmt
 from shmq.errors import HAProtocolError
-from shmq.ha import protocol
+from shmq.ha import metadata, protocol
 from shmq.ha.protocol import Epoch
 
 BATCH = 32768
@@ -103,8 +103,7 @@ class FakeMaster:
                 if isinstance(ev, protocol.Authenticated) and not welcomed:
                     end = self._end()
                     conn.sendall(session.welcome(self.segment_size, 0, end, self.epochs))
-                    for kind, name in ((protocol.META_TOPICS, "topics.json"),
-                                       (protocol.META_OFFSETS, "consumerOffset.json")):
+                    for kind, name in metadata.FILES:  # the config files a real sender passes on
                         path = os.path.join(self.store_dir, "config", name)
                         if os.path.exists(path):
                             with open(path, "rb") as f:
