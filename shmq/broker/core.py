@@ -44,6 +44,7 @@ from shmq.store.message_store import MessageStore, PutMessageResult
 from shmq.store.rewrite import dispatch_fields
 
 log = logging.getLogger("shmq.broker")
+SERVICE_ERROR_LOG_MS = 60_000
 
 LOOP_STATS = ("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts", "group_commits",
               "group_commit_ns", "flushed_answers", *REPLICATION_STATS)
@@ -107,6 +108,7 @@ class BrokerCore:
         # a master parks delayed messages and transaction halves and brings them back when due;
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
+        self._service_errors: dict[str, tuple[int, int]] = {}  # service -> (ms last logged, failures since)
         self.delay: DelayLevelService | None = None
         self.timer: TimerService | None = None
         self.transactions: TransactionalMessageService | None = None
@@ -194,7 +196,7 @@ class BrokerCore:
                 try:
                     service.tick(ms)
                 except Exception:  # a store error (disk full) must not stop the loop: next tick tries again
-                    log.exception("%s failed", type(service).__name__)
+                    self._service_failed(service, ms)
         self.publish_counters()
         cleaner = self.store.clean_service
         if cleaner is not None:
@@ -220,6 +222,17 @@ class BrokerCore:
             cnt = self._counts[topic] = [0, 0]
         cnt[0] += msgs
         cnt[1] += nbytes
+
+    def _service_failed(self, service: TimedService, ms: int) -> None:
+        """Log a timed service's failure with its traceback at most once a minute per service (it
+        is tried again every tick: a full disk must not write 100 tracebacks a second)."""
+        name = type(service).__name__
+        last, count = self._service_errors.get(name, (-SERVICE_ERROR_LOG_MS, 0))
+        if ms - last >= SERVICE_ERROR_LOG_MS:
+            log.exception("%s failed (%d more failures since the last report; tried again every tick)", name, count)
+            self._service_errors[name] = (ms, 0)
+        else:
+            self._service_errors[name] = (last, count + 1)
 
     def put_internal(self, items: list[tuple[str, int, bytes]], inspect: bool = False) -> PutMessageResult:
         """The broker's own put (due delays, retries, dead letters, transaction commits and ops):

@@ -126,3 +126,26 @@ def test_rewrite_keeps_what_it_is_not_told_to_change():
     assert (out.topic, bytes(out.body), out.flag, out.born_timestamp, out.born_host, out.reconsume_times) == \
         ("U", b"body", 7, 5, 9, 3)
     assert out.properties == {"b": "2", "c": "3"} and out.body_crc == fmt.body_crc(b"body")
+
+
+def test_a_failing_timed_service_is_tried_every_tick_but_logged_once_a_minute(core, caplog):
+    class Broken:
+        ticks = 0
+
+        def tick(self, now_ms: int) -> int:
+            Broken.ticks += 1
+            raise OSError("disk full")
+
+        def persist(self, durable: bool = True) -> None:
+            pass
+
+        def next_due_ms(self) -> int | None:
+            return None
+
+    core.services.append(Broken())
+    with caplog.at_level("ERROR", logger="shmq.broker"):
+        for _ in range(50):
+            core.tick(time.monotonic_ns())
+    assert Broken.ticks == 50
+    assert [r.getMessage() for r in caplog.records if "Broken failed" in r.getMessage()] == \
+        ["Broken failed (0 more failures since the last report; tried again every tick)"]
