@@ -128,10 +128,11 @@ class Node:
         return ()
 
     def value(self, props: Mapping[str, str]) -> Value:
-        raise NotImplementedError
+        # the parser puts value nodes only where a value is read, conditions where a truth is
+        raise NotImplementedError(f"{type(self).__name__} is a condition, not a value")
 
     def truth(self, props: Mapping[str, str]) -> int:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} is a value, not a condition")
 
 
 class Const(Node):
@@ -160,7 +161,9 @@ class Prop(Node):
         return props.get(self.name)
 
 
-class Neg(Node):
+class _Unary(Node):
+    """A node of one operand (unary minus, NOT, a property used as a condition)."""
+
     __slots__ = ("x",)
 
     def __init__(self, x: Node) -> None:
@@ -168,22 +171,20 @@ class Neg(Node):
 
     def children(self) -> tuple[Node, ...]:
         return (self.x,)
+
+
+class Neg(_Unary):
+    __slots__ = ()
 
     def value(self, props: Mapping[str, str]) -> Value:
         n = _numeric(self.x.value(props))
         return None if n is None else -n
 
 
-class BoolCast(Node):
+class BoolCast(_Unary):
     """A property used as a condition."""
 
-    __slots__ = ("x",)
-
-    def __init__(self, x: Node) -> None:
-        self.x = x
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.x,)
+    __slots__ = ()
 
     def truth(self, props: Mapping[str, str]) -> int:
         v = self.x.value(props)
@@ -272,14 +273,8 @@ class Match(Node):
         return TRUE if hit != self.negated else FALSE
 
 
-class Not(Node):
-    __slots__ = ("x",)
-
-    def __init__(self, x: Node) -> None:
-        self.x = x
-
-    def children(self) -> tuple[Node, ...]:
-        return (self.x,)
+class Not(_Unary):
+    __slots__ = ()
 
     def truth(self, props: Mapping[str, str]) -> int:
         return 2 - self.x.truth(props)
