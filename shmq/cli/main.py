@@ -5,12 +5,16 @@ import argparse
 import sys
 from typing import Any
 
+from shmq import __version__
+from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
+
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shmq", description="A RocketMQ-style message broker for one machine.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"shmq {__version__}")
+    sub = parser.add_subparsers(dest="command")
     b = sub.add_parser("broker", help="run a broker on a store directory (a replica with brokerRole=SLAVE)")
     _store_args(b)
     b.add_argument("--role", choices=ROLES, help="brokerRole, over the config's (what `shmq admin promote` uses)")
@@ -28,7 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--store", required=True, help="the master's store directory")
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
+    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes, a verified summary",
+                       description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_demo_arguments(d)
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `shmq`: what it can do, not a usage error
+        parser.print_help()
+        return 0
+    if args.command == "demo":
+        from shmq.cli.demo import run
+        return run(args)
     if args.command == "broker":
         return _broker("broker", args.store, args.name, args.config, {"broker_role": args.role} if args.role else {})
     if args.command == "replica":

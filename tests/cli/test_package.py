@@ -1,0 +1,74 @@
+"""What a user of an installed package meets first: the `shmq` console script and the wheel."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import shmq
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the console script pip made next to this interpreter, as a user runs it (not `python -m shmq`)
+SHMQ = os.path.join(os.path.dirname(sys.executable), "shmq")
+
+
+def _shmq(*args: str, timeout: float = 30, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SHMQ, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_version_is_the_package_version() -> None:
+    out = _shmq("--version")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"shmq {shmq.__version__}"
+
+
+def test_bare_shmq_prints_help_not_an_error() -> None:
+    """Before: "the following arguments are required: command" and status 2."""
+    out = _shmq()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: shmq")
+    for command in ("broker", "replica", "admin", "demo"):
+        assert command in out.stdout
+    assert out.stderr == ""
+
+
+def test_demo_runs_from_the_console_script(tmp_path, ipc_tracker) -> None:
+    """A short demo, run outside the source tree so only the installed package is importable;
+    it passes its own checks and leaves its store where --store says."""
+    store = ipc_tracker.store(str(tmp_path / "store"))
+    p = subprocess.Popen([SHMQ, "demo", "--producers", "1", "--messages", "200", "--orders", "4", "--steps", "3",
+                          "--timeout", "60", "--store", store],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    ipc_tracker.names.append(f"demo{p.pid}")  # the demo names its broker after its process
+    stdout, stderr = p.communicate(timeout=90)
+    assert p.returncode == 0, stdout + stderr
+    assert "PASS: every message arrived" in stdout
+    assert os.path.isdir(os.path.join(store, "commitlog"))
+
+
+def test_demo_options_parse_the_same_as_tools_demo() -> None:
+    """`make demo DEMO_ARGS=...` and `shmq demo ...` take the same options."""
+    cli = _shmq("demo", "--help")
+    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo.py"), "--help"],
+                          capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert cli.returncode == 0 and tool.returncode == 0, cli.stderr + tool.stderr
+    for option in ("--producers", "--messages", "--orders", "--steps", "--batch", "--timeout", "--keep", "--store"):
+        assert option in cli.stdout and option in tool.stdout
+
+
+def test_wheel_ships_the_demo_and_the_license(tmp_path) -> None:
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", ROOT, "-w", str(tmp_path), "--no-deps", "-q"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    [wheel] = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
+    assert wheel.startswith(f"shmq-{shmq.__version__}-")
+    with zipfile.ZipFile(tmp_path / wheel) as z:
+        names = z.namelist()
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "shmq/cli/demo.py" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Classifier: Operating System :: POSIX :: Linux" in metadata
+    assert "shmq = shmq.cli:main" in entry_points
