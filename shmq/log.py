@@ -176,18 +176,24 @@ class MessageHandler(logging.Handler):
         """Wait before trying the broker again (saying why records are dropped, with the error that
         made this wait); at close there is no waiting for one."""
         self._warn_dropped()
-        if self._stopping.wait(self.retry_interval):
-            self.dropped += len(self._buffer)  # close() gave up on what the broker did not take
+        if self._stopping.wait(self.retry_interval):  # close() gives up on what the broker did not take
+            n = len(self._buffer)
             self._buffer.clear()
+            self.dropped += n
+            self._warned_dropped += n
+            _stderr(f"shmq.MessageHandler: {n} log records not sent within close_timeout={self.close_timeout} s"
+                    f"{self._why()}")
 
     def _warn_dropped(self) -> None:
         now = time.monotonic()
         if self.dropped > self._warned_dropped and now - self._warned_at >= WARN_INTERVAL_S:
-            why = f"; last error: {self.last_error}" if self.last_error is not None else ""
             _stderr(f"shmq.MessageHandler: {self.dropped - self._warned_dropped} log records dropped "
-                    f"(buffer of {self.buffer_size} full; {self.dropped} in all){why}")
+                    f"(buffer of {self.buffer_size} full; {self.dropped} in all){self._why()}")
             self._warned_at = now
             self._warned_dropped = self.dropped
+
+    def _why(self) -> str:
+        return f"; last error: {self.last_error}" if self.last_error is not None else ""
 
     # ------------------------------------------------------------------ lifecycle
 
