@@ -14,6 +14,7 @@ from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError
                          SendTimeoutError, SharedMemoryFullError, ShmqError, StateLayoutError, StoreClosedError,
                          StoreLockedError, TopicNotReadableError)
 from shmq.launcher import Broker
+from shmq.log import MessageHandler
 from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult,
                                        PullStatus)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
@@ -26,7 +27,7 @@ __all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult
            "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
            "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
-           "MessageBatch", "MessageExt", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
+           "MessageBatch", "MessageExt", "MessageHandler", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult",
