@@ -1,6 +1,7 @@
 """shmq: a RocketMQ-style message broker for one machine."""
 from shmq.client.admin import Admin, ResendResult, TopicInfo
 from shmq.client.hooks import ConsumeMessageContext, ConsumeMessageHook, SendMessageContext, SendMessageHook
+from shmq.client.consumer.lite_pull import LitePullConsumer
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
@@ -26,7 +27,7 @@ __all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult
            "SendMessageHook", "TraceRecord", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
            "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
            "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
-           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "Message",
+           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "LitePullConsumer", "Message",
            "MessageBatch", "MessageExt", "MessageHandler", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",

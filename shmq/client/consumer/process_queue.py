@@ -45,6 +45,23 @@ class ProcessQueue:
                 if self.msgs.pop(m.queue_offset, None) is not None:
                     self.msg_size -= len(m.body)
 
+    def take(self, max_nums: int) -> list[MessageExt]:
+        """Remove and return up to ``max_nums`` of the smallest offsets (LitePullConsumer's poll)."""
+        with self.lock:
+            out: list[MessageExt] = []
+            while self.msgs and len(out) < max_nums:
+                m = self.msgs.pop(next(iter(self.msgs)))
+                self.msg_size -= len(m.body)
+                out.append(m)
+            return out
+
+    def reset(self, next_offset: int) -> None:
+        """Forget every message in process and pull from ``next_offset`` next (a seek)."""
+        with self.lock:
+            self.msgs.clear()
+            self.msg_size = 0
+            self.next_offset = next_offset
+
     def commit_offset(self) -> int:
         """The smallest offset in process, or the pull position when nothing is."""
         with self.lock:

@@ -1,6 +1,7 @@
 """A consumer or producer process for the cross-process tests.
 
     python -m tests.process.consumers.child consume BROKER GROUP OUT '{"model": ..., "orderly": ..., ...}'
+    python -m tests.process.consumers.child lite BROKER GROUP OUT '{"topic": "T"}'
     python -m tests.process.consumers.child produce BROKER TOPIC COUNT '{"order_ids": 8, "start": 0, "rate": 0}'
 
 A consumer appends ``<body> <queue id> <reconsume times>`` per message to OUT (flushed per
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 
-from shmq import ConsumeFrom, ConsumeResult, Message, MessageModel, Producer, PushConsumer
+from shmq import ConsumeFrom, ConsumeResult, LitePullConsumer, Message, MessageModel, Producer, PushConsumer
 from shmq.client.producer.producer import SelectMessageQueueByHash
 
 
@@ -48,6 +49,19 @@ def consume(broker: str, group: str, out_path: str, opts: dict) -> None:
     out.close()
 
 
+def lite(broker: str, group: str, out_path: str, opts: dict) -> None:
+    """A LitePullConsumer member polling in a loop; prints ``ready`` once it owns a queue."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with open(out_path, "a", buffering=1) as out, LitePullConsumer(group, broker=broker, start_timeout=10) as c:
+        c.subscribe(opts.get("topic", "T"), opts.get("expression", "*"))
+        while not c.assignment():
+            time.sleep(0.01)
+        print("ready", flush=True)
+        while not stop.is_set():
+            out.write("".join(f"{m.body.decode()} {m.queue_id} 0\n" for m in c.poll(0.05)))
+
+
 def produce(broker: str, topic: str, count: int, opts: dict) -> None:
     order_ids = int(opts.get("order_ids", 0))
     start = int(opts.get("start", 0))
@@ -70,5 +84,7 @@ if __name__ == "__main__":
     options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     if cmd == "consume":
         consume(broker, name, arg, options)
+    elif cmd == "lite":
+        lite(broker, name, arg, options)
     else:
         produce(broker, name, int(arg), options)

@@ -82,3 +82,12 @@ def test_orderly_keeps_order_and_retries_the_same_messages():
     pq = _run_service(ConsumeMessageOrderlyService, listener, _msgs(range(6)), lambda: len(seen) >= 8)
     assert seen == [(0, 0), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1), (4, 0), (5, 0)]
     assert pq.commit_offset() == 6 and not pq.pending
+
+
+def test_take_returns_the_smallest_offsets_and_reset_forgets_them():
+    pq = ProcessQueue(MQ, 0)
+    pq.put(_msgs(range(5)), 5)
+    assert [m.queue_offset for m in pq.take(3)] == [0, 1, 2]
+    assert pq.commit_offset() == 3 and pq.count == 2
+    pq.reset(1)
+    assert pq.count == 0 and pq.msg_size == 0 and pq.commit_offset() == 1 and pq.take(3) == []

@@ -1,0 +1,358 @@
+"""LitePullConsumer: subscribe, then ``poll()`` (RocketMQ's DefaultLitePullConsumer, Kafka's poll loop).
+
+The consumer's "listener" is the caller: a background thread does what PushConsumer's puller
+does (join the group, rebalance within it, read the assigned queues into per-queue buffers,
+long-poll idle queues, commit) and ``poll`` hands out what the buffers hold, in queue order.
+The committable offset of a queue is the first message ``poll`` has not returned yet, so auto
+commit (and ``commit()``) never commits past what the caller received. Unlike PushConsumer there
+is no retry topic: a message the caller fails on is the caller's to handle (RocketMQ's lite pull
+has none either).
+
+One lock serialises the puller's pass, ``poll``'s take, ``seek`` and ``commit``: the store
+reader is not thread-safe, and a client id may run one control request at a time.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import threading
+import time
+
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.consumer.process_queue import ProcessQueue
+from shmq.client.consumer.pull import CONSUMER_RING_BYTES
+from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+from shmq.client.consumer.queue_offsets import QueueOffsets
+from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
+from shmq.client.consumer.rebalance_impl import RebalanceImpl
+from shmq.codec import frames as P
+from shmq.errors import BadArgumentError, BrokerGoneError, ShmqError
+from shmq.filter.function import Predicate
+from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
+from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
+from shmq.model.message import MessageQueue
+from shmq.model.message_ext import MessageExt
+
+log = logging.getLogger(__name__)
+
+REBALANCE_POLL_S = 0.02
+LONG_POLL_S = 15.0
+HANDOFF_GRACE_S = 0.3  # as PushConsumer: a new owner waits for a live previous owner's final commit
+RECONNECT_WAIT_S = 0.5
+
+
+class LitePullConsumer:
+    def __init__(self, group: str, broker: str | None = None, *,
+                 consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
+                 allocate_strategy: str | AllocateStrategy = "AVG", pull_batch_size: int = 32,
+                 pull_threshold_for_queue: int = 1000, auto_commit: bool = True,
+                 auto_commit_interval: float = 5.0, start_timeout: float = 3.0) -> None:
+        """``pull_batch_size``: the most messages one ``poll`` returns (RocketMQ's 10 is per queue;
+        here it bounds the whole poll, as Kafka's max.poll.records). ``pull_threshold_for_queue``:
+        messages read ahead and held per queue for the next polls. ``auto_commit``: every
+        ``auto_commit_interval`` seconds (RocketMQ's 5 s) and at ``shutdown``, commit the offsets
+        after what ``poll`` returned; with False only ``commit()`` does, and a queue rebalanced
+        away is not committed (its new owner resumes from the last ``commit()``, as in Kafka).
+        ``consume_from`` / ``consume_timestamp``: where a queue the group never committed starts,
+        as PushConsumer's."""
+        if isinstance(allocate_strategy, str):
+            if allocate_strategy not in STRATEGIES:
+                raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
+            allocate_strategy = STRATEGIES[allocate_strategy]
+        for name, value in (("pull_batch_size", pull_batch_size),
+                            ("pull_threshold_for_queue", pull_threshold_for_queue)):
+            if value < 1:
+                raise BadArgumentError(f"{name} must be at least 1, got {value}")
+        if auto_commit_interval <= 0:
+            raise BadArgumentError(f"auto_commit_interval must be positive, got {auto_commit_interval}")
+        self.group = group
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.auto_commit = auto_commit
+        self.auto_commit_interval = auto_commit_interval
+        self.start_timeout = start_timeout
+        self._conn = BrokerConnection(broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response,
+                                      on_lost=self._on_lost)
+        self.broker_name = self._conn.broker_name
+        self._wrapper = PullAPIWrapper(self._conn)
+        self._offsets = QueueOffsets(self._conn, self._wrapper, group, ConsumeFrom(consume_from), consume_timestamp,
+                                     start_timeout, None)
+        self._rebalance = RebalanceImpl(group, self.broker_name, MessageModel.CLUSTERING, allocate_strategy, log)
+        self._subscriptions: dict[str, Subscription] = {}
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # poll waits here for messages
+        self._wakeup = threading.Event()  # the puller waits here (WAKE, poll made room, shutdown)
+        self._rotation = itertools.count()  # which queue a poll serves first: fair across queues
+        self._session: Session | None = None
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._broker_wait_logged = False
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def subscribe(self, topic: str, expression: str | Expression | Predicate = "*") -> None:
+        """Consume ``topic``'s messages that pass ``expression`` (tags, ``shmq.sql(...)``, a
+        predicate), before or after ``start()``; the group rebalances on its next check."""
+        with self._lock:
+            self._subscriptions[topic] = as_expression(expression)
+            self._session = None  # join again with the new subscriptions
+            for pq in self._pqs.values():
+                if pq.mq.topic == topic and pq.next_offset >= 0:
+                    self._rewind(pq, pq.commit_offset())  # what was read ahead passed the old expression
+        self._wakeup.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        with self._lock:
+            self._subscriptions.pop(topic, None)
+            self._session = None
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "LitePullConsumer":
+        """Attach and start the puller; ``BrokerNotFoundError`` within ``start_timeout``."""
+        if self._running:
+            return self
+        self._conn.start(self.start_timeout)
+        try:
+            with self._lock:
+                self._bind(time.monotonic() + self.start_timeout)
+        except BaseException:
+            self._conn.shutdown()
+            raise
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name=f"shmq-litepull-{self.group}", daemon=True)
+        self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop the puller, commit (with ``auto_commit``) what ``poll`` returned, leave the group."""
+        if not self._running:
+            return
+        self._running = False
+        self._wakeup.set()
+        with self._ready:
+            self._ready.notify_all()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        with self._lock:
+            if self.auto_commit:
+                try:
+                    self._offsets.commit(list(self._pqs.values()), sync=True)
+                except (ShmqError, OSError) as e:
+                    log.warning("could not commit offsets at shutdown: %s", e)
+            self._pqs.clear()
+        self._conn.shutdown()
+        self._wrapper.wake_all()
+        self._wrapper.close()
+
+    def __enter__(self) -> "LitePullConsumer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def poll(self, timeout: float = 5.0) -> list[MessageExt]:
+        """Up to ``pull_batch_size`` messages as soon as any are there, [] after ``timeout`` seconds.
+
+        Each queue's messages come in queue order; across polls every message comes once (until
+        a ``seek``, or a rebalance hands a queue whose offsets were not committed to another member)."""
+        if not self._running:
+            raise ShmqError("start() the consumer before poll()")
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            while True:
+                msgs = self._take()
+                if msgs or not self._running:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._ready.wait(remaining)
+        if msgs:
+            self._wakeup.set()  # room in the buffers: read ahead again
+        return msgs
+
+    def commit(self) -> None:
+        """Commit, synchronously, the offsets after what ``poll`` returned on every assigned queue."""
+        with self._lock:
+            self._offsets.commit(list(self._pqs.values()), sync=True)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """The next polls of ``mq`` (an assigned queue) start at ``offset``; committed with the next commit."""
+        if offset < 0:
+            raise BadArgumentError(f"offset must be >= 0, got {offset}")
+        with self._lock:
+            pq = self._pqs.get(mq)
+            if pq is None:
+                raise BadArgumentError(f"{mq} is not assigned to this consumer (see assignment())")
+            self._rewind(pq, offset)
+            pq.ready_at = 0.0
+        self._wakeup.set()
+
+    def _rewind(self, pq: ProcessQueue, offset: int) -> None:
+        """Forget what was read ahead of ``pq`` and read from ``offset`` next."""
+        pq.reset(offset)
+        if pq.wait_req is not None:
+            self._wrapper.cancel(pq.wait_req)
+            pq.wait_req = None
+
+    def assignment(self) -> set[MessageQueue]:
+        """The queues this member consumes now (after the last rebalance)."""
+        with self._lock:
+            return set(self._pqs)
+
+    def _take(self) -> list[MessageExt]:
+        """Up to ``pull_batch_size`` buffered messages, queue heads first, starting at a rotating queue."""
+        pqs = [pq for pq in self._pqs.values() if pq.msgs]
+        if not pqs:
+            return []
+        start = next(self._rotation) % len(pqs)
+        out: list[MessageExt] = []
+        for pq in pqs[start:] + pqs[:start]:
+            out.extend(pq.take(self.pull_batch_size - len(out)))
+            if len(out) >= self.pull_batch_size:
+                break
+        return out
+
+    # ------------------------------------------------------------------ connection events
+
+    def _on_response(self, kind: int, view: memoryview) -> None:
+        self._wrapper.on_response(kind, view)
+
+    def _on_lost(self, _session: Session, _why: str) -> None:
+        self._wrapper.wake_all()
+        self._wakeup.set()
+
+    def _bind(self, deadline: float) -> Session:
+        """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
+        s = self._wrapper.bind(deadline)
+        if s is self._session:
+            return s
+        subs = {t: subscription_arg(e) for t, e in self._subscriptions.items()}
+        s.admin("join_group", {"group": self.group, "model": MessageModel.CLUSTERING.value, "subscriptions": subs},
+                self.start_timeout)
+        for pq in self._pqs.values():
+            pq.wait_req = None
+        if self._session is not None and self.auto_commit:
+            # a restarted broker lost the commits since its last persist: give it ours again
+            self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
+        for mq in [mq for mq in self._pqs if mq.topic not in self._subscriptions]:
+            self._drop(self._pqs.pop(mq))
+        self._session = s
+        self._rebalance.reset()
+        self._broker_wait_logged = False
+        return s
+
+    # ------------------------------------------------------------------ the puller thread
+
+    def _run(self) -> None:
+        next_rebalance = next_commit = time.monotonic()
+        while self._running:
+            try:
+                with self._lock:
+                    session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
+            except (BrokerGoneError, ShmqError) as e:
+                if not self._broker_wait_logged:
+                    log.warning("consumer %r waits for broker %r: %s", self.group, self.broker_name, e)
+                    self._broker_wait_logged = True
+                self._wakeup.wait(RECONNECT_WAIT_S)
+                continue
+            try:
+                self._wakeup.clear()
+                now = time.monotonic()
+                with self._lock:
+                    if now >= next_rebalance:
+                        next_rebalance = now + REBALANCE_POLL_S
+                        self._rebalance_if_changed(session.client_id)
+                    progressed, idle = self._pull_pass(now)
+                    if self.auto_commit and now >= next_commit:
+                        next_commit = now + self.auto_commit_interval
+                        self._offsets.commit(list(self._pqs.values()), sync=False)
+                    if progressed:
+                        self._ready.notify_all()
+                    else:
+                        self._long_poll(idle)
+                if not progressed and self._running:
+                    self._wakeup.wait(REBALANCE_POLL_S)
+            except (BrokerGoneError, ShmqError, OSError) as e:
+                if self._running:
+                    log.warning("consumer %r: %s", self.group, e)
+                    self._wakeup.wait(REBALANCE_POLL_S)
+            except Exception:
+                # a session closed under this pass unmaps what it was reading: the next bind attaches again
+                if session.alive:
+                    log.exception("consumer %r puller failed; going on", self.group)
+                self._wakeup.wait(REBALANCE_POLL_S)
+
+    def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:
+        """Read ahead each queue with room in its buffer once; (whether anything moved, idle queues)."""
+        progressed = False
+        idle = []
+        for pq in list(self._pqs.values()):
+            expression = self._subscriptions.get(pq.mq.topic)
+            if expression is None or now < pq.ready_at or pq.count >= self.pull_threshold_for_queue:
+                continue
+            if pq.next_offset < 0:
+                self._offsets.init(pq)
+            room = self.pull_threshold_for_queue - pq.count
+            result = self._wrapper.pull(pq.mq, expression, pq.next_offset, min(room, max(self.pull_batch_size, 256)))
+            if result.status is PullStatus.FOUND:
+                pq.put(result.messages, result.next_begin_offset)
+                progressed = True
+            elif result.status is PullStatus.NO_NEW_MSG:
+                idle.append(pq)
+            else:
+                if result.status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning("offset %d of %s/%d is illegal (queue holds %d..%d); moving to %d", pq.next_offset,
+                                pq.mq.topic, pq.mq.queue_id, result.min_offset, result.max_offset,
+                                result.next_begin_offset)
+                pq.put([], result.next_begin_offset)
+                progressed = True
+        return progressed, idle
+
+    def _long_poll(self, idle: list[ProcessQueue]) -> None:
+        """One PULL_WAIT per idle queue: a WAKE wakes the puller as soon as one grows."""
+        for pq in idle:
+            if pq.wait_req is None:
+                pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
+                try:
+                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(self._woken, pq),
+                                            req_id)
+                except BaseException:
+                    pq.wait_req = None
+                    raise
+
+    def _woken(self, pq: ProcessQueue, wake: P.Wake | None) -> None:
+        if wake is None or pq.wait_req == wake.req_id:
+            pq.wait_req = None
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _rebalance_if_changed(self, me: int) -> None:
+        change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
+        if change is None:
+            return
+        for mq in [mq for mq in self._pqs if mq not in change.mine]:
+            self._drop(self._pqs.pop(mq))
+        now = time.monotonic()
+        for mq in change.added:
+            pq = self._pqs[mq] = ProcessQueue(mq, -1)
+            if mq in change.handed_over:
+                pq.ready_at = now + HANDOFF_GRACE_S
+        log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
+                 len(change.members), len(self._pqs))
+        self._rebalance.done(change)
+
+    def _drop(self, pq: ProcessQueue) -> None:
+        """Give a queue away: its unpolled messages are forgotten; with auto commit, commit what poll returned."""
+        pq.drop()
+        if pq.wait_req is not None:
+            self._wrapper.cancel(pq.wait_req)
+        if pq.next_offset >= 0 and self.auto_commit:
+            self._offsets.commit([pq], sync=True)
