@@ -335,7 +335,10 @@ class BrokerConnection:
                             self._broker_died(s, f"broker {self.broker_name!r} is back: leaving replica {s.name!r}")
                             return
                     if self.on_tick is not None:
-                        self.on_tick(now)
+                        try:
+                            self.on_tick(now)
+                        except Exception:  # the reader must live on: it answers every request of the client
+                            log.exception("client %r: periodic check failed; going on", self.group)
         except CorruptFrameError as e:
             self._broker_died(s, f"it wrote a malformed response: {e}")
 

@@ -380,7 +380,9 @@ class Producer:
         """Fail sends with no answer by their deadline, never send them again: a ring does not lose
         a request, so the broker has it (and may have stored it while its answer waits for a
         flush or a replica); a resend would store another copy."""
-        for req_id, p in list(self._pending.items()):
+        # dict.copy, not list(items()): sending threads add to _pending meanwhile, and a list built
+        # item by item can let a garbage collection (and so a thread switch) in mid-iteration
+        for req_id, p in self._pending.copy().items():
             if now >= p.deadline and self._pending.pop(req_id, None) is p and not p.future.done():
                 p.future.set_exception(SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
                                                         f"{self.send_msg_timeout} s"))

@@ -177,3 +177,26 @@ def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, 
     assert len(results) == 1900 and all(r.status is SendStatus.SEND_OK for r in results)
     assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 1900
     assert len({r.msg_id for r in results}) == 1900
+
+
+def test_a_failing_periodic_check_does_not_kill_the_producers_reader(store_dir, broker_name, config, caplog):
+    """Regression: the producer's expiry check raised (a dict changed size under it while another
+    thread sent) and took the reader thread down: every later send waited forever."""
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        conn = p._conn
+        original, failed = conn.on_tick, threading.Event()
+
+        def flaky(now: float) -> None:
+            if not failed.is_set():
+                failed.set()
+                raise RuntimeError("dictionary changed size during iteration")
+            assert original is not None
+            original(now)
+
+        conn.on_tick = flaky
+        p.send(Message("T", b"wake the reader"))
+        assert failed.wait(2)
+        time.sleep(0.2)  # a few more checks
+        assert p.send(Message("T", b"after"), timeout=2).status is SendStatus.SEND_OK
+        assert p.send_async(Message("T", b"async")).result(2).status is SendStatus.SEND_OK
+    assert "periodic check failed" in caplog.text
