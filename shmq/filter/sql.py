@@ -38,7 +38,7 @@ rule, negated or not). A bare property as a condition is TRUE for ``true`` and F
 from __future__ import annotations
 
 import re
-from typing import Mapping, Union
+from typing import Callable, Mapping, Union
 
 from shmq.errors import BadExpressionError
 
@@ -476,26 +476,22 @@ class _Parser:
         raise self.fail("a condition (a comparison, AND, OR, NOT, ...)", at)
 
     def or_expr(self) -> Node:
-        start = self.tok
-        xs = [self.and_expr()]
-        while self.at_kw("OR"):
-            self.take()
-            xs.append(self.as_condition(self.and_expr()))
-        if len(xs) == 1:
-            return xs[0]
-        xs[0] = self.as_condition(xs[0], start)
-        return Or(xs)
+        return self.junction("OR", self.and_expr, Or)
 
     def and_expr(self) -> Node:
+        return self.junction("AND", self.not_expr, And)
+
+    def junction(self, keyword: str, operand: Callable[[], Node], kind: type[_Junction]) -> Node:
+        """``operand (keyword operand)*``: one operand as it is, more as conditions joined by ``kind``."""
         start = self.tok
-        xs = [self.not_expr()]
-        while self.at_kw("AND"):
+        xs = [operand()]
+        while self.at_kw(keyword):
             self.take()
-            xs.append(self.as_condition(self.not_expr()))
+            xs.append(self.as_condition(operand()))
         if len(xs) == 1:
             return xs[0]
         xs[0] = self.as_condition(xs[0], start)
-        return And(xs)
+        return kind(xs)
 
     def not_expr(self) -> Node:
         if self.at_kw("NOT"):

@@ -13,20 +13,18 @@ reader is not thread-safe, and a client id may run one control request at a time
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import threading
 import time
 
-from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.connection import BrokerConnection, Session
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
-from shmq.codec import frames as P
 from shmq.errors import BadArgumentError, BrokerGoneError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
@@ -37,8 +35,6 @@ from shmq.model.message_ext import MessageExt
 log = logging.getLogger(__name__)
 
 REBALANCE_POLL_S = 0.02
-LONG_POLL_S = 15.0
-HANDOFF_GRACE_S = 0.3  # as PushConsumer: a new owner waits for a live previous owner's final commit
 RECONNECT_WAIT_S = 0.5
 
 
@@ -276,7 +272,7 @@ class LitePullConsumer:
                     if progressed:
                         self._ready.notify_all()
                     else:
-                        self._long_poll(idle)
+                        self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
             except (BrokerGoneError, ShmqError, OSError) as e:
@@ -315,39 +311,13 @@ class LitePullConsumer:
                 progressed = True
         return progressed, idle
 
-    def _long_poll(self, idle: list[ProcessQueue]) -> None:
-        """One PULL_WAIT per idle queue: a WAKE wakes the puller as soon as one grows."""
-        for pq in idle:
-            if pq.wait_req is None:
-                pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
-                try:
-                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(self._woken, pq),
-                                            req_id)
-                except BaseException:
-                    pq.wait_req = None
-                    raise
-
-    def _woken(self, pq: ProcessQueue, wake: P.Wake | None) -> None:
-        if wake is None or pq.wait_req == wake.req_id:
-            pq.wait_req = None
-        self._wakeup.set()
-
     # ------------------------------------------------------------------ rebalance
 
     def _rebalance_if_changed(self, me: int) -> None:
         change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
         if change is None:
             return
-        for mq in [mq for mq in self._pqs if mq not in change.mine]:
-            self._drop(self._pqs.pop(mq))
-        now = time.monotonic()
-        for mq in change.added:
-            pq = self._pqs[mq] = ProcessQueue(mq, -1)
-            if mq in change.handed_over:
-                pq.ready_at = now + HANDOFF_GRACE_S
-        log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
-                 len(change.members), len(self._pqs))
-        self._rebalance.done(change)
+        self._rebalance.apply(change, self._pqs, self._drop, me)
 
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away: its unpolled messages are forgotten; with auto commit, commit what poll returned."""

@@ -8,6 +8,7 @@ reader and state view belong to one broker incarnation and are reopened after a 
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from shmq.codec import frames as P
 from shmq.client.broker_state import BrokerState
 from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.codec.columns import read_batch
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 WakeHandler = Callable[[P.Wake | None], None]  # None: the broker died, look again
 
+
+LONG_POLL_S = 15.0  # brokerSuspendMaxTimeMillis: how long a PULL_WAIT may be held
 
 class PullAPIWrapper:
     def __init__(self, conn: BrokerConnection) -> None:
@@ -92,6 +96,18 @@ class PullAPIWrapper:
 
     # ------------------------------------------------------------------ long polling
 
+    def long_poll(self, idle: list[ProcessQueue], wakeup: threading.Event) -> None:
+        """One PULL_WAIT per idle queue not waiting yet (a consumer's puller when nothing moved):
+        its WAKE, or the broker's loss, clears the queue's wait and sets ``wakeup``."""
+        for pq in idle:
+            if pq.wait_req is None:
+                pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
+                try:
+                    self.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id)
+                except BaseException:
+                    pq.wait_req = None
+                    raise
+
     def pull_wait(self, mq: MessageQueue, offset: int, timeout: float, handler: WakeHandler,
                   req_id: int | None = None) -> int:
         """Ask the broker to answer when ``mq`` grows past ``offset``; ``handler`` gets the WAKE.
@@ -137,3 +153,9 @@ class PullAPIWrapper:
             handlers, self._waits = list(self._waits.values()), {}
         for h in handlers:
             h(None)
+
+
+def _woken(pq: ProcessQueue, wakeup: threading.Event, wake: P.Wake | None) -> None:
+    if wake is None or pq.wait_req == wake.req_id:
+        pq.wait_req = None
+    wakeup.set()

@@ -24,7 +24,6 @@ Doing better than RocketMQ where its users complain:
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import os
@@ -32,8 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shmq.codec import frames as P
-from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.connection import BrokerConnection, Session
 from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
 from shmq.client.producer.producer import inner_producer
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
@@ -57,8 +55,6 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 REBALANCE_POLL_S = 0.02
-LONG_POLL_S = 15.0  # brokerSuspendMaxTimeMillis
-HANDOFF_GRACE_S = 0.3  # a new owner waits this long for a live previous owner's final commit
 DROP_WAIT_S = 1.0  # how long a member giving a queue away waits for its running listener calls
 RECONNECT_WAIT_S = 0.5
 
@@ -375,21 +371,8 @@ class PushConsumer:
 
     def _park(self, idle: list[ProcessQueue]) -> None:
         """Long-poll every idle queue (one PULL_WAIT each), then sleep until a WAKE or the next rebalance check."""
-        for pq in idle:
-            if pq.wait_req is None:
-                pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
-                try:
-                    self._wrapper.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(self._woken, pq),
-                                            req_id)
-                except BaseException:
-                    pq.wait_req = None
-                    raise
+        self._wrapper.long_poll(idle, self._wakeup)
         self._wakeup.wait(REBALANCE_POLL_S)
-
-    def _woken(self, pq: ProcessQueue, wake: P.Wake | None) -> None:
-        if wake is None or pq.wait_req == wake.req_id:
-            pq.wait_req = None
-        self._wakeup.set()
 
     # ------------------------------------------------------------------ rebalance
 
@@ -398,16 +381,7 @@ class PushConsumer:
         change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
         if change is None:
             return
-        for mq in [mq for mq in self._pqs if mq not in change.mine]:
-            self._drop(self._pqs.pop(mq))
-        now = time.monotonic()
-        for mq in change.added:
-            pq = self._pqs[mq] = ProcessQueue(mq, -1)
-            if mq in change.handed_over:
-                pq.ready_at = now + HANDOFF_GRACE_S
-        log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
-                 len(change.members), len(self._pqs))
-        self._rebalance.done(change)
+        self._rebalance.apply(change, self._pqs, self._drop, me)
 
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away: no new listener call, wait for running ones, commit where it stands."""

@@ -10,15 +10,19 @@ fails to apply is computed again on the next check.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from shmq.client.broker_state import BrokerState
+from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.rebalance import AllocateStrategy
 from shmq.model.consumer_types import MessageModel
 from shmq.model.message import MessageQueue
 from shmq.model.perm import PERM_READ
 
+
+HANDOFF_GRACE_S = 0.3  # a new owner waits this long for a live previous owner's final commit
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
@@ -79,6 +83,22 @@ class RebalanceImpl:
         handed_over = {mq for mq in added
                        if clustering and self._handed_over(queues[mq.topic], previous, mq, members, me)}
         return Assignment(key, members, mine, added, handed_over)
+
+    def apply(self, assignment: Assignment, pqs: dict[MessageQueue, ProcessQueue],
+              drop: Callable[[ProcessQueue], None], me: int) -> None:
+        """Bring a consumer's process queues to ``assignment``: queues no longer mine go to
+        ``drop`` (the consumer's way of giving one away), new ones start unread, those another
+        live member hands over after a grace for its final commit."""
+        for mq in [mq for mq in pqs if mq not in assignment.mine]:
+            drop(pqs.pop(mq))
+        now = time.monotonic()
+        for mq in assignment.added:
+            pq = pqs[mq] = ProcessQueue(mq, -1)
+            if mq in assignment.handed_over:
+                pq.ready_at = now + HANDOFF_GRACE_S
+        self._log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
+                       len(assignment.members), len(pqs))
+        self.done(assignment)
 
     def done(self, assignment: Assignment) -> None:
         """``assignment`` is applied: the next check compares with it."""
