@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from shmq import __version__
+from shmq.cli.admin import add_admin_parser, run_admin
 from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -21,13 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("replica", help="run a replica (brokerRole=SLAVE) following a master over TCP")
     _store_args(r)
     r.add_argument("--master", help="the master's HA address host:port (haMasterAddress, over the config's)")
-    a = sub.add_parser("admin", help="operations on brokers")
-    asub = a.add_subparsers(dest="admin_command", required=True)
-    p = asub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
-    _store_args(p)
-    p.add_argument("--role", choices=ROLES[:2], default="ASYNC_MASTER", help="role of the new master")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
-                                                               "and for the broker to serve")
+    add_admin_parser(sub)
     h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
     h.add_argument("--store", required=True, help="the master's store directory")
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
@@ -49,9 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.master:
             overrides["ha_master_address"] = args.master
         return _broker("replica", args.store, args.name, args.config, overrides)
-    if args.command == "admin" and args.admin_command == "promote":
-        from shmq.cli.promote import promote
-        return promote(args.store, args.name, args.config, args.role, args.timeout)
+    if args.command == "admin":
+        return run_admin(args)
     if args.command == "ha":
         return _ha(args.store, args.name, args.config)
     return 2

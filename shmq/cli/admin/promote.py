@@ -8,6 +8,7 @@ STORE/broker.log, and the command returns once the new broker serves.
 """
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import signal
@@ -138,3 +139,16 @@ def _start_master(store_dir: str, name: str, config_path: str | None, role: str,
             return proc.pid
         time.sleep(POLL_S)
     raise ShmqError(f"the broker (pid {proc.pid}) did not serve within {timeout:g} s (see {log_path})")
+
+
+def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """`shmq admin promote --store DIR [--name N] [--config FILE] [--role R] [--timeout S]`."""
+    p = sub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
+    p.add_argument("--store", required=True, help="store directory (created if missing)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
+    p.add_argument("--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
+                   help="role of the new master")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
+                                                               "and for the broker to serve")
+    p.set_defaults(run=lambda a: promote(a.store, a.name, a.config, a.role, a.timeout))
