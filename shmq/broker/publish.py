@@ -222,6 +222,14 @@ class StatePublisher:
             s["max_phy_offset"] = max_phy_offset
             s["flush_offset"] = flush_offset
 
+    def health(self, fields: dict[str, int | float | bytes]) -> None:
+        """The once-a-second health fields of the stats row (``shmq.broker.health.gather``)."""
+        with self.writer.update() as v:
+            s = v.stats
+            for name, value in fields.items():
+                s[name] = value
+            s["health_ms"] = now_ms()
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)

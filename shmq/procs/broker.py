@@ -27,6 +27,7 @@ import sysv_ipc
 
 from shmq.broker.answers import PACKED
 from shmq.broker.core import BrokerCore
+from shmq.broker.health import ReplicaHealth, gather
 from shmq.broker.publish import StatePublisher
 from shmq.codec import frames as P
 from shmq.config import BrokerConfig
@@ -55,6 +56,7 @@ CONTROL_INTERVAL_NS = 1_000_000
 TICK_NS = 10_000_000
 LIVENESS_NS = 40_000_000
 FILL_NS = 200_000_000
+HEALTH_NS = 1_000_000_000  # the monitor's slow numbers (disk ratio, backlogs, replicas)
 IDLE_PARK_S = 0.02
 _RESULT_FRAME_BYTES = P.RESULT_FRAME.itemsize
 # Idle: poll the rings before parking, yielding the CPU between polls. A peer that sends within
@@ -242,7 +244,7 @@ class BrokerController:
 
     def _loop(self) -> None:
         core = self.core
-        next_control = next_tick = next_live = next_fill = time.monotonic_ns()
+        next_control = next_tick = next_live = next_fill = next_health = time.monotonic_ns()
         next_persist = next_tick + self.config.flush_consumer_offset_interval * 1_000_000
         idle_since = None
         spin_ns = SPIN_MIN_NS
@@ -266,6 +268,9 @@ class BrokerController:
                     self._publish_fill()
                     if core.topics.dirty:  # a write that failed in end_pass: try again
                         core.persist_topics()
+                if now >= next_health:
+                    next_health = now + HEALTH_NS
+                    self._publish_health()
                 if now >= next_persist:
                     next_persist = now + self.config.flush_consumer_offset_interval * 1_000_000
                     core.persist_offsets()
@@ -451,6 +456,21 @@ class BrokerController:
             c.watch.remove()
         else:
             self.control_plane.watch_orphan(c.watch)  # dropped alive: its semaphore goes when it dies
+
+    def _publish_health(self) -> None:
+        try:
+            self.publisher.health(gather(self.core, self.replication_health()))
+        except Exception:  # the monitor's numbers must never stop the broker
+            log.exception("publishing the broker health failed")
+
+    def replication_health(self) -> ReplicaHealth:
+        """A master's replicas as its HA segment shows them (a replica overrides this)."""
+        if self.ha is None:
+            return ReplicaHealth()
+        end, gap = self.core.store.commitlog.max_offset, self.config.ha_max_gap_not_in_sync
+        replicas = self.ha.segment.replicas()
+        return ReplicaHealth(len(replicas), sum(1 for r in replicas if end - r.acked_offset <= gap),
+                             self.ha.best_acked(), end)
 
     def _publish_fill(self) -> None:
         if self.clients:

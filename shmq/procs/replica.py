@@ -22,6 +22,7 @@ from shmq.broker.topics import TopicConfig, topic_from_json
 from shmq.ha import protocol
 from shmq.ha.client import HAClient
 from shmq.procs.broker import BrokerController, run_broker
+from shmq.broker.health import ReplicaHealth
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
 from shmq.store.config_files import write_json
@@ -199,6 +200,14 @@ class ReplicaController(BrokerController):
         self.ha_client = HAClient(ReplicaAppender(self.store), self.config, self.name, self.follower)
         self.ha_client.start()
         return self
+
+    def replication_health(self) -> ReplicaHealth:
+        """This replica's log end against the master's as last heard."""
+        client = getattr(self, "ha_client", None)
+        master = int(client.stats["master_max"]) if client is not None else -1
+        assert self.store is not None
+        own = self.store.commitlog.max_offset
+        return ReplicaHealth(0, 0, own, max(master, own) if master >= 0 else -1)
 
     def shutdown(self) -> None:
         """The HA client stops writing before the store closes."""

@@ -33,7 +33,7 @@ from shmq.ring.owner import Trust
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
-VERSION = 1
+VERSION = 2  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas)
 HEADER_BYTES = 1024
 _SEQ = 8
 FLAG_SHM_GID = 1
@@ -63,7 +63,15 @@ CLIENT = np.dtype([("used", "u1"), ("role", "u1"), ("pid", "<u4"), ("alive_key",
                    ("request_fill", "<u4"), ("response_fill", "<u4")], align=True)
 STATS = np.dtype([("msgs_in", "<u8"), ("bytes_in", "<u8"), ("msgs_out", "<u8"), ("bytes_out", "<u8"),
                   ("busy_rejections", "<u8"), ("max_phy_offset", "<i8"), ("flush_offset", "<i8"),
-                  ("replica_offset", "<i8")], align=True)
+                  ("replica_offset", "<i8"),
+                  # health, published once a second (BrokerHealth): what `shmq top` and the exporter show
+                  ("health_ms", "<u8"), ("role", "u1"), ("version", "S15"), ("min_phy_offset", "<i8"),
+                  ("disk_used_ratio", "<f8"), ("disk_warning_ratio", "<f8"), ("disk_clean_ratio", "<f8"),
+                  ("delay_backlog", "<u8"), ("timer_backlog", "<u8"), ("half_backlog", "<u8"),
+                  ("dlq_messages", "<u8"), ("replicas", "<u4"), ("replicas_in_sync", "<u4"),
+                  ("master_offset", "<i8")], align=True)
+"""``replica_offset``: on a master the best in-sync replica's acked offset (-1: none); on a replica
+its own log end, with ``master_offset`` the master's as last heard (-1: never)."""
 _TABLES = (("topics", TOPIC), ("queues", QUEUE), ("groups", GROUP), ("members", MEMBER),
            ("offsets", OFFSET), ("clients", CLIENT))
 
