@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from shmq.broker.admin_status import broker_status, consumer_progress
 from shmq.broker.answers import Peer
 from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
 from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
@@ -257,6 +258,8 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "transactions": (_transactions, frozenset({"max_num"})),
     "view_trace": (_view_trace, frozenset({"topic", "msg_id"})),
     "resend_dlq": (_resend_dlq, frozenset({"group", "msg_ids", "max_num"})),
+    "broker_status": (broker_status, frozenset()),
+    "consumer_progress": (consumer_progress, frozenset({"group"})),
 }
 
 

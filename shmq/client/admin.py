@@ -9,8 +9,11 @@ across broker restarts and costs nothing while unused. The rest of RocketMQ's ad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from shmq.client import admin_reports, admin_state
+from shmq.client.admin_reports import ConsumerProgress, GroupInfo
+from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
 from shmq.client.connection import broker_name_or_default, next_request_id
 from shmq.errors import BrokerError
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
@@ -62,6 +65,7 @@ class ResendResult:
     remaining: int
 
 
+T = TypeVar("T")
 RESEND_CHUNK = 1000  # dead letters per admin call (the broker's cap: one call stays short)
 
 
@@ -144,6 +148,55 @@ class Admin:
                 if len(r["resent"]) < n:
                     break
         return ResendResult(resent, skipped, remaining)
+
+    def topic_status(self, topic: str) -> TopicStatus:
+        """``topic``'s perm, queue counts, per-queue min/max offsets and messages stored since the
+        broker started, from the state segment; ValueError if the broker has no such topic."""
+        found = self._read_state(lambda v: admin_state.one_topic(v, topic))
+        if found is None:
+            raise ValueError(f"broker {self.broker_name!r} has no topic {topic!r}")
+        return found
+
+    def topics_status(self) -> dict[str, TopicStatus]:
+        """``topic_status`` of every topic, by name (one consistent read of the state segment)."""
+        return self._read_state(admin_state.all_topics)
+
+    def groups(self) -> dict[str, GroupInfo]:
+        """The consumer groups the broker knows since it started: model, version, members, subscriptions."""
+        return {n: GroupInfo.from_json(n, g) for n, g in self._call("list_groups", {})["groups"].items()}
+
+    def consumer_progress(self, group: str) -> ConsumerProgress:
+        """Per queue ``group`` committed to or subscribes to: committed offset, max offset, lag (RocketMQ's
+        consumerProgress); works for a group with no consumer running too."""
+        return ConsumerProgress.from_json(self._call("consumer_progress", {"group": group}))
+
+    def clients(self) -> list[ClientInfo]:
+        """The attached clients (id, pid, role, group, attach time, ring fill), from the state segment."""
+        return self._read_state(admin_state.clients)
+
+    def dlq(self) -> list[DlqInfo]:
+        """Every ``%DLQ%<group>`` topic and how many dead letters it holds (``resend_dlq`` puts them back)."""
+        return self._read_state(admin_state.dead_letters)
+
+    def broker_status(self) -> dict[str, Any]:
+        """Name, pid, version, role, store, uptime, commitlog/flushed offsets, disk use against
+        diskMaxUsedSpaceRatio, counters (busy rejections), clients, replicas, CPU % and RSS,
+        and ``config``: every key in force under its RocketMQ name (secrets masked)."""
+        answer = self._call("broker_status", {})
+
+        def fn(v: Any) -> tuple[dict[str, Any], dict[str, int]]:
+            h, s = v.header[0], v.stats[0]
+            return ({"broker_pid": int(h["broker_pid"]), "started_ms": int(h["started_ms"])},
+                    {k: int(s[k]) for k in ("msgs_in", "bytes_in", "busy_rejections")})
+        header, stats = self._read_state(fn)
+        return admin_reports.broker_status(self.broker_name, answer, header, stats)
+
+    def _read_state(self, fn: Callable[[Any], T]) -> T:
+        state = StateReader.open(self.broker_name)
+        try:
+            return state.read(fn)
+        finally:
+            state.close()
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)
