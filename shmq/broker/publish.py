@@ -51,6 +51,7 @@ class StatePublisher:
         same as the first. Rows are allocated before anything is written: a table that is full
         raises ValueError and leaves the published state as it was.
         """
+        known = set(self._topic_rows)  # their rows keep their counters through a change of perm or queues
         rows, blocks = dict(self._topic_rows), dict(self._queue_blocks)
         gone = {n: rows.pop(n) for n in list(rows) if n not in topics}
         for n in gone:
@@ -83,7 +84,10 @@ class StatePublisher:
             for name in rewrite:
                 tc = topics[name]
                 base, size = blocks[name]
-                v.topics[rows[name]] = (1, tc.perm, tc.read_queue_nums, tc.write_queue_nums, base, 0, 0, 0, 0,
+                t = v.topics[rows[name]]
+                counts = tuple(int(t[k]) for k in ("msgs_in", "bytes_in", "msgs_out", "bytes_out")) \
+                    if name in known else (0, 0, 0, 0)
+                v.topics[rows[name]] = (1, tc.perm, tc.read_queue_nums, tc.write_queue_nums, base, *counts,
                                         name.encode())
                 for qid in range(size):
                     lo, hi = offsets(name, qid)

@@ -16,6 +16,11 @@ from shmq.cli.admin.output import run_command
 # the command families, in the order `shmq admin --help` lists them
 FAMILIES = (
     "shmq.cli.admin.promote",
+    "shmq.cli.admin.topic",
+    "shmq.cli.admin.group",
+    "shmq.cli.admin.clients",
+    "shmq.cli.admin.broker",
+    "shmq.cli.admin.dlq",
 )
 
 
