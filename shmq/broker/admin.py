@@ -26,6 +26,7 @@ MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill t
 from shmq.store.message_store import MessageStore
 
 if TYPE_CHECKING:
+    from shmq.broker.offset_reset import OffsetResetService
     from shmq.broker.transaction import TransactionalMessageService
 
 
@@ -41,6 +42,7 @@ class AdminTarget(Protocol):
     clients: dict[int, Peer]
     transactions: TransactionalMessageService | None
     dlq: DlqResendService | None
+    resets: OffsetResetService
 
     def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
                      perm: int | None = None, persist: bool = True) -> TopicConfig: ...
@@ -204,7 +206,10 @@ def _query_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
 
 def _commit_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
     topic, qid = _queue(b, a)
-    b.commit_offset(_group(a), topic, qid, _int(a, "offset", 0, MAX_OFFSET))
+    group, offset = _group(a), _int(a, "offset", 0, MAX_OFFSET)
+    if not b.resets.allows(client_id, group, topic, qid):
+        return {"dropped": "a reset of this queue is not applied by this member yet"}
+    b.commit_offset(group, topic, qid, offset)
     return {}
 
 
@@ -242,6 +247,17 @@ def _resend_dlq(b: AdminTarget, client_id: int, a: dict) -> dict:
     return b.dlq.resend(_group(a), ids, max_num)
 
 
+def _reset_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
+    """exactly one of timestamp (ms), offset or to ("first" / "last"); checked by the service too."""
+    kw: dict[str, Any] = {}
+    for key in ("timestamp", "offset"):
+        if a.get(key) is not None:
+            kw[key] = _int(a, key, 0, MAX_OFFSET)
+    if a.get("to") is not None:
+        kw["to"] = a["to"]
+    return b.resets.reset(_group(a), _topic(a), **kw)
+
+
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
@@ -260,6 +276,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
     "resend_dlq": (_resend_dlq, frozenset({"group", "msg_ids", "max_num"})),
     "broker_status": (broker_status, frozenset()),
     "consumer_progress": (consumer_progress, frozenset({"group"})),
+    "reset_offset": (_reset_offset, frozenset({"group", "topic", "timestamp", "offset", "to"})),
 }
 
 

@@ -20,6 +20,7 @@ from shmq.broker.answers import Answers, Peer
 from shmq.broker.delay import DelayLevelService
 from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
+from shmq.broker.offset_reset import OffsetResetService
 from shmq.broker.processors.end_transaction import EndTransactionProcessor
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
@@ -92,7 +93,9 @@ class BrokerCore:
         self.send = SendProcessor(self)
         self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
                                       config.max_pull_waiters_per_client_queue)
-        self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset)
+        self.resets = OffsetResetService(store, self.topics, self.consumers, self.offsets, self.clients,
+                                         self._publish_offset)
+        self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset, self.resets.allows)
         self.send_back = SendBackProcessor(self, len(delay_levels(config.message_delay_level)))
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
             P.SEND_BATCH: self.send.send_batch,
@@ -101,6 +104,7 @@ class BrokerCore:
             P.PULL_WAIT: self.pull.handle,
             P.HEARTBEAT: HeartbeatProcessor().handle,
             P.SEND_BACK: self.send_back.handle,
+            P.RESET_OFFSET_ACK: self.resets.handle_ack,
         }
         self._touched: dict[tuple[str, int], None] = {}
         self._counts: dict[str, list[int]] = {}
@@ -377,6 +381,7 @@ class BrokerCore:
         peer.alive = False
         peer.out.clear()
         self.pull.forget(peer)
+        self.resets.forget(peer.client_id)
         self.clients.pop(peer.client_id, None)
         if self.consumers.remove_client(peer.client_id):
             self.publish_groups()

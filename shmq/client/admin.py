@@ -191,6 +191,21 @@ class Admin:
         header, stats = self._read_state(fn)
         return admin_reports.broker_status(self.broker_name, answer, header, stats)
 
+    def reset_offset(self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None,
+                     to: str | None = None) -> dict[int, int]:
+        """Move ``group``'s offsets of every queue of ``topic`` (RocketMQ's resetOffsetByTime) and
+        return queue id -> new offset. Exactly one of: ``timestamp`` (ms since the epoch: the first
+        message stored at or after it), ``offset`` (clamped to each queue's min..max) or ``to``
+        ("first" or "last"). Running members drop what they cached of those queues and resume
+        from the new offsets (a listener call running already may finish); their commits of older
+        positions no longer count. A BROADCASTING group is refused (its members keep their own
+        offsets), as are an unknown topic or group (``BrokerError``)."""
+        given = {k: v for k, v in (("timestamp", timestamp), ("offset", offset), ("to", to)) if v is not None}
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of timestamp, offset or to (got {sorted(given) or 'none'})")
+        r = self._call("reset_offset", {"group": group, "topic": topic, **given})
+        return {int(q): int(v) for q, v in r["offsets"].items()}
+
     def _read_state(self, fn: Callable[[Any], T]) -> T:
         state = StateReader.open(self.broker_name)
         try:

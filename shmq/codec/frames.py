@@ -57,6 +57,8 @@ SEND_MULTI_RESULT = 35
 SEND_BACK = 22  # consumer -> broker: messages to redeliver later (retry topic) or to the DLQ
 END_TRANSACTION = 23  # producer -> broker: commit or roll back a half message
 CHECK_TRANSACTION = 36  # broker -> producer: what became of this half message?
+RESET_OFFSET = 37  # broker -> consumer: an operator reset the group's offsets of a topic
+RESET_OFFSET_ACK = 24  # consumer -> broker: that reset is applied (commits of the reset queues count again)
 REQUEST_KINDS = frozenset((SEND, SEND_BATCH, COMMIT_OFFSET, PULL_WAIT, HEARTBEAT, SEND_MULTI))
 RESPONSE_KINDS = frozenset((SEND_RESULT, ERROR, WAKE, SEND_MULTI_RESULT))
 

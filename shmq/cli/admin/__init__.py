@@ -21,6 +21,7 @@ FAMILIES = (
     "shmq.cli.admin.clients",
     "shmq.cli.admin.broker",
     "shmq.cli.admin.dlq",
+    "shmq.cli.admin.offset",
 )
 
 

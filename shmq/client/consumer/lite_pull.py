@@ -19,6 +19,7 @@ import threading
 import time
 
 from shmq.client.connection import BrokerConnection, Session
+from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
@@ -79,7 +80,8 @@ class LitePullConsumer:
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)  # poll waits here for messages
-        self._wakeup = threading.Event()  # the puller waits here (WAKE, poll made room, shutdown)
+        self._wakeup = threading.Event()  # the puller waits here (WAKE, poll made room, shutdown, a reset)
+        self._resets = ResetInbox(self._conn, group, self._wakeup)
         self._rotation = itertools.count()  # which queue a poll serves first: fair across queues
         self._session: Session | None = None
         self._running = False
@@ -197,6 +199,13 @@ class LitePullConsumer:
             self._wrapper.cancel(pq.wait_req)
             pq.wait_req = None
 
+    def _restart(self, pq: ProcessQueue, offset: int) -> None:
+        """An operator reset ``pq``'s queue: what was read ahead is forgotten, polls resume at
+        ``offset``, which the broker has committed already."""
+        self._rewind(pq, offset)
+        pq.committed = offset
+        pq.ready_at = 0.0
+
     def assignment(self) -> set[MessageQueue]:
         """The queues this member consumes now (after the last rebalance)."""
         with self._lock:
@@ -218,7 +227,8 @@ class LitePullConsumer:
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
-        self._wrapper.on_response(kind, view)
+        if not self._resets.on_response(kind, view):
+            self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
         self._wrapper.wake_all()
@@ -234,6 +244,7 @@ class LitePullConsumer:
                 self.start_timeout)
         for pq in self._pqs.values():
             pq.wait_req = None
+        self._resets.apply(self._pqs, self._restart)  # one that came just before a restart, first
         if self._session is not None and self.auto_commit:
             # a restarted broker lost the commits since its last persist: give it ours again
             self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
@@ -262,6 +273,7 @@ class LitePullConsumer:
                 self._wakeup.clear()
                 now = time.monotonic()
                 with self._lock:
+                    self._resets.apply(self._pqs, self._restart)
                     if now >= next_rebalance:
                         next_rebalance = now + REBALANCE_POLL_S
                         self._rebalance_if_changed(session.client_id)

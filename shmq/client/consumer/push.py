@@ -40,6 +40,7 @@ from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, Sh
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
 from shmq.model.message import MessageQueue
+from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
@@ -125,6 +126,7 @@ class PushConsumer:
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._wakeup = threading.Event()
+        self._resets = ResetInbox(self._conn, group, self._wakeup)
         self._running = False
         self._throttled = False
         self._session: Session | None = None
@@ -254,6 +256,8 @@ class PushConsumer:
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
+        if self._resets.on_response(kind, view):
+            return
         if self._send_back is None or not self._send_back.on_response(kind, view):
             self._wrapper.on_response(kind, view)
 
@@ -278,6 +282,7 @@ class PushConsumer:
         for pq in self._pqs.values():
             pq.wait_req = None
         if self._session is not None and self.model is MessageModel.CLUSTERING:
+            self._resets.apply(self._pqs, self._restart)  # one that came just before a restart, first
             # a restarted broker lost the commits since its last persist: give it ours again
             self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
         for mq in [mq for mq in self._pqs if mq.topic not in self._subscriptions]:
@@ -303,6 +308,7 @@ class PushConsumer:
             try:
                 self._wakeup.clear()
                 now = time.monotonic()
+                self._resets.apply(self._pqs, self._restart)
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
                     self._rebalance_if_changed(session.client_id)
@@ -392,6 +398,16 @@ class PushConsumer:
             return
         self._await_listeners([pq], DROP_WAIT_S)
         self._offsets.commit([pq], sync=True)
+
+    def _restart(self, pq: ProcessQueue, offset: int) -> None:
+        """An operator reset ``pq``'s queue: the listener calls running now may finish (at least
+        once), but nothing else it cached is delivered; a fresh process queue pulls from ``offset``
+        (the broker committed it already)."""
+        pq.drop()
+        if pq.wait_req is not None:
+            self._wrapper.cancel(pq.wait_req)
+        fresh = self._pqs[pq.mq] = ProcessQueue(pq.mq, offset)
+        fresh.committed = offset
 
     @staticmethod
     def _await_listeners(pqs: list[ProcessQueue], timeout: float) -> None:
