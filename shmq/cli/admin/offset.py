@@ -41,10 +41,10 @@ def _reset(args: argparse.Namespace) -> Result:
         data["timestamp"] = ts
 
     def render(d: dict[str, Any]) -> Any:
-        return table(f"offsets of {d['topic']} for group {d['group']} now", ("queue", "offset"),
-                     reset_rows(d["offsets"]), right=("queue", "offset"))
+        return table(None, ("queue", "offset"), reset_rows(d["offsets"]), right=("queue", "offset"))
 
-    return Result(data, render, notes=["running members of the group resume from these offsets"])
+    return Result(data, render, notes=[f"group {args.group}, topic {args.topic}: offsets reset; running members "
+                                       f"resume from them"])
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
