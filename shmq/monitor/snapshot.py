@@ -234,7 +234,8 @@ class ProcessWatch:
             p = self._process
             with p.oneshot():
                 times = p.cpu_times()
-                return ProcessRow(p.cpu_percent(None), p.memory_info().rss, p.num_threads(), times.user + times.system)
+                return ProcessRow(p.cpu_percent(None), p.memory_info().rss, p.num_threads(),
+                                  round(times.user + times.system, 2))  # clock ticks: 10 ms
         except (psutil.Error, OSError):
             self._process = None
             return ProcessRow()

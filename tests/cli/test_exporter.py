@@ -28,7 +28,8 @@ def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith(f"serving broker {name!r} on http://127.0.0.1:"), line + proc.stderr.read()  # type: ignore[union-attr]
+        expected = f"serving broker {name!r} on http://127.0.0.1:"
+        assert line.startswith(expected), line + proc.stderr.read()  # type: ignore[union-attr]
         yield name, line.rsplit(" ", 1)[1].strip()
     finally:
         proc.terminate()
@@ -100,7 +101,8 @@ def test_non_loopback_address_warns() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", "nobody-here", "--port", "0",
                              "--address", "0.0.0.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stdout.readline().startswith("serving broker 'nobody-here' on http://0.0.0.0:")  # type: ignore[union-attr]
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("serving broker 'nobody-here' on http://0.0.0.0:"), line
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
