@@ -8,6 +8,7 @@ from typing import Any
 from shmq import __version__
 from shmq.cli.admin import add_admin_parser, run_admin
 from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
+from shmq.cli.exporter import __doc__ as exporter_doc, add_arguments as add_exporter_arguments
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes, a verified summary",
                        description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_demo_arguments(d)
+    e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
+                       description=exporter_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_exporter_arguments(e)
     args = parser.parse_args(argv)
     if args.command is None:  # bare `shmq`: what it can do, not a usage error
         parser.print_help()
@@ -46,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         return _broker("replica", args.store, args.name, args.config, overrides)
     if args.command == "admin":
         return run_admin(args)
+    if args.command == "exporter":
+        from shmq.cli.exporter import run as run_exporter
+        return run_exporter(args)
     if args.command == "ha":
         return _ha(args.store, args.name, args.config)
     return 2

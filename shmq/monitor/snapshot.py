@@ -141,6 +141,7 @@ class ProcessRow:
     cpu_percent: float | None = None
     rss: int | None = None
     threads: int | None = None
+    cpu_seconds: float | None = None  # user + system since it started: a counter, for Prometheus' rate()
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,9 @@ class ProcessWatch:
                 self._process.cpu_percent(None)  # the first reading is 0 by definition: start the interval
             p = self._process
             with p.oneshot():
-                return ProcessRow(p.cpu_percent(None), p.memory_info().rss, p.num_threads())
+                times = p.cpu_times()
+                return ProcessRow(p.cpu_percent(None), p.memory_info().rss, p.num_threads(),
+                                  round(times.user + times.system, 2))  # clock ticks: 10 ms
         except (psutil.Error, OSError):
             self._process = None
             return ProcessRow()

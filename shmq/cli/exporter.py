@@ -1,0 +1,175 @@
+"""`shmq exporter`: the broker's snapshot over HTTP in the Prometheus text format.
+
+Like `shmq top` it reads only the state segment (and psutil for the broker process), so a
+scrape never waits on the broker. Each GET /metrics takes a fresh snapshot; the mapping is
+kept between scrapes and reopened when the broker restarted (its liveness semaphore, the
+same one clients watch, says so). While no broker runs the endpoint still answers, with
+``shmq_up 0``, so Prometheus tells "broker down" from "exporter down".
+
+Loopback by default: topic and group names are business data, and the endpoint has no
+authentication; another address is served only when asked, with a warning.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+
+from shmq.client.connection import broker_name_or_default
+from shmq.errors import BrokerGoneError, BrokerNotFoundError, ShmqError
+from shmq.monitor.prometheus import CONTENT_TYPE, down_exposition, exposition
+from shmq.monitor.snapshot import ProcessWatch, Snapshot, take
+from shmq.ring.liveness import Watch
+from shmq.ring.state import StateReader
+
+log = logging.getLogger("shmq.exporter")
+
+DEFAULT_PORT = 9500
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)")
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; anything not loopback is served with a warning)")
+
+
+class Scraper:
+    """Snapshots of one broker, reattaching across its restarts; one scrape at a time (the
+    psutil watch measures CPU between consecutive looks and is not thread-safe)."""
+
+    def __init__(self, broker: str) -> None:
+        self.broker = broker
+        self._reader: StateReader | None = None
+        self._alive: Watch | None = None
+        self._process = ProcessWatch()
+        self._lock = threading.Lock()
+        self._last_problem = ""
+
+    def metrics(self) -> str:
+        with self._lock:
+            snap = self._snapshot()
+        return exposition(snap) if snap is not None else down_exposition(self.broker)
+
+    def _snapshot(self) -> Snapshot | None:
+        """The broker's snapshot, or None while it is down. A mapping whose broker died is
+        dropped and the name opened again once: a restarted broker has a new segment."""
+        for _ in range(2):
+            if self._reader is None and not self._open():
+                return None
+            assert self._reader is not None and self._alive is not None
+            if self._alive.is_alive():
+                try:
+                    return take(self._reader, self.broker, self._process)
+                except BrokerGoneError:
+                    pass
+            self.close()
+        self._note(f"broker {self.broker!r} is not running (its state segment was left behind)", logging.INFO)
+        return None
+
+    def _open(self) -> bool:
+        try:
+            reader = StateReader.open(self.broker)
+        except BrokerNotFoundError as e:
+            self._note(str(e), logging.INFO)
+            return False
+        except (ShmqError, ValueError, OSError) as e:  # another user's segment, an unknown layout version
+            self._note(f"cannot read broker {self.broker!r}: {e}", logging.WARNING)
+            return False
+        header = reader.view.header[0]
+        self._reader, self._alive = reader, Watch(int(header["alive_key"]))
+        log.info("reading broker %r (pid %d)", self.broker, int(header["broker_pid"]))
+        self._last_problem = ""
+        return True
+
+    def _note(self, problem: str, level: int) -> None:
+        """Log why the broker reads as down once, not on every scrape."""
+        if problem != self._last_problem:
+            log.log(level, "%s (serving shmq_up 0)", problem)
+        self._last_problem = problem
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        self._reader, self._alive = None, None
+
+
+def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "shmq-exporter"
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._reply(200, CONTENT_TYPE, scraper.metrics())
+            elif path == "/":
+                self._reply(200, "text/html; charset=utf-8",
+                            f"<html><head><title>shmq exporter</title></head><body><h1>shmq exporter</h1>"
+                            f"<p>Broker {scraper.broker}: <a href=\"/metrics\">/metrics</a></p></body></html>\n")
+            else:
+                self._reply(404, "text/plain; charset=utf-8", "not found: try /metrics\n")
+
+        def _reply(self, status: int, content_type: str, text: str) -> None:
+            body = text.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+            log.debug("%s %s", self.address_string(), format % args)
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a slow scraper does not hold up the exit
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT; a port that cannot be bound is one error line and status 1."""
+    logging.basicConfig(level=logging.INFO, format="shmq exporter: %(message)s", stream=sys.stderr)
+    broker = broker_name_or_default(args.name)
+    scraper = Scraper(broker)
+    server_class = type("Server6", (_Server,), {"address_family": socket.AF_INET6}) if ":" in args.address else _Server
+    try:
+        server = server_class((args.address, args.port), _handler(scraper))
+    except OSError as e:
+        why = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        print(f"shmq exporter: error: cannot listen on {args.address}:{args.port}: {why}", file=sys.stderr)
+        return 1
+    if not is_loopback(args.address):
+        log.warning("listening on %s, not loopback: anyone who reaches it reads topic and group names", args.address)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # shutdown() waits for serve_forever to return: from another thread, not this handler's
+        threading.Thread(target=server.shutdown, daemon=True).start()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}  # before the line that says we serve
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in str(host) else host
+    print(f"serving broker {broker!r} on http://{shown}:{port}/metrics", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        server.server_close()
+        scraper.close()
+    return 0

@@ -1,0 +1,109 @@
+"""`shmq exporter` as a user runs it: a real process scraped over HTTP, a real broker stopped and restarted."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+import shmq
+from shmq import Message, Producer
+from tests.ipc_tracking import IpcTracker
+from tests.monitor.test_prometheus import parse
+
+SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
+         "maxHashSlotNum": 1009, "maxIndexNum": 4000}
+
+
+@pytest.fixture
+def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
+    """(broker name, metrics URL) of an exporter process on a free port; it must exit on SIGTERM."""
+    name = ipc_tracker.name("x")
+    proc = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", name, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        expected = f"serving broker {name!r} on http://127.0.0.1:"
+        assert line.startswith(expected), line + proc.stderr.read()  # type: ignore[union-attr]
+        yield name, line.rsplit(" ", 1)[1].strip()
+    finally:
+        proc.terminate()
+        try:
+            status = proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert status == 0
+
+
+def _scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return parse(r.read().decode("utf-8"))[1]
+
+
+def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str, **labels: str) -> float | None:
+    for (name, got), value in samples.items():
+        if name == metric and set(labels.items()) <= got:
+            return value
+    return None
+
+
+def test_scrapes_follow_the_broker_down_up_and_restarted(exporter, ipc_tracker: IpcTracker, tmp_path) -> None:
+    name, url = exporter
+    assert _value(_scrape(url), "shmq_up") == 0  # no broker yet: still HTTP 200
+    store = ipc_tracker.store(str(tmp_path / "store"))
+    with shmq.Broker(store, name, SMALL):
+        with Producer("pg", broker=name) as p:
+            for i in range(25):
+                p.send(Message("Metrics", b"m%d" % i))
+        samples = _scrape(url)
+        assert _value(samples, "shmq_up", broker=name) == 1
+        assert _value(samples, "shmq_topic_messages_in_total", topic="Metrics") == 25
+        assert _value(samples, "shmq_topic_max_offset", topic="Metrics") == 25
+        assert (_value(samples, "shmq_broker_resident_memory_bytes") or 0) > 0
+    assert _value(_scrape(url), "shmq_up") == 0
+    with shmq.Broker(store, name, SMALL):  # the same name again: the exporter reattaches
+        samples = _scrape(url)
+        assert _value(samples, "shmq_up") == 1
+        assert _value(samples, "shmq_topic_messages_in_total", topic="Metrics") == 0  # counters restart
+        assert _value(samples, "shmq_topic_max_offset", topic="Metrics") == 25  # offsets persist
+
+
+def test_root_links_metrics_and_other_paths_are_404(exporter) -> None:
+    _, url = exporter
+    root = url.removesuffix("metrics")
+    with urllib.request.urlopen(root, timeout=10) as r:
+        assert b'href="/metrics"' in r.read()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(root + "nope", timeout=10)
+    assert e.value.code == 404
+
+
+def test_port_in_use_is_one_error_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "shmq", "exporter", "--port", str(port)],
+                              capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr == f"shmq exporter: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+def test_non_loopback_address_warns() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", "nobody-here", "--port", "0",
+                             "--address", "0.0.0.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("serving broker 'nobody-here' on http://0.0.0.0:"), line
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "not loopback" in err
