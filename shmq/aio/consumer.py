@@ -57,7 +57,7 @@ class PushConsumer:
         self._queue: asyncio.Queue[_Delivery | None] = asyncio.Queue()
         self._open: set[_Delivery] = set()  # handed to the loop, no verdict yet (their threads wait)
         self._closing = False
-        self._started = False
+        self._starting: asyncio.Future | None = None  # sync.start in a worker thread
 
     @property
     def group(self) -> str:
@@ -68,11 +68,12 @@ class PushConsumer:
         self.sync.subscribe(topic, expression)
 
     async def start(self) -> "PushConsumer":
-        """Join the group and start pulling (in a worker thread: attaching may wait)."""
-        if not self._started:
+        """Join the group and start pulling (in a worker thread: attaching may wait). A task
+        cancelled meanwhile leaves the start running; ``shutdown`` waits for it, then stops."""
+        if self._starting is None:
             self._loop = asyncio.get_running_loop()
-            await asyncio.to_thread(self.sync.start)
-            self._started = True
+            self._starting = asyncio.ensure_future(asyncio.to_thread(self.sync.start))
+        await asyncio.shield(self._starting)
         return self
 
     async def shutdown(self) -> None:
@@ -85,8 +86,10 @@ class PushConsumer:
             d = self._queue.get_nowait()
             if d is not None:
                 self._give_back(d)
-        if self._started:
-            await asyncio.to_thread(self.sync.shutdown)
+        if self._starting is not None:
+            await asyncio.wait({self._starting})  # a failed start has nothing to stop
+            if not self._starting.cancelled() and self._starting.exception() is None:
+                await asyncio.to_thread(self.sync.shutdown)
         for d in list(self._open):
             self._give_back(d)
         self._queue.put_nowait(None)  # every iterator ends (each puts it back for the next)
@@ -156,6 +159,7 @@ class LitePullConsumer:
         self.sync = SyncLitePullConsumer(group, broker, **kwargs)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"shmq-aio-poll-{group}")
         self._kept: list[MessageExt] = []  # what a cancelled poll got
+        self._orphan: asyncio.Future | None = None  # a cancelled poll whose thread still runs
         self._closed = False
 
     @property
@@ -189,6 +193,10 @@ class LitePullConsumer:
 
     async def poll(self, timeout: float = 5.0) -> list[MessageExt]:
         """Up to ``pull_batch_size`` messages as soon as any are there, [] after ``timeout``."""
+        if self._orphan is not None:  # a cancelled poll still runs: what it gets comes first
+            await asyncio.wait({self._orphan}, timeout=timeout)
+            if self._orphan is not None:
+                return []
         if self._kept:
             kept, self._kept = self._kept, []
             return kept
@@ -196,10 +204,13 @@ class LitePullConsumer:
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
+            self._orphan = running
             running.add_done_callback(self._keep)
             raise
 
     def _keep(self, running: asyncio.Future) -> None:
+        """A cancelled poll's thread returned: keep its messages for the next poll."""
+        self._orphan = None
         if not running.cancelled() and running.exception() is None:
             self._kept.extend(running.result())
 
