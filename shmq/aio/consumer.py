@@ -193,6 +193,8 @@ class LitePullConsumer:
 
     async def poll(self, timeout: float = 5.0) -> list[MessageExt]:
         """Up to ``pull_batch_size`` messages as soon as any are there, [] after ``timeout``."""
+        if self._closed:
+            raise ShmqError("the consumer was shut down")
         if self._orphan is not None:  # a cancelled poll still runs: what it gets comes first
             await asyncio.wait({self._orphan}, timeout=timeout)
             if self._orphan is not None:

@@ -155,7 +155,7 @@ class Producer:
         futures = [f for _, f in chunk]
         try:
             sent = self.sync.send_batch_async([m for m, _ in chunk], timeout=timeout, per_message=True)
-        except (ShmqError, ValueError, TypeError):  # a bad message: each send gets its own verdict
+        except Exception:  # a bad message, the broker gone: each send gets its own verdict
             for m, f in chunk:
                 self._watch(f, self.sync.send_async(m, timeout=timeout))
             return

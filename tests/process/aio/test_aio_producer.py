@@ -102,3 +102,14 @@ def test_send_batch_and_oneway(store_dir, broker_name, config):
     assert batch.status is SendStatus.SEND_OK and batch.count == 10
     assert last.status is SendStatus.SEND_OK
     assert bodies == {b"b%d" % i for i in range(10)} | {b"o%d" % i for i in range(20)} | {b"last"}
+
+
+def test_a_bad_message_among_a_batch_fails_alone(store_dir, broker_name, config):
+    async def main() -> list:
+        async with shmq.aio.Producer("aio-pg", broker=broker_name, max_message_size=1024) as p:
+            msgs = [Message("T", b"x" * (4096 if i == 5 else 10)) for i in range(20)]
+            return await asyncio.gather(*(p.send(m) for m in msgs), return_exceptions=True)
+    with shmq.Broker(store_dir, broker_name, config):
+        outcomes = asyncio.run(main())
+    assert isinstance(outcomes[5], shmq.MessageTooLargeError)
+    assert all(r.status is SendStatus.SEND_OK for i, r in enumerate(outcomes) if i != 5), outcomes
