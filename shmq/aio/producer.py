@@ -79,6 +79,7 @@ class Producer:
         self._unanswered += 1
         if selector is not None or msg.delivery_rules:  # its own queue, or never batched: one by one
             self._watch(fut, self.sync.send_async(msg, selector=selector, arg=arg, timeout=timeout))
+            self._schedule_flush(loop)  # the accumulator holds it: written at the end of the iteration
         else:
             waiting = self._waiting.get((msg.topic, timeout))
             if waiting is None:

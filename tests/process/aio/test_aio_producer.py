@@ -86,13 +86,15 @@ def test_a_broker_gone_fails_the_send_with_a_clear_error(store_dir, broker_name,
         asyncio.run(main(broker))
 
 
-def test_send_batch_and_oneway(store_dir, broker_name, config):
+def test_send_batch_oneway_and_selector(store_dir, broker_name, config):
     async def main() -> tuple:
         async with shmq.aio.Producer("aio-pg", broker=broker_name) as p:
             batch = await p.send_batch([Message("T", b"b%d" % i) for i in range(10)])
             for i in range(20):
                 await p.send_oneway(Message("T", b"o%d" % i))
             last = await p.send(Message("T", b"last"))
+            picked = await p.send(Message("T", b"picked"), selector=lambda queues, msg, arg: queues[arg], arg=3)
+            assert picked.queue.queue_id == 3
             return batch, last
     with shmq.Broker(store_dir, broker_name, config):
         batch, last = asyncio.run(main())
@@ -101,7 +103,7 @@ def test_send_batch_and_oneway(store_dir, broker_name, config):
                       for m in pc.pull(MessageQueue("T", broker_name, q), offset=0, max_nums=64).messages}
     assert batch.status is SendStatus.SEND_OK and batch.count == 10
     assert last.status is SendStatus.SEND_OK
-    assert bodies == {b"b%d" % i for i in range(10)} | {b"o%d" % i for i in range(20)} | {b"last"}
+    assert bodies == {b"b%d" % i for i in range(10)} | {b"o%d" % i for i in range(20)} | {b"last", b"picked"}
 
 
 def test_a_bad_message_among_a_batch_fails_alone(store_dir, broker_name, config):
