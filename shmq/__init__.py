@@ -41,4 +41,7 @@ def __getattr__(name: str) -> object:
     if name == "spark":
         import importlib
         return importlib.import_module("shmq.spark")
+    if name == "aio":  # asyncio twins: asyncio is loaded only by programs that use them
+        import importlib
+        return importlib.import_module("shmq.aio")
     raise AttributeError(f"module 'shmq' has no attribute {name!r}")

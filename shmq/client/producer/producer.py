@@ -258,22 +258,23 @@ class Producer:
 
     def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
                          callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
-                         arg: Any = None, timeout: float | None = None) -> Future:
+                         arg: Any = None, timeout: float | None = None, *, per_message: bool = False) -> Future:
         """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
-        the next batch while the broker stores this one. Checks of the messages raise at once."""
+        the next batch while the broker stores this one. Checks of the messages raise at once.
+        ``per_message``: the Future gives a list, one SendResult per message (shmq.aio's batches)."""
         if self._send_hooks:
             fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msgs, ASYNC),
-                                lambda: self._send_batch(msgs, selector, arg, timeout))
+                                lambda: self._send_batch(msgs, selector, arg, timeout, per_message))
         else:
-            fut = self._send_batch(msgs, selector, arg, timeout)
+            fut = self._send_batch(msgs, selector, arg, timeout, per_message)
         return self._with_callback(fut, callback)
 
     def _send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
-                    timeout: float | None) -> Future:
+                    timeout: float | None, per_message: bool = False) -> Future:
         self._flush_accumulated()
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
-        return self._batches.submit(msgs, qid, timeout)
+        return self._batches.submit(msgs, qid, timeout, split=per_message)
 
     # ------------------------------------------------------------------ encoding
 
