@@ -16,6 +16,8 @@ from shmq.cli.admin.output import run_command
 # the command families, in the order `shmq admin --help` lists them
 FAMILIES = (
     "shmq.cli.admin.promote",
+    "shmq.cli.admin.msg",
+    "shmq.cli.admin.store",
 )
 
 
