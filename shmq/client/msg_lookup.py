@@ -9,15 +9,18 @@ and key asked for (index hashes collide).
 """
 from __future__ import annotations
 
+import os
 import struct
 import time
 import zlib
 from dataclasses import dataclass
 
+from shmq.broker.groups import parse_offsets
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.model.message_ext import MessageExt
 from shmq.ring.state import StateReader, StateView
+from shmq.store.config_files import load_json
 from shmq.store.index_reader import IndexReader
 from shmq.store.reader import CommitLogReader
 
@@ -118,17 +121,25 @@ class LiveStore:
         return self.state.read(fn)
 
     def committed_offsets(self, topic: str, queue_id: int) -> list[tuple[str, int]]:
-        """(group, committed offset) of every group with an offset on this queue."""
-        def fn(v: StateView) -> list[tuple[str, int]]:
-            slot = v.topic_slot(topic)
-            if slot is None:
-                return []
-            queue = int(v.topics[slot]["queue_base"]) + queue_id
-            rows = v.offsets[(v.offsets["used"] != 0) & (v.offsets["queue"] == queue)]
-            names = v.groups["name"]
-            return [(bytes(names[int(r["group"])]).rstrip(b"\0").decode(), int(r["offset"]))
-                    for r in rows if int(r["group"]) < len(names)]
-        return self.state.read(fn)
+        """(group, committed offset) of every group with an offset on this queue: what the broker
+        last persisted (config/consumerOffset.json, every few seconds, groups without live
+        members too), updated by what it publishes for groups with members (current)."""
+        loaded = load_json(os.path.join(self.store_dir, "config", "consumerOffset.json"), parse_offsets)
+        found = {g: off for (g, t, q), off in parse_offsets(loaded.data).items()
+                 if t == topic and q == queue_id} if loaded.source is not None else {}
+        found.update(self.state.read(lambda v: self._live_offsets(v, topic, queue_id)))
+        return [(g, off) for g, off in found.items() if off >= 0]
+
+    @staticmethod
+    def _live_offsets(v: StateView, topic: str, queue_id: int) -> list[tuple[str, int]]:
+        slot = v.topic_slot(topic)
+        if slot is None:
+            return []
+        queue = int(v.topics[slot]["queue_base"]) + queue_id
+        rows = v.offsets[(v.offsets["used"] != 0) & (v.offsets["queue"] == queue)]
+        names = v.groups["name"]
+        return [(bytes(names[int(r["group"])]).rstrip(b"\0").decode(), int(r["offset"]))
+                for r in rows if int(r["group"]) < len(names)]
 
     def close(self) -> None:
         self.index.close()
