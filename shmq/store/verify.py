@@ -226,9 +226,9 @@ def _check_index(store_dir: str, records: dict[int, RecordInfo], log_min: int, r
 
 def verify_store(store_dir: str) -> Report:
     """Check every file of the stopped store at ``store_dir``."""
+    check_unlocked(store_dir)
     if not os.path.isdir(os.path.join(store_dir, "commitlog")):
         raise NotAStoreError(f"{store_dir} holds no shmq store (no commitlog/)")
-    check_unlocked(store_dir)
     report = Report(os.path.abspath(store_dir))
     records: dict[int, RecordInfo] = {}
     log_min = -1
