@@ -94,12 +94,14 @@ def _render_detail(d: dict[str, Any]) -> list[RenderableType]:
     return parts
 
 
-def _render_trace(d: dict[str, Any]) -> RenderableType:
+def _render_trace(d: dict[str, Any]) -> list[RenderableType]:
+    if not d["records"]:
+        return []  # the note says so
     cols = ["type", "time", "group", "client_pid", "cost_ms", "status", "store_time"]
     rows = ([r["type"], iso_ms(r["timestamp"]), r["group"], r["client_pid"], r["cost_ms"], r["status"] or
              ("" if r["success"] is None else ("OK" if r["success"] else "FAILED")),
              iso_ms(r["store_time"]) if r["store_time"] else None] for r in d["records"])
-    return table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"])
+    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"])]
 
 
 def query(args: argparse.Namespace) -> Result:
