@@ -19,8 +19,8 @@ from shmq.store.verify import verify_store
 
 
 def _render_verify(d: dict) -> list[RenderableType]:
-    parts: list[RenderableType] = [table(f"Store {d['store']}", ["checked", "count"], d["counts"].items(),
-                                         right=["count"])]
+    parts: list[RenderableType] = [f"Store {d['store']}",
+                                   table(None, ["checked", "count"], d["counts"].items(), right=["count"])]
     if d["problems"]:
         shown = len(d["problems"])
         title = f"{d['problem_count']} problem(s)" + (f", first {shown}" if shown < d["problem_count"] else "")
