@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,8 @@ _H_COUNT = 36
 _NAME_LEN = 17
 DEFAULT_SLOT_NUM = 5_000_000  # BrokerConfig's max_hash_slot_num
 DEFAULT_INDEX_NUM = 20_000_000  # BrokerConfig's max_index_num
+_GEOMETRIES: dict[tuple[str, int, int, int], "IndexGeometry"] = {}  # (path, size, begin ts, begin phys)
+_MAX_CACHED = 1024
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class IndexGeometry:
         return IndexGeometry(rest // INDEX_SLOT_SIZE, index_num)
 
     @classmethod
-    def detect(cls, buf: bytes | mmap.mmap) -> "IndexGeometry | None":
+    def detect(cls, buf: bytes | mmap.mmap, tries: int = 3) -> "IndexGeometry | None":
         """The geometry whose entry 1 and entry ``count`` agree with the header; None if the
         file has no entries (nothing to find in it) or no geometry fits.
 
@@ -66,22 +69,37 @@ class IndexGeometry:
         prev 0; the last entry holds the end phys offset and heads its slot's chain. The
         default settings are tried first; otherwise every entry count the size allows is
         tested at once with numpy (entries sit on a 20-byte grid counted from the file's end).
+        A writer between a put's count and its end phys offset fails the test: the header is
+        read again, up to ``tries`` times.
         """
+        if len(buf) < INDEX_HEADER_SIZE + INDEX_SLOT_SIZE + 2 * INDEX_ENTRY_SIZE:
+            return None
+        for attempt in range(tries):
+            _, _, begin_phys, end_phys, _, count = INDEX_HEADER.unpack_from(buf, 0)
+            if count <= 0:
+                return None
+            found = cls._search(buf, count, begin_phys, end_phys)
+            if found is not None:
+                return found
+            if attempt + 1 < tries:
+                time.sleep(0.001)
+        return None
+
+    @classmethod
+    def _search(cls, buf: bytes | mmap.mmap, count: int, begin_phys: int, end_phys: int) -> "IndexGeometry | None":
         size = len(buf)
-        if size < INDEX_HEADER_SIZE + INDEX_SLOT_SIZE + 2 * INDEX_ENTRY_SIZE:
-            return None
-        _, _, begin_phys, end_phys, _, count = INDEX_HEADER.unpack_from(buf, 0)
-        if count <= 0:
-            return None
         defaults = cls.for_entry_count(size, DEFAULT_INDEX_NUM)
         if defaults is not None and cls._fits(buf, defaults, count, begin_phys, end_phys):
             return defaults
         grid = (size - INDEX_HEADER_SIZE - INDEX_SLOT_SIZE) // INDEX_ENTRY_SIZE  # largest index_num
-        start = size - grid * INDEX_ENTRY_SIZE
-        rows = np.frombuffer(buf, INDEX_ENTRY_DTYPE, grid, start)  # row j = entry 1 when index_num = grid - j + 1
-        hits = np.flatnonzero((rows["phys_offset"] == begin_phys) & (rows["time_diff"] == 0) & (rows["prev"] == 0))
-        del rows
-        for j in hits[::-1]:  # the most slots first: slot tables are mostly zeros, entries are not
+        if count >= grid:
+            return None
+        rows = np.frombuffer(buf, INDEX_ENTRY_DTYPE, grid, size - grid * INDEX_ENTRY_SIZE)
+        first, last = rows[:grid - count + 1], rows[count - 1:]  # row j: entry 1 when index_num = grid - j + 1
+        hits = np.flatnonzero((first["phys_offset"] == begin_phys) & (first["time_diff"] == 0)
+                              & (first["prev"] == 0) & (last["phys_offset"] == end_phys))
+        del rows, first, last
+        for j in hits[::-1]:  # the most slots first
             geometry = cls.for_entry_count(size, grid - int(j) + 1)
             if geometry is not None and cls._fits(buf, geometry, count, begin_phys, end_phys):
                 return geometry
@@ -129,12 +147,12 @@ class IndexFileReader:
     def query(self, key_hash: int, begin_ts: int, end_ts: int, max_num: int) -> list[int]:
         """Phys offsets of published entries with this hash stored in [begin_ts, end_ts]
         (second precision), newest first (FORMAT.md 5.3's walk, bounded)."""
-        if self.geometry is None:
-            self.geometry = IndexGeometry.detect(self.mm)
-            if self.geometry is None:
-                return []
         g, mm = self.geometry, self.mm
-        begin_file_ts = INDEX_HEADER.unpack_from(mm, 0)[0]
+        begin_file_ts, _, begin_phys = INDEX_HEADER.unpack_from(mm, 0)[:3]
+        if g is None:
+            g = self.geometry = _cached_geometry(self.path, mm, begin_file_ts, begin_phys)
+            if g is None:
+                return []
         (num,) = _I32.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % g.slot_num) * INDEX_SLOT_SIZE)
         (count,) = _I32.unpack_from(mm, _H_COUNT)  # after the slot: entries up to it are written
         count = min(count, g.index_num - 1)
@@ -151,6 +169,20 @@ class IndexFileReader:
 
     def close(self) -> None:
         self.mm.close()
+
+
+def _cached_geometry(path: str, mm: mmap.mmap, begin_ts: int, begin_phys: int) -> IndexGeometry | None:
+    """``IndexGeometry.detect`` once per file for this process (a lookup maps the files anew
+    each time, and detecting a non-default geometry reads the whole file)."""
+    key = (path, len(mm), begin_ts, begin_phys)
+    g = _GEOMETRIES.get(key)
+    if g is None:
+        g = IndexGeometry.detect(mm)
+        if g is not None:
+            if len(_GEOMETRIES) >= _MAX_CACHED:
+                _GEOMETRIES.clear()
+            _GEOMETRIES[key] = g
+    return g
 
 
 class IndexReader:

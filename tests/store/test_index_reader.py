@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -110,3 +111,31 @@ def test_truncated_file_is_skipped(tmp_path) -> None:
 
 def test_detect_rejects_garbage() -> None:
     assert IndexGeometry.detect(bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8))) is None
+
+
+def test_reads_while_the_writer_puts(tmp_path) -> None:
+    """Queries racing a writer thread see only entries of their key, never an error, and at the
+    end everything (the geometry is found even while puts land between count and end)."""
+    import threading
+
+    svc = IndexService(os.path.join(tmp_path, "index"), 1009, 40000)
+    done = threading.Event()
+
+    def write() -> None:
+        for i in range(20000):
+            svc.put([index_key_hash("T", f"k{i % 50}")], 100 * i, T0 + i)
+        done.set()
+
+    t = threading.Thread(target=write)
+    t.start()
+    reader = IndexReader(str(tmp_path))
+    try:
+        while not done.is_set():
+            for phys in reader.query("T", "k7", 1000, 0, FAR):
+                assert phys % 100 == 0 and (phys // 100) % 50 == 7
+        t.join()
+        assert len(reader.query("T", "k7", 1000, 0, FAR)) == 400
+    finally:
+        t.join()
+        reader.close()
+        svc.close()
