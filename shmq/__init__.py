@@ -21,6 +21,8 @@ from shmq.model.consumer_types import (ConsumeContext, ConsumeFrom, ConsumeResul
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.model.message_ext import MessageExt
 from shmq.trace.record import TraceRecord
+from shmq.client.msg_lookup import MessageTrack
+from shmq.errors import MessageNotFoundError
 
 __version__ = "0.1.0"
 __all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult", "SendMessageContext",
@@ -33,6 +35,7 @@ __all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult",
            "TransactionStatus", "sql"]
+__all__ += ["MessageNotFoundError", "MessageTrack"]
 
 
 def __getattr__(name: str) -> object:

@@ -159,3 +159,8 @@ class ReplicaReadOnlyError(BrokerError):
 
 class NotAStoreError(ShmqError, ValueError):
     """A path given as a store directory holds no shmq store (no commitlog/ and consumequeue/)."""
+
+
+class MessageNotFoundError(ShmqError, LookupError):
+    """No stored message has the id asked for (``Admin.view_message``): never stored, removed by
+    cleanup, or not in the topic given."""

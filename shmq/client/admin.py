@@ -14,8 +14,11 @@ from typing import Any, Callable, TypeVar
 from shmq.client import admin_reports, admin_state
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
+from shmq.client import msg_lookup
 from shmq.client.connection import broker_name_or_default, next_request_id
-from shmq.errors import BrokerError
+from shmq.client.msg_lookup import MessageTrack
+from shmq.errors import BrokerError, MessageNotFoundError
+from shmq.model.message_ext import MessageExt
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
 from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
@@ -212,6 +215,33 @@ class Admin:
             return state.read(fn)
         finally:
             state.close()
+    def query_by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
+                     max_num: int = 64) -> list[MessageExt]:
+        """Messages of ``topic`` with ``key`` among their KEYS (or as their msg id), stored
+        between ``begin`` and ``end`` (epoch ms, ``end`` None: now), newest first, at most
+        ``max_num`` (RocketMQ's queryMessage). Read from the store's index and commitlog files
+        in this process: the broker does no work for it."""
+        if not 1 <= max_num <= msg_lookup.MAX_QUERY_NUM:
+            raise ValueError(f"max_num must be 1..{msg_lookup.MAX_QUERY_NUM}, got {max_num}")
+        begin, end = msg_lookup.time_range(begin, end)
+        with msg_lookup.LiveStore(self.broker_name) as store:
+            return store.query_by_key(topic, key, begin, end, max_num)
+
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with ``msg_id``: an offset msg id, or a msg id (UNIQ_KEY) looked up in
+        ``topic`` (None: every topic). ``MessageNotFoundError`` if there is none."""
+        with msg_lookup.LiveStore(self.broker_name) as store:
+            msg = msg_lookup.find_message(store, msg_id, topic)
+        if msg is None:
+            where = f" in topic {topic!r}" if topic is not None else ""
+            raise MessageNotFoundError(f"no message with id {msg_id!r}{where}")
+        return msg
+
+    def message_track(self, msg: MessageExt) -> list[MessageTrack]:
+        """Each consumer group with a committed offset on the message's queue, and whether that
+        offset is past the message (RocketMQ's messageTrackDetail)."""
+        with msg_lookup.LiveStore(self.broker_name) as store:
+            return msg_lookup.message_track(store, msg)
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)

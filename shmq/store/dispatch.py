@@ -196,7 +196,7 @@ def _request(group: list[tuple[int, fmt.StoredRecord]], queue: Callable[[str, in
         first_queue_offsets=[first.queue_offset],
         phys_offsets=np.array([p for p, _ in group], dtype=np.int64),
         sizes=np.array([r.total_size for _, r in group], dtype=np.int64),
-        tags_codes=np.array([_tags_code(r) for _, r in group], dtype=np.int64),
+        tags_codes=np.array([consume_queue_tags_code(r) for _, r in group], dtype=np.int64),
         store_timestamp=group[-1][1].store_timestamp,
         key_hashes=np.array(key_hashes, dtype=np.int64),
         key_records=np.array(key_records, dtype=np.int64),
@@ -204,7 +204,7 @@ def _request(group: list[tuple[int, fmt.StoredRecord]], queue: Callable[[str, in
     )
 
 
-def _tags_code(rec: fmt.StoredRecord) -> int:
+def consume_queue_tags_code(rec: fmt.StoredRecord) -> int:
     """The consume-queue tag field of a record read back from the log: the tag hash, or for a
     parked delayed or timer message its due time (what the put stored there)."""
     due = rec.properties.get(fmt.PROPERTY_TIMER_OUT_MS)

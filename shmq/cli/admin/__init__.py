@@ -22,6 +22,8 @@ FAMILIES = (
     "shmq.cli.admin.broker",
     "shmq.cli.admin.dlq",
     "shmq.cli.admin.offset",
+    "shmq.cli.admin.msg",
+    "shmq.cli.admin.store",
 )
 
 
