@@ -5,6 +5,7 @@ from shmq.client.consumer.lite_pull import LitePullConsumer
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
+from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom
 from shmq.client.producer.transaction import TransactionProducer, TransactionSendResult, TransactionStatus
 from shmq.filter.sql import SqlFilter, sql
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
@@ -32,7 +33,7 @@ __all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult
            "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
            "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",
            "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult",
-           "TransactionStatus", "sql"]
+           "TransactionStatus", "sql", "SelectMessageQueueByHash", "SelectMessageQueueByRandom"]
 
 
 def __getattr__(name: str) -> object:
