@@ -13,6 +13,7 @@ from __future__ import annotations
 import zlib
 
 from shmq.codec import record as fmt
+from shmq.errors import BadArgumentError
 
 LEVEL = 5  # RocketMQ's compressLevel default
 PROBE_BYTES = 4096
@@ -24,7 +25,7 @@ def compress_threshold(over: int | None) -> int | None:
     if over is None or over == 0:
         return None
     if not isinstance(over, int) or isinstance(over, bool) or over < 0:
-        raise ValueError(f"compress_msg_body_over_howmuch must be a byte count >= 0 or None, got {over!r}")
+        raise BadArgumentError(f"compress_msg_body_over_howmuch must be a byte count >= 0 or None, got {over!r}")
     return over
 
 

@@ -26,7 +26,7 @@ from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, Batc
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
 from shmq.codec import record as fmt
-from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, NEVER_COMPRESS, TRACE_RING_BYTES, AsyncTraceDispatcher,
+from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher,
                                    trace_topic)
 from shmq.trace.hooks import SendTraceHook
 
@@ -449,4 +449,4 @@ def inner_producer(group: str, broker: str | None) -> Producer:
     with a small ring, no compression (trace bodies stay plain JSON in the store) and no
     accumulator (the dispatcher sends its own batches)."""
     return Producer(INNER_PRODUCER_PREFIX + group, broker, ring_bytes=TRACE_RING_BYTES,
-                    compress_msg_body_over_howmuch=NEVER_COMPRESS, auto_batch=False)
+                    compress_msg_body_over_howmuch=None, auto_batch=False)

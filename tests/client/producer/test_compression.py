@@ -8,6 +8,7 @@ import pytest
 
 from shmq.client.producer.compression import compress_body, compress_threshold, worth_compressing
 from shmq.codec import record as fmt
+from shmq.errors import BadArgumentError
 
 TEXT = b"order shipped to warehouse 7, invoice paid " * 2000
 
@@ -22,8 +23,9 @@ def test_small_or_off_stays_as_it_is():
     assert compress_body(TEXT[:4096], 4096) == (TEXT[:4096], 0)  # not over the threshold
     assert compress_body(TEXT, None) == (TEXT, 0)
     assert compress_threshold(0) is None and compress_threshold(None) is None
-    with pytest.raises(ValueError):
-        compress_threshold(-1)
+    for bad in (-1, True, "4096"):
+        with pytest.raises(BadArgumentError):
+            compress_threshold(bad)
 
 
 def test_random_body_is_skipped_by_the_probe():
