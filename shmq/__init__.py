@@ -5,6 +5,7 @@ from shmq.client.consumer.lite_pull import LitePullConsumer
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.producer.producer import Producer
+from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom
 from shmq.client.producer.transaction import TransactionProducer, TransactionSendResult, TransactionStatus
 from shmq.filter.sql import SqlFilter, sql
 from shmq.errors import (ArgumentTypeError, BadArgumentError, BadExpressionError, BadMessageError, BadPropertiesError,
@@ -25,17 +26,19 @@ from shmq.client.msg_lookup import MessageTrack
 from shmq.errors import MessageNotFoundError
 
 __version__ = "0.1.0"
-__all__ = ["Admin", "ConsumeMessageContext", "ConsumeMessageHook", "ResendResult", "SendMessageContext",
-           "SendMessageHook", "TraceRecord", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError", "BadPropertiesError", "BadTopicError", "Broker",
-           "BrokerBusyError", "BrokerDiskFullError", "BrokerError", "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError",
-           "ConfigError", "ConsumeContext", "ConsumeFrom", "ConsumeResult", "ControlProtocolError",
-           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError", "HADivergedError", "HAProtocolError", "LitePullConsumer", "Message",
-           "MessageBatch", "MessageExt", "MessageHandler", "MessageModel", "MessageQueue", "MessageTooLargeError", "MetadataError", "NotAStoreError",
-           "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "ReplicaReadOnlyError", "SendResult", "SendStatus",
-           "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError", "StoreClosedError", "StoreLockedError",
-           "TopicInfo", "TopicNotReadableError", "TransactionProducer", "TransactionSendResult",
-           "TransactionStatus", "sql"]
-__all__ += ["MessageNotFoundError", "MessageTrack"]
+__all__ = ["Admin", "ArgumentTypeError", "BadArgumentError", "BadExpressionError", "BadMessageError",
+           "BadPropertiesError", "BadTopicError", "Broker", "BrokerBusyError", "BrokerDiskFullError", "BrokerError",
+           "BrokerGoneError", "BrokerNotFoundError", "BrokerStartError", "ConfigError", "ConsumeContext",
+           "ConsumeFrom", "ConsumeMessageContext", "ConsumeMessageHook", "ConsumeResult", "ControlProtocolError",
+           "ControlTimeoutError", "CorruptFrameError", "CorruptRecordError", "DiskFullError", "ForeignOwnerError",
+           "HADivergedError", "HAProtocolError", "LitePullConsumer", "Message", "MessageBatch", "MessageExt",
+           "MessageHandler", "MessageModel", "MessageNotFoundError", "MessageQueue", "MessageTooLargeError",
+           "MessageTrack", "MetadataError", "NotAStoreError", "Producer", "PullConsumer", "PullResult", "PullStatus",
+           "PushConsumer", "ReplicaReadOnlyError", "ResendResult", "SelectMessageQueueByHash",
+           "SelectMessageQueueByRandom", "SendMessageContext", "SendMessageHook", "SendResult", "SendStatus",
+           "SendTimeoutError", "SharedMemoryFullError", "ShmqError", "SqlFilter", "StateLayoutError",
+           "StoreClosedError", "StoreLockedError", "TopicInfo", "TopicNotReadableError", "TraceRecord",
+           "TransactionProducer", "TransactionSendResult", "TransactionStatus", "sql"]
 
 
 def __getattr__(name: str) -> object:

@@ -1,6 +1,6 @@
 """``shmq.aio.Producer``: ``await producer.send(msg)`` on an asyncio event loop.
 
-It wraps a ``shmq.Producer`` but never waits out ``batch_max_delay_ms``: the sends of one
+It wraps a ``shmq.Producer`` but never waits out ``batch_max_delay``: the sends of one
 event-loop iteration are gathered by topic, and ONE flush is scheduled with ``loop.call_soon``,
 which runs after the tasks already ready in this iteration. A lone ``await send`` so costs one
 round trip, and 256 tasks sending at once go out together: a topic with at least ``MIN_BATCH``

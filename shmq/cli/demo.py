@@ -34,7 +34,7 @@ from rich.table import Table
 
 import shmq
 from shmq import ConsumeContext, ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, Producer, PushConsumer
-from shmq.client.producer.producer import SelectMessageQueueByHash
+from shmq import SelectMessageQueueByHash
 
 TOPIC = "DemoOrders"
 STEPS_TOPIC = "DemoSteps"

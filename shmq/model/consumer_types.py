@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -59,6 +60,9 @@ class PullResult:
         return self.next_begin_offset
 
 
+_SUSPEND_MS_DEPRECATED = "suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time (seconds)"
+
+
 @dataclass
 class ConsumeContext:
     """Handed to listeners with each list of messages; an orderly listener may change the suspend
@@ -67,8 +71,19 @@ class ConsumeContext:
     to the dead-letter queue; n that level)."""
 
     message_queue: MessageQueue
-    suspend_current_queue_time_millis: int = 1000
+    suspend_current_queue_time: float = 1.0  # seconds
     delay_level_when_next_consume: int = 0
+
+    @property
+    def suspend_current_queue_time_millis(self) -> float:
+        """Deprecated: ``suspend_current_queue_time`` in ms (RocketMQ's name; shmq's durations are seconds)."""
+        warnings.warn(_SUSPEND_MS_DEPRECATED, DeprecationWarning, stacklevel=2)
+        return self.suspend_current_queue_time * 1000
+
+    @suspend_current_queue_time_millis.setter
+    def suspend_current_queue_time_millis(self, value: float) -> None:
+        warnings.warn(_SUSPEND_MS_DEPRECATED, DeprecationWarning, stacklevel=2)
+        self.suspend_current_queue_time = value / 1000
 
 
 MessageListener = Callable[[list[MessageExt], ConsumeContext], ConsumeResult]

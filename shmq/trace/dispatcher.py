@@ -41,7 +41,6 @@ FLUSH_INTERVAL_S = 0.05
 LOG_INTERVAL_S = 10.0
 INNER_PRODUCER_PREFIX = "_INNER_TRACE_PRODUCER-"  # + the client's group: the internal producer's group
 TRACE_RING_BYTES = 4 * 1024 * 1024  # the internal producer's ring: trace messages are <= MAX_BODY_BYTES
-NEVER_COMPRESS = fmt.MAX_MESSAGE_SIZE  # the internal producer's compression threshold: trace bodies stay plain JSON
 
 Builder = Callable[..., list[Line]]
 
@@ -58,7 +57,7 @@ def trace_topic(option: bool | str | None) -> str | None:
 
 class AsyncTraceDispatcher:
     """Trace records to ``topic``, sent by ``producer`` (the client's internal one, not started
-    yet, with no hooks: its own sends are not traced; ``NEVER_COMPRESS`` keeps bodies plain)."""
+    yet, with no hooks: its own sends are not traced; compression off keeps bodies plain JSON)."""
 
     def __init__(self, producer: Producer, topic: str = TRACE_TOPIC, *, buffer_size: int = BUFFER_SIZE,
                  max_records: int = MAX_RECORDS, max_body_bytes: int = MAX_BODY_BYTES,

@@ -90,7 +90,7 @@ class DelayScheduler:
 
 class _Service:
     def __init__(self, listener: MessageListener, executor: Executor, scheduler: DelayScheduler, batch_max: int,
-                 max_reconsume_times: int, suspend_millis: int, on_consumed: Callable[[ProcessQueue], None],
+                 max_reconsume_times: int, suspend: float, on_consumed: Callable[[ProcessQueue], None],
                  send_back: SendBack | None) -> None:
         """``send_back`` None: broadcasting, messages not consumed are dropped (logged)."""
         self.listener = listener
@@ -98,7 +98,7 @@ class _Service:
         self.scheduler = scheduler
         self.batch_max = batch_max
         self.max_reconsume_times = max_reconsume_times
-        self.suspend_millis = suspend_millis
+        self.suspend = suspend
         self.on_consumed = on_consumed
         self.send_back = send_back
 
@@ -140,7 +140,7 @@ class ConsumeMessageConcurrentlyService(_Service):
         slices. The slices not consumed are sent back with one frame at the end of the list."""
         if not pq.begin():
             return
-        ctx = ConsumeContext(pq.mq, self.suspend_millis)
+        ctx = ConsumeContext(pq.mq, self.suspend)
         done: list[MessageExt] = []
         failed: list[MessageExt] = []
         level = 0  # the delay level the listener chose for the failed slices (the last choice counts)
@@ -195,14 +195,14 @@ class ConsumeMessageOrderlyService(_Service):
 
     def _run(self, pq: ProcessQueue) -> None:
         start = time.monotonic()
-        ctx = ConsumeContext(pq.mq, self.suspend_millis)
+        ctx = ConsumeContext(pq.mq, self.suspend)
         while True:
             with pq.lock:
                 if pq.dropped or not pq.pending:
                     pq.consuming = False
                     return
                 chunk = [pq.pending[i] for i in range(min(self.batch_max, len(pq.pending)))]
-            ctx.suspend_current_queue_time_millis = self.suspend_millis
+            ctx.suspend_current_queue_time = self.suspend
             result = self._call(pq, chunk, ctx)
             if result is None:
                 with pq.lock:
@@ -226,7 +226,7 @@ class ConsumeMessageOrderlyService(_Service):
                     pq.remove(settled)
                     self.on_consumed(pq)
                 if again:
-                    self.scheduler.schedule(max(ctx.suspend_current_queue_time_millis, 0) / 1000,
+                    self.scheduler.schedule(max(ctx.suspend_current_queue_time, 0),
                                             lambda: self.executor.submit(self._run, pq))
                     return
                 continue

@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from shmq.client.connection import BrokerConnection, Session
@@ -70,9 +71,10 @@ class PushConsumer:
                  pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
                  pull_threshold_for_consumer: int = 10_000, pull_threshold_size_for_consumer: int = 256,
                  consume_concurrently_max_span: int = 2000, max_reconsume_times: int = 16,
-                 suspend_current_queue_time_millis: int = 1000, persist_consumer_offset_interval: float = 1.0,
+                 suspend_current_queue_time: float = 1.0, persist_consumer_offset_interval: float = 1.0,
                  instance_name: str | None = None, offset_store_dir: str | None = None,
-                 start_timeout: float = 3.0, replica: str | None = None, trace: bool | str = False) -> None:
+                 start_timeout: float = 3.0, replica: str | None = None, trace: bool | str = False,
+                 suspend_current_queue_time_millis: int | None = None) -> None:
         """Sizes ``pull_threshold_size_*`` are in MiB, as RocketMQ's. ``pull_batch_size`` is 256, not
         RocketMQ's 32: a pull here is a local file read whose fixed cost (~0.3 ms of numpy calls)
         is worth spreading (measured: 2.2x the push throughput of 32). ``consume_thread_max`` is 4, not
@@ -88,7 +90,13 @@ class PushConsumer:
         ``broker`` is down (RocketMQ's slave read), resuming from the offsets committed there (the
         master's, mirrored) and going back to ``broker`` within a second of its return.
         ``trace``: True writes SubBefore/SubAfter trace records of every listener call to
-        RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see shmq.trace.dispatcher)."""
+        RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see shmq.trace.dispatcher).
+        Durations are seconds: ``suspend_current_queue_time`` is how long an orderly queue waits
+        after SUSPEND_CURRENT_QUEUE_A_MOMENT (``suspend_current_queue_time_millis``: deprecated)."""
+        if suspend_current_queue_time_millis is not None:
+            warnings.warn("suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time "
+                          "(seconds)", DeprecationWarning, stacklevel=2)
+            suspend_current_queue_time = suspend_current_queue_time_millis / 1000
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
@@ -111,7 +119,7 @@ class PushConsumer:
         self.pull_threshold_size_for_consumer = pull_threshold_size_for_consumer * MIB
         self.consume_concurrently_max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
-        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.suspend_current_queue_time = suspend_current_queue_time
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self._anonymous = instance_name in (None, "DEFAULT")
         self.instance_name = f"{os.getpid()}-{next(_instances)}" if self._anonymous else str(instance_name)
@@ -211,7 +219,7 @@ class PushConsumer:
         listener = HookedListener(self._listener, self.group, self._consume_hooks) if self._consume_hooks \
             else self._listener
         self._service = service(listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
-                                self.max_reconsume_times, self.suspend_current_queue_time_millis, self._on_consumed,
+                                self.max_reconsume_times, self.suspend_current_queue_time, self._on_consumed,
                                 self._send_back)
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)

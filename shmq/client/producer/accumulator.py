@@ -3,7 +3,7 @@
 Encoding and writing one message at a time costs a Python producer ~20 us; as a batch the
 same message costs ~1-2 us. Messages are grouped by (topic, queue), in call order. A group
 that reaches ``batch_max_bytes`` is sent at once; everything else waiting is handed to
-``flush`` together, at the latest ``batch_max_delay_ms`` after the oldest waiting message (a
+``flush`` together, at the latest ``batch_max_delay`` seconds after the oldest waiting message (a
 flusher thread sees to the delay), or as soon as someone waits on the Future of a message
 still waiting (``PendingSend.result``): a caller that keeps a window of sends in flight never
 waits out the delay. Handing everything over together lets the producer write the small
@@ -168,9 +168,9 @@ def _hand_over(batches: list[_Batch]) -> list[_Batch]:
 class ProduceAccumulator:
     """Per-(topic, queue) batches; ``flush(groups)`` sends them (queue -1: the broker picks)."""
 
-    def __init__(self, flush: Flush, batch_max_delay_ms: float, batch_max_bytes: int) -> None:
+    def __init__(self, flush: Flush, batch_max_delay: float, batch_max_bytes: int) -> None:
         self._flush = flush
-        self.delay = batch_max_delay_ms / 1000
+        self.delay = batch_max_delay
         self.max_bytes = batch_max_bytes
         self._cond = threading.Condition()
         self._batches: dict[tuple[str, int], _Batch] = {}

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from shmq.client.producer.compression import compress_body, compress_threshold
 from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
 from shmq.model.message import Message, MessageBatch
 from shmq.codec import ids
@@ -76,9 +77,9 @@ class EncodedMixed:
 class MessageEncoder:
     """Encodes messages with one producer's limits and UNIQ_KEY sequence."""
 
-    def __init__(self, max_message_size: int = fmt.MAX_MESSAGE_SIZE, compress_over: int = 4096) -> None:
+    def __init__(self, max_message_size: int = fmt.MAX_MESSAGE_SIZE, compress_over: int | None = 4096) -> None:
         self.max_message_size = max_message_size
-        self.compress_over = compress_over
+        self.compress_over = compress_threshold(compress_over)  # None: never compress
         self.uniq = ids.UniqKeyGenerator()
 
     def check(self, msg: Message) -> None:
@@ -180,25 +181,22 @@ class MessageEncoder:
             raise MessageTooLargeError(f"message body is {len(body)} bytes; maxMessageSize is {self.max_message_size}")
 
     def _body(self, body) -> tuple[bytes, int]:
-        """The body as stored and its SYSFLAG: compressed when over ``compress_over`` and smaller that way."""
+        """The body as stored and its SYSFLAG (see shmq.client.producer.compression)."""
         self._check_body(body)
-        if len(body) > self.compress_over:
-            packed = zlib.compress(body, 5)
-            if len(packed) < len(body):
-                return packed, fmt.FLAG_COMPRESSED
-        return body, 0
+        return compress_body(body, self.compress_over)
 
     def _bodies(self, bodies: Sequence) -> tuple[Sequence, np.ndarray | None]:
         """All bodies of a batch checked at once; only the large ones go through ``_body`` one by one."""
         if not set(map(type, bodies)) <= {bytes, bytearray, memoryview}:
             bad = next(b for b in bodies if not isinstance(b, (bytes, bytearray, memoryview)))
             raise ArgumentTypeError(f"message body must be bytes, got {type(bad).__name__}")
-        if max(map(len, bodies)) <= min(self.compress_over, self.max_message_size):
+        limit = self.max_message_size if self.compress_over is None else min(self.compress_over, self.max_message_size)
+        if max(map(len, bodies)) <= limit:
             return bodies, None
         out = list(bodies)
         sysflags = np.zeros(len(bodies), np.int64)
         for i, body in enumerate(bodies):
-            if len(body) > self.compress_over or len(body) > self.max_message_size:
+            if len(body) > limit:
                 out[i], sysflags[i] = self._body(body)
         return out, sysflags
 

@@ -7,9 +7,8 @@ broker restart the next send attaches again (``shmq.client.connection.BrokerConn
 from __future__ import annotations
 
 import os
-import random
 import time
-import zlib
+import warnings
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -24,8 +23,10 @@ from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, 
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import ProduceAccumulator
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
+from shmq.client.producer.inflight import InFlight
+from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
 from shmq.codec import record as fmt
-from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, NEVER_COMPRESS, TRACE_RING_BYTES, AsyncTraceDispatcher,
+from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher,
                                    trace_topic)
 from shmq.trace.hooks import SendTraceHook
 
@@ -37,17 +38,8 @@ DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
 
 
-class SelectMessageQueueByHash:
-    """Same ``arg`` (an order id) -> same queue, so its messages stay in order."""
-
-    def __call__(self, queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
-        h = arg if isinstance(arg, int) else zlib.crc32(str(arg).encode())
-        return queues[abs(h) % len(queues)]
-
-
-class SelectMessageQueueByRandom:
-    def __call__(self, queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
-        return random.choice(queues)
+__all__ = ["Producer", "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "Selector", "split_batch"]
+_BY_HASH = SelectMessageQueueByHash()
 
 
 @dataclass(eq=False)
@@ -85,28 +77,38 @@ class Producer:
     ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
 
     def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
-                 retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int = 4096,
+                 retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int | None = 4096,
                  max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
-                 start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay_ms: float = 1.0,
-                 batch_max_bytes: int = 256 * 1024, trace: bool | str = False) -> None:
-        """``auto_batch`` (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages
-        of one topic and queue into batches of up to ``batch_max_bytes``, sent at the latest
-        ``batch_max_delay_ms`` after their first message; ``send`` and ``send_batch`` first send
-        what waits, so nothing is overtaken. Off, every message is written on its own.
-        ``trace``: True writes a Pub trace record of every answered send to RMQ_SYS_TRACE_TOPIC, a
-        topic name to that topic (asynchronously, see shmq.trace.dispatcher)."""
+                 start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay: float = 0.001,
+                 batch_max_bytes: int = 256 * 1024, trace: bool | str = False,
+                 batch_max_delay_ms: float | None = None) -> None:
+        """Durations are seconds (floats), as every ``timeout=`` of the API. ``auto_batch``
+        (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages of one topic
+        and queue into batches of up to ``batch_max_bytes``, sent at the latest ``batch_max_delay``
+        seconds after their first message (``batch_max_delay_ms``: the same in ms, deprecated);
+        ``send`` and ``send_batch`` first send what waits, so nothing is overtaken. Off, every
+        message is written on its own. Bodies over ``compress_msg_body_over_howmuch`` bytes are
+        zlib-compressed when that shrinks them (None or 0: never; see
+        shmq.client.producer.compression). ``trace``: True writes a Pub trace record of every
+        answered send to RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see
+        shmq.trace.dispatcher)."""
+        if batch_max_delay_ms is not None:
+            warnings.warn("batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning,
+                          stacklevel=2)
+            batch_max_delay = batch_max_delay_ms / 1000
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.ring_bytes = ring_bytes
         self.start_timeout = start_timeout
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending] = {}  # by request id, while its answer is awaited
+        self._in_flight = InFlight()  # every request until finished, retries included (flush)
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
                                       self._broker_died)
         self._batches = BatchSender(self)
-        self._accumulator = ProduceAccumulator(self._batches.send_accumulated, batch_max_delay_ms, batch_max_bytes) \
+        self._accumulator = ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) \
             if auto_batch else None
         self.broker_name = self._conn.broker_name
         self._send_hooks: list[SendMessageHook] = []  # replaced, never changed in place: senders read it unlocked
@@ -135,10 +137,27 @@ class Producer:
                 raise
         return self
 
-    def shutdown(self) -> None:
-        """Send what waits in batches, detach and release everything; requests still waiting fail."""
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what waits in auto batches now, then wait until every send handed over before this
+        call (``send_async``, ``send_batch_async``, and other threads' ``send``) is answered or
+        failed: their futures are done when this returns True. False: ``timeout`` seconds passed
+        first (``pending_count`` says how many requests are still open). Oneway messages have no
+        answer; they are in the request ring when this returns."""
+        self._flush_accumulated()
+        return self._in_flight.wait(timeout) == 0
+
+    @property
+    def pending_count(self) -> int:
+        """Requests written and not yet answered (a batch is one request)."""
+        return len(self._in_flight)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """``flush`` (up to ``timeout``, default ``send_msg_timeout``), then detach and release
+        everything; requests still unanswered then fail."""
         if self._accumulator is not None:
             self._accumulator.close()
+        if self._conn.started:
+            self.flush(self.send_msg_timeout if timeout is None else timeout)
         self._conn.shutdown()
         self._fail_all(ShmqError("the producer was shut down"))
         if self.tracer is not None:
@@ -165,8 +184,12 @@ class Producer:
         return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
 
     def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
-             timeout: float | None = None) -> SendResult:
-        """Send and wait for the broker's answer (resent after SYSTEM_BUSY within the timeout)."""
+             timeout: float | None = None, *, sharding_key: str | None = None) -> SendResult:
+        """Send and wait for the broker's answer (resent after SYSTEM_BUSY within the timeout).
+        ``sharding_key`` (RocketMQ 5's message group): messages with one key go to one queue, in
+        order (see shmq.client.producer.selectors); not with ``selector``."""
+        if sharding_key is not None:
+            msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
             return hooked_call(self._send_hooks, SendMessageContext(self.group, msg, SYNC),
                                lambda: self._send(msg, selector, arg, timeout))
@@ -184,8 +207,12 @@ class Producer:
         return fut.result()
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
-                   selector: Selector | None = None, arg: Any = None, timeout: float | None = None) -> Future:
-        """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if given."""
+                   selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,
+                   sharding_key: str | None = None) -> Future:
+        """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if
+        given. ``sharding_key`` as for ``send``."""
+        if sharding_key is not None:
+            msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
             fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msg, ASYNC),
                                 lambda: self._send_async(msg, selector, arg, timeout))
@@ -228,9 +255,13 @@ class Producer:
             fut.add_done_callback(done)
         return fut
 
-    def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None) -> None:
+    def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None, *,
+                    sharding_key: str | None = None) -> None:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
-        a batch that cannot be written later (broker gone, ring full) is logged and dropped."""
+        a batch that cannot be written later (broker gone, ring full) is logged and dropped.
+        ``sharding_key`` as for ``send``."""
+        if sharding_key is not None:
+            msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
             hooked_call(self._send_hooks, SendMessageContext(self.group, msg, ONEWAY),
                         lambda: self._send_oneway(msg, selector, arg))
@@ -331,7 +362,12 @@ class Producer:
                 self._pending.pop(req_id, None)
                 raise
         p.resend = attempt
-        attempt()
+        self._in_flight.add(p)
+        try:
+            attempt()
+        except BaseException:
+            self._in_flight.discard(p)
+            raise
         return fut
 
     def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
@@ -345,15 +381,26 @@ class Producer:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-retry")
             self._executor.submit(self._resend, p, error)
-        elif not p.future.done():
-            p.future.set_exception(error)
+        else:
+            self._finish(p, error)
 
     def _resend(self, p: _Pending, error: Exception) -> None:
         try:
             p.resend()
         except Exception as e:
+            self._finish(p, e if not isinstance(e, BrokerGoneError) else error)
+
+    def _finish(self, p: _Pending, error: BaseException | None, result: Any = None) -> None:
+        """Complete ``p``'s future (once: the first outcome wins) and close it for ``flush``; the
+        future's callbacks (which settle auto-batched messages) run before it is closed."""
+        try:
             if not p.future.done():
-                p.future.set_exception(e if not isinstance(e, BrokerGoneError) else error)
+                if error is not None:
+                    p.future.set_exception(error)
+                else:
+                    p.future.set_result(result)
+        finally:
+            self._in_flight.discard(p)
 
     # ------------------------------------------------------------------ responses
 
@@ -361,8 +408,8 @@ class Producer:
         if kind == P.SEND_RESULT or kind == P.SEND_MULTI_RESULT:
             r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
             p = self._pending.pop(r.req_id, None)
-            if p is not None and not p.future.done():
-                p.future.set_result(p.build(r))
+            if p is not None:
+                self._finish(p, None, p.build(r) if not p.future.done() else None)
         elif kind == P.ERROR:
             err = P.decode_error(view)
             p = self._pending.pop(err.req_id, None)
@@ -370,8 +417,8 @@ class Producer:
                 return
             if err.code == P.SYSTEM_BUSY:
                 self._retry(p, BrokerBusyError(err.code, err.message))
-            elif not p.future.done():
-                p.future.set_exception(broker_error(err.code, err.message))
+            else:
+                self._finish(p, broker_error(err.code, err.message))
         elif kind == P.WAKE:
             P.decode_wake(view)
         else:
@@ -384,9 +431,9 @@ class Producer:
         # dict.copy, not list(items()): sending threads add to _pending meanwhile, and a list built
         # item by item can let a garbage collection (and so a thread switch) in mid-iteration
         for req_id, p in self._pending.copy().items():
-            if now >= p.deadline and self._pending.pop(req_id, None) is p and not p.future.done():
-                p.future.set_exception(SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
-                                                        f"{self.send_msg_timeout} s"))
+            if now >= p.deadline and self._pending.pop(req_id, None) is p:
+                self._finish(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
+                                                 f"{self.send_msg_timeout} s"))
 
     def _broker_died(self, s: Session, why: str) -> None:
         self._fail_all(BrokerGoneError(f"broker {self.broker_name!r} went away ({why}); "
@@ -395,8 +442,7 @@ class Producer:
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
         for p in pending.values():
-            if not p.future.done():
-                p.future.set_exception(error)
+            self._finish(p, error)
 
 
 def inner_producer(group: str, broker: str | None) -> Producer:
@@ -404,4 +450,4 @@ def inner_producer(group: str, broker: str | None) -> Producer:
     with a small ring, no compression (trace bodies stay plain JSON in the store) and no
     accumulator (the dispatcher sends its own batches)."""
     return Producer(INNER_PRODUCER_PREFIX + group, broker, ring_bytes=TRACE_RING_BYTES,
-                    compress_msg_body_over_howmuch=NEVER_COMPRESS, auto_batch=False)
+                    compress_msg_body_over_howmuch=None, auto_batch=False)

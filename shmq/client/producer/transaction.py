@@ -89,8 +89,8 @@ class TransactionProducer(Producer):
         self.check = check
         self._checker = ThreadPoolExecutor(check_threads, thread_name_prefix="shmq-transaction-check")
 
-    def shutdown(self) -> None:
-        super().shutdown()
+    def shutdown(self, timeout: float | None = None) -> None:
+        super().shutdown(timeout)
         self._checker.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "TransactionProducer":

@@ -31,7 +31,7 @@ def _wait_batches(rec: Recorder, n: int) -> None:
 
 def test_a_full_batch_goes_at_once_in_order():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
+    acc = ProduceAccumulator(rec, batch_max_delay=60.0, batch_max_bytes=10 * (1 + RECORD_OVERHEAD))
     for i in range(25):
         acc.add(Message("T", b"%d" % i), 1, oneway=True)
     assert [len(b) for _, _, b in rec.batches] == [10, 10]
@@ -41,7 +41,7 @@ def test_a_full_batch_goes_at_once_in_order():
 
 def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=200, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay=0.2, batch_max_bytes=1 << 20)
     for i in range(MIN_BATCH):
         acc.add(Message("A", b"a%d" % i), -1, oneway=True)
         acc.add(Message("B", b"b%d" % i), 2, oneway=True)
@@ -54,7 +54,7 @@ def test_the_delay_sends_what_waits_together_and_queues_are_kept_apart():
 def test_small_groups_of_many_queues_go_in_one_flush():
     """Many topics, each sent rarely: the groups stay small, and all of them go together."""
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=500, batch_max_bytes=1 << 20)  # ample on a loaded machine
+    acc = ProduceAccumulator(rec, batch_max_delay=0.5, batch_max_bytes=1 << 20)  # ample on a loaded machine
     for i in range(300):
         acc.add(Message(f"Rare{i % 100}", b"%d" % i), -1, oneway=True)
     _wait_batches(rec, 100)
@@ -65,7 +65,7 @@ def test_small_groups_of_many_queues_go_in_one_flush():
 
 def test_waiting_on_a_pending_send_sends_its_batch_now():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = [acc.add(Message("T", b"%d" % i), 0) for i in range(3)]
     acc.add(Message("U", b"u"), 0, oneway=True)
     assert rec.batches == []
@@ -79,7 +79,7 @@ def test_waiting_on_a_pending_send_sends_its_batch_now():
 
 
 def test_closed_accumulator_refuses():
-    acc = ProduceAccumulator(Recorder(), batch_max_delay_ms=1, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(Recorder(), batch_max_delay=0.001, batch_max_bytes=1 << 20)
     acc.close()
     with pytest.raises(ShmqError):
         acc.add(Message("T", b"x"), 0, oneway=True)
@@ -89,7 +89,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     """One lock and one notify for a batch, and still every Future promise: results in order,
     callbacks run, concurrent.futures.wait wakes, a cancelled future stays cancelled."""
     import concurrent.futures as cf
-    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = [acc.add(Message("T", b"%d" % i), 0) for i in range(4)]
     seen = []
     futures[0].add_done_callback(lambda f: seen.append(f.result()))
@@ -114,7 +114,7 @@ def test_settle_finishes_a_batch_as_futures_do():
 def test_settle_wakes_waiters_of_every_hand_over():
     """Futures of different hand-overs have different Conditions; settling them together must
     wake a thread waiting on any of them."""
-    acc = ProduceAccumulator(lambda groups: None, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(lambda groups: None, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = []
     for t in ("A", "B", "C"):
         futures.append(acc.add(Message(t, b"x"), 0))
@@ -136,7 +136,7 @@ def test_cancel_before_the_hand_over_withdraws_the_message():
     """Regression (issue 9 A3): cancel() returned True and the message was sent anyway."""
     import concurrent.futures as cf
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = [acc.add(Message("T", b"%d" % i), 0) for i in range(3)]
     assert futures[1].cancel() and futures[1].cancelled()
     assert not futures[0].running()
@@ -155,7 +155,7 @@ def test_cancel_before_the_hand_over_withdraws_the_message():
 
 def test_a_batch_whose_every_message_was_cancelled_is_not_sent():
     rec = Recorder()
-    acc = ProduceAccumulator(rec, batch_max_delay_ms=60_000, batch_max_bytes=1 << 20)
+    acc = ProduceAccumulator(rec, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     f = acc.add(Message("T", b"x"), 0)
     assert f.cancel()
     acc.close()

@@ -35,7 +35,7 @@ def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name
 
 def test_a_lone_message_is_sent_after_the_delay(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay_ms=20) as p:
+            Producer("pg", broker=broker_name, batch_max_delay=0.02) as p:
         p.send(Message("Auto", b"warm up"))
         t = time.monotonic()
         r = p.send_async(Message("Auto", b"alone")).result(5)
@@ -44,7 +44,7 @@ def test_a_lone_message_is_sent_after_the_delay(store_dir, broker_name, config):
 
 def test_sync_send_and_shutdown_never_leave_oneway_messages_behind(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
-        with Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+        with Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
             for i in range(300):
                 p.send_oneway(Message("Fence", b"%d" % i), selector=lambda qs, m, a: qs[0])
             fence = p.send(Message("Fence", b"fence"), selector=lambda qs, m, a: qs[0])
@@ -126,7 +126,7 @@ def test_a_refused_topic_fails_only_its_own_messages_in_a_mixed_frame(store_dir,
     """Small groups of several topics travel in one SEND_MULTI; a topic the broker refuses
     (not writable) fails its own messages with the broker's reason, the others are stored."""
     with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
         for t in ("Open1", "Open2", "Closed"):
             p.send(Message(t, b"create"))
         p._conn.admin("update_topic", {"topic": "Closed", "perm": 4})  # read only (RocketMQ's PERM_READ)
@@ -144,7 +144,7 @@ def test_a_refused_topic_fails_only_its_own_messages_in_a_mixed_frame(store_dir,
 
 def test_mixed_frames_are_answered_after_the_group_commit_under_sync_flush(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, dict(config, flushDiskType="SYNC_FLUSH")) as broker, \
-            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
         futs = [p.send_async(Message(f"Sync{i % 10}", b"%d" % i)) for i in range(30)]
         results = [f.result(10) for f in futs]
         assert all(r.status is SendStatus.SEND_OK for r in results)
@@ -157,7 +157,7 @@ def test_a_max_size_message_goes_through_a_mixed_frame(store_dir, broker_name, c
     limit, not the 4 MiB limit of a batch's total."""
     big = os.urandom(4 * 1024 * 1024)  # maxMessageSize exactly; incompressible, so stored as is
     with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay_ms=60_000) as p:
+            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
         futs = [p.send_async(Message("Big", big)), p.send_async(Message("Small", b"s"))]
         results = [f.result(10) for f in futs]
     assert all(r.status is SendStatus.SEND_OK for r in results)

@@ -47,7 +47,7 @@ def _run_service(cls, listener, msgs, until, timeout=5.0):
     pq.put(msgs, msgs[-1].queue_offset + 1)
     with ThreadPoolExecutor(4) as pool:
         scheduler = DelayScheduler("test")
-        service = cls(listener, pool, scheduler, 2, 16, 20, lambda _pq: None, _BrokerGone())
+        service = cls(listener, pool, scheduler, 2, 16, 0.02, lambda _pq: None, _BrokerGone())  # suspend: 20 ms
         service.submit(pq, msgs)
         deadline = time.monotonic() + timeout
         while not until() and time.monotonic() < deadline:

@@ -118,7 +118,7 @@ def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, confi
             m = msgs[0]
             seen.append((m.body, m.reconsume_times))
             if m.body == b"1" and m.reconsume_times < 2:
-                ctx.suspend_current_queue_time_millis = 50
+                ctx.suspend_current_queue_time = 0.05
                 return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
             return ConsumeResult.SUCCESS
         c = PushConsumer("og", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)

@@ -149,7 +149,7 @@ def test_orderly_suspends_then_sends_to_the_dlq_after_the_max(store_dir, broker_
     def listener(msgs, ctx):
         m = msgs[0]
         seen.append((m.body, m.reconsume_times))
-        ctx.suspend_current_queue_time_millis = 20
+        ctx.suspend_current_queue_time = 0.02
         return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if m.body == b"1" else ConsumeResult.SUCCESS
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for i in range(3):
