@@ -9,6 +9,7 @@ from shmq import __version__
 from shmq.cli.admin import add_admin_parser, run_admin
 from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
 from shmq.cli.exporter import __doc__ as exporter_doc, add_arguments as add_exporter_arguments
+from shmq.cli.top import add_top_parser
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
                        description=exporter_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_exporter_arguments(e)
+    add_top_parser(sub)
     args = parser.parse_args(argv)
     if args.command is None:  # bare `shmq`: what it can do, not a usage error
         parser.print_help()
@@ -55,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_exporter(args)
     if args.command == "ha":
         return _ha(args.store, args.name, args.config)
+    if args.command == "top":
+        from shmq.cli.top import run_top
+        return run_top(args)
     return 2
 
 
