@@ -1,11 +1,11 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store
+# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java
+.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -28,8 +28,9 @@ demo: $(STAMP)
 test: $(SPARK_STAMP) host-tools java
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# the HA host tests (tests/ha) make network namespaces with iproute2's ip and tc: installed by
-# apt-get when missing and root; otherwise those tests skip and say why
+# the HA host tests (tests/ha) make network namespaces with iproute2's ip and tc, and the
+# `shmq top` terminal test runs it in tmux: installed by apt-get when missing and root;
+# otherwise those tests skip and say why
 host-tools:
 	@if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -40,6 +41,19 @@ host-tools:
 	      || echo "apt-get install iproute2 failed: the HA host tests will skip"; \
 	  else echo "iproute2 missing (installing it needs root and apt-get): the HA host tests will skip"; fi; \
 	fi
+	@if ! command -v tmux >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "tmux missing: apt-get install tmux"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tmux >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	           apt-get install -y -q --no-install-recommends tmux >/dev/null; } \
+	      || echo "apt-get install tmux failed: the shmq top terminal test will skip"; \
+	  else echo "tmux missing (installing it needs root and apt-get): the shmq top terminal test will skip"; fi; \
+	fi
+
+# the monitor of a running broker: make top TOP_ARGS="--name orders --interval 0.5"
+top: $(STAMP)
+	$(PY) -m shmq top $(TOP_ARGS)
 
 # Spark needs a Java runtime: Debian's openjdk-17-jre-headless, installed by apt-get when java
 # is missing and we are root; otherwise the Spark tests skip and say why

@@ -150,15 +150,16 @@ def _table(title: str, columns: Sequence[str], right: int) -> Table:
 
 
 def _topics(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Table:
+    """Topic rows; the sparkline columns only when the screen has room for them (``spark`` > 0)."""
     rows = _topic_rows(snap, r, view)
-    t = _table(f"Topics ({len(rows)})", ["Topic", "Queues", "In msg/s", "In MB/s", "In", "Out msg/s",
-                                         "Out MB/s", "Out", "Max offset", "Stored", "Backlog"], 1)
+    t = _table(f"Topics ({len(rows)})", ["Topic", "Queues", "In msg/s", "In MB/s"] + ["In"] * bool(spark)
+               + ["Out msg/s", "Out MB/s"] + ["Out"] * bool(spark) + ["Max offset", "Stored", "Backlog"], 1)
     for row, rate, backlog in rows[:limit]:
-        style = "dim" if row.system else None
-        t.add_row(row.name, str(len(row.queues)), _rate(rate.in_msgs), f"{rate.in_bytes / MB:.2f}",
-                  Text(sparkline(rate.in_series, spark), style="cyan"), _rate(rate.out_msgs),
-                  f"{rate.out_bytes / MB:.2f}", Text(sparkline(rate.out_series, spark), style="green"),
-                  f"{row.max_offset:,}", f"{row.stored:,}", f"{backlog:,}", style=style)
+        ins: list[RenderableType] = [Text(sparkline(rate.in_series, spark), style="cyan")] if spark else []
+        outs: list[RenderableType] = [Text(sparkline(rate.out_series, spark), style="green")] if spark else []
+        t.add_row(row.name, str(len(row.queues)), _rate(rate.in_msgs), f"{rate.in_bytes / MB:.2f}", *ins,
+                  _rate(rate.out_msgs), f"{rate.out_bytes / MB:.2f}", *outs,
+                  f"{row.max_offset:,}", f"{row.stored:,}", f"{backlog:,}", style="dim" if row.system else None)
     if len(rows) > limit:
         t.add_row(f"... {len(rows) - limit} more", style="dim")
     return t
@@ -169,14 +170,14 @@ def _groups(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Tab
     if view.sort == "lag":
         names.sort(key=lambda n: -snap.groups[n].lag)
     t = _table(f"Consumer groups ({len(names)})", ["Group", "Model", "Topics", "Members", "Lag",
-                                                   "Consume msg/s", "Trend", "Lag history"], 3)
+                                                   "Consume msg/s", "Trend"] + ["Lag history"] * bool(spark), 3)
     for n in names[:limit]:
         g, rate = snap.groups[n], r.groups.get(n, GroupRate(0.0, 0, 0, ()))
         arrow, colour = ARROWS[rate.trend]
         lag_style = "yellow" if rate.growing_for >= GROWING_ALERT else None
         t.add_row(n, "broadcast" if g.broadcasting else "cluster", ",".join(g.topics()) or "-", str(g.members),
                   Text(f"{g.lag:,}", style=lag_style or ""), _rate(rate.consume), Text(arrow, style=colour),
-                  Text(sparkline(rate.lag_series, spark), style="magenta"))
+                  *([Text(sparkline(rate.lag_series, spark), style="magenta")] if spark else []))
     if len(names) > limit:
         t.add_row(f"... {len(names) - limit} more", style="dim")
     return t
@@ -207,7 +208,8 @@ def render(snaps: Sequence[Snapshot], width: int, height: int, view: View = View
     """One frame from the latest snapshot of ``snaps`` (oldest first) and the rates over them."""
     snap = snaps[-1]
     r = rates(snaps)
-    spark = max(8, min(30, (width - 110) // 2))
+    spark = min(30, (width - 110) // 2)  # what two sparklines leave of the topic table's width
+    spark = spark if spark >= 6 else 0
     warn = alerts(snap, r)
     # lines left for table rows: header 3, alerts, 3 tables x (blank + title + head), blank + footer
     room = max(3, height - 3 - len(warn) - 9 - 3)
