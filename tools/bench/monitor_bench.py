@@ -1,0 +1,125 @@
+"""Broker throughput with a monitor watching it vs without (issue 14: within 2 %).
+
+One broker, one producer in this process sending 100-byte messages with ``send_async`` (256
+in flight, auto-batched) for ``--seconds``; each round measures every mode in turn
+(alternating, so drift of the machine hits all modes alike): ``off`` (nothing watching) and
+one mode per ``--intervals`` value, with the observer process running at that interval.
+Medians over ``--rounds``; the ratio is to ``off`` of the same run.
+
+The observer is a command template (``--observer``; ``{python}``, ``{name}`` and ``{interval}``
+are filled in) started before the mode's measurement and stopped after it. The default is
+this file's ``--sample`` mode: what ``shmq top`` does per frame (a snapshot of the state
+segment, psutil on the broker, rates and a full render) without a terminal. The exporter
+bench passes its own command (a server plus a scraper).
+
+    .venv/bin/python tools/bench/monitor_bench.py [--seconds 3] [--rounds 3] [--intervals 1,0.2]
+        [--observer '{python} -m shmq exporter --name {name} ...']
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+
+SAMPLER = "{python} " + __file__ + " --sample --name {name} --interval {interval}"
+CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
+BODY = b"x" * 100
+
+
+def sample(name: str, interval: float) -> None:
+    """The observer: ``shmq top``'s work per frame every ``interval`` seconds, until killed."""
+    from rich.console import Console
+
+    from shmq.monitor.attach import Attachment
+    from shmq.monitor.render import render
+
+    console = Console(file=io.StringIO(), width=160, height=50, color_system="truecolor", force_terminal=True)
+    with Attachment(name) as attachment:
+        while True:
+            if attachment.sample():
+                console.print(render(list(attachment.history.snapshots), 160, 50))
+                console.file = io.StringIO()
+            time.sleep(interval)
+
+
+def produce(p, seconds: float) -> int:  # type: ignore[no-untyped-def]
+    """Messages sent with ``send_async`` (256 in flight) in ``seconds``."""
+    from shmq import Message
+
+    msg = Message("Bench", BODY)
+    window: deque = deque()
+    n, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(64):
+            window.append(p.send_async(msg))
+            if len(window) >= 256:
+                window.popleft().result()
+        n += 64
+    for f in window:
+        f.result()
+    return n
+
+
+def measure(p, name: str, seconds: float, observer: str | None, interval: float) -> float:  # type: ignore[no-untyped-def]
+    """Msgs/s of one run, with ``observer`` (a command template) running at ``interval`` if given."""
+    proc = None
+    if observer:
+        cmd = observer.format(python=shlex.quote(sys.executable), name=name, interval=interval)
+        proc = subprocess.Popen(shlex.split(cmd), stdout=subprocess.DEVNULL)
+        time.sleep(max(1.0, 2 * interval))  # attached and past its start-up before we measure
+        if proc.poll() is not None:
+            raise SystemExit(f"observer exited with status {proc.returncode}: {cmd}")
+    try:
+        start = time.perf_counter()
+        return produce(p, seconds) / (time.perf_counter() - start)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--intervals", default="1,0.2", help="observer intervals to compare with off (seconds)")
+    ap.add_argument("--observer", default=SAMPLER, help="command template: {python} {name} {interval}")
+    ap.add_argument("--sample", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--name", default="monitor_bench")
+    ap.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.sample:
+        sample(args.name, args.interval)
+        return
+
+    import shmq
+    from shmq import Producer
+
+    modes: list[tuple[str, float]] = [("off", 0.0)] + [(f"{i} s", float(i)) for i in args.intervals.split(",")]
+    rates: dict[str, list[float]] = {m: [] for m, _ in modes}
+    with tempfile.TemporaryDirectory() as d, shmq.Broker(d + "/store", args.name, CONFIG):
+        with Producer("bench", broker=args.name) as p:
+            produce(p, 0.5)  # warm up: attach, topic creation, first segment
+            for _ in range(args.rounds):
+                for mode, interval in modes:
+                    rates[mode].append(measure(p, args.name, args.seconds, args.observer if interval else None,
+                                               interval))
+    base = statistics.median(rates["off"])
+    print(f"{'observer':10} {'msgs/s (median)':>16} {'vs off':>7}  runs")
+    result = {}
+    for mode, _ in modes:
+        med = statistics.median(rates[mode])
+        result[mode] = {"median": round(med), "ratio": round(med / base, 4), "runs": [round(r) for r in rates[mode]]}
+        print(f"{mode:10} {med:16,.0f} {med / base:7.3f}  {', '.join(f'{r:,.0f}' for r in rates[mode])}")
+    print(json.dumps({"bench": "monitor", "observer": args.observer, "seconds": args.seconds, **result}))
+
+
+if __name__ == "__main__":
+    main()
