@@ -4,7 +4,8 @@ One broker, one producer in this process sending 100-byte messages with ``send_a
 in flight, auto-batched) for ``--seconds``; each round measures every mode in turn
 (alternating, so drift of the machine hits all modes alike): ``off`` (nothing watching) and
 one mode per ``--intervals`` value, with the observer process running at that interval.
-Medians over ``--rounds``; the ratio is to ``off`` of the same run.
+Medians over ``--rounds``; the ratio is to ``off`` of the same run. Also the broker's CPU per
+message and the observer's CPU share, which a loaded machine moves much less than the rate.
 
 The observer is a command template (``--observer``; ``{python}``, ``{name}`` and ``{interval}``
 are filled in) started before the mode's measurement and stopped after it. The default is
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from collections import deque
+
+import psutil
 
 SAMPLER = "{python} " + __file__ + " --sample --name {name} --interval {interval}"
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
@@ -67,18 +70,32 @@ def produce(p, seconds: float) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
-def measure(p, name: str, seconds: float, observer: str | None, interval: float) -> float:  # type: ignore[no-untyped-def]
-    """Msgs/s of one run, with ``observer`` (a command template) running at ``interval`` if given."""
-    proc = None
+def _cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def measure(p, broker: psutil.Process, name: str, seconds: float,  # type: ignore[no-untyped-def]
+            observer: str | None, interval: float) -> tuple[float, float, float]:
+    """(msgs/s, broker CPU us per message, observer CPU % of one core) of one run, with
+    ``observer`` (a command template) running at ``interval`` if given. The CPU figures hold
+    on a busy machine where the rate swings: the observer shares no lock with the broker, so
+    its only cost to it is the CPU it takes."""
+    proc = watched = None
     if observer:
         cmd = observer.format(python=shlex.quote(sys.executable), name=name, interval=interval)
         proc = subprocess.Popen(shlex.split(cmd), stdout=subprocess.DEVNULL)
         time.sleep(max(1.0, 2 * interval))  # attached and past its start-up before we measure
         if proc.poll() is not None:
             raise SystemExit(f"observer exited with status {proc.returncode}: {cmd}")
+        watched = psutil.Process(proc.pid)
     try:
+        broker_cpu, observer_cpu = _cpu(broker), _cpu(watched) if watched else 0.0
         start = time.perf_counter()
-        return produce(p, seconds) / (time.perf_counter() - start)
+        n = produce(p, seconds)
+        elapsed = time.perf_counter() - start
+        used = (_cpu(watched) - observer_cpu) / elapsed * 100 if watched else 0.0
+        return n / elapsed, (_cpu(broker) - broker_cpu) / n * 1e6, used
     finally:
         if proc is not None:
             proc.terminate()
@@ -103,23 +120,25 @@ def main() -> None:
     from shmq import Producer
 
     modes: list[tuple[str, float]] = [("off", 0.0)] + [(f"{i} s", float(i)) for i in args.intervals.split(",")]
-    rates: dict[str, list[float]] = {m: [] for m, _ in modes}
-    with tempfile.TemporaryDirectory() as d, shmq.Broker(d + "/store", args.name, CONFIG):
+    runs: dict[str, list[tuple[float, float, float]]] = {m: [] for m, _ in modes}
+    with tempfile.TemporaryDirectory() as d, shmq.Broker(d + "/store", args.name, CONFIG) as b:
+        broker = psutil.Process(b.pid)
         with Producer("bench", broker=args.name) as p:
             produce(p, 0.5)  # warm up: attach, topic creation, first segment
             for _ in range(args.rounds):
                 for mode, interval in modes:
-                    rates[mode].append(measure(p, args.name, args.seconds, args.observer if interval else None,
-                                               interval))
-    base = statistics.median(rates["off"])
-    print(f"{'observer':10} {'msgs/s (median)':>16} {'vs off':>7}  runs")
+                    runs[mode].append(measure(p, broker, args.name, args.seconds,
+                                              args.observer if interval else None, interval))
+    base = statistics.median(r[0] for r in runs["off"])
+    print(f"{'observer':10} {'msgs/s (median)':>16} {'vs off':>7} {'broker CPU us/msg':>18} {'observer CPU %':>15}  rates")
     result = {}
     for mode, _ in modes:
-        med = statistics.median(rates[mode])
-        result[mode] = {"median": round(med), "ratio": round(med / base, 4), "runs": [round(r) for r in rates[mode]]}
-        print(f"{mode:10} {med:16,.0f} {med / base:7.3f}  {', '.join(f'{r:,.0f}' for r in rates[mode])}")
+        rate, cpu, used = (statistics.median(r[k] for r in runs[mode]) for k in range(3))
+        result[mode] = {"median": round(rate), "ratio": round(rate / base, 4), "broker_cpu_us": round(cpu, 2),
+                        "observer_cpu_pct": round(used, 2), "runs": [round(r[0]) for r in runs[mode]]}
+        print(f"{mode:10} {rate:16,.0f} {rate / base:7.3f} {cpu:18.2f} {used:15.2f}  "
+              f"{', '.join(f'{r[0]:,.0f}' for r in runs[mode])}")
     print(json.dumps({"bench": "monitor", "observer": args.observer, "seconds": args.seconds, **result}))
-
 
 if __name__ == "__main__":
     main()

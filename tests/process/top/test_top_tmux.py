@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from typing import Iterator
 
+import psutil
 import pytest
 
 import shmq
@@ -98,3 +100,21 @@ def test_top_attaches_follows_survives_a_restart_and_quits(store_dir, broker_nam
         assert tmux_top.exit_status() == "status 0"
     finally:
         broker.stop()
+
+
+def test_sigterm_restores_the_terminal(tmp_path, broker_name) -> None:
+    after = tmp_path / "after"
+    t = Tmux(str(tmp_path / "tmux.sock"),
+             f"{sys.executable} -m shmq top --name {broker_name} --interval 0.2; echo status=$? > {after}; "
+             f"stty -a >> {after}; sleep 30")
+    try:
+        assert t.shows("broker down - waiting for it"), t.screen()
+        pane = psutil.Process(int(t._tmux("display-message", "-p", "-t", "top", "#{pane_pid}")))
+        (top,) = pane.children()
+        top.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: after.exists() and "icanon" in after.read_text(), timeout=5.0)
+        text = after.read_text()
+        assert text.startswith("status=143")
+        assert "-icanon" not in text and "-echo " not in text  # cbreak mode undone
+    finally:
+        t.kill()
