@@ -25,11 +25,22 @@ from shmq.monitor.attach import Attachment
 from shmq.monitor.render import View, render, render_down
 
 ESC, ENTER, BACKSPACES = "\x1b", ("\r", "\n"), ("\x7f", "\b")
+DESCRIPTION = """\
+A full-screen monitor of one running broker: topics (in/out rates, max offsets, backlog),
+consumer groups (lag, consume rate, trend), clients, flush and replica lag, alerts. It reads
+the broker's state segment only, so it never slows the broker, and it waits for a broker
+that is down and reattaches when it is back.
+
+keys: q quit, s cycle the sort, / filter topics (Enter applies, Esc clears), a show or hide
+system topics.
+
+On a pipe (or with --once) it prints one frame and exits: 0 with a broker, 1 when it is down.
+"""
 
 
 def add_top_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("top", help="full-screen monitor of a running broker (reads its state segment only)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1.0)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (also when stdout is not a terminal)")
@@ -49,23 +60,28 @@ def run_top(args: argparse.Namespace) -> int:
             return 0
 
 
-def frame(attachment: Attachment, console: Console, view: View) -> RenderableType:
+def frame(attachment: Attachment, width: int, height: int, view: View) -> RenderableType:
     """The frame for the attachment's state: the monitor, or the broker-down screen."""
     snaps = attachment.history.snapshots
     if attachment.down is not None or not snaps:
         return render_down(attachment.name, attachment.down or "not attached yet",
                            time.monotonic() - attachment.down_since, attachment.history.latest)
-    return render(list(snaps), console.size.width, console.size.height, view)
+    return render(list(snaps), width, height, view)
 
 
 def _once(attachment: Attachment, gap: float) -> int:
-    """Two samples ``gap`` apart (rates need two), one frame printed."""
+    """Two samples ``gap`` apart (rates need two), one frame printed. On a pipe every row is
+    printed, 160 columns wide unless COLUMNS says otherwise (a file has no screen to fit)."""
     console = Console()
+    width, height = console.size.width, console.size.height
+    if not console.is_terminal:
+        width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 160
+        console.width, height = width, 1_000_000
     up = attachment.sample()
     if up:
         time.sleep(gap)
         up = attachment.sample()
-    console.print(frame(attachment, console, View()))
+    console.print(frame(attachment, width, height, View()))
     return 0 if up else 1
 
 
@@ -83,7 +99,7 @@ def _live(attachment: Attachment, interval: float) -> int:
             if now >= next_sample:
                 attachment.sample()
                 next_sample = now + interval
-                live.update(frame(attachment, console, view), refresh=True)
+                live.update(frame(attachment, *console.size, view), refresh=True)
             pressed = keys.read(max(0.0, next_sample - time.monotonic()))
             if not pressed:
                 continue
@@ -91,7 +107,7 @@ def _live(attachment: Attachment, interval: float) -> int:
                 view, quit_ = on_key(view, key)
                 if quit_:
                     return 0
-            live.update(frame(attachment, console, view), refresh=True)
+            live.update(frame(attachment, *console.size, view), refresh=True)
 
 
 def on_key(view: View, key: str) -> tuple[View, bool]:
