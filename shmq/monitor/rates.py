@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from shmq.monitor.snapshot import Snapshot
 
@@ -91,40 +91,49 @@ def _per_second(before: int, after: int, seconds: float) -> float:
     return max(0, after - before) / seconds
 
 
-def _consumed_on(snap: Snapshot, topic: str) -> dict[tuple[str, str, int], int]:
-    """Committed offsets of every group on ``topic``'s queues, keyed by (group, topic, queue)."""
-    return {(g.name, t, q): off for g in snap.groups.values() for (t, q), off in g.committed.items() if t == topic}
-
-
 def _growth(before: dict, after: dict) -> int:
     """Sum of the per-key growth (keys new in ``after`` count from nothing: no jump from 0)."""
     return sum(max(0, off - before[k]) for k, off in after.items() if k in before)
 
 
-def _topic_pair(a: Snapshot, b: Snapshot, name: str) -> tuple[float, float, float]:
-    """In msgs/s, in bytes/s and out msgs/s of ``name`` between snapshots ``a`` and ``b``."""
+def _consumed_by_topic(a: Snapshot, b: Snapshot) -> dict[str, int]:
+    """Messages consumed per topic between ``a`` and ``b``: the committed offsets' growth of
+    every group, in one pass over the offsets (a broker may have thousands of topics)."""
+    out: dict[str, int] = {}
+    for name, g in b.groups.items():
+        before = a.groups.get(name)
+        if before is None:
+            continue
+        for key, off in g.committed.items():
+            was = before.committed.get(key)
+            if was is not None and off > was:
+                out[key[0]] = out.get(key[0], 0) + off - was
+    return out
+
+
+def _pair(a: Snapshot, b: Snapshot) -> dict[str, tuple[float, float, float]]:
+    """In msgs/s, in bytes/s and out msgs/s of every topic of ``b`` between ``a`` and ``b``."""
     seconds = b.monotonic - a.monotonic
-    ta, tb = a.topics.get(name), b.topics.get(name)
-    if tb is None:
-        return 0.0, 0.0, 0.0
-    msgs, size = (ta.msgs_in, ta.bytes_in) if ta is not None else (0, 0)  # created in between: counted from 0
-    out = _growth(_consumed_on(a, name), _consumed_on(b, name)) / seconds
-    return _per_second(msgs, tb.msgs_in, seconds), _per_second(size, tb.bytes_in, seconds), out
+    consumed = _consumed_by_topic(a, b)
+    rows = {}
+    for name, tb in b.topics.items():
+        ta = a.topics.get(name)
+        msgs, size = (ta.msgs_in, ta.bytes_in) if ta is not None else (0, 0)  # created in between: from 0
+        rows[name] = (_per_second(msgs, tb.msgs_in, seconds), _per_second(size, tb.bytes_in, seconds),
+                      consumed.get(name, 0) / seconds)
+    return rows
 
 
-def _pairs(snaps: Sequence[Snapshot]) -> Iterable[tuple[Snapshot, Snapshot]]:
-    return zip(snaps, snaps[1:])
-
-
-def _topic_rate(snaps: Sequence[Snapshot], name: str) -> TopicRate:
-    series = [_topic_pair(a, b, name) for a, b in _pairs(snaps)]
-    if not series:
-        return TopicRate(0.0, 0.0, 0.0, 0.0, (), ())
-    in_msgs, in_bytes, out_msgs = series[-1]
-    t = snaps[-1].topics[name]
-    mean_size = t.bytes_in / t.msgs_in if t.msgs_in else 0.0
-    return TopicRate(in_msgs, in_bytes, out_msgs, out_msgs * mean_size,
-                     tuple(s[0] for s in series), tuple(s[2] for s in series))
+def _topic_rates(snaps: Sequence[Snapshot]) -> dict[str, TopicRate]:
+    pairs = [_pair(a, b) for a, b in zip(snaps, snaps[1:])]
+    out = {}
+    for name, t in snaps[-1].topics.items():
+        series = [p.get(name, (0.0, 0.0, 0.0)) for p in pairs]
+        in_msgs, in_bytes, out_msgs = series[-1] if series else (0.0, 0.0, 0.0)
+        mean_size = t.bytes_in / t.msgs_in if t.msgs_in else 0.0
+        out[name] = TopicRate(in_msgs, in_bytes, out_msgs, out_msgs * mean_size,
+                              tuple(s[0] for s in series), tuple(s[2] for s in series))
+    return out
 
 
 def _group_rate(snaps: Sequence[Snapshot], name: str) -> GroupRate:
@@ -155,5 +164,5 @@ def rates(snaps: Sequence[Snapshot]) -> Rates:
         in_msgs = _per_second(a.broker.msgs_in, last.broker.msgs_in, seconds)
         in_bytes = _per_second(a.broker.bytes_in, last.broker.bytes_in, seconds)
         busy = _per_second(a.broker.busy_rejections, last.broker.busy_rejections, seconds)
-    return Rates(in_msgs, in_bytes, busy, {t: _topic_rate(snaps, t) for t in last.topics},
+    return Rates(in_msgs, in_bytes, busy, _topic_rates(snaps),
                  {g: _group_rate(snaps, g) for g in last.groups})
