@@ -52,11 +52,13 @@ def sparkline(values: Sequence[float], width: int) -> str:
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover - unreachable: GiB returns above
+        if abs(n) < 1024:
+            break
+    return f"{n:.1f} {unit}"
 
 
 def duration(seconds: float) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
-from shmq.monitor.render import View, alerts, render, render_down, sparkline
+from shmq.monitor.render import View, alerts, human_bytes, render, render_down, sparkline
 from shmq.monitor.rates import rates
 from shmq.monitor.snapshot import ClientRow, Snapshot
 from tests.monitor.snapshots import STARTED_MS, group, orders_run, snapshot, topic
@@ -61,6 +61,11 @@ def test_sparkline_scales_to_the_maximum() -> None:
     assert sparkline([0, 1, 2, 4], 4) == "▁▃▅█"
     assert sparkline([0, 0], 4) == "  ▁▁"
     assert sparkline([8, 0, 4, 8], 3) == "▁▅█"  # the last values only
+
+
+def test_human_bytes() -> None:
+    assert [human_bytes(n) for n in (1023, 1024, 80 << 20, 5000 << 30)] == ["1023 B", "1.0 KiB", "80.0 MiB",
+                                                                           "5000.0 GiB"]
 
 
 def test_busy_broker_frame() -> None:
