@@ -10,8 +10,8 @@ message and the observer's CPU share, which a loaded machine moves much less tha
 The observer is a command template (``--observer``; ``{python}``, ``{name}`` and ``{interval}``
 are filled in) started before the mode's measurement and stopped after it. The default is
 this file's ``--sample`` mode: what ``shmq top`` does per frame (a snapshot of the state
-segment, psutil on the broker, rates and a full render) without a terminal. The exporter
-bench passes its own command (a server plus a scraper).
+segment, psutil on the broker, rates and a full render) without a terminal. Any other
+observer (an exporter with a scraper, several tops) is one ``--observer`` command away.
 
     .venv/bin/python tools/bench/monitor_bench.py [--seconds 3] [--rounds 3] [--intervals 1,0.2]
         [--observer '{python} -m shmq exporter --name {name} ...']
