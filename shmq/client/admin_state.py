@@ -53,6 +53,11 @@ class TopicStatus:
         """The sum of the queues' max offsets: every message ever stored in the topic."""
         return sum(q.max_offset for q in self.queues)
 
+    @property
+    def dlq(self) -> bool:
+        """A group's dead-letter topic (``%DLQ%<group>``)."""
+        return self.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
 
 @dataclass(frozen=True)
 class ClientInfo:

@@ -147,18 +147,18 @@ def families(snap: Snapshot) -> list[Family]:
     one("shmq_broker_resident_memory_bytes", "gauge", "The broker process's resident set size", p.rss)
     one("shmq_broker_threads", "gauge", "Threads of the broker process", p.threads)
 
-    topics = sorted(snap.topics.values(), key=lambda t: t.name)
+    topics = sorted(snap.topics.values(), key=lambda t: t.topic)
     per("shmq_topic_messages_in_total", "counter", "Messages put into the topic since the broker started",
-        [({"topic": t.name}, t.msgs_in) for t in topics])
+        [({"topic": t.topic}, t.msgs_in) for t in topics])
     per("shmq_topic_bytes_in_total", "counter", "Message bytes put into the topic since the broker started",
-        [({"topic": t.name}, t.bytes_in) for t in topics])
+        [({"topic": t.topic}, t.bytes_in) for t in topics])
     per("shmq_topic_max_offset", "gauge", "Sum of the topic's queue max offsets (messages ever put)",
-        [({"topic": t.name}, t.max_offset) for t in topics])
+        [({"topic": t.topic}, t.max_offset) for t in topics])
     per("shmq_topic_min_offset", "gauge", "Sum of the topic's queue min offsets (messages deleted with old files)",
-        [({"topic": t.name}, sum(q.min_offset for q in t.queues)) for t in topics])
+        [({"topic": t.topic}, sum(q.min_offset for q in t.queues)) for t in topics])
     per("shmq_topic_messages_stored", "gauge", "Messages of the topic still stored (max - min offset over its queues)",
-        [({"topic": t.name}, t.stored) for t in topics])
-    per("shmq_topic_queues", "gauge", "The topic's write queues", [({"topic": t.name}, t.write_queues) for t in topics])
+        [({"topic": t.topic}, t.messages) for t in topics])
+    per("shmq_topic_queues", "gauge", "The topic's write queues", [({"topic": t.topic}, t.write_queue_nums) for t in topics])
 
     groups = sorted(snap.groups.values(), key=lambda g: g.name)
     per("shmq_group_members", "gauge", "Consumers attached in the group",

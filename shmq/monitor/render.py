@@ -15,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from shmq.monitor.rates import GroupRate, Rates, TopicRate, rates
-from shmq.monitor.snapshot import Snapshot, TopicRow
+from shmq.client.admin_state import TopicStatus
+from shmq.monitor.snapshot import Snapshot
 
 SORTS = ("name", "in", "out", "backlog", "lag")
 """Sort keys ``s`` cycles through: topics by name, in rate, out rate or backlog; ``lag`` sorts
@@ -131,12 +132,12 @@ def _backlog(snap: Snapshot, topic: str) -> int:
     return max(lags, default=0)
 
 
-def _topic_rows(snap: Snapshot, r: Rates, view: View) -> list[tuple[TopicRow, TopicRate, int]]:
+def _topic_rows(snap: Snapshot, r: Rates, view: View) -> list[tuple[TopicStatus, TopicRate, int]]:
     rows = [(t, r.topics[n], _backlog(snap, n)) for n, t in snap.topics.items()
             if (view.show_system or not t.system or t.dlq) and view.filter.lower() in n.lower()]
     keys = {"in": lambda x: -x[1].in_msgs, "out": lambda x: -x[1].out_msgs,
             "backlog": lambda x: -x[2], "lag": lambda x: -x[2]}
-    rows.sort(key=lambda x: x[0].name)
+    rows.sort(key=lambda x: x[0].topic)
     if view.sort in keys:
         rows.sort(key=keys[view.sort])
     return rows
@@ -159,9 +160,9 @@ def _topics(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Tab
     for row, rate, backlog in rows[:limit]:
         ins: list[RenderableType] = [Text(sparkline(rate.in_series, spark), style="cyan")] if spark else []
         outs: list[RenderableType] = [Text(sparkline(rate.out_series, spark), style="green")] if spark else []
-        t.add_row(row.name, str(len(row.queues)), _rate(rate.in_msgs), f"{rate.in_bytes / MB:.2f}", *ins,
+        t.add_row(row.topic, str(len(row.queues)), _rate(rate.in_msgs), f"{rate.in_bytes / MB:.2f}", *ins,
                   _rate(rate.out_msgs), f"{rate.out_bytes / MB:.2f}", *outs,
-                  f"{row.max_offset:,}", f"{row.stored:,}", f"{backlog:,}", style="dim" if row.system else None)
+                  f"{row.max_offset:,}", f"{row.messages:,}", f"{backlog:,}", style="dim" if row.system else None)
     if len(rows) > limit:
         t.add_row(f"... {len(rows) - limit} more", style="dim")
     return t

@@ -14,49 +14,8 @@ from typing import Any
 import numpy as np
 
 from shmq.broker.health import ROLE_NAMES
-from shmq.model.system_topics import is_dlq_topic, is_system_topic
+from shmq.client.admin_state import ClientInfo, TopicStatus, all_topics, clients
 from shmq.ring.state import StateReader, StateView
-
-CLIENT_ROLES = {1: "producer", 2: "consumer"}
-
-
-@dataclass(frozen=True)
-class QueueRow:
-    queue_id: int
-    min_offset: int
-    max_offset: int
-
-
-@dataclass(frozen=True)
-class TopicRow:
-    """A topic: its config, counters since the broker started and its queues' offsets."""
-
-    name: str
-    perm: int
-    read_queues: int
-    write_queues: int
-    msgs_in: int
-    bytes_in: int
-    queues: tuple[QueueRow, ...]
-
-    @property
-    def system(self) -> bool:
-        return is_system_topic(self.name)
-
-    @property
-    def dlq(self) -> bool:
-        return is_dlq_topic(self.name)
-
-    @property
-    def max_offset(self) -> int:
-        """Messages ever put (the sum of the queues' max offsets)."""
-        return sum(q.max_offset for q in self.queues)
-
-    @property
-    def stored(self) -> int:
-        """Messages still stored (max - min over the queues)."""
-        return sum(max(0, q.max_offset - q.min_offset) for q in self.queues)
-
 
 @dataclass(frozen=True)
 class GroupRow:
@@ -80,17 +39,6 @@ class GroupRow:
 
     def topics(self) -> list[str]:
         return sorted({t for t, _ in self.committed})
-
-
-@dataclass(frozen=True)
-class ClientRow:
-    client_id: int
-    role: str
-    pid: int
-    group: str | None
-    attached_ms: int
-    request_fill: int
-    response_fill: int
 
 
 @dataclass(frozen=True)
@@ -152,9 +100,9 @@ class Snapshot:
     taken_ms: int
     monotonic: float
     broker: BrokerRow
-    topics: dict[str, TopicRow]
+    topics: dict[str, TopicStatus]
     groups: dict[str, GroupRow]
-    clients: tuple[ClientRow, ...]
+    clients: tuple[ClientInfo, ...]
     process: ProcessRow = field(default_factory=ProcessRow)
 
     @property
@@ -170,20 +118,13 @@ def snapshot_of(v: StateView, name: str, taken_ms: int, monotonic: float,
                 process: ProcessRow | None = None) -> Snapshot:
     """Parse a consistent copy of the state segment (``StateReader.snapshot``) into a ``Snapshot``."""
     h, s = v.header[0], v.stats[0]
-    topics: dict[str, TopicRow] = {}
-    topic_of_row: dict[int, str] = {}
+    topics = all_topics(v)
     queue_of_row: dict[int, tuple[str, int, int]] = {}  # queue table row -> (topic, qid, max)
     for row in np.flatnonzero(v.topics["used"] != 0):
         t = v.topics[row]
-        tname = _name(t["name"])
-        rows = v.topic_queues(int(row))
-        queues = tuple(QueueRow(i, int(q["min_offset"]), int(q["max_offset"])) for i, q in enumerate(rows))
-        base = int(t["queue_base"])
-        for q in queues:
-            queue_of_row[base + q.queue_id] = (tname, q.queue_id, q.max_offset)
-        topic_of_row[int(row)] = tname
-        topics[tname] = TopicRow(tname, int(t["perm"]), int(t["read_queues"]), int(t["write_queues"]),
-                                 int(t["msgs_in"]), int(t["bytes_in"]), queues)
+        base, status = int(t["queue_base"]), topics[_name(t["name"])]
+        for q in status.queues:
+            queue_of_row[base + q.queue_id] = (status.topic, q.queue_id, q.max_offset)
     committed: dict[int, dict[tuple[str, int], int]] = {}
     lags: dict[int, dict[tuple[str, int], int]] = {}
     for o in v.offsets[v.offsets["used"] != 0]:
@@ -199,12 +140,6 @@ def snapshot_of(v: StateView, name: str, taken_ms: int, monotonic: float,
         gname = _name(g["name"])
         groups[gname] = GroupRow(gname, bool(g["model"]), int(g["members"]), int(g["version"]),
                                  committed.get(int(row), {}), lags.get(int(row), {}))
-    group_names = {int(r): _name(v.groups[r]["name"]) for r in np.flatnonzero(v.groups["used"] != 0)}
-    clients = tuple(
-        ClientRow(int(c["client_id"]), CLIENT_ROLES.get(int(c["role"]), "?"), int(c["pid"]),
-                  group_names.get(int(c["group"])) if int(c["group"]) >= 0 else None, int(c["attached_ms"]),
-                  int(c["request_fill"]), int(c["response_fill"]))
-        for c in v.clients[v.clients["used"] != 0])
     broker = BrokerRow(
         int(h["broker_pid"]), int(h["started_ms"]), _name(h["store_dir"]), ROLE_NAMES.get(int(s["role"]), "?"),
         _name(s["version"]), int(s["health_ms"]), int(s["msgs_in"]), int(s["bytes_in"]), int(s["busy_rejections"]),
@@ -213,7 +148,7 @@ def snapshot_of(v: StateView, name: str, taken_ms: int, monotonic: float,
         float(s["disk_clean_ratio"]), int(s["delay_backlog"]), int(s["timer_backlog"]), int(s["half_backlog"]),
         int(s["dlq_messages"]), int(s["replicas"]), int(s["replicas_in_sync"]), int(s["replica_offset"]),
         int(s["master_offset"]))
-    return Snapshot(name, taken_ms, monotonic, broker, topics, groups, clients, process or ProcessRow())
+    return Snapshot(name, taken_ms, monotonic, broker, topics, groups, tuple(clients(v)), process or ProcessRow())
 
 
 class ProcessWatch:

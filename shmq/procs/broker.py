@@ -465,12 +465,7 @@ class BrokerController:
 
     def replication_health(self) -> ReplicaHealth:
         """A master's replicas as its HA segment shows them (a replica overrides this)."""
-        if self.ha is None:
-            return ReplicaHealth()
-        end, gap = self.core.store.commitlog.max_offset, self.config.ha_max_gap_not_in_sync
-        replicas = self.ha.segment.replicas()
-        return ReplicaHealth(len(replicas), sum(1 for r in replicas if end - r.acked_offset <= gap),
-                             self.ha.best_acked(), end)
+        return self.ha.health() if self.ha is not None else ReplicaHealth()
 
     def _publish_fill(self) -> None:
         if self.clients:

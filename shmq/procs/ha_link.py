@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from shmq.broker.health import ReplicaHealth
 from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment, SenderWaker
 from shmq.procs.ha_supervisor import SenderSupervisor
@@ -57,6 +58,13 @@ class MasterLink:
 
     def best_acked(self) -> int:
         return self.segment.best_acked(self._log_end(), self._max_gap)
+
+    def health(self) -> ReplicaHealth:
+        """For the monitor: replicas connected, how many within ``haMaxGapNotInSync``, the best acked offset."""
+        end = self._log_end()
+        replicas = self.segment.replicas()
+        return ReplicaHealth(len(replicas), sum(1 for r in replicas if end - r.acked_offset <= self._max_gap),
+                             self.best_acked(), end)
 
     def set_waiting(self, waiting: bool) -> None:
         self.segment.set_broker_waiting(waiting)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shmq.monitor.snapshot import BrokerRow, ClientRow, GroupRow, ProcessRow, QueueRow, Snapshot, TopicRow
+from shmq.client.admin_state import ClientInfo, QueueStatus, TopicStatus
+from shmq.model.system_topics import is_system_topic
+from shmq.monitor.snapshot import BrokerRow, GroupRow, ProcessRow, Snapshot
 
 STARTED_MS = 1_700_000_000_000
 
@@ -17,23 +19,23 @@ def broker(**over: object) -> BrokerRow:
     return replace(row, **over)  # type: ignore[arg-type]
 
 
-def topic(name: str, ends: list[int], size: int = 100, mins: list[int] | None = None) -> TopicRow:
+def topic(name: str, ends: list[int], size: int = 100, mins: list[int] | None = None) -> TopicStatus:
     """A topic whose queues end at ``ends`` with messages of ``size`` bytes, all put since the start."""
     mins = mins or [0] * len(ends)
-    return TopicRow(name, 6, len(ends), len(ends), sum(ends), sum(ends) * size,
-                    tuple(QueueRow(i, m, e) for i, (m, e) in enumerate(zip(mins, ends))))
+    return TopicStatus(name, 6, len(ends), len(ends), is_system_topic(name), sum(ends), sum(ends) * size,
+                       [QueueStatus(i, m, e) for i, (m, e) in enumerate(zip(mins, ends))])
 
 
-def group(name: str, topics: dict[str, TopicRow], committed: dict[tuple[str, int], int], members: int = 1) -> GroupRow:
+def group(name: str, topics: dict[str, TopicStatus], committed: dict[tuple[str, int], int], members: int = 1) -> GroupRow:
     lag = {k: max(0, topics[k[0]].queues[k[1]].max_offset - off) for k, off in committed.items()}
     return GroupRow(name, False, members, 1, dict(committed), lag)
 
 
-def snapshot(t: float, topics: list[TopicRow], groups: list[GroupRow] = (), clients: tuple[ClientRow, ...] = (),
+def snapshot(t: float, topics: list[TopicStatus], groups: list[GroupRow] = (), clients: tuple[ClientInfo, ...] = (),
              **broker_fields: object) -> Snapshot:
     """The snapshot ``t`` seconds after the broker started (counters summed from the topics)."""
     b = broker(msgs_in=sum(x.msgs_in for x in topics), bytes_in=sum(x.bytes_in for x in topics), **broker_fields)
-    return Snapshot("b1", STARTED_MS + int(t * 1000), 100.0 + t, b, {x.name: x for x in topics},
+    return Snapshot("b1", STARTED_MS + int(t * 1000), 100.0 + t, b, {x.topic: x for x in topics},
                     {g.name: g for g in groups}, clients, ProcessRow(12.5, 80 * 1024 * 1024, 9))
 
 

@@ -5,7 +5,8 @@ import re
 from dataclasses import replace
 
 from shmq.monitor.prometheus import down_exposition, escape_label, exposition, format_value
-from shmq.monitor.snapshot import BrokerRow, ClientRow, GroupRow, ProcessRow, QueueRow, Snapshot, TopicRow
+from shmq.client.admin_state import ClientInfo, QueueStatus, TopicStatus
+from shmq.monitor.snapshot import BrokerRow, GroupRow, ProcessRow, Snapshot
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
@@ -54,13 +55,13 @@ def _snapshot(process: ProcessRow = ProcessRow(12.5, 50_000_000, 9, 3.25)) -> Sn
         max_phy_offset=5000, flush_offset=4000, disk_used_ratio=0.5, disk_warning_ratio=0.9, disk_clean_ratio=0.85,
         delay_backlog=4, timer_backlog=5, half_backlog=1, dlq_messages=3, replicas=1, replicas_in_sync=1,
         replica_offset=4500, master_offset=-1)
-    orders = TopicRow("Orders", 6, 2, 2, 100, 10_000, (QueueRow(0, 10, 60), QueueRow(1, 0, 40)))
-    dlq = TopicRow("%DLQ%cg", 6, 1, 1, 3, 300, (QueueRow(0, 0, 3),))
+    orders = TopicStatus("Orders", 6, 2, 2, False, 100, 10_000, [QueueStatus(0, 10, 60), QueueStatus(1, 0, 40)])
+    dlq = TopicStatus("%DLQ%cg", 6, 1, 1, True, 3, 300, [QueueStatus(0, 0, 3)])
     cg = GroupRow('we"ird\\g\nx', False, 2, 7, {("Orders", 0): 50, ("Orders", 1): 40},
                   {("Orders", 0): 10, ("Orders", 1): 0})
-    clients = (ClientRow(1, "consumer", 999, cg.name, 0, 64, 0), ClientRow(2, "producer", 998, None, 0, 0, 128),
-               ClientRow(3, "producer", 997, None, 0, 512, 0))
-    return Snapshot("b1", 1_700_000_061_500, 1.0, broker, {t.name: t for t in (orders, dlq)}, {cg.name: cg}, clients,
+    clients = (ClientInfo(1, 999, "consumer", cg.name, 0, 64, 0), ClientInfo(2, 998, "producer", None, 0, 0, 128),
+               ClientInfo(3, 997, "producer", None, 0, 512, 0))
+    return Snapshot("b1", 1_700_000_061_500, 1.0, broker, {t.topic: t for t in (orders, dlq)}, {cg.name: cg}, clients,
                     process)
 
 

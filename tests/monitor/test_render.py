@@ -15,7 +15,8 @@ from rich.console import Console, RenderableType
 
 from shmq.monitor.render import View, alerts, human_bytes, render, render_down, sparkline
 from shmq.monitor.rates import rates
-from shmq.monitor.snapshot import ClientRow, Snapshot
+from shmq.client.admin_state import ClientInfo
+from shmq.monitor.snapshot import Snapshot
 from tests.monitor.snapshots import STARTED_MS, group, orders_run, snapshot, topic
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -39,9 +40,9 @@ def check_golden(name: str, text: str) -> None:
 def busy_broker(seconds: int = 10) -> list[Snapshot]:
     """Orders and Payments receiving, two groups (one falling behind), system topics, clients."""
     snaps = []
-    clients = (ClientRow(1, "producer", 3001, None, STARTED_MS + 1000, 4096, 0),
-               ClientRow(2, "consumer", 3002, "cg", STARTED_MS + 2000, 128, 65536),
-               ClientRow(3, "consumer", 3003, "audit", STARTED_MS + 2000, 0, 0))
+    clients = (ClientInfo(1, 3001, "producer", None, STARTED_MS + 1000, 4096, 0),
+               ClientInfo(2, 3002, "consumer", "cg", STARTED_MS + 2000, 128, 65536),
+               ClientInfo(3, 3003, "consumer", "audit", STARTED_MS + 2000, 0, 0))
     for s in range(seconds + 1):
         orders = topic("Orders", [s * 50, s * 50], size=512)
         payments = topic("Payments", [s * 5 * (s % 3)] * 4, size=2048)

@@ -30,7 +30,7 @@ def _view() -> StateView:
 def test_topics_groups_clients_and_health() -> None:
     snap = snapshot_of(_view(), "b1", 10_000, 1.0)
     orders = snap.topics["Orders"]
-    assert (orders.max_offset, orders.stored, orders.msgs_in) == (100, 90, 100)
+    assert (orders.max_offset, orders.messages, orders.msgs_in) == (100, 90, 100)
     assert snap.topics["%DLQ%cg"].system and snap.topics["%DLQ%cg"].dlq and not orders.system
     cg = snap.groups["cg"]
     assert cg.committed == {("Orders", 0): 50, ("Orders", 1): 40}
