@@ -32,24 +32,8 @@ test: $(SPARK_STAMP) host-tools java
 # `shmq top` terminal test runs it in tmux: installed by apt-get when missing and root;
 # otherwise those tests skip and say why
 host-tools:
-	@if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "iproute2 missing: apt-get install iproute2"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends iproute2 >/dev/null \
-	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-	           apt-get install -y -q --no-install-recommends iproute2 >/dev/null; } \
-	      || echo "apt-get install iproute2 failed: the HA host tests will skip"; \
-	  else echo "iproute2 missing (installing it needs root and apt-get): the HA host tests will skip"; fi; \
-	fi
-	@if ! command -v tmux >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "tmux missing: apt-get install tmux"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tmux >/dev/null \
-	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-	           apt-get install -y -q --no-install-recommends tmux >/dev/null; } \
-	      || echo "apt-get install tmux failed: the shmq top terminal test will skip"; \
-	  else echo "tmux missing (installing it needs root and apt-get): the shmq top terminal test will skip"; fi; \
-	fi
+	@sh tools/host-tool.sh iproute2 "the HA host tests" ip tc
+	@sh tools/host-tool.sh tmux "the shmq top terminal test" tmux
 
 # the monitor of a running broker: make top TOP_ARGS="--name orders --interval 0.5"
 top: $(STAMP)
@@ -58,15 +42,7 @@ top: $(STAMP)
 # Spark needs a Java runtime: Debian's openjdk-17-jre-headless, installed by apt-get when java
 # is missing and we are root; otherwise the Spark tests skip and say why
 java:
-	@if ! command -v java >/dev/null 2>&1 && [ -z "$${JAVA_HOME:-}" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "java missing: apt-get install openjdk-17-jre-headless"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null \
-	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
-	           apt-get install -y -q --no-install-recommends openjdk-17-jre-headless >/dev/null; } \
-	      || echo "apt-get install openjdk-17-jre-headless failed: the Spark tests will skip"; \
-	  else echo "java missing (installing it needs root and apt-get): the Spark tests will skip"; fi; \
-	fi
+	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
 # the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
 SPARK_DEMO_STORE ?= build/spark-demo-store
