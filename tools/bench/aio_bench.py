@@ -13,16 +13,22 @@ Medians over ``--rounds`` runs.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import asyncio
 import statistics
 import tempfile
 import time
-from collections import deque
 from typing import Awaitable, Callable
 
 import shmq
 import shmq.aio
 from shmq import Message
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tools.bench.windowed import send_async_for  # noqa: E402
 
 BROKER = "aio_bench"
 BODY = b"x" * 100
@@ -31,18 +37,7 @@ CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
 
 
 def _send_async(p: shmq.Producer, seconds: float) -> int:
-    msg = Message("Bench", BODY)
-    window: deque = deque()
-    n, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(64):
-            window.append(p.send_async(msg))
-            if len(window) >= WINDOW:
-                window.popleft().result()
-        n += 64
-    for f in window:
-        f.result()
-    return n
+    return send_async_for(p, Message("Bench", BODY), seconds, WINDOW)
 
 
 async def _tasks(p: shmq.aio.Producer, seconds: float) -> int:

@@ -25,12 +25,16 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections import deque
 
 import psutil
 
 import shmq
 from shmq import Message, Producer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tools.bench.windowed import send_async_for  # noqa: E402
 
 BODY = b"x" * 100
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmAheadSize": 256 * 1024 * 1024}
@@ -41,16 +45,8 @@ def _produce(broker: str, seconds: float, out: mp.Queue) -> None:
     with Producer("bench", broker=broker) as p:
         msg = Message("Bench", BODY)
         p.send(msg)  # attached and the topic exists before the clock starts
-        in_flight: deque = deque()
-        n, end = 0, time.perf_counter() + seconds
         start = time.perf_counter()
-        while time.perf_counter() < end:
-            in_flight.append(p.send_async(msg))
-            if len(in_flight) >= 256:
-                in_flight.popleft().result()
-            n += 1
-        for f in in_flight:
-            f.result()
+        n = send_async_for(p, msg, seconds, burst=1)
         out.put(n / (time.perf_counter() - start))
 
 

@@ -19,17 +19,22 @@ observer (an exporter with a scraper, several tops) is one ``--observer`` comman
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import io
 import json
 import shlex
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from collections import deque
 
 import psutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tools.bench.windowed import send_async_for  # noqa: E402
 
 SAMPLER = "{python} " + __file__ + " --sample --name {name} --interval {interval}"
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
@@ -56,18 +61,7 @@ def produce(p, seconds: float) -> int:  # type: ignore[no-untyped-def]
     """Messages sent with ``send_async`` (256 in flight) in ``seconds``."""
     from shmq import Message
 
-    msg = Message("Bench", BODY)
-    window: deque = deque()
-    n, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(64):
-            window.append(p.send_async(msg))
-            if len(window) >= 256:
-                window.popleft().result()
-        n += 64
-    for f in window:
-        f.result()
-    return n
+    return send_async_for(p, Message("Bench", BODY), seconds)
 
 
 def _cpu(p: psutil.Process) -> float:

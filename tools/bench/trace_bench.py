@@ -14,13 +14,19 @@ records dropped (buffer full) and stored.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import statistics
 import tempfile
 import time
-from collections import deque
 
 import shmq
 from shmq import Message, Producer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from tools.bench.windowed import send_async_for  # noqa: E402
 
 BODY = b"x" * 100
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
@@ -44,18 +50,7 @@ def _sync(p: Producer, seconds: float) -> int:
 
 
 def _async(p: Producer, seconds: float) -> int:
-    msg = Message("Bench", BODY)
-    window: deque = deque()
-    n, end = 0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(64):
-            window.append(p.send_async(msg))
-            if len(window) >= 256:
-                window.popleft().result()
-        n += 64
-    for f in window:
-        f.result()
-    return n
+    return send_async_for(p, Message("Bench", BODY), seconds)
 
 
 def run(mode: str, kind: str, seconds: float) -> tuple[float, float, int, int]:
