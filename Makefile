@@ -5,10 +5,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top
+.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
 
-$(STAMP): pyproject.toml
+# the compiled paths (shmq/_speedups, built by setup.py) need a C compiler, the Python headers and
+# zlib's header: installed by apt-get when missing and root; without them shmq installs pure Python
+$(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@sh tools/host-tool.sh gcc "the compiled paths" gcc
+	@sh tools/host-tool.sh $(notdir $(PYTHON))-dev "the compiled paths" \
+	  "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
+	@sh tools/host-tool.sh zlib1g-dev "the compiled paths" /usr/include/zlib.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -25,8 +31,21 @@ $(SPARK_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
+# SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build
 test: $(SPARK_STAMP) host-tools java
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own
+# venv: the normal build is untouched), then the differential, codec, ring and store tests there
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+sanitize:
+	rm -rf build/asan && mkdir -p build/asan
+	git ls-files -z | tar --null -T - -cf - | tar -xf - -C build/asan
+	cd build/asan && $(PYTHON) -m venv .venv && .venv/bin/python -m pip install -q -e '.[dev]' 'Cython>=3.0' \
+	  && CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" .venv/bin/python setup.py -q build_ext --inplace --force
+	cd build/asan && LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 SHMQ_REQUIRE_EXTENSIONS=1 \
+	  .venv/bin/python -m pytest -q -p no:cacheprovider tests/speedups tests/codec tests/ring tests/store $(PYTEST_ARGS)
 
 # the HA host tests (tests/ha) make network namespaces with iproute2's ip and tc, and the
 # `shmq top` terminal test runs it in tmux: installed by apt-get when missing and root;

@@ -16,7 +16,7 @@ ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shmq", description="A RocketMQ-style message broker for one machine.")
-    parser.add_argument("--version", action="version", version=f"shmq {__version__}")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command")
     b = sub.add_parser("broker", help="run a broker on a store directory (a replica with brokerRole=SLAVE)")
     _store_args(b)
@@ -61,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         from shmq.cli.top import run_top
         return run_top(args)
     return 2
+
+
+def _version() -> str:
+    """`shmq 0.1.0 (compiled paths: on)`: whether this install runs the compiled hot paths."""
+    import shmq.codec.record  # noqa: F401  (the codec picks its compiled twins at import)
+    from shmq import _speedups
+    st = _speedups.status()
+    return f"shmq {__version__} (compiled paths: {'on' if st['enabled'] else 'off, ' + st['reason']})"
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 import numpy as np
 
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
+from shmq import _speedups
 from shmq.codec.ids import offset_msg_id
 from shmq.errors import BadPropertiesError, BadTopicError, CorruptRecordError, MessageTooLargeError
 
@@ -538,6 +539,9 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
     if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY:p]) != crc:
         return RECORD_BAD_CRC, size
     return RECORD_OK, size
+
+
+check_record = _speedups.pick("_record", "check_record", check_record)
 
 
 def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int,

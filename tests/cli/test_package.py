@@ -7,6 +7,7 @@ import sys
 import zipfile
 
 import shmq
+from shmq import _speedups
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the console script pip made next to this interpreter, as a user runs it (not `python -m shmq`)
@@ -20,7 +21,10 @@ def _shmq(*args: str, timeout: float = 30, cwd: str | None = None) -> subprocess
 def test_version_is_the_package_version() -> None:
     out = _shmq("--version")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"shmq {shmq.__version__}"
+    line = out.stdout.strip()
+    assert line.startswith(f"shmq {shmq.__version__} (compiled paths: "), line
+    built = _speedups.compiled("_record", "check_record") is not None
+    assert ("paths: on)" in line) == built, line  # on exactly when the extension is built
 
 
 def test_bare_shmq_prints_help_not_an_error() -> None:
