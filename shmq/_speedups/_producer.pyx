@@ -166,3 +166,44 @@ cdef void _fill(uint8_t* out, const uint8_t** bodies, const Py_ssize_t* lens, Py
             hashes[i] = <int64_t>(crc32(seed, u + UNIQ_COUNTER, UNIQ_LEN - UNIQ_COUNTER) & 0x7FFFFFFFul)
             memcpy(u + UNIQ_LEN, end, end_len)
             pos += size
+
+
+def uniform_columns(msgs, message_type, Py_ssize_t limit):
+    """(topic, bodies, tags, keys, flags) of a batch pack_uniform can encode; None for any other: see the reference."""
+    cdef Py_ssize_t i, n = len(msgs)
+    cdef object m, topic, tags, keys, body, flag
+    if n == 0:
+        return None
+    first = msgs[0]
+    if type(first) is not message_type:
+        return None
+    topic, tags, keys = first.topic, first.tags, first.keys
+    if not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str):
+        return None
+    bodies = [None] * n
+    flags = np.empty(n, np.int64)
+    cdef int64_t[::1] fv = flags
+    for i in range(n):
+        m = msgs[i]
+        if type(m) is not message_type:
+            return None
+        body = m.body
+        if type(body) is not bytes or len(<bytes>body) > limit:
+            return None
+        t = m.topic
+        if t is not topic and t != topic:
+            return None
+        t = m.tags
+        if t is not tags and t != tags:
+            return None
+        t = m.keys
+        if t is not keys and t != keys:
+            return None
+        if m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
+            return None
+        flag = m.flag
+        if type(flag) is not int or not -2**63 <= flag < 2**63:
+            return None
+        fv[i] = flag
+        bodies[i] = body
+    return topic, bodies, tags, keys, flags

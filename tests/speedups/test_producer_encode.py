@@ -23,6 +23,21 @@ def pair():
     return compiled_or_skip("_producer", "pack_uniform"), _speedups.reference("_producer", "pack_uniform")
 
 
+@pytest.fixture(scope="module")
+def columns():
+    return compiled_or_skip("_producer", "uniform_columns"), _speedups.reference("_producer", "uniform_columns")
+
+
+# The encoder with the compiled twins and with the references (a name -> function map each).
+COMPILED = "compiled"
+REFERENCE = "reference"
+
+
+def _fns(which: str) -> dict:
+    get = _speedups.compiled if which == COMPILED else _speedups.reference
+    return {name: get("_producer", name) for name in ("pack_uniform", "uniform_columns")}
+
+
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_producer", "pack_uniform")
     import shmq._speedups._producer as c
@@ -31,12 +46,13 @@ def test_layout_constants_match_the_reference() -> None:
         assert reference.get(name, getattr(fmt, name, None)) == value, name
 
 
-def test_the_encoder_uses_the_compiled_function_unless_disabled() -> None:
-    fn = compiled_or_skip("_producer", "pack_uniform")
-    assert (E.pack_uniform is fn) != _speedups.DISABLED
+def test_the_encoder_uses_the_compiled_functions_unless_disabled() -> None:
+    for name in ("pack_uniform", "uniform_columns"):
+        fn = compiled_or_skip("_producer", name)
+        assert (getattr(E, name) is fn) != _speedups.DISABLED
 
 
-text = st.text(st.characters(min_codepoint=32, blacklist_characters="\x01\x02"), max_size=12)
+text = st.text(st.characters(min_codepoint=32, blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
 topics = st.text(st.sampled_from("abcXYZ019_-%|"), min_size=1, max_size=fmt.MAX_TOPIC_LENGTH)
 bodies = st.lists(st.binary(max_size=300).flatmap(lambda b: st.sampled_from([b, bytearray(b), memoryview(b)])),
                   min_size=1, max_size=40)
@@ -92,9 +108,10 @@ def test_same_errors(pair, bad) -> None:
     assert outcomes[0] == outcomes[1]
 
 
-def _encoder(monkeypatch, fn) -> E.MessageEncoder:
-    """An encoder with a fixed UNIQ_KEY prefix, counter and clock, encoding with ``fn``."""
-    monkeypatch.setattr(E, "pack_uniform", fn)
+def _encoder(monkeypatch, which: str) -> E.MessageEncoder:
+    """An encoder with a fixed UNIQ_KEY prefix, counter and clock, encoding with the ``which`` functions."""
+    for name, fn in _fns(which).items():
+        monkeypatch.setattr(E, name, fn)
     monkeypatch.setattr(ids.time, "time", lambda: 1_700_000_000.5)
     enc = E.MessageEncoder(max_message_size=1000, compress_over=500)
     enc.uniq._prefix = "00001234DEADBEEF"
@@ -102,9 +119,9 @@ def _encoder(monkeypatch, fn) -> E.MessageEncoder:
     return enc
 
 
-def _encode(fn, msgs):
+def _encode(which: str, msgs):
     with pytest.MonkeyPatch.context() as monkeypatch:
-        enc = _encoder(monkeypatch, fn)
+        enc = _encoder(monkeypatch, which)
         try:
             out = enc.encode_batch(msgs, 1_700_000_000_123, 42)
         except Exception as e:
@@ -118,15 +135,54 @@ messages = st.builds(Message, st.just("Topic"), st.binary(max_size=700), tags=st
                      keys=st.none() | st.just("k1 k2"), flag=st.integers(0, 3))
 
 
+class SubMessage(Message):
+    pass
+
+
+def _odd(m: Message, what: int) -> object:
+    """``m`` changed in one way that takes a batch off the uniform path (or keeps it on)."""
+    if what == 0:
+        return SubMessage(m.topic, m.body, m.tags, m.keys)
+    if what == 1:
+        return Message("Other", m.body, m.tags, m.keys)
+    changes = [dict(body=bytearray(b"abc")), dict(body=b"x" * 800), dict(tags="u"), dict(keys="k9"),
+               dict(properties={"a": "b"}), dict(properties={}), dict(delay_level=3), dict(delay=1.0),
+               dict(deliver_at=5.0), dict(flag=True), dict(flag=1.0), dict(flag=2**63), dict(flag=-2**63),
+               dict(flag=2**40), dict(body="text"), dict(tags=["t"]), dict(topic=5)]
+    m2 = Message(m.topic, m.body, m.tags, m.keys)
+    for k, v in changes[(what - 2) % len(changes)].items():
+        setattr(m2, k, v)
+    return m2
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(messages, min_size=1, max_size=10), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30)),
+                                                              max_size=2), st.booleans())
+def test_uniform_columns_are_identical(columns, msgs, changes, uniform) -> None:
+    compiled, reference = columns
+    if uniform:
+        msgs = [dataclasses.replace(m, tags=msgs[0].tags, keys=msgs[0].keys) for m in msgs]
+    batch: list = list(msgs)
+    for where, what in changes:
+        batch[where % len(batch)] = _odd(batch[where % len(batch)], what)
+    a, b = compiled(batch, Message, 700), reference(batch, Message, 700)
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert a[0] == b[0] and a[1] == b[1] and a[2:4] == b[2:4]
+        assert a[4].dtype == b[4].dtype and (a[4] == b[4]).all()
+    assert compiled([], Message, 700) is reference([], Message, 700) is None
+    assert _encode(COMPILED, batch) == _encode(REFERENCE, batch)
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(messages, min_size=1, max_size=20), st.booleans())
 def test_encoder_batches_are_identical(pair, msgs, uniform) -> None:
     compiled, reference = pair
     if uniform:
         msgs = [dataclasses.replace(m, tags=msgs[0].tags, keys=msgs[0].keys) for m in msgs]
-    assert _encode(compiled, msgs) == _encode(reference, msgs)
+    assert _encode(COMPILED, msgs) == _encode(REFERENCE, msgs)
     batch = MessageBatch("Topic", [m.body for m in msgs], tags=msgs[0].tags, keys=msgs[0].keys, flag=msgs[0].flag)
-    assert _encode(compiled, batch) == _encode(reference, batch)
+    assert _encode(COMPILED, batch) == _encode(REFERENCE, batch)
 
 
 @pytest.mark.parametrize("msgs", [
@@ -141,8 +197,8 @@ def test_encoder_batches_are_identical(pair, msgs, uniform) -> None:
 ])
 def test_encoder_errors_are_identical(pair, msgs) -> None:
     compiled, reference = pair
-    got = _encode(compiled, msgs)
-    assert got == _encode(reference, msgs)
+    got = _encode(COMPILED, msgs)
+    assert got == _encode(REFERENCE, msgs)
     assert isinstance(got, tuple) and isinstance(got[0], type) and issubclass(got[0], Exception)
 
 
@@ -150,7 +206,7 @@ def test_compressed_bodies_keep_their_sysflag(pair) -> None:
     compiled, reference = pair
     body = bytes(range(256)) * 3
     msgs = MessageBatch("Topic", [b"small", body])
-    a = _encode(compiled, msgs)
-    assert a == _encode(reference, msgs)
+    a = _encode(COMPILED, msgs)
+    assert a == _encode(REFERENCE, msgs)
     rec = fmt.decode_record(a[1], a[2][1])
     assert rec.sysflag & fmt.FLAG_COMPRESSED and zlib.decompress(bytes(rec.body)) == body
