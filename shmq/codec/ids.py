@@ -42,13 +42,23 @@ class UniqKeyGenerator:
 
     def next_block(self, count: int) -> np.ndarray:
         """`count` ids at once (a batch) as an S32 array: one lock, one clock read, hex digits from numpy."""
+        return uniq_block(*self.reserve(count), count)
+
+    def reserve(self, count: int) -> tuple[bytes, int]:
+        """Take `count` ids: what they share (pid, random word, second: 24 hex digits) and the
+        first counter (the i-th id's counter is ``(first + i) & 0xFFFFFFFF``; see uniq_block)."""
         with self._lock:
             first = self._counter + 1
             self._counter = (self._counter + count) & 0xFFFFFFFF
-        out = np.empty((count, 32), np.uint8)
-        out[:, :24] = np.frombuffer(f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}".encode(), np.uint8)
-        out[:, 24:] = hex_digits((first + np.arange(count, dtype=np.uint64)) & 0xFFFFFFFF, 8)
-        return out.view("S32").ravel()
+        return f"{self._prefix}{int(time.time()) & 0xFFFFFFFF:08X}".encode(), first
+
+
+def uniq_block(prefix: bytes, first: int, count: int) -> np.ndarray:
+    """The UNIQ_KEYs ``UniqKeyGenerator.reserve`` gave: `prefix` + 8 hex digits of each counter, as S32."""
+    out = np.empty((count, 32), np.uint8)
+    out[:, :24] = np.frombuffer(prefix, np.uint8)
+    out[:, 24:] = hex_digits((first + np.arange(count, dtype=np.uint64)) & 0xFFFFFFFF, 8)
+    return out.view("S32").ravel()
 
 
 _HEX_PAIRS = np.array([list(f"{i:02X}".encode()) for i in range(256)], np.uint8)

@@ -20,6 +20,7 @@ import numpy as np
 from shmq.client.producer.compression import compress_body, compress_threshold
 from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
 from shmq.model.message import Message, MessageBatch
+from shmq import _speedups
 from shmq.codec import ids
 from shmq.codec import record as fmt
 
@@ -110,11 +111,20 @@ class MessageEncoder:
             raise BadArgumentError("send_batch needs at least one message")
         n = len(msgs)
         if isinstance(msgs, MessageBatch):
+            if not msgs.properties and (msgs.keys is None or isinstance(msgs.keys, str)):  # the usual batch
+                fmt.check_topic(msgs.topic)
+                bodies, sysflags = self._bodies(msgs.bodies)
+                return self._encode_uniform(msgs.topic, bodies, sysflags, msgs.tags, msgs.keys, msgs.flag,
+                                            born_timestamp, born_host)
             column = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
             if len(column) != n:
                 raise BadArgumentError(f"MessageBatch has {n} bodies but {len(column)} keys")
             return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, column, [msgs.properties] * n,
                                         msgs.flag, born_timestamp, born_host)
+        uniform = uniform_columns(msgs, Message, self._limit())
+        if uniform is not None:
+            return self._encode_uniform(uniform[0], uniform[1], None, uniform[2], uniform[3], uniform[4],
+                                        born_timestamp, born_host)
         if not all(map(isinstance, msgs, repeat(Message, n))):
             bad = next(m for m in msgs if not isinstance(m, Message))
             raise ArgumentTypeError(f"send_batch takes Message objects or a MessageBatch, got {type(bad).__name__}")
@@ -164,15 +174,31 @@ class MessageEncoder:
         n = len(bodies)
         topic_b = fmt.check_topic(topic)
         bodies, sysflags = self._bodies(bodies)
+        one_tags = len(set(tags)) == 1
+        if not any(user) and one_tags and len(set(keys)) == 1:
+            return self._encode_uniform(topic, bodies, sysflags, tags[0], keys[0], flags, born_timestamp, born_host)
         uniq = self.uniq.next_block(n)
         uniq_list = uniq.tolist()
         crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
-        tails = _record_tails(topic_b, tags, keys, user, uniq, uniq_list)
+        tails = [_tail(topic_b, t, k, u, uid) for t, k, u, uid in zip(tags, keys, user, uniq_list)]
         buf, starts = fmt.pack_records_with_tails(bodies, tails, crcs, flags, sysflags, born_timestamp, born_host)
-        tags_codes = np.full(n, fmt.tags_code(tags[0]), np.int64) if len(set(tags)) == 1 else \
+        tags_codes = np.full(n, fmt.tags_code(tags[0]), np.int64) if one_tags else \
             np.fromiter(map(fmt.tags_code, tags), np.int64, n)
-        key_hashes, key_records = _key_hashes(topic, topic_b, keys, uniq, uniq_list)
+        key_hashes, key_records = _key_hashes(topic, keys, _uniq_hashes(topic_b, uniq))
         return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, tags_codes, key_hashes, key_records), uniq)
+
+    def _encode_uniform(self, topic: str, bodies: Sequence, sysflags: np.ndarray | None, tags: str | None,
+                        keys: str | None, flags, born_timestamp: int, born_host: int) -> EncodedMessages:
+        """Checked bodies of one topic, tags and keys, without user properties (see pack_uniform)."""
+        n = len(bodies)
+        topic_b = fmt.check_topic(topic)
+        head, end = _tail_parts(topic_b, tags, keys)
+        prefix, first = self.uniq.reserve(n)
+        buf, starts, uniq, uniq_hashes = pack_uniform(topic_b, bodies, head, end, prefix, first, flags, sysflags,
+                                                      born_timestamp, born_host)
+        key_hashes, key_records = _key_hashes(topic, [keys] * n if keys else (), uniq_hashes)
+        return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, np.full(n, fmt.tags_code(tags), np.int64),
+                                                         key_hashes, key_records), uniq)
 
     def _check_body(self, body) -> None:
         if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -185,12 +211,16 @@ class MessageEncoder:
         self._check_body(body)
         return compress_body(body, self.compress_over)
 
+    def _limit(self) -> int:
+        """The largest body stored as it is (larger ones are compressed or refused)."""
+        return self.max_message_size if self.compress_over is None else min(self.compress_over, self.max_message_size)
+
     def _bodies(self, bodies: Sequence) -> tuple[Sequence, np.ndarray | None]:
         """All bodies of a batch checked at once; only the large ones go through ``_body`` one by one."""
         if not set(map(type, bodies)) <= {bytes, bytearray, memoryview}:
             bad = next(b for b in bodies if not isinstance(b, (bytes, bytearray, memoryview)))
             raise ArgumentTypeError(f"message body must be bytes, got {type(bad).__name__}")
-        limit = self.max_message_size if self.compress_over is None else min(self.compress_over, self.max_message_size)
+        limit = self._limit()
         if max(map(len, bodies)) <= limit:
             return bodies, None
         out = list(bodies)
@@ -201,22 +231,56 @@ class MessageEncoder:
         return out, sysflags
 
 
-def _record_tails(topic_b: bytes, tags: Sequence, keys: Sequence, user: Sequence, uniq: np.ndarray,
-                  uniq_list: list) -> list | np.ndarray:
-    """What follows each body: topic length and topic, properties length and properties.
-
-    Properties are TAGS, KEYS, UNIQ_KEY, then the user's (``fmt.message_properties`` order).
-    Messages that share tags and keys and have no user properties share everything but the
-    UNIQ_KEY, so when the whole batch is like that the tails are rows of one numpy array.
+def pack_uniform(topic_b: bytes, bodies: Sequence, head: bytes, end: bytes, prefix: bytes, first: int, flags,
+                 sysflags: np.ndarray | None, born_timestamp: int, born_host: int
+                 ) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    """The records of a batch whose messages differ only in body (same topic, tags and keys, no
+    user properties: every MessageBatch, and what auto_batch gathers): their bytes back to
+    back, each one's start, their UNIQ_KEYs (S32, ``ids.uniq_block(prefix, first, n)``) and the
+    UNIQ_KEYs' index hashes. Each tail is ``head`` + UNIQ_KEY + ``end`` (``_tail_parts``), so
+    the tails are rows of one numpy array. The reference of ``shmq._speedups._producer``'s twin.
     """
-    if not any(user) and len(set(tags)) == 1 and len(set(keys)) == 1:
-        head, end = _tail_parts(topic_b, tags[0], keys[0])
-        rows = np.empty((len(uniq), len(head) + _UNIQ_LEN + len(end)), np.uint8)
-        rows[:, :len(head)] = np.frombuffer(head, np.uint8)
-        rows[:, len(head):len(head) + _UNIQ_LEN] = uniq.view(np.uint8).reshape(-1, _UNIQ_LEN)
-        rows[:, len(head) + _UNIQ_LEN:] = np.frombuffer(end, np.uint8)
-        return rows
-    return [_tail(topic_b, t, k, u, uid) for t, k, u, uid in zip(tags, keys, user, uniq_list)]
+    n = len(bodies)
+    uniq = ids.uniq_block(prefix, first, n)
+    rows = np.empty((n, len(head) + _UNIQ_LEN + len(end)), np.uint8)
+    rows[:, :len(head)] = np.frombuffer(head, np.uint8)
+    rows[:, len(head):len(head) + _UNIQ_LEN] = uniq.view(np.uint8).reshape(-1, _UNIQ_LEN)
+    rows[:, len(head) + _UNIQ_LEN:] = np.frombuffer(end, np.uint8)
+    crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
+    buf, starts = fmt.pack_records_with_tails(bodies, rows, crcs, flags, sysflags, born_timestamp, born_host)
+    return buf, starts, uniq, _uniq_hashes(topic_b, uniq)
+
+
+pack_uniform = _speedups.pick("_producer", "pack_uniform", pack_uniform)
+
+
+def uniform_columns(msgs: Sequence[Message], message_type: type[Message], limit: int
+                    ) -> tuple[str, list[bytes], str | None, str | None, np.ndarray] | None:
+    """(topic, bodies, tags, keys, flags as int64) of Message objects that pack_uniform can take
+    as they are: all exactly ``message_type``, one topic, tags and keys (str or None), no user
+    properties or delivery rules, ``bytes`` bodies of at most ``limit`` bytes, int flags. None
+    for anything else, which then takes the general path (and its errors): this only skips,
+    for auto_batch's groups, the general path's gathering of seven attributes per message.
+    """
+    if not len(msgs) or type(msgs[0]) is not message_type:
+        return None
+    first = msgs[0]
+    topic, tags, keys = first.topic, first.tags, first.keys
+    if not (tags is None or type(tags) is str) or not (keys is None or type(keys) is str):
+        return None
+    for m in msgs:
+        if type(m) is not message_type or type(m.body) is not bytes or len(m.body) > limit:
+            return None
+        if m.topic != topic or m.tags != tags or m.keys != keys:
+            return None
+        if m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
+            return None
+        if type(m.flag) is not int or not -2**63 <= m.flag < 2**63:
+            return None
+    return topic, [m.body for m in msgs], tags, keys, np.fromiter((m.flag for m in msgs), np.int64, len(msgs))
+
+
+uniform_columns = _speedups.pick("_producer", "uniform_columns", uniform_columns)
 
 
 def _tail(topic_b: bytes, tags: str | None, keys: str | None, user, uniq: bytes) -> bytes:
@@ -241,11 +305,16 @@ def _tail_parts(topic_b: bytes, tags: str | None, keys: str | None) -> tuple[byt
     return _topic_part(topic_b) + props_len.to_bytes(2, "big") + before, _SEP
 
 
-def _key_hashes(topic: str, topic_b: bytes, keys: Sequence, uniq: np.ndarray, uniq_list: list) -> tuple[np.ndarray, np.ndarray]:
+def _uniq_hashes(topic_b: bytes, uniq: np.ndarray) -> np.ndarray:
+    """``fmt.index_key_hash(topic, UNIQ_KEY)`` of each id of a block (they differ only in the counter)."""
+    n = len(uniq)
+    counters = uniq.view(np.uint8).reshape(n, _UNIQ_LEN)[:, _UNIQ_COUNTER:]
+    return fmt.crc32_of_variants(zlib.crc32(topic_b + b"#" + uniq[0].tobytes()), counters) & 0x7FFFFFFF
+
+
+def _key_hashes(topic: str, keys: Sequence, uniq_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index key hashes (``fmt.record_key_hashes`` for each record) and the record each belongs to."""
-    n = len(uniq_list)
-    counters = uniq.view(np.uint8).reshape(n, _UNIQ_LEN)[:, _UNIQ_COUNTER:]  # a block differs only there
-    uniq_hashes = fmt.crc32_of_variants(zlib.crc32(topic_b + b"#" + uniq_list[0]), counters) & 0x7FFFFFFF
+    n = len(uniq_hashes)
     if not any(keys):
         return uniq_hashes, np.arange(n, dtype=np.int64)
     extra = [(i, h) for i, k in enumerate(keys) if k for h in _keys_hashes(topic, k)]
