@@ -41,7 +41,8 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 sanitize:
 	rm -rf build/asan && mkdir -p build/asan
 	git ls-files -z | tar --null -T - -cf - | tar -xf - -C build/asan
-	cd build/asan && $(PYTHON) -m venv .venv && .venv/bin/python -m pip install -q -e '.[dev]' 'Cython>=3.0' \
+	cd build/asan && $(PYTHON) -m venv .venv && .venv/bin/python -m pip install -q --upgrade pip 'setuptools>=77' 'Cython>=3.0' \
+	  && .venv/bin/python -m pip install -q -e '.[dev]' \
 	  && CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" .venv/bin/python setup.py -q build_ext --inplace --force
 	cd build/asan && LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 SHMQ_REQUIRE_EXTENSIONS=1 \
