@@ -1,0 +1,125 @@
+# cython: language_level=3
+"""Compiled twins of the store's per-record loops (index layout: docs/FORMAT.md section 5).
+
+``put_entries`` is ``shmq.store.index_file.put_entries``: one pass over a batch writes the
+index entries (chaining records of the same slot within the batch through a small hash table
+instead of numpy's sort and temporaries), then the header's index count, then the slots, the
+same write order as the reference (the crash contract of shmq.store.index_file). Every bound is
+checked before any byte is written, with the GIL released for the loops.
+"""
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free
+
+cdef extern from *:
+    """
+    enum { SHMQ_INDEX_HEADER_SIZE = 40, SHMQ_INDEX_SLOT_SIZE = 4, SHMQ_INDEX_ENTRY_SIZE = 20,
+           SHMQ_H_COUNT = 36 };
+    #define SHMQ_MAX_DIFF 0x7FFFFFFFLL
+    """
+    enum:
+        INDEX_HEADER_SIZE "SHMQ_INDEX_HEADER_SIZE"
+        INDEX_SLOT_SIZE "SHMQ_INDEX_SLOT_SIZE"
+        INDEX_ENTRY_SIZE "SHMQ_INDEX_ENTRY_SIZE"
+        H_COUNT "SHMQ_H_COUNT"
+    const int64_t MAX_DIFF "SHMQ_MAX_DIFF"
+
+LAYOUT = {"INDEX_HEADER_SIZE": INDEX_HEADER_SIZE, "INDEX_SLOT_SIZE": INDEX_SLOT_SIZE,
+          "INDEX_ENTRY_SIZE": INDEX_ENTRY_SIZE, "_H_COUNT": H_COUNT, "_MAX_DIFF": MAX_DIFF}
+"""The constants compiled in, checked against the Python reference by the tests."""
+
+
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+
+cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v >> 32))
+    _put32(p + 4, <uint32_t>v)
+
+
+cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
+                    const int64_t[:] hashes, const int64_t[:] phys, const int64_t[:] ts, Py_ssize_t n,
+                    int64_t* keys, int32_t* last, int32_t* old, uint64_t mask) noexcept nogil:
+    """Entries, count, slots; ``keys`` (slot + 1, 0 = free), ``last``, ``old``: a zeroed
+    open-addressing table of mask + 1 >= 2n buckets. Returns how many slots were empty."""
+    cdef Py_ssize_t i
+    cdef uint64_t b
+    cdef int64_t slot, diff, num
+    cdef int32_t prev
+    cdef uint8_t* e
+    cdef uint8_t* slots = mm + INDEX_HEADER_SIZE
+    cdef int64_t emptied = 0
+    for i in range(n):
+        slot = hashes[i] % slot_num
+        if slot < 0:
+            slot += slot_num  # numpy's (Python's) modulo: the sign of the divisor
+        b = (<uint64_t>slot * 0x9E3779B97F4A7C15ULL) >> 32 & mask
+        while keys[b] != 0 and keys[b] != slot + 1:
+            b = (b + 1) & mask
+        if keys[b] == 0:
+            keys[b] = slot + 1
+            old[b] = <int32_t>_get32(slots + slot * INDEX_SLOT_SIZE)
+            prev = old[b]
+        else:
+            prev = last[b]
+        num = first + i
+        last[b] = <int32_t>num
+        diff = ts[i] - begin_ts
+        diff = diff // 1000 if diff >= 0 else 0  # clamped to [0, MAX_DIFF] like the reference
+        if diff > MAX_DIFF:
+            diff = MAX_DIFF
+        e = mm + entry_base + num * INDEX_ENTRY_SIZE
+        _put32(e, <uint32_t>hashes[i])
+        _put64(e + 4, <uint64_t>phys[i])
+        _put32(e + 12, <uint32_t>diff)
+        _put32(e + 16, <uint32_t>prev)
+    _put32(mm + H_COUNT, <uint32_t>(first + n - 1))
+    for b in range(mask + 1):
+        if keys[b] != 0:
+            _put32(slots + (keys[b] - 1) * INDEX_SLOT_SIZE, <uint32_t>last[b])
+            emptied += old[b] == 0
+    return emptied
+
+
+def put_entries(mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
+                const int64_t[:] hashes, const int64_t[:] phys, const int64_t[:] ts):
+    """See the reference ``shmq.store.index_file.put_entries``."""
+    cdef uint8_t[::1] view = memoryview(mm).cast("B")
+    cdef Py_ssize_t size = view.shape[0], n = hashes.shape[0]
+    cdef uint64_t buckets = 2
+    cdef int64_t* keys
+    cdef int32_t* last
+    cdef int32_t* old
+    cdef int64_t emptied
+    if n < 1 or phys.shape[0] != n or ts.shape[0] != n:
+        raise ValueError(f"put_entries: {n} hashes, {phys.shape[0]} phys offsets, {ts.shape[0]} timestamps")
+    # the first three bounds keep the C arithmetic of the others from overflowing (the reference
+    # reaches the same verdict through the last two alone)
+    if slot_num < 1 or first < 1 or slot_num > size or first > size or entry_base > size \
+            or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base \
+            or entry_base + (first + n) * INDEX_ENTRY_SIZE > size:
+        raise ValueError(f"put_entries: entries {first}..{first + n - 1} at {entry_base} or {slot_num} slots "
+                         f"do not fit a file of {size} bytes")
+    while buckets < <uint64_t>(2 * n):
+        buckets <<= 1
+    keys = <int64_t*>calloc(buckets, sizeof(int64_t))
+    last = <int32_t*>calloc(buckets, sizeof(int32_t))
+    old = <int32_t*>calloc(buckets, sizeof(int32_t))
+    try:
+        if keys == NULL or last == NULL or old == NULL:
+            raise MemoryError()
+        with nogil:
+            emptied = _write(&view[0], slot_num, entry_base, first, begin_ts, hashes, phys, ts, n,
+                             keys, last, old, buckets - 1)
+    finally:
+        free(keys)
+        free(last)
+        free(old)
+    return emptied
