@@ -123,3 +123,130 @@ def put_entries(mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int6
         free(last)
         free(old)
     return emptied
+
+
+# ---------------------------------------------------------------------------- records of a put
+# The compiled paths below take the usual case (int64 arrays, every position inside the buffer)
+# and hand anything else to the Python reference, which then gives its own result or error: the
+# same behaviour by construction, with the bounds checked here before any byte is read or written.
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #define SHMQ_MESSAGE_MAGIC_U 0xDAA320A7u
+    enum { SHMQ_R_OFF_MAGIC = 4, SHMQ_R_OFF_BODYCRC = 8, SHMQ_R_OFF_QUEUEID = 12, SHMQ_R_OFF_QUEUEOFFSET = 20,
+           SHMQ_R_OFF_PHYSICALOFFSET = 28, SHMQ_R_OFF_SYSFLAG = 36, SHMQ_R_OFF_STORETIMESTAMP = 56,
+           SHMQ_R_OFF_STOREHOST = 64, SHMQ_R_OFF_BODYLEN = 84, SHMQ_R_OFF_BODY = 88, SHMQ_R_FIXED_OVERHEAD = 91 };
+    """
+    const uint32_t MESSAGE_MAGIC "SHMQ_MESSAGE_MAGIC_U"
+    enum:
+        OFF_MAGIC "SHMQ_R_OFF_MAGIC"
+        OFF_BODYCRC "SHMQ_R_OFF_BODYCRC"
+        OFF_QUEUEID "SHMQ_R_OFF_QUEUEID"
+        OFF_QUEUEOFFSET "SHMQ_R_OFF_QUEUEOFFSET"
+        OFF_PHYSICALOFFSET "SHMQ_R_OFF_PHYSICALOFFSET"
+        OFF_SYSFLAG "SHMQ_R_OFF_SYSFLAG"
+        OFF_STORETIMESTAMP "SHMQ_R_OFF_STORETIMESTAMP"
+        OFF_STOREHOST "SHMQ_R_OFF_STOREHOST"
+        OFF_BODYLEN "SHMQ_R_OFF_BODYLEN"
+        OFF_BODY "SHMQ_R_OFF_BODY"
+        FIXED_OVERHEAD "SHMQ_R_FIXED_OVERHEAD"
+
+RECORD_LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_MAGIC": OFF_MAGIC, "OFF_BODYCRC": OFF_BODYCRC,
+                 "OFF_QUEUEID": OFF_QUEUEID, "OFF_QUEUEOFFSET": OFF_QUEUEOFFSET,
+                 "OFF_PHYSICALOFFSET": OFF_PHYSICALOFFSET, "OFF_SYSFLAG": OFF_SYSFLAG,
+                 "OFF_STORETIMESTAMP": OFF_STORETIMESTAMP, "OFF_STOREHOST": OFF_STOREHOST,
+                 "OFF_BODYLEN": OFF_BODYLEN, "OFF_BODY": OFF_BODY, "FIXED_OVERHEAD": FIXED_OVERHEAD}
+"""The record layout compiled in, checked against shmq.codec.record by the tests."""
+
+
+cdef object _reference(str name):
+    from shmq import _speedups
+    return _speedups.reference("_store", name)
+
+
+cdef bint _inside(const int64_t[:] pos, Py_ssize_t size, Py_ssize_t span) noexcept nogil:
+    """Every position p has 0 <= p and p + span <= size."""
+    cdef Py_ssize_t i
+    for i in range(pos.shape[0]):
+        if pos[i] < 0 or pos[i] > size - span:
+            return False
+    return True
+
+
+def gather_header_fields(src, starts):
+    """See ``shmq.codec.record.gather_header_fields``."""
+    cdef const uint8_t[::1] s
+    cdef const int64_t[:] at
+    cdef int64_t[:, ::1] out
+    cdef Py_ssize_t i, n
+    cdef const uint8_t* p
+    try:
+        s, at = src, starts
+    except (ValueError, TypeError):  # another dtype or layout: the reference's business
+        return _reference("gather_header_fields")(src, starts)
+    n = at.shape[0]
+    if s.shape[0] < OFF_BODYLEN + 4 or not _inside(at, s.shape[0], OFF_BODYLEN + 4):
+        return _reference("gather_header_fields")(src, starts)
+    fields = np.empty((n, 5), np.int64)
+    out = fields
+    with nogil:
+        for i in range(n):
+            p = &s[0] + at[i]
+            out[i, 0] = <int32_t>_get32(p)
+            out[i, 1] = _get32(p + OFF_MAGIC)
+            out[i, 2] = <int32_t>_get32(p + OFF_BODYCRC)
+            out[i, 3] = <int32_t>_get32(p + OFF_SYSFLAG)
+            out[i, 4] = <int32_t>_get32(p + OFF_BODYLEN)
+    return fields
+
+
+def patch_owned_fields(dst, positions, queue_id, store_timestamp, store_host, first_queue_offset, first_phys):
+    """See ``shmq.codec.record.patch_owned_fields``: queue id, store timestamp and host of every
+    record first, then QUEUEOFFSET + PHYSICALOFFSET of every record (the reference's order)."""
+    cdef uint8_t[::1] d
+    cdef const int64_t[:] at
+    cdef const int64_t[:] qids
+    cdef const int64_t[:] qoffs
+    cdef int32_t qid = 0
+    cdef int64_t ts, host, qoff0 = 0, phys0, base
+    cdef bint per_qid = isinstance(queue_id, np.ndarray), per_qoff = isinstance(first_queue_offset, np.ndarray)
+    cdef Py_ssize_t i, n
+    cdef uint8_t* p
+    try:
+        d, at = dst, positions
+        n = at.shape[0]
+        if per_qid:
+            qids = queue_id
+        else:
+            qid = queue_id
+        if per_qoff:
+            qoffs = first_queue_offset
+        else:
+            qoff0 = first_queue_offset
+            if qoff0 > (<int64_t>1 << 62) or qoff0 < -(<int64_t>1 << 62):
+                raise OverflowError
+        ts, host, phys0 = store_timestamp, store_host, first_phys
+        if n == 0 or (per_qid and qids.shape[0] != n) or (per_qoff and qoffs.shape[0] != n) \
+                or d.shape[0] < OFF_STOREHOST + 8 or not _inside(at, d.shape[0], OFF_STOREHOST + 8):
+            raise ValueError
+    except (ValueError, TypeError, OverflowError):  # the reference gives its result or error
+        return _reference("patch_owned_fields")(dst, positions, queue_id, store_timestamp, store_host,
+                                                first_queue_offset, first_phys)
+    with nogil:
+        if per_qid:  # a scatter of its own in the reference
+            for i in range(n):
+                _put32(&d[0] + at[i] + OFF_QUEUEID, <uint32_t>qids[i])
+        for i in range(n):
+            p = &d[0] + at[i]
+            if not per_qid:
+                _put32(p + OFF_QUEUEID, <uint32_t>qid)
+            _put64(p + OFF_STORETIMESTAMP, <uint64_t>ts)
+            _put64(p + OFF_STOREHOST, <uint64_t>host)
+        base = <int64_t>(<uint64_t>phys0 - <uint64_t>at[0])
+        for i in range(n):
+            p = &d[0] + at[i]
+            _put64(p + OFF_QUEUEOFFSET, <uint64_t>(qoffs[i] if per_qoff else qoff0 + i))
+            _put64(p + OFF_PHYSICALOFFSET, <uint64_t>at[i] + <uint64_t>base)
+    return None
