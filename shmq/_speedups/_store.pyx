@@ -8,7 +8,7 @@ same write order as the reference (the crash contract of shmq.store.index_file).
 checked before any byte is written, with the GIL released for the loops.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 
 cdef extern from *:
     """
@@ -250,3 +250,75 @@ def patch_owned_fields(dst, positions, queue_id, store_timestamp, store_host, fi
             _put64(p + OFF_QUEUEOFFSET, <uint64_t>(qoffs[i] if per_qoff else qoff0 + i))
             _put64(p + OFF_PHYSICALOFFSET, <uint64_t>at[i] + <uint64_t>base)
     return None
+
+
+cdef bint _pass(const uint8_t* src, Py_ssize_t length, const int64_t[:] starts, const int64_t[:] sizes,
+                const int64_t[:, :] header, const int64_t[:] ids, const uint8_t* names,
+                const Py_ssize_t* name_at, int64_t max_body, int64_t max_record) noexcept nogil:
+    """The reference's masks record by record, its clamped reads included (``last``)."""
+    cdef Py_ssize_t i, k, last = length - 1, t, topic_pos, props_at
+    cdef int64_t size, body, props_len
+    cdef const uint8_t* name
+    for i in range(starts.shape[0]):
+        size, body = sizes[i], header[i, 4]
+        if header[i, 0] != size or header[i, 1] != MESSAGE_MAGIC or body < 0 or body > size - FIXED_OVERHEAD \
+                or body > max_body or (max_record >= 0 and size > max_record):
+            return False
+        name = names + name_at[ids[i]]
+        t = name_at[ids[i] + 1] - name_at[ids[i]]
+        topic_pos = starts[i] + OFF_BODY + body
+        if topic_pos > last:
+            topic_pos = last
+        if src[topic_pos] != t:
+            return False
+        for k in range(1, t + 1):
+            if src[topic_pos + k if topic_pos + k < last else last] != name[k - 1]:
+                return False
+        props_at = topic_pos + t + 1
+        if props_at > length - 2:
+            props_at = length - 2
+        props_len = <int64_t>src[props_at] * 256 + src[props_at + 1]
+        if FIXED_OVERHEAD + body + t + props_len != size:
+            return False
+    return True
+
+
+def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
+    """See ``shmq.store.hooks.records_pass``."""
+    cdef const uint8_t[::1] src
+    cdef const int64_t[:] at, sz, tid
+    cdef const int64_t[:, :] head
+    cdef int64_t mb, mr
+    cdef Py_ssize_t i, n, ntopics
+    cdef Py_ssize_t* name_at = NULL
+    cdef bytes names
+    cdef const uint8_t* name_bytes
+    cdef bint ok
+    try:
+        src = memoryview(buf).cast("B")
+        at, sz, head, tid = starts, sizes, header, ids
+        mb, mr = max_body, max_record
+        n, ntopics = at.shape[0], len(topics)
+        encoded = [t.encode("ascii", "replace") for t in topics]
+        if src.shape[0] < 2 or n == 0 or sz.shape[0] != n or head.shape[0] != n or head.shape[1] != 5 \
+                or tid.shape[0] != n or ntopics == 0 or max(map(len, encoded)) > 255:
+            raise ValueError
+        for i in range(n):  # the reference would index outside its arrays, or wrap a negative index
+            if tid[i] < 0 or tid[i] >= ntopics or at[i] < 0 or at[i] >= src.shape[0]:
+                raise ValueError
+    except (ValueError, TypeError, OverflowError, AttributeError):
+        return _reference("records_pass")(buf, starts, sizes, header, ids, topics, max_body, max_record)
+    names = b"".join(encoded)
+    name_bytes = names
+    name_at = <Py_ssize_t*>malloc((ntopics + 1) * sizeof(Py_ssize_t))
+    if name_at == NULL:
+        raise MemoryError()
+    try:
+        name_at[0] = 0
+        for i in range(ntopics):
+            name_at[i + 1] = name_at[i] + len(encoded[i])
+        with nogil:
+            ok = _pass(&src[0], src.shape[0], at, sz, head, tid, name_bytes, name_at, mb, mr)
+    finally:
+        free(name_at)
+    return ok
