@@ -16,6 +16,7 @@ cdef extern from *:
            SHMQ_H_COUNT = 36 };
     #define SHMQ_MAX_DIFF 0x7FFFFFFFLL
     """
+    void prefetch_w "__builtin_prefetch"(const void* p, int rw, int locality) nogil
     enum:
         INDEX_HEADER_SIZE "SHMQ_INDEX_HEADER_SIZE"
         INDEX_SLOT_SIZE "SHMQ_INDEX_SLOT_SIZE"
@@ -56,6 +57,9 @@ cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_
     cdef uint8_t* e
     cdef uint8_t* slots = mm + INDEX_HEADER_SIZE
     cdef int64_t emptied = 0
+    for i in range(n):  # the slots are one random 4-byte word each in a table of MBs: load them all at once
+        slot = hashes[i] % slot_num
+        prefetch_w(slots + (slot + slot_num if slot < 0 else slot) * INDEX_SLOT_SIZE, 1, 3)
     for i in range(n):
         slot = hashes[i] % slot_num
         if slot < 0:
