@@ -628,6 +628,10 @@ def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int | n
     dst[positions[:, None] + OFFSET_PATCH_LANES] = offsets.view(np.uint8)
 
 
+gather_header_fields = _speedups.pick("_store", "gather_header_fields", gather_header_fields)
+patch_owned_fields = _speedups.pick("_store", "patch_owned_fields", patch_owned_fields)
+
+
 def gather_i32(src: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """Big-endian 32-bit signed ints at byte `positions` of a uint8 array, as int64."""
     idx = positions[:, None] + _BYTE_LANES8[:4]

@@ -36,6 +36,7 @@ from shmq.codec.record import (
     index_file_size,
     index_key_hash,
 )
+from shmq import _speedups
 from shmq.errors import DiskFullError
 from shmq.store import files, space
 
@@ -206,40 +207,9 @@ class IndexFile:
         if self._count == 0:
             self._set_begin(int(ts[0]), int(phys[0]))
         first = self._count + 1
-
-        # Group the batch by slot (stable, so entry numbers rise within a group): a group's
-        # first entry links to the slot's old head, each later one to its predecessor.
-        slots = hashes % self._slot_num
-        order = np.argsort(slots, kind="stable")
-        s_sorted = slots[order]
-        head = np.empty(n, dtype=bool)
-        head[0] = True
-        np.not_equal(s_sorted[1:], s_sorted[:-1], out=head[1:])
-        old_heads = self._slots[s_sorted[head]]
-        nums_sorted = order + first
-        prev_sorted = np.empty(n, dtype=np.int64)
-        prev_sorted[1:] = nums_sorted[:-1]
-        prev_sorted[head] = old_heads
-        prev = np.empty(n, dtype=np.int64)
-        prev[order] = prev_sorted
-
-        diff = ts - self._begin_ts
-        diff //= 1000
-        np.maximum(diff, 0, out=diff)  # a clock that stepped back must not wrap (np.clip is 2x slower)
-        np.minimum(diff, _MAX_DIFF, out=diff)
-
-        block = self._entries[first:first + n]
-        block["key_hash"] = hashes
-        block["phys_offset"] = phys
-        block["time_diff"] = diff
-        block["prev"] = prev
         self._count = first + n - 1
-        _I32.pack_into(self._mm, _H_COUNT, self._count)
-        tail = np.empty(n, dtype=bool)
-        tail[-1] = True
-        tail[:-1] = head[1:]
-        self._slots[s_sorted[tail]] = nums_sorted[tail]
-        self._slots_used += int(np.count_nonzero(old_heads == 0))
+        self._slots_used += put_entries(self._mm, self._slot_num, self._entry_base, first, self._begin_ts,
+                                        hashes, phys, ts)
         self._set_end(int(ts[-1]), int(phys[-1]))
         self._dirty = True
         return n
@@ -362,6 +332,63 @@ def _next_file_name(last: str | None) -> str:
         bumped = datetime.datetime.strptime(last + "000", _NAME_FORMAT) + datetime.timedelta(milliseconds=1)
         name = bumped.strftime(_NAME_FORMAT)[:_NAME_LEN]
     return name
+
+
+def _check_entries(size: int, slot_num: int, entry_base: int, first: int, n: int, n_phys: int, n_ts: int) -> None:
+    """The bounds ``put_entries`` needs (its compiled twin raises the same errors)."""
+    if n < 1 or n_phys != n or n_ts != n:
+        raise ValueError(f"put_entries: {n} hashes, {n_phys} phys offsets, {n_ts} timestamps")
+    if slot_num < 1 or first < 1 or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base \
+            or entry_base + (first + n) * INDEX_ENTRY_SIZE > size:
+        raise ValueError(f"put_entries: entries {first}..{first + n - 1} at {entry_base} or {slot_num} slots "
+                         f"do not fit a file of {size} bytes")
+
+
+def put_entries(mm: mmap.mmap | bytearray, slot_num: int, entry_base: int, first: int, begin_ts: int,
+                hashes: np.ndarray, phys: np.ndarray, ts: np.ndarray) -> int:
+    """Write entries ``first``.. for a batch (int64 arrays, phys order), then the header's
+    index count, then the slots; returns how many slots were empty before (slots used grows by
+    that). The order is the crash contract of the module docstring: a slot never points at an
+    entry that is not written yet. The compiled twin (shmq._speedups._store) does the same in
+    one pass without numpy's temporaries."""
+    n = len(hashes)
+    _check_entries(len(mm), slot_num, entry_base, first, n, len(phys), len(ts))
+    # Group the batch by slot (stable, so entry numbers rise within a group): a group's
+    # first entry links to the slot's old head, each later one to its predecessor.
+    all_slots = np.frombuffer(mm, INDEX_SLOT_DTYPE, slot_num, INDEX_HEADER_SIZE)
+    slots = hashes % slot_num
+    order = np.argsort(slots, kind="stable")
+    s_sorted = slots[order]
+    head = np.empty(n, dtype=bool)
+    head[0] = True
+    np.not_equal(s_sorted[1:], s_sorted[:-1], out=head[1:])
+    old_heads = all_slots[s_sorted[head]]
+    nums_sorted = order + first
+    prev_sorted = np.empty(n, dtype=np.int64)
+    prev_sorted[1:] = nums_sorted[:-1]
+    prev_sorted[head] = old_heads
+    prev = np.empty(n, dtype=np.int64)
+    prev[order] = prev_sorted
+
+    diff = ts - begin_ts
+    diff //= 1000
+    np.maximum(diff, 0, out=diff)  # a clock that stepped back must not wrap (np.clip is 2x slower)
+    np.minimum(diff, _MAX_DIFF, out=diff)
+
+    block = np.frombuffer(mm, INDEX_ENTRY_DTYPE, n, entry_base + first * INDEX_ENTRY_SIZE)
+    block["key_hash"] = hashes
+    block["phys_offset"] = phys
+    block["time_diff"] = diff
+    block["prev"] = prev
+    _I32.pack_into(mm, _H_COUNT, first + n - 1)
+    tail = np.empty(n, dtype=bool)
+    tail[-1] = True
+    tail[:-1] = head[1:]
+    all_slots[s_sorted[tail]] = nums_sorted[tail]
+    return int(np.count_nonzero(old_heads == 0))
+
+
+put_entries = _speedups.pick("_store", "put_entries", put_entries)
 
 
 class IndexService:

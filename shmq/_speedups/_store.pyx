@@ -1,0 +1,328 @@
+# cython: language_level=3
+"""Compiled twins of the store's per-record loops (index layout: docs/FORMAT.md section 5).
+
+``put_entries`` is ``shmq.store.index_file.put_entries``: one pass over a batch writes the
+index entries (chaining records of the same slot within the batch through a small hash table
+instead of numpy's sort and temporaries), then the header's index count, then the slots, the
+same write order as the reference (the crash contract of shmq.store.index_file). Every bound is
+checked before any byte is written, with the GIL released for the loops.
+"""
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+
+cdef extern from *:
+    """
+    enum { SHMQ_INDEX_HEADER_SIZE = 40, SHMQ_INDEX_SLOT_SIZE = 4, SHMQ_INDEX_ENTRY_SIZE = 20,
+           SHMQ_H_COUNT = 36 };
+    #define SHMQ_MAX_DIFF 0x7FFFFFFFLL
+    """
+    void prefetch_w "__builtin_prefetch"(const void* p, int rw, int locality) nogil
+    enum:
+        INDEX_HEADER_SIZE "SHMQ_INDEX_HEADER_SIZE"
+        INDEX_SLOT_SIZE "SHMQ_INDEX_SLOT_SIZE"
+        INDEX_ENTRY_SIZE "SHMQ_INDEX_ENTRY_SIZE"
+        H_COUNT "SHMQ_H_COUNT"
+    const int64_t MAX_DIFF "SHMQ_MAX_DIFF"
+
+LAYOUT = {"INDEX_HEADER_SIZE": INDEX_HEADER_SIZE, "INDEX_SLOT_SIZE": INDEX_SLOT_SIZE,
+          "INDEX_ENTRY_SIZE": INDEX_ENTRY_SIZE, "_H_COUNT": H_COUNT, "_MAX_DIFF": MAX_DIFF}
+"""The constants compiled in, checked against the Python reference by the tests."""
+
+
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>(v >> 24)
+    p[1] = <uint8_t>(v >> 16)
+    p[2] = <uint8_t>(v >> 8)
+    p[3] = <uint8_t>v
+
+
+cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
+
+
+cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(v >> 32))
+    _put32(p + 4, <uint32_t>v)
+
+
+cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
+                    const int64_t[:] hashes, const int64_t[:] phys, const int64_t[:] ts, Py_ssize_t n,
+                    int64_t* keys, int32_t* last, int32_t* old, uint64_t mask) noexcept nogil:
+    """Entries, count, slots; ``keys`` (slot + 1, 0 = free), ``last``, ``old``: a zeroed
+    open-addressing table of mask + 1 >= 2n buckets. Returns how many slots were empty."""
+    cdef Py_ssize_t i
+    cdef uint64_t b
+    cdef int64_t slot, diff, num
+    cdef int32_t prev
+    cdef uint8_t* e
+    cdef uint8_t* slots = mm + INDEX_HEADER_SIZE
+    cdef int64_t emptied = 0
+    for i in range(n):  # the slots are one random 4-byte word each in a table of MBs: load them all at once
+        slot = hashes[i] % slot_num
+        prefetch_w(slots + (slot + slot_num if slot < 0 else slot) * INDEX_SLOT_SIZE, 1, 3)
+    for i in range(n):
+        slot = hashes[i] % slot_num
+        if slot < 0:
+            slot += slot_num  # numpy's (Python's) modulo: the sign of the divisor
+        b = (<uint64_t>slot * 0x9E3779B97F4A7C15ULL) >> 32 & mask
+        while keys[b] != 0 and keys[b] != slot + 1:
+            b = (b + 1) & mask
+        if keys[b] == 0:
+            keys[b] = slot + 1
+            old[b] = <int32_t>_get32(slots + slot * INDEX_SLOT_SIZE)
+            prev = old[b]
+        else:
+            prev = last[b]
+        num = first + i
+        last[b] = <int32_t>num
+        diff = ts[i] - begin_ts
+        diff = diff // 1000 if diff >= 0 else 0  # clamped to [0, MAX_DIFF] like the reference
+        if diff > MAX_DIFF:
+            diff = MAX_DIFF
+        e = mm + entry_base + num * INDEX_ENTRY_SIZE
+        _put32(e, <uint32_t>hashes[i])
+        _put64(e + 4, <uint64_t>phys[i])
+        _put32(e + 12, <uint32_t>diff)
+        _put32(e + 16, <uint32_t>prev)
+    _put32(mm + H_COUNT, <uint32_t>(first + n - 1))
+    for b in range(mask + 1):
+        if keys[b] != 0:
+            _put32(slots + (keys[b] - 1) * INDEX_SLOT_SIZE, <uint32_t>last[b])
+            emptied += old[b] == 0
+    return emptied
+
+
+def put_entries(mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
+                const int64_t[:] hashes, const int64_t[:] phys, const int64_t[:] ts):
+    """See the reference ``shmq.store.index_file.put_entries``."""
+    cdef uint8_t[::1] view = memoryview(mm).cast("B")
+    cdef Py_ssize_t size = view.shape[0], n = hashes.shape[0]
+    cdef uint64_t buckets = 2
+    cdef int64_t* keys
+    cdef int32_t* last
+    cdef int32_t* old
+    cdef int64_t emptied
+    if n < 1 or phys.shape[0] != n or ts.shape[0] != n:
+        raise ValueError(f"put_entries: {n} hashes, {phys.shape[0]} phys offsets, {ts.shape[0]} timestamps")
+    # the first three bounds keep the C arithmetic of the others from overflowing (the reference
+    # reaches the same verdict through the last two alone)
+    if slot_num < 1 or first < 1 or slot_num > size or first > size or entry_base > size \
+            or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base \
+            or entry_base + (first + n) * INDEX_ENTRY_SIZE > size:
+        raise ValueError(f"put_entries: entries {first}..{first + n - 1} at {entry_base} or {slot_num} slots "
+                         f"do not fit a file of {size} bytes")
+    while buckets < <uint64_t>(2 * n):
+        buckets <<= 1
+    keys = <int64_t*>calloc(buckets, sizeof(int64_t))
+    last = <int32_t*>calloc(buckets, sizeof(int32_t))
+    old = <int32_t*>calloc(buckets, sizeof(int32_t))
+    try:
+        if keys == NULL or last == NULL or old == NULL:
+            raise MemoryError()
+        with nogil:
+            emptied = _write(&view[0], slot_num, entry_base, first, begin_ts, hashes, phys, ts, n,
+                             keys, last, old, buckets - 1)
+    finally:
+        free(keys)
+        free(last)
+        free(old)
+    return emptied
+
+
+# ---------------------------------------------------------------------------- records of a put
+# The compiled paths below take the usual case (int64 arrays, every position inside the buffer)
+# and hand anything else to the Python reference, which then gives its own result or error: the
+# same behaviour by construction, with the bounds checked here before any byte is read or written.
+
+import numpy as np
+
+cdef extern from *:
+    """
+    #define SHMQ_MESSAGE_MAGIC_U 0xDAA320A7u
+    enum { SHMQ_R_OFF_MAGIC = 4, SHMQ_R_OFF_BODYCRC = 8, SHMQ_R_OFF_QUEUEID = 12, SHMQ_R_OFF_QUEUEOFFSET = 20,
+           SHMQ_R_OFF_PHYSICALOFFSET = 28, SHMQ_R_OFF_SYSFLAG = 36, SHMQ_R_OFF_STORETIMESTAMP = 56,
+           SHMQ_R_OFF_STOREHOST = 64, SHMQ_R_OFF_BODYLEN = 84, SHMQ_R_OFF_BODY = 88, SHMQ_R_FIXED_OVERHEAD = 91 };
+    """
+    const uint32_t MESSAGE_MAGIC "SHMQ_MESSAGE_MAGIC_U"
+    enum:
+        OFF_MAGIC "SHMQ_R_OFF_MAGIC"
+        OFF_BODYCRC "SHMQ_R_OFF_BODYCRC"
+        OFF_QUEUEID "SHMQ_R_OFF_QUEUEID"
+        OFF_QUEUEOFFSET "SHMQ_R_OFF_QUEUEOFFSET"
+        OFF_PHYSICALOFFSET "SHMQ_R_OFF_PHYSICALOFFSET"
+        OFF_SYSFLAG "SHMQ_R_OFF_SYSFLAG"
+        OFF_STORETIMESTAMP "SHMQ_R_OFF_STORETIMESTAMP"
+        OFF_STOREHOST "SHMQ_R_OFF_STOREHOST"
+        OFF_BODYLEN "SHMQ_R_OFF_BODYLEN"
+        OFF_BODY "SHMQ_R_OFF_BODY"
+        FIXED_OVERHEAD "SHMQ_R_FIXED_OVERHEAD"
+
+RECORD_LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_MAGIC": OFF_MAGIC, "OFF_BODYCRC": OFF_BODYCRC,
+                 "OFF_QUEUEID": OFF_QUEUEID, "OFF_QUEUEOFFSET": OFF_QUEUEOFFSET,
+                 "OFF_PHYSICALOFFSET": OFF_PHYSICALOFFSET, "OFF_SYSFLAG": OFF_SYSFLAG,
+                 "OFF_STORETIMESTAMP": OFF_STORETIMESTAMP, "OFF_STOREHOST": OFF_STOREHOST,
+                 "OFF_BODYLEN": OFF_BODYLEN, "OFF_BODY": OFF_BODY, "FIXED_OVERHEAD": FIXED_OVERHEAD}
+"""The record layout compiled in, checked against shmq.codec.record by the tests."""
+
+
+cdef object _reference(str name):
+    from shmq import _speedups
+    return _speedups.reference("_store", name)
+
+
+cdef bint _inside(const int64_t[:] pos, Py_ssize_t size, Py_ssize_t span) noexcept nogil:
+    """Every position p has 0 <= p and p + span <= size."""
+    cdef Py_ssize_t i
+    for i in range(pos.shape[0]):
+        if pos[i] < 0 or pos[i] > size - span:
+            return False
+    return True
+
+
+def gather_header_fields(src, starts):
+    """See ``shmq.codec.record.gather_header_fields``."""
+    cdef const uint8_t[::1] s
+    cdef const int64_t[:] at
+    cdef int64_t[:, ::1] out
+    cdef Py_ssize_t i, n
+    cdef const uint8_t* p
+    try:
+        s, at = src, starts
+    except (ValueError, TypeError):  # another dtype or layout: the reference's business
+        return _reference("gather_header_fields")(src, starts)
+    n = at.shape[0]
+    if s.shape[0] < OFF_BODYLEN + 4 or not _inside(at, s.shape[0], OFF_BODYLEN + 4):
+        return _reference("gather_header_fields")(src, starts)
+    fields = np.empty((n, 5), np.int64)
+    out = fields
+    with nogil:
+        for i in range(n):
+            p = &s[0] + at[i]
+            out[i, 0] = <int32_t>_get32(p)
+            out[i, 1] = _get32(p + OFF_MAGIC)
+            out[i, 2] = <int32_t>_get32(p + OFF_BODYCRC)
+            out[i, 3] = <int32_t>_get32(p + OFF_SYSFLAG)
+            out[i, 4] = <int32_t>_get32(p + OFF_BODYLEN)
+    return fields
+
+
+def patch_owned_fields(dst, positions, queue_id, store_timestamp, store_host, first_queue_offset, first_phys):
+    """See ``shmq.codec.record.patch_owned_fields``: queue id, store timestamp and host of every
+    record first, then QUEUEOFFSET + PHYSICALOFFSET of every record (the reference's order)."""
+    cdef uint8_t[::1] d
+    cdef const int64_t[:] at
+    cdef const int64_t[:] qids
+    cdef const int64_t[:] qoffs
+    cdef int32_t qid = 0
+    cdef int64_t ts, host, qoff0 = 0, phys0, base
+    cdef bint per_qid = isinstance(queue_id, np.ndarray), per_qoff = isinstance(first_queue_offset, np.ndarray)
+    cdef Py_ssize_t i, n
+    cdef uint8_t* p
+    try:
+        d, at = dst, positions
+        n = at.shape[0]
+        if per_qid:
+            qids = queue_id
+        else:
+            qid = queue_id
+        if per_qoff:
+            qoffs = first_queue_offset
+        else:
+            qoff0 = first_queue_offset
+            if qoff0 > (<int64_t>1 << 62) or qoff0 < -(<int64_t>1 << 62):
+                raise OverflowError
+        ts, host, phys0 = store_timestamp, store_host, first_phys
+        if n == 0 or (per_qid and qids.shape[0] != n) or (per_qoff and qoffs.shape[0] != n) \
+                or d.shape[0] < OFF_STOREHOST + 8 or not _inside(at, d.shape[0], OFF_STOREHOST + 8):
+            raise ValueError
+    except (ValueError, TypeError, OverflowError):  # the reference gives its result or error
+        return _reference("patch_owned_fields")(dst, positions, queue_id, store_timestamp, store_host,
+                                                first_queue_offset, first_phys)
+    with nogil:
+        if per_qid:  # a scatter of its own in the reference
+            for i in range(n):
+                _put32(&d[0] + at[i] + OFF_QUEUEID, <uint32_t>qids[i])
+        for i in range(n):
+            p = &d[0] + at[i]
+            if not per_qid:
+                _put32(p + OFF_QUEUEID, <uint32_t>qid)
+            _put64(p + OFF_STORETIMESTAMP, <uint64_t>ts)
+            _put64(p + OFF_STOREHOST, <uint64_t>host)
+        base = <int64_t>(<uint64_t>phys0 - <uint64_t>at[0])
+        for i in range(n):
+            p = &d[0] + at[i]
+            _put64(p + OFF_QUEUEOFFSET, <uint64_t>(qoffs[i] if per_qoff else qoff0 + i))
+            _put64(p + OFF_PHYSICALOFFSET, <uint64_t>at[i] + <uint64_t>base)
+    return None
+
+
+cdef bint _pass(const uint8_t* src, Py_ssize_t length, const int64_t[:] starts, const int64_t[:] sizes,
+                const int64_t[:, :] header, const int64_t[:] ids, const uint8_t* names,
+                const Py_ssize_t* name_at, int64_t max_body, int64_t max_record) noexcept nogil:
+    """The reference's masks record by record, its clamped reads included (``last``)."""
+    cdef Py_ssize_t i, k, last = length - 1, t, topic_pos, props_at
+    cdef int64_t size, body, props_len
+    cdef const uint8_t* name
+    for i in range(starts.shape[0]):
+        size, body = sizes[i], header[i, 4]
+        if header[i, 0] != size or header[i, 1] != MESSAGE_MAGIC or body < 0 or body > size - FIXED_OVERHEAD \
+                or body > max_body or (max_record >= 0 and size > max_record):
+            return False
+        name = names + name_at[ids[i]]
+        t = name_at[ids[i] + 1] - name_at[ids[i]]
+        topic_pos = starts[i] + OFF_BODY + body
+        if topic_pos > last:
+            topic_pos = last
+        if src[topic_pos] != t:
+            return False
+        for k in range(1, t + 1):
+            if src[topic_pos + k if topic_pos + k < last else last] != name[k - 1]:
+                return False
+        props_at = topic_pos + t + 1
+        if props_at > length - 2:
+            props_at = length - 2
+        props_len = <int64_t>src[props_at] * 256 + src[props_at + 1]
+        if FIXED_OVERHEAD + body + t + props_len != size:
+            return False
+    return True
+
+
+def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
+    """See ``shmq.store.hooks.records_pass``."""
+    cdef const uint8_t[::1] src
+    cdef const int64_t[:] at, sz, tid
+    cdef const int64_t[:, :] head
+    cdef int64_t mb, mr
+    cdef Py_ssize_t i, n, ntopics
+    cdef Py_ssize_t* name_at = NULL
+    cdef bytes names
+    cdef const uint8_t* name_bytes
+    cdef bint ok
+    try:
+        src = memoryview(buf).cast("B")
+        at, sz, head, tid = starts, sizes, header, ids
+        mb, mr = max_body, max_record
+        n, ntopics = at.shape[0], len(topics)
+        encoded = [t.encode("ascii", "replace") for t in topics]
+        if src.shape[0] < 2 or n == 0 or sz.shape[0] != n or head.shape[0] != n or head.shape[1] != 5 \
+                or tid.shape[0] != n or ntopics == 0 or max(map(len, encoded)) > 255:
+            raise ValueError
+        for i in range(n):  # the reference would index outside its arrays, or wrap a negative index
+            if tid[i] < 0 or tid[i] >= ntopics or at[i] < 0 or at[i] >= src.shape[0]:
+                raise ValueError
+    except (ValueError, TypeError, OverflowError, AttributeError):
+        return _reference("records_pass")(buf, starts, sizes, header, ids, topics, max_body, max_record)
+    names = b"".join(encoded)
+    name_bytes = names
+    name_at = <Py_ssize_t*>malloc((ntopics + 1) * sizeof(Py_ssize_t))
+    if name_at == NULL:
+        raise MemoryError()
+    try:
+        name_at[0] = 0
+        for i in range(ntopics):
+            name_at[i + 1] = name_at[i] + len(encoded[i])
+        with nogil:
+            ok = _pass(&src[0], src.shape[0], at, sz, head, tid, name_bytes, name_at, mb, mr)
+    finally:
+        free(name_at)
+    return ok
