@@ -132,5 +132,5 @@ def test_shmq_rows_say_what_they_are(quick_results):
     for key, w in res["results"].items():
         e = w["systems"]["shmq"]
         assert e["runs"] or e.get("na") or e["errors"], key
-    for what in ("queues", "backlog"):
+    for what in ("queues", "backlog", "push"):
         assert res["extras"].get("shmq", {}).get(what), what

@@ -122,6 +122,14 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 ratio = f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""
                 t.append([n, _k(v["median"]), f"{_k(min(v['runs']))}–{_k(max(v['runs']))}", ratio])
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
+    push = x.get("push", {})
+    title = "shmq send -> push listener latency at 1,000 msgs/s (100 B; µs, medians of the runs)"
+    if "error" in push or not push:
+        tables[title] = [["send API", "result"], ["—", _first(push.get("error", "not run"))]]
+    else:
+        tables[title] = [["send API", "p50", "p99", "p99.9", "messages per run"]] + [
+            [f"`{api}`", f"{v['p50_us']:,.0f}", f"{v['p99_us']:,.0f}", f"{v['p999_us']:,.0f}",
+             f"{v['runs'][0]['rounds']:,}"] for api, v in push.items()]
     b = x.get("backlog", {})
     if "error" in b or not b:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [["written", "result"], ["—", _first(b.get("error", "not run"))]]

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..core import POLL, System, body, durable_result, run_roles, timed_loop
+from ..core import POLL, System, body, durable_result, percentiles, run_roles, timed_loop
 from ..install import say
 from .shmqha import ReplicatedPair, replicated_sender  # noqa: F401  (the sender runs from this module)
 
@@ -23,6 +23,9 @@ WINDOW = 256
 BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
 PULL_NUMS = 256  # messages per pull: the PushConsumer's default pull_batch_size
 WARMUP = b"w"
+PUSH_RATE = 1000  # msgs/s of the push listener latency workload
+PUSH_APIS = ("send", "send_async")
+PUSH_SETTLE_S = 0.5  # the push consumer's rebalance settles before the first send
 # The store layout the published figures were measured with (RocketMQ's 1 GiB segments, each
 # warmed whole before the writer reaches it), set explicitly so a change of defaults moves nothing.
 STORE_LAYOUT = {"mapped_file_size_commit_log": 1 << 30, "warm_ahead_size": 1 << 30}
@@ -171,6 +174,10 @@ class Shmq(System):
             except Exception as e:
                 out["backlog"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
         try:
+            out["push"] = self._push_latency(settings)
+        except Exception as e:
+            out["push"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
+        try:
             out["queues"] = self._scaling(settings)
         except Exception as e:
             out["queues"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
@@ -207,6 +214,23 @@ class Shmq(System):
             base = base or (med if q == settings.queue_counts[0] else None)
             res[str(q)] = {"runs": runs, "median": med, "ratio_to_8": med / base if base else None}
         return res
+
+    def _push_latency(self, settings):
+        """Send -> PushConsumer listener latency at a steady rate, per send API: medians over the
+        reps of each run's p50/p99/p99.9."""
+        ctx = self._topic("push")
+        ctx.update(rate=PUSH_RATE, count=settings.push_count, size=100)
+        out = {}
+        for api in PUSH_APIS:
+            runs = []
+            for _ in range(settings.reps):
+                consumer, _sent = run_roles(self, [("push_listener", (ctx,)), ("push_sender", (dict(ctx, api=api),))],
+                                            settings.push_count / PUSH_RATE + 5,
+                                            settings.push_count / PUSH_RATE + 60)
+                runs.append(consumer)
+            out[api] = {"runs": runs, "rate": PUSH_RATE,
+                        **{p: float(np.median([r[p] for r in runs])) for p in ("p50_us", "p99_us", "p999_us")}}
+        return out
 
     def _backlog(self, settings):
         ctx = self._topic("backlog")
@@ -342,6 +366,55 @@ def durable_sender(ctx, spec, idx, sync):
     lat = timed_loop(sync, lambda: p.send(msg), spec.count, check_every=16)
     p.shutdown()
     return durable_result(sync, lat)
+
+
+def push_sender(ctx, sync):
+    """Send at a steady ``rate``, each body stamped with the monotonic clock (shared by the
+    processes of one host) just before the call: ``Producer.send`` (api "send"), or
+    ``send_async`` without waiting (api "send_async": auto_batch holds a lone message up to
+    ``batch_max_delay`` waiting for company, so both are reported)."""
+    import shmq
+    p = _producer(ctx)
+    pad = body(ctx["size"] - 8)
+    sync.ready()
+    time.sleep(PUSH_SETTLE_S)  # the consumer owns its queues by then
+    send = p.send if ctx["api"] == "send" else p.send_async
+    period = 1.0 / ctx["rate"]
+    start = time.perf_counter()
+    for i in range(ctx["count"]):
+        due = start + i * period
+        while (left := due - time.perf_counter()) > 0:
+            time.sleep(left if left > 2e-3 else 0)
+        send(shmq.Message(ctx["topic"], time.monotonic_ns().to_bytes(8, "little") + pad))
+    p.flush()
+    p.shutdown()
+    return ctx["count"]
+
+
+def push_listener(ctx, sync):
+    """A PushConsumer whose listener records now - the body's stamp for every message (warm-up bodies skipped)."""
+    import threading
+    import shmq
+    lat = []
+    done = threading.Event()
+    want = ctx["count"]
+
+    def listener(msgs, _ctx):
+        now = time.monotonic_ns()
+        for m in msgs:
+            if len(m.body) == ctx["size"]:
+                lat.append(now - int.from_bytes(m.body[:8], "little"))
+        if len(lat) >= want:
+            done.set()
+        return shmq.ConsumeResult.SUCCESS
+    c = shmq.PushConsumer(f"bench-push-{os.getpid()}", broker=ctx["broker"])
+    c.subscribe(ctx["topic"])
+    c.register_listener(listener)
+    c.start()
+    sync.ready()
+    done.wait(want / ctx["rate"] + PUSH_SETTLE_S + 30)
+    c.shutdown()
+    return percentiles(np.array(lat[:want], dtype=np.int64))
 
 
 def scaling_producer(ctx, sync):
