@@ -383,8 +383,9 @@ def push_sender(ctx, sync):
     start = time.perf_counter()
     for i in range(ctx["count"]):
         due = start + i * period
-        while (left := due - time.perf_counter()) > 0:
-            time.sleep(left if left > 2e-3 else 0)
+        left = due - time.perf_counter()
+        if left > 0:  # sleep, not spin: a spinning sender would keep the GIL from the producer's flusher
+            time.sleep(left)
         send(shmq.Message(ctx["topic"], time.monotonic_ns().to_bytes(8, "little") + pad))
     p.flush()
     p.shutdown()
