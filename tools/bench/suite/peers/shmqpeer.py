@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from ..core import POLL, System, body, durable_result, percentiles, run_roles, timed_loop
+from ..core import (POLL, PUSH_RATE, PUSH_SETTLE_S, System, body, durable_result, paced_stamped, percentiles,
+                    run_push, run_roles, stamp_age, timed_loop)
 from ..install import say
 from .shmqha import ReplicatedPair, replicated_sender  # noqa: F401  (the sender runs from this module)
 
@@ -23,9 +24,7 @@ WINDOW = 256
 BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
 PULL_NUMS = 256  # messages per pull: the PushConsumer's default pull_batch_size
 WARMUP = b"w"
-PUSH_RATE = 1000  # msgs/s of the push listener latency workload
 PUSH_APIS = ("send", "send_async")
-PUSH_SETTLE_S = 0.5  # the push consumer's rebalance settles before the first send
 # The store layout the published figures were measured with (RocketMQ's 1 GiB segments, each
 # warmed whole before the writer reaches it), set explicitly so a change of defaults moves nothing.
 STORE_LAYOUT = {"mapped_file_size_commit_log": 1 << 30, "warm_ahead_size": 1 << 30}
@@ -216,21 +215,10 @@ class Shmq(System):
         return res
 
     def _push_latency(self, settings):
-        """Send -> PushConsumer listener latency at a steady rate, per send API: medians over the
-        reps of each run's p50/p99/p99.9."""
+        """Send -> PushConsumer listener latency at 1,000 msgs/s, per send API."""
         ctx = self._topic("push")
-        ctx.update(rate=PUSH_RATE, count=settings.push_count, size=100)
-        out = {}
-        for api in PUSH_APIS:
-            runs = []
-            for _ in range(settings.reps):
-                consumer, _sent = run_roles(self, [("push_listener", (ctx,)), ("push_sender", (dict(ctx, api=api),))],
-                                            settings.push_count / PUSH_RATE + 5,
-                                            settings.push_count / PUSH_RATE + 60)
-                runs.append(consumer)
-            out[api] = {"runs": runs, "rate": PUSH_RATE,
-                        **{p: float(np.median([r[p] for r in runs])) for p in ("p50_us", "p99_us", "p999_us")}}
-        return out
+        ctx.update(count=settings.push_count, size=100)
+        return {api: run_push(self, dict(ctx, api=api), settings.push_count, settings.reps) for api in PUSH_APIS}
 
     def _backlog(self, settings):
         ctx = self._topic("backlog")
@@ -369,31 +357,20 @@ def durable_sender(ctx, spec, idx, sync):
 
 
 def push_sender(ctx, sync):
-    """Send at a steady ``rate``, each body stamped with the monotonic clock (shared by the
-    processes of one host) just before the call: ``Producer.send`` (api "send"), or
-    ``send_async`` without waiting (api "send_async": auto_batch holds a lone message up to
-    ``batch_max_delay`` waiting for company, so both are reported)."""
+    """``Producer.send`` (api "send") or ``send_async`` without waiting (api "send_async":
+    auto_batch holds a lone message up to ``batch_max_delay`` waiting for company)."""
     import shmq
     p = _producer(ctx)
-    pad = body(ctx["size"] - 8)
-    sync.ready()
-    time.sleep(PUSH_SETTLE_S)  # the consumer owns its queues by then
     send = p.send if ctx["api"] == "send" else p.send_async
-    period = 1.0 / ctx["rate"]
-    start = time.perf_counter()
-    for i in range(ctx["count"]):
-        due = start + i * period
-        left = due - time.perf_counter()
-        if left > 0:  # sleep, not spin: a spinning sender would keep the GIL from the producer's flusher
-            time.sleep(left)
-        send(shmq.Message(ctx["topic"], time.monotonic_ns().to_bytes(8, "little") + pad))
+    topic = ctx["topic"]
+    n = paced_stamped(sync, ctx["count"], ctx["size"], lambda data: send(shmq.Message(topic, data)))
     p.flush()
     p.shutdown()
-    return ctx["count"]
+    return n
 
 
 def push_listener(ctx, sync):
-    """A PushConsumer whose listener records now - the body's stamp for every message (warm-up bodies skipped)."""
+    """A PushConsumer whose listener records each message's age (warm-up bodies skipped)."""
     import threading
     import shmq
     lat = []
@@ -401,10 +378,9 @@ def push_listener(ctx, sync):
     want = ctx["count"]
 
     def listener(msgs, _ctx):
-        now = time.monotonic_ns()
         for m in msgs:
             if len(m.body) == ctx["size"]:
-                lat.append(now - int.from_bytes(m.body[:8], "little"))
+                lat.append(stamp_age(m.body))
         if len(lat) >= want:
             done.set()
         return shmq.ConsumeResult.SUCCESS
@@ -413,7 +389,7 @@ def push_listener(ctx, sync):
     c.register_listener(listener)
     c.start()
     sync.ready()
-    done.wait(want / ctx["rate"] + PUSH_SETTLE_S + 30)
+    done.wait(want / PUSH_RATE + PUSH_SETTLE_S + 30)
     c.shutdown()
     return percentiles(np.array(lat[:want], dtype=np.int64))
 
