@@ -387,6 +387,45 @@ def body(size: int) -> bytes:
     return os.urandom(size)
 
 
+PUSH_RATE = 1000  # msgs/s of the send -> listener latency workload
+PUSH_SETTLE_S = 0.5  # receivers are subscribed and parked before the first send
+
+
+def paced_stamped(sync: Sync, count: int, size: int, send) -> int:
+    """After the start: ``send(body)`` ``count`` times at ``PUSH_RATE``, each ``size``-byte body
+    led by the monotonic clock (shared by the processes of one host) read just before the call.
+    The sender sleeps between sends (a spinning one would keep the GIL from a producer's own
+    threads) so the receiver finds nothing waiting and parks: what is measured is its wake-up."""
+    pad = body(size - 8)
+    sync.ready()
+    time.sleep(PUSH_SETTLE_S)
+    start = time.perf_counter()
+    for i in range(count):
+        left = start + i / PUSH_RATE - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+        send(time.monotonic_ns().to_bytes(8, "little") + pad)
+    return count
+
+
+def stamp_age(payload: bytes) -> int:
+    """Nanoseconds since ``paced_stamped`` stamped ``payload``."""
+    return time.monotonic_ns() - int.from_bytes(payload[:8], "little")
+
+
+def run_push(system: System, ctx: Any, count: int, reps: int) -> dict:
+    """The send -> listener latency workload of one system: the module's ``push_listener(ctx,
+    sync) -> percentiles`` and ``push_sender(ctx, sync)``, ``reps`` times; medians of each run's
+    p50/p99/p99.9."""
+    runs = []
+    for _ in range(reps):
+        listener, _sent = run_roles(system, [("push_listener", (ctx,)), ("push_sender", (ctx,))],
+                                    count / PUSH_RATE + 5, count / PUSH_RATE + 60)
+        runs.append(listener)
+    return {"runs": runs, "rate": PUSH_RATE,
+            **{p: float(np.median([r[p] for r in runs])) for p in ("p50_us", "p99_us", "p999_us")}}
+
+
 def run_roles(system: System, roles: list[tuple[str, tuple]], deadline: float, timeout: float) -> list:
     """Run module-level functions of ``system``'s module, one process each, released together."""
     mod = type(system).__module__

@@ -122,6 +122,8 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 ratio = f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""
                 t.append([n, _k(v["median"]), f"{_k(min(v['runs']))}–{_k(max(v['runs']))}", ratio])
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
+    tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = \
+        push_rows(res)
     b = x.get("backlog", {})
     if "error" in b or not b:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [["written", "result"], ["—", _first(b.get("error", "not run"))]]
@@ -131,6 +133,24 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
             [f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), _k(b["write_msgs_s"]),
              _k(b["first_tenth_msgs_s"]), _k(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}", _k(b["drain_msgs_s"])]]
     return tables
+
+
+def push_rows(res: dict) -> list[list[str]]:
+    """One row per system and send API: shmq's PushConsumer listener, the peers' blocking receive."""
+    t = [["system", "send API", "p50", "p99", "p99.9", "messages per run"]]
+    for name, x in res.get("extras", {}).items():
+        push = x.get("push")
+        if not push:
+            continue
+        if "error" in push:
+            t.append([name, "—", _first(push["error"]), "", "", ""])
+            continue
+        for api, v in push.items():
+            t.append([name, f"`{api}`", f"{v['p50_us']:,.0f}", f"{v['p99_us']:,.0f}", f"{v['p999_us']:,.0f}",
+                      f"{v['runs'][0]['rounds']:,}"])
+    if len(t) == 1:
+        t.append(["shmq", "—", "not run", "", "", ""])
+    return t
 
 
 def machine_lines(res: dict) -> list[str]:

@@ -23,6 +23,7 @@ class Settings:
     scaling_count: int = 0
     backlog_count: int = 0
     backlog_deadline: float = 0.0
+    push_count: int = 3_000  # messages of the push listener latency workload (at 1,000 msgs/s)
     sizes: tuple[int, ...] = (100, 1024)
     patterns: tuple[tuple[int, int], ...] = ((1, 1), (4, 2))
     apis: tuple[str, ...] = ("msg", "batch")
@@ -35,7 +36,7 @@ def settings(quick: bool) -> Settings:
                         run_deadline=0.25, latency_rounds=500, latency_deadline=0.3,
                         durable_senders=8, durable_count=100, durable_deadline=0.3,
                         queue_counts=(8, 1000, 10000), scaling_count=20_000,
-                        backlog_count=100_000, backlog_deadline=5.0)
+                        backlog_count=100_000, backlog_deadline=5.0, push_count=300)
     return Settings(quick=False, reps=3, msg_count=100_000, batch_count=400_000, batch_size=100,
                     run_deadline=1.5, latency_rounds=10_000, latency_deadline=2.0,
                     durable_senders=8, durable_count=2_000, durable_deadline=2.0,

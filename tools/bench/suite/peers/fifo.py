@@ -4,7 +4,9 @@ from __future__ import annotations
 import queue
 import time
 
-from ..core import POLL, System, body, timed_loop
+import numpy as np
+
+from ..core import POLL, PUSH_RATE, PUSH_SETTLE_S, System, body, paced_stamped, percentiles, run_push, stamp_age, timed_loop
 
 
 class FasterFifo(System):
@@ -34,6 +36,15 @@ class FasterFifo(System):
     def latency_context(self, spec):
         from faster_fifo import Queue
         return (Queue(max_size_bytes=1024 * 1024), Queue(max_size_bytes=1024 * 1024))
+
+    def extra_workloads(self, settings):
+        """Send -> listener latency: ``put`` at 1,000 msgs/s to a process blocked in ``get``."""
+        from faster_fifo import Queue
+        ctx = {"q": Queue(max_size_bytes=1024 * 1024), "count": settings.push_count, "size": 100}
+        try:
+            return {"push": {"put": run_push(self, ctx, settings.push_count, settings.reps)}}
+        except Exception as e:
+            return {"push": {"error": f"{type(e).__name__}: {e}"}}
 
 
 def tput_producer(q, spec, idx, n, sync):
@@ -108,3 +119,19 @@ def latency_client(ctx, spec, sync):
     lat = timed_loop(sync, once, spec.rounds)
     req.put(None)
     return lat
+
+
+def push_sender(ctx, sync):
+    return paced_stamped(sync, ctx["count"], ctx["size"], ctx["q"].put)
+
+
+def push_listener(ctx, sync):
+    get, lat = ctx["q"].get, []
+    sync.ready()
+    deadline = time.monotonic() + ctx["count"] / PUSH_RATE + PUSH_SETTLE_S + 30
+    while len(lat) < ctx["count"] and time.monotonic() < deadline:
+        try:
+            lat.append(stamp_age(get(timeout=1.0)))
+        except queue.Empty:
+            pass
+    return percentiles(np.array(lat, dtype=np.int64))

@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from ..core import POLL, System, body, durable_result, run_roles, timed_loop
+from ..core import (POLL, PUSH_RATE, PUSH_SETTLE_S, System, body, durable_result, paced_stamped, percentiles,
+                    run_push, run_roles, stamp_age, timed_loop)
 from ..install import say
 from .shmqha import ReplicatedPair, replicated_sender  # noqa: F401  (the sender runs from this module)
 
@@ -23,6 +24,7 @@ WINDOW = 256
 BATCH_WINDOW = 4  # batches in flight (send_batch_async), like the other peers' pipelines
 PULL_NUMS = 256  # messages per pull: the PushConsumer's default pull_batch_size
 WARMUP = b"w"
+PUSH_APIS = ("send", "send_async")
 # The store layout the published figures were measured with (RocketMQ's 1 GiB segments, each
 # warmed whole before the writer reaches it), set explicitly so a change of defaults moves nothing.
 STORE_LAYOUT = {"mapped_file_size_commit_log": 1 << 30, "warm_ahead_size": 1 << 30}
@@ -171,6 +173,10 @@ class Shmq(System):
             except Exception as e:
                 out["backlog"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
         try:
+            out["push"] = self._push_latency(settings)
+        except Exception as e:
+            out["push"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
+        try:
             out["queues"] = self._scaling(settings)
         except Exception as e:
             out["queues"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
@@ -207,6 +213,12 @@ class Shmq(System):
             base = base or (med if q == settings.queue_counts[0] else None)
             res[str(q)] = {"runs": runs, "median": med, "ratio_to_8": med / base if base else None}
         return res
+
+    def _push_latency(self, settings):
+        """Send -> PushConsumer listener latency at 1,000 msgs/s, per send API."""
+        ctx = self._topic("push")
+        ctx.update(count=settings.push_count, size=100)
+        return {api: run_push(self, dict(ctx, api=api), settings.push_count, settings.reps) for api in PUSH_APIS}
 
     def _backlog(self, settings):
         ctx = self._topic("backlog")
@@ -342,6 +354,44 @@ def durable_sender(ctx, spec, idx, sync):
     lat = timed_loop(sync, lambda: p.send(msg), spec.count, check_every=16)
     p.shutdown()
     return durable_result(sync, lat)
+
+
+def push_sender(ctx, sync):
+    """``Producer.send`` (api "send") or ``send_async`` without waiting (api "send_async":
+    auto_batch holds a lone message up to ``batch_max_delay`` waiting for company)."""
+    import shmq
+    p = _producer(ctx)
+    send = p.send if ctx["api"] == "send" else p.send_async
+    topic = ctx["topic"]
+    n = paced_stamped(sync, ctx["count"], ctx["size"], lambda data: send(shmq.Message(topic, data)))
+    p.flush()
+    p.shutdown()
+    return n
+
+
+def push_listener(ctx, sync):
+    """A PushConsumer whose listener records each message's age (warm-up bodies skipped)."""
+    import threading
+    import shmq
+    lat = []
+    done = threading.Event()
+    want = ctx["count"]
+
+    def listener(msgs, _ctx):
+        for m in msgs:
+            if len(m.body) == ctx["size"]:
+                lat.append(stamp_age(m.body))
+        if len(lat) >= want:
+            done.set()
+        return shmq.ConsumeResult.SUCCESS
+    c = shmq.PushConsumer(f"bench-push-{os.getpid()}", broker=ctx["broker"])
+    c.subscribe(ctx["topic"])
+    c.register_listener(listener)
+    c.start()
+    sync.ready()
+    done.wait(want / PUSH_RATE + PUSH_SETTLE_S + 30)
+    c.shutdown()
+    return percentiles(np.array(lat[:want], dtype=np.int64))
 
 
 def scaling_producer(ctx, sync):

@@ -6,7 +6,9 @@ import shutil
 import tempfile
 import time
 
-from ..core import System, body, timed_loop
+import numpy as np
+
+from ..core import PUSH_RATE, PUSH_SETTLE_S, System, body, paced_stamped, percentiles, run_push, stamp_age, timed_loop
 
 
 class ZmqIpc(System):
@@ -42,6 +44,14 @@ class ZmqIpc(System):
 
     def latency_context(self, spec):
         return f"ipc://{self.dir}/{spec.run_id}.rr"
+
+    def extra_workloads(self, settings):
+        """Send -> listener latency: PUSH.send at 1,000 msgs/s to a process blocked in PULL.recv."""
+        ctx = {"endpoint": f"ipc://{self.dir}/push", "count": settings.push_count, "size": 100}
+        try:
+            return {"push": {"PUSH.send": run_push(self, ctx, settings.push_count, settings.reps)}}
+        except Exception as e:
+            return {"push": {"error": f"{type(e).__name__}: {e}"}}
 
 
 def tput_producer(endpoints, spec, idx, n, sync):
@@ -133,3 +143,36 @@ def latency_client(endpoint, spec, sync):
     s.close(linger=0)
     ctx.term()
     return lat
+
+
+def push_sender(c, sync):
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    end = time.monotonic() + 60
+    while not os.path.exists(c["endpoint"][len("ipc://"):]) and time.monotonic() < end:
+        time.sleep(0.005)
+    s.connect(c["endpoint"])
+    n = paced_stamped(sync, c["count"], c["size"], s.send)
+    s.close(linger=-1)
+    ctx.term()
+    return n
+
+
+def push_listener(c, sync):
+    import zmq
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PULL)
+    s.bind(c["endpoint"])
+    s.rcvtimeo = 1000
+    lat = []
+    sync.ready()
+    deadline = time.monotonic() + c["count"] / PUSH_RATE + PUSH_SETTLE_S + 30
+    while len(lat) < c["count"] and time.monotonic() < deadline:
+        try:
+            lat.append(stamp_age(s.recv()))
+        except zmq.Again:
+            pass
+    s.close(linger=0)
+    ctx.term()
+    return percentiles(np.array(lat, dtype=np.int64))
