@@ -244,6 +244,16 @@ cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
     return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
 
 
+cdef inline int64_t _le64(const uint8_t *p) noexcept nogil:
+    return <int64_t>((<uint64_t>p[7] << 56) | (<uint64_t>p[6] << 48) | (<uint64_t>p[5] << 40) |
+                     (<uint64_t>p[4] << 32) | (<uint64_t>p[3] << 24) | (<uint64_t>p[2] << 16) |
+                     (<uint64_t>p[1] << 8) | <uint64_t>p[0])
+
+
+cdef inline int32_t _le32(const uint8_t *p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[3] << 24) | (<uint32_t>p[2] << 16) | (<uint32_t>p[1] << 8) | <uint32_t>p[0])
+
+
 class _Fallback(Exception):
     """Something the fast path does not decide: the reference decodes the whole range."""
 
@@ -278,7 +288,12 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
     entries = rng.entries
     cdef int64_t first = rng.start
     cdef Py_ssize_t n = len(entries), i, k, t, kept = 0
-    if entries.dtype != fmt.CQ_DTYPE:
+    cdef bint little  # a range spanning two files is a concatenated copy, in native (little-endian) order
+    if entries.dtype == fmt.CQ_DTYPE:
+        little = False
+    elif entries.dtype == fmt.CQ_DTYPE.newbyteorder("<"):  # explicit byte order: read as such on any host
+        little = True
+    else:
         raise _Fallback()
     cdef const uint8_t[::1] raw = entries.view(np.uint8) if n else np.zeros(1, np.uint8)
     # the tag filter: its codes (hash prefilter) and, per tag in order, the bytes its properties start with
@@ -297,10 +312,10 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
     cdef bint hit
     for i in range(n):
         e = &raw[i * CQ_ENTRY_SIZE]
-        esize = _be32(e + 8)
+        esize = _le32(e + 8) if little else _be32(e + 8)
         if esize == BLANK_SIZE:
             continue
-        ecode = _be64(e + 12)
+        ecode = _le64(e + 12) if little else _be64(e + 12)
         if filtering:
             hit = False
             for t in range(codes_set.shape[0]):
@@ -310,7 +325,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
             if not hit:
                 continue
         idx[kept] = i
-        phys[kept] = _be64(e)
+        phys[kept] = _le64(e) if little else _be64(e)
         size[kept] = esize
         code[kept] = ecode
         if phys[kept] < 0 or esize < 0 or phys[kept] > (<int64_t>1 << 62):
