@@ -135,6 +135,8 @@ cdef list _checked(Py_ssize_t n, object batch):
         raise MemoryError()
     try:
         for k in range(nbuf):
+            if buffers[k] is None:  # a closed segment: the reference says what that is
+                return _reference(batch)
             view = buffers[k]
             lens[k] = view.shape[0]
             bases[k] = &view[0] if lens[k] else NULL
@@ -369,6 +371,8 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
             cur = s
             run += 1
             buf = segments[s].array
+            if buf is None:  # closed under us: the reference says what that is
+                raise _Fallback()
             buffers.append(buf)
             arr = buf
             seglen = arr.shape[0]

@@ -217,3 +217,26 @@ def test_healthy_ranges_are_decoded_by_the_compiled_code(pair, store, reader, mo
 
     monkeypatch.setitem(_speedups._references, "_consumer.decode_batch", no_fallback)
     assert outcome(compiled, reader.commitlog, "T", 0, rng, expr) == want
+
+
+
+class ClosedSegment:
+    """A segment whose mapping was closed (``ReadOnlySegment.close`` sets its array to None)."""
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start, self.size, self.array = start, size, None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+def test_a_closed_segment_fails_as_the_reference(pair) -> None:
+    compiled, reference = pair
+    rec = _record(0, b"body", "TagA")
+    cq = np.zeros(1, fmt.CQ_DTYPE)
+    cq["offset"], cq["size"], cq["tags_code"] = 0, len(rec), fmt.tags_code("TagA")
+    log = FakeLog([ClosedSegment(0, len(rec))])  # type: ignore[list-item]
+    got = outcome(compiled, log, "T", 0, EntryRange(0, cq), None)
+    assert got == outcome(reference, log, "T", 0, EntryRange(0, cq), None)
+    assert got[0] == "error"

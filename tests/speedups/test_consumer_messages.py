@@ -181,3 +181,11 @@ def test_well_formed_batches_are_built_by_the_compiled_code(pair, store, reader,
 
     monkeypatch.setitem(_speedups._references, "_consumer.batch_messages", no_fallback)
     assert [slots(m) for m in compiled(b)] == want
+
+
+def test_a_closed_buffer_fails_as_the_reference(pair) -> None:
+    compiled, reference = pair
+    cols = {name: np.zeros(1, np.int64) for name in COLUMNS}
+    b = PulledBatch("T", 0, 0, 0, **cols, buffers=[None])  # type: ignore[list-item]
+    assert outcome(compiled, b) == outcome(reference, b)
+    assert outcome(compiled, b)[0] == "error"
