@@ -97,8 +97,8 @@ cdef inline bint _fits(Py_ssize_t p, Py_ssize_t n, Py_ssize_t size) noexcept nog
 
 def batch_messages(batch):
     """Every record of ``batch`` (a ``PulledBatch``) as a MessageExt: see the reference."""
-    from shmq.model.message_ext import MessageExt
-    if _cls is not MessageExt:
+    if _cls is None:
+        from shmq.model.message_ext import MessageExt
         _resolve(MessageExt)
     n = len(batch.queue_offset)
     if not n:
@@ -256,6 +256,19 @@ cdef inline int32_t _le32(const uint8_t *p) noexcept nogil:
     return <int32_t>((<uint32_t>p[3] << 24) | (<uint32_t>p[2] << 16) | (<uint32_t>p[1] << 8) | <uint32_t>p[0])
 
 
+cdef object _mods = None  # numpy, shmq.codec.record, PulledBatch, _empty_batch, the two CQ dtypes, TagFilter
+
+
+cdef void _import_modules() except *:
+    """Resolved on first use: shmq.codec.columns imports this module, so not at import time."""
+    global _mods
+    import numpy as np
+    from shmq.codec import record as fmt
+    from shmq.codec.columns import PulledBatch, _empty_batch
+    from shmq.filter.tags import TagFilter
+    _mods = (np, fmt, PulledBatch, _empty_batch, fmt.CQ_DTYPE, fmt.CQ_DTYPE.newbyteorder("<"), TagFilter)
+
+
 class _Fallback(Exception):
     """Something the fast path does not decide: the reference decodes the whole range."""
 
@@ -269,8 +282,9 @@ def decode_batch(commitlog, topic, queue_id, rng, expression=None, skip=None):
     runs out of its segment) sends the whole range to the reference, which then answers or
     raises exactly as it does without the extension.
     """
-    from shmq.filter.tags import TagFilter
-    if skip is not None or (expression is not None and type(expression) is not TagFilter):
+    if _mods is None:
+        _import_modules()
+    if skip is not None or (expression is not None and type(expression) is not _mods[6]):
         return _reference_decode(commitlog, topic, queue_id, rng, expression, skip)
     try:
         return _decode(commitlog, topic, queue_id, rng, expression)
@@ -284,16 +298,14 @@ cdef object _reference_decode(commitlog, topic, queue_id, rng, expression, skip)
 
 
 cdef object _decode(commitlog, str topic, queue_id, rng, expression):
-    import numpy as np
-    from shmq.codec import record as fmt
-    from shmq.codec.columns import PulledBatch, _empty_batch
+    np, fmt, PulledBatch, _empty_batch, cq_be, cq_le, _ = _mods
     entries = rng.entries
     cdef int64_t first = rng.start
     cdef Py_ssize_t n = len(entries), i, k, t, kept = 0
     cdef bint little  # a range spanning two files is a concatenated copy, in native (little-endian) order
-    if entries.dtype == fmt.CQ_DTYPE:
+    if entries.dtype == cq_be:
         little = False
-    elif entries.dtype == fmt.CQ_DTYPE.newbyteorder("<"):  # explicit byte order: read as such on any host
+    elif entries.dtype == cq_le:  # explicit byte order: read as such on any host
         little = True
     else:
         raise _Fallback()
@@ -303,11 +315,8 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
     cdef const int64_t[::1] codes_set = expression.codes if filtering else np.zeros(0, np.int64)
     tag_codes = [fmt.tags_code(tag) for tag in expression.tags] if filtering else []
     tag_bytes = [b"TAGS\x01" + tag.encode("utf-8") + b"\x02" for tag in expression.tags] if filtering else []
-    idx_a = np.empty(n, np.int64)
-    phys_a = np.empty(n, np.int64)
-    size_a = np.empty(n, np.int64)
-    code_a = np.empty(n, np.int64)
-    cdef int64_t[::1] idx = idx_a, phys = phys_a, size = size_a, code = code_a
+    kept_a = np.empty((4, max(n, 1)), np.int64)
+    cdef int64_t[::1] idx = kept_a[0], phys = kept_a[1], size = kept_a[2], code = kept_a[3]
     cdef const uint8_t *e
     cdef int32_t esize
     cdef int64_t ecode, need = -1
@@ -340,11 +349,14 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         files.refresh()
     segments = list(files.segments)
     cdef Py_ssize_t nseg = len(segments)
-    starts_a = np.array([sg.start for sg in segments], np.int64)
-    ends_a = starts_a + np.array([sg.size for sg in segments], np.int64)
-    if nseg > 1 and (np.diff(starts_a) <= 0).any():
-        raise _Fallback()
-    cdef const int64_t[::1] starts = starts_a, ends = ends_a
+    bounds_a = np.empty((2, max(nseg, 1)), np.int64)
+    cdef int64_t[::1] starts = bounds_a[0], ends = bounds_a[1]
+    for k in range(nseg):
+        sg = segments[k]
+        starts[k] = sg.start
+        ends[k] = sg.start + sg.size
+        if k and starts[k] <= starts[k - 1]:
+            raise _Fallback()  # the reference's searchsorted assumes ascending starts
     out = np.empty((13, max(kept, 1)), np.int64)
     cdef int64_t[:, ::1] o = out
     cdef list buffers = []
@@ -422,5 +434,5 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         m += 1
     if not present:
         return _empty_batch(topic, queue_id, rng.next_offset, missing)
-    cols = [np.array(out[j, :m]) for j in range(13)]  # one contiguous array per column, as the reference's
+    cols = [out[j, :m] for j in range(13)]  # rows of one array: each column contiguous, as the reference's
     return PulledBatch(topic, queue_id, rng.next_offset, missing, *cols, buffers)
