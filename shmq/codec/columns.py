@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shmq import _speedups
 from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
 from shmq.filter.tags import Expression, TagFilter
@@ -89,19 +90,27 @@ class PulledBatch:
                                  int(self.sysflag[i]))
 
     def messages(self) -> list[MessageExt]:
-        """Every record as a MessageExt: the columns are converted once, not field by field per
-        message, and properties stay encoded until a listener asks (``MessageExt.stored``)."""
-        if not len(self):
-            return []
-        views = [b.data for b in self.buffers]
-        props = [bytes(views[s][p:p + n]) for s, p, n in
-                 zip(self.segment.tolist(), self.props_pos.tolist(), self.props_len.tolist())]
-        stored, topic, qid = MessageExt.stored, self.topic, self.queue_id
-        return [stored(topic, bytes(body), pr, qid, qoff, phys, born, stamp, reconsume, host, size, sysflag)
-                for body, pr, qoff, phys, born, stamp, reconsume, host, size, sysflag in zip(
-                    self.bodies(), props, self.queue_offset.tolist(), self.commit_log_offset.tolist(),
-                    self.born_timestamp.tolist(), self.store_timestamp.tolist(), self.reconsume_times.tolist(),
-                    self.store_host.tolist(), self.size.tolist(), self.sysflag.tolist())]
+        """Every record as a MessageExt (``batch_messages``: compiled when available)."""
+        return batch_messages(self)
+
+
+def batch_messages(batch: PulledBatch) -> list[MessageExt]:
+    """Every record of ``batch`` as a MessageExt: the columns are converted once, not field by
+    field per message, and properties stay encoded until a listener asks (``MessageExt.stored``)."""
+    if not len(batch):
+        return []
+    views = [b.data for b in batch.buffers]
+    props = [bytes(views[s][p:p + n]) for s, p, n in
+             zip(batch.segment.tolist(), batch.props_pos.tolist(), batch.props_len.tolist())]
+    stored, topic, qid = MessageExt.stored, batch.topic, batch.queue_id
+    return [stored(topic, bytes(body), pr, qid, qoff, phys, born, stamp, reconsume, host, size, sysflag)
+            for body, pr, qoff, phys, born, stamp, reconsume, host, size, sysflag in zip(
+                batch.bodies(), props, batch.queue_offset.tolist(), batch.commit_log_offset.tolist(),
+                batch.born_timestamp.tolist(), batch.store_timestamp.tolist(), batch.reconsume_times.tolist(),
+                batch.store_host.tolist(), batch.size.tolist(), batch.sysflag.tolist())]
+
+
+batch_messages = _speedups.pick("_consumer", "batch_messages", batch_messages)
 
 
 def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, codes: np.ndarray,
@@ -214,6 +223,8 @@ def decode_batch(commitlog: CommitLogReader, topic: str, queue_id: int, rng: Ent
         buffers=buffers,
     )
 
+
+decode_batch = _speedups.pick("_consumer", "decode_batch", decode_batch)
 
 def _empty_batch(topic: str, queue_id: int, next_offset: int, missing: int) -> PulledBatch:
     e = np.empty(0, dtype=_I64)
