@@ -21,6 +21,8 @@ from shmq.ring import shm
 from tests.ipc_tracking import existing, remove, store_objects
 
 ROOT = Path(__file__).resolve().parents[2]
+# iceoryx2 is not among them: it publishes wheels for glibc >= 2.34 only, so where pip cannot
+# install it its rows say why and its own tests below skip with that reason
 PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "NATS JetStream"}
 TIMEOUT = 330  # the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs
 STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
@@ -134,3 +136,48 @@ def test_shmq_rows_say_what_they_are(quick_results):
         assert e["runs"] or e.get("na") or e["errors"], key
     for what in ("queues", "backlog", "push"):
         assert res["extras"].get("shmq", {}).get(what), what
+
+
+def _iceoryx2_or_skip(res: dict) -> None:
+    assert "iceoryx2" in res["systems"], "the iceoryx2 peer is not in the suite"
+    why = res["unavailable"].get("iceoryx2")
+    if why:
+        pytest.skip(f"iceoryx2 could not be installed or started here: {why}")
+
+
+def test_iceoryx2_has_a_number_for_every_row_it_applies_to(quick_results):
+    """The no-persistence shared-memory reference: every throughput row (1 -> 1 and 4 -> 2,
+    per message and batch, both sizes) and the round trip, each run complete (the suite raises
+    when a consumer received fewer messages than were sent)."""
+    res, log = quick_results
+    _iceoryx2_or_skip(res)
+    for key, w in res["results"].items():
+        e = w["systems"]["iceoryx2"]
+        if w["kind"] in ("tput", "latency"):
+            assert e["runs"] and not e["errors"], (key, e["errors"][-1:])
+        else:
+            assert e.get("na") and not e["runs"], (key, e)
+    assert res["versions"].get("iceoryx2")
+
+
+def test_iceoryx2_delivers_every_message_in_each_pattern():
+    """A few thousand messages through each of the peer's paths, in-process (seconds): the
+    lossless configuration (no safe overflow, publishers retry) and the stop handshake of the
+    round trip. Skips, with pip's reason, where iceoryx2 cannot be imported."""
+    pytest.importorskip("iceoryx2", reason="iceoryx2 (bench extra) is not installed: no wheel for this platform?")
+    from tools.bench.suite import core
+    from tools.bench.suite.peers.iox import Iceoryx2
+
+    system = Iceoryx2()
+    assert system.install() is None
+    system.start(str(ROOT))
+    try:
+        for i, (producers, consumers, api) in enumerate([(1, 1, "msg"), (1, 1, "batch"), (4, 2, "msg"), (4, 2, "batch")]):
+            spec = core.TputSpec(producers, consumers, 100, api, 4_000 if api == "msg" else 20_000, 100, 5.0, f"t{i}")
+            r = core.run_tput(system, spec)
+            assert r["messages"] == spec.count and not r["capped"], (spec.key, r)
+        lat = core.run_latency(system, core.LatencySpec(100, 300, 5.0, "lat"))
+        assert lat["rounds"] == 300 and 0 < lat["p50_us"] <= lat["p99_us"]
+    finally:
+        system.stop()
+    assert not system.held

