@@ -86,9 +86,7 @@ class Producer:
         (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages of one topic
         and queue into batches of up to ``batch_max_bytes``, sent at the latest ``batch_max_delay``
         seconds after their first message (``batch_max_delay_ms``: the same in ms, deprecated);
-        a ``send_async`` made while none of this producer's requests is unanswered goes at once
-        with what waits (Nagle's rule: a lone message does not wait out the delay, and under load
-        batches form while earlier ones are answered); ``send`` and ``send_batch`` first send what waits, so nothing is overtaken. Off, every
+        ``send`` and ``send_batch`` first send what waits, so nothing is overtaken. Off, every
         message is written on its own. Bodies over ``compress_msg_body_over_howmuch`` bytes are
         zlib-compressed when that shrinks them (None or 0: never; see
         shmq.client.producer.compression). ``trace``: True writes a Pub trace record of every
@@ -229,8 +227,6 @@ class Producer:
             if acc is not None:
                 self._encoder.check(msg)
                 fut: Future = acc.add(msg, qid)
-                if not self._in_flight:
-                    acc.flush_all()  # Nagle's rule: nothing unanswered, so nothing to gain by waiting
             else:
                 fut = self._submit_one(msg, qid, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
