@@ -269,8 +269,9 @@ cdef void _import_modules() except *:
     _mods = (np, fmt, PulledBatch, _empty_batch, fmt.CQ_DTYPE, fmt.CQ_DTYPE.newbyteorder("<"), TagFilter)
 
 
-class _Fallback(Exception):
-    """Something the fast path does not decide: the reference decodes the whole range."""
+_DECLINED = "not decided by the compiled path"
+"""Raised (as ValueError) inside ``_decode`` for anything the fast path leaves to the reference,
+which then decodes the whole range (answering or raising exactly as without the extension)."""
 
 
 def decode_batch(commitlog, topic, queue_id, rng, expression=None, skip=None):
@@ -288,7 +289,7 @@ def decode_batch(commitlog, topic, queue_id, rng, expression=None, skip=None):
         return _reference_decode(commitlog, topic, queue_id, rng, expression, skip)
     try:
         return _decode(commitlog, topic, queue_id, rng, expression)
-    except (_Fallback, ValueError, TypeError):
+    except (ValueError, TypeError):  # _DECLINED, or a column of an unexpected type
         return _reference_decode(commitlog, topic, queue_id, rng, expression, skip)
 
 
@@ -308,7 +309,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
     elif entries.dtype == cq_le:  # explicit byte order: read as such on any host
         little = True
     else:
-        raise _Fallback()
+        raise ValueError(_DECLINED)
     cdef const uint8_t[::1] raw = entries.view(np.uint8) if n else np.zeros(1, np.uint8)
     # the tag filter: its codes (hash prefilter) and, per tag in order, the bytes its properties start with
     filtering = expression is not None and not expression.is_all
@@ -340,7 +341,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         size[kept] = esize
         code[kept] = ecode
         if phys[kept] < 0 or esize < 0 or phys[kept] > (<int64_t>1 << 62):
-            raise _Fallback()  # the reference's sums would wrap: let it decide
+            raise ValueError(_DECLINED)  # the reference's sums would wrap: let it decide
         if phys[kept] + esize > need:
             need = phys[kept] + esize
         kept += 1
@@ -356,7 +357,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         starts[k] = sg.start
         ends[k] = sg.start + sg.size
         if k and starts[k] <= starts[k - 1]:
-            raise _Fallback()  # the reference's searchsorted assumes ascending starts
+            raise ValueError(_DECLINED)  # the reference's searchsorted assumes ascending starts
     out = np.empty((13, max(kept, 1)), np.int64)
     cdef int64_t[:, ::1] o = out
     cdef list buffers = []
@@ -384,27 +385,27 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
             run += 1
             buf = segments[s].array
             if buf is None:  # closed under us: the reference says what that is
-                raise _Fallback()
+                raise ValueError(_DECLINED)
             buffers.append(buf)
             arr = buf
             seglen = arr.shape[0]
             if seglen != ends[s] - starts[s]:
-                raise _Fallback()
+                raise ValueError(_DECLINED)
         pos = phys[i] - starts[s]
         if pos + HEADER_SIZE > seglen:
-            raise _Fallback()
+            raise ValueError(_DECLINED)
         rec = &arr[0] + pos
         if (<unsigned int>_be32(rec + 4) != MESSAGE_MAGIC or _be64(rec + OFF_PHYSICALOFFSET) != phys[i]
                 or _be32(rec) != size[i]):
-            raise _Fallback()  # the reference raises CorruptRecordError naming the first such entry
+            raise ValueError(_DECLINED)  # the reference raises CorruptRecordError naming the first such entry
         body_len = _be32(rec + OFF_BODYLEN)
         if body_len < 0 or pos + HEADER_SIZE + body_len >= seglen:
-            raise _Fallback()
+            raise ValueError(_DECLINED)
         topic_len = rec[HEADER_SIZE + body_len]
         props_pos = pos + HEADER_SIZE + body_len + topic_len + 3
         props_len = size[i] - FIXED_OVERHEAD - body_len - topic_len
         if props_len < 0:
-            raise _Fallback()
+            raise ValueError(_DECLINED)
         if filtering:
             props = &arr[0] + props_pos
             ok = False
