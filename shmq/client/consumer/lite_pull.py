@@ -26,9 +26,10 @@ from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
+from shmq.client.consumer.rejoin import rejoin
 from shmq.errors import BadArgumentError, BrokerGoneError, ShmqError
 from shmq.filter.function import Predicate
-from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
+from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
@@ -236,24 +237,7 @@ class LitePullConsumer:
 
     def _bind(self, deadline: float) -> Session:
         """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
-        s = self._wrapper.bind(deadline)
-        if s is self._session:
-            return s
-        subs = {t: subscription_arg(e) for t, e in self._subscriptions.items()}
-        s.admin("join_group", {"group": self.group, "model": MessageModel.CLUSTERING.value, "subscriptions": subs},
-                self.start_timeout)
-        for pq in self._pqs.values():
-            pq.wait_req = None
-        self._resets.apply(self._pqs, self._restart)  # one that came just before a restart, first
-        if self._session is not None and self.auto_commit:
-            # a restarted broker lost the commits since its last persist: give it ours again
-            self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
-        for mq in [mq for mq in self._pqs if mq.topic not in self._subscriptions]:
-            self._drop(self._pqs.pop(mq))
-        self._session = s
-        self._rebalance.reset()
-        self._broker_wait_logged = False
-        return s
+        return rejoin(self, deadline, MessageModel.CLUSTERING, resets_on_start=True, recommit=self.auto_commit)
 
     # ------------------------------------------------------------------ the puller thread
 

@@ -39,7 +39,7 @@ from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyServi
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
 from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
 from shmq.filter.function import Predicate
-from shmq.filter.tags import Expression, Subscription, as_expression, subscription_arg
+from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
@@ -49,6 +49,7 @@ from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
+from shmq.client.consumer.rejoin import rejoin
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
 from shmq.client.consumer.send_back import SendBackClient
@@ -281,24 +282,8 @@ class PushConsumer:
 
     def _bind(self, deadline: float) -> Session:
         """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
-        s = self._wrapper.bind(deadline)
-        if s is self._session:
-            return s
-        subs = {t: subscription_arg(e) for t, e in self._subscriptions.items()}
-        s.admin("join_group", {"group": self.group, "model": self.model.value, "subscriptions": subs},
-                self.start_timeout)
-        for pq in self._pqs.values():
-            pq.wait_req = None
-        if self._session is not None and self.model is MessageModel.CLUSTERING:
-            self._resets.apply(self._pqs, self._restart)  # one that came just before a restart, first
-            # a restarted broker lost the commits since its last persist: give it ours again
-            self._offsets.commit([pq for pq in self._pqs.values() if pq.next_offset >= 0], sync=True, force=True)
-        for mq in [mq for mq in self._pqs if mq.topic not in self._subscriptions]:
-            self._drop(self._pqs.pop(mq))
-        self._session = s
-        self._rebalance.reset()
-        self._broker_wait_logged = False
-        return s
+        return rejoin(self, deadline, self.model, resets_on_start=False,
+                      recommit=self.model is MessageModel.CLUSTERING)
 
     # ------------------------------------------------------------------ the puller thread
 
