@@ -1,0 +1,108 @@
+# cython: language_level=3
+"""Compiled twin of the consume-queue dispatch of a put over many queues (entry layout:
+docs/FORMAT.md section 4).
+
+``put_rows`` is ``shmq.store.dispatch.put_rows``. With 1,250 topics sending, a put of 256
+records touches 256 queues with one record each, and the reference's ``ConsumeQueue.put`` (a
+method call, ``last_file``, three ``struct.pack_into``) cost more per record than the rest of
+the put. Here a queue's entry is written directly into its last file when that file has room
+and the entry is the queue's next one (the case of every put but a file's first or last entry);
+otherwise, and for queues with more than two records, the same Python calls as the reference
+run. Same write order as ``ConsumeQueue.put``: offset, tags code, then size (recovery takes a
+non-zero size as a whole entry), then ``wrote_position``, ``max_offset``, ``max_phys_end``.
+"""
+from cpython.buffer cimport PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+import numpy as np
+
+cdef extern from *:
+    """
+    enum { SHMQ_CQ_ENTRY_SIZE = 20 };
+    #define SHMQ_MAX_QOFF (((long long)1) << 58)
+    """
+    enum:
+        CQ_ENTRY_SIZE "SHMQ_CQ_ENTRY_SIZE"
+    const int64_t MAX_QOFF "SHMQ_MAX_QOFF"
+
+LAYOUT = {"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE}
+"""The constants compiled in, checked against the Python reference by the tests."""
+
+
+cdef inline void _be64(uint8_t* p, uint64_t v) noexcept nogil:
+    cdef int k
+    for k in range(8):
+        p[k] = <uint8_t>(v >> (56 - 8 * k))
+
+
+cdef inline void _be32(uint8_t* p, uint64_t v) noexcept nogil:
+    cdef int k
+    for k in range(4):
+        p[k] = <uint8_t>(v >> (24 - 8 * k))
+
+
+cdef bint _put_fast(object q, int64_t phys, int64_t size, int64_t tags, int64_t qoff) except -1:
+    """Write the entry like ``ConsumeQueue.put`` if it is the queue's next and its last file has
+    reserved room for it; False (nothing changed) where the reference would do anything else."""
+    cdef Py_buffer buf
+    cdef int64_t from_, fsize, pos
+    if q.max_offset != qoff:
+        return False
+    files = q.queue.files
+    if type(files) is not list or not files:
+        return False
+    mf = (<list>files)[len(<list>files) - 1]  # wraparound is off: no negative index
+    fsize = mf.size
+    if mf.wrote_position >= fsize:  # last_file would start the next file
+        return False
+    from_ = mf.file_from_offset
+    pos = qoff * CQ_ENTRY_SIZE - from_
+    if pos < 0 or pos + CQ_ENTRY_SIZE > fsize or pos + CQ_ENTRY_SIZE > mf.reserved_position:
+        return False
+    PyObject_GetBuffer(mf.view, &buf, PyBUF_WRITABLE)
+    try:
+        if buf.len < pos + CQ_ENTRY_SIZE:
+            return False
+        _be64(<uint8_t*>buf.buf + pos, <uint64_t>phys)
+        _be64(<uint8_t*>buf.buf + pos + 12, <uint64_t>tags)
+        _be32(<uint8_t*>buf.buf + pos + 8, <uint64_t>size)
+    finally:
+        PyBuffer_Release(&buf)
+    mf.wrote_position = pos + CQ_ENTRY_SIZE
+    q.max_offset = qoff + 1
+    q.max_phys_end = phys + size
+    return True
+
+
+cdef bint _int64_column(object c):
+    return type(c) is np.ndarray and c.dtype == np.int64 and c.ndim == 1
+
+
+def put_rows(queues, rows, firsts, phys, sizes, tags):
+    """See ``shmq.store.dispatch.put_rows``; any input the fast path does not take (columns
+    that are not int64 arrays, rows outside them, sizes or offsets out of the entry's range)
+    goes through the reference's own calls, so results and errors are the reference's."""
+    cdef const int64_t[::1] ph, sz, tg
+    cdef Py_ssize_t n, k, nr
+    cdef int64_t i, s, p
+    if not (_int64_column(phys) and _int64_column(sizes) and _int64_column(tags)):
+        from shmq import _speedups
+        return _speedups.reference("_queues", "put_rows")(queues, rows, firsts, phys, sizes, tags)
+    ph, sz, tg = phys, sizes, tags
+    n = min(len(ph), len(sz), len(tg))
+    for q, r, first_o in zip(queues, rows, firsts):
+        nr = len(r)
+        if nr > 2:
+            q.put_batch(phys[r], sizes[r], tags[r], first_o)
+            continue
+        idx = r.tolist()
+        for k in range(nr):
+            i_o = idx[k]
+            qoff_o = first_o + k
+            if type(i_o) is int and type(qoff_o) is int and 0 <= i_o < n and 0 <= qoff_o < MAX_QOFF:
+                i = i_o
+                s = sz[i]
+                p = ph[i]
+                if 0 <= s <= 0x7FFFFFFF and _put_fast(q, p, s, tg[i], qoff_o):
+                    continue
+            q.put(int(phys[i_o]), int(sizes[i_o]), int(tags[i_o]), qoff_o)
