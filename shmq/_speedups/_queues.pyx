@@ -2,7 +2,8 @@
 """Compiled twin of the consume-queue dispatch of a put over many queues (entry layout:
 docs/FORMAT.md section 4).
 
-``put_rows`` is ``shmq.store.dispatch.put_rows``. With 1,250 topics sending, a put of 256
+``reserve_each`` is ``shmq.store.consume_queue.reserve_each`` and ``put_rows`` is
+``shmq.store.dispatch.put_rows``. With 1,250 topics sending, a put of 256
 records touches 256 queues with one record each, and the reference's ``ConsumeQueue.put`` (a
 method call, ``last_file``, three ``struct.pack_into``) cost more per record than the rest of
 the put. Here a queue's entry is written directly into its last file when that file has room
@@ -20,13 +21,20 @@ cdef extern from *:
     """
     enum { SHMQ_CQ_ENTRY_SIZE = 20 };
     #define SHMQ_MAX_QOFF (((long long)1) << 58)
+    #define SHMQ_MAX_FIELD (((long long)1) << 62)
     """
     enum:
         CQ_ENTRY_SIZE "SHMQ_CQ_ENTRY_SIZE"
     const int64_t MAX_QOFF "SHMQ_MAX_QOFF"
+    const int64_t MAX_FIELD "SHMQ_MAX_FIELD"
 
 LAYOUT = {"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE}
 """The constants compiled in, checked against the Python reference by the tests."""
+
+
+cdef inline bint _small(object x):
+    """An int the fast paths may take into int64 arithmetic without overflow (else: the reference's calls)."""
+    return type(x) is int and 0 <= x < MAX_FIELD
 
 
 cdef inline void _be64(uint8_t* p, uint64_t v) noexcept nogil:
@@ -52,12 +60,15 @@ cdef bint _put_fast(object q, int64_t phys, int64_t size, int64_t tags, int64_t 
     if type(files) is not list or not files:
         return False
     mf = (<list>files)[len(<list>files) - 1]  # wraparound is off: no negative index
-    fsize = mf.size
-    if mf.wrote_position >= fsize:  # last_file would start the next file
+    fsize_o, wrote_o, from_o, reserved_o = mf.size, mf.wrote_position, mf.file_from_offset, mf.reserved_position
+    if not (_small(fsize_o) and _small(wrote_o) and _small(from_o) and _small(reserved_o)):
         return False
-    from_ = mf.file_from_offset
+    fsize = fsize_o
+    if <int64_t>wrote_o >= fsize:  # last_file would start the next file
+        return False
+    from_ = from_o
     pos = qoff * CQ_ENTRY_SIZE - from_
-    if pos < 0 or pos + CQ_ENTRY_SIZE > fsize or pos + CQ_ENTRY_SIZE > mf.reserved_position:
+    if pos < 0 or pos + CQ_ENTRY_SIZE > fsize or pos + CQ_ENTRY_SIZE > <int64_t>reserved_o:
         return False
     PyObject_GetBuffer(mf.view, &buf, PyBUF_WRITABLE)
     try:
@@ -106,3 +117,23 @@ def put_rows(queues, rows, firsts, phys, sizes, tags):
                 if 0 <= s <= 0x7FFFFFFF and _put_fast(q, p, s, tg[i], qoff_o):
                     continue
             q.put(int(phys[i_o]), int(sizes[i_o]), int(tags[i_o]), qoff_o)
+
+
+def reserve_each(queues):
+    """See ``shmq.store.consume_queue.reserve_each``: where the queue's last file already has
+    reserved room for ``count`` more entries (``ConsumeQueue.reserve``'s first test) nothing is
+    called; any other case, or values outside the fast path's range, calls ``cq.reserve``."""
+    cdef int64_t end, from_
+    for cq, count in queues:
+        mo = cq.max_offset
+        if type(count) is int and type(mo) is int and 0 <= count < MAX_QOFF and 0 <= mo < MAX_QOFF:
+            end = (<int64_t>mo + <int64_t>count) * CQ_ENTRY_SIZE
+            files = cq.queue.files
+            if type(files) is list and files:
+                mf = (<list>files)[len(<list>files) - 1]  # wraparound is off: no negative index
+                from_o, size_o, reserved_o = mf.file_from_offset, mf.size, mf.reserved_position
+                if _small(from_o) and _small(size_o) and _small(reserved_o):
+                    from_ = from_o
+                    if end <= from_ + <int64_t>size_o and end - from_ <= <int64_t>reserved_o:
+                        continue
+        cq.reserve(count)

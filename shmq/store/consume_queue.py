@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
+from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.store.mapped_file import MappedFile, MappedFileQueue
 
@@ -304,3 +305,14 @@ class ConsumeQueue:
         for mf in self.queue.files:
             mf.destroy()
         self.queue.files = []
+
+
+def reserve_each(queues: Iterable[tuple[ConsumeQueue, int]]) -> None:
+    """``ConsumeQueue.reserve(count)`` for each (queue, count) of a put, in order. A put of 256
+    records over 1,250 topics reserves in 256 queues; the compiled twin makes each one's
+    usual case (the last file has the room: two comparisons) without a method call."""
+    for cq, count in queues:
+        cq.reserve(count)
+
+
+reserve_each = _speedups.pick("_queues", "reserve_each", reserve_each)

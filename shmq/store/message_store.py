@@ -24,7 +24,7 @@ from shmq.store import files, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
-from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.consume_queue import ConsumeQueue, reserve_each
 from shmq.store.dispatch import ConsumeQueueDispatcher, Dispatcher, DispatchRequest, group_by_queue
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
@@ -284,8 +284,7 @@ class MessageStore(MessageLookup):
         only, unless a file needs its next chunk."""
         try:
             self.commitlog.reserve(nbytes, sizes)
-            for cq, count in queues:
-                cq.reserve(count)
+            reserve_each(queues)
             if nkeys and self.index is not None:
                 self.index.reserve(nkeys)
         except DiskFullError as e:

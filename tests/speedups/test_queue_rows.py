@@ -87,3 +87,48 @@ def test_one_record_per_queue_is_written_in_place(pair) -> None:
     puts = [([[k] for k in range(n)], [0] * n, list(range(0, 100 * n, 100)), [100] * n, list(range(n)))] * 20
     assert _run(compiled, puts, n, False) == _run(reference, puts, n, False)
     assert os.environ.get("SHMQ_NO_EXTENSIONS") or compiled is not reference
+
+
+@pytest.fixture(scope="module")
+def reserve_pair():
+    return compiled_or_skip("_queues", "reserve_each"), _speedups.reference("_queues", "reserve_each")
+
+
+def test_the_store_reserves_with_the_compiled_function_unless_disabled() -> None:
+    from shmq.store import consume_queue
+    fn = compiled_or_skip("_queues", "reserve_each")
+    assert (consume_queue.reserve_each is fn) != _speedups.DISABLED
+
+
+def _reserve_run(fn, steps: list, nq: int) -> tuple:
+    """Reserve then write as a put does; the state after each step (files made, reserved room)."""
+    with tempfile.TemporaryDirectory() as root:
+        queues = [ConsumeQueue(root, "T", k, FILE_SIZE) for k in range(nq)]
+        out = []
+        try:
+            for counts in steps:
+                try:
+                    fn([(queues[k], c) for k, c in enumerate(counts)])
+                    out.append(None)
+                except Exception as e:  # noqa: BLE001 - the type and message are what is compared
+                    out.append((type(e), str(e)))
+                for q, c in zip(queues, counts):
+                    if isinstance(c, int) and c > 0:
+                        q.put_batch(np.arange(c, dtype=np.int64), np.full(c, 10, np.int64), np.zeros(c, np.int64),
+                                    q.max_offset)
+                out.append([(q.max_offset, [(mf.file_from_offset, mf.reserved_position, mf.wrote_position)
+                                            for mf in q.queue.files + q.queue.spares]) for q in queues])
+            return out, _state(root, queues)
+        finally:
+            for q in queues:
+                q.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda nq: st.tuples(st.just(nq), st.lists(
+    st.lists(st.one_of(st.integers(0, 20), st.just(-1)), min_size=nq, max_size=nq),
+    min_size=1, max_size=10))))
+def test_reserve_each_matches_the_reference(reserve_pair, case) -> None:
+    compiled, reference = reserve_pair
+    nq, steps = case
+    assert _reserve_run(compiled, steps, nq) == _reserve_run(reference, steps, nq)
