@@ -96,11 +96,16 @@ class PullAPIWrapper:
 
     # ------------------------------------------------------------------ long polling
 
-    def long_poll(self, idle: list[ProcessQueue], wakeup: threading.Event) -> None:
+    def long_poll(self, idle: list[ProcessQueue], wakeup: threading.Event) -> bool:
         """One PULL_WAIT per idle queue not waiting yet (a consumer's puller when nothing moved):
-        its WAKE, or the broker's loss, clears the queue's wait and sets ``wakeup``."""
+        its WAKE, or the broker's loss, clears the queue's wait and sets ``wakeup``. True if a
+        queue has grown already (no wait is sent for it: pull again instead of sleeping)."""
+        grown = False
         for pq in idle:
             if pq.wait_req is None:
+                if self._grown(pq.mq, pq.next_offset, unsure=False):
+                    grown = True
+                    continue
                 pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
                 try:
                     self.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id,
@@ -108,6 +113,7 @@ class PullAPIWrapper:
                 except BaseException:
                     pq.wait_req = None
                     raise
+        return grown
 
     def pull_wait(self, mq: MessageQueue, offset: int, timeout: float, handler: WakeHandler,
                   req_id: int | None = None, lazy: bool = False) -> int:
@@ -134,15 +140,16 @@ class PullAPIWrapper:
             raise
         return req_id
 
-    def _grown(self, mq: MessageQueue, offset: int) -> bool:
-        """Whether the broker published ``mq``'s max offset past ``offset`` (True when unsure)."""
+    def _grown(self, mq: MessageQueue, offset: int, unsure: bool = True) -> bool:
+        """Whether the broker published ``mq``'s max offset past ``offset`` (``unsure`` when the
+        state cannot be read: the session is closing)."""
         state = self.state
         if state is None:
-            return True
+            return unsure
         try:
             return state.pull_bounds(mq.topic, mq.queue_id)[2] > offset
         except (ShmqError, ValueError, OSError):
-            return True
+            return unsure
 
     def cancel(self, req_id: int) -> None:
         """Forget a wait (its WAKE, if it still comes, is dropped)."""

@@ -41,6 +41,7 @@ from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, Sh
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
+from shmq.model.message_ext import MessageExt
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -308,13 +309,20 @@ class PushConsumer:
                     next_rebalance = now + REBALANCE_POLL_S
                     self._rebalance_if_changed(session.client_id)
                     full = True
-                progressed, idle = self._pull_pass(now, skip_waiting=not full)
-                timed_out = False
-                if now >= next_commit:
-                    next_commit = now + self.persist_consumer_offset_interval
-                    self._offsets.commit(list(self._pqs.values()), sync=False)
-                if not progressed and self._running:
-                    timed_out = not self._park(idle)
+                found: list[tuple[ProcessQueue, list[MessageExt]]] = []
+                idle: list[ProcessQueue] = []
+                try:
+                    progressed = self._pull_pass(now, found, idle, skip_waiting=not full)
+                    timed_out = False
+                    if now >= next_commit:
+                        next_commit = now + self.persist_consumer_offset_interval
+                        self._offsets.commit(list(self._pqs.values()), sync=False)
+                    park = not progressed and self._running and not self._wrapper.long_poll(idle, self._wakeup)
+                finally:
+                    for pq, msgs in found:  # last: the listener's worker needs the GIL this thread holds
+                        self._service.submit(pq, msgs)
+                if park:
+                    timed_out = not self._wakeup.wait(REBALANCE_POLL_S)
             except (BrokerGoneError, ShmqError, OSError) as e:
                 if self._running:
                     log.warning("consumer %r: %s", self.group, e)
@@ -326,8 +334,11 @@ class PushConsumer:
                     log.exception("consumer %r puller failed; going on", self.group)
                 self._wakeup.wait(REBALANCE_POLL_S)
 
-    def _pull_pass(self, now: float, skip_waiting: bool = False) -> tuple[bool, list[ProcessQueue]]:
-        """Pull each ready queue once; (whether anything moved, the queues found idle).
+    def _pull_pass(self, now: float, found: list[tuple[ProcessQueue, list[MessageExt]]], idle: list[ProcessQueue],
+                   skip_waiting: bool = False) -> bool:
+        """Pull each ready queue once; whether a queue has more to pull at once. Appends the
+        messages pulled (for the consume service) to ``found`` and the queues found drained to
+        ``idle``: a pull that reached the max offset it read needs no second pass to learn so.
 
         ``skip_waiting``: leave out the queues whose PULL_WAIT is still unanswered. The broker
         answers a wait as soon as its queue grows, so such a queue has nothing new (or its WAKE
@@ -336,7 +347,6 @@ class PushConsumer:
         Every pass after a park that timed out, and one at least every ``REBALANCE_POLL_S``,
         pulls them all, as a wait refused by the broker (SYSTEM_BUSY) is never answered."""
         progressed = False
-        idle = []
         total = sum(pq.count for pq in self._pqs.values())
         total_size = sum(pq.msg_size for pq in self._pqs.values())
         self._throttled = False
@@ -356,12 +366,18 @@ class PushConsumer:
                 if self._send_back is not None and pq.mq.topic == self._send_back.retry_topic:
                     self._send_back.show_original_topic(msgs)
                 pq.put(msgs, result.next_begin_offset)
-                self._service.submit(pq, msgs)
+                found.append((pq, msgs))
                 total += len(msgs)
-                progressed = True
+                if result.next_begin_offset < result.max_offset:
+                    progressed = True
+                else:
+                    idle.append(pq)
             elif status is PullStatus.NO_MATCHED_MSG:
                 pq.put([], result.next_begin_offset)
-                progressed = True
+                if result.next_begin_offset < result.max_offset:
+                    progressed = True
+                else:
+                    idle.append(pq)
             elif status is PullStatus.NO_NEW_MSG:
                 idle.append(pq)
             else:
@@ -370,7 +386,7 @@ class PushConsumer:
                             result.next_begin_offset)
                 pq.put([], result.next_begin_offset)
                 progressed = True
-        return progressed, idle
+        return progressed
 
     def _flow_controlled(self, pq: ProcessQueue, total: int, total_size: int) -> bool:
         if pq.count >= self.pull_threshold_for_queue or pq.msg_size >= self.pull_threshold_size_for_queue:
@@ -378,12 +394,6 @@ class PushConsumer:
         if total >= self.pull_threshold_for_consumer or total_size >= self.pull_threshold_size_for_consumer:
             return True
         return not self._orderly and pq.span() > self.consume_concurrently_max_span
-
-    def _park(self, idle: list[ProcessQueue]) -> bool:
-        """Long-poll every idle queue (one PULL_WAIT each), then sleep until a WAKE or the next
-        rebalance check; whether a wake-up (not the timeout) ended the sleep."""
-        self._wrapper.long_poll(idle, self._wakeup)
-        return self._wakeup.wait(REBALANCE_POLL_S)
 
     # ------------------------------------------------------------------ rebalance
 
