@@ -45,6 +45,7 @@ Flush = Callable[[list[Group]], None]
 @dataclass(eq=False)
 class _Batch:
     key: tuple[str, int]
+    accumulator: ProduceAccumulator
     condition: threading.Condition  # shared by the batches that are flushed together
     msgs: list[Message] = field(default_factory=list)
     futures: list[PendingSend | None] = field(default_factory=list)
@@ -52,27 +53,47 @@ class _Batch:
     sent: bool = False
 
 
+class _OwnList:
+    """A future's ``_waiters`` or ``_done_callbacks``, made on first use (most accumulated
+    futures never get a waiter or a callback). A non-data descriptor: the list it makes goes
+    into the instance's ``__dict__``, which every later access finds first, so the stdlib's
+    ``f._waiters.append(...)`` works unchanged. ``settle`` reads ``__dict__`` to skip futures
+    that have none without making them."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        made: list[Any] = []
+        obj.__dict__[self.name] = made
+        return made
+
+
 class PendingSend(Future):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
-    The futures of the batches handed over together share one Condition (``add`` makes each
-    future with its batch's):
-    making a Condition per message cost more than the rest of an async send's bookkeeping.
-    The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and ``as_completed``,
-    which take every future's, may take the shared one repeatedly) and stay correct; only
-    ``result`` and ``exception`` are redone, because a waiter can wake for a sibling's result
-    and must wait again rather than time out.
+    Made once per ``send_async``, so it costs as little as a Future can: ``Future.__init__``
+    (a Condition, two lists, four fields) is not run. The futures of the batches handed over
+    together share one Condition (``add`` gives each its batch's): making a Condition per
+    message cost more than the rest of an async send's bookkeeping. ``_state``, ``_result``
+    and ``_exception`` start as class attributes (PENDING, None, None) that the first write
+    shadows, and the two lists are made on first use (``_OwnList``): a new future sets two
+    fields. The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and
+    ``as_completed``, which take every future's, may take the shared one repeatedly) and stay
+    correct; only ``result`` and ``exception`` are redone, because a waiter can wake for a
+    sibling's result and must wait again rather than time out.
     """
 
-    def __init__(self, accumulator: ProduceAccumulator, batch: _Batch) -> None:
-        # Future.__init__, with the batch's shared Condition instead of a new one
+    _state = _PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+    _waiters = _OwnList()
+    _done_callbacks = _OwnList()
+
+    def __init__(self, batch: _Batch) -> None:  # pylint: disable=super-init-not-called
         self._condition = batch.condition
-        self._state = _PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future], object]] = []
-        self._accumulator: ProduceAccumulator | None = accumulator
         self._batch: _Batch | None = batch
 
     def result(self, timeout: float | None = None) -> Any:
@@ -88,10 +109,10 @@ class PendingSend(Future):
     def _wait(self, timeout: float | None) -> None:
         if self.done():  # answered, or cancelled: nothing to send
             return
-        acc, b = self._accumulator, self._batch
-        if acc is not None and b is not None and not b.sent:
-            acc.send_now(b)
-        self._accumulator = self._batch = None
+        b = self._batch
+        if b is not None and not b.sent:
+            b.accumulator.send_now(b)
+        self._batch = None
         if self.done():
             return
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -109,33 +130,56 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
     what ``Future.set_result`` and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
     together share a Condition: it is taken once and notified once for them (futures of
     several hand-overs are grouped by Condition); calling ``set_result`` per future cost a
-    tenth of an async send. Futures are RUNNING here (``_hand_over``); one already failed
-    (by ``_fail``) is left as it is."""
+    tenth of an async send. Futures are RUNNING here (``hand_over``); one already failed
+    (by ``_fail``) is left as it is. Waiters and callbacks are looked up in each future's
+    ``__dict__`` (see ``_OwnList``): a future nobody waits on costs three stores."""
+    cond = None
+    live: list[tuple[int, PendingSend]] = []
+    for i, f in enumerate(futures):
+        if f is not None:
+            if cond is None:
+                cond = f._condition
+            elif f._condition is not cond:  # several hand-overs: one lock each
+                live = []
+                break
+            live.append((i, f))
+    else:
+        if cond is not None:
+            _settle_under(cond, live, results, error)
+        return
     by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
     for i, f in enumerate(futures):
         if f is not None:
             by_condition.setdefault(id(f._condition), []).append((i, f))
+    for group in by_condition.values():
+        _settle_under(group[0][1]._condition, group, results, error)
+
+
+def _settle_under(cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any],
+                  error: BaseException | None) -> None:
     finished = []
-    for live in by_condition.values():
-        cond = live[0][1]._condition
-        with cond:
-            for i, f in live:
-                if f._state != _RUNNING:
-                    continue
-                failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
-                    else None
-                if failed is not None:
-                    f._exception = failed
-                else:
-                    f._result = results[i]
-                f._state = _FINISHED
-                for w in f._waiters:  # concurrent.futures.wait / as_completed
+    with cond:
+        for i, f in live:
+            if f._state != _RUNNING:
+                continue
+            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
+                else None
+            if failed is not None:
+                f._exception = failed
+            else:
+                f._result = results[i]
+            f._state = _FINISHED
+            own = f.__dict__
+            waiters = own.get("_waiters")
+            if waiters:  # concurrent.futures.wait / as_completed
+                for w in waiters:
                     if failed is not None:
                         w.add_exception(f)
                     else:
                         w.add_result(f)
+            if own.get("_done_callbacks"):
                 finished.append(f)
-            cond.notify_all()
+        cond.notify_all()
     for f in finished:
         for callback in f._done_callbacks:  # as Future._invoke_callbacks: a failing callback is logged
             try:
@@ -144,18 +188,23 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
                 log.exception("exception calling callback for %r", f)
 
 
-def _hand_over(batches: list[_Batch]) -> list[_Batch]:
+def hand_over(batches: list[_Batch]) -> list[_Batch]:
     """The stdlib protocol at the hand-over: each future goes RUNNING (``cancel()`` returns False
     from now on); a cancelled one is marked notified and its message leaves its batch unsent.
     Returns the batches left with messages. The batches of one hand-over share a Condition:
-    taken once here (each call below takes it again, re-entrant and cheap)."""
+    taken once here. A PENDING future goes RUNNING by a store, as
+    ``set_running_or_notify_cancel`` does it (no waiter hears of RUNNING); only a cancelled one
+    goes through that method (its waiters learn of the cancel)."""
     cancelled = False
     with batches[0].condition:
         for b in batches:
             b.sent = True
             for f in b.futures:
-                if f is not None and not f.set_running_or_notify_cancel():
-                    cancelled = True
+                if f is not None:
+                    if f._state == _PENDING:
+                        f._state = _RUNNING
+                    elif not f.set_running_or_notify_cancel():
+                        cancelled = True
     if not cancelled:
         return batches
     for b in batches:
@@ -199,8 +248,8 @@ class ProduceAccumulator:
                     self._due = time.monotonic() + self.delay
                     self._start_flusher()
                     self._cond.notify()
-                b = self._batches[key] = _Batch(key, self._condition)
-            future = None if oneway else PendingSend(self, b)
+                b = self._batches[key] = _Batch(key, self, self._condition)
+            future = None if oneway else PendingSend(b)
             b.msgs.append(msg)
             b.futures.append(future)
             b.size += len(msg.body) + RECORD_OVERHEAD
@@ -238,7 +287,7 @@ class ProduceAccumulator:
             self._send(list(batches.values()))
 
     def _send(self, batches: list[_Batch]) -> None:
-        batches = _hand_over(batches)
+        batches = hand_over(batches)
         if not batches:
             return
         try:

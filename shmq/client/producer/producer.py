@@ -51,6 +51,10 @@ class _Pending:
     retries_left: int  # resends left after SYSTEM_BUSY (the broker stored nothing)
 
 
+def _written() -> None:
+    """The resend of a finished request: nothing (see ``Producer._finish``)."""
+
+
 def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[list[Message]]:
     """Cut a list into batches whose encoded size stays under ``limit`` (RocketMQ's ListSplitter)."""
     out: list[list[Message]] = []
@@ -392,7 +396,11 @@ class Producer:
 
     def _finish(self, p: _Pending, error: BaseException | None, result: Any = None) -> None:
         """Complete ``p``'s future (once: the first outcome wins) and close it for ``flush``; the
-        future's callbacks (which settle auto-batched messages) run before it is closed."""
+        future's callbacks (which settle auto-batched messages) run before it is closed.
+        A finished request is never written again, and dropping its resend closure (which
+        holds ``p``) breaks the one reference cycle of a request: without that the request,
+        its future and the futures and SendResults of every auto-batched message it carried
+        live until the garbage collector finds them."""
         try:
             if not p.future.done():
                 if error is not None:
@@ -400,6 +408,7 @@ class Producer:
                 else:
                     p.future.set_result(result)
         finally:
+            p.resend = _written
             self._in_flight.discard(p)
 
     # ------------------------------------------------------------------ responses
