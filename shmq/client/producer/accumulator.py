@@ -28,6 +28,8 @@ from concurrent.futures._base import RUNNING as _RUNNING
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence, overload
 
+from shmq import _speedups
+from shmq.codec.record import check_topic
 from shmq.errors import ShmqError
 from shmq.model.message import Message
 
@@ -221,7 +223,8 @@ class ProduceAccumulator:
         self._flush = flush
         self.delay = batch_max_delay
         self.max_bytes = batch_max_bytes
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # taken bare by ``add`` (a Condition's __enter__ is Python code)
+        self._cond = threading.Condition(self._lock)  # the flusher's wake-up
         self._batches: dict[tuple[str, int], _Batch] = {}
         # The futures of the batches handed over together share one Condition: one to make and
         # one to notify per hand-over, not per (topic, queue) (many topics: ~2 messages each).
@@ -239,28 +242,37 @@ class ProduceAccumulator:
     def add(self, msg: Message, queue_id: int, oneway: bool = False) -> PendingSend | None:
         """Queue a checked message (sending its group at once when full); its future (None: oneway)."""
         key = (msg.topic, queue_id)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise ShmqError("the producer was shut down")
             b = self._batches.get(key)
             if b is None:
-                if not self._batches:
-                    self._due = time.monotonic() + self.delay
-                    self._start_flusher()
-                    self._cond.notify()
-                b = self._batches[key] = _Batch(key, self, self._condition)
+                b = self._new_batch(key)
             future = None if oneway else PendingSend(b)
             b.msgs.append(msg)
             b.futures.append(future)
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
-                del self._batches[key]
-                self._send([b])
+                self._send_full(b)
         return future
+
+    def _new_batch(self, key: tuple[str, int]) -> _Batch:
+        """The batch of ``key``, new (under the lock): the first one waiting starts the delay."""
+        if not self._batches:
+            self._due = time.monotonic() + self.delay
+            self._start_flusher()
+            self._cond.notify()
+        b = self._batches[key] = _Batch(key, self, self._condition)
+        return b
+
+    def _send_full(self, b: _Batch) -> None:
+        """``b`` reached its size (under the lock): it goes now, alone."""
+        del self._batches[b.key]
+        self._send([b])
 
     def send_now(self, b: _Batch) -> None:
         """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
-        with self._cond:
+        with self._lock:
             if not b.sent:
                 self._send_all()
 
@@ -318,3 +330,43 @@ class ProduceAccumulator:
                     self._send_all()
                 else:
                     self._cond.wait(self._due - now)
+
+
+def _plain(msg: object, limit: int) -> bool:
+    """Whether ``msg`` is a Message that ``MessageEncoder.check`` would pass with nothing to
+    check but its topic and body, and that goes in a batch: no tags, keys, properties or
+    delivery rules, a bytes body of at most ``limit`` bytes, a valid topic."""
+    if type(msg) is not Message:
+        return False
+    m = msg
+    if m.tags or m.keys or m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
+        return False
+    if type(m.body) is not bytes or len(m.body) > limit or type(m.topic) is not str:
+        return False
+    try:
+        check_topic(m.topic)
+    except ShmqError:
+        return False
+    return True
+
+
+def accumulate(acc: ProduceAccumulator, msg: Message, limit: int) -> PendingSend | None:
+    """``send_async``'s common case in one call: a plain message (``_plain``) queued for the
+    broker to pick its queue, and its future; None for any other message, which then takes
+    the general path (its checks raise what they raise). The general path costs a dozen
+    Python calls per message; this is one (compiled: shmq/_speedups/_accumulator.pyx)."""
+    if not _plain(msg, limit):
+        return None
+    return acc.add(msg, -1)
+
+
+def accumulate_oneway(acc: ProduceAccumulator, msg: Message, limit: int) -> bool:
+    """``send_oneway``'s common case, as ``accumulate``: True if ``msg`` was queued."""
+    if not _plain(msg, limit):
+        return False
+    acc.add(msg, -1, oneway=True)
+    return True
+
+
+accumulate = _speedups.pick("_accumulator", "accumulate", accumulate)
+accumulate_oneway = _speedups.pick("_accumulator", "accumulate_oneway", accumulate_oneway)
