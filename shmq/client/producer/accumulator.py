@@ -45,7 +45,10 @@ Flush = Callable[[list[Group]], None]
 
 
 @dataclass(eq=False)
-class _Batch:
+class Batch:
+    """The messages of one (topic, queue) waiting to go, and their futures (compiled twin:
+    ``_accumulator.Batch``, whose fields the compiled ``accumulate`` reads without lookups)."""
+
     key: tuple[str, int]
     accumulator: ProduceAccumulator
     condition: threading.Condition  # shared by the batches that are flushed together
@@ -53,6 +56,9 @@ class _Batch:
     futures: list[PendingSend | None] = field(default_factory=list)
     size: int = 0
     sent: bool = False
+
+
+_make_batch = _speedups.pick("_accumulator", "Batch", Batch)
 
 
 class _OwnList:
@@ -94,9 +100,9 @@ class PendingSend(Future):
     _waiters = _OwnList()
     _done_callbacks = _OwnList()
 
-    def __init__(self, batch: _Batch) -> None:  # pylint: disable=super-init-not-called
+    def __init__(self, batch: Batch) -> None:  # pylint: disable=super-init-not-called
         self._condition = batch.condition
-        self._batch: _Batch | None = batch
+        self._batch: Batch | None = batch
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
@@ -190,7 +196,7 @@ def _settle_under(cond: threading.Condition, live: list[tuple[int, PendingSend]]
                 log.exception("exception calling callback for %r", f)
 
 
-def hand_over(batches: list[_Batch]) -> list[_Batch]:
+def hand_over(batches: list[Batch]) -> list[Batch]:
     """The stdlib protocol at the hand-over: each future goes RUNNING (``cancel()`` returns False
     from now on); a cancelled one is marked notified and its message leaves its batch unsent.
     Returns the batches left with messages. The batches of one hand-over share a Condition:
@@ -225,7 +231,7 @@ class ProduceAccumulator:
         self.max_bytes = batch_max_bytes
         self._lock = threading.RLock()  # taken bare by ``add`` (a Condition's __enter__ is Python code)
         self._cond = threading.Condition(self._lock)  # the flusher's wake-up
-        self._batches: dict[tuple[str, int], _Batch] = {}
+        self._batches: dict[tuple[str, int], Batch] = {}
         # The futures of the batches handed over together share one Condition: one to make and
         # one to notify per hand-over, not per (topic, queue) (many topics: ~2 messages each).
         self._condition = threading.Condition()
@@ -256,21 +262,21 @@ class ProduceAccumulator:
                 self._send_full(b)
         return future
 
-    def _new_batch(self, key: tuple[str, int]) -> _Batch:
+    def _new_batch(self, key: tuple[str, int]) -> Batch:
         """The batch of ``key``, new (under the lock): the first one waiting starts the delay."""
         if not self._batches:
             self._due = time.monotonic() + self.delay
             self._start_flusher()
             self._cond.notify()
-        b = self._batches[key] = _Batch(key, self, self._condition)
+        b = self._batches[key] = _make_batch(key, self, self._condition)
         return b
 
-    def _send_full(self, b: _Batch) -> None:
+    def _send_full(self, b: Batch) -> None:
         """``b`` reached its size (under the lock): it goes now, alone."""
         del self._batches[b.key]
         self._send([b])
 
-    def send_now(self, b: _Batch) -> None:
+    def send_now(self, b: Batch) -> None:
         """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
         with self._lock:
             if not b.sent:
@@ -298,7 +304,7 @@ class ProduceAccumulator:
             self._condition = threading.Condition()  # for the batches of the next hand-over
             self._send(list(batches.values()))
 
-    def _send(self, batches: list[_Batch]) -> None:
+    def _send(self, batches: list[Batch]) -> None:
         batches = hand_over(batches)
         if not batches:
             return
