@@ -207,3 +207,22 @@ def uniform_columns(msgs, message_type, Py_ssize_t limit):
         fv[i] = flag
         bodies[i] = body
     return topic, bodies, tags, keys, flags
+
+
+def bodies_fit(bodies, Py_ssize_t limit):
+    """Whether every body is exactly bytes, bytearray or memoryview and none is longer than ``limit``: see the reference."""
+    cdef Py_ssize_t i, n = len(bodies), size
+    cdef object b
+    cdef type t
+    for i in range(n):
+        b = bodies[i]
+        t = type(b)
+        if t is bytes:
+            size = PyBytes_GET_SIZE(b)
+        elif t is bytearray or t is memoryview:
+            size = len(b)
+        else:
+            return False
+        if size > limit:
+            return False
+    return True

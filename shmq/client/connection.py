@@ -271,10 +271,13 @@ class BrokerConnection:
     # ------------------------------------------------------------------ requests
 
     def write(self, kind: int, size: int, fill: Callable[[memoryview, int], None], req_id: int, deadline: float,
-              on_full: Callable[[], Exception]) -> Session:
+              on_full: Callable[[], Exception], urgent: Callable[[], bool] | None = None) -> Session:
         """Encode one frame straight into the request ring with ``fill(view, req_id)`` and ring the broker.
 
-        Waits for ring room until ``deadline``, then raises ``on_full()``.
+        Waits for ring room until ``deadline``, then raises ``on_full()``. ``urgent``: for a
+        frame that may wait for the broker's next pass (a PULL_WAIT), asked after the frame is
+        published and only when the broker sleeps: whether to wake it anyway. A sleeping
+        broker reads the frame when a send, any client's frame or its 20 ms timeout wakes it.
         """
         with self.lock:
             s = self.live_session(deadline)
@@ -292,16 +295,22 @@ class BrokerConnection:
                 view = requests.reserve(kind, size)
             fill(view, req_id)
             requests.commit()
+            if urgent is not None:
+                full_fence()  # the frame is published before ``urgent`` reads what the broker published
+                if not requests.parked(CONSUMER) or not urgent():
+                    return s
             wake(requests, CONSUMER, s.channel.broker_bell)
             return s
 
-    def write_frame(self, kind: int, payload: bytes, deadline: float) -> Session:
-        """Write an encoded frame (its request id is already inside ``payload``)."""
+    def write_frame(self, kind: int, payload: bytes, deadline: float,
+                    urgent: Callable[[], bool] | None = None) -> Session:
+        """Write an encoded frame (its request id is already inside ``payload``); ``urgent`` as for ``write``."""
         def fill(view: memoryview, _req_id: int) -> None:
             view[:] = payload
 
         return self.write(kind, len(payload), fill, 0, deadline,
-                          lambda: ControlTimeoutError(f"the request ring to broker {self.broker_name!r} stayed full"))
+                          lambda: ControlTimeoutError(f"the request ring to broker {self.broker_name!r} stayed full"),
+                          urgent)
 
     def admin(self, command: str, args: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
         """An admin command over the control queue of the live session."""

@@ -38,6 +38,7 @@ from typing import Callable, NamedTuple, Sequence, TypeAlias
 
 import numpy as np
 
+from shmq import _speedups
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq.errors import CorruptFrameError
 from shmq.codec import record as fmt
@@ -285,6 +286,9 @@ def decode_send_batch(payload: ReadBuffer) -> SendBatch:
         raise CorruptFrameError("SEND_BATCH record starts do not fit the records")
     body = memoryview(data)[16 * (count + n):]  # a view of the private copy: no second copy of the records
     return SendBatch(req_id, enq, qid, flags, topic, fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
+
+
+decode_send_batch = _speedups.pick("_put", "decode_send_batch", decode_send_batch)
 
 
 # --------------------------------------------------------------------------- SEND_MULTI

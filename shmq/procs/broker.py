@@ -299,7 +299,7 @@ class BrokerController:
                     core.replica.park_timeout(IDLE_PARK_S, time.monotonic_ns())
                 if core.services:
                     timeout = core.idle_timeout(timeout, next_tick - time.monotonic_ns())
-                if park(self._has_work, self._park_flags, self.bell, timeout, spin=0.0, ring_ends=True):
+                if park(self._has_work, self._flags_to_park(), self.bell, timeout, spin=0.0, ring_ends=True):
                     spin_ns = _next_spin(time.monotonic_ns() - idle_since)
                 else:
                     stats["park_timeouts"] += 1
@@ -344,9 +344,16 @@ class BrokerController:
         gen = self.bell.gen
         for c in self.clients.values():
             flags.append((c.channel.requests, CONSUMER))
-            flags.append((c.channel.responses, PRODUCER))
             c.channel.set_bell_gen(gen)
         self._park_flags = flags
+
+    def _flags_to_park(self) -> list[tuple[Ring, int]]:
+        """Every request ring, and the response rings of the clients whose answers wait for room.
+        (push latency, issue 15) A response ring's PRODUCER flag makes the client post this bell
+        after each read; raised on every ring, it woke the broker for nothing after each WAKE a
+        consumer read (one more pass, spin and sem_post per pushed message)."""
+        full = [(c.channel.responses, PRODUCER) for c in self.clients.values() if c.out]
+        return self._park_flags + full if full else self._park_flags
 
     def _bell_rotated(self, gen: int) -> None:
         """The flooded doorbell was replaced (``RotatingBell.wait``, inside ``park`` before the

@@ -267,8 +267,8 @@ class LitePullConsumer:
                         self._offsets.commit(list(self._pqs.values()), sync=False)
                     if progressed:
                         self._ready.notify_all()
-                    else:
-                        self._wrapper.long_poll(idle, self._wakeup)
+                    else:  # a queue that grew meanwhile is pulled again at once
+                        progressed = self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
             except (BrokerGoneError, ShmqError, OSError) as e:

@@ -96,24 +96,36 @@ class PullAPIWrapper:
 
     # ------------------------------------------------------------------ long polling
 
-    def long_poll(self, idle: list[ProcessQueue], wakeup: threading.Event) -> None:
+    def long_poll(self, idle: list[ProcessQueue], wakeup: threading.Event) -> bool:
         """One PULL_WAIT per idle queue not waiting yet (a consumer's puller when nothing moved):
-        its WAKE, or the broker's loss, clears the queue's wait and sets ``wakeup``."""
+        its WAKE, or the broker's loss, clears the queue's wait and sets ``wakeup``. True if a
+        queue has grown already (no wait is sent for it: pull again instead of sleeping)."""
+        grown = False
         for pq in idle:
             if pq.wait_req is None:
+                if self._grown(pq.mq, pq.next_offset, unsure=False):
+                    grown = True
+                    continue
                 pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
                 try:
-                    self.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id)
+                    self.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id,
+                                   lazy=True)
                 except BaseException:
                     pq.wait_req = None
                     raise
+        return grown
 
     def pull_wait(self, mq: MessageQueue, offset: int, timeout: float, handler: WakeHandler,
-                  req_id: int | None = None) -> int:
+                  req_id: int | None = None, lazy: bool = False) -> int:
         """Ask the broker to answer when ``mq`` grows past ``offset``; ``handler`` gets the WAKE.
 
         Returns the request id (for ``cancel``; pass one in to know it before the handler can
         run). The broker answers at once if the queue already grew.
+
+        ``lazy``: a sleeping broker is woken only if the queue grew past ``offset`` already (the
+        published max offset, read after the frame is published). Otherwise the queue can only
+        grow by a put, and the pass that puts reads this frame (or, finding it later, answers at
+        once): no broker wake-up, pass and spin per long poll (per pushed message at low rates).
         """
         req_id = next_request_id() if req_id is None else req_id
         with self._waits_lock:
@@ -121,11 +133,23 @@ class PullAPIWrapper:
         try:
             self.conn.write_frame(P.PULL_WAIT, P.encode_pull_wait(req_id, mq.topic, mq.queue_id, offset,
                                                                   max(1, int(timeout * 1000))),
-                                  time.monotonic() + max(timeout, 1.0))
+                                  time.monotonic() + max(timeout, 1.0),
+                                  functools.partial(self._grown, mq, offset) if lazy else None)
         except BaseException:
             self.cancel(req_id)
             raise
         return req_id
+
+    def _grown(self, mq: MessageQueue, offset: int, unsure: bool = True) -> bool:
+        """Whether the broker published ``mq``'s max offset past ``offset`` (``unsure`` when the
+        state cannot be read: the session is closing)."""
+        state = self.state
+        if state is None:
+            return unsure
+        try:
+            return state.pull_bounds(mq.topic, mq.queue_id)[2] > offset
+        except (ShmqError, ValueError, OSError):
+            return unsure
 
     def cancel(self, req_id: int) -> None:
         """Forget a wait (its WAKE, if it still comes, is dropped)."""

@@ -41,6 +41,7 @@ from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, Sh
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
+from shmq.model.message_ext import MessageExt
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -289,6 +290,7 @@ class PushConsumer:
 
     def _run(self) -> None:
         next_rebalance = next_commit = time.monotonic()
+        timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
         while self._running:
             try:
                 session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
@@ -302,15 +304,25 @@ class PushConsumer:
                 self._wakeup.clear()
                 now = time.monotonic()
                 self._resets.apply(self._pqs, self._restart)
+                full = timed_out
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
                     self._rebalance_if_changed(session.client_id)
-                progressed, idle = self._pull_pass(now)
-                if now >= next_commit:
-                    next_commit = now + self.persist_consumer_offset_interval
-                    self._offsets.commit(list(self._pqs.values()), sync=False)
-                if not progressed and self._running:
-                    self._park(idle)
+                    full = True
+                found: list[tuple[ProcessQueue, list[MessageExt]]] = []
+                idle: list[ProcessQueue] = []
+                try:
+                    progressed = self._pull_pass(now, found, idle, skip_waiting=not full)
+                    timed_out = False
+                    if now >= next_commit:
+                        next_commit = now + self.persist_consumer_offset_interval
+                        self._offsets.commit(list(self._pqs.values()), sync=False)
+                    park = not progressed and self._running and not self._wrapper.long_poll(idle, self._wakeup)
+                finally:
+                    for pq, msgs in found:  # last: the listener's worker needs the GIL this thread holds
+                        self._service.submit(pq, msgs)
+                if park:
+                    timed_out = not self._wakeup.wait(REBALANCE_POLL_S)
             except (BrokerGoneError, ShmqError, OSError) as e:
                 if self._running:
                     log.warning("consumer %r: %s", self.group, e)
@@ -322,16 +334,25 @@ class PushConsumer:
                     log.exception("consumer %r puller failed; going on", self.group)
                 self._wakeup.wait(REBALANCE_POLL_S)
 
-    def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:
-        """Pull each ready queue once; (whether anything moved, the queues found idle)."""
+    def _pull_pass(self, now: float, found: list[tuple[ProcessQueue, list[MessageExt]]], idle: list[ProcessQueue],
+                   skip_waiting: bool = False) -> bool:
+        """Pull each ready queue once; whether a queue has more to pull at once. Appends the
+        messages pulled (for the consume service) to ``found`` and the queues found drained to
+        ``idle``: a pull that reached the max offset it read needs no second pass to learn so.
+
+        ``skip_waiting``: leave out the queues whose PULL_WAIT is still unanswered. The broker
+        answers a wait as soon as its queue grows, so such a queue has nothing new (or its WAKE
+        is on the way and brings another pass): after a WAKE only the woken queues are pulled,
+        not every assigned one (~3-10 us of GIL each, which the listener's worker waits for).
+        Every pass after a park that timed out, and one at least every ``REBALANCE_POLL_S``,
+        pulls them all, as a wait refused by the broker (SYSTEM_BUSY) is never answered."""
         progressed = False
-        idle = []
         total = sum(pq.count for pq in self._pqs.values())
         total_size = sum(pq.msg_size for pq in self._pqs.values())
         self._throttled = False
         for pq in list(self._pqs.values()):
             expression = self._subscriptions.get(pq.mq.topic)
-            if expression is None or pq.dropped or now < pq.ready_at:
+            if expression is None or pq.dropped or now < pq.ready_at or (skip_waiting and pq.wait_req is not None):
                 continue
             if pq.next_offset < 0:
                 self._offsets.init(pq)
@@ -345,12 +366,18 @@ class PushConsumer:
                 if self._send_back is not None and pq.mq.topic == self._send_back.retry_topic:
                     self._send_back.show_original_topic(msgs)
                 pq.put(msgs, result.next_begin_offset)
-                self._service.submit(pq, msgs)
+                found.append((pq, msgs))
                 total += len(msgs)
-                progressed = True
+                if result.next_begin_offset < result.max_offset:
+                    progressed = True
+                else:
+                    idle.append(pq)
             elif status is PullStatus.NO_MATCHED_MSG:
                 pq.put([], result.next_begin_offset)
-                progressed = True
+                if result.next_begin_offset < result.max_offset:
+                    progressed = True
+                else:
+                    idle.append(pq)
             elif status is PullStatus.NO_NEW_MSG:
                 idle.append(pq)
             else:
@@ -359,7 +386,7 @@ class PushConsumer:
                             result.next_begin_offset)
                 pq.put([], result.next_begin_offset)
                 progressed = True
-        return progressed, idle
+        return progressed
 
     def _flow_controlled(self, pq: ProcessQueue, total: int, total_size: int) -> bool:
         if pq.count >= self.pull_threshold_for_queue or pq.msg_size >= self.pull_threshold_size_for_queue:
@@ -367,11 +394,6 @@ class PushConsumer:
         if total >= self.pull_threshold_for_consumer or total_size >= self.pull_threshold_size_for_consumer:
             return True
         return not self._orderly and pq.span() > self.consume_concurrently_max_span
-
-    def _park(self, idle: list[ProcessQueue]) -> None:
-        """Long-poll every idle queue (one PULL_WAIT each), then sleep until a WAKE or the next rebalance check."""
-        self._wrapper.long_poll(idle, self._wakeup)
-        self._wakeup.wait(REBALANCE_POLL_S)
 
     # ------------------------------------------------------------------ rebalance
 

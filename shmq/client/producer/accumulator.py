@@ -28,6 +28,8 @@ from concurrent.futures._base import RUNNING as _RUNNING
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence, overload
 
+from shmq import _speedups
+from shmq.codec.record import check_topic
 from shmq.errors import ShmqError
 from shmq.model.message import Message
 
@@ -43,8 +45,12 @@ Flush = Callable[[list[Group]], None]
 
 
 @dataclass(eq=False)
-class _Batch:
+class Batch:
+    """The messages of one (topic, queue) waiting to go, and their futures (compiled twin:
+    ``_accumulator.Batch``, whose fields the compiled ``accumulate`` reads without lookups)."""
+
     key: tuple[str, int]
+    accumulator: ProduceAccumulator
     condition: threading.Condition  # shared by the batches that are flushed together
     msgs: list[Message] = field(default_factory=list)
     futures: list[PendingSend | None] = field(default_factory=list)
@@ -52,28 +58,51 @@ class _Batch:
     sent: bool = False
 
 
+_make_batch = _speedups.pick("_accumulator", "Batch", Batch)
+
+
+class _OwnList:
+    """A future's ``_waiters`` or ``_done_callbacks``, made on first use (most accumulated
+    futures never get a waiter or a callback). A non-data descriptor: the list it makes goes
+    into the instance's ``__dict__``, which every later access finds first, so the stdlib's
+    ``f._waiters.append(...)`` works unchanged. ``settle`` reads ``__dict__`` to skip futures
+    that have none without making them."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        made: list[Any] = []
+        obj.__dict__[self.name] = made
+        return made
+
+
 class PendingSend(Future):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
-    The futures of the batches handed over together share one Condition (``add`` makes each
-    future with its batch's):
-    making a Condition per message cost more than the rest of an async send's bookkeeping.
-    The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and ``as_completed``,
-    which take every future's, may take the shared one repeatedly) and stay correct; only
-    ``result`` and ``exception`` are redone, because a waiter can wake for a sibling's result
-    and must wait again rather than time out.
+    Made once per ``send_async``, so it costs as little as a Future can: ``Future.__init__``
+    (a Condition, two lists, four fields) is not run. The futures of the batches handed over
+    together share one Condition (``add`` gives each its batch's): making a Condition per
+    message cost more than the rest of an async send's bookkeeping. ``_state``, ``_result``
+    and ``_exception`` start as class attributes (PENDING, None, None) that the first write
+    shadows, and the two lists are made on first use (``_OwnList``): a new future sets two
+    fields. The stdlib's methods all take ``_condition`` (an RLock, so ``wait`` and
+    ``as_completed``, which take every future's, may take the shared one repeatedly) and stay
+    correct; only ``result`` and ``exception`` are redone, because a waiter can wake for a
+    sibling's result and must wait again rather than time out.
     """
 
-    def __init__(self, accumulator: ProduceAccumulator, batch: _Batch) -> None:
-        # Future.__init__, with the batch's shared Condition instead of a new one
+    _state = _PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+    _waiters = _OwnList()
+    _done_callbacks = _OwnList()
+
+    def __init__(self, batch: Batch) -> None:  # pylint: disable=super-init-not-called
         self._condition = batch.condition
-        self._state = _PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Callable[[Future], object]] = []
-        self._accumulator: ProduceAccumulator | None = accumulator
-        self._batch: _Batch | None = batch
+        self._batch: Batch | None = batch
 
     def result(self, timeout: float | None = None) -> Any:
         if self._state == _FINISHED and self._exception is None:  # the usual case: answered already
@@ -88,10 +117,10 @@ class PendingSend(Future):
     def _wait(self, timeout: float | None) -> None:
         if self.done():  # answered, or cancelled: nothing to send
             return
-        acc, b = self._accumulator, self._batch
-        if acc is not None and b is not None and not b.sent:
-            acc.send_now(b)
-        self._accumulator = self._batch = None
+        b = self._batch
+        if b is not None and not b.sent:
+            b.accumulator.send_now(b)
+        self._batch = None
         if self.done():
             return
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -109,33 +138,56 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
     what ``Future.set_result`` and ``set_exception`` do (state, waiters, notify, callbacks), but futures handed over
     together share a Condition: it is taken once and notified once for them (futures of
     several hand-overs are grouped by Condition); calling ``set_result`` per future cost a
-    tenth of an async send. Futures are RUNNING here (``_hand_over``); one already failed
-    (by ``_fail``) is left as it is."""
+    tenth of an async send. Futures are RUNNING here (``hand_over``); one already failed
+    (by ``_fail``) is left as it is. Waiters and callbacks are looked up in each future's
+    ``__dict__`` (see ``_OwnList``): a future nobody waits on costs three stores."""
+    cond = None
+    live: list[tuple[int, PendingSend]] = []
+    for i, f in enumerate(futures):
+        if f is not None:
+            if cond is None:
+                cond = f._condition
+            elif f._condition is not cond:  # several hand-overs: one lock each
+                live = []
+                break
+            live.append((i, f))
+    else:
+        if cond is not None:
+            _settle_under(cond, live, results, error)
+        return
     by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
     for i, f in enumerate(futures):
         if f is not None:
             by_condition.setdefault(id(f._condition), []).append((i, f))
+    for group in by_condition.values():
+        _settle_under(group[0][1]._condition, group, results, error)
+
+
+def _settle_under(cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any],
+                  error: BaseException | None) -> None:
     finished = []
-    for live in by_condition.values():
-        cond = live[0][1]._condition
-        with cond:
-            for i, f in live:
-                if f._state != _RUNNING:
-                    continue
-                failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
-                    else None
-                if failed is not None:
-                    f._exception = failed
-                else:
-                    f._result = results[i]
-                f._state = _FINISHED
-                for w in f._waiters:  # concurrent.futures.wait / as_completed
+    with cond:
+        for i, f in live:
+            if f._state != _RUNNING:
+                continue
+            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
+                else None
+            if failed is not None:
+                f._exception = failed
+            else:
+                f._result = results[i]
+            f._state = _FINISHED
+            own = f.__dict__
+            waiters = own.get("_waiters")
+            if waiters:  # concurrent.futures.wait / as_completed
+                for w in waiters:
                     if failed is not None:
                         w.add_exception(f)
                     else:
                         w.add_result(f)
+            if own.get("_done_callbacks"):
                 finished.append(f)
-            cond.notify_all()
+        cond.notify_all()
     for f in finished:
         for callback in f._done_callbacks:  # as Future._invoke_callbacks: a failing callback is logged
             try:
@@ -144,18 +196,23 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
                 log.exception("exception calling callback for %r", f)
 
 
-def _hand_over(batches: list[_Batch]) -> list[_Batch]:
+def hand_over(batches: list[Batch]) -> list[Batch]:
     """The stdlib protocol at the hand-over: each future goes RUNNING (``cancel()`` returns False
     from now on); a cancelled one is marked notified and its message leaves its batch unsent.
     Returns the batches left with messages. The batches of one hand-over share a Condition:
-    taken once here (each call below takes it again, re-entrant and cheap)."""
+    taken once here. A PENDING future goes RUNNING by a store, as
+    ``set_running_or_notify_cancel`` does it (no waiter hears of RUNNING); only a cancelled one
+    goes through that method (its waiters learn of the cancel)."""
     cancelled = False
     with batches[0].condition:
         for b in batches:
             b.sent = True
             for f in b.futures:
-                if f is not None and not f.set_running_or_notify_cancel():
-                    cancelled = True
+                if f is not None:
+                    if f._state == _PENDING:
+                        f._state = _RUNNING
+                    elif not f.set_running_or_notify_cancel():
+                        cancelled = True
     if not cancelled:
         return batches
     for b in batches:
@@ -172,8 +229,9 @@ class ProduceAccumulator:
         self._flush = flush
         self.delay = batch_max_delay
         self.max_bytes = batch_max_bytes
-        self._cond = threading.Condition()
-        self._batches: dict[tuple[str, int], _Batch] = {}
+        self._lock = threading.RLock()  # taken bare by ``add`` (a Condition's __enter__ is Python code)
+        self._cond = threading.Condition(self._lock)  # the flusher's wake-up
+        self._batches: dict[tuple[str, int], Batch] = {}
         # The futures of the batches handed over together share one Condition: one to make and
         # one to notify per hand-over, not per (topic, queue) (many topics: ~2 messages each).
         self._condition = threading.Condition()
@@ -190,28 +248,37 @@ class ProduceAccumulator:
     def add(self, msg: Message, queue_id: int, oneway: bool = False) -> PendingSend | None:
         """Queue a checked message (sending its group at once when full); its future (None: oneway)."""
         key = (msg.topic, queue_id)
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise ShmqError("the producer was shut down")
             b = self._batches.get(key)
             if b is None:
-                if not self._batches:
-                    self._due = time.monotonic() + self.delay
-                    self._start_flusher()
-                    self._cond.notify()
-                b = self._batches[key] = _Batch(key, self._condition)
-            future = None if oneway else PendingSend(self, b)
+                b = self._new_batch(key)
+            future = None if oneway else PendingSend(b)
             b.msgs.append(msg)
             b.futures.append(future)
             b.size += len(msg.body) + RECORD_OVERHEAD
             if b.size >= self.max_bytes or len(b.msgs) >= MAX_BATCH_MESSAGES:
-                del self._batches[key]
-                self._send([b])
+                self._send_full(b)
         return future
 
-    def send_now(self, b: _Batch) -> None:
+    def _new_batch(self, key: tuple[str, int]) -> Batch:
+        """The batch of ``key``, new (under the lock): the first one waiting starts the delay."""
+        if not self._batches:
+            self._due = time.monotonic() + self.delay
+            self._start_flusher()
+            self._cond.notify()
+        b = self._batches[key] = _make_batch(key, self, self._condition)
+        return b
+
+    def _send_full(self, b: Batch) -> None:
+        """``b`` reached its size (under the lock): it goes now, alone."""
+        del self._batches[b.key]
+        self._send([b])
+
+    def send_now(self, b: Batch) -> None:
         """Someone waits on a message of batch ``b``: send it, and everything else waiting with it."""
-        with self._cond:
+        with self._lock:
             if not b.sent:
                 self._send_all()
 
@@ -237,8 +304,8 @@ class ProduceAccumulator:
             self._condition = threading.Condition()  # for the batches of the next hand-over
             self._send(list(batches.values()))
 
-    def _send(self, batches: list[_Batch]) -> None:
-        batches = _hand_over(batches)
+    def _send(self, batches: list[Batch]) -> None:
+        batches = hand_over(batches)
         if not batches:
             return
         try:
@@ -269,3 +336,43 @@ class ProduceAccumulator:
                     self._send_all()
                 else:
                     self._cond.wait(self._due - now)
+
+
+def _plain(msg: object, limit: int) -> bool:
+    """Whether ``msg`` is a Message that ``MessageEncoder.check`` would pass with nothing to
+    check but its topic and body, and that goes in a batch: no tags, keys, properties or
+    delivery rules, a bytes body of at most ``limit`` bytes, a valid topic."""
+    if type(msg) is not Message:
+        return False
+    m = msg
+    if m.tags or m.keys or m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
+        return False
+    if type(m.body) is not bytes or len(m.body) > limit or type(m.topic) is not str:
+        return False
+    try:
+        check_topic(m.topic)
+    except ShmqError:
+        return False
+    return True
+
+
+def accumulate(acc: ProduceAccumulator, msg: Message, limit: int) -> PendingSend | None:
+    """``send_async``'s common case in one call: a plain message (``_plain``) queued for the
+    broker to pick its queue, and its future; None for any other message, which then takes
+    the general path (its checks raise what they raise). The general path costs a dozen
+    Python calls per message; this is one (compiled: shmq/_speedups/_accumulator.pyx)."""
+    if not _plain(msg, limit):
+        return None
+    return acc.add(msg, -1)
+
+
+def accumulate_oneway(acc: ProduceAccumulator, msg: Message, limit: int) -> bool:
+    """``send_oneway``'s common case, as ``accumulate``: True if ``msg`` was queued."""
+    if not _plain(msg, limit):
+        return False
+    acc.add(msg, -1, oneway=True)
+    return True
+
+
+accumulate = _speedups.pick("_accumulator", "accumulate", accumulate)
+accumulate_oneway = _speedups.pick("_accumulator", "accumulate_oneway", accumulate_oneway)

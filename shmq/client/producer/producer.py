@@ -21,7 +21,7 @@ from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, Cor
                          MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.client.producer.encoder import MessageEncoder
-from shmq.client.producer.accumulator import ProduceAccumulator
+from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
@@ -49,6 +49,10 @@ class _Pending:
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
     retries_left: int  # resends left after SYSTEM_BUSY (the broker stored nothing)
+
+
+def _written() -> None:
+    """The resend of a finished request: nothing (see ``Producer._finish``)."""
 
 
 def split_batch(msgs: Sequence[Message], limit: int = MAX_BATCH_BYTES) -> list[list[Message]]:
@@ -211,6 +215,17 @@ class Producer:
                    sharding_key: str | None = None) -> Future:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if
         given. ``sharding_key`` as for ``send``."""
+        acc = self._accumulator
+        if acc is not None and callback is None and selector is None and sharding_key is None \
+                and not self._send_hooks:
+            try:
+                queued = accumulate(acc, msg, self._encoder.max_message_size)
+            except ShmqError as e:  # shut down
+                failed: Future = Future()
+                failed.set_exception(e)
+                return failed
+            if queued is not None:
+                return queued
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
@@ -260,6 +275,10 @@ class Producer:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
         a batch that cannot be written later (broker gone, ring full) is logged and dropped.
         ``sharding_key`` as for ``send``."""
+        acc = self._accumulator
+        if acc is not None and selector is None and sharding_key is None and not self._send_hooks \
+                and accumulate_oneway(acc, msg, self._encoder.max_message_size):
+            return
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
@@ -392,7 +411,11 @@ class Producer:
 
     def _finish(self, p: _Pending, error: BaseException | None, result: Any = None) -> None:
         """Complete ``p``'s future (once: the first outcome wins) and close it for ``flush``; the
-        future's callbacks (which settle auto-batched messages) run before it is closed."""
+        future's callbacks (which settle auto-batched messages) run before it is closed.
+        A finished request is never written again, and dropping its resend closure (which
+        holds ``p``) breaks the one reference cycle of a request: without that the request,
+        its future and the futures and SendResults of every auto-batched message it carried
+        live until the garbage collector finds them."""
         try:
             if not p.future.done():
                 if error is not None:
@@ -400,6 +423,7 @@ class Producer:
                 else:
                     p.future.set_result(result)
         finally:
+            p.resend = _written
             self._in_flight.discard(p)
 
     # ------------------------------------------------------------------ responses

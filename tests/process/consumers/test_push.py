@@ -190,3 +190,30 @@ def test_consume_from_for_new_groups(store_dir, broker_name, config):
             c.shutdown()
     assert sorted(got["last"]) == [b"new%d" % i for i in range(5)]
     assert sorted(got["stamp"]) == sorted([b"mid%d" % i for i in range(10)] + [b"new%d" % i for i in range(5)])
+
+
+def test_queues_whose_long_polls_the_broker_refused_are_still_pulled(store_dir, broker_name, config):
+    """After a WAKE the puller pulls only the queues without an unanswered PULL_WAIT; a wait the
+    broker refused (SYSTEM_BUSY) is never answered, so the periodic full pass must find those."""
+    config["maxPullWaitersPerClient"] = 1
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    def listener(msgs, _ctx):
+        with lock:
+            got.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        p.send(Message("Busy", b"make"))  # the topic (4 queues) exists before the consumer joins
+        c = PushConsumer("bg", broker=broker_name)
+        c.subscribe("Busy")
+        c.register_listener(listener)
+        with c:
+            time.sleep(0.2)  # idle: one wait is held, the others were refused
+            for round_ in range(3):
+                for q in range(4):
+                    p.send(Message("Busy", b"%d-%d" % (round_, q)), selector=lambda qs, m, a, q=q: qs[q])
+                time.sleep(0.05)
+            assert wait_for(lambda: len(got) == 12, 10), sorted(got)
+    assert sorted(got) == sorted(b"%d-%d" % (r, q) for r in range(3) for q in range(4))

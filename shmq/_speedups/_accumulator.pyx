@@ -1,0 +1,121 @@
+# cython: language_level=3
+"""Compiled twin of ``accumulate`` / ``accumulate_oneway`` (shmq.client.producer.accumulator).
+
+``send_async`` of a plain message was a dozen Python calls (the API wrapper, queue choice,
+``delivery_rules``, ``MessageEncoder.check``, ``ProduceAccumulator.add``, the future's
+``__init__``); here it is one C function doing the same steps in the same order under the
+accumulator's lock: the same batches, futures and errors as the Python reference (the
+accumulator tests run both ways, tests/speedups/test_accumulate.py compares them). Nothing is
+read from shared memory: only the caller's objects.
+
+The accumulator module imports this one while it is itself being imported, so its classes
+and constants are looked up at the first call.
+"""
+import sys
+
+from shmq.codec.record import check_topic
+from shmq.errors import ShmqError
+from shmq.model.message import Message
+
+cdef object _Message = Message
+cdef object _PendingSend = None
+cdef object _new_future = None
+cdef Py_ssize_t _record_overhead = 0
+cdef Py_ssize_t _max_batch_messages = 0
+
+
+cdef class Batch:
+    """Compiled twin of the accumulator's ``Batch`` (same fields, same constructor): ``_add``
+    reads and writes its fields in C instead of looking up a Python object's attributes, which
+    was most of the C ``_add``'s instructions."""
+    cdef public object key
+    cdef public object accumulator
+    cdef public object condition
+    cdef public list msgs
+    cdef public list futures
+    cdef public Py_ssize_t size
+    cdef public bint sent
+
+    def __init__(self, key, accumulator, condition):
+        self.key = key
+        self.accumulator = accumulator
+        self.condition = condition
+        self.msgs = []
+        self.futures = []
+        self.size = 0
+        self.sent = False
+
+
+cdef int _bind() except -1:
+    global _PendingSend, _new_future, _record_overhead, _max_batch_messages
+    mod = sys.modules["shmq.client.producer.accumulator"]
+    _PendingSend = mod.PendingSend
+    _new_future = _PendingSend.__new__
+    _record_overhead = mod.RECORD_OVERHEAD
+    _max_batch_messages = mod.MAX_BATCH_MESSAGES
+    return 0
+
+
+cdef bint _plain(object msg, Py_ssize_t limit) except -1:
+    """As the reference ``_plain``: a Message with nothing to check but topic and body."""
+    if type(msg) is not _Message:
+        return False
+    if msg.tags or msg.keys or msg.properties or msg.delay_level or msg.deliver_at is not None \
+            or msg.delay is not None:
+        return False
+    body = msg.body
+    if type(body) is not bytes or len(<bytes>body) > limit:
+        return False
+    topic = msg.topic
+    if type(topic) is not str:
+        return False
+    try:
+        check_topic(topic)
+    except ShmqError:
+        return False
+    return True
+
+
+cdef object _add(object acc, object msg, bint oneway):
+    """``ProduceAccumulator.add(msg, -1, oneway)``, step for step."""
+    cdef Batch b
+    if _PendingSend is None:
+        _bind()
+    key = (msg.topic, -1)
+    lock = acc._lock
+    lock.acquire()
+    try:
+        if acc._closed:
+            raise ShmqError("the producer was shut down")
+        found = (<dict?>acc._batches).get(key)
+        b = <Batch?>(acc._new_batch(key) if found is None else found)
+        if oneway:
+            future = None
+        else:
+            future = _new_future(_PendingSend)
+            future._condition = b.condition
+            future._batch = b
+        b.msgs.append(msg)
+        b.futures.append(future)
+        b.size += len(<bytes>msg.body) + _record_overhead
+        if b.size >= <Py_ssize_t>acc.max_bytes or len(b.msgs) >= _max_batch_messages:
+            acc._send_full(b)
+    finally:
+        lock.release()
+    return future
+
+
+def accumulate(acc, msg, Py_ssize_t limit):
+    """Queue a plain message (``_plain``) for the broker to pick its queue: its future, or
+    None (not queued: the caller takes the general path)."""
+    if not _plain(msg, limit):
+        return None
+    return _add(acc, msg, False)
+
+
+def accumulate_oneway(acc, msg, Py_ssize_t limit):
+    """``accumulate`` for ``send_oneway``: True if ``msg`` was queued."""
+    if not _plain(msg, limit):
+        return False
+    _add(acc, msg, True)
+    return True
