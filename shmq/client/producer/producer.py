@@ -45,9 +45,9 @@ def sync_poll_window(recent: float) -> float:
 
 
 def recent_answer_time(recent: float, took: float) -> float:
-    """The moving average of answer times (1/8 per send; one sample counts at most 4 x SYNC_POLL_S,
+    """The moving average of answer times (1/8 per send; one sample counts at most 2 x SYNC_POLL_S,
     so one stall does not stop the polling of the next sends)."""
-    return recent + (min(took, 4 * SYNC_POLL_S) - recent) * 0.125
+    return recent + (min(took, 2 * SYNC_POLL_S) - recent) * 0.125
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 
 Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
