@@ -359,7 +359,7 @@ class PushConsumer:
             if self._flow_controlled(pq, total, total_size):
                 self._throttled = True
                 continue
-            result = self._wrapper.pull(pq.mq, expression, pq.next_offset, self.pull_batch_size)
+            result = self._wrapper.pull(pq.mq, expression, pq.next_offset, self.pull_batch_size, columns=False)
             status = result.status
             if status is PullStatus.FOUND:
                 msgs = result.messages
