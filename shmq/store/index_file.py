@@ -214,6 +214,21 @@ class IndexFile:
         self._dirty = True
         return n
 
+    def plain_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int]:
+        """What the plain put (shmq.store.plain_put) writes from: the map, slot count, entry base,
+        index count, begin timestamp, slots used and the reserved end."""
+        return (self._mm, self._slot_num, self._entry_base, self._count, self._begin_ts, self._slots_used,
+                self._reserved)
+
+    def note_plain(self, n: int, emptied: int, ts: int, first_phys: int, last_phys: int) -> None:
+        """The plain put wrote ``n`` entries (``emptied`` slots newly used) as put_batch would:
+        take its header values as this file's own."""
+        if self._count == 0:
+            self._begin_ts, self._begin_phys = ts, first_phys
+        self._count += n
+        self._slots_used += emptied
+        self._end_ts, self._end_phys, self._dirty = ts, last_phys, True
+
     def put(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
         """Index one record (same layout as put_batch, without numpy's per-call cost)."""
         num = self._count + 1
@@ -459,6 +474,15 @@ class IndexService:
         with self._lock:
             while done < len(hashes):
                 done += self._writable().put_batch(hashes[done:], phys[done:], ts[done:])
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held by every put and query (the plain put holds it around its index writes)."""
+        return self._lock
+
+    def newest_writable(self) -> IndexFile | None:
+        """The newest file if it can take an entry (the plain put's file), else None."""
+        return self._files[-1] if self._files and not self._files[-1].is_full else None
 
     def put(self, key_hashes: list[int], phys_offset: int, store_timestamp: int) -> None:
         """Index the keys of one record (the single-message path: no numpy per-call cost)."""
