@@ -29,20 +29,24 @@ LAYOUT = {"INDEX_HEADER_SIZE": INDEX_HEADER_SIZE, "INDEX_SLOT_SIZE": INDEX_SLOT_
 """The constants compiled in, checked against the Python reference by the tests."""
 
 
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
+cdef extern from *:
+    """
+    #include <string.h>
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #define SHMQ_BE32(v) (v)
+    #define SHMQ_BE64(v) (v)
+    #else
+    #define SHMQ_BE32(v) __builtin_bswap32(v)
+    #define SHMQ_BE64(v) __builtin_bswap64(v)
+    #endif
+    /* big-endian fields at any alignment: one swap and one unaligned move each */
+    static inline void shmq_put32(uint8_t* p, uint32_t v) { v = SHMQ_BE32(v); memcpy(p, &v, 4); }
+    static inline void shmq_put64(uint8_t* p, uint64_t v) { v = SHMQ_BE64(v); memcpy(p, &v, 8); }
+    static inline uint32_t shmq_get32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return SHMQ_BE32(v); }
+    """
+    void _put32 "shmq_put32"(uint8_t* p, uint32_t v) noexcept nogil
+    void _put64 "shmq_put64"(uint8_t* p, uint64_t v) noexcept nogil
+    uint32_t _get32 "shmq_get32"(const uint8_t* p) noexcept nogil
 
 
 cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
@@ -399,8 +403,9 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
               int64_t qoff, int64_t ts, int64_t host, cq_mm, Py_ssize_t cq_pos, Py_ssize_t cq_limit,
               idx_mm, int64_t slot_num, Py_ssize_t entry_base, int64_t idx_count, int64_t begin_ts,
               int64_t slots_used, Py_ssize_t idx_limit, int64_t end_phys, phys_out):
-    """See ``shmq.store.plain_put.put_plain``. Returns the index slots newly used, or -1 when
-    nothing was written and the reference path must take the put."""
+    """See ``shmq.store.plain_put.put_plain``. Returns the index slots newly used; -1 when
+    nothing was written and the reference path must take the put; -2 when nothing was written
+    because a file lacks the room (the caller reserves, as the reference would, and asks again)."""
     cdef const uint8_t[::1] src
     cdef const int64_t[:] at, tg, kh, kr
     cdef int64_t[::1] phys
@@ -416,28 +421,19 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
     cdef int32_t* last = NULL
     cdef int32_t* old = NULL
     cdef bint ok
-    try:
-        src = memoryview(buf).cast("B")
-        at, tg, kh, kr, phys = starts, tags, key_hashes, key_records, phys_out
-        cl, cq = memoryview(cl_mm).cast("B"), memoryview(cq_mm).cast("B")
+    try:  # bytes-like of format "B" (bytes, mmap, their memoryviews), int64 arrays: else the reference's
+        src, at, tg, kh, kr, phys = buf, starts, tags, key_hashes, key_records, phys_out
+        cl, cq = cl_mm, cq_mm
         if idx_mm is not None:
-            ix = memoryview(idx_mm).cast("B")
+            ix = idx_mm
     except (ValueError, TypeError, BufferError):
         return -1
     n, nkeys, length = at.shape[0], kh.shape[0], src.shape[0]
     if n < 2 or tg.shape[0] != n or phys.shape[0] != n or kr.shape[0] != nkeys or t > 255 \
             or (user_batch and length > max_body) or (nkeys and idx_mm is None):
         return -1
-    # the rooms the reference's reservations would find (no roll, no reservation), inside each map
-    if cl_pos < 0 or cl_limit > cl.shape[0] or cl_pos > cl_limit - length \
-            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY:
-        return -1
     if nkeys:
-        if slot_num < 1 or idx_count < 0 or slot_num > ix.shape[0] or idx_count > ix.shape[0] \
-                or idx_limit > ix.shape[0] or entry_base > ix.shape[0] \
-                or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base \
-                or nkeys > (idx_limit - entry_base) // INDEX_ENTRY_SIZE - idx_count - 1 \
-                or cl_from + cl_pos <= end_phys:  # keys of records the index has (the reference skips them)
+        if cl_from + cl_pos <= end_phys:  # keys of records the index has (the reference skips them)
             return -1
         for i in range(nkeys):
             if kr[i] < 0 or kr[i] >= n:
@@ -446,6 +442,15 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
         ok = _plain_records(&src[0], length, at, name, t, max_body, max_record, user_batch)
     if not ok:
         return -1
+    # the rooms the reference's reservations would find (no roll, no reservation), inside each map
+    if cl_pos < 0 or cl_limit > cl.shape[0] or cl_pos > cl_limit - length \
+            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY:
+        return -2
+    if nkeys and (slot_num < 1 or idx_count < 0 or slot_num > ix.shape[0] or idx_count > ix.shape[0]
+                  or idx_limit > ix.shape[0] or entry_base > ix.shape[0]
+                  or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base
+                  or nkeys > (idx_limit - entry_base) // INDEX_ENTRY_SIZE - idx_count - 1):
+        return -2
     if nkeys:
         while buckets < <uint64_t>(2 * nkeys):
             buckets <<= 1
@@ -458,7 +463,7 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
             free(old)
             raise MemoryError()
         kphys = np.empty(nkeys, np.int64)
-        kts = np.full(nkeys, ts, np.int64)
+        kts = np.empty(nkeys, np.int64)
     try:
         with nogil:
             d = &cl[0] + cl_pos
@@ -492,7 +497,7 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
 
 
 cdef void _plain_index(uint8_t[::1] ix, const int64_t[:] kh, const int64_t[:] kr, int64_t[::1] phys,
-                       int64_t[::1] kphys, const int64_t[:] kts, int64_t slot_num, Py_ssize_t entry_base,
+                       int64_t[::1] kphys, int64_t[::1] kts, int64_t slot_num, Py_ssize_t entry_base,
                        int64_t count, int64_t begin_ts, int64_t ts, int64_t* keys, int32_t* last, int32_t* old,
                        uint64_t mask, int64_t* emptied, int64_t slots_used) noexcept:
     """IndexFile.put_batch's writes for keys of records just written (all fresh, all fit)."""
@@ -501,6 +506,7 @@ cdef void _plain_index(uint8_t[::1] ix, const int64_t[:] kh, const int64_t[:] kr
     with nogil:
         for i in range(nkeys):
             kphys[i] = phys[kr[i]]
+            kts[i] = ts
         if count == 0:  # a new file's begin, before its first entry
             begin_ts = ts
             _put64(mm + H_BEGIN_TS, <uint64_t>ts)

@@ -220,14 +220,13 @@ class IndexFile:
         return (self._mm, self._slot_num, self._entry_base, self._count, self._begin_ts, self._slots_used,
                 self._reserved)
 
-    def note_plain(self, n: int, emptied: int, ts: int, first_phys: int, last_phys: int) -> None:
-        """The plain put wrote ``n`` entries (``emptied`` slots newly used) as put_batch would:
-        take its header values as this file's own."""
-        if self._count == 0:
-            self._begin_ts, self._begin_phys = ts, first_phys
+    def note_plain(self, n: int, emptied: int) -> None:
+        """The plain put wrote ``n`` entries (``emptied`` slots newly used) and the header as
+        put_batch would: take the header's values as this file's own."""
+        (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, _, _) = INDEX_HEADER.unpack_from(self._mm, 0)
         self._count += n
         self._slots_used += emptied
-        self._end_ts, self._end_phys, self._dirty = ts, last_phys, True
+        self._dirty = True
 
     def put(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
         """Index one record (same layout as put_batch, without numpy's per-call cost)."""

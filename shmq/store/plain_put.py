@@ -69,46 +69,27 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     cq = store._queues.get((topic, q))
     if cl.write_through or cq is None or not cl.queue.files or not cq.queue.files:
         return None
-    mf, cmf = cl.queue.files[-1], cq.queue.files[-1]
-    if mf.is_full:
-        return None
-    qoff = cq.max_offset
-    nkeys = len(b.key_hashes)
-    idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys = None, 0, 0, 0, 0, 0, 0, -1
-    f = None
-    lock = None
-    if nkeys and len(d) == 2 and index is not None:
-        lock = index.lock  # what IndexService.put_batch holds: queries never see a put half done
-        lock.acquire()
-    elif nkeys:
-        nkeys = 0  # no index: the reference dispatches no keys
-    try:
-        if lock is not None:
-            assert index is not None
-            f = index.newest_writable()
-            if f is None:
-                return None
-            idx_mm, slot_num, entry_base, count, begin_ts, used, limit = f.plain_state()
-            end_phys = index.end_phys_offset
+    nkeys = len(b.key_hashes) if len(d) == 2 and index is not None else 0  # no index: no keys dispatched
+    n = len(b.starts)
+    phys = np.empty(n, np.int64)
+    for attempt in (0, 1):
+        mf, cmf = cl.queue.files[-1], cq.queue.files[-1]
+        if mf.is_full:
+            return None
         ts = cl.next_store_timestamp()
-        n = len(b.starts)
-        phys = np.empty(n, np.int64)
-        emptied = put_plain(b.buf, b.starts, b.tags_codes, b.key_hashes if nkeys else _EMPTY,
-                            b.key_records if nkeys else _EMPTY, topic.encode("ascii", "replace"),
-                            record_check.max_body, -1 if req.user_batch else record_check.max_record, req.user_batch,
-                            mf.mm, mf.wrote_position, mf.file_from_offset,
-                            min(mf.size - fmt.MIN_BLANK, mf.reserved_position), q, qoff, ts, cl.store_host,
-                            cmf.mm, qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset,
-                            min(cmf.size, cmf.reserved_position),
-                            idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys, phys)
-        if emptied >= 0 and f is not None:
-            f.note_plain(nkeys, emptied, ts, int(phys[b.key_records[0]]), int(phys[b.key_records[-1]]))
-    finally:
-        if lock is not None:
-            lock.release()
+        emptied = _attempt(cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q,
+                           record_check, req.user_batch, phys)
+        if emptied != -2:
+            break
+        if attempt:
+            return None
+        # valid, but a file lacks the room: reserve as the reference's _write would, once
+        sizes = np.diff(b.starts, append=len(b.buf))
+        store._reserve(((cq, n),), len(b.buf), sizes, len(b.key_hashes))
     if emptied < 0:
         return None
-    # published as the reference publishes them, commitlog end before the queue's (the index's: above)
+    qoff = cq.max_offset
+    # published as the reference publishes them, commitlog end before the queue's (the index's: in _attempt)
     size = len(b.buf)
     mf.wrote_position += size
     if mf.wrote_position >= mf.warm_mark and cl._allocator is not None:
@@ -120,6 +101,35 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     cq.max_phys_end = end
     store._dispatched_ts = ts
     return phys, qoff, ts
+
+
+def _attempt(cl: Any, mf: Any, cmf: Any, qoff: int, ts: int, index: Any, b: Any, nkeys: int, topic: str, q: int,
+             record_check: RecordCheck, user_batch: bool, phys: np.ndarray) -> int:
+    """One call of ``put_plain`` with the files' current state, the index's lock held around it."""
+    idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys = None, 0, 0, 0, 0, 0, 0, -1
+    f = None
+    if index is not None:
+        index.lock.acquire()  # what IndexService.put_batch holds: queries never see a put half done
+    try:
+        if index is not None:
+            f = index.newest_writable()
+            if f is None:  # none yet, or full: the reservation makes the next
+                return -2
+            idx_mm, slot_num, entry_base, count, begin_ts, used, limit = f.plain_state()
+            end_phys = f.end_phys_offset if count else index.end_phys_offset
+        emptied: int = put_plain(
+            b.buf, b.starts, b.tags_codes, b.key_hashes if nkeys else _EMPTY, b.key_records if nkeys else _EMPTY,
+            topic.encode("ascii", "replace"), record_check.max_body, -1 if user_batch else record_check.max_record,
+            user_batch, mf.mm, mf.wrote_position, mf.file_from_offset,
+            min(mf.size - fmt.MIN_BLANK, mf.reserved_position), q, qoff, ts, cl.store_host,
+            cmf.mm, qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset, min(cmf.size, cmf.reserved_position),
+            idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys, phys)
+        if emptied >= 0 and f is not None:
+            f.note_plain(nkeys, emptied)
+        return emptied
+    finally:
+        if index is not None:
+            index.lock.release()
 
 
 _EMPTY = np.empty(0, np.int64)
