@@ -29,20 +29,24 @@ LAYOUT = {"INDEX_HEADER_SIZE": INDEX_HEADER_SIZE, "INDEX_SLOT_SIZE": INDEX_SLOT_
 """The constants compiled in, checked against the Python reference by the tests."""
 
 
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline uint32_t _get32(const uint8_t* p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
+cdef extern from *:
+    """
+    #include <string.h>
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    #define SHMQ_BE32(v) (v)
+    #define SHMQ_BE64(v) (v)
+    #else
+    #define SHMQ_BE32(v) __builtin_bswap32(v)
+    #define SHMQ_BE64(v) __builtin_bswap64(v)
+    #endif
+    /* big-endian fields at any alignment: one swap and one unaligned move each */
+    static inline void shmq_put32(uint8_t* p, uint32_t v) { v = SHMQ_BE32(v); memcpy(p, &v, 4); }
+    static inline void shmq_put64(uint8_t* p, uint64_t v) { v = SHMQ_BE64(v); memcpy(p, &v, 8); }
+    static inline uint32_t shmq_get32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return SHMQ_BE32(v); }
+    """
+    void _put32 "shmq_put32"(uint8_t* p, uint32_t v) noexcept nogil
+    void _put64 "shmq_put64"(uint8_t* p, uint64_t v) noexcept nogil
+    uint32_t _get32 "shmq_get32"(const uint8_t* p) noexcept nogil
 
 
 cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
@@ -326,3 +330,189 @@ def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
     finally:
         free(name_at)
     return ok
+
+
+# ---------------------------------------------------------------------------- the plain put, fused
+# ``put_plain`` is ``shmq.store.plain_put.put_plain``: a put of one queue that no hook changes,
+# with every file's room already reserved (the usual MessageBatch). Everything that could make
+# the reference do something else (a refusal, a missing body CRC, a hidden transaction record,
+# a segment or file roll, a reservation) is found before the first byte is written, and the
+# answer is then -1: the caller takes today's path, which gives the reference's result or
+# error. Writes keep the reference's order: commitlog bytes; queue id, store time and host of
+# every record; QUEUEOFFSET + PHYSICALOFFSET of every record; consume-queue offsets, tags, sizes;
+# index begin (a new file), entries, count, slots, then slots used, end phys, end ts.
+
+from libc.string cimport memcpy
+
+cdef extern from *:
+    """
+    enum { SHMQ_P_MIN_BLANK = 8, SHMQ_P_CQ_ENTRY = 20, SHMQ_P_HIDDEN_TX = 0x4, SHMQ_P_TX_MASK = 0xC,
+           SHMQ_H_BEGIN_TS = 0, SHMQ_H_END_TS = 8, SHMQ_H_BEGIN_PHYS = 16, SHMQ_H_END_PHYS = 24,
+           SHMQ_H_SLOTS_USED = 32 };
+    """
+    enum:
+        P_MIN_BLANK "SHMQ_P_MIN_BLANK"
+        CQ_ENTRY "SHMQ_P_CQ_ENTRY"
+        HIDDEN_TX "SHMQ_P_HIDDEN_TX"
+        TX_MASK "SHMQ_P_TX_MASK"
+        H_BEGIN_TS "SHMQ_H_BEGIN_TS"
+        H_END_TS "SHMQ_H_END_TS"
+        H_BEGIN_PHYS "SHMQ_H_BEGIN_PHYS"
+        H_END_PHYS "SHMQ_H_END_PHYS"
+        H_SLOTS_USED "SHMQ_H_SLOTS_USED"
+
+PUT_LAYOUT = {"MIN_BLANK": P_MIN_BLANK, "CQ_ENTRY_SIZE": CQ_ENTRY, "HIDDEN_TX": HIDDEN_TX,
+              "TRANSACTION_MASK": TX_MASK, "_H_BEGIN_TS": H_BEGIN_TS, "_H_END_TS": H_END_TS,
+              "_H_BEGIN_PHYS": H_BEGIN_PHYS, "_H_END_PHYS": H_END_PHYS, "_H_SLOTS_USED": H_SLOTS_USED}
+"""The constants of ``put_plain``, checked against the Python reference by the tests."""
+
+
+cdef bint _plain_records(const uint8_t* src, Py_ssize_t length, const int64_t[:] starts, const uint8_t* topic,
+                         Py_ssize_t t, int64_t max_body, int64_t max_record, bint user_batch) noexcept nogil:
+    """Every record passes RecordCheck with exact (never clamped) reads, has its body CRC, enters
+    the consume queue, and is not transactional in a user's batch: then the reference stores
+    the batch as it is. False: the reference decides."""
+    cdef Py_ssize_t i, k, n = starts.shape[0], p
+    cdef int64_t at, size, body, sysflag
+    if length < FIXED_OVERHEAD * n or starts[0] != 0 or starts[n - 1] > length - FIXED_OVERHEAD:
+        return False
+    for i in range(n):
+        at = starts[i]
+        size = (starts[i + 1] if i + 1 < n else length) - at
+        if size < FIXED_OVERHEAD:  # also the order of the starts (FIXED_OVERHEAD > 0)
+            return False
+        body = <int32_t>_get32(src + at + OFF_BODYLEN)
+        sysflag = <int32_t>_get32(src + at + OFF_SYSFLAG)
+        if <int32_t>_get32(src + at) != size or _get32(src + at + OFF_MAGIC) != MESSAGE_MAGIC or body < 0 \
+                or body > size - FIXED_OVERHEAD or body > max_body or (max_record >= 0 and size > max_record) \
+                or _get32(src + at + OFF_BODYCRC) == 0 or sysflag & HIDDEN_TX or (user_batch and sysflag & TX_MASK):
+            return False
+        p = at + OFF_BODY + body
+        if p + 1 + t + 2 > at + size or src[p] != t:
+            return False
+        for k in range(t):
+            if src[p + 1 + k] != topic[k]:
+                return False
+        if FIXED_OVERHEAD + body + t + ((<int64_t>src[p + 1 + t] << 8) | src[p + 2 + t]) != size:
+            return False
+    return True
+
+
+def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t max_body, int64_t max_record,
+              bint user_batch, cl_mm, Py_ssize_t cl_pos, int64_t cl_from, Py_ssize_t cl_limit, int32_t qid,
+              int64_t qoff, int64_t ts, int64_t host, cq_mm, Py_ssize_t cq_pos, Py_ssize_t cq_limit,
+              idx_mm, int64_t slot_num, Py_ssize_t entry_base, int64_t idx_count, int64_t begin_ts,
+              int64_t slots_used, Py_ssize_t idx_limit, int64_t end_phys, phys_out):
+    """See ``shmq.store.plain_put.put_plain``. Returns the index slots newly used; -1 when
+    nothing was written and the reference path must take the put; -2 when nothing was written
+    because a file lacks the room (the caller reserves, as the reference would, and asks again)."""
+    cdef const uint8_t[::1] src
+    cdef const int64_t[:] at, tg, kh, kr
+    cdef int64_t[::1] phys
+    cdef uint8_t[::1] cl, cq
+    cdef uint8_t[::1] ix
+    cdef Py_ssize_t n, nkeys, i, length, t = len(topic)
+    cdef const uint8_t* name = topic
+    cdef uint8_t* d
+    cdef uint8_t* e
+    cdef int64_t base, emptied = 0, first
+    cdef uint64_t buckets = 2
+    cdef int64_t* keys = NULL
+    cdef int32_t* last = NULL
+    cdef int32_t* old = NULL
+    cdef bint ok
+    try:  # bytes-like of format "B" (bytes, mmap, their memoryviews), int64 arrays: else the reference's
+        src, at, tg, kh, kr, phys = buf, starts, tags, key_hashes, key_records, phys_out
+        cl, cq = cl_mm, cq_mm
+        if idx_mm is not None:
+            ix = idx_mm
+    except (ValueError, TypeError, BufferError):
+        return -1
+    n, nkeys, length = at.shape[0], kh.shape[0], src.shape[0]
+    if n < 2 or tg.shape[0] != n or phys.shape[0] != n or kr.shape[0] != nkeys or t > 255 \
+            or (user_batch and length > max_body) or (nkeys and idx_mm is None):
+        return -1
+    if nkeys:
+        if cl_from + cl_pos <= end_phys:  # keys of records the index has (the reference skips them)
+            return -1
+        for i in range(nkeys):
+            if kr[i] < 0 or kr[i] >= n:
+                return -1
+    with nogil:
+        ok = _plain_records(&src[0], length, at, name, t, max_body, max_record, user_batch)
+    if not ok:
+        return -1
+    # the rooms the reference's reservations would find (no roll, no reservation), inside each map
+    if cl_pos < 0 or cl_limit > cl.shape[0] or cl_pos > cl_limit - length \
+            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY:
+        return -2
+    if nkeys and (slot_num < 1 or idx_count < 0 or slot_num > ix.shape[0] or idx_count > ix.shape[0]
+                  or idx_limit > ix.shape[0] or entry_base > ix.shape[0]
+                  or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base
+                  or nkeys > (idx_limit - entry_base) // INDEX_ENTRY_SIZE - idx_count - 1):
+        return -2
+    if nkeys:
+        while buckets < <uint64_t>(2 * nkeys):
+            buckets <<= 1
+        keys = <int64_t*>calloc(buckets, sizeof(int64_t))
+        last = <int32_t*>calloc(buckets, sizeof(int32_t))
+        old = <int32_t*>calloc(buckets, sizeof(int32_t))
+        if keys == NULL or last == NULL or old == NULL:
+            free(keys)
+            free(last)
+            free(old)
+            raise MemoryError()
+        kphys = np.empty(nkeys, np.int64)
+        kts = np.empty(nkeys, np.int64)
+    try:
+        with nogil:
+            d = &cl[0] + cl_pos
+            memcpy(d, &src[0], length)
+            for i in range(n):
+                e = d + at[i]
+                _put32(e + OFF_QUEUEID, <uint32_t>qid)
+                _put64(e + OFF_STORETIMESTAMP, <uint64_t>ts)
+                _put64(e + OFF_STOREHOST, <uint64_t>host)
+            base = cl_from + cl_pos
+            for i in range(n):
+                e = d + at[i]
+                phys[i] = base + at[i]
+                _put64(e + OFF_QUEUEOFFSET, <uint64_t>(qoff + i))
+                _put64(e + OFF_PHYSICALOFFSET, <uint64_t>phys[i])
+            d = &cq[0] + cq_pos
+            for i in range(n):
+                _put64(d + i * CQ_ENTRY, <uint64_t>phys[i])
+            for i in range(n):
+                _put64(d + i * CQ_ENTRY + 12, <uint64_t>tg[i])
+            for i in range(n):  # last: recovery takes a non-zero size as a whole entry
+                _put32(d + i * CQ_ENTRY + 8, <uint32_t>(at[i + 1] - at[i] if i + 1 < n else length - at[i]))
+        if nkeys:
+            _plain_index(ix, kh, kr, phys, kphys, kts, slot_num, entry_base, idx_count, begin_ts, ts,
+                         keys, last, old, buckets - 1, &emptied, slots_used)
+    finally:
+        free(keys)
+        free(last)
+        free(old)
+    return emptied
+
+
+cdef void _plain_index(uint8_t[::1] ix, const int64_t[:] kh, const int64_t[:] kr, int64_t[::1] phys,
+                       int64_t[::1] kphys, int64_t[::1] kts, int64_t slot_num, Py_ssize_t entry_base,
+                       int64_t count, int64_t begin_ts, int64_t ts, int64_t* keys, int32_t* last, int32_t* old,
+                       uint64_t mask, int64_t* emptied, int64_t slots_used) noexcept:
+    """IndexFile.put_batch's writes for keys of records just written (all fresh, all fit)."""
+    cdef Py_ssize_t i, nkeys = kh.shape[0]
+    cdef uint8_t* mm = &ix[0]
+    with nogil:
+        for i in range(nkeys):
+            kphys[i] = phys[kr[i]]
+            kts[i] = ts
+        if count == 0:  # a new file's begin, before its first entry
+            begin_ts = ts
+            _put64(mm + H_BEGIN_TS, <uint64_t>ts)
+            _put64(mm + H_BEGIN_PHYS, <uint64_t>kphys[0])
+        emptied[0] = _write(mm, slot_num, entry_base, count + 1, begin_ts, kh, kphys, kts, nkeys,
+                            keys, last, old, mask)
+        _put32(mm + H_SLOTS_USED, <uint32_t>(slots_used + emptied[0]))
+        _put64(mm + H_END_PHYS, <uint64_t>kphys[nkeys - 1])
+        _put64(mm + H_END_TS, <uint64_t>ts)

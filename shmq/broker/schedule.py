@@ -41,6 +41,8 @@ def now_ms() -> int:
 class DeliveryRulesHook:
     """Reads flagged records and parks them (see the module docstring); the rest pass untouched."""
 
+    passes_plain = True  # a put without ``inspect`` rows passes untouched (shmq.store.plain_put)
+
     def __init__(self, levels_ms: list[int], timer_max_delay_sec: int, clock: Callable[[], int] = now_ms) -> None:
         self.levels_ms = levels_ms
         self.timer_max_ms = timer_max_delay_sec * 1000

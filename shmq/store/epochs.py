@@ -86,6 +86,11 @@ class PendingEpoch:
         self._start = start_offset
         self.done = False
 
+    @property
+    def passes_plain(self) -> bool:
+        """Once the epoch is written, puts pass untouched (shmq.store.plain_put)."""
+        return self.done
+
     def before_put(self, req: object) -> None:
         if self.done:
             return

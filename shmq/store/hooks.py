@@ -136,6 +136,10 @@ class QueueCheck:
     def __init__(self) -> None:
         self._valid: set[str] = set()
 
+    def known(self, topic: str) -> bool:
+        """Whether ``topic`` was checked already (the plain put's case)."""
+        return topic in self._valid
+
     def before_put(self, req: PutRequest) -> None:
         q = req.queue_ids
         if len(req.topics) == 1 and req.topics[0] in self._valid and isinstance(q, int) and 0 <= q <= MAX_QUEUE_ID:

@@ -214,6 +214,20 @@ class IndexFile:
         self._dirty = True
         return n
 
+    def plain_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int]:
+        """What the plain put (shmq.store.plain_put) writes from: the map, slot count, entry base,
+        index count, begin timestamp, slots used and the reserved end."""
+        return (self._mm, self._slot_num, self._entry_base, self._count, self._begin_ts, self._slots_used,
+                self._reserved)
+
+    def note_plain(self, n: int, emptied: int) -> None:
+        """The plain put wrote ``n`` entries (``emptied`` slots newly used) and the header as
+        put_batch would: take the header's values as this file's own."""
+        (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, _, _) = INDEX_HEADER.unpack_from(self._mm, 0)
+        self._count += n
+        self._slots_used += emptied
+        self._dirty = True
+
     def put(self, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
         """Index one record (same layout as put_batch, without numpy's per-call cost)."""
         num = self._count + 1
@@ -459,6 +473,15 @@ class IndexService:
         with self._lock:
             while done < len(hashes):
                 done += self._writable().put_batch(hashes[done:], phys[done:], ts[done:])
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Held by every put and query (the plain put holds it around its index writes)."""
+        return self._lock
+
+    def newest_writable(self) -> IndexFile | None:
+        """The newest file if it can take an entry (the plain put's file), else None."""
+        return self._files[-1] if self._files and not self._files[-1].is_full else None
 
     def put(self, key_hashes: list[int], phys_offset: int, store_timestamp: int) -> None:
         """Index the keys of one record (the single-message path: no numpy per-call cost)."""

@@ -20,7 +20,7 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import DiskFullError, StoreClosedError
-from shmq.store import files, queue_table, startup
+from shmq.store import files, plain_put, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
@@ -307,6 +307,16 @@ class MessageStore(MessageLookup):
         if not _private(b.buf):  # the hooks check, and the commitlog takes, one copy nobody can change
             req.batch = b = dataclasses.replace(b, buf=bytes(b.buf))
         n = len(b.starts)
+        if n > 1 and plain_put.ENABLED:  # one compiled pass, or nothing written and the path below
+            with self.commitlog.put_lock:
+                if not self.running:
+                    raise StoreClosedError("the message store is shut down")
+                taken = plain_put.take(self, req)
+            if taken is not None:
+                phys, qoff, ts = taken
+                result = PutMessageResult(PutStatus.PUT_OK, int(phys[0]), len(b.buf), qoff, n, ts, phys,
+                                          np.arange(qoff, qoff + n, dtype=np.int64))
+                return self._await_flush(result) if wait_flush else result
         if n != 1:
             if n == 0:
                 raise ValueError("empty put")

@@ -1,0 +1,135 @@
+"""The plain put: one compiled pass for the usual put (a MessageBatch or a run of sends to one
+queue that no hook changes), with today's path as its reference.
+
+``MessageStore.put`` runs hooks, then ``_write`` (measure, commitlog append, consume-queue and
+index dispatch): some 50 Python steps per put. For a put of one queue whose hooks would pass
+every record unchanged and whose files have the room reserved, ``take`` hands the records to
+``put_plain`` (compiled in ``shmq._speedups._store``), which checks what RecordCheck checks,
+copies, patches, writes the consume-queue and index entries in the reference's write order, and
+``take`` then publishes the new ends as ``_write`` does. Whenever the reference could do
+anything else (a refusal, a hook that acts, a roll, a reservation, a new queue, a missing CRC),
+nothing is written and the put takes today's path: same bytes, same result, same errors.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shmq import _speedups
+from shmq.codec import record as fmt
+from shmq.store.dispatch import MAX_QUEUE_ID, ConsumeQueueDispatcher, IndexDispatcher
+from shmq.store.hooks import PutRequest, QueueCheck, RecordCheck
+
+if TYPE_CHECKING:
+    from shmq.store.message_store import MessageStore
+
+
+def put_plain(buf: Any, starts: np.ndarray, tags: np.ndarray, key_hashes: np.ndarray, key_records: np.ndarray,
+              topic: bytes, max_body: int, max_record: int, user_batch: bool, cl_mm: Any, cl_pos: int,
+              cl_from: int, cl_limit: int, qid: int, qoff: int, ts: int, host: int, cq_mm: Any, cq_pos: int,
+              cq_limit: int, idx_mm: Any, slot_num: int, entry_base: int, idx_count: int, begin_ts: int,
+              slots_used: int, idx_limit: int, end_phys: int, phys_out: np.ndarray) -> int:
+    """Write a plain put in one pass and return the index slots it newly used, or -1 (nothing
+    written) when the reference path must take it. The reference is today's path itself, so
+    this Python twin always answers -1."""
+    return -1
+
+
+put_plain = _speedups.pick("_store", "put_plain", put_plain)
+ENABLED = put_plain is not _speedups.reference("_store", "put_plain")
+
+
+def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] | None:
+    """Store ``req`` through ``put_plain`` if it is plain; (phys offsets, first queue offset,
+    store timestamp), or None with nothing written. The caller holds ``commitlog.put_lock``."""
+    b = req.batch
+    q = req.queue_ids
+    if req.inspect is not None or req.topic_idx is not None or type(q) is not int or len(req.topics) != 1 \
+            or req.refused is not None or not 0 <= q <= MAX_QUEUE_ID:
+        return None
+    topic = req.topics[0]
+    record_check = None
+    for hook in store.put_hooks:
+        if isinstance(hook, RecordCheck) and type(hook) is RecordCheck:
+            record_check = hook
+        elif isinstance(hook, QueueCheck) and type(hook) is QueueCheck:
+            if not hook.known(topic):
+                return None
+        elif not getattr(hook, "passes_plain", False):  # a hook that may act on these records
+            return None
+    if record_check is None:
+        return None
+    d = store.dispatchers
+    index = store.index
+    if type(d[0]) is not ConsumeQueueDispatcher or not (
+            len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)):
+        return None
+    cl = store.commitlog
+    cq = store._queues.get((topic, q))
+    if cl.write_through or cq is None or not cl.queue.files or not cq.queue.files:
+        return None
+    nkeys = len(b.key_hashes) if len(d) == 2 and index is not None else 0  # no index: no keys dispatched
+    n = len(b.starts)
+    phys = np.empty(n, np.int64)
+    for attempt in (0, 1):
+        mf, cmf = cl.queue.files[-1], cq.queue.files[-1]
+        if mf.is_full:
+            return None
+        ts = cl.next_store_timestamp()
+        emptied = _attempt(cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q,
+                           record_check, req.user_batch, phys)
+        if emptied != -2:
+            break
+        if attempt:
+            return None
+        # valid, but a file lacks the room: reserve as the reference's _write would, once
+        sizes = np.diff(b.starts, append=len(b.buf))
+        store._reserve(((cq, n),), len(b.buf), sizes, len(b.key_hashes))
+    if emptied < 0:
+        return None
+    qoff = cq.max_offset
+    # published as the reference publishes them, commitlog end before the queue's (the index's: in _attempt)
+    size = len(b.buf)
+    mf.wrote_position += size
+    if mf.wrote_position >= mf.warm_mark and cl._allocator is not None:
+        cl._allocator.keep_ahead(mf)
+    end = int(phys[0]) + size
+    cl.confirmed = (end, ts)
+    cmf.wrote_position = qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
+    cq.max_offset = qoff + n
+    cq.max_phys_end = end
+    store._dispatched_ts = ts
+    return phys, qoff, ts
+
+
+def _attempt(cl: Any, mf: Any, cmf: Any, qoff: int, ts: int, index: Any, b: Any, nkeys: int, topic: str, q: int,
+             record_check: RecordCheck, user_batch: bool, phys: np.ndarray) -> int:
+    """One call of ``put_plain`` with the files' current state, the index's lock held around it."""
+    idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys = None, 0, 0, 0, 0, 0, 0, -1
+    f = None
+    if index is not None:
+        index.lock.acquire()  # what IndexService.put_batch holds: queries never see a put half done
+    try:
+        if index is not None:
+            f = index.newest_writable()
+            if f is None:  # none yet, or full: the reservation makes the next
+                return -2
+            idx_mm, slot_num, entry_base, count, begin_ts, used, limit = f.plain_state()
+            end_phys = f.end_phys_offset if count else index.end_phys_offset
+        emptied: int = put_plain(
+            b.buf, b.starts, b.tags_codes, b.key_hashes if nkeys else _EMPTY, b.key_records if nkeys else _EMPTY,
+            topic.encode("ascii", "replace"), record_check.max_body, -1 if user_batch else record_check.max_record,
+            user_batch, mf.mm, mf.wrote_position, mf.file_from_offset,
+            min(mf.size - fmt.MIN_BLANK, mf.reserved_position), q, qoff, ts, cl.store_host,
+            cmf.mm, qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset, min(cmf.size, cmf.reserved_position),
+            idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys, phys)
+        if emptied >= 0 and f is not None:
+            f.note_plain(nkeys, emptied)
+        return emptied
+    finally:
+        if index is not None:
+            index.lock.release()
+
+
+_EMPTY = np.empty(0, np.int64)
