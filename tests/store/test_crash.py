@@ -59,6 +59,17 @@ def test_sigkill_rounds(harness):
           f"records={st.records_in_store} max_recovery_ms={st.max_recovery_ms:.0f}")
 
 
+def test_sigkill_rounds_async_flush(harness, monkeypatch):
+    """The same rounds with ASYNC_FLUSH: the child's single-queue batches take the fused compiled
+    put (SYNC_FLUSH puts never do), and a SIGKILL keeps the page cache, so every record
+    acknowledged before the kill must still be there, byte for byte."""
+    monkeypatch.setenv("SHMQ_CHAOS_FLUSH", "ASYNC_FLUSH")
+    h = harness
+    for _ in range(KILL_ROUNDS // 2):
+        h.kill_round()
+    assert h.stats.acked_checked > 500, h.stats
+
+
 # --------------------------------------------------------------------------- garbage tail
 
 

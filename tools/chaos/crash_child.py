@@ -1,4 +1,4 @@
-"""Crash-test child: appends to a MessageStore with SYNC_FLUSH until it is killed.
+"""Crash-test child: appends to a MessageStore (SYNC_FLUSH unless told) until it is killed.
 
     python tools/chaos/crash_child.py STORE_DIR START_SEQ SEED ACK_FILE [--max-puts N]
 
@@ -33,9 +33,12 @@ from shmq.codec import ids
 from shmq.codec import record as fmt  # noqa: E402
 from shmq.store.hooks import PutRequest  # noqa: E402
 
-# Small segments so commitlog, consume-queue and index files all roll often.
+# Small segments so commitlog, consume-queue and index files all roll often. The flush mode
+# comes from SHMQ_CHAOS_FLUSH (store_crash.py --flush): SYNC_FLUSH by default; ASYNC_FLUSH
+# drives the fused compiled put, which SYNC_FLUSH puts do not take (a SIGKILL keeps the page
+# cache, so an acknowledged ASYNC_FLUSH record must survive it too).
 CONFIG = {
-    "flushDiskType": "SYNC_FLUSH",
+    "flushDiskType": os.environ.get("SHMQ_CHAOS_FLUSH", "SYNC_FLUSH"),
     "mappedFileSizeCommitLog": 256 * 1024,
     "mappedFileSizeConsumeQueue": 20 * 512,
     "maxHashSlotNum": 1024,

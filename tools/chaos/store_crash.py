@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/chaos/store_crash.py --rounds 300 --dir /tmp/shmq-chaos
 
-Each round starts tools/chaos/crash_child.py (SYNC_FLUSH appends, one ack per PUT_OK), kills
+Each round starts tools/chaos/crash_child.py (SYNC_FLUSH appends unless --flush ASYNC_FLUSH, one ack per PUT_OK), kills
 it with SIGKILL 50-400 ms after it opened the store (about one round in five: 0-400 ms after
 spawn, often inside its recovery), then reopens the store here (abnormal recovery), checks
 every acknowledged record (byte-identical body, queue offset, physical offset, by queue and
@@ -33,7 +33,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rounds-per-store", type=int, default=30)
     ap.add_argument("--lose-folders", action="store_true", help="sometimes delete consumequeue/ or index/")
+    ap.add_argument("--flush", choices=("SYNC_FLUSH", "ASYNC_FLUSH"), default="SYNC_FLUSH",
+                    help="the child's flushDiskType (ASYNC_FLUSH takes the fused compiled put)")
     args = ap.parse_args()
+    os.environ["SHMQ_CHAOS_FLUSH"] = args.flush  # read by crash_child.CONFIG in every child
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
