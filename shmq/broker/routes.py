@@ -94,22 +94,24 @@ class Routes:
         Topics are resolved (maybe auto-created) in the order of their first record, as
         ``route`` record by record would; a topic no record uses is not resolved."""
         n = len(topics)
-        writes, queues, codes = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
-        used, first = np.unique(topic_idx, return_index=True)
-        marks = np.zeros(n, bool)
-        marks[topic_idx[auto]] = True
-        for k in used[np.argsort(first)].tolist():
-            t = self._entry(topics[k])
+        writes, queues, codes = [0] * n, [-1] * n, [0] * n
+        marks = set(topic_idx[auto].tolist()) if auto.any() else ()
+        entries, resolve = self._topics, self._resolve
+        for k in dict.fromkeys(topic_idx.tolist()):  # in order of first use
+            topic = topics[k]
+            t = entries.get(topic)
+            if t is None:
+                t = entries[topic] = [*resolve(topic), None]
             tc = t[0]
             if tc is None:
                 codes[k] = t[1]
                 continue
             writes[k] = tc.write_queue_nums
-            if marks[k]:
+            if k in marks:
                 if t[3] is None:
                     t[3] = tc.next_queue()
                 queues[k] = t[3]
-        return writes, queues, codes
+        return np.array(writes, np.int64), np.array(queues, np.int64), np.array(codes, np.int64)
 
     def _entry(self, topic: str) -> list:
         t = self._topics.get(topic)
