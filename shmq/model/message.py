@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Set as AbstractSet
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from shmq import _speedups
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.config import MAX_DELAY_LEVELS
@@ -40,47 +41,84 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
+def _checked(delay_level: Any, deliver_at: Any, delay: Any, keys: Any) -> tuple[Any, float | None, float | None, Any]:
+    """A Message's delivery fields checked and ``keys`` joined: what ``__init__`` stores. A bad
+    value fails at the call that made it, not at a later send."""
+    if delay_level and not (isinstance(delay_level, int) and 0 <= delay_level <= MAX_DELAY_LEVEL):
+        raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), "
+                              f"got {delay_level!r}")
+    if deliver_at is not None:
+        deliver_at = _seconds("deliver_at", deliver_at)
+    if delay is not None:
+        delay = _seconds("delay", delay)
+    if sum((bool(delay_level), deliver_at is not None, delay is not None)) > 1:
+        raise BadMessageError("give at most one of delay_level, deliver_at and delay")
+    return delay_level, deliver_at, delay, keys if keys is None or isinstance(keys, str) else join_keys(keys)
+
+
+class _Fields:
+    """A Message's fields as slots and its ``__init__``: the Python reference of the compiled
+    ``_message.MessageFields`` (a plain message is made there without a Python frame)."""
+
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "delay_level", "deliver_at", "delay")
+
+    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0,
+                 deliver_at: float | None = None, delay: float | None = None) -> None:
+        if delay_level or deliver_at is not None or delay is not None or (keys is not None and type(keys) is not str):
+            delay_level, deliver_at, delay, keys = _checked(delay_level, deliver_at, delay, keys)
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self.keys = keys
+        self.properties = properties
+        self.flag = flag
+        self.delay_level = delay_level
+        self.deliver_at = deliver_at
+        self.delay = delay
+
+
+if TYPE_CHECKING:
+    _Base = _Fields
+else:
+    _Base = _speedups.pick("_message", "MessageFields", _Fields)
+
+
 @dataclass(init=False)
-class Message:
+class Message(_Base):
     """A message to send. ``keys`` are index keys: a space-separated str, or a list, tuple or set
     of them. Delivery may wait: ``delay_level`` n (1..18 with the default ``messageDelayLevel``,
     a level past the broker's last is its last, as in RocketMQ; 0: none), or any time up to the
     broker's ``timerMaxDelaySec`` with ``deliver_at`` (epoch seconds) or ``delay`` (seconds after
     the broker receives it), at most one of the three. They are checked here, so a bad value
     fails at the call that made it, not at a later send (the broker refuses a time beyond
-    ``timerMaxDelaySec``)."""
+    ``timerMaxDelaySec``).
 
-    topic: str
-    body: bytes
-    tags: str | None
-    keys: str | None
-    properties: dict[str, str] | None
-    flag: int
-    delay_level: int
-    deliver_at: float | None
-    delay: float | None
+    The fields are slots of the base class (compiled when extensions are on), so a Message has
+    no ``__dict__``; a subclass may add attributes as usual."""
 
-    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0,
-                 deliver_at: float | None = None, delay: float | None = None) -> None:
-        if delay_level and not (isinstance(delay_level, int) and 0 <= delay_level <= MAX_DELAY_LEVEL):
-            raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), "
-                                  f"got {delay_level!r}")
-        if deliver_at is not None:
-            deliver_at = _seconds("deliver_at", deliver_at)
-        if delay is not None:
-            delay = _seconds("delay", delay)
-        if sum((bool(delay_level), deliver_at is not None, delay is not None)) > 1:
-            raise BadMessageError("give at most one of delay_level, deliver_at and delay")
-        self.deliver_at = deliver_at
-        self.delay = delay
-        self.topic = topic
-        self.body = body
-        self.tags = tags
-        self.keys = keys if keys is None or isinstance(keys, str) else join_keys(keys)
-        self.properties = properties
-        self.flag = flag
-        self.delay_level = delay_level
+    __slots__ = ()
+
+    topic: str = field()
+    body: bytes = field()
+    tags: str | None = field()
+    keys: str | None = field()
+    properties: dict[str, str] | None = field()
+    flag: int = field()
+    delay_level: int = field()
+    deliver_at: float | None = field()
+    delay: float | None = field()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle and copy by field names, the same with and without extensions (plus a
+        subclass's own attributes)."""
+        state = {f: getattr(self, f) for f in _Fields.__slots__}
+        state.update(getattr(self, "__dict__", ()))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @property
     def delivery_rules(self) -> bool:
@@ -219,3 +257,16 @@ class SendResult(ByValue):
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")
+
+
+def _split_results(cls: type[SendResult], status: SendStatus, uniqs: Sequence[str], queue: MessageQueue,
+                  queue_offset: int, store_timestamp: int, phys_offsets: Sequence[int],
+                  store_host: int) -> list[SendResult]:
+    """One SendResult per message of an answered batch (``uniqs[i]`` its id, stored at
+    ``queue_offset + i`` and ``phys_offsets[i]``): the reader thread's work per auto-batched
+    message, compiled in ``_message.split_results`` (no ``__init__`` call per result)."""
+    return [cls(status, uniq, None, queue, queue_offset + i, store_timestamp, 1, [p], store_host)
+            for i, (uniq, p) in enumerate(zip(uniqs, phys_offsets))]
+
+
+split_results = _speedups.pick("_message", "split_results", _split_results)

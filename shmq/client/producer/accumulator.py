@@ -141,30 +141,38 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
     tenth of an async send. Futures are RUNNING here (``hand_over``); one already failed
     (by ``_fail``) is left as it is. Waiters and callbacks are looked up in each future's
     ``__dict__`` (see ``_OwnList``): a future nobody waits on costs three stores."""
+    finished = settle_shared(futures, results, error)
+    if finished is not None:
+        _run_callbacks(finished)
+        return
+    by_condition: dict[int, list[tuple[int, PendingSend]]] = {}  # several hand-overs: one lock each
+    for i, f in enumerate(futures):
+        if f is not None:
+            by_condition.setdefault(id(f._condition), []).append((i, f))
+    for group in by_condition.values():
+        _run_callbacks(_settle_locked(group[0][1]._condition, group, results, error))
+
+
+def _settle_shared(futures: Sequence[PendingSend | None], results: Sequence[Any],
+                   error: BaseException | None) -> list[PendingSend] | None:
+    """``settle`` when every future shares one Condition (the usual case): the futures whose
+    callbacks are still to run; None, having done nothing, when they do not. Compiled in
+    ``_accumulator.settle_shared`` (the reader thread's loop over an answered batch)."""
     cond = None
     live: list[tuple[int, PendingSend]] = []
     for i, f in enumerate(futures):
         if f is not None:
             if cond is None:
                 cond = f._condition
-            elif f._condition is not cond:  # several hand-overs: one lock each
-                live = []
-                break
+            elif f._condition is not cond:
+                return None
             live.append((i, f))
-    else:
-        if cond is not None:
-            _settle_under(cond, live, results, error)
-        return
-    by_condition: dict[int, list[tuple[int, PendingSend]]] = {}
-    for i, f in enumerate(futures):
-        if f is not None:
-            by_condition.setdefault(id(f._condition), []).append((i, f))
-    for group in by_condition.values():
-        _settle_under(group[0][1]._condition, group, results, error)
+    return [] if cond is None else _settle_locked(cond, live, results, error)
 
 
-def _settle_under(cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any],
-                  error: BaseException | None) -> None:
+def _settle_locked(cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any],
+                   error: BaseException | None) -> list[PendingSend]:
+    """Finish ``live`` (index, future) under ``cond``; returns those with callbacks to run."""
     finished = []
     with cond:
         for i, f in live:
@@ -188,6 +196,13 @@ def _settle_under(cond: threading.Condition, live: list[tuple[int, PendingSend]]
             if own.get("_done_callbacks"):
                 finished.append(f)
         cond.notify_all()
+    return finished
+
+
+settle_shared = _speedups.pick("_accumulator", "settle_shared", _settle_shared)
+
+
+def _run_callbacks(finished: list[PendingSend]) -> None:
     for f in finished:
         for callback in f._done_callbacks:  # as Future._invoke_callbacks: a failing callback is logged
             try:

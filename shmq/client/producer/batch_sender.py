@@ -23,7 +23,7 @@ from shmq.client.connection import next_request_id
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, settle
 from shmq.codec import frames as P
 from shmq.errors import MessageTooLargeError, broker_error
-from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus, split_results
 
 if TYPE_CHECKING:
     from shmq.client.producer.producer import Producer
@@ -117,8 +117,8 @@ class BatchSender:
             phys = r.phys_offsets or [r.phys_offset]
             status, mq = SEND_STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, broker_name, r.queue_id)
             if split:
-                return [SendResult(status, uniq, None, mq, r.queue_offset + i, r.store_timestamp, 1, [p], r.store_host)
-                        for i, (uniq, p) in enumerate(zip(enc.uniq_keys.astype(str).tolist(), phys))]
+                return split_results(SendResult, status, enc.uniq_keys.astype(str).tolist(), mq, r.queue_offset,
+                                     r.store_timestamp, phys, r.store_host)
             return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
                               list(phys), r.store_host)
         return producer._submit(P.SEND_BATCH, size, fill, build, deadline)

@@ -32,7 +32,22 @@ from shmq.trace.hooks import SendTraceHook
 
 
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
-SYNC_POLL_S = 300e-6  # a sync send reads its own answer this long, then waits for the reader thread
+SYNC_POLL_S = 300e-6  # a sync send reads its own answer at most this long, then waits for the reader thread
+
+
+def sync_poll_window(recent: float) -> float:
+    """How long a sync send reads its own answer, given ``recent`` (the usual time answers take):
+    four times that (most answers, a slow one too), at most SYNC_POLL_S; none when answers take
+    over half of SYNC_POLL_S (SYNC_FLUSH waits for the disk, ~85 us at best and 300-700 us with 8
+    senders): there the poll burnt the cores the broker needs, and the send waits for the reader
+    thread at once."""
+    return 0.0 if recent > SYNC_POLL_S / 2 else min(SYNC_POLL_S, 4 * recent)
+
+
+def recent_answer_time(recent: float, took: float) -> float:
+    """The moving average of answer times (1/8 per send; one sample counts at most 2 x SYNC_POLL_S,
+    so one stall does not stop the polling of the next sends)."""
+    return recent + (min(took, 2 * SYNC_POLL_S) - recent) * 0.125
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 
 Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
@@ -107,6 +122,7 @@ class Producer:
         self.start_timeout = start_timeout
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
         self._pending: dict[int, _Pending] = {}  # by request id, while its answer is awaited
+        self._answer_time = SYNC_POLL_S / 2  # recent sync answers' time: how long ``send`` polls
         self._in_flight = InFlight()  # every request until finished, retries included (flush)
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
@@ -203,12 +219,18 @@ class Producer:
         self._flush_accumulated()
         qid = self._choose_queue(msg, selector, arg)
         s = self._conn.hold_responses()
+        start = time.perf_counter()
         try:
             fut = self._submit_one(msg, qid, timeout, oneway=False)
-            self._conn.poll(s, fut.done, SYNC_POLL_S)
+            window = sync_poll_window(self._answer_time)
+            if window:
+                self._conn.poll(s, fut.done, window)
         finally:
             self._conn.release_responses(s)
-        return fut.result()
+        try:
+            return fut.result()
+        finally:
+            self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,
