@@ -162,9 +162,7 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
     topic = batch.topic
     queue_id = batch.queue_id
     cdef list out = [None] * n
-    cdef Py_ssize_t i, s, j
-    cdef PyObject *m
-    cdef object obj
+    cdef Py_ssize_t i, s
     # bodies first, as the reference (so a body that fails to decompress raises before any object is made)
     cdef list bodies = [None] * n
     for i in range(n):
@@ -174,28 +172,36 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
             bodies[i] = bytes(decompress(views[s][p:p + body_len[i]]))
         else:
             bodies[i] = PyBytes_FromStringAndSize(<const char*>bases[s] + body_pos[i], body_len[i])
-    unset = _unset
     for i in range(n):
         s = segment[i]
-        obj = shmq_alloc(_cls)
-        m = <PyObject*>obj
-        shmq_set_slot(m, _offsets[S_TOPIC], topic)
-        shmq_set_slot(m, _offsets[S_BODY], bodies[i])
-        shmq_set_slot(m, _offsets[S_QUEUE_ID], queue_id)
-        shmq_set_slot(m, _offsets[S_QUEUE_OFFSET], PyLong_FromLongLong(qoff[i]))
-        shmq_set_slot(m, _offsets[S_PHYS], PyLong_FromLongLong(phys[i]))
-        shmq_set_slot(m, _offsets[S_BORN], PyLong_FromLongLong(born[i]))
-        shmq_set_slot(m, _offsets[S_STAMP], PyLong_FromLongLong(stamp[i]))
-        shmq_set_slot(m, _offsets[S_RECONSUME], PyLong_FromLongLong(reconsume[i]))
-        shmq_set_slot(m, _offsets[S_SIZE], PyLong_FromLongLong(size[i]))
-        shmq_set_slot(m, _offsets[S_SYSFLAG], PyLong_FromLongLong(sysflag[i]))
-        shmq_set_slot(m, _offsets[S_HOST], PyLong_FromLongLong(host[i]))
-        shmq_set_slot(m, _offsets[S_RAW_PROPS],
-                      PyBytes_FromStringAndSize(<const char*>bases[s] + props_pos[i], props_len[i]))
-        for j in range(S_FIRST_LAZY, N_SLOTS):
-            shmq_set_slot(m, _offsets[j], unset)
-        out[i] = obj
+        out[i] = _message(topic, bodies[i], queue_id, qoff[i], phys[i], born[i], stamp[i], reconsume[i], size[i],
+                          sysflag[i], host[i], PyBytes_FromStringAndSize(<const char*>bases[s] + props_pos[i],
+                                                                          props_len[i]))
     return out
+
+
+cdef object _message(object topic, object body, object queue_id, int64_t qoff, int64_t phys, int64_t born,
+                     int64_t stamp, int64_t reconsume, int64_t size, int64_t sysflag, int64_t host,
+                     object raw_props):
+    """A MessageExt as ``MessageExt.stored`` makes it (``_resolve`` checked the slots)."""
+    cdef object obj = shmq_alloc(_cls)
+    cdef PyObject *m = <PyObject*>obj
+    cdef Py_ssize_t j
+    shmq_set_slot(m, _offsets[S_TOPIC], topic)
+    shmq_set_slot(m, _offsets[S_BODY], body)
+    shmq_set_slot(m, _offsets[S_QUEUE_ID], queue_id)
+    shmq_set_slot(m, _offsets[S_QUEUE_OFFSET], PyLong_FromLongLong(qoff))
+    shmq_set_slot(m, _offsets[S_PHYS], PyLong_FromLongLong(phys))
+    shmq_set_slot(m, _offsets[S_BORN], PyLong_FromLongLong(born))
+    shmq_set_slot(m, _offsets[S_STAMP], PyLong_FromLongLong(stamp))
+    shmq_set_slot(m, _offsets[S_RECONSUME], PyLong_FromLongLong(reconsume))
+    shmq_set_slot(m, _offsets[S_SIZE], PyLong_FromLongLong(size))
+    shmq_set_slot(m, _offsets[S_SYSFLAG], PyLong_FromLongLong(sysflag))
+    shmq_set_slot(m, _offsets[S_HOST], PyLong_FromLongLong(host))
+    shmq_set_slot(m, _offsets[S_RAW_PROPS], raw_props)
+    for j in range(S_FIRST_LAZY, N_SLOTS):
+        shmq_set_slot(m, _offsets[j], _unset)
+    return obj
 
 
 cdef object _reference(object batch):
@@ -437,3 +443,152 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         return _empty_batch(topic, queue_id, rng.next_offset, missing)
     cols = [out[j, :m] for j in range(13)]  # rows of one array: each column contiguous, as the reference's
     return PulledBatch(topic, queue_id, rng.next_offset, missing, *cols, buffers)
+
+
+# --------------------------------------------------------------------------- pull straight to MessageExt
+
+def pull_messages(reader, topic, queue_id, offset, max_num, max_offset, expression=None, bitmap=None, group=None):
+    """(next offset, MessageExt list) of a pull: see the reference (``read_batch`` + ``messages``).
+
+    The push consumer's pull at a steady rate finds one message or a few: there the reference's
+    cost is numpy (an entry view, a dozen column arrays, the batch object), not the bytes. This
+    reads the consume-queue entries of a range inside one file and their records with C loads
+    and builds the objects directly. Anything else (a filter other than "all", a range over two
+    files, a record cleanup deleted, any entry or record the reference would refuse or decode
+    oddly) goes to the reference, which then answers or raises exactly as without the extension.
+    """
+    if _mods is None:
+        _import_modules()
+    if _cls is None:
+        from shmq.model.message_ext import MessageExt
+        _resolve(MessageExt)
+    if _usable and (expression is None or (type(expression) is _mods[6] and expression.is_all)):
+        try:
+            done = _pull(reader, topic, queue_id, offset, max_num, max_offset)
+        except (ValueError, TypeError, OverflowError):  # a mapping or a number of an unexpected type
+            done = None
+        if done is not None:
+            return done
+    from shmq import _speedups
+    return _speedups.reference("_consumer", "pull_messages")(reader, topic, queue_id, offset, max_num, max_offset,
+                                                             expression, bitmap, group)
+
+
+cdef object _pull(reader, str topic, queue_id, offset, max_num, max_offset):
+    """The fast path of ``pull_messages``; None (or ValueError) declines before anything is built."""
+    cq = reader.consume_queue(topic, queue_id)
+    cdef int64_t start = max(offset, cq.min_offset(max_offset))
+    cdef int64_t count = min(max_num, max_offset - start)
+    if count <= 0:
+        return start, []
+    seg = cq.files.find(start * CQ_ENTRY_SIZE)
+    if seg is None:
+        return start, []
+    cdef int64_t seg_start = seg.start
+    if seg.array is None or seg_start < 0 or seg_start % CQ_ENTRY_SIZE:
+        return None
+    cdef const uint8_t[::1] cqa = seg.array
+    cdef Py_ssize_t cq_len = cqa.shape[0]
+    cdef int64_t first = start * CQ_ENTRY_SIZE - seg_start  # byte position of the first entry
+    if cq_len % CQ_ENTRY_SIZE or first < 0 or first >= cq_len or count > (cq_len - first) // CQ_ENTRY_SIZE:
+        return None  # the reference's view would refuse the file, or the range runs into the next file
+    cdef Py_ssize_t n = count
+    cdef int64_t *col = <int64_t*>PyMem_Malloc(n * 12 * sizeof(int64_t))
+    if col == NULL:
+        raise MemoryError()
+    try:
+        return _pull_records(cq, reader.commitlog.files, topic, queue_id, start, &cqa[0] + first, n, col)
+    finally:
+        PyMem_Free(col)
+
+
+cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const uint8_t *e0, Py_ssize_t n,
+                          int64_t *col):
+    """Entries (``n`` at ``e0``, big-endian) -> records -> objects; ``col`` holds 12 int64 a record."""
+    cdef Py_ssize_t i, kept = 0, s, nseg, lo, hi, mid
+    cdef const uint8_t *e
+    cdef int32_t esize
+    cdef int64_t ephys, need = -1
+    for i in range(n):  # blank entries are skipped; the rest keep (queue offset, phys, size)
+        e = e0 + i * CQ_ENTRY_SIZE
+        esize = _be32(e + 8)
+        if esize == BLANK_SIZE:
+            continue
+        ephys = _be64(e)
+        if ephys < 0 or esize < 0 or ephys > (<int64_t>1 << 62):
+            return None
+        col[kept * 12] = start + i
+        col[kept * 12 + 1] = ephys
+        col[kept * 12 + 2] = esize
+        if ephys + esize > need:
+            need = ephys + esize
+        kept += 1
+    if not kept:
+        return start + n, []
+    if not files.segments or need > files.segments[len(files.segments) - 1].end:
+        files.refresh()
+    segments = files.segments
+    nseg = len(segments)
+    cdef list arrays = []
+    cdef const uint8_t[::1] arr
+    cdef const uint8_t *rec
+    cdef int64_t pos, body_len, topic_len, props_len, seg_lo, seg_hi
+    cdef list bodies = [None] * kept
+    for i in range(kept):
+        ephys, esize = col[i * 12 + 1], col[i * 12 + 2]
+        lo, hi = 0, nseg  # the last segment starting at or before the record
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if segments[mid].start <= ephys:
+                lo = mid + 1
+            else:
+                hi = mid
+        s = lo - 1
+        if s < 0:
+            return None  # cleanup deleted it: the reference counts it missing
+        sg = segments[s]
+        seg_lo, seg_hi = sg.start, sg.start + sg.size
+        if ephys + esize > seg_hi or sg.array is None:
+            return None
+        arr = sg.array
+        if arr.shape[0] != seg_hi - seg_lo:
+            return None
+        pos = ephys - seg_lo
+        if pos + HEADER_SIZE > arr.shape[0]:
+            return None
+        rec = &arr[0] + pos
+        if (<unsigned int>_be32(rec + 4) != MESSAGE_MAGIC or _be64(rec + OFF_PHYSICALOFFSET) != ephys
+                or _be32(rec) != esize):
+            return None  # the reference raises CorruptRecordError naming the first such entry
+        body_len = _be32(rec + OFF_BODYLEN)
+        if body_len < 0 or pos + HEADER_SIZE + body_len >= arr.shape[0]:
+            return None
+        topic_len = rec[HEADER_SIZE + body_len]
+        props_len = esize - FIXED_OVERHEAD - body_len - topic_len
+        if props_len < 0 or pos + HEADER_SIZE + body_len + topic_len + 3 + props_len > arr.shape[0]:
+            return None
+        col[i * 12 + 3] = _be64(rec + OFF_STORETIMESTAMP)
+        col[i * 12 + 4] = _be64(rec + OFF_BORNTIMESTAMP)
+        col[i * 12 + 5] = _be32(rec + OFF_SYSFLAG)
+        col[i * 12 + 6] = _be32(rec + OFF_RECONSUMETIMES)
+        col[i * 12 + 7] = _be64(rec + OFF_STOREHOST)
+        col[i * 12 + 8] = pos + HEADER_SIZE
+        col[i * 12 + 9] = body_len
+        col[i * 12 + 10] = pos + HEADER_SIZE + body_len + topic_len + 3
+        col[i * 12 + 11] = props_len
+        arrays.append(sg.array)
+    # bodies first, as the reference (a body that fails to decompress raises before any object is made)
+    import zlib
+    for i in range(kept):
+        arr = arrays[i]
+        if col[i * 12 + 5] & FLAG_COMPRESSED:
+            bodies[i] = bytes(zlib.decompress(memoryview(arrays[i])[col[i * 12 + 8]:col[i * 12 + 8] + col[i * 12 + 9]]))
+        else:
+            bodies[i] = PyBytes_FromStringAndSize(<const char*>&arr[0] + col[i * 12 + 8], col[i * 12 + 9])
+    cdef list out = [None] * kept
+    for i in range(kept):
+        arr = arrays[i]
+        out[i] = _message(topic, bodies[i], queue_id, col[i * 12], col[i * 12 + 1], col[i * 12 + 4], col[i * 12 + 3],
+                          col[i * 12 + 6], col[i * 12 + 2], col[i * 12 + 5], col[i * 12 + 7],
+                          PyBytes_FromStringAndSize(<const char*>&arr[0] + col[i * 12 + 10], col[i * 12 + 11]))
+    return start + n, out

@@ -76,7 +76,7 @@ class StatePublisher:
         initial = not self._shapes
         self._shapes = {n: _shape(tc) for n, tc in topics.items()}
         rewrite = list(topics) if moved else changed
-        with self.writer.update() as v:
+        with self.writer.update(meta=True) as v:
             for row in gone.values():
                 v.topics[row] = 0
             if moved:
@@ -146,7 +146,7 @@ class StatePublisher:
                 if not free:
                     raise ValueError(f"state segment holds at most {cap} consumer groups")
                 self._group_rows[name] = free[0]
-        with self.writer.update() as v:
+        with self.writer.update(meta=True) as v:
             v.groups[:] = 0
             v.members[:] = 0
             m = 0

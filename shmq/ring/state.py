@@ -10,6 +10,9 @@ never slows the broker down. Fixed-capacity numpy structured tables follow a hea
          trust objects of this broker that their group owns
     712  bell_gen u64: generation of the broker's doorbell (``broker_bell_name``), raised when
          a flood makes it rotate; a client reads it to nudge the broker before it has a channel
+    720  meta_gen u64: raised inside every seqlock section that rewrites topic rows or groups and
+         members (never by the per-pass max-offset stores): a consumer that read the same value
+         before knows its cached topic rows, queue counts, perms and members are current
 
 Readers copy what they need between two loads of an even, unchanged ``seq`` and retry
 otherwise, so multi-word entries are never seen torn. A lone aligned 8-byte field (a queue's
@@ -33,9 +36,11 @@ from shmq.ring.owner import Trust
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
-VERSION = 2  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas)
+VERSION = 3  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas); 3: meta_gen
 HEADER_BYTES = 1024
 _SEQ = 8
+SEQ_WORD = _SEQ  # the seqlock as a native 8-byte word of the header (``StateReader.words``)
+META_GEN_WORD = 720 // 8  # ``meta_gen`` as a native 8-byte word of the header
 FLAG_SHM_GID = 1
 _SEQ_MASK = (1 << 64) - 1  # the sequence wraps like the u64 it is stored in
 NAME = "S128"
@@ -43,10 +48,10 @@ NAME = "S128"
 HEADER = np.dtype({
     "names": ["magic", "version", "header_bytes", "topics", "queues", "groups", "members",
               "offsets", "clients", "seq", "broker_pid", "control_key", "alive_key",
-              "started_ms", "store_dir", "flags", "shm_gid", "bell_gen"],
+              "started_ms", "store_dir", "flags", "shm_gid", "bell_gen", "meta_gen"],
     "formats": ["<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4",
-                "<u4", "<u4", "<u8", "S512", "<u4", "<u4", "<u8"],
-    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708, 712],
+                "<u4", "<u4", "<u8", "S512", "<u4", "<u4", "<u8", "<u8"],
+    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708, 712, 720],
     "itemsize": HEADER_BYTES,
 })
 TOPIC = np.dtype([("used", "u1"), ("perm", "u1"), ("read_queues", "<u2"), ("write_queues", "<u2"),
@@ -72,6 +77,9 @@ STATS = np.dtype([("msgs_in", "<u8"), ("bytes_in", "<u8"), ("msgs_out", "<u8"), 
                   ("master_offset", "<i8")], align=True)
 """``replica_offset``: on a master the best in-sync replica's acked offset (-1: none); on a replica
 its own log end, with ``master_offset`` the master's as last heard (-1: never)."""
+QUEUE_WORDS = QUEUE.itemsize // 8  # a queue row as native 8-byte words
+MIN_WORD = QUEUE.fields["min_offset"][1] // 8  # type: ignore[index]  # a structured dtype has fields
+MAX_WORD = QUEUE.fields["max_offset"][1] // 8  # type: ignore[index]
 _TABLES = (("topics", TOPIC), ("queues", QUEUE), ("groups", GROUP), ("members", MEMBER),
            ("offsets", OFFSET), ("clients", CLIENT))
 
@@ -154,7 +162,7 @@ def format_state(buf: Any, layout: StateLayout, store_dir: str, control_key: int
     header[0] = (0, VERSION, HEADER_BYTES, layout.topics, layout.queues, layout.groups,
                  layout.members, layout.offsets, layout.clients, 0, broker_pid, control_key,
                  alive_key, int(time.time() * 1000), store_dir.encode(), FLAG_SHM_GID if shm_gid is not None else 0,
-                 shm_gid or 0, 0)
+                 shm_gid or 0, 0, 0)
     header["magic"] = MAGIC
 
 
@@ -188,6 +196,7 @@ class StateWriter:
         # the sequence is kept here and only stored: a process that can write the segment must
         # not make the broker's next store overflow (or break the parity readers rely on)
         self._seq_now = self._seq[_SEQ] & ~1
+        self._meta_now = self._seq[META_GEN_WORD]
         _, rows, pos = layout.places()["queues"]
         # the queue table as native 8-byte words: lone aligned stores of a max offset (hot path)
         self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
@@ -218,10 +227,16 @@ class StateWriter:
         return cls(segment, layout)
 
     @contextmanager
-    def update(self) -> Iterator[StateView]:
-        """Seqlock write section: ``seq`` is odd inside, bumped to the next even on exit."""
+    def update(self, meta: bool = False) -> Iterator[StateView]:
+        """Seqlock write section: ``seq`` is odd inside, bumped to the next even on exit.
+
+        ``meta``: the section rewrites topic rows or groups/members, so ``meta_gen`` is raised
+        inside it (consumers compare that one word instead of re-reading the tables)."""
         seq = self.begin()
         try:
+            if meta:
+                self._meta_now = (self._meta_now + 1) & _SEQ_MASK
+                self._seq[META_GEN_WORD] = self._meta_now
             yield self.view
         finally:
             self.end(seq)
@@ -246,6 +261,10 @@ class StateReader:
         self.layout = read_layout(segment.buf)
         self.view = StateView(segment.buf, self.layout)
         self._seq = segment.buf[:HEADER_BYTES].cast("Q")
+        _, rows, pos = self.layout.places()["queues"]
+        self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
+        """The queue table as native 8-byte words (``QUEUE_WORDS`` a row): lone aligned loads of
+        min/max offsets for hot-path readers, which bracket them with two loads of ``seq``."""
         h = self.view.header[0]
         self.trust = Trust.client(int(h["shm_gid"]) if int(h["flags"]) & FLAG_SHM_GID else None)
         """Whose objects this broker's clients accept: the reader's user, root, and the broker's
@@ -285,6 +304,12 @@ class StateReader:
         """Current seqlock value (changes on every broker update)."""
         return self._seq[_SEQ]
 
+    @property
+    def words(self) -> memoryview:
+        """The header as native 8-byte words (``seq`` at ``_SEQ``, ``meta_gen`` at ``META_GEN_WORD``):
+        lone aligned loads for hot-path readers."""
+        return self._seq
+
     def read(self, fn: Callable[[StateView], T], timeout: float = 1.0) -> T:
         """``fn(view)`` from one consistent moment; ``fn`` must copy what it returns.
 
@@ -320,5 +345,6 @@ class StateReader:
     def close(self) -> None:
         """Unmap."""
         self._seq.release()
+        self.queue_words.release()
         self.view = None  # type: ignore[assignment]
         self.segment.close()

@@ -19,7 +19,7 @@ from shmq.client.broker_state import BrokerState
 from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.process_queue import ProcessQueue
-from shmq.codec.columns import read_batch
+from shmq.codec.columns import pull_messages, read_batch
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
 from shmq.filter.function import FunctionFilter
@@ -69,11 +69,15 @@ class PullAPIWrapper:
             self.bitmap.close()
         self.session = self.state = self.store = self.bitmap = None
 
-    def pull(self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int) -> PullResult:
+    def pull(self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int,
+             columns: bool = True) -> PullResult:
         """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
         queue's min offset, cleaned up: ``next_begin_offset`` is the min; past the max: the max).
         ``TopicNotReadableError`` if the topic's perm lacks the read bit (RocketMQ's broker
-        answers such a pull NO_PERMISSION, "the topic[...] pulling message is forbidden")."""
+        answers such a pull NO_PERMISSION, "the topic[...] pulling message is forbidden").
+
+        ``columns=False``: the caller wants only ``messages`` (the push consumer), so the result
+        has no ``batch`` and the messages are read straight into objects (``pull_messages``)."""
         state, store = self.views()
         perm, lo, hi = state.pull_bounds(mq.topic, mq.queue_id)
         if not perm & PERM_READ:
@@ -89,6 +93,10 @@ class PullAPIWrapper:
             batch, msgs = expression.select(read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi))
             status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
             return PullResult(status, batch.next_offset, lo, hi, batch, msgs)
+        if not columns:
+            nxt, msgs = pull_messages(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
+                                      self.conn.group)
+            return PullResult(PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG, nxt, lo, hi, None, msgs)
         batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
                            self.conn.group)
         status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG

@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import warnings
+from typing import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from shmq.client.connection import BrokerConnection, Session
@@ -135,7 +136,7 @@ class PushConsumer:
         self._listener: MessageListener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._wakeup = threading.Event()
+        self._wakeup = _Wakeup(self._conn.nudge)
         self._resets = ResetInbox(self._conn, group, self._wakeup)
         self._running = False
         self._throttled = False
@@ -321,18 +322,23 @@ class PushConsumer:
                 finally:
                     for pq, msgs in found:  # last: the listener's worker needs the GIL this thread holds
                         self._service.submit(pq, msgs)
-                if park:
-                    timed_out = not self._wakeup.wait(REBALANCE_POLL_S)
+                if park:  # reading the ring itself: a WAKE wakes this thread, not the reader thread
+                    timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
+                else:
+                    self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
             except (BrokerGoneError, ShmqError, OSError) as e:
+                self._conn.stand_down()
                 if self._running:
                     log.warning("consumer %r: %s", self.group, e)
                     self._wakeup.wait(REBALANCE_POLL_S)
             except Exception:
+                self._conn.stand_down()
                 # a session closed under this pass (the broker dropped the channel or died) unmaps
                 # what the pass was reading: not a fault, the next bind attaches again
                 if session.alive:
                     log.exception("consumer %r puller failed; going on", self.group)
                 self._wakeup.wait(REBALANCE_POLL_S)
+        self._conn.stand_down()
 
     def _pull_pass(self, now: float, found: list[tuple[ProcessQueue, list[MessageExt]]], idle: list[ProcessQueue],
                    skip_waiting: bool = False) -> bool:
@@ -359,7 +365,7 @@ class PushConsumer:
             if self._flow_controlled(pq, total, total_size):
                 self._throttled = True
                 continue
-            result = self._wrapper.pull(pq.mq, expression, pq.next_offset, self.pull_batch_size)
+            result = self._wrapper.pull(pq.mq, expression, pq.next_offset, self.pull_batch_size, columns=False)
             status = result.status
             if status is PullStatus.FOUND:
                 msgs = result.messages
@@ -411,6 +417,7 @@ class PushConsumer:
             self._wrapper.cancel(pq.wait_req)
         if pq.next_offset < 0:
             return
+        self._conn.stand_down()  # a listener may wait for a send-back answer: the reader thread reads it
         self._await_listeners([pq], DROP_WAIT_S)
         self._offsets.commit([pq], sync=True)
 
@@ -436,3 +443,15 @@ class PushConsumer:
         """The queues this member consumes now (after the last rebalance)."""
         return sorted(list(self._pqs))
 
+
+class _Wakeup(threading.Event):
+    """The puller's wake-up. The puller sleeps on the client bell (``park_reading``) rather than
+    on this event, so ``set`` also rings the bell when it sleeps there (``nudge``)."""
+
+    def __init__(self, nudge: Callable[[], None]) -> None:
+        super().__init__()
+        self._nudge = nudge
+
+    def set(self) -> None:
+        super().set()
+        self._nudge()

@@ -217,3 +217,40 @@ def test_queues_whose_long_polls_the_broker_refused_are_still_pulled(store_dir, 
                 time.sleep(0.05)
             assert wait_for(lambda: len(got) == 12, 10), sorted(got)
     assert sorted(got) == sorted(b"%d-%d" % (r, q) for r in range(3) for q in range(4))
+
+
+def test_the_parked_puller_reads_its_wakes_and_the_listeners_answers(store_dir, broker_name, config):
+    """A parked puller reads the response ring itself (the reader thread stands down): WAKEs are
+    handled in the puller's thread, and the send-back answers the listener's worker threads wait
+    for still arrive while it sleeps (it reads them too); all messages come, retries included."""
+    config["messageDelayLevel"] = " ".join(f"{10 * (k + 1)}ms" for k in range(18))
+    seen: set[bytes] = set()
+    readers: Counter = Counter()
+    lock = threading.Lock()
+
+    def listener(msgs, _ctx):
+        with lock:
+            for m in msgs:
+                if int(m.body) % 3 == 0 and m.reconsume_times == 0:
+                    return ConsumeResult.RECONSUME_LATER  # a send-back: its answer comes on the ring
+            seen.update(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        p.send(Message("T", b"-1"))
+        c = _consumer(broker_name, "dg", listener)
+        wrapper = c._wrapper
+        original = wrapper.on_response
+
+        def on_response(kind, view):
+            readers[threading.current_thread().name] += 1
+            original(kind, view)
+        wrapper.on_response = on_response  # type: ignore[method-assign]
+        with c:
+            time.sleep(0.3)
+            for i in range(30):
+                p.send(Message("T", b"%d" % i))
+                time.sleep(0.01)  # the puller parks between messages
+            assert wait_for(lambda: len(seen) >= 30, 15), sorted(seen)
+            assert c._conn._deputy is not None  # the reader thread stood down
+    assert readers[c._thread.name] >= 20, readers  # the WAKEs (and answers) were read by the puller itself
