@@ -137,3 +137,40 @@ def reserve_each(queues):
                     if end <= from_ + <int64_t>size_o and end - from_ <= <int64_t>reserved_o:
                         continue
         cq.reserve(count)
+
+
+def flush_queues(queues, least_pages):
+    """``cq.flush(least_pages)`` for each queue that would flush: see the reference. A queue's
+    dirty pages (``MappedFileQueue.dirty_pages``: its two last files' unflushed pages) are
+    counted here when the queue and its files are the store's own types with int positions;
+    any other queue, and every queue when ``least_pages`` is 0, gets the call itself."""
+    from shmq.store.consume_queue import ConsumeQueue
+    from shmq.store.mapped_file import PAGE_SIZE, MappedFile, MappedFileQueue
+    cdef Py_ssize_t k, nf
+    cdef int64_t dirty, page = PAGE_SIZE, diff
+    cdef bint fast
+    if type(least_pages) is not int or not 0 < least_pages < MAX_FIELD:
+        for cq in queues:
+            cq.flush(least_pages)
+        return
+    cdef int64_t least = least_pages
+    for cq in queues:
+        fast = type(cq) is ConsumeQueue
+        if fast:
+            mfq = (<object>cq).queue
+            fast = type(mfq) is MappedFileQueue and type(mfq.files) is list
+        if fast:
+            files = <list>mfq.files
+            nf = len(files)
+            dirty = 0
+            for k in range(nf - 2 if nf > 2 else 0, nf):
+                mf = files[k]
+                w, f = mf.wrote_position, mf.flushed_position
+                if type(mf) is not MappedFile or not _small(w) or not _small(f):
+                    fast = False
+                    break
+                diff = <int64_t>w - <int64_t>f
+                dirty += diff // page if diff >= 0 else -((-diff + page - 1) // page)  # Python's floor division
+            if fast and dirty < least:
+                continue
+        cq.flush(least_pages)

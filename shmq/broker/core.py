@@ -227,6 +227,18 @@ class BrokerCore:
         cnt[0] += msgs
         cnt[1] += nbytes
 
+    def count_records(self, topics: list[str], topic_idx: list[int], queue_ids: list[int], sizes: list[int]) -> None:
+        """``count(topics[k], q, 1, size)`` for each record of a SEND_MULTI (one loop, no call per record)."""
+        touched, counts = self._touched, self._counts
+        for k, q, size in zip(topic_idx, queue_ids, sizes):
+            topic = topics[k]
+            touched[(topic, q)] = None
+            cnt = counts.get(topic)
+            if cnt is None:
+                cnt = counts[topic] = [0, 0]
+            cnt[0] += 1
+            cnt[1] += size
+
     def _service_failed(self, service: TimedService, ms: int) -> None:
         """Log a timed service's failure with its traceback at most once a minute per service (it
         is tried again every tick: a full disk must not write 100 tracebacks a second)."""

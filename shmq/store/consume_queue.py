@@ -316,3 +316,16 @@ def reserve_each(queues: Iterable[tuple[ConsumeQueue, int]]) -> None:
 
 
 reserve_each = _speedups.pick("_queues", "reserve_each", reserve_each)
+
+
+def flush_queues(queues: Iterable[ConsumeQueue], least_pages: int) -> None:
+    """``ConsumeQueue.flush(least_pages)`` for each queue (the FlushConsumeQueueService round).
+
+    With 10,000 queues the round ran each queue's ``dirty_pages`` in Python once a second (~4 us
+    a queue, 40 ms of the broker's CPU a second); the compiled twin reads the two last files'
+    positions in C and calls ``flush`` only for the queues it would flush."""
+    for cq in queues:
+        cq.flush(least_pages)
+
+
+flush_queues = _speedups.pick("_queues", "flush_queues", flush_queues)

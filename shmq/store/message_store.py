@@ -24,7 +24,7 @@ from shmq.store import files, plain_put, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
-from shmq.store.consume_queue import ConsumeQueue, reserve_each
+from shmq.store.consume_queue import ConsumeQueue, flush_queues, reserve_each
 from shmq.store.dispatch import ConsumeQueueDispatcher, Dispatcher, DispatchRequest, group_by_queue
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measure
@@ -167,8 +167,7 @@ class MessageStore(MessageLookup):
         ts = self._dispatched_ts
         with self._queues_lock:
             queues = list(self._queues.values())
-        for cq in queues:
-            cq.flush(least_pages)
+        flush_queues(queues, least_pages)
         if self.index is not None:
             self.index.flush()
         if least_pages:

@@ -81,7 +81,8 @@ def spy(pid: int, seconds: float, path: str) -> subprocess.Popen:
                              "-o", path, "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def one_run(broker, topics: list[str], seconds: float, size: int, profile: str | None = None) -> dict:
+def one_run(broker, topics: list[str], seconds: float, size: int, profile: str | None = None,
+            perf: str | None = None) -> dict:
     ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
     proc = SPAWN.Process(target=producer, args=(broker.name, topics, seconds, size, ready, go, out), daemon=True)
     proc.start()
@@ -89,6 +90,10 @@ def one_run(broker, topics: list[str], seconds: float, size: int, profile: str |
     spies = []
     if profile:
         spies = [spy(broker.pid, seconds - 1, f"{profile}.broker.txt"), spy(proc.pid, seconds - 1, f"{profile}.producer.txt")]
+    if perf:
+        spies += [subprocess.Popen(["perf", "record", "-F", "999", *os.environ.get("PERF_CG", "-g").split(), "-o", f"{perf}.{who}.data", "-p", str(pid), "--",
+                                    "sleep", str(max(1, int(seconds - 1)))], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for who, pid in (("broker", broker.pid), ("producer", proc.pid))]
     b0 = proc_times(broker.pid)
     go.set()
     r = out.get(timeout=seconds + 120)
@@ -108,6 +113,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.5, help="timed sending per run (the suite's run_deadline)")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--profile", help="py-spy both processes in each run's timed part into PROFILE.<queues>.<rep>.*.txt")
+    ap.add_argument("--perf", help="`perf record -g` both processes in each run's timed part into PERF.<queues>.<rep>.*.data")
     a = ap.parse_args()
     import shmq
     workdir = tempfile.mkdtemp(prefix="shmq-qbench.")
@@ -124,7 +130,8 @@ def main() -> None:
         for _ in range(a.reps):
             for q in a.queues:
                 prof = f"{a.profile}.{q}.{len(rows[q])}" if a.profile else None
-                rows[q].append(one_run(broker, topics[q], a.seconds, a.size, prof))
+                perf = f"{a.perf}.{q}.{len(rows[q])}" if a.perf else None
+                rows[q].append(one_run(broker, topics[q], a.seconds, a.size, prof, perf))
     finally:
         admin.shutdown()
         broker.stop()

@@ -123,19 +123,8 @@ class SendProcessor:
         if now - m.enqueue_ns > self.wait_ns:
             return self.reject_busy(peer, m.req_id, m.flags, now - m.enqueue_ns)
         n = len(m.batch)
-        route = Routes(self.core.resolve_topic).route
-        statuses = [0] * n
-        qid_list = []
-        message = ""
-        topics = m.topics
-        topic_idx = m.topic_idx.tolist()
-        for i, (k, requested) in enumerate(zip(topic_idx, m.queue_ids.tolist())):
-            q, code, why = route(topics[k], requested)
-            if code:
-                statuses[i], message = -code, message or why
-            qid_list.append(q)
-        status = np.array(statuses, np.int64)
-        qids = np.array(qid_list, np.int64)
+        topics, tix = m.topics, m.topic_idx
+        status, qids, message = Routes(self.core.resolve_topic).route_records(topics, tix, m.queue_ids)
         rows = np.flatnonzero(status == 0)
         queue_offsets, phys = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         ts, end = 0, 0
@@ -157,10 +146,9 @@ class SendProcessor:
                     message = message or r.refusals[int(r.refused[bad][0]) - 1][1]
                 queue_offsets[rows], phys[rows], ts, end = r.queue_offsets, r.phys_offsets, r.store_timestamp, \
                     r.end_offset
-                sizes = np.diff(m.batch.starts, append=len(m.batch.buf)).tolist()
-                count = self.core.count
-                for i in np.flatnonzero(status == 0).tolist():
-                    count(topics[topic_idx[i]], qid_list[i], 1, sizes[i])
+                stored = np.flatnonzero(status == 0)
+                sizes = np.diff(m.batch.starts, append=len(m.batch.buf))
+                self.core.count_records(topics, tix[stored].tolist(), qids[stored].tolist(), sizes[stored].tolist())
         if m.flags & P.FLAG_ONEWAY:
             return
         result = P.SendMultiResultFrame(m.req_id, ts, self._host, status, qids, queue_offsets, phys, message)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+MAX_CACHED_QUEUES = 65536  # MessageQueues multi_results keeps for the next answers
 MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
 SEND_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
                P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
@@ -50,9 +51,34 @@ def _fail(future: Future | None, error: Exception, topic: str) -> None:
         future.set_exception(error)
 
 
+def multi_results(r: P.SendMultiResultFrame, topic_idx: np.ndarray, uniq_keys: list[str], topics: list[str],
+                  broker_name: str, queues: dict[tuple[str, str, int], MessageQueue]) -> list:
+    """One SendResult (or the broker's error) per record of a SEND_MULTI answer.
+
+    With 1,250 topics nearly every record of a frame is of another queue: its MessageQueue (a
+    frozen dataclass, ~0.7 us to make) is kept in ``queues`` across frames (at most
+    MAX_CACHED_QUEUES), so a record costs its SendResult only."""
+    if len(queues) > MAX_CACHED_QUEUES:
+        queues.clear()
+    out: list[SendResult | Exception] = []
+    ok, ts, host = SendStatus.SEND_OK, r.store_timestamp, r.store_host
+    for st, k, q, qoff, ph, uniq in zip(r.statuses.tolist(), topic_idx.tolist(), r.queue_ids.tolist(),
+                                        r.queue_offsets.tolist(), r.phys_offsets.tolist(), uniq_keys):
+        if st < 0:
+            out.append(broker_error(-st, r.message))
+            continue
+        topic = topics[k]
+        mq = queues.get((topic, broker_name, q))
+        if mq is None:
+            mq = queues[(topic, broker_name, q)] = MessageQueue(topic, broker_name, q)
+        out.append(SendResult(SEND_STATUS.get(st, ok), uniq, None, mq, qoff, ts, 1, [ph], host))
+    return out
+
+
 class BatchSender:
     def __init__(self, producer: Producer) -> None:
         self._producer = producer
+        self._queues: dict[tuple[str, str, int], MessageQueue] = {}  # multi_results' MessageQueues
 
     @overload
     def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
@@ -146,20 +172,7 @@ class BatchSender:
             broker_name = producer.broker_name
 
             def build(r: P.SendMultiResultFrame) -> list:
-                out: list[SendResult | Exception] = []
-                mqs: dict[tuple[int, int], MessageQueue] = {}
-                for i, (st, k, q, qoff, ph) in enumerate(zip(r.statuses.tolist(), enc.topic_idx.tolist(),
-                                                            r.queue_ids.tolist(), r.queue_offsets.tolist(),
-                                                            r.phys_offsets.tolist())):
-                    if st < 0:
-                        out.append(broker_error(-st, r.message))
-                        continue
-                    mq = mqs.get((k, q))
-                    if mq is None:
-                        mq = mqs[(k, q)] = MessageQueue(topics[k], broker_name, q)
-                    out.append(SendResult(SEND_STATUS.get(st, SendStatus.SEND_OK), enc.uniq_keys[i], None, mq, qoff,
-                                          r.store_timestamp, 1, [ph], r.store_host))
-                return out
+                return multi_results(r, enc.topic_idx, enc.uniq_keys, topics, broker_name, self._queues)
             sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
         except Exception as e:
             for m, f in zip(msgs, futures):

@@ -139,35 +139,8 @@ class MessageEncoder:
                                     born_timestamp, born_host)
 
     def encode_mixed(self, msgs: Sequence[Message], born_timestamp: int, born_host: int) -> EncodedMixed:
-        """Checked messages of any topics as one batch (auto_batch's small groups of many topics).
-
-        Per message only what differs by topic runs in Python (the tail bytes and the UNIQ_KEY
-        index hash, ~1 us); headers, CRCs and the buffer are made for all at once."""
-        n = len(msgs)
-        raw, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
-        table: dict[str, int] = {}
-        idx = [table.setdefault(t, len(table)) for t in topics]
-        names_b = [fmt.check_topic(t) for t in table]
-        topic_b = [names_b[k] for k in idx]
-        bodies, sysflags = self._bodies(raw)
-        uniq_list = self.uniq.next_block(n).tolist()
-        crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
-        tails = []
-        key_hashes: list[int] = []
-        key_records: list[int] = []
-        for i, (topic, tb, t, k, u, uid) in enumerate(zip(topics, topic_b, tags, keys, user, uniq_list)):
-            tails.append(_tail(tb, t, k, u, uid))
-            key_hashes.append(zlib.crc32(tb + b"#" + uid) & 0x7FFFFFFF)  # fmt.index_key_hash(topic, UNIQ_KEY)
-            key_records.append(i)
-            if k:
-                more = _keys_hashes(topic, k)
-                key_hashes += more
-                key_records += [i] * len(more)
-        buf, starts = fmt.pack_records_with_tails(bodies, tails, crcs, np.fromiter(flags, np.int64, n), sysflags,
-                                                  born_timestamp, born_host)
-        batch = fmt.EncodedBatch(buf, starts, np.fromiter(map(fmt.tags_code, tags), np.int64, n),
-                                 np.array(key_hashes, np.int64), np.array(key_records, np.int64))
-        return EncodedMixed(names_b, np.array(idx, np.int64), batch, [u.decode() for u in uniq_list])
+        """Checked messages of any topics as one batch (auto_batch's small groups of many topics)."""
+        return encode_mixed(self, msgs, born_timestamp, born_host)
 
     def _encode_columns(self, topic: str, bodies: Sequence, tags: Sequence, keys: Sequence, user: Sequence,
                         flags, born_timestamp: int, born_host: int) -> EncodedMessages:
@@ -229,6 +202,44 @@ class MessageEncoder:
             if len(body) > limit:
                 out[i], sysflags[i] = self._body(body)
         return out, sysflags
+
+
+def encode_mixed(encoder: MessageEncoder, msgs: Sequence[Message], born_timestamp: int,
+                 born_host: int) -> EncodedMixed:
+    """Checked messages of any topics as one batch (auto_batch's small groups of many topics).
+
+    Per message only what differs by topic runs in Python (the tail bytes and the UNIQ_KEY
+    index hash, ~1 us); headers, CRCs and the buffer are made for all at once. The compiled
+    twin (``shmq._speedups._mixed``) takes the usual messages in one C pass (~0.2 us a
+    record at 1,250 topics) and hands anything else to this reference."""
+    n = len(msgs)
+    raw, topics, tags, keys, user, flags, _ = zip(*map(_FIELDS, msgs))
+    table: dict[str, int] = {}
+    idx = [table.setdefault(t, len(table)) for t in topics]
+    names_b = [fmt.check_topic(t) for t in table]
+    topic_b = [names_b[k] for k in idx]
+    bodies, sysflags = encoder._bodies(raw)
+    uniq_list = encoder.uniq.next_block(n).tolist()
+    crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
+    tails = []
+    key_hashes: list[int] = []
+    key_records: list[int] = []
+    for i, (topic, tb, t, k, u, uid) in enumerate(zip(topics, topic_b, tags, keys, user, uniq_list)):
+        tails.append(_tail(tb, t, k, u, uid))
+        key_hashes.append(zlib.crc32(tb + b"#" + uid) & 0x7FFFFFFF)  # fmt.index_key_hash(topic, UNIQ_KEY)
+        key_records.append(i)
+        if k:
+            more = _keys_hashes(topic, k)
+            key_hashes += more
+            key_records += [i] * len(more)
+    buf, starts = fmt.pack_records_with_tails(bodies, tails, crcs, np.fromiter(flags, np.int64, n), sysflags,
+                                              born_timestamp, born_host)
+    batch = fmt.EncodedBatch(buf, starts, np.fromiter(map(fmt.tags_code, tags), np.int64, n),
+                             np.array(key_hashes, np.int64), np.array(key_records, np.int64))
+    return EncodedMixed(names_b, np.array(idx, np.int64), batch, [u.decode() for u in uniq_list])
+
+
+encode_mixed = _speedups.pick("_mixed", "encode_mixed", encode_mixed)
 
 
 def bodies_fit(bodies: Sequence, limit: int) -> bool:
