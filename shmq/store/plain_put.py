@@ -72,20 +72,15 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     nkeys = len(b.key_hashes) if len(d) == 2 and index is not None else 0  # no index: no keys dispatched
     n = len(b.starts)
     phys = np.empty(n, np.int64)
-    for attempt in (0, 1):
-        mf, cmf = cl.queue.files[-1], cq.queue.files[-1]
-        if mf.is_full:
-            return None
-        ts = cl.next_store_timestamp()
-        emptied = _attempt(cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q,
-                           record_check, req.user_batch, phys)
-        if emptied != -2:
-            break
-        if attempt:
-            return None
-        # valid, but a file lacks the room: reserve as the reference's _write would, once
-        sizes = np.diff(b.starts, append=len(b.buf))
-        store._reserve(((cq, n),), len(b.buf), sizes, len(b.key_hashes))
+    mf, cmf = cl.queue.files[-1], cq.queue.files[-1]
+    if mf.is_full:
+        return None
+    ts = cl.next_store_timestamp()
+    emptied = _attempt(cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q,
+                       record_check, req.user_batch, phys)
+    # -2: valid so far, but a file lacks reserved room (or there is no writable index file). The
+    # reference path reserves (a chunk at a time, so rarely) and, unlike a reservation made here,
+    # only after its own checks: a put it refuses leaves no new chunk or index file behind.
     if emptied < 0:
         return None
     qoff = cq.max_offset

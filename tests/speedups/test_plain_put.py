@@ -156,7 +156,7 @@ class _Acting:
             req.refuse(None, 16, "three is refused")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(put, min_size=1, max_size=14), st.booleans())
 def test_same_store_bytes_results_and_errors(monkeypatch: pytest.MonkeyPatch, puts: list[dict],
                                              extra_hook: bool) -> None:
