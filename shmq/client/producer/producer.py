@@ -37,11 +37,11 @@ SYNC_POLL_S = 300e-6  # a sync send reads its own answer at most this long, then
 
 def sync_poll_window(recent: float) -> float:
     """How long a sync send reads its own answer, given ``recent`` (the usual time answers take):
-    four times that (most answers, a slow one too), at most SYNC_POLL_S; none when answers take
-    over half of SYNC_POLL_S (SYNC_FLUSH waits for the disk, ~85 us at best and 300-700 us with 8
-    senders): there the poll burnt the cores the broker needs, and the send waits for the reader
-    thread at once."""
-    return 0.0 if recent > SYNC_POLL_S / 2 else min(SYNC_POLL_S, 4 * recent)
+    four times that (most answers, a slow one too), at most SYNC_POLL_S. Not polling at all when
+    answers are slow (SYNC_FLUSH) was measured both ways: it freed the cores for the broker on a
+    loaded machine (0.85x -> 1.25x Redis) but cost 8-12 % of SYNC_FLUSH throughput on a quiet one
+    (`make bench`, docs/BENCHMARKS.md), so slow answers keep the full window."""
+    return min(SYNC_POLL_S, 4 * recent)
 
 
 def recent_answer_time(recent: float, took: float) -> float:

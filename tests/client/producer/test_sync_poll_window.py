@@ -1,5 +1,5 @@
 """The sync send's poll window follows the answer times: long enough for the usual answer,
-none when answers are slow (SYNC_FLUSH), back again when they are fast."""
+at most SYNC_POLL_S when answers are slow (SYNC_FLUSH), short again when they are fast."""
 from __future__ import annotations
 
 from shmq.client.producer.producer import SYNC_POLL_S, recent_answer_time, sync_poll_window
@@ -8,7 +8,7 @@ from shmq.client.producer.producer import SYNC_POLL_S, recent_answer_time, sync_
 def test_window_from_recent_answer_times() -> None:
     assert sync_poll_window(45e-6) == 4 * 45e-6
     assert sync_poll_window(SYNC_POLL_S / 2) == SYNC_POLL_S  # at most SYNC_POLL_S
-    assert sync_poll_window(SYNC_POLL_S / 2 + 1e-6) == 0.0  # slow answers: wait for the reader thread at once
+    assert sync_poll_window(SYNC_POLL_S / 2 + 1e-6) == SYNC_POLL_S  # slow answers: the full window
     assert sync_poll_window(0.0) == 0.0
 
 
@@ -21,7 +21,7 @@ def test_average_follows_and_survives_one_stall() -> None:
     assert sync_poll_window(stalled) > 0
     for _ in range(40):
         recent = recent_answer_time(recent, 500e-6)  # SYNC_FLUSH under load
-    assert sync_poll_window(recent) == 0.0
+    assert sync_poll_window(recent) == SYNC_POLL_S
     for _ in range(40):
         recent = recent_answer_time(recent, 45e-6)
-    assert sync_poll_window(recent) > 0
+    assert abs(sync_poll_window(recent) - 4 * 45e-6) < 20e-6  # back to a short window
