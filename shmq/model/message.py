@@ -223,16 +223,29 @@ class ByValue:
         return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS) + ")"
 
 
-class SendResult(ByValue):
+class _ResultFields:
+    """A SendResult's fields as slots: the Python reference of the compiled
+    ``_message.SendResultFields`` (C slots that ``split_results`` fills without attribute lookups)."""
+
+    __slots__ = ("status", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets", "store_host",
+                 "_msg_id", "_make_msg_id", "_offset_msg_id")
+
+
+if TYPE_CHECKING:
+    _ResultBase = _ResultFields
+else:
+    _ResultBase = _speedups.pick("_message", "SendResultFields", _ResultFields)
+
+
+class SendResult(ByValue, _ResultBase):
     """Where a send landed. For a batch, ``msg_id`` and ``offset_msg_id`` are comma-joined, one per message.
 
     The producer builds one per answered send in its reader thread. The ids of a batch (two
     strings of 33 characters per message) are made on first use: formatting them for a batch
     of 2,048 took a third of a producer's CPU in the batch benchmark, and most callers only
-    check ``status``."""
+    check ``status``. The fields are slots of the base class (C slots when extensions are on)."""
 
-    __slots__ = ("status", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets", "store_host",
-                 "_msg_id", "_make_msg_id", "_offset_msg_id")
+    __slots__ = ()
 
     def __init__(self, status: SendStatus, msg_id: str | Callable[[], str], offset_msg_id: str | None,
                  queue: MessageQueue, queue_offset: int, store_timestamp: int = 0, count: int = 1,
@@ -257,6 +270,25 @@ class SendResult(ByValue):
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle and copy by slot names, the same with and without extensions (plus a subclass's
+        own slots and attributes). The lazy ids are made first: UNSET would not survive a
+        pickle, nor would the function that makes a batch's ids."""
+        names = list(_ResultFields.__slots__)
+        for klass in type(self).__mro__[:type(self).__mro__.index(SendResult)]:
+            slots = klass.__dict__.get("__slots__", ())
+            names.extend((slots,) if isinstance(slots, str) else slots)
+        state = {name: getattr(self, name) for name in names if hasattr(self, name)}
+        state.update(_msg_id=self.msg_id, _make_msg_id=None, _offset_msg_id=self.offset_msg_id)
+        state.update(getattr(self, "__dict__", ()))
+        return state
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple):  # pickled before the fields moved to a base: (None, slots)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        for name, value in state.items():
+            setattr(self, name, value)
 
 
 def _split_results(cls: type[SendResult], status: SendStatus, uniqs: Sequence[str], queue: MessageQueue,
