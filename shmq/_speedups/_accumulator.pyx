@@ -16,8 +16,11 @@ import sys
 from shmq.codec.record import check_topic
 from shmq.errors import ShmqError
 from shmq.model.message import Message
+from shmq._speedups._message cimport MessageFields
 
 cdef object _Message = Message
+cdef bint _slotted = issubclass(Message, MessageFields)  # False with extensions off (tests call this anyway)
+cdef object _checked_topic = None  # the last topic check_topic passed (a str: the same object passes again)
 cdef object _PendingSend = None
 cdef object _new_future = None
 cdef Py_ssize_t _record_overhead = 0
@@ -57,22 +60,34 @@ cdef int _bind() except -1:
 
 
 cdef bint _plain(object msg, Py_ssize_t limit) except -1:
-    """As the reference ``_plain``: a Message with nothing to check but topic and body."""
+    """As the reference ``_plain``: a Message with nothing to check but topic and body. Its
+    fields are read as C slots (``MessageFields``), and a topic is checked once while it stays
+    the same object: eight attribute lookups and the lru-cached ``check_topic`` call were most
+    of this function's instructions."""
+    global _checked_topic
+    cdef MessageFields m
     if type(msg) is not _Message:
         return False
-    if msg.tags or msg.keys or msg.properties or msg.delay_level or msg.deliver_at is not None \
-            or msg.delay is not None:
-        return False
-    body = msg.body
+    if _slotted:
+        m = <MessageFields>msg
+        if m.tags or m.keys or m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
+            return False
+        body, topic = m.body, m.topic
+    else:
+        if msg.tags or msg.keys or msg.properties or msg.delay_level or msg.deliver_at is not None \
+                or msg.delay is not None:
+            return False
+        body, topic = msg.body, msg.topic
     if type(body) is not bytes or len(<bytes>body) > limit:
         return False
-    topic = msg.topic
     if type(topic) is not str:
         return False
-    try:
-        check_topic(topic)
-    except ShmqError:
-        return False
+    if topic is not _checked_topic:
+        try:
+            check_topic(topic)
+        except ShmqError:
+            return False
+        _checked_topic = topic
     return True
 
 
@@ -81,7 +96,8 @@ cdef object _add(object acc, object msg, bint oneway):
     cdef Batch b
     if _PendingSend is None:
         _bind()
-    key = (msg.topic, -1)
+    topic = (<MessageFields>msg).topic if _slotted else msg.topic
+    key = (topic, -1)
     lock = acc._lock
     lock.acquire()
     try:
@@ -97,7 +113,7 @@ cdef object _add(object acc, object msg, bint oneway):
             future._batch = b
         b.msgs.append(msg)
         b.futures.append(future)
-        b.size += len(<bytes>msg.body) + _record_overhead
+        b.size += len(<bytes>((<MessageFields>msg).body if _slotted else msg.body)) + _record_overhead
         if b.size >= <Py_ssize_t>acc.max_bytes or len(b.msgs) >= _max_batch_messages:
             acc._send_full(b)
     finally:

@@ -24,17 +24,8 @@ cdef inline object _reference_checks():
 
 
 cdef class MessageFields:
-    """The nine fields of a Message as C slots (``Message`` adds the dataclass methods)."""
-
-    cdef public object topic
-    cdef public object body
-    cdef public object tags
-    cdef public object keys
-    cdef public object properties
-    cdef public object flag
-    cdef public object delay_level
-    cdef public object deliver_at
-    cdef public object delay
+    """The nine fields of a Message as C slots, declared in _message.pxd (``Message`` adds the
+    dataclass methods)."""
 
     def __init__(self, topic, body, tags=None, keys=None, properties=None, flag=0, delay_level=0,
                  deliver_at=None, delay=None):
@@ -55,18 +46,7 @@ cdef class SendResultFields:
     """The ten slots of a SendResult as C slots (``SendResult`` adds equality, repr, the lazy
     ids and pickling). ``split_results`` fills them with C stores: a result made with
     ``object.__new__`` and ten generic attribute stores cost ~3,400 instructions, most of the
-    reader thread's work per auto-batched message."""
-
-    cdef public object status
-    cdef public object queue
-    cdef public object queue_offset
-    cdef public object store_timestamp
-    cdef public object count
-    cdef public object phys_offsets
-    cdef public object store_host
-    cdef public object _msg_id
-    cdef public object _make_msg_id
-    cdef public object _offset_msg_id
+    reader thread's work per auto-batched message. Declared in _message.pxd."""
 
 
 cdef object _SendResult = None

@@ -115,3 +115,16 @@ def test_a_compiled_batch_future_keeps_the_future_protocol(pair) -> None:
     with pytest.raises(cf.CancelledError):
         fs[1].result(0)
     acc.close()
+
+
+def test_a_topic_passed_once_does_not_pass_others(pair) -> None:
+    """The compiled path checks a topic once while it stays the same object: a bad topic in
+    between, or the same name as another object, is still checked."""
+    (ref, ref_ow), (fast, fast_ow), batch, monkeypatch = pair
+    racc, facc = _accumulators(monkeypatch, batch)
+    good, other = "T", "".join(["T"])
+    for topic in (good, "bad topic!", good, other, "", "x" * 300, good):
+        m = Message(topic, b"x")
+        assert (ref(racc, m, LIMIT) is None) == (fast(facc, m, LIMIT) is None), topic
+        assert ref_ow(racc, m, LIMIT) == fast_ow(facc, m, LIMIT), topic
+    assert _snapshot(racc) == _snapshot(facc)
