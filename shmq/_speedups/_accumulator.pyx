@@ -13,6 +13,8 @@ and constants are looked up at the first call.
 """
 import sys
 
+from cpython.object cimport PyObject, PyTypeObject
+
 from shmq.codec.record import check_topic
 from shmq.errors import ShmqError
 from shmq.model.message import Message
@@ -22,7 +24,8 @@ cdef object _Message = Message
 cdef bint _slotted = issubclass(Message, MessageFields)  # False with extensions off (tests call this anyway)
 cdef object _checked_topic = None  # the last topic check_topic passed (a str: the same object passes again)
 cdef object _PendingSend = None
-cdef object _new_future = None
+cdef PyTypeObject* _future_type = NULL  # PendingSend, made by its tp_new (object's) with no call
+cdef tuple _no_args = ()
 cdef Py_ssize_t _record_overhead = 0
 cdef Py_ssize_t _max_batch_messages = 0
 
@@ -50,10 +53,12 @@ cdef class Batch:
 
 
 cdef int _bind() except -1:
-    global _PendingSend, _new_future, _record_overhead, _max_batch_messages
+    global _PendingSend, _future_type, _record_overhead, _max_batch_messages
     mod = sys.modules["shmq.client.producer.accumulator"]
+    if mod.PendingSend.__new__ is not object.__new__:  # as before: made without __init__, by object's tp_new
+        raise TypeError("PendingSend must keep object's __new__")
     _PendingSend = mod.PendingSend
-    _new_future = _PendingSend.__new__
+    _future_type = <PyTypeObject*>_PendingSend
     _record_overhead = mod.RECORD_OVERHEAD
     _max_batch_messages = mod.MAX_BATCH_MESSAGES
     return 0
@@ -108,7 +113,7 @@ cdef object _add(object acc, object msg, bint oneway):
         if oneway:
             future = None
         else:
-            future = _new_future(_PendingSend)
+            future = _future_type.tp_new(<type>_PendingSend, <PyObject*>_no_args, NULL)
             future._condition = b.condition
             future._batch = b
         b.msgs.append(msg)
@@ -145,25 +150,27 @@ def settle_shared(futures, results, error):
     (None skipped) shares one Condition, finish them under it, notify once, and return those
     with callbacks to run; None, having done nothing, when the Conditions differ. The futures'
     fields are read and stored in their ``__dict__`` (no data descriptors there: the same as
-    the reference's attribute stores), without a bytecode loop per message."""
-    cdef list live = []
+    the reference's attribute stores), without a bytecode loop or an (index, future) tuple per
+    message."""
     cdef list finished = []
     cdef dict own
-    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t i
+    cdef list fs = list(futures)  # our own copy: indexed unchecked below while Python code runs
     cond = None
-    for f in futures:
+    for f in fs:
         if f is not None:
             c = f._condition
             if cond is None:
                 cond = c
             elif c is not cond:
                 return None
-            live.append((i, f))
-        i += 1
     if cond is None:
         return finished
     with cond:
-        for i, f in live:
+        for i in range(len(fs)):
+            f = fs[i]
+            if f is None:
+                continue
             own = f.__dict__
             state = own.get("_state")  # absent: the class's PENDING
             if state is None or (state is not _RUNNING and state != _RUNNING):
