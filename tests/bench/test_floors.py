@@ -18,6 +18,11 @@ def test_every_round_of_a_chain_is_timed_and_the_semaphores_are_gone():
     assert _semaphores() <= before
 
 
+def test_each_submitted_call_is_timed():
+    us = floors.thread_handoff(20, 1e-3)
+    assert len(us) == 20 and all(0 < d < 1e6 for d in us)
+
+
 def test_python_costs_name_each_step_with_a_positive_time():
     costs = floors.python_costs()
     assert set(costs) == {"future made, resolved, read", "object with 10 slots",

@@ -13,6 +13,8 @@ machine" and "our code":
   messages, and waking an idle virtual CPU costs far more than a hot hand-over).
 - ``chain``: the same through three processes, A posts B, B posts C (producer -> broker ->
   consumer: the two wake-ups a push delivery needs), at 1 ms gaps; the time A -> C.
+- ``thread``: a ``ThreadPoolExecutor`` worker runs a submitted call (a push consumer hands each
+  pulled batch to its listener this way), 1 ms after the last one, as at 1,000 msgs/s.
 - ``python``: per-object costs a per-message Python API pays in the caller's process: a
   ``concurrent.futures.Future`` made, resolved and read (``send_async``'s contract), an object
   with ten slot attributes (a result or a received message), zlib's crc32 of 100 B, a 100 B
@@ -91,6 +93,17 @@ def wake_latency(rounds: int, gap_s: float, hops: int) -> list[float]:
         shared.close()
 
 
+def thread_handoff(rounds: int, gap_s: float) -> list[float]:
+    """Delays in us from ``submit`` to the submitted call running in an idle executor worker."""
+    delays: list[float] = []
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for _ in range(rounds):
+            t = time.perf_counter_ns()
+            pool.submit(lambda t=t: delays.append((time.perf_counter_ns() - t) / 1e3))
+            time.sleep(gap_s)
+    return delays
+
+
 def python_costs() -> dict[str, float]:
     """ns per call of what a per-message Python API does at least once per message."""
     class Result:
@@ -134,6 +147,7 @@ def main() -> None:
     for gap in (0.0, 100e-6, 1e-3):
         res[f"wake, gap {gap * 1e6:.0f} us"] = summary(wake_latency(a.rounds, gap, 1))
     res["chain A->B->C, gap 1000 us"] = summary(wake_latency(a.rounds, 1e-3, 2))
+    res["thread hand-off, gap 1000 us"] = summary(thread_handoff(a.rounds, 1e-3))
     res["python (ns)"] = python_costs()
     res["load"] = round(max(float(res["load"]), os.getloadavg()[0]), 2)  # type: ignore[arg-type]
     for k, v in res.items():
