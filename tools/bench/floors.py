@@ -96,10 +96,13 @@ def wake_latency(rounds: int, gap_s: float, hops: int) -> list[float]:
 def thread_handoff(rounds: int, gap_s: float) -> list[float]:
     """Delays in us from ``submit`` to the submitted call running in an idle executor worker."""
     delays: list[float] = []
+
+    def ran(submitted: int) -> None:
+        delays.append((time.perf_counter_ns() - submitted) / 1e3)
+
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for _ in range(rounds):
-            t = time.perf_counter_ns()
-            pool.submit(lambda t=t: delays.append((time.perf_counter_ns() - t) / 1e3))
+            pool.submit(ran, time.perf_counter_ns())
             time.sleep(gap_s)
     return delays
 
