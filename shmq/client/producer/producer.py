@@ -235,8 +235,9 @@ class Producer:
             self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
 
     def _awaits_nothing(self) -> bool:
-        """No request of this producer awaits an answer (the sync sender may keep reading the ring)."""
-        return not self._pending
+        """No request of this producer awaits an answer and the broker sends it nothing unasked
+        (a TransactionProducer gets checks at any time): the sync sender may keep reading the ring."""
+        return not self._pending and self.ROLE == Producer.ROLE
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,

@@ -73,3 +73,12 @@ def test_a_sync_send_fails_when_the_broker_dies_while_it_waits(store_dir, broker
         with pytest.raises(shmq.ShmqError):
             p.send(Message("Wait", b"lost"))
         assert time.monotonic() - t < 5.0
+
+
+def test_a_transaction_producer_gives_the_ring_back_after_each_sync_wait(store_dir, broker_name, flush_config, no_poll):
+    # the broker sends it checks unasked: they must not wait for the reader's next tick
+    with shmq.Broker(store_dir, broker_name, flush_config), \
+            shmq.TransactionProducer("tpg", broker=broker_name, check=lambda m: shmq.TransactionStatus.COMMIT) as tp:
+        for i in range(20):
+            assert tp.send(Message("Wait", b"s%d" % i)).status is SendStatus.SEND_OK
+        assert tp._conn._idle_owner is None and tp._conn._deputy is None
