@@ -168,6 +168,10 @@ class BrokerConnection:
         self._holders = 0  # threads polling the response ring themselves (sync sends)
         self._deputy: Session | None = None  # while set, a thread of the owner reads that session's ring
         self._deputy_parked = False  # the deputy sleeps on the client bell (``nudge`` rings it)
+        self._reader_on_bell = False  # the reader thread sleeps on the client bell (a new deputy rings it)
+        # a thread that stays deputy between its sync waits (``wait_answer``): nobody else awaits an answer
+        self._idle_owner: int | None = None
+        self._waiting_deputy = False  # a ``wait_answer`` sleeps on the bell (set under ``_holders_lock``)
         self._resume = threading.Event()  # set when the deputy hands the ring back to the reader thread
         # held by the deputy through a ``park_reading`` and by ``nudge`` while it posts: a session's
         # bell is closed only with both (sem_close under a waiter or a poster can crash the process)
@@ -286,6 +290,9 @@ class BrokerConnection:
         published and only when the broker sleeps: whether to wake it anyway. A sleeping
         broker reads the frame when a send, any client's frame or its 20 ms timeout wakes it.
         """
+        owner = self._idle_owner
+        if owner is not None and (owner != threading.get_ident() or not self._holders):
+            self._take_back()  # this frame's answer is for the reader thread (not a sync wait of the idle deputy)
         with self.lock:
             s = self.live_session(deadline)
             requests = s.channel.requests
@@ -334,11 +341,22 @@ class BrokerConnection:
             while s.alive:
                 if self._deputy is s:  # another thread reads the ring (``park_reading``): only the checks
                     self._resume.wait(CHECK_S)
+                    if self._idle_owner is not None:  # unsolicited frames wait at most one CHECK_S
+                        self._take_back()
                 else:
                     with self._read_lock:
                         got = self._dispatch(s)
+                    if got and self._deputy is not None:  # a deputy came while this read: its answer may be among these
+                        self.nudge()
                     if not got:
-                        park(ring.has_data, [(ring, CONSUMER)], bell, CHECK_S, spin=0.0)
+                        self._reader_on_bell = True
+                        try:
+                            park(lambda: ring.has_data() or self._deputy is s, [(ring, CONSUMER)], bell, CHECK_S,
+                                 spin=0.0)
+                        finally:
+                            self._reader_on_bell = False
+                        if self._deputy is s:  # the post it took may have been for the deputy: pass it on
+                            bell.ring()
                 now = time.monotonic()
                 if now >= next_check:
                     next_check = now + CHECK_S
@@ -383,6 +401,8 @@ class BrokerConnection:
             if s is None or not s.alive:
                 return None
             self._holders += 1
+            if self._waiting_deputy:  # it sleeps on the bell until the broker posts: the flag stays up
+                return s
             try:
                 s.channel.responses.set_parked(CONSUMER, False)
             except ValueError:  # the session closed as the broker died
@@ -454,7 +474,8 @@ class BrokerConnection:
         if self._deputy is not s:
             self._deputy = s
             self._resume.clear()
-            bell.ring()  # the reader thread may be asleep on the bell: off it, to stand down
+            if self._reader_on_bell:  # off the bell, to stand down (it checks ``_deputy`` before it sleeps)
+                bell.ring()
         deadline = time.monotonic() + timeout
         try:
             while s.alive:
@@ -474,6 +495,63 @@ class BrokerConnection:
         except (ValueError, CorruptFrameError):  # closed or corrupt: the reader thread sees it and handles it
             self.stand_down()
         return ready()
+
+    def wait_answer(self, s: Session | None, done: Callable[[], bool], idle: Callable[[], bool]) -> None:
+        """Wait for ``done()`` reading the response ring in the calling thread and sleeping on the
+        client bell (``park_reading``), between ``hold_responses`` and ``release_responses``, if
+        this thread is the only one waiting; else return at once (the caller then waits for the
+        reader thread's hand-off).
+
+        A sync send whose answer is slow (SYNC_FLUSH: one disk flush) waits here: the broker's
+        post wakes it directly instead of the reader thread that then wakes it through the
+        Future's condition (two wake-ups and a GIL hand-over per send on the critical path).
+        The park is cut into CHECK_S slices: what fails the request from another thread (its
+        expiry on the reader's tick) is seen within one slice without a ``nudge``.
+
+        When ``idle()`` (no other answer awaited) the thread stays deputy afterwards, so that a
+        run of sync sends does not wake the reader thread twice per send to stand it down and up
+        again. Any other frame written (``write``) or the reader's next tick takes the ring back."""
+        me = threading.get_ident()
+        if s is None or not self._deputy_lock.acquire(False):
+            return
+        try:
+            if self._idle_owner == me:
+                self._idle_owner = None
+            elif self._deputy is not None:  # another thread's park_reading
+                return
+            with self._holders_lock:
+                alone = self._holders == 1
+                self._waiting_deputy = alone  # from now on a new holder leaves the parked flag up
+            if alone:
+                try:
+                    while s.alive and not self._park_reading(s, done, CHECK_S):
+                        pass
+                finally:
+                    with self._holders_lock:
+                        self._waiting_deputy = False
+                if s.alive and idle():
+                    self._idle_owner = me
+                    if idle():  # a request registered before its write read ``_idle_owner`` is seen here
+                        return
+                    self._idle_owner = None
+            self.stand_down()
+        finally:
+            self._deputy_lock.release()
+
+    def _take_back(self) -> None:
+        """Give the ring of an idle deputy (``wait_answer``) back to the reader thread; a deputy
+        that is waiting right now gives it back itself if anyone else awaits an answer (it clears
+        ``_idle_owner`` under the lock before it waits, and asks ``idle()`` after)."""
+        while self._idle_owner is not None:
+            if self._deputy_lock.acquire(False):
+                try:
+                    if self._idle_owner is not None:
+                        self._idle_owner = None
+                        self.stand_down()
+                finally:
+                    self._deputy_lock.release()
+                return
+            time.sleep(0)  # the deputy is between its last ``idle()`` and the lock's release
 
     def nudge(self) -> None:
         """Wake a ``park_reading`` that sleeps (its ``ready()`` may have become true)."""

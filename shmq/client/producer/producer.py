@@ -225,12 +225,19 @@ class Producer:
             window = sync_poll_window(self._answer_time)
             if window:
                 self._conn.poll(s, fut.done, window)
+            if not fut.done():
+                self._conn.wait_answer(s, fut.done, self._awaits_nothing)
         finally:
             self._conn.release_responses(s)
         try:
             return fut.result()
         finally:
             self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
+
+    def _awaits_nothing(self) -> bool:
+        """No request of this producer awaits an answer and the broker sends it nothing unasked
+        (a TransactionProducer gets checks at any time): the sync sender may keep reading the ring."""
+        return not self._pending and self.ROLE == Producer.ROLE
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,
