@@ -9,7 +9,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler, the Python headers and
 # zlib's header: installed by apt-get when missing and root; without them shmq installs pure Python
-$(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx)
+$(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx shmq/_speedups/*.pxd shmq/_speedups/*.h)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@sh tools/host-tool.sh gcc "the compiled paths" gcc
 	@sh tools/host-tool.sh $(notdir $(PYTHON))-dev "the compiled paths" \
