@@ -18,6 +18,11 @@ from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
+from shmq._speedups._layout cimport (CQ_ENTRY_SIZE, FIXED_OVERHEAD, MESSAGE_MAGIC, OFF_BODY, OFF_BODYLEN,
+                                    OFF_BORNTIMESTAMP, OFF_PHYSICALOFFSET, OFF_RECONSUMETIMES, OFF_STOREHOST,
+                                    OFF_STORETIMESTAMP, OFF_SYSFLAG, get_i32, get_i64, get_le_i32, get_le_i64,
+                                    get_u32)
+
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:
         const char *name
@@ -213,53 +218,18 @@ cdef object _reference(object batch):
 
 cdef extern from *:
     """
-    enum { SHMQ_CQ_ENTRY_SIZE = 20, SHMQ_BLANK_SIZE = 0x7FFFFFFF, SHMQ_HEADER_SIZE = 88,
-           SHMQ_FIXED_OVERHEAD_C = 91, SHMQ_OFF_QUEUEOFFSET_C = 20, SHMQ_OFF_PHYS_C = 28, SHMQ_OFF_SYSFLAG_C = 36,
-           SHMQ_OFF_BORN_C = 40, SHMQ_OFF_STAMP_C = 56, SHMQ_OFF_HOST_C = 64, SHMQ_OFF_RECONSUME_C = 72,
-           SHMQ_OFF_BODYLEN_C = 84 };
-    #define SHMQ_MESSAGE_MAGIC_C 0xDAA320A7u
+    enum { SHMQ_BLANK_SIZE = 0x7FFFFFFF };
     """
     enum:
-        CQ_ENTRY_SIZE "SHMQ_CQ_ENTRY_SIZE"
         BLANK_SIZE "SHMQ_BLANK_SIZE"
-        HEADER_SIZE "SHMQ_HEADER_SIZE"
-        FIXED_OVERHEAD "SHMQ_FIXED_OVERHEAD_C"
-        OFF_PHYSICALOFFSET "SHMQ_OFF_PHYS_C"
-        OFF_SYSFLAG "SHMQ_OFF_SYSFLAG_C"
-        OFF_BORNTIMESTAMP "SHMQ_OFF_BORN_C"
-        OFF_STORETIMESTAMP "SHMQ_OFF_STAMP_C"
-        OFF_STOREHOST "SHMQ_OFF_HOST_C"
-        OFF_RECONSUMETIMES "SHMQ_OFF_RECONSUME_C"
-        OFF_BODYLEN "SHMQ_OFF_BODYLEN_C"
-    const unsigned int MESSAGE_MAGIC "SHMQ_MESSAGE_MAGIC_C"
 
-LAYOUT.update({"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE, "BLANK_SIZE": BLANK_SIZE, "OFF_BODY": HEADER_SIZE,
+LAYOUT.update({"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE, "BLANK_SIZE": BLANK_SIZE, "OFF_BODY": OFF_BODY,
                "FIXED_OVERHEAD": FIXED_OVERHEAD, "OFF_PHYSICALOFFSET": OFF_PHYSICALOFFSET, "OFF_SYSFLAG": OFF_SYSFLAG,
                "OFF_BORNTIMESTAMP": OFF_BORNTIMESTAMP, "OFF_STORETIMESTAMP": OFF_STORETIMESTAMP,
                "OFF_STOREHOST": OFF_STOREHOST, "OFF_RECONSUMETIMES": OFF_RECONSUMETIMES, "OFF_BODYLEN": OFF_BODYLEN,
                "MESSAGE_MAGIC": MESSAGE_MAGIC})
 
 cdef const uint8_t *_TAGS_PREFIX = b"TAGS\x01"
-
-
-cdef inline int64_t _be64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40) |
-                     (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16) |
-                     (<uint64_t>p[6] << 8) | <uint64_t>p[7])
-
-
-cdef inline int32_t _be32(const uint8_t *p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3])
-
-
-cdef inline int64_t _le64(const uint8_t *p) noexcept nogil:
-    return <int64_t>((<uint64_t>p[7] << 56) | (<uint64_t>p[6] << 48) | (<uint64_t>p[5] << 40) |
-                     (<uint64_t>p[4] << 32) | (<uint64_t>p[3] << 24) | (<uint64_t>p[2] << 16) |
-                     (<uint64_t>p[1] << 8) | <uint64_t>p[0])
-
-
-cdef inline int32_t _le32(const uint8_t *p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[3] << 24) | (<uint32_t>p[2] << 16) | (<uint32_t>p[1] << 8) | <uint32_t>p[0])
 
 
 cdef object _mods = None  # numpy, shmq.codec.record, PulledBatch, _empty_batch, the two CQ dtypes, TagFilter
@@ -330,10 +300,10 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
     cdef bint hit
     for i in range(n):
         e = &raw[i * CQ_ENTRY_SIZE]
-        esize = _le32(e + 8) if little else _be32(e + 8)
+        esize = get_le_i32(e + 8) if little else get_i32(e + 8)
         if esize == BLANK_SIZE:
             continue
-        ecode = _le64(e + 12) if little else _be64(e + 12)
+        ecode = get_le_i64(e + 12) if little else get_i64(e + 12)
         if filtering:
             hit = False
             for t in range(codes_set.shape[0]):
@@ -343,7 +313,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
             if not hit:
                 continue
         idx[kept] = i
-        phys[kept] = _le64(e) if little else _be64(e)
+        phys[kept] = get_le_i64(e) if little else get_i64(e)
         size[kept] = esize
         code[kept] = ecode
         if phys[kept] < 0 or esize < 0 or phys[kept] > (<int64_t>1 << 62):
@@ -398,17 +368,17 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
             if seglen != ends[s] - starts[s]:
                 raise ValueError(_DECLINED)
         pos = phys[i] - starts[s]
-        if pos + HEADER_SIZE > seglen:
+        if pos + OFF_BODY > seglen:
             raise ValueError(_DECLINED)
         rec = &arr[0] + pos
-        if (<unsigned int>_be32(rec + 4) != MESSAGE_MAGIC or _be64(rec + OFF_PHYSICALOFFSET) != phys[i]
-                or _be32(rec) != size[i]):
+        if (get_u32(rec + 4) != MESSAGE_MAGIC or get_i64(rec + OFF_PHYSICALOFFSET) != phys[i]
+                or get_i32(rec) != size[i]):
             raise ValueError(_DECLINED)  # the reference raises CorruptRecordError naming the first such entry
-        body_len = _be32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + HEADER_SIZE + body_len >= seglen:
+        body_len = get_i32(rec + OFF_BODYLEN)
+        if body_len < 0 or pos + OFF_BODY + body_len >= seglen:
             raise ValueError(_DECLINED)
-        topic_len = rec[HEADER_SIZE + body_len]
-        props_pos = pos + HEADER_SIZE + body_len + topic_len + 3
+        topic_len = rec[OFF_BODY + body_len]
+        props_pos = pos + OFF_BODY + body_len + topic_len + 3
         props_len = size[i] - FIXED_OVERHEAD - body_len - topic_len
         if props_len < 0:
             raise ValueError(_DECLINED)
@@ -428,12 +398,12 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         o[0, m] = idx[i] + first
         o[1, m] = phys[i]
         o[2, m] = size[i]
-        o[3, m] = _be64(rec + OFF_STORETIMESTAMP)
-        o[4, m] = _be64(rec + OFF_BORNTIMESTAMP)
-        o[5, m] = _be32(rec + OFF_SYSFLAG)
-        o[6, m] = _be32(rec + OFF_RECONSUMETIMES)
-        o[7, m] = _be64(rec + OFF_STOREHOST)
-        o[8, m] = pos + HEADER_SIZE
+        o[3, m] = get_i64(rec + OFF_STORETIMESTAMP)
+        o[4, m] = get_i64(rec + OFF_BORNTIMESTAMP)
+        o[5, m] = get_i32(rec + OFF_SYSFLAG)
+        o[6, m] = get_i32(rec + OFF_RECONSUMETIMES)
+        o[7, m] = get_i64(rec + OFF_STOREHOST)
+        o[8, m] = pos + OFF_BODY
         o[9, m] = body_len
         o[10, m] = props_pos
         o[11, m] = props_len
@@ -511,10 +481,10 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
     cdef int64_t ephys, need = -1
     for i in range(n):  # blank entries are skipped; the rest keep (queue offset, phys, size)
         e = e0 + i * CQ_ENTRY_SIZE
-        esize = _be32(e + 8)
+        esize = get_i32(e + 8)
         if esize == BLANK_SIZE:
             continue
-        ephys = _be64(e)
+        ephys = get_i64(e)
         if ephys < 0 or esize < 0 or ephys > (<int64_t>1 << 62):
             return None
         col[kept * 12] = start + i
@@ -554,27 +524,27 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
         if arr.shape[0] != seg_hi - seg_lo:
             return None
         pos = ephys - seg_lo
-        if pos + HEADER_SIZE > arr.shape[0]:
+        if pos + OFF_BODY > arr.shape[0]:
             return None
         rec = &arr[0] + pos
-        if (<unsigned int>_be32(rec + 4) != MESSAGE_MAGIC or _be64(rec + OFF_PHYSICALOFFSET) != ephys
-                or _be32(rec) != esize):
+        if (get_u32(rec + 4) != MESSAGE_MAGIC or get_i64(rec + OFF_PHYSICALOFFSET) != ephys
+                or get_i32(rec) != esize):
             return None  # the reference raises CorruptRecordError naming the first such entry
-        body_len = _be32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + HEADER_SIZE + body_len >= arr.shape[0]:
+        body_len = get_i32(rec + OFF_BODYLEN)
+        if body_len < 0 or pos + OFF_BODY + body_len >= arr.shape[0]:
             return None
-        topic_len = rec[HEADER_SIZE + body_len]
+        topic_len = rec[OFF_BODY + body_len]
         props_len = esize - FIXED_OVERHEAD - body_len - topic_len
-        if props_len < 0 or pos + HEADER_SIZE + body_len + topic_len + 3 + props_len > arr.shape[0]:
+        if props_len < 0 or pos + OFF_BODY + body_len + topic_len + 3 + props_len > arr.shape[0]:
             return None
-        col[i * 12 + 3] = _be64(rec + OFF_STORETIMESTAMP)
-        col[i * 12 + 4] = _be64(rec + OFF_BORNTIMESTAMP)
-        col[i * 12 + 5] = _be32(rec + OFF_SYSFLAG)
-        col[i * 12 + 6] = _be32(rec + OFF_RECONSUMETIMES)
-        col[i * 12 + 7] = _be64(rec + OFF_STOREHOST)
-        col[i * 12 + 8] = pos + HEADER_SIZE
+        col[i * 12 + 3] = get_i64(rec + OFF_STORETIMESTAMP)
+        col[i * 12 + 4] = get_i64(rec + OFF_BORNTIMESTAMP)
+        col[i * 12 + 5] = get_i32(rec + OFF_SYSFLAG)
+        col[i * 12 + 6] = get_i32(rec + OFF_RECONSUMETIMES)
+        col[i * 12 + 7] = get_i64(rec + OFF_STOREHOST)
+        col[i * 12 + 8] = pos + OFF_BODY
         col[i * 12 + 9] = body_len
-        col[i * 12 + 10] = pos + HEADER_SIZE + body_len + topic_len + 3
+        col[i * 12 + 10] = pos + OFF_BODY + body_len + topic_len + 3
         col[i * 12 + 11] = props_len
         arrays.append(sg.array)
     # bodies first, as the reference (a body that fails to decompress raises before any object is made)

@@ -21,49 +21,21 @@ import numpy as np
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
 from shmq import _speedups
 
 from shmq._speedups._crc cimport crc32
-
-cdef extern from *:
-    """
-    #define SHMQ_MIXED_MAGIC 0xDAA320A7u
-    enum { SHMQ_MIXED_OFF_BODYCRC = 8, SHMQ_MIXED_OFF_FLAG = 16, SHMQ_MIXED_OFF_BORNTIMESTAMP = 40,
-           SHMQ_MIXED_OFF_BORNHOST = 48, SHMQ_MIXED_OFF_BODYLEN = 84, SHMQ_MIXED_OFF_BODY = 88,
-           SHMQ_MIXED_UNIQ_LEN = 32, SHMQ_MIXED_UNIQ_COUNTER = 24 };
-    """
-    const uint32_t MESSAGE_MAGIC "SHMQ_MIXED_MAGIC"
-    enum:
-        OFF_BODYCRC "SHMQ_MIXED_OFF_BODYCRC"
-        OFF_FLAG "SHMQ_MIXED_OFF_FLAG"
-        OFF_BORNTIMESTAMP "SHMQ_MIXED_OFF_BORNTIMESTAMP"
-        OFF_BORNHOST "SHMQ_MIXED_OFF_BORNHOST"
-        OFF_BODYLEN "SHMQ_MIXED_OFF_BODYLEN"
-        OFF_BODY "SHMQ_MIXED_OFF_BODY"
-        UNIQ_LEN "SHMQ_MIXED_UNIQ_LEN"
-        UNIQ_COUNTER "SHMQ_MIXED_UNIQ_COUNTER"
+from shmq._speedups._layout cimport (MESSAGE_MAGIC, OFF_BODY, OFF_BODYCRC, OFF_BODYLEN, OFF_BORNHOST,
+                                    OFF_BORNTIMESTAMP, OFF_FLAG, UNIQ_COUNTER, UNIQ_LEN, put_record_head,
+                                    put_uniq_counter)
 
 LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_BODYCRC": OFF_BODYCRC, "OFF_FLAG": OFF_FLAG,
           "OFF_BORNTIMESTAMP": OFF_BORNTIMESTAMP, "OFF_BORNHOST": OFF_BORNHOST, "OFF_BODYLEN": OFF_BODYLEN,
           "OFF_BODY": OFF_BODY, "UNIQ_LEN": UNIQ_LEN, "UNIQ_COUNTER": UNIQ_COUNTER}
 """The constants compiled in, checked against shmq.codec.record and the encoder by the tests."""
 
-cdef const char* _HEX = b"0123456789ABCDEF"
 cdef dict _ref = {}  # the encoder module's names, looked up once (it imports this module)
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
 
 
 cdef inline bint _int64(object v):
@@ -211,30 +183,18 @@ cdef void _fill(uint8_t* out, const Row* rows, Py_ssize_t n, const uint8_t* pref
     cdef Py_ssize_t i, pos = 0, size
     cdef uint8_t* r
     cdef uint8_t* u
-    cdef uint32_t counter
-    cdef int j
     cdef unsigned long seed
     with nogil:
         for i in range(n):
             size = OFF_BODY + rows[i].body_len + rows[i].head_len + UNIQ_LEN + rows[i].end_len
             r = out + pos
             starts[i] = pos
-            memset(r, 0, OFF_BODY)
-            _put32(r, <uint32_t>size)
-            _put32(r + 4, MESSAGE_MAGIC)
-            _put32(r + OFF_BODYCRC, <uint32_t>crc32(0, rows[i].body, rows[i].body_len) & 0x7FFFFFFFu)
-            _put32(r + OFF_FLAG, <uint32_t>rows[i].flag)
-            _put64(r + OFF_BORNTIMESTAMP, <uint64_t>born_ts)
-            _put64(r + OFF_BORNHOST, <uint64_t>host)
-            _put32(r + OFF_BODYLEN, <uint32_t>rows[i].body_len)
-            memcpy(r + OFF_BODY, rows[i].body, rows[i].body_len)
-            r += OFF_BODY + rows[i].body_len
+            r = put_record_head(r, size, <uint32_t>crc32(0, rows[i].body, rows[i].body_len) & 0x7FFFFFFFu,
+                                <uint32_t>rows[i].flag, 0, born_ts, host, rows[i].body, rows[i].body_len)
             memcpy(r, rows[i].head, rows[i].head_len)
             u = r + rows[i].head_len
             memcpy(u, prefix, UNIQ_COUNTER)
-            counter = <uint32_t>(first + <uint64_t>i)  # the low 32 bits, as the reference's & 0xFFFFFFFF
-            for j in range(8):
-                u[UNIQ_COUNTER + j] = _HEX[(counter >> (28 - 4 * j)) & 0xF]
+            put_uniq_counter(u, first + <uint64_t>i)
             memcpy(&uniq[i * UNIQ_LEN], u, UNIQ_LEN)
             seed = crc32(0, rows[i].topic, rows[i].topic_len)
             seed = crc32(seed, <const unsigned char*>b"#", 1)

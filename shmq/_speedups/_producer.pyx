@@ -14,47 +14,17 @@ import numpy as np
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 
 from shmq._speedups._crc cimport crc32
-
-cdef extern from *:
-    """
-    #define SHMQ_MESSAGE_MAGIC 0xDAA320A7u
-    enum { SHMQ_OFF_BODYCRC = 8, SHMQ_OFF_FLAG = 16, SHMQ_OFF_SYSFLAG = 36, SHMQ_OFF_BORNTIMESTAMP = 40,
-           SHMQ_OFF_BORNHOST = 48, SHMQ_OFF_BODYLEN = 84, SHMQ_OFF_BODY = 88,
-           SHMQ_UNIQ_LEN = 32, SHMQ_UNIQ_COUNTER = 24 };
-    """
-    const uint32_t MESSAGE_MAGIC "SHMQ_MESSAGE_MAGIC"
-    enum:
-        OFF_BODYCRC "SHMQ_OFF_BODYCRC"
-        OFF_FLAG "SHMQ_OFF_FLAG"
-        OFF_SYSFLAG "SHMQ_OFF_SYSFLAG"
-        OFF_BORNTIMESTAMP "SHMQ_OFF_BORNTIMESTAMP"
-        OFF_BORNHOST "SHMQ_OFF_BORNHOST"
-        OFF_BODYLEN "SHMQ_OFF_BODYLEN"
-        OFF_BODY "SHMQ_OFF_BODY"
-        UNIQ_LEN "SHMQ_UNIQ_LEN"
-        UNIQ_COUNTER "SHMQ_UNIQ_COUNTER"
+from shmq._speedups._layout cimport (MESSAGE_MAGIC, OFF_BODY, OFF_BODYCRC, OFF_BODYLEN, OFF_BORNHOST,
+                                    OFF_BORNTIMESTAMP, OFF_FLAG, OFF_SYSFLAG, UNIQ_COUNTER, UNIQ_LEN,
+                                    put_record_head, put_uniq_counter)
 
 LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_BODYCRC": OFF_BODYCRC, "OFF_FLAG": OFF_FLAG,
           "OFF_SYSFLAG": OFF_SYSFLAG, "OFF_BORNTIMESTAMP": OFF_BORNTIMESTAMP, "OFF_BORNHOST": OFF_BORNHOST,
           "OFF_BODYLEN": OFF_BODYLEN, "OFF_BODY": OFF_BODY, "UNIQ_LEN": UNIQ_LEN, "UNIQ_COUNTER": UNIQ_COUNTER}
 """The constants compiled in, checked against shmq.codec.record and the encoder by the tests."""
-
-cdef const char* _HEX = b"0123456789ABCDEF"
-
-
-cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
-    p[0] = <uint8_t>(v >> 24)
-    p[1] = <uint8_t>(v >> 16)
-    p[2] = <uint8_t>(v >> 8)
-    p[3] = <uint8_t>v
-
-
-cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
-    _put32(p, <uint32_t>(v >> 32))
-    _put32(p + 4, <uint32_t>v)
 
 
 cdef bytes _as_bytes(b):
@@ -122,8 +92,6 @@ cdef void _fill(uint8_t* out, const uint8_t** bodies, const Py_ssize_t* lens, Py
     cdef Py_ssize_t i, pos = 0, size
     cdef uint8_t* r
     cdef uint8_t* u
-    cdef uint32_t counter
-    cdef int j
     cdef unsigned long seed = 0
     seed = crc32(seed, topic, topic_len)
     seed = crc32(seed, <const unsigned char*>b"#", 1)
@@ -133,23 +101,12 @@ cdef void _fill(uint8_t* out, const uint8_t** bodies, const Py_ssize_t* lens, Py
             size = OFF_BODY + lens[i] + head_len + UNIQ_LEN + end_len
             r = out + pos
             starts[i] = pos
-            memset(r, 0, OFF_BODY)
-            _put32(r, <uint32_t>size)
-            _put32(r + 4, MESSAGE_MAGIC)
-            _put32(r + OFF_BODYCRC, crc32(0, bodies[i], lens[i]) & 0x7FFFFFFFu)
-            _put32(r + OFF_FLAG, <uint32_t>flags[i])
-            _put32(r + OFF_SYSFLAG, <uint32_t>sysflags[i])
-            _put64(r + OFF_BORNTIMESTAMP, <uint64_t>born_ts)
-            _put64(r + OFF_BORNHOST, <uint64_t>host)
-            _put32(r + OFF_BODYLEN, <uint32_t>lens[i])
-            memcpy(r + OFF_BODY, bodies[i], lens[i])
-            r += OFF_BODY + lens[i]
+            r = put_record_head(r, size, crc32(0, bodies[i], lens[i]) & 0x7FFFFFFFu, <uint32_t>flags[i],
+                                <uint32_t>sysflags[i], born_ts, host, bodies[i], lens[i])
             memcpy(r, head, head_len)
             u = r + head_len
             memcpy(u, prefix, UNIQ_COUNTER)
-            counter = <uint32_t>(first + <uint64_t>i)  # the low 32 bits, as the reference's & 0xFFFFFFFF
-            for j in range(8):
-                u[UNIQ_COUNTER + j] = _HEX[(counter >> (28 - 4 * j)) & 0xF]
+            put_uniq_counter(u, first + <uint64_t>i)
             memcpy(&uniq[i * UNIQ_LEN], u, UNIQ_LEN)
             hashes[i] = <int64_t>(crc32(seed, u + UNIQ_COUNTER, UNIQ_LEN - UNIQ_COUNTER) & 0x7FFFFFFFul)
             memcpy(u + UNIQ_LEN, end, end_len)

@@ -13,18 +13,17 @@ run. Same write order as ``ConsumeQueue.put``: offset, tags code, then size (rec
 non-zero size as a whole entry), then ``wrote_position``, ``max_offset``, ``max_phys_end``.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+
+from shmq._speedups._layout cimport CQ_ENTRY_SIZE, put_u32, put_u64
 
 import numpy as np
 
 cdef extern from *:
     """
-    enum { SHMQ_CQ_ENTRY_SIZE = 20 };
     #define SHMQ_MAX_QOFF (((long long)1) << 58)
     #define SHMQ_MAX_FIELD (((long long)1) << 62)
     """
-    enum:
-        CQ_ENTRY_SIZE "SHMQ_CQ_ENTRY_SIZE"
     const int64_t MAX_QOFF "SHMQ_MAX_QOFF"
     const int64_t MAX_FIELD "SHMQ_MAX_FIELD"
 
@@ -35,18 +34,6 @@ LAYOUT = {"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE}
 cdef inline bint _small(object x):
     """An int the fast paths may take into int64 arithmetic without overflow (else: the reference's calls)."""
     return type(x) is int and 0 <= x < MAX_FIELD
-
-
-cdef inline void _be64(uint8_t* p, uint64_t v) noexcept nogil:
-    cdef int k
-    for k in range(8):
-        p[k] = <uint8_t>(v >> (56 - 8 * k))
-
-
-cdef inline void _be32(uint8_t* p, uint64_t v) noexcept nogil:
-    cdef int k
-    for k in range(4):
-        p[k] = <uint8_t>(v >> (24 - 8 * k))
 
 
 cdef bint _put_fast(object q, int64_t phys, int64_t size, int64_t tags, int64_t qoff) except -1:
@@ -74,9 +61,9 @@ cdef bint _put_fast(object q, int64_t phys, int64_t size, int64_t tags, int64_t 
     try:
         if buf.len < pos + CQ_ENTRY_SIZE:
             return False
-        _be64(<uint8_t*>buf.buf + pos, <uint64_t>phys)
-        _be64(<uint8_t*>buf.buf + pos + 12, <uint64_t>tags)
-        _be32(<uint8_t*>buf.buf + pos + 8, <uint64_t>size)
+        put_u64(<uint8_t*>buf.buf + pos, <uint64_t>phys)
+        put_u64(<uint8_t*>buf.buf + pos + 12, <uint64_t>tags)
+        put_u32(<uint8_t*>buf.buf + pos + 8, <uint32_t>size)
     finally:
         PyBuffer_Release(&buf)
     mf.wrote_position = pos + CQ_ENTRY_SIZE

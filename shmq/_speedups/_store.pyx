@@ -10,6 +10,10 @@ checked before any byte is written, with the GIL released for the loops.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 
+from shmq._speedups._layout cimport (CQ_ENTRY_SIZE, FIXED_OVERHEAD, MESSAGE_MAGIC, MIN_BLANK, OFF_BODY, OFF_BODYCRC,
+                                    OFF_BODYLEN, OFF_MAGIC, OFF_PHYSICALOFFSET, OFF_QUEUEID, OFF_QUEUEOFFSET,
+                                    OFF_STOREHOST, OFF_STORETIMESTAMP, OFF_SYSFLAG, get_i32, get_u32, put_u32, put_u64)
+
 cdef extern from *:
     """
     enum { SHMQ_INDEX_HEADER_SIZE = 40, SHMQ_INDEX_SLOT_SIZE = 4, SHMQ_INDEX_ENTRY_SIZE = 20,
@@ -27,26 +31,6 @@ cdef extern from *:
 LAYOUT = {"INDEX_HEADER_SIZE": INDEX_HEADER_SIZE, "INDEX_SLOT_SIZE": INDEX_SLOT_SIZE,
           "INDEX_ENTRY_SIZE": INDEX_ENTRY_SIZE, "_H_COUNT": H_COUNT, "_MAX_DIFF": MAX_DIFF}
 """The constants compiled in, checked against the Python reference by the tests."""
-
-
-cdef extern from *:
-    """
-    #include <string.h>
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    #define SHMQ_BE32(v) (v)
-    #define SHMQ_BE64(v) (v)
-    #else
-    #define SHMQ_BE32(v) __builtin_bswap32(v)
-    #define SHMQ_BE64(v) __builtin_bswap64(v)
-    #endif
-    /* big-endian fields at any alignment: one swap and one unaligned move each */
-    static inline void shmq_put32(uint8_t* p, uint32_t v) { v = SHMQ_BE32(v); memcpy(p, &v, 4); }
-    static inline void shmq_put64(uint8_t* p, uint64_t v) { v = SHMQ_BE64(v); memcpy(p, &v, 8); }
-    static inline uint32_t shmq_get32(const uint8_t* p) { uint32_t v; memcpy(&v, p, 4); return SHMQ_BE32(v); }
-    """
-    void _put32 "shmq_put32"(uint8_t* p, uint32_t v) noexcept nogil
-    void _put64 "shmq_put64"(uint8_t* p, uint64_t v) noexcept nogil
-    uint32_t _get32 "shmq_get32"(const uint8_t* p) noexcept nogil
 
 
 cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int64_t begin_ts,
@@ -73,7 +57,7 @@ cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_
             b = (b + 1) & mask
         if keys[b] == 0:
             keys[b] = slot + 1
-            old[b] = <int32_t>_get32(slots + slot * INDEX_SLOT_SIZE)
+            old[b] = get_i32(slots + slot * INDEX_SLOT_SIZE)
             prev = old[b]
         else:
             prev = last[b]
@@ -84,14 +68,14 @@ cdef int64_t _write(uint8_t* mm, int64_t slot_num, Py_ssize_t entry_base, int64_
         if diff > MAX_DIFF:
             diff = MAX_DIFF
         e = mm + entry_base + num * INDEX_ENTRY_SIZE
-        _put32(e, <uint32_t>hashes[i])
-        _put64(e + 4, <uint64_t>phys[i])
-        _put32(e + 12, <uint32_t>diff)
-        _put32(e + 16, <uint32_t>prev)
-    _put32(mm + H_COUNT, <uint32_t>(first + n - 1))
+        put_u32(e, <uint32_t>hashes[i])
+        put_u64(e + 4, <uint64_t>phys[i])
+        put_u32(e + 12, <uint32_t>diff)
+        put_u32(e + 16, <uint32_t>prev)
+    put_u32(mm + H_COUNT, <uint32_t>(first + n - 1))
     for b in range(mask + 1):
         if keys[b] != 0:
-            _put32(slots + (keys[b] - 1) * INDEX_SLOT_SIZE, <uint32_t>last[b])
+            put_u32(slots + (keys[b] - 1) * INDEX_SLOT_SIZE, <uint32_t>last[b])
             emptied += old[b] == 0
     return emptied
 
@@ -140,27 +124,6 @@ def put_entries(mm, int64_t slot_num, Py_ssize_t entry_base, int64_t first, int6
 
 import numpy as np
 
-cdef extern from *:
-    """
-    #define SHMQ_MESSAGE_MAGIC_U 0xDAA320A7u
-    enum { SHMQ_R_OFF_MAGIC = 4, SHMQ_R_OFF_BODYCRC = 8, SHMQ_R_OFF_QUEUEID = 12, SHMQ_R_OFF_QUEUEOFFSET = 20,
-           SHMQ_R_OFF_PHYSICALOFFSET = 28, SHMQ_R_OFF_SYSFLAG = 36, SHMQ_R_OFF_STORETIMESTAMP = 56,
-           SHMQ_R_OFF_STOREHOST = 64, SHMQ_R_OFF_BODYLEN = 84, SHMQ_R_OFF_BODY = 88, SHMQ_R_FIXED_OVERHEAD = 91 };
-    """
-    const uint32_t MESSAGE_MAGIC "SHMQ_MESSAGE_MAGIC_U"
-    enum:
-        OFF_MAGIC "SHMQ_R_OFF_MAGIC"
-        OFF_BODYCRC "SHMQ_R_OFF_BODYCRC"
-        OFF_QUEUEID "SHMQ_R_OFF_QUEUEID"
-        OFF_QUEUEOFFSET "SHMQ_R_OFF_QUEUEOFFSET"
-        OFF_PHYSICALOFFSET "SHMQ_R_OFF_PHYSICALOFFSET"
-        OFF_SYSFLAG "SHMQ_R_OFF_SYSFLAG"
-        OFF_STORETIMESTAMP "SHMQ_R_OFF_STORETIMESTAMP"
-        OFF_STOREHOST "SHMQ_R_OFF_STOREHOST"
-        OFF_BODYLEN "SHMQ_R_OFF_BODYLEN"
-        OFF_BODY "SHMQ_R_OFF_BODY"
-        FIXED_OVERHEAD "SHMQ_R_FIXED_OVERHEAD"
-
 RECORD_LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_MAGIC": OFF_MAGIC, "OFF_BODYCRC": OFF_BODYCRC,
                  "OFF_QUEUEID": OFF_QUEUEID, "OFF_QUEUEOFFSET": OFF_QUEUEOFFSET,
                  "OFF_PHYSICALOFFSET": OFF_PHYSICALOFFSET, "OFF_SYSFLAG": OFF_SYSFLAG,
@@ -202,11 +165,11 @@ def gather_header_fields(src, starts):
     with nogil:
         for i in range(n):
             p = &s[0] + at[i]
-            out[i, 0] = <int32_t>_get32(p)
-            out[i, 1] = _get32(p + OFF_MAGIC)
-            out[i, 2] = <int32_t>_get32(p + OFF_BODYCRC)
-            out[i, 3] = <int32_t>_get32(p + OFF_SYSFLAG)
-            out[i, 4] = <int32_t>_get32(p + OFF_BODYLEN)
+            out[i, 0] = get_i32(p)
+            out[i, 1] = get_u32(p + OFF_MAGIC)
+            out[i, 2] = get_i32(p + OFF_BODYCRC)
+            out[i, 3] = get_i32(p + OFF_SYSFLAG)
+            out[i, 4] = get_i32(p + OFF_BODYLEN)
     return fields
 
 
@@ -245,18 +208,18 @@ def patch_owned_fields(dst, positions, queue_id, store_timestamp, store_host, fi
     with nogil:
         if per_qid:  # a scatter of its own in the reference
             for i in range(n):
-                _put32(&d[0] + at[i] + OFF_QUEUEID, <uint32_t>qids[i])
+                put_u32(&d[0] + at[i] + OFF_QUEUEID, <uint32_t>qids[i])
         for i in range(n):
             p = &d[0] + at[i]
             if not per_qid:
-                _put32(p + OFF_QUEUEID, <uint32_t>qid)
-            _put64(p + OFF_STORETIMESTAMP, <uint64_t>ts)
-            _put64(p + OFF_STOREHOST, <uint64_t>host)
+                put_u32(p + OFF_QUEUEID, <uint32_t>qid)
+            put_u64(p + OFF_STORETIMESTAMP, <uint64_t>ts)
+            put_u64(p + OFF_STOREHOST, <uint64_t>host)
         base = <int64_t>(<uint64_t>phys0 - <uint64_t>at[0])
         for i in range(n):
             p = &d[0] + at[i]
-            _put64(p + OFF_QUEUEOFFSET, <uint64_t>(qoffs[i] if per_qoff else qoff0 + i))
-            _put64(p + OFF_PHYSICALOFFSET, <uint64_t>at[i] + <uint64_t>base)
+            put_u64(p + OFF_QUEUEOFFSET, <uint64_t>(qoffs[i] if per_qoff else qoff0 + i))
+            put_u64(p + OFF_PHYSICALOFFSET, <uint64_t>at[i] + <uint64_t>base)
     return None
 
 
@@ -346,13 +309,11 @@ from libc.string cimport memcpy
 
 cdef extern from *:
     """
-    enum { SHMQ_P_MIN_BLANK = 8, SHMQ_P_CQ_ENTRY = 20, SHMQ_P_HIDDEN_TX = 0x4, SHMQ_P_TX_MASK = 0xC,
+    enum { SHMQ_P_HIDDEN_TX = 0x4, SHMQ_P_TX_MASK = 0xC,
            SHMQ_H_BEGIN_TS = 0, SHMQ_H_END_TS = 8, SHMQ_H_BEGIN_PHYS = 16, SHMQ_H_END_PHYS = 24,
            SHMQ_H_SLOTS_USED = 32 };
     """
     enum:
-        P_MIN_BLANK "SHMQ_P_MIN_BLANK"
-        CQ_ENTRY "SHMQ_P_CQ_ENTRY"
         HIDDEN_TX "SHMQ_P_HIDDEN_TX"
         TX_MASK "SHMQ_P_TX_MASK"
         H_BEGIN_TS "SHMQ_H_BEGIN_TS"
@@ -361,7 +322,7 @@ cdef extern from *:
         H_END_PHYS "SHMQ_H_END_PHYS"
         H_SLOTS_USED "SHMQ_H_SLOTS_USED"
 
-PUT_LAYOUT = {"MIN_BLANK": P_MIN_BLANK, "CQ_ENTRY_SIZE": CQ_ENTRY, "HIDDEN_TX": HIDDEN_TX,
+PUT_LAYOUT = {"MIN_BLANK": MIN_BLANK, "CQ_ENTRY_SIZE": CQ_ENTRY_SIZE, "HIDDEN_TX": HIDDEN_TX,
               "TRANSACTION_MASK": TX_MASK, "_H_BEGIN_TS": H_BEGIN_TS, "_H_END_TS": H_END_TS,
               "_H_BEGIN_PHYS": H_BEGIN_PHYS, "_H_END_PHYS": H_END_PHYS, "_H_SLOTS_USED": H_SLOTS_USED}
 """The constants of ``put_plain``, checked against the Python reference by the tests."""
@@ -381,11 +342,11 @@ cdef bint _plain_records(const uint8_t* src, Py_ssize_t length, const int64_t[:]
         size = (starts[i + 1] if i + 1 < n else length) - at
         if size < FIXED_OVERHEAD:  # also the order of the starts (FIXED_OVERHEAD > 0)
             return False
-        body = <int32_t>_get32(src + at + OFF_BODYLEN)
-        sysflag = <int32_t>_get32(src + at + OFF_SYSFLAG)
-        if <int32_t>_get32(src + at) != size or _get32(src + at + OFF_MAGIC) != MESSAGE_MAGIC or body < 0 \
+        body = get_i32(src + at + OFF_BODYLEN)
+        sysflag = get_i32(src + at + OFF_SYSFLAG)
+        if get_i32(src + at) != size or get_u32(src + at + OFF_MAGIC) != MESSAGE_MAGIC or body < 0 \
                 or body > size - FIXED_OVERHEAD or body > max_body or (max_record >= 0 and size > max_record) \
-                or _get32(src + at + OFF_BODYCRC) == 0 or sysflag & HIDDEN_TX or (user_batch and sysflag & TX_MASK):
+                or get_u32(src + at + OFF_BODYCRC) == 0 or sysflag & HIDDEN_TX or (user_batch and sysflag & TX_MASK):
             return False
         p = at + OFF_BODY + body
         if p + 1 + t + 2 > at + size or src[p] != t:
@@ -444,7 +405,7 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
         return -1
     # the rooms the reference's reservations would find (no roll, no reservation), inside each map
     if cl_pos < 0 or cl_limit > cl.shape[0] or cl_pos > cl_limit - length \
-            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY:
+            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY_SIZE:
         return -2
     if nkeys and (slot_num < 1 or idx_count < 0 or slot_num > ix.shape[0] or idx_count > ix.shape[0]
                   or idx_limit > ix.shape[0] or entry_base > ix.shape[0]
@@ -470,22 +431,22 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
             memcpy(d, &src[0], length)
             for i in range(n):
                 e = d + at[i]
-                _put32(e + OFF_QUEUEID, <uint32_t>qid)
-                _put64(e + OFF_STORETIMESTAMP, <uint64_t>ts)
-                _put64(e + OFF_STOREHOST, <uint64_t>host)
+                put_u32(e + OFF_QUEUEID, <uint32_t>qid)
+                put_u64(e + OFF_STORETIMESTAMP, <uint64_t>ts)
+                put_u64(e + OFF_STOREHOST, <uint64_t>host)
             base = cl_from + cl_pos
             for i in range(n):
                 e = d + at[i]
                 phys[i] = base + at[i]
-                _put64(e + OFF_QUEUEOFFSET, <uint64_t>(qoff + i))
-                _put64(e + OFF_PHYSICALOFFSET, <uint64_t>phys[i])
+                put_u64(e + OFF_QUEUEOFFSET, <uint64_t>(qoff + i))
+                put_u64(e + OFF_PHYSICALOFFSET, <uint64_t>phys[i])
             d = &cq[0] + cq_pos
             for i in range(n):
-                _put64(d + i * CQ_ENTRY, <uint64_t>phys[i])
+                put_u64(d + i * CQ_ENTRY_SIZE, <uint64_t>phys[i])
             for i in range(n):
-                _put64(d + i * CQ_ENTRY + 12, <uint64_t>tg[i])
+                put_u64(d + i * CQ_ENTRY_SIZE + 12, <uint64_t>tg[i])
             for i in range(n):  # last: recovery takes a non-zero size as a whole entry
-                _put32(d + i * CQ_ENTRY + 8, <uint32_t>(at[i + 1] - at[i] if i + 1 < n else length - at[i]))
+                put_u32(d + i * CQ_ENTRY_SIZE + 8, <uint32_t>(at[i + 1] - at[i] if i + 1 < n else length - at[i]))
         if nkeys:
             _plain_index(ix, kh, kr, phys, kphys, kts, slot_num, entry_base, idx_count, begin_ts, ts,
                          keys, last, old, buckets - 1, &emptied, slots_used)
@@ -509,10 +470,10 @@ cdef void _plain_index(uint8_t[::1] ix, const int64_t[:] kh, const int64_t[:] kr
             kts[i] = ts
         if count == 0:  # a new file's begin, before its first entry
             begin_ts = ts
-            _put64(mm + H_BEGIN_TS, <uint64_t>ts)
-            _put64(mm + H_BEGIN_PHYS, <uint64_t>kphys[0])
+            put_u64(mm + H_BEGIN_TS, <uint64_t>ts)
+            put_u64(mm + H_BEGIN_PHYS, <uint64_t>kphys[0])
         emptied[0] = _write(mm, slot_num, entry_base, count + 1, begin_ts, kh, kphys, kts, nkeys,
                             keys, last, old, mask)
-        _put32(mm + H_SLOTS_USED, <uint32_t>(slots_used + emptied[0]))
-        _put64(mm + H_END_PHYS, <uint64_t>kphys[nkeys - 1])
-        _put64(mm + H_END_TS, <uint64_t>ts)
+        put_u32(mm + H_SLOTS_USED, <uint32_t>(slots_used + emptied[0]))
+        put_u64(mm + H_END_PHYS, <uint64_t>kphys[nkeys - 1])
+        put_u64(mm + H_END_TS, <uint64_t>ts)
