@@ -23,11 +23,12 @@ from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+from shmq.client.consumer.puller import REBALANCE_POLL_S, pass_failed, rebalance_if_changed, wait_for_session
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
 from shmq.client.consumer.rejoin import rejoin
-from shmq.errors import BadArgumentError, BrokerGoneError, ShmqError
+from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
@@ -35,9 +36,6 @@ from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 
 log = logging.getLogger(__name__)
-
-REBALANCE_POLL_S = 0.02
-RECONNECT_WAIT_S = 0.5
 
 
 class LitePullConsumer:
@@ -244,14 +242,8 @@ class LitePullConsumer:
     def _run(self) -> None:
         next_rebalance = next_commit = time.monotonic()
         while self._running:
-            try:
-                with self._lock:
-                    session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
-            except (BrokerGoneError, ShmqError) as e:
-                if not self._broker_wait_logged:
-                    log.warning("consumer %r waits for broker %r: %s", self.group, self.broker_name, e)
-                    self._broker_wait_logged = True
-                self._wakeup.wait(RECONNECT_WAIT_S)
+            session = wait_for_session(self, log, self._lock)
+            if session is None:
                 continue
             try:
                 self._wakeup.clear()
@@ -260,7 +252,7 @@ class LitePullConsumer:
                     self._resets.apply(self._pqs, self._restart)
                     if now >= next_rebalance:
                         next_rebalance = now + REBALANCE_POLL_S
-                        self._rebalance_if_changed(session.client_id)
+                        rebalance_if_changed(self, session.client_id)
                     progressed, idle = self._pull_pass(now)
                     if self.auto_commit and now >= next_commit:
                         next_commit = now + self.auto_commit_interval
@@ -271,15 +263,8 @@ class LitePullConsumer:
                         progressed = self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
-            except (BrokerGoneError, ShmqError, OSError) as e:
-                if self._running:
-                    log.warning("consumer %r: %s", self.group, e)
-                    self._wakeup.wait(REBALANCE_POLL_S)
-            except Exception:
-                # a session closed under this pass unmaps what it was reading: the next bind attaches again
-                if session.alive:
-                    log.exception("consumer %r puller failed; going on", self.group)
-                self._wakeup.wait(REBALANCE_POLL_S)
+            except Exception as e:
+                pass_failed(self, e, session, log)
 
     def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:
         """Read ahead each queue with room in its buffer once; (whether anything moved, idle queues)."""
@@ -308,12 +293,6 @@ class LitePullConsumer:
         return progressed, idle
 
     # ------------------------------------------------------------------ rebalance
-
-    def _rebalance_if_changed(self, me: int) -> None:
-        change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
-        if change is None:
-            return
-        self._rebalance.apply(change, self._pqs, self._drop, me)
 
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away: its unpolled messages are forgotten; with auto commit, commit what poll returned."""

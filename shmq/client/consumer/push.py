@@ -38,7 +38,7 @@ from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
 from shmq.client.producer.producer import inner_producer
 from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
-from shmq.errors import ArgumentTypeError, BadArgumentError, BrokerGoneError, ShmqError
+from shmq.errors import ArgumentTypeError, BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
@@ -48,6 +48,7 @@ from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offs
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+from shmq.client.consumer.puller import REBALANCE_POLL_S, pass_failed, rebalance_if_changed, wait_for_session
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -59,9 +60,7 @@ from shmq.client.consumer.send_back import SendBackClient
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-REBALANCE_POLL_S = 0.02
 DROP_WAIT_S = 1.0  # how long a member giving a queue away waits for its running listener calls
-RECONNECT_WAIT_S = 0.5
 
 _instances = itertools.count(1)  # default instance names: unique per consumer object in this process
 
@@ -293,13 +292,8 @@ class PushConsumer:
         next_rebalance = next_commit = time.monotonic()
         timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
         while self._running:
-            try:
-                session = self._bind(time.monotonic() + RECONNECT_WAIT_S)
-            except (BrokerGoneError, ShmqError) as e:
-                if not self._broker_wait_logged:
-                    log.warning("consumer %r waits for broker %r: %s", self.group, self.broker_name, e)
-                    self._broker_wait_logged = True
-                self._wakeup.wait(RECONNECT_WAIT_S)
+            session = wait_for_session(self, log)
+            if session is None:
                 continue
             try:
                 self._wakeup.clear()
@@ -308,7 +302,7 @@ class PushConsumer:
                 full = timed_out
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
-                    self._rebalance_if_changed(session.client_id)
+                    rebalance_if_changed(self, session.client_id)
                     full = True
                 found: list[tuple[ProcessQueue, list[MessageExt]]] = []
                 idle: list[ProcessQueue] = []
@@ -326,18 +320,9 @@ class PushConsumer:
                     timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 else:
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
-            except (BrokerGoneError, ShmqError, OSError) as e:
+            except Exception as e:
                 self._conn.stand_down()
-                if self._running:
-                    log.warning("consumer %r: %s", self.group, e)
-                    self._wakeup.wait(REBALANCE_POLL_S)
-            except Exception:
-                self._conn.stand_down()
-                # a session closed under this pass (the broker dropped the channel or died) unmaps
-                # what the pass was reading: not a fault, the next bind attaches again
-                if session.alive:
-                    log.exception("consumer %r puller failed; going on", self.group)
-                self._wakeup.wait(REBALANCE_POLL_S)
+                pass_failed(self, e, session, log)
         self._conn.stand_down()
 
     def _pull_pass(self, now: float, found: list[tuple[ProcessQueue, list[MessageExt]]], idle: list[ProcessQueue],
@@ -402,13 +387,6 @@ class PushConsumer:
         return not self._orderly and pq.span() > self.consume_concurrently_max_span
 
     # ------------------------------------------------------------------ rebalance
-
-    def _rebalance_if_changed(self, me: int) -> None:
-        """Apply this member's (client id ``me``) new queues if members, queue counts or perms changed."""
-        change = self._rebalance.check(self._wrapper.views()[0], sorted(self._subscriptions), me, self._pqs)
-        if change is None:
-            return
-        self._rebalance.apply(change, self._pqs, self._drop, me)
 
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away: no new listener call, wait for running ones, commit where it stands."""
