@@ -7,14 +7,13 @@ SPARK_STAMP := $(VENV)/.installed-spark
 
 .PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
 
-# the compiled paths (shmq/_speedups, built by setup.py) need a C compiler, the Python headers and
-# zlib's header: installed by apt-get when missing and root; without them shmq installs pure Python
-$(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx)
+# the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
+# installed by apt-get when missing and root; without them shmq installs pure Python
+$(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx shmq/_speedups/*.pxd shmq/_speedups/*.h)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@sh tools/host-tool.sh gcc "the compiled paths" gcc
 	@sh tools/host-tool.sh $(notdir $(PYTHON))-dev "the compiled paths" \
 	  "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h"
-	@sh tools/host-tool.sh zlib1g-dev "the compiled paths" /usr/include/zlib.h
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

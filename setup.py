@@ -42,7 +42,7 @@ def extensions() -> list[Extension]:
     if not sources:
         return []
     from Cython.Build import cythonize  # a build requirement (pyproject.toml)
-    exts = [Extension(f"shmq._speedups.{os.path.splitext(os.path.basename(s))[0]}", [s], libraries=["z"],
+    exts = [Extension(f"shmq._speedups.{os.path.splitext(os.path.basename(s))[0]}", [s],
                       extra_compile_args=["-O3", "-Wno-unreachable-code"]) for s in sources]
     return cythonize(exts, language_level=3, compiler_directives={
         "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False})

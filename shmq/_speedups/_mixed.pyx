@@ -25,8 +25,7 @@ from libc.string cimport memcpy, memset
 
 from shmq import _speedups
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+from shmq._speedups._crc cimport crc32
 
 cdef extern from *:
     """
@@ -65,17 +64,6 @@ cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
 cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
     _put32(p, <uint32_t>(v >> 32))
     _put32(p + 4, <uint32_t>v)
-
-
-cdef inline unsigned long _crc(unsigned long seed, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """zlib's crc32 continued from ``seed`` over n bytes (in steps zlib's unsigned int can take)."""
-    cdef unsigned int step
-    while n > 0:
-        step = <unsigned int>(n if n < 0x40000000 else 0x40000000)
-        seed = crc32(seed, p, step)
-        p += step
-        n -= step
-    return seed
 
 
 cdef inline bint _int64(object v):
@@ -234,7 +222,7 @@ cdef void _fill(uint8_t* out, const Row* rows, Py_ssize_t n, const uint8_t* pref
             memset(r, 0, OFF_BODY)
             _put32(r, <uint32_t>size)
             _put32(r + 4, MESSAGE_MAGIC)
-            _put32(r + OFF_BODYCRC, <uint32_t>_crc(crc32(0, NULL, 0), rows[i].body, rows[i].body_len) & 0x7FFFFFFFu)
+            _put32(r + OFF_BODYCRC, <uint32_t>crc32(0, rows[i].body, rows[i].body_len) & 0x7FFFFFFFu)
             _put32(r + OFF_FLAG, <uint32_t>rows[i].flag)
             _put64(r + OFF_BORNTIMESTAMP, <uint64_t>born_ts)
             _put64(r + OFF_BORNHOST, <uint64_t>host)
@@ -248,8 +236,8 @@ cdef void _fill(uint8_t* out, const Row* rows, Py_ssize_t n, const uint8_t* pref
             for j in range(8):
                 u[UNIQ_COUNTER + j] = _HEX[(counter >> (28 - 4 * j)) & 0xF]
             memcpy(&uniq[i * UNIQ_LEN], u, UNIQ_LEN)
-            seed = _crc(crc32(0, NULL, 0), rows[i].topic, rows[i].topic_len)
+            seed = crc32(0, rows[i].topic, rows[i].topic_len)
             seed = crc32(seed, <const unsigned char*>b"#", 1)
-            hashes[i] = <int64_t>(_crc(seed, u, UNIQ_LEN) & 0x7FFFFFFFul)
+            hashes[i] = <int64_t>(crc32(seed, u, UNIQ_LEN) & 0x7FFFFFFFul)
             memcpy(u + UNIQ_LEN, rows[i].end, rows[i].end_len)
             pos += size

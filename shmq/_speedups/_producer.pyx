@@ -16,8 +16,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+from shmq._speedups._crc cimport crc32
 
 cdef extern from *:
     """
@@ -56,17 +55,6 @@ cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
 cdef inline void _put64(uint8_t* p, uint64_t v) noexcept nogil:
     _put32(p, <uint32_t>(v >> 32))
     _put32(p + 4, <uint32_t>v)
-
-
-cdef inline uint32_t _crc(unsigned long seed, const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    """zlib's crc32 continued from ``seed`` over n bytes (in steps zlib's unsigned int can take)."""
-    cdef unsigned int step
-    while n > 0:
-        step = <unsigned int>(n if n < 0x40000000 else 0x40000000)
-        seed = crc32(seed, p, step)
-        p += step
-        n -= step
-    return <uint32_t>seed
 
 
 cdef bytes _as_bytes(b):
@@ -136,10 +124,10 @@ cdef void _fill(uint8_t* out, const uint8_t** bodies, const Py_ssize_t* lens, Py
     cdef uint8_t* u
     cdef uint32_t counter
     cdef int j
-    cdef unsigned long seed = crc32(0, NULL, 0)
-    seed = _crc(seed, topic, topic_len)
+    cdef unsigned long seed = 0
+    seed = crc32(seed, topic, topic_len)
     seed = crc32(seed, <const unsigned char*>b"#", 1)
-    seed = _crc(seed, prefix, UNIQ_COUNTER)
+    seed = crc32(seed, prefix, UNIQ_COUNTER)
     with nogil:
         for i in range(n):
             size = OFF_BODY + lens[i] + head_len + UNIQ_LEN + end_len
@@ -148,7 +136,7 @@ cdef void _fill(uint8_t* out, const uint8_t** bodies, const Py_ssize_t* lens, Py
             memset(r, 0, OFF_BODY)
             _put32(r, <uint32_t>size)
             _put32(r + 4, MESSAGE_MAGIC)
-            _put32(r + OFF_BODYCRC, _crc(crc32(0, NULL, 0), bodies[i], lens[i]) & 0x7FFFFFFFu)
+            _put32(r + OFF_BODYCRC, crc32(0, bodies[i], lens[i]) & 0x7FFFFFFFu)
             _put32(r + OFF_FLAG, <uint32_t>flags[i])
             _put32(r + OFF_SYSFLAG, <uint32_t>sysflags[i])
             _put64(r + OFF_BORNTIMESTAMP, <uint64_t>born_ts)

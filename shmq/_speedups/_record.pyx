@@ -5,12 +5,11 @@
 reference ``shmq.codec.record.check_record`` does (tests/speedups/ compare the two on every
 kind of damage). Every length read from the buffer is checked against ``limit`` before it is
 used: the bytes may be a torn tail or garbage, never trusted. The body CRC runs with the GIL
-released (zlib's crc32).
+released (shmq._speedups._crc's CRC-32).
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
-cdef extern from "zlib.h" nogil:
-    unsigned long crc32(unsigned long crc, const unsigned char *buf, unsigned int len)
+from shmq._speedups._crc cimport crc32
 
 cdef extern from *:
     """
@@ -54,17 +53,6 @@ cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
     return <int64_t>((<uint64_t>_u32(p) << 32) | <uint64_t>_u32(p + 4))
 
 
-cdef inline uint32_t _crc(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    cdef unsigned long c = crc32(0, NULL, 0)
-    cdef unsigned int step
-    while n > 0:
-        step = <unsigned int>(n if n < 0x40000000 else 0x40000000)
-        c = crc32(c, p, step)
-        p += step
-        n -= step
-    return <uint32_t>(c & 0x7FFFFFFF)
-
-
 cdef (int, int64_t) _check(const uint8_t* b, Py_ssize_t pos, Py_ssize_t limit, int64_t expected,
                            bint verify_crc) noexcept nogil:
     cdef Py_ssize_t left = limit - pos
@@ -94,7 +82,7 @@ cdef (int, int64_t) _check(const uint8_t* b, Py_ssize_t pos, Py_ssize_t limit, i
         return C_RECORD_END, 0
     if topic_len == 0 or b[p + topic_len] == 0 or (props_len and b[pos + size - 1] != 0x02):
         return C_RECORD_END, 0
-    if verify_crc and _crc(b + pos + OFF_BODY, body_len) != <uint32_t>(<int32_t>_u32(b + pos + OFF_BODYCRC)):
+    if verify_crc and (crc32(0, b + pos + OFF_BODY, <size_t>body_len) & 0x7FFFFFFFu) != <uint32_t>(<int32_t>_u32(b + pos + OFF_BODYCRC)):
         return C_RECORD_BAD_CRC, size
     return C_RECORD_OK, size
 
