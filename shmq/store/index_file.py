@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from shmq.store.mapped_file import PAGE_SIZE, populate_write
+from shmq.store.mapped_file import NEVER, PAGE_SIZE, populate_write
 
 from shmq.codec.record import (
     INDEX_ENTRY_DTYPE,
@@ -65,6 +65,11 @@ class IndexFile:
         self._entry_base = INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE
         self._size = size
         self._reserved = 0  # bytes from 0 with disk blocks: writes past it could SIGBUS on a full disk
+        # entries: past it the writer asks for the next reservation in the background (reserve_due)
+        self.reserve_mark = NEVER
+        # around each reservation: the writer's and the background one (reserve_ahead) must not
+        # both write zeros over the same range, one of them after the other's data
+        self._reserve_lock = threading.Lock()
         self._created = False
         fd = files.open_file(path)[0]
         try:
@@ -142,7 +147,29 @@ class IndexFile:
         the disk has none), ``_RESERVE_ENTRIES`` more at a time."""
         end = self._entry_base + (self._count + 1 + count) * INDEX_ENTRY_SIZE
         if end > self._reserved:
-            self._reserve_to(max(end, self._reserved + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE))
+            with self._reserve_lock:
+                if end > self._reserved:
+                    self._reserve_to(max(end, self._reserved + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE))
+
+    def reserve_due(self) -> bool:
+        """Whether the entries came within half a reserve step of the reserved end."""
+        return self._count >= self.reserve_mark
+
+    def reserve_ahead(self) -> None:
+        """Reserve the next ``_RESERVE_ENTRIES`` entries and map their pages, in the allocator's
+        thread (AllocateMappedFileService.keep_reserved): the plain put then finds them reserved.
+        A full disk or a closed file stops it quietly; the writer's own reserve() reports it."""
+        with self._reserve_lock:
+            start = self._reserved
+            if self._mm.closed or not start or start >= self._size:  # the first reservation (at creation) scans pages: not here
+                return
+            try:
+                self._reserve_to(start + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE)
+                first = start & ~(PAGE_SIZE - 1)
+                address = ctypes.addressof(ctypes.c_char.from_buffer(self._mm))
+                populate_write(address + first, self._reserved - first)  # a fault avoided, or nothing
+            except OSError:
+                return
 
     def reserved_for(self, count: int) -> bool:
         """True if the next ``count`` entries fit and have their blocks (the put path's check)."""
@@ -171,6 +198,8 @@ class IndexFile:
             if full < stop and not np.frombuffer(self._mm, np.uint8, stop - full, full).any():
                 space.write_zeros(self.path, full, stop)
         self._reserved = stop
+        self.reserve_mark = (stop - self._entry_base) // INDEX_ENTRY_SIZE - _RESERVE_ENTRIES // 2 \
+            if stop < self._size else NEVER
 
     def _populate_new(self, stop: int) -> None:
         """A new file's header, slot table and first entries, fallocated: mapped writable here
@@ -327,11 +356,12 @@ class IndexFile:
 
     def close(self) -> None:
         """Unmap and close; numpy views must go first or mmap.close raises BufferError."""
-        if self._mm.closed:
-            return
-        del self._slots, self._entries
-        self._mm.close()
-        os.close(self._fd)
+        with self._reserve_lock:  # not while reserve_ahead maps pages
+            if self._mm.closed:
+                return
+            del self._slots, self._entries
+            self._mm.close()
+            os.close(self._fd)
 
     def destroy(self) -> None:
         self.close()

@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer
 from shmq.errors import DiskFullError
 from shmq.store import files, space
+
+if TYPE_CHECKING:
+    from shmq.store.index_file import IndexFile
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = mmap.PAGESIZE
@@ -66,6 +69,9 @@ class MappedFile:
         # disk. No data is ever above it (see reserve): a loaded file starts at its size, never
         # reserved again, until recovery sets it at the end of its data (zero_from).
         self.reserved_position = size
+        # the writer asks for the next step in the background once wrote_position reaches this
+        # (AllocateMappedFileService.keep_reserved): set by each reservation, half a step before its end
+        self.reserve_mark = NEVER
         self._reserve_lock = threading.Lock()
         start = fmt.parse_offset_file_name(os.path.basename(path))
         if start is None:
@@ -148,6 +154,17 @@ class MappedFile:
                 space.reserve(self.path, start, stop - start)
             space.write_zeros(self.path, start, stop)
             self.reserved_position = stop
+            self.reserve_mark = stop - self.reserve_step // 2 if stop < self.size else NEVER
+
+    def reserve_due(self) -> bool:
+        """Whether the writer came within half a reserve step of the reserved end."""
+        return self.wrote_position >= self.reserve_mark
+
+    def reserve_ahead(self) -> None:
+        """Reserve the next step past the writer and map its pages, off the writer's thread (the
+        allocator's): the writer then finds the room reserved and its pages present. A full disk
+        or a closed file stops it quietly; the writer's own reservation reports it."""
+        self.populate(min(self.size, max(self.reserved_position, self.wrote_position) + self.reserve_step))
 
     @property
     def is_full(self) -> bool:
@@ -323,7 +340,7 @@ class AllocateMappedFileService:
         self._warm = warm and ahead > 0
         self._sync_warm = sync_warm
         self._ahead = ahead
-        self._jobs: queue.SimpleQueue[tuple[MappedFile, int] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._warmer: threading.Thread | None = None
         self._lock = threading.Lock()
         self._ready: dict[str, MappedFile] = {}
@@ -385,19 +402,40 @@ class AllocateMappedFileService:
     def keep_ahead(self, mf: MappedFile) -> None:
         """The writer reached ``mf.warm_mark``: warm up to ``ahead`` past it, in the background."""
         mf.warm_mark = NEVER  # one request in flight per segment
+        end = mf.wrote_position + self._ahead
+        self._submit(lambda: self._populate(mf, end))
+
+    def keep_reserved(self, *files: MappedFile | IndexFile | None) -> None:
+        """Reserve the next step of each file whose writer passed its ``reserve_mark``, in the
+        background (one request in flight per file: the mark is NEVER until it is done).
+
+        The plain put (shmq.store.plain_put) calls it after each put it takes: a file short of
+        reserved room would send the next put down the reference path, which reserves (zeros
+        written, a fallocate, then first-touch page faults) on the serving thread."""
+        for f in files:
+            if f is not None and f.reserve_due():
+                f.reserve_mark = NEVER
+                self._submit(f.reserve_ahead)
+
+    def _submit(self, job: Callable[[], object]) -> None:
         with self._lock:
             if self._closed:
                 return
             if self._warmer is None:
                 self._warmer = threading.Thread(target=self._warm_ahead, name="WarmAhead", daemon=True)
                 self._warmer.start()
-        self._jobs.put((mf, mf.wrote_position + self._ahead))
+        self._jobs.put(job)
+
+    def _populate(self, mf: MappedFile, end: int) -> None:
+        if mf.populate(end) and not self._closed:  # else (kernel before 5.14, file closed) stop
+            self._set_mark(mf)
 
     def _warm_ahead(self) -> None:
         while (job := self._jobs.get()) is not None:
-            mf, end = job
-            if mf.populate(end) and not self._closed:  # else (kernel before 5.14, file closed) stop
-                self._set_mark(mf)
+            try:
+                job()
+            except Exception:  # the writer reserves for itself if this failed; the thread lives on
+                log.exception("reserving ahead failed")
 
     def shutdown(self) -> None:
         """Stop preparing and delete prepared-but-unused segments (they hold no data)."""

@@ -95,6 +95,8 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     cq.max_offset = qoff + n
     cq.max_phys_end = end
     store._dispatched_ts = ts
+    if cl._allocator is not None:  # the next puts' room, reserved off this thread before they need it
+        cl._allocator.keep_reserved(mf, cmf, index.newest_writable() if nkeys and index is not None else None)
     return phys, qoff, ts
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import threading
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 from shmq.codec import record as fmt
 from shmq.store import plain_put
 from shmq.store.hooks import PutRequest
+from shmq.store.mapped_file import NEVER
 from shmq.store.message_store import MessageStore
 from tests.speedups.conftest import compiled_or_skip
 
@@ -202,3 +204,47 @@ def test_put_plain_refuses_bad_arguments_without_writing() -> None:
         a[k] = bad
         assert fn(*a) == (-2 if k in (10, 12, 18, 19) else -1), k  # -2: valid records, a file lacks the room
         assert not any(cl2) and not any(cq2), k
+
+
+def test_reservations_ahead_keep_every_put_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long run of usual batches: the files' next reserve steps are made in the allocator's
+    thread (keep_reserved) before the writer needs them, so no put after the queue's first
+    falls back to the reference path to reserve; bytes and results stay the reference's."""
+    config = {"mappedFileSizeCommitLog": 4 << 20, "maxHashSlotNum": 1000, "maxIndexNum": 100_000,
+              "warmMappedFileEnable": False, "flushDiskType": "ASYNC_FLUSH"}
+    recs = [{"body": b"y" * 60, "keys": "k", "tags": "TagA", "sysflag": 0, "crc0": False, "topic": "T1"}] * 50
+    p = {"records": recs, "queue": 0, "user_batch": True, "damage": [], "damage_often": False, "starts": None}
+    compiled = compiled_or_skip("_store", "put_plain")
+
+    def run(plain: bool) -> tuple:
+        monkeypatch.setattr(plain_put, "ENABLED", plain)
+        calls = [0]
+
+        def counting(*args):
+            out = compiled(*args)
+            calls[0] += out >= 0
+            return out
+
+        monkeypatch.setattr(plain_put, "put_plain", counting)
+        with tempfile.TemporaryDirectory() as root:
+            store = MessageStore(root, config).start()
+            out, marks = [], 0
+            try:
+                for k in range(400):
+                    store.commitlog.next_store_timestamp = lambda k=k: 1_700_000_000_000 + k  # type: ignore
+                    out.append(_outcome(store, _request(p)))
+                    done = threading.Event()  # the allocator's jobs run in order: all before this one are done
+                    store.allocator._submit(done.set)
+                    assert done.wait(10)
+                    cmf = store._queues["T1", 0].queue.files[-1]
+                    marks += cmf.reserve_mark != NEVER and cmf.reserved_position < cmf.size
+                out.append(_state(store))
+            finally:
+                store.shutdown()
+            return out, _files(root), calls[0], marks
+
+    ref, ref_files, _, _ = run(False)
+    new, new_files, taken, marks = run(True)
+    assert new == ref and new_files == ref_files
+    assert taken == 399  # all but the queue's first put (which makes the queue and the index file)
+    assert marks == 400  # a consume-queue reservation is always waiting for the writer to near it

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
+
+import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.store.commitlog import CommitLog
-from shmq.store.mapped_file import NEVER, AllocateMappedFileService
+from shmq.codec.record import INDEX_ENTRY_SIZE
+from shmq.store.index_file import _RESERVE_ENTRIES, IndexFile
+from shmq.store.mapped_file import NEVER, AllocateMappedFileService, MappedFile
 
 from .conftest import record
 from tests.waiting import wait_for
@@ -61,3 +66,58 @@ def test_ahead_of_a_segment_or_more_warms_whole_segments(tmp_path):
     assert wait_for(lambda: not alloc._pending and os.path.exists(nxt) and _allocated(nxt) >= SEGMENT)
     alloc.shutdown()
     log.close()
+
+
+def _drain(alloc: AllocateMappedFileService) -> None:
+    done = threading.Event()  # jobs run in order: every earlier one is done when this one runs
+    alloc._submit(done.set)
+    assert done.wait(10)
+
+
+def test_keep_reserved_reserves_the_next_step_in_the_background_below_no_data(tmp_path):
+    """A consume-queue-like file: once the writer passes half a step before the reserved end,
+    keep_reserved has the allocator's thread reserve one more step; written bytes stay as
+    they were and the rest reads as zeros; the mark follows, NEVER while a request is out."""
+    step = 64 << 10
+    mf = MappedFile(os.path.join(tmp_path, fmt.offset_file_name(0)), 1 << 20, reserve_step=step)
+    alloc = AllocateMappedFileService(warm=False)
+    assert mf.reserved_position == step and mf.reserve_mark == step // 2
+    alloc.keep_reserved(mf, None)
+    assert mf.reserve_mark == step // 2 and not mf.reserve_due()  # not due yet: nothing asked
+    data = bytes(range(256)) * 160
+    mf.view[:len(data)] = data
+    mf.wrote_position = len(data)
+    alloc.keep_reserved(mf)
+    _drain(alloc)
+    assert mf.reserved_position == 2 * step and mf.reserve_mark == 2 * step - step // 2  # one step past the end
+    assert _allocated(mf.path) >= mf.reserved_position
+    assert bytes(mf.view[:len(data)]) == data and not mf.array[len(data):].any()
+    mf.wrote_position = mf.size - 100  # near the end: the last step stops at the file's size
+    alloc.keep_reserved(mf)
+    _drain(alloc)
+    assert mf.reserved_position == mf.size and mf.reserve_mark == NEVER
+    alloc.shutdown()
+    mf.destroy()
+
+
+def test_keep_reserved_on_an_index_file_and_after_close(tmp_path):
+    f = IndexFile(str(tmp_path / "idx"), 100, 20_000)
+    alloc = AllocateMappedFileService(warm=False)
+    first = f._reserved
+    assert f.reserve_mark == (first - f._entry_base) // INDEX_ENTRY_SIZE - _RESERVE_ENTRIES // 2
+    rng = np.random.default_rng(1)
+    n = f.reserve_mark + 1
+    hashes, phys, ts = rng.integers(0, 1 << 31, n), np.arange(n) * 100, np.full(n, 1_700_000_000_000)
+    assert f.put_batch(hashes, phys, ts) == n and f.reserve_due()
+    before = bytes(f._mm[:first])
+    alloc.keep_reserved(f)
+    assert f.reserve_mark == NEVER  # one request in flight
+    _drain(alloc)
+    assert f._reserved == first + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE and not f.reserve_due()
+    assert bytes(f._mm[:first]) == before and not any(f._mm[first:f._reserved])
+    assert f.query(int(hashes[-1]), 0, 1 << 62, 10)[0] == phys[-1]
+    f.reserve_mark = 0
+    f.close()
+    alloc.keep_reserved(f)  # a closed file: nothing happens, the thread lives on
+    _drain(alloc)
+    alloc.shutdown()
