@@ -319,7 +319,7 @@ class BrokerCore:
                 wake(topic, qid, hi)
         self._touched.clear()
         if self.publisher is not None:
-            self.publisher.queue_offsets(items)
+            self.publisher.queue_offsets(items, self.store.commitlog.max_offset)
 
     # ------------------------------------------------------------------ topics, groups, offsets
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from shmq.broker.groups import BROADCASTING, ConsumerGroup
 from shmq.broker.topics import TopicConfig
-from shmq.ring.state import QUEUE, StateWriter
+from shmq.ring.state import MAX_PHY_WORD as _MAX_PHY_WORD, QUEUE, StateWriter
 
 ROLE_PRODUCER = 1
 ROLE_CONSUMER = 2
@@ -112,8 +112,10 @@ class StatePublisher:
         block = self._queue_blocks.get(topic)
         return block[0] + queue_id if block is not None and 0 <= queue_id < block[1] else None
 
-    def queue_offsets(self, items: Iterable[tuple[str, int, int, int]]) -> None:
-        """Publish (topic, qid, min, max) after a pass of puts.
+    def queue_offsets(self, items: Iterable[tuple[str, int, int, int]], max_phy_offset: int) -> None:
+        """Publish (topic, qid, min, max) and the commitlog's end after a pass of puts (the end
+        on the timer tick only left a message an acknowledged send just stored invisible to
+        ``Admin.view_message`` and the other store lookups for up to a tick).
 
         The hot path of every broker pass: plain aligned 8-byte stores through a ``memoryview``
         of the queue table (one ``memcpy`` each, never torn) instead of numpy structured-field
@@ -130,6 +132,7 @@ class StatePublisher:
                     i = row * per_row
                     q64[i + _MIN_WORD] = lo
                     q64[i + _MAX_WORD] = hi
+            w.stats_words[_MAX_PHY_WORD] = max_phy_offset
         finally:
             w.end(seq)
 

@@ -80,6 +80,7 @@ its own log end, with ``master_offset`` the master's as last heard (-1: never)."
 QUEUE_WORDS = QUEUE.itemsize // 8  # a queue row as native 8-byte words
 MIN_WORD = QUEUE.fields["min_offset"][1] // 8  # type: ignore[index]  # a structured dtype has fields
 MAX_WORD = QUEUE.fields["max_offset"][1] // 8  # type: ignore[index]
+MAX_PHY_WORD = STATS.fields["max_phy_offset"][1] // 8  # type: ignore[index]
 _TABLES = (("topics", TOPIC), ("queues", QUEUE), ("groups", GROUP), ("members", MEMBER),
            ("offsets", OFFSET), ("clients", CLIENT))
 
@@ -200,6 +201,9 @@ class StateWriter:
         _, rows, pos = layout.places()["queues"]
         # the queue table as native 8-byte words: lone aligned stores of a max offset (hot path)
         self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
+        _, _, pos = layout.places()["stats"]
+        # the stats row as native 8-byte words: the commitlog end published after each pass of puts
+        self.stats_words = segment.buf[pos:pos + STATS.itemsize].cast("q")
 
     def begin(self) -> int:
         """Open a seqlock write section without a context manager (hot path); pass the result to ``end``."""
@@ -245,6 +249,7 @@ class StateWriter:
         """Unmap (the name stays)."""
         self._seq.release()
         self.queue_words.release()
+        self.stats_words.release()
         self.view = None  # type: ignore[assignment]
         self.segment.close()
 

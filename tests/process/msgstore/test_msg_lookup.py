@@ -104,3 +104,18 @@ def test_lookups_cost_the_broker_no_request(broker_name: str, store_dir: str, co
         admin = Admin(broker=broker_name, timeout=0.001)  # a control-queue call would time out
         assert wait_for(lambda: admin.query_by_key("T", "only"))
         assert [m.msg_id for m in admin.query_by_key("T", "only")] == [r.msg_id]
+
+
+def test_a_message_is_viewable_as_soon_as_its_send_returns(broker_name: str, store_dir: str, config: dict) -> None:
+    """Read your writes: the commitlog end is published with each pass's max offsets, not on the
+    10 ms timer tick, so a lookup right after SEND_OK finds the message (it raised
+    MessageNotFoundError for up to a tick before)."""
+    with shmq.Broker(store_dir, name=broker_name, config=config):
+        admin = Admin(broker=broker_name)
+        p = Producer("pg", broker=broker_name).start()
+        try:
+            for i in range(30):
+                r = p.send(Message("V", f"v{i}".encode()))
+                assert admin.view_message(r.offset_msg_id).body == f"v{i}".encode()
+        finally:
+            p.shutdown()
