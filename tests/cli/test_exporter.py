@@ -15,6 +15,7 @@ import shmq
 from shmq import Message, Producer
 from tests.ipc_tracking import IpcTracker
 from tests.monitor.test_prometheus import parse
+from tests.waiting import wait_for
 
 SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
          "maxHashSlotNum": 1009, "maxIndexNum": 4000}
@@ -63,6 +64,8 @@ def test_scrapes_follow_the_broker_down_up_and_restarted(exporter, ipc_tracker: 
         with Producer("pg", broker=name) as p:
             for i in range(25):
                 p.send(Message("Metrics", b"m%d" % i))
+        # counters are published on the broker's 10 ms tick: 25 sync sends can all fit before one
+        assert wait_for(lambda: _value(_scrape(url), "shmq_topic_messages_in_total", topic="Metrics") == 25)
         samples = _scrape(url)
         assert _value(samples, "shmq_up", broker=name) == 1
         assert _value(samples, "shmq_topic_messages_in_total", topic="Metrics") == 25

@@ -48,7 +48,7 @@ def test_meta_gen_moves_with_topics_and_groups_only(pair):
     pub.topics({"A": TopicConfig("A", 2, 2, 6)}, lambda t, q: (0, 0), {})
     g1 = state.meta_gen()
     assert g1 != g0
-    pub.queue_offsets([("A", 0, 0, 5)])
+    pub.queue_offsets([("A", 0, 0, 5)], 0)
     pub.counters({"A": (5, 500)}, 5, 500, 0, 100, 100)
     pub.offset("g", "A", 0, 3)
     assert state.meta_gen() == g1
@@ -72,7 +72,7 @@ def test_pull_bounds_fast_path_answers_what_the_tables_say(pair, monkeypatch):
     reads = []
     real_read = state.reader.read
     monkeypatch.setattr(state.reader, "read", lambda fn, *a: reads.append(1) or real_read(fn, *a))
-    pub.queue_offsets([("A", 1, 2, 9), ("B", 2, 0, 4)])  # no meta change: answered from the cache
+    pub.queue_offsets([("A", 1, 2, 9), ("B", 2, 0, 4)], 0)  # no meta change: answered from the cache
     check()
     assert not reads
     steps = [
@@ -100,7 +100,7 @@ def test_rebalance_check_recomputes_only_after_a_meta_change(pair):
     assert a is not None and {mq.queue_id for mq in a.mine} == {0, 1}
     r.done(a)
     assert r.check(state, ["A"], 11, a.mine) is None
-    pub.queue_offsets([("A", 0, 0, 5)])
+    pub.queue_offsets([("A", 0, 0, 5)], 0)
     assert r.check(state, ["A"], 11, a.mine) is None
     ab = r.check(state, ["A", "B"], 11, a.mine)  # new topics (B does not exist): computed, not taken from the cache
     assert ab is not None and ab.mine == a.mine
