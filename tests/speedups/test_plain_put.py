@@ -124,17 +124,24 @@ def _files(root: str) -> dict[str, bytes]:
     return out
 
 
-def _run(puts: list[dict], plain: bool, monkeypatch: pytest.MonkeyPatch, extra_hook: bool) -> tuple:
+def _count_plain_puts(monkeypatch: pytest.MonkeyPatch, plain: bool) -> list[int]:
+    """Turn the plain put on or off and count (in the returned one-item list) the puts it took;
+    the compiled twin is used also under SHMQ_NO_EXTENSIONS=1, as in every differential test."""
     monkeypatch.setattr(plain_put, "ENABLED", plain)
     calls = [0]
-    compiled = compiled_or_skip("_store", "put_plain")  # also under SHMQ_NO_EXTENSIONS=1, as every differential test
+    compiled = compiled_or_skip("_store", "put_plain")
 
-    def counting(*args):  # how many puts the plain put took
+    def counting(*args):
         out = compiled(*args)
         calls[0] += out >= 0
         return out
 
     monkeypatch.setattr(plain_put, "put_plain", counting)
+    return calls
+
+
+def _run(puts: list[dict], plain: bool, monkeypatch: pytest.MonkeyPatch, extra_hook: bool) -> tuple:
+    calls = _count_plain_puts(monkeypatch, plain)
     with tempfile.TemporaryDirectory() as root:
         store = MessageStore(root, _CONFIG).start()
         if extra_hook:
@@ -214,18 +221,9 @@ def test_reservations_ahead_keep_every_put_plain(monkeypatch: pytest.MonkeyPatch
               "warmMappedFileEnable": False, "flushDiskType": "ASYNC_FLUSH"}
     recs = [{"body": b"y" * 60, "keys": "k", "tags": "TagA", "sysflag": 0, "crc0": False, "topic": "T1"}] * 50
     p = {"records": recs, "queue": 0, "user_batch": True, "damage": [], "damage_often": False, "starts": None}
-    compiled = compiled_or_skip("_store", "put_plain")
 
     def run(plain: bool) -> tuple:
-        monkeypatch.setattr(plain_put, "ENABLED", plain)
-        calls = [0]
-
-        def counting(*args):
-            out = compiled(*args)
-            calls[0] += out >= 0
-            return out
-
-        monkeypatch.setattr(plain_put, "put_plain", counting)
+        calls = _count_plain_puts(monkeypatch, plain)
         with tempfile.TemporaryDirectory() as root:
             store = MessageStore(root, config).start()
             out, marks = [], 0
