@@ -44,6 +44,7 @@ from shmq.errors import BadExpressionError
 
 TYPE_SQL92 = "SQL92"
 MAX_DEPTH = 64  # nesting of parentheses / NOT / unary minus: a hostile text cannot exhaust the stack
+MAX_LENGTH = 65_536  # characters of one expression: a filter is a condition, not a data set
 INT64_MAX = 2 ** 63 - 1
 
 # truth values (Kleene's logic as small ints: AND is min, OR is max, NOT is 2 - x)
@@ -327,8 +328,8 @@ _TOKEN = re.compile(r"""
     (?P<ws>\s+|--[^\n\r]*|/\*.*?\*/)
   | (?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)
   | (?P<int>(?:0|[1-9][0-9]*)[lL]?)
-  | (?P<str>'(?:[^']|'')*')
-  | (?P<qid>"(?:[^"]|"")*")
+  | (?P<str>'[^']*+(?:''[^']*+)*+')
+  | (?P<qid>"[^"]*+(?:""[^"]*+)*+")
   | (?P<id>[A-Za-z_$][A-Za-z0-9_$.]*)
   | (?P<op><>|<=|>=|[=<>(),+-])
 """, re.VERBOSE | re.DOTALL | re.ASCII)
@@ -358,7 +359,13 @@ def _error(text: str, pos: int, expected: str, found: str) -> BadExpressionError
 
 
 def tokenize(text: str) -> list[Token]:
-    """The tokens of ``text``, ending with an ``end`` token; literals checked for range."""
+    """The tokens of ``text``, ending with an ``end`` token; literals checked for range.
+
+    Memory is the text's size plus one Token per token: a quoted literal or name is matched by
+    possessive runs of non-quote characters, so the regex engine keeps no backtracking state
+    per character (the alternation it replaced kept about 240 bytes per character)."""
+    if len(text) > MAX_LENGTH:
+        raise _error(text, MAX_LENGTH, f"at most {MAX_LENGTH} characters", f"{len(text)} characters")
     out: list[Token] = []
     pos, n = 0, len(text)
     while pos < n:

@@ -106,3 +106,35 @@ def test_fuzz_parser_only_raises_bad_expression(text, props):
         assert e.column is not None and 1 <= e.column <= len(text) + 1
         return
     assert f.truth(props) in (FALSE, UNKNOWN, TRUE)
+
+
+@pytest.mark.parametrize("text", [
+    "a = '" + "x" * 60_000 + "'",  # a string literal
+    "a = '" + "x''" * 20_000 + "'",  # one with escaped quotes
+    '"' + "x" * 60_000 + '" = 1',  # a quoted name
+    '"' + 'x""' * 20_000 + '" = 1',
+    "/*" + "x" * 60_000 + "*/ a = 1",  # a comment
+])
+def test_tokenizing_a_long_literal_takes_memory_in_proportion_to_its_text(text):
+    """Regression: a quoted literal was matched by an alternation inside a repetition, for which
+    the regex engine kept about 240 bytes of backtracking state per character (a 4 MB string
+    literal took 959 MB). Now: the text, the token's text and its value, a few bytes a character."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        f = sql(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f.tree is not None
+    assert peak < 8 * len(text) + 100_000, f"{peak} bytes at peak for {len(text)} characters"
+
+
+def test_an_expression_over_the_length_limit_is_refused_in_one_line():
+    """A limit chosen here (RocketMQ documents none): 64 Ki characters, refused before tokenizing."""
+    from shmq.filter.sql import MAX_LENGTH
+    sql("a = '" + "x" * (MAX_LENGTH - 6) + "'")  # at the limit: taken
+    with pytest.raises(BadExpressionError) as e:
+        sql("a = '" + "x" * (5 << 20) + "'")
+    assert f"at most {MAX_LENGTH} characters" in str(e.value) and "\n" not in str(e.value)
+    assert e.value.column == MAX_LENGTH + 1
