@@ -10,7 +10,6 @@ at once.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -25,7 +24,7 @@ from shmq.procs.broker import BrokerController, run_broker
 from shmq.broker.health import ReplicaHealth
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
-from shmq.store.config_files import write_json
+from shmq.store.config_files import parse_json, write_json
 from shmq.store.hooks import PutRequest
 from shmq.store.replicated import ReplicaAppender
 
@@ -115,9 +114,9 @@ def _note_queues(core: BrokerCore, touched: dict[tuple[str, int], None]) -> None
 def _mirror_topics(core: BrokerCore, text: bytes) -> None:
     """The master's topics.json becomes the replica's topic table (written and published)."""
     try:
-        table = json.loads(text)["topicConfigTable"]
+        table = parse_json(text)["topicConfigTable"]
         wanted: dict[str, TopicConfig] = {name: topic_from_json(name, e) for name, e in table.items()}
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # AttributeError: a table that is no object
         log.error("the master's topics.json was not used: %s", e)
         return
     topics = core.topics
@@ -143,7 +142,7 @@ def _merge_offsets(core: BrokerCore, text: bytes) -> None:
     """The master's consumer offsets, merged by max per (group, topic, queue): a group that fails
     over here resumes where it was, and this replica's own consumers' commits are kept."""
     try:
-        offsets = parse_offsets(json.loads(text))
+        offsets = parse_offsets(parse_json(text))
     except (ValueError, TypeError) as e:
         log.error("the master's consumerOffset.json was not used: %s", e)
         return
@@ -168,7 +167,7 @@ def _keep_progress(core: BrokerCore, name: str, text: bytes) -> None:
     every parked message again. Written without fsync (it arrives every second it changes); its
     loaders cut progress that runs past this store's queues."""
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError as e:
         log.error("the master's %s was not kept: %s", name, e)
         return

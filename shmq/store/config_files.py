@@ -3,7 +3,9 @@
 Write to a temp file, fsync, rename over the old one, fsync the folder: a crash leaves either
 the old or the new file, never a torn one. The previous version is kept as `<name>.bak` so a
 file damaged by other means can still be read; ``load_json`` says which copy it used and why
-the newer one could not be, so a stale fallback is never silent.
+the newer one could not be, so a stale fallback is never silent. Every metadata loader decodes
+through ``parse_json``/``read_json_file``, so a damaged text is one ValueError whatever the
+fault (not UTF-8, not JSON, a number too long, nested too deep), never a traceback.
 """
 from __future__ import annotations
 
@@ -45,6 +47,23 @@ def write_json(path: str, data: Any, durable: bool = True) -> None:
         os.close(fd)
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads``, with a text nested deeper than the decoder's recursion limit refused as
+    ValueError like any other damage (the decoder raises RecursionError for it, which no
+    caller expects from a file: a ``[[[[...`` file was a traceback at broker start)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to decode") from None
+
+
+def read_json_file(path: str) -> Any:
+    """The JSON value in ``path``: ValueError if its content is damaged (UnicodeDecodeError is
+    one), OSError as reading raises it (FileNotFoundError: there is none)."""
+    with open(path, encoding="utf-8") as f:
+        return parse_json(f.read())
+
+
 @dataclass
 class Loaded:
     """What ``load_json`` found: the content of the first readable copy (None: none was), the
@@ -68,12 +87,11 @@ def load_json(path: str, check: Callable[[Any], object]) -> Loaded:
     out = Loaded()
     for candidate in (path, f"{path}.bak"):
         try:
-            with open(candidate, encoding="utf-8") as f:
-                data = json.load(f)
+            data = read_json_file(candidate)
             check(data)
         except FileNotFoundError:
             continue
-        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        except (ValueError, TypeError) as e:  # what read_json_file or check refused
             out.problems.append(f"{candidate}: {e}")
             continue
         except OSError as e:  # unreadable (EIO, EACCES): as damaged as garbage
@@ -98,10 +116,9 @@ def read_json(path: str, default: Any = None) -> Any:
     """The file's content; falls back to `<name>.bak`, then to `default`."""
     for candidate in (path, f"{path}.bak"):
         try:
-            with open(candidate, encoding="utf-8") as f:
-                return json.load(f)
+            return read_json_file(candidate)
         except FileNotFoundError:
             continue
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except ValueError:
             continue
     return default

@@ -9,13 +9,12 @@ MetadataError naming the file and the fault.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 
 from shmq.errors import DiskFullError, MetadataError
 from shmq.ha.protocol import Epoch, check_epochs
-from shmq.store.config_files import write_json
+from shmq.store.config_files import read_json_file, write_json
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +29,10 @@ class EpochFile:
     def entries(self) -> list[Epoch]:
         """The saved list (empty if the store never had one); MetadataError if the file is damaged."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                data = json.load(f)
+            data = read_json_file(self.path)
         except FileNotFoundError:
             return []
-        except (ValueError, UnicodeDecodeError) as e:
+        except ValueError as e:  # any damage, nesting too deep for the decoder included
             raise MetadataError(f"{self.path} is not valid JSON ({e}); restore it from the master's list "
                                 "or remove it only if the store holds no data") from None
         try:

@@ -16,9 +16,11 @@ from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
 from shmq.errors import MetadataError
+from shmq.ha import protocol
 from shmq.model.perm import PERM_READ, PERM_RW
 from shmq.model.system_topics import is_system_topic
 from shmq.store.hooks import PutRequest
+from shmq.procs.replica import ReplicaInbox
 from shmq.store.message_store import MessageStore
 
 from .conftest import serve
@@ -191,3 +193,48 @@ def test_a_good_offset_file_loads_unchanged(store_dir, config, caplog):
     finally:
         store.shutdown()
     assert "damaged" not in caplog.text
+
+
+NESTED = "[" * 200_000  # past the JSON decoder's recursion limit: RecursionError inside json.loads
+
+LOADED_AT_START = ["topics.json", "consumerOffset.json", "delayOffset.json", "timerCheckpoint.json",
+                   "transactionCheck.json", "dlqResend.json"]
+
+
+@pytest.mark.parametrize("name", LOADED_AT_START)
+def test_a_deeply_nested_metadata_file_is_damage_not_a_traceback(store_dir, config, caplog, name):
+    """Every JSON file the store and the broker core load at start, nested too deep to decode:
+    the broker starts, with the file's damage logged as for any garbage (its backup or what was
+    rebuilt instead), and the messages are all still there."""
+    write(config_path(store_dir, name), NESTED)
+    with caplog.at_level(logging.WARNING):
+        store, core = open_core(store_dir, config)
+    try:
+        assert user_topics(core.topics.topics) == {"Old", "New"}
+        assert store.get_max_offset_in_queue("New", 3) == 1
+    finally:
+        store.shutdown()
+    assert name in caplog.text and "nested too deeply" in caplog.text
+
+
+def test_deeply_nested_offsets_without_a_valid_copy_refuse_the_start_in_one_line(store_dir, config):
+    write(config_path(store_dir, "consumerOffset.json"), NESTED)
+    write(config_path(store_dir, "consumerOffset.json.bak"), "{" + '"a": {' * 200_000)
+    with pytest.raises(MetadataError, match="nested too deeply") as e:
+        open_core(store_dir, config)
+    assert "\n" not in str(e.value) and "remove it" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", [protocol.META_TOPICS, protocol.META_OFFSETS, protocol.META_DELAY_OFFSETS],
+                         ids=["topics", "offsets", "progress"])
+def test_a_replica_refuses_deeply_nested_metadata_from_its_master_in_one_line(tmp_path, config, caplog, kind):
+    """Regression: the master's topics.json, consumerOffset.json or a progress file nested past
+    the JSON decoder's limit raised RecursionError in the replica's broker loop."""
+    config = dict(config, brokerRole="SLAVE")
+    with MessageStore(str(tmp_path / "replica"), config) as store:
+        core = BrokerCore(store, BrokerConfig.load(config))
+        inbox = ReplicaInbox(None)  # type: ignore[arg-type]  # never rung: apply is called directly
+        inbox.metadata(kind, NESTED.encode())
+        with caplog.at_level(logging.ERROR):
+            inbox.apply(core)
+    assert "nested too deeply" in caplog.text and "was not" in caplog.text

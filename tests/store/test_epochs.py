@@ -47,6 +47,8 @@ def test_save_is_atomic_and_checked(tmp_path):
 
 @pytest.mark.parametrize("text, why", [
     ("{not json", "not valid JSON"),
+    ("[" * 200_000, "nested too deeply"),  # was a RecursionError traceback
+    ('{"epochs": ' * 200_000, "nested too deeply"),
     ('{"epochs": 3}', "epochs"),
     ('[1, 2]', "epochs"),
     ('{"epochs": [{"epoch": 1, "startOffset": 0}]}', "keys"),

@@ -76,14 +76,16 @@ def test_persist_writes_only_changes(tmp_path):
     assert os.stat(s.path).st_mtime_ns == mtime
 
 
-def test_backup_is_used_when_the_file_is_damaged(tmp_path):
+@pytest.mark.parametrize("damage", ["{ torn", "[" * 200_000], ids=["torn", "nested-too-deep"])
+def test_backup_is_used_when_the_file_is_damaged(tmp_path, damage):
+    """Regression (nested): a file nested past the JSON decoder's limit raised RecursionError."""
     s = LocalFileOffsetStore("bg", "i1", directory=str(tmp_path))
     s.update("T", 0, 1)
     s.persist()
     s.update("T", 0, 2)
     s.persist()
     with open(s.path, "w") as f:
-        f.write("{ torn")
+        f.write(damage)
     again = LocalFileOffsetStore("bg", "i1", directory=str(tmp_path))
     again.load()
     assert again.read("T", 0) == 1
