@@ -28,7 +28,7 @@ import time
 from typing import Protocol
 
 from shmq.config import BrokerConfig, split_address
-from shmq.errors import CorruptRecordError, HADivergedError, HAProtocolError, MetadataError, ShmqError
+from shmq.errors import CorruptRecordError, DiskFullError, HADivergedError, HAProtocolError, MetadataError, ShmqError
 from shmq.ha import protocol
 from shmq.store.epochs import EpochFile
 from shmq.store.replicated import ReplicaAppender
@@ -97,7 +97,7 @@ class HAClient(threading.Thread):
         delay = base
         host, port = self.address
         while not self._stop_event.is_set():
-            self._streamed = False
+            self._streamed = disk_full = False
             try:
                 sock = socket.create_connection((host, port), timeout=self.config.ha_connect_timeout / 1000)
             except OSError as e:
@@ -114,6 +114,9 @@ class HAClient(threading.Thread):
                     return
                 except HAProtocolError as e:  # what the master sent was refused
                     self._note(f"connection to master {host}:{port} closed: {e}", logging.ERROR)
+                except DiskFullError as e:  # local: reconnecting before the disk has room would only fail again
+                    self._note(f"connection to master {host}:{port} closed: {e}; reconnecting once the disk has room")
+                    disk_full = True
                 except (ShmqError, OSError) as e:  # a full disk, a reset connection
                     self._note(f"connection to master {host}:{port} closed: {e}")
                 except Exception:  # a bug must not end replication for good: logged in full, retried
@@ -122,6 +125,8 @@ class HAClient(threading.Thread):
                 finally:
                     self._sock = None
                     sock.close()
+            if disk_full:
+                self._wait_for_room(base)
             if self._stop_event.is_set():
                 break
             self.stats["reconnects"] += 1
@@ -129,6 +134,15 @@ class HAClient(threading.Thread):
             self._stop_event.wait(delay)
         log.info("HA client stopped: %d bytes in %d frames over %d connections, last report %d",
                  self.stats["bytes"], self.stats["frames"], self.stats["connects"], self.stats["last_report"])
+
+    def _wait_for_room(self, interval: float) -> None:
+        """Until the store measures room again (it logs when it does) or the replica stops: each
+        reconnect on a full disk would hand-shake, fail its first append and log both again."""
+        space = self.appender.store.space
+        while not self._stop_event.wait(interval):
+            space.recheck()
+            if not space.full:
+                return
 
     def _note(self, message: str, level: int = logging.WARNING) -> None:
         """Log a state once, not once per retry (messages differing only in numbers are one state)."""

@@ -122,7 +122,11 @@ class DiskSpace:
             self.measure()
 
     def refused(self, e: DiskFullError) -> None:
-        """A reservation failed: refuse writes until as much as it asked for is free."""
+        """A reservation failed: refuse writes until as much as it asked for is free. ``e`` may be
+        this state's own refusal (``check_new_file`` raised it under the reservation): then the
+        state stands as it is, and its reason does not become ``disk full: disk full: ...``."""
+        if self.full and str(e) == str(self.error()):
+            return
         self._wanted = max(e.wanted, 1)
         self._next_probe = time.monotonic() + PROBE_INTERVAL
         self._set(True, str(e))
