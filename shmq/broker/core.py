@@ -43,6 +43,7 @@ from shmq.store.filter_bitmap import CalcBitMapDispatcher
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore, PutMessageResult
 from shmq.store.rewrite import dispatch_fields
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 SERVICE_ERROR_LOG_MS = 60_000
@@ -113,6 +114,9 @@ class BrokerCore:
         # a replica only mirrors what its master wrote
         self.services: list[TimedService] = []
         self._service_errors: dict[str, tuple[int, int]] = {}  # service -> (ms last logged, failures since)
+        # a read-only or full disk: tried again with backoff and logged once, not on every pass
+        self._topics_write = WriteRetry(log, "writing topics.json")
+        self._offsets_write = WriteRetry(log, "writing consumerOffset.json")
         self.delay: DelayLevelService | None = None
         self.timer: TimerService | None = None
         self.transactions: TransactionalMessageService | None = None
@@ -349,20 +353,30 @@ class BrokerCore:
             self.publish_topics()
         return deleted
 
-    def persist_topics(self) -> None:
+    def persist_topics(self, force: bool = False) -> None:
+        """Write topics.json; while writing it fails, only once its retry delay is over (``force``:
+        now, at shutdown). A failure leaves the table dirty: a later pass or tick tries again."""
+        now = time.monotonic()
+        if not (force or self._topics_write.due(now)):
+            return
         try:
             self.topics.persist()
-        except OSError as e:  # stays dirty: the next pass or tick tries again
-            log.error("writing topics.json failed: %s", e)
+        except OSError as e:
+            self._topics_write.failed(e, now)
+            return
+        self._topics_write.succeeded()
 
-    def persist_offsets(self) -> None:
+    def persist_offsets(self, force: bool = False) -> None:
         """Every flushConsumerOffsetInterval: committed offsets and the timed services' progress (a
-        full disk must not stop the broker)."""
-        if self.offsets.dirty:
+        full disk must not stop the broker; offsets that failed wait for their retry delay)."""
+        now = time.monotonic()
+        if self.offsets.dirty and (force or self._offsets_write.due(now)):
             try:
                 self.offsets.persist()
-            except OSError as e:  # stays dirty: the next interval tries again
-                log.error("writing consumerOffset.json failed: %s", e)
+            except OSError as e:  # stays dirty: a later interval tries again
+                self._offsets_write.failed(e, now)
+            else:
+                self._offsets_write.succeeded()
         for service in self.services:
             service.persist(durable=True)
 
@@ -440,7 +454,7 @@ class BrokerCore:
         except Exception:  # a full disk or no descriptors left must not keep the IPC objects alive
             log.exception("persisting consumer offsets at shutdown failed")
         if self.topics.dirty:
-            self.persist_topics()
+            self.persist_topics(force=True)
         for service in self.services:
             try:
                 service.persist(durable=True)
