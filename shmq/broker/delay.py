@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +34,7 @@ from shmq.broker.schedule import delivered_record
 from shmq.store.config_files import load_json, set_aside, write_json
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 
@@ -68,6 +70,7 @@ class DelayLevelService:
             if not loaded.source:
                 set_aside(self.path)  # so the next write does not rotate it over a good .bak
         self.dirty = False  # offsets moved since the last write
+        self._write = WriteRetry(log, "writing delayOffset.json")  # a read-only or full disk: logged once
         self.unsynced = False  # written without fsync since the last durable write
         self.delivered = 0
         self.offsets: dict[int, int] = parse_delay_offsets(loaded.data) if loaded.source else {}
@@ -157,9 +160,14 @@ class DelayLevelService:
         """Write delayOffset.json (a failure is logged: the next tick or interval tries again)."""
         if not (self.dirty or (durable and self.unsynced)):
             return
+        now = time.monotonic()
+        if not (durable or self._write.due(now)):  # failing: a tick's write waits for its retry delay
+            return
         try:
             write_json(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}},
                        durable=durable)
             self.dirty, self.unsynced = False, not durable
         except OSError as e:
-            log.error("writing delayOffset.json failed: %s", e)
+            self._write.failed(e, now)
+            return
+        self._write.succeeded()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -25,6 +26,7 @@ from shmq.model.system_topics import TIMER_TOPIC
 from shmq.store.config_files import load_json, set_aside, write_json
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
 from shmq.store.message_store import MessageStore
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 
@@ -43,6 +45,7 @@ class TimerService:
         self.pending_keys = PendingTimers()
         self.check = self._load_checkpoint()
         self.dirty = False  # the checkpoint moved since the last write
+        self._write = WriteRetry(log, "writing timerCheckpoint.json")  # a read-only or full disk: logged once
         self.unsynced = False  # written without fsync since the last durable write
         self.delivered = 0
         self.late = 0  # delivered on reading because the wall clock had stepped back
@@ -177,11 +180,16 @@ class TimerService:
                 self.dirty = True
         if not (self.dirty or (durable and self.unsynced)):
             return
+        now = time.monotonic()
+        if not (durable or self._write.due(now)):  # failing: a tick's write waits for its retry delay
+            return
         try:
             write_json(self.path, self.check.to_json(), durable=durable)
             self.dirty, self.unsynced = False, not durable
         except OSError as e:
-            log.error("writing timerCheckpoint.json failed: %s", e)
+            self._write.failed(e, now)
+            return
+        self._write.succeeded()
 
 
 def _read(cq: ConsumeQueue, start: int, end: int, chunk: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:

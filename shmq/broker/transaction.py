@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Callable, NamedTuple
 
 from shmq.broker.answers import Peer
@@ -57,6 +58,7 @@ from shmq.store.config_files import load_json, write_json
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore, PutMessageResult
 from shmq.store.rewrite import rewrite_record
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 
@@ -120,6 +122,7 @@ class TransactionalMessageService:
         self.check_max = config.transaction_check_max
         self.interval = config.transaction_check_interval
         self.path = os.path.join(store.store_dir, "config", "transactionCheck.json")
+        self._write = WriteRetry(log, "writing transactionCheck.json")  # a read-only or full disk: logged once
         loaded = load_json(self.path, parse_state)
         if loaded.damaged:
             log.error("transaction check progress damaged (%s); using %s", " | ".join(loaded.problems),
@@ -374,11 +377,16 @@ class TransactionalMessageService:
         st = self.state
         if not (st.dirty or (durable and self.unsynced)):
             return
+        now = time.monotonic()
+        if not (durable or self._write.due(now)):  # failing: a round's write waits for its retry delay
+            return
         try:
             write_json(self.path, st.to_json(), durable=durable)
             st.dirty, self.unsynced = False, not durable
         except OSError as e:
-            log.error("writing transactionCheck.json failed: %s", e)
+            self._write.failed(e, now)
+            return
+        self._write.succeeded()
 
 
 def _kind(t: int) -> str:

@@ -1,7 +1,8 @@
 """A store whose config/ folder turns read-only under a running broker (a bind mount of it
 remounted read-only; root only, skipped otherwise): the broker goes on serving sends and reads,
-says once that topics.json and consumerOffset.json cannot be written (not on every pass of its
-loop or every interval), and writes them by itself once the folder is writable again."""
+says once that topics.json, consumerOffset.json or delayOffset.json cannot be written (not on
+every pass of its loop, tick or interval), and writes them by itself once the folder is writable
+again."""
 from __future__ import annotations
 
 import contextlib
@@ -48,12 +49,16 @@ def test_a_read_only_config_folder_is_logged_once_and_written_when_writable_agai
             with read_only(os.path.join(store_dir, "config")):
                 assert p.send(Message("Fresh", b"x")).status is SendStatus.SEND_OK  # auto-created
                 c.commit(MessageQueue("Old", broker_name, 0), 1)
+                for i in range(4):  # delivered on several ticks: each writes delayOffset.json
+                    p.send(Message("Later", b"d%d" % i, delay_level=1))
+                    time.sleep(0.3)
+                assert wait_for(lambda: "writing delayOffset.json failed" in broker.log(), 10), broker.log()
                 assert wait_for(lambda: "writing consumerOffset.json failed" in broker.log(), 10), broker.log()
                 assert "writing topics.json failed" in broker.log()
                 time.sleep(3)  # about 150 passes of an idle loop, 30 offset intervals
                 log = broker.log()
-                assert log.count("writing topics.json failed") == 1, log
-                assert log.count("writing consumerOffset.json failed") == 1, log
+                for name in ("topics.json", "consumerOffset.json", "delayOffset.json"):
+                    assert log.count(f"writing {name} failed") == 1, log
                 assert "Read-only file system" in log
                 got = []
                 for mq in c.fetch_queues("Old"):  # reads go on
@@ -64,6 +69,7 @@ def test_a_read_only_config_folder_is_logged_once_and_written_when_writable_agai
                 assert broker.process.poll() is None
             assert wait_for(lambda: "writing topics.json works again" in broker.log(), 20), broker.log()
             assert wait_for(lambda: "writing consumerOffset.json works again" in broker.log(), 20), broker.log()
+            assert wait_for(lambda: "writing delayOffset.json works again" in broker.log(), 20), broker.log()
             with open(os.path.join(store_dir, "config", "topics.json")) as f:
                 assert "Fresh" in json.load(f)["topicConfigTable"]
             with open(os.path.join(store_dir, "config", "consumerOffset.json")) as f:
