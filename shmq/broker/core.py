@@ -366,15 +366,14 @@ class BrokerCore:
             return
         self._topics_write.succeeded()
 
-    def persist_offsets(self, force: bool = False) -> None:
+    def persist_offsets(self) -> None:
         """Every flushConsumerOffsetInterval: committed offsets and the timed services' progress (a
-        full disk must not stop the broker; offsets that failed wait for their retry delay)."""
-        now = time.monotonic()
-        if self.offsets.dirty and (force or self._offsets_write.due(now)):
+        full disk must not stop the broker, nor log a line every interval)."""
+        if self.offsets.dirty:
             try:
                 self.offsets.persist()
-            except OSError as e:  # stays dirty: a later interval tries again
-                self._offsets_write.failed(e, now)
+            except OSError as e:  # stays dirty: the next interval tries again
+                self._offsets_write.failed(e, time.monotonic())
             else:
                 self._offsets_write.succeeded()
         for service in self.services:

@@ -5,8 +5,9 @@ offsets) until an operator acts. The broker must not stop for it, nor try again 
 of its loop (every 20 ms when idle) and log each try: that buried the log under hundreds of
 identical lines a second. So a failing write is tried again with a doubling delay (up to
 ``max_delay`` s), and logged once when it starts failing, once more only if it fails for
-another reason, and once when it works again. The clock is the caller's (``now``, monotonic
-seconds), so the policy is tested without waiting.
+another reason, and once when it works again (a write already spaced by its own interval, as
+the committed offsets are, skips ``due`` and uses only the logging). The clock is the
+caller's (``now``, monotonic seconds), so the policy is tested without waiting.
 """
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ class WriteRetry:
         state = _DIGITS.sub("#", str(error))
         if state != self._state:
             self._state = state
-            self.log.error("%s failed: %s; the broker goes on and tries again every %g s at most, this is logged "
-                           "again when it works", self.what, error, self.max_delay)
+            self.log.error("%s failed: %s; the broker goes on, tries again and logs when it works",
+                           self.what, error)
 
     def succeeded(self) -> None:
         """A try worked: logged if it had been failing; the next failure is logged again."""
