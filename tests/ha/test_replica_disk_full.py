@@ -10,16 +10,22 @@ from shmq import Message
 from shmq.client.producer.producer import Producer
 from tests.ha.conftest import SEGMENT, Pair
 from tests.ha.fake_master import commitlog_bytes, wait_reports
-from tests.ha.test_replica import _fill
 from tests.store.small_disk import MiB, fill, small_disk
 from tests.waiting import wait_for
+
+
+def send(pair: Pair, n: int) -> None:
+    """``n`` incompressible 3 KB messages to the master (the log grows by what is sent)."""
+    with Producer("pg", broker=pair.master_name) as p:
+        for _ in range(n):
+            p.send(Message("Orders", os.urandom(3000)))
 
 
 def test_a_full_disk_is_logged_once_per_state_and_the_replica_catches_up_when_freed(pair: Pair, ipc_tracker) -> None:
     """Regression: past diskSpaceWarningLevelRatio the replica reconnected every
     haReconnectInterval, got past the handshake, failed its first append and logged both
     ``following master`` and ``closed: disk full`` each time (forever, every second by default)."""
-    _fill(pair, 100)
+    send(pair, 100)
     fake = pair.fake()
     with small_disk("tmpfs") as mnt:
         store = ipc_tracker.store(os.path.join(mnt, "replica"))
@@ -28,9 +34,7 @@ def test_a_full_disk_is_logged_once_per_state_and_the_replica_catches_up_when_fr
             assert wait_reports(fake, pair.master_end(), 30)
             held = pair.master_end()
             filler = fill(mnt, 3 * MiB)  # over diskSpaceWarningLevelRatio (90 %), room for small files
-            with Producer("pg", broker=pair.master_name) as p:
-                for _ in range(400):  # more than a segment: the replica must open a new one
-                    p.send(Message("Orders", os.urandom(3000)))
+            send(pair, 400)  # more than a segment: the replica must open a new one
             assert wait_for(lambda: "closed: disk full" in replica.log(), 30), replica.log()
             connections = fake.connections
             time.sleep(3)  # 30 reconnects at haReconnectInterval (100 ms) if it still retried blindly
