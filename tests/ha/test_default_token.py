@@ -176,3 +176,13 @@ def test_a_master_that_cannot_prove_the_token_feeds_nothing(pair: Pair) -> None:
     assert impostor.reports == []
     assert "the master did not prove haAuthToken" in r.log()
     assert _stored_nothing(pair.replica_store)
+
+
+def test_a_master_given_an_unusable_token_file_does_not_start(tmp_path, ipc_tracker: IpcTracker) -> None:
+    """A token file other users can read is no secret: the broker refuses to start, in one line."""
+    token = tmp_path / "ha.token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    store, name = ipc_tracker.store(str(tmp_path / "m")), ipc_tracker.name("m")
+    with pytest.raises(BrokerStartError, match="readable by other users \\(mode 0644\\): chmod 600 it"):
+        shmq.Broker(store, name, {**BASE, "haListenPort": free_port(), "haAuthTokenFile": str(token)})
