@@ -95,7 +95,10 @@ class BrokerConfig:
     ha_listen_port: int = 10912
     ha_listen_address: str = "127.0.0.1"  # shmq: loopback unless told (RocketMQ listens on every address)
     ha_master_address: str | None = None  # replica side: "host:port"
-    ha_auth_token: str = ""  # shmq: shared secret both sides prove with HMAC; empty: no proof asked
+    # shmq: shared secret both sides prove with HMAC. Never empty in use: unset, it is read from
+    # haAuthTokenFile, else from the store's config/ha.token (a master generates that file once)
+    ha_auth_token: str = ""
+    ha_auth_token_file: str | None = None  # shmq: a file (mode 0600) holding the token, e.g. a copy of the master's
     ha_send_heartbeat_interval: int = 5000  # ms: a replica reports (and the sender sends a heartbeat) at least this often
     ha_housekeeping_interval: int = 20000  # ms: a connection silent this long is closed
     ha_transfer_batch_size: int = 32768  # bytes of log per frame
@@ -142,6 +145,8 @@ class BrokerConfig:
             raise ConfigError(f"haListenPort must be 0..65535, got {self.ha_listen_port}")
         if self.ha_master_address is not None:
             split_address(self.ha_master_address)
+        if self.ha_auth_token and self.ha_auth_token_file:
+            raise ConfigError("give one of haAuthToken and haAuthTokenFile, not both")
         for key in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
                     "ha_max_gap_not_in_sync", "ha_max_frame_size", "ha_connect_timeout", "ha_reconnect_interval",
                     "sync_flush_timeout"):

@@ -1,7 +1,7 @@
 """The replica's HA client: one thread that follows the master's commitlog (RocketMQ's HAClient).
 
-It connects to ``haMasterAddress``, answers the master's HELLO with proof of ``haAuthToken``,
-checks the master's proof, segment size and epoch history (``protocol.consistent_offset``),
+It connects to ``haMasterAddress``, answers the master's HELLO with proof of the HA token,
+checks the master's proof (a master that cannot prove it feeds nothing), segment size and epoch history (``protocol.consistent_offset``),
 cuts a tail the master never had (kept in DIR/diverged/), adopts the master's epoch list, and
 then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
 dispatches the records) and reports its max offset after each burst of frames (what one wakeup
@@ -56,9 +56,11 @@ class Sink(Protocol):
 class HAClient(threading.Thread):
     """Follows the master at ``config.ha_master_address`` until ``stop()``."""
 
-    def __init__(self, appender: ReplicaAppender, config: BrokerConfig, name: str, sink: Sink) -> None:
+    def __init__(self, appender: ReplicaAppender, config: BrokerConfig, name: str, token: str, sink: Sink) -> None:
+        """``token``: the secret both sides prove (``shmq.ha.token.replica_token``), never empty."""
         super().__init__(name=f"shmq-ha-client-{name}", daemon=True)
         assert config.ha_master_address is not None
+        self.token = token.encode()
         self.address = split_address(config.ha_master_address)
         self.appender = appender
         self.epochs = EpochFile(appender.store.store_dir)
@@ -158,7 +160,7 @@ class HAClient(threading.Thread):
         it or fell silent, or we stop), or HAProtocolError for something of the master's refused;
         ``_streamed`` tells whether it got past the handshake."""
         cfg = self.config
-        session = protocol.ReplicaSession(cfg.ha_auth_token.encode(), self.broker_name, cfg.ha_max_frame_size)
+        session = protocol.ReplicaSession(self.token, self.broker_name, cfg.ha_max_frame_size)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         heartbeat = cfg.ha_send_heartbeat_interval / 1000

@@ -11,7 +11,9 @@ RocketMQ's replication frames sit behind a handshake of three messages::
 ``mac_r = HMAC-SHA256(haAuthToken, b"shmq-ha-1 replica" + nonce_m + nonce_r)`` proves the token
 without sending it, and ``mac_m`` (the same over ``b"shmq-ha-1 master" + nonce_r + nonce_m``)
 proves it back, so a fake master cannot feed a replica either. Fresh nonces on both sides
-make a recorded handshake worthless. Then, as in RocketMQ: the replica sends its max
+make a recorded handshake worthless. Neither session takes an empty token: an HMAC keyed with
+nothing is one anybody can compute, so it would prove nothing (``shmq.ha.token`` says where a
+side's token comes from). Then, as in RocketMQ: the replica sends its max
 commitlog offset (i64) after connecting, after each append and every heartbeat interval; the
 master sends ``i64 offset | u32 size | bytes`` frames of raw commitlog, size 0 as heartbeat.
 Offset -1 marks a metadata frame (u8 kind + a config file's JSON) so that topic config and
@@ -136,6 +138,12 @@ def consistent_offset(replica: list[Epoch], replica_max: int, master: list[Epoch
 # ---------------------------------------------------------------------- MACs
 
 
+def _check_token(token: bytes) -> bytes:
+    if not token:
+        raise ValueError("HA needs a non-empty haAuthToken: a MAC keyed with an empty token proves nothing")
+    return token
+
+
 def replica_mac(token: bytes, nonce_m: bytes, nonce_r: bytes) -> bytes:
     return hmac.new(token, b"shmq-ha-1 replica" + nonce_m + nonce_r, hashlib.sha256).digest()
 
@@ -246,7 +254,7 @@ class MasterSession:
     the socket gave; after ``Authenticated`` the owner sends ``welcome(...)`` and streams frames."""
 
     def __init__(self, token: bytes, nonce: bytes | None = None) -> None:
-        self.token = token
+        self.token = _check_token(token)
         self.nonce = nonce or os.urandom(NONCE)
         self._nonce_r = b""
         self.authenticated = False
@@ -315,7 +323,7 @@ class ReplicaSession:
     (a 4 GiB length closes the connection instead of allocating it)."""
 
     def __init__(self, token: bytes, name: str, max_frame: int, nonce: bytes | None = None) -> None:
-        self.token = token
+        self.token = _check_token(token)
         self.name = name.encode()[:MAX_NAME]
         self.nonce = nonce or os.urandom(NONCE)
         self.max_frame = max_frame

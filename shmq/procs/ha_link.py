@@ -8,13 +8,31 @@ a busy broker makes no system call for replication. While SYNC_MASTER answers wa
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Callable
 
 from shmq.broker.health import ReplicaHealth
 from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment, SenderWaker
+from shmq.ha.token import master_token
 from shmq.procs.ha_supervisor import SenderSupervisor
 from shmq.ring.framing import full_fence
+
+log = logging.getLogger("shmq.broker")
+
+
+def _with_token(store_dir: str, config: BrokerConfig) -> BrokerConfig:
+    """The sender's config, holding the token replicas must prove (generated into the store when
+    none is configured, so that no HA port is ever open to whoever connects); ConfigError if a
+    configured token file cannot be used (the broker refuses to start: one line)."""
+    token = master_token(store_dir, config)
+    if token.generated:
+        log.info("haAuthToken is not set: generated an HA token in %s (mode 0600); a replica must be given it "
+                    "(copy it to the replica's STORE/config/ha.token)", token.source)
+    else:
+        log.info("HA sender: replicas must prove the HA token (%s)", token.source)
+    return dataclasses.replace(config, ha_auth_token=token.secret, ha_auth_token_file=None)
 
 
 class MasterLink:
@@ -22,10 +40,11 @@ class MasterLink:
     ``log_end`` reads the commitlog's max offset (the in-sync gap is measured from it)."""
 
     def __init__(self, broker: str, store_dir: str, config: BrokerConfig, log_end: Callable[[], int]) -> None:
+        sender_config = _with_token(store_dir, config) if config.ha_listen_port > 0 else None
         self.segment = HASegment.create(broker, config.group_id())
         try:
             self._waker = SenderWaker(broker)
-            self.sender = SenderSupervisor(store_dir, broker, config) if config.ha_listen_port > 0 else None
+            self.sender = SenderSupervisor(store_dir, broker, sender_config) if sender_config is not None else None
         except BaseException:
             self.segment.close()
             self.segment.unlink()

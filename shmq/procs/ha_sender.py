@@ -6,6 +6,7 @@ exits by itself soon after the broker is gone, so it never outlives the log it s
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -17,6 +18,7 @@ from shmq.config import BrokerConfig
 from shmq.errors import ShmqError
 from shmq.ha.sender import HASender
 from shmq.ha.shared import HASegment
+from shmq.ha.token import master_token
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.doorbell import FollowingBell
 from shmq.ring.liveness import Watch
@@ -92,7 +94,14 @@ def run_ha_sender(store_dir: str, name: str, config: BrokerConfig) -> int:
     try:
         refusal = _refusal(store_dir, name, state, ha)
         if refusal is None:
-            return _serve(store_dir, name, config, state, ha)
+            try:  # the broker hands its sender the token it resolved; a sender run by hand resolves it here
+                token = master_token(store_dir, config)
+            except (ShmqError, OSError) as e:
+                refusal = str(e)
+            else:
+                log.info("replicas must prove the HA token (%s)", token.source)
+                config = dataclasses.replace(config, ha_auth_token=token.secret, ha_auth_token_file=None)
+                return _serve(store_dir, name, config, state, ha)
     finally:
         ha.close()
         state.close()

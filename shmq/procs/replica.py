@@ -20,6 +20,8 @@ from shmq.broker.groups import parse_offsets
 from shmq.broker.topics import TopicConfig, topic_from_json
 from shmq.ha import protocol
 from shmq.ha.client import HAClient
+from shmq.ha.served_as import record_served_name
+from shmq.ha.token import replica_token
 from shmq.procs.broker import BrokerController, run_broker
 from shmq.broker.health import ReplicaHealth
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
@@ -192,11 +194,16 @@ class ReplicaController(BrokerController):
     """A BrokerController in role SLAVE with the HA client following its master."""
 
     def start(self) -> "ReplicaController":
+        """The master's token is found first (no token: the start is refused in one line, before
+        the store opens); the name served is recorded in the store for ``shmq admin promote``."""
+        token = replica_token(self.store_dir, self.config)
         super().start()
         assert self.store is not None
+        log.info("the master must prove the HA token (%s)", token.source)
+        record_served_name(self.store_dir, self.name, self.config.ha_master_address)
         self.store.put_hooks.append(ReadOnly(replica_refusal(self.name, self.config)))
         self.follower = ReplicaInbox(self.bell)
-        self.ha_client = HAClient(ReplicaAppender(self.store), self.config, self.name, self.follower)
+        self.ha_client = HAClient(ReplicaAppender(self.store), self.config, self.name, token.secret, self.follower)
         self.ha_client.start()
         return self
 

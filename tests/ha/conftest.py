@@ -14,13 +14,14 @@ import shmq
 from shmq.config import BrokerConfig
 from shmq.ha.shared import HASegment
 from tests.ha import hosts
-from tests.ha.fake_master import FakeMaster
+from tests.ha.fake_master import TOKEN, FakeMaster
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 
 SEGMENT = 1024 * 1024
 BASE = {"mappedFileSizeCommitLog": SEGMENT, "mappedFileSizeConsumeQueue": 20 * 4096, "maxHashSlotNum": 1009,
         "maxIndexNum": 40000, "haListenPort": 0, "flushConsumerOffsetInterval": 100}
-REPLICA = {**BASE, "brokerRole": "SLAVE", "haReconnectInterval": 100, "haSendHeartbeatInterval": 200}
+REPLICA = {**BASE, "brokerRole": "SLAVE", "haReconnectInterval": 100, "haSendHeartbeatInterval": 200,
+           "haAuthToken": TOKEN}
 
 
 class Pair:

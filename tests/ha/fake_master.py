@@ -21,10 +21,11 @@ from shmq.ha import metadata, protocol
 from shmq.ha.protocol import Epoch
 
 BATCH = 32768
+TOKEN = "fake-master-token"  # what replicas of the tests are given (conftest.REPLICA) unless a test says otherwise
 
 
 class FakeMaster:
-    def __init__(self, store_dir: str, segment_size: int, max_offset: Callable[[], int], token: bytes = b"",
+    def __init__(self, store_dir: str, segment_size: int, max_offset: Callable[[], int], token: bytes = TOKEN.encode(),
                  epochs: list[Epoch] | None = None, limit: int | None = None,
                  bad: Callable[[int], bytes] | None = None, close_after: int | None = None, port: int = 0,
                  trust_any: bool = False) -> None:
@@ -77,7 +78,8 @@ class FakeMaster:
                     pass
 
     def _session(self, conn: socket.socket) -> None:
-        session = protocol.MasterSession(self.token)
+        session = protocol.MasterSession(self.token or b"-")
+        session.token = self.token  # an impostor may sign with an empty key, which a real session refuses to
         conn.sendall(session.hello())
         conn.settimeout(0.05)
         welcomed = False

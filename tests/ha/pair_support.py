@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,10 +16,10 @@ import time
 from tests.ha.hosts import Host
 
 HA_PORT = 10912
-TOKEN = "pair-secret"
 SEGMENT = 1 << 20  # 1 MiB commitlog segments: replication crosses many segment ends
 
-COMMON = {"haAuthToken": TOKEN, "mappedFileSizeCommitLog": SEGMENT, "haSendHeartbeatInterval": 300,
+# no haAuthToken: the master generates STORE/config/ha.token, the replica gets a copy (docs/HA.md)
+COMMON = {"mappedFileSizeCommitLog": SEGMENT, "haSendHeartbeatInterval": 300,
           "haHousekeepingInterval": 2000, "haConnectTimeout": 1000, "haReconnectInterval": 200,
           "syncFlushTimeout": 1000}
 
@@ -112,6 +113,11 @@ def start_master(host: Host, role: str = "SYNC_MASTER", **extra: object) -> subp
 
 
 def start_replica(host: Host, master: Host, **extra: object) -> subprocess.Popen:
+    """`shmq replica` set up as an operator does: its store holds a copy of the master's token."""
+    token = os.path.join(replica_store(host), "config", "ha.token")
+    if not os.path.exists(token):
+        os.makedirs(os.path.dirname(token), mode=0o700, exist_ok=True)
+        shutil.copy2(os.path.join(master.dir, "store", "config", "ha.token"), token)
     conf = write_conf(host, "replica", {**COMMON, **extra})
     proc = host.popen([sys.executable, "-m", "shmq", "replica", "--store", replica_store(host), "--name", "r",
                        "--master", f"{master.ip}:{HA_PORT}", "--config", conf], stdout=subprocess.DEVNULL,
@@ -198,7 +204,7 @@ def failover_round(master: Host, replica: Host, min_acked: int, kill_after: floa
     done = acked(acked_path)
     conf = write_conf(replica, "promoted", {"mappedFileSizeCommitLog": SEGMENT, "haListenPort": 0})
     out = replica.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", replica_store(replica),
-                       "--name", "r", "--config", conf], timeout=90)
+                       "--config", conf], timeout=90)  # it keeps the name "r" its clients know
     assert out.returncode == 0, out.stdout + out.stderr
     wait_serving(replica, "r")
     got = read_all(replica, "r", "after-promote.json")

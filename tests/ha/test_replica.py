@@ -221,12 +221,11 @@ def test_promote_turns_the_replica_into_a_master(pair: Pair) -> None:
     replica = pair.replica(fake.address)
     assert wait_reports(fake, pair.master_end())
     fake.close()
-    conf = pair.config_file(fake.address)
+    conf = pair.config_file(fake.address)  # no brokerName in it, and no --name: the name the replica served under
     out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", pair.replica_store,
-                          "--name", pair.replica_name, "--config", conf, "--timeout", "20"],
-                         capture_output=True, text=True, timeout=60)
+                          "--config", conf, "--timeout", "20"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("\n") == 1 and "ASYNC_MASTER" in out.stdout
+    assert out.stdout.count("\n") == 1 and "ASYNC_MASTER" in out.stdout and repr(pair.replica_name) in out.stdout
     pid = int(out.stdout.split("(pid ")[1].split(";")[0])
     assert replica.process.wait(5) == 0
     try:
@@ -341,6 +340,16 @@ def test_a_master_with_data_but_no_epochs_is_not_followed(pair: Pair) -> None:
     assert fake.reports == []
     replica.stop()
     assert "announces no epoch history" in replica.log()
+
+
+def test_promote_without_a_name_needs_one_recorded(pair: Pair, tmp_path) -> None:
+    """A store no replica ever served records no name: promote asks for --name instead of
+    starting a broker under a name no client uses."""
+    store = str(tmp_path / "never-a-replica")
+    out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", store, "--timeout", "5"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "records no replica name" in out.stderr and "--name" in out.stderr
 
 
 def test_promote_refuses_a_master(pair: Pair) -> None:

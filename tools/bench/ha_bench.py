@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -187,7 +188,9 @@ def phase(name: str, role: str, a: argparse.Namespace) -> dict:
         result = None
         try:
             for line in w.stdout:  # type: ignore[union-attr]
-                if line.strip() == "start-replica":
+                if line.strip() == "start-replica":  # the operator's step first: the master's token to the replica
+                    os.makedirs(f"{replica.dir}/store/config", mode=0o700, exist_ok=True)
+                    shutil.copy2(f"{master.dir}/store/config/ha.token", f"{replica.dir}/store/config/ha.token")
                     with open(f"{replica.dir}/replica.log", "ab") as log:
                         replica.popen([sys.executable, "-m", "shmq", "replica", "--store", f"{replica.dir}/store",
                                        "--name", REPLICA, "--master", f"{master.ip}:{PORT}"], stdout=log, stderr=log)

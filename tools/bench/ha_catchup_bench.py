@@ -79,6 +79,13 @@ def cpu_seconds(pid: int, tid: int = 0) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def give_token(master_store: str, replica_store: str) -> None:
+    """What an operator does before a replica's first start (docs/HA.md): copy the master's
+    generated STORE/config/ha.token into the replica's store."""
+    os.makedirs(os.path.join(replica_store, "config"), mode=0o700, exist_ok=True)
+    shutil.copy2(os.path.join(master_store, "config", "ha.token"), os.path.join(replica_store, "config", "ha.token"))
+
+
 def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float = 600.0) -> dict:
     """One catch-up: master broker on the backlog, a fresh replica; seconds and MB/s."""
     import shmq
@@ -93,6 +100,7 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
         try:
             end = seg.master_offset
             t0 = time.time()
+            give_token(backlog, store)
             log = open(os.path.join(work, "replica.log"), "ab")
             proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", store, "--name", replica,
                                      "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)
@@ -142,6 +150,7 @@ def sync_rtt(sends: int) -> dict:
     port, tag = free_port(), f"{os.getpid()}"
     broker = shmq.Broker(os.path.join(work, "master"), name=f"csm{tag}",
                          config={"brokerRole": "SYNC_MASTER", "haListenPort": port})
+    give_token(os.path.join(work, "master"), os.path.join(work, "replica"))
     log = open(os.path.join(work, "replica.log"), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", os.path.join(work, "replica"),
                              "--name", f"csr{tag}", "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)

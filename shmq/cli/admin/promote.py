@@ -4,7 +4,9 @@ The replica's store is byte-identical to the master's log up to where it got, so
 master store unchanged (the store opens a new epoch at a master start). The replica is stopped
 gracefully (SIGTERM: it finishes its pass, persists offsets and topics, removes its IPC
 objects), then `shmq broker --role ROLE` is started detached on the store with its log in
-STORE/broker.log, and the command returns once the new broker serves.
+STORE/broker.log, and the command returns once the new broker serves. The master keeps the
+name the replica served under (recorded in the store at the replica's start), so clients
+configured for the replica find it; ``--name`` (or ``brokerName`` in ``--config``) overrides.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 
 from shmq.cli.options import load_config
 from shmq.errors import BrokerNotFoundError, ShmqError
+from shmq.ha.served_as import RECORD, served_name
 from shmq.ha.shared import HASegment
 from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
@@ -31,8 +34,15 @@ def promote(store: str, name: str | None, config_path: str | None, role: str, ti
     loaded = load_config("admin promote", config_path, name)
     if loaded is None:
         return 2
-    name = loaded[1]
     store_dir = os.path.realpath(store)
+    if name is None and loaded[0].broker_name is None:
+        name = served_name(store_dir)
+        if name is None:
+            print(f"shmq admin promote: error: store {store_dir} records no replica name ({RECORD}): give the "
+                  "name clients use with --name N", file=sys.stderr)
+            return 2
+    else:
+        name = loaded[1]
     try:
         stopped = _stop_replica(name, store_dir, timeout)
         pid = _start_master(store_dir, name, config_path, role, timeout)
@@ -145,7 +155,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     """`shmq admin promote --store DIR [--name N] [--config FILE] [--role R] [--timeout S]`."""
     p = sub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else the "
+                                  "name the replica served under, recorded in the store)")
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
     p.add_argument("--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
                    help="role of the new master")

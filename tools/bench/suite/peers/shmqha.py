@@ -39,8 +39,9 @@ class ReplicatedPair:
         self.replica_log = os.path.join(workdir, f"{self.replica_name}.log")
         # the replica's store has the master's layout (the handshake refuses another segment size)
         conf = os.path.join(workdir, f"{self.replica_name}.conf")
-        with open(conf, "w") as f:
+        with open(conf, "w") as f:  # and the token the master generated in its store (docs/HA.md)
             f.write("".join(f"{camel(k)}={v}\n" for k, v in layout.items()))
+            f.write(f"haAuthTokenFile={os.path.join(self.master_store, 'config', 'ha.token')}\n")
         try:
             with open(self.replica_log, "ab") as log:
                 self.replica = subprocess.Popen(
