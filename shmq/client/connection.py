@@ -22,6 +22,7 @@ import posix_ipc
 
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
+from shmq.ring import client_keys
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
 from shmq.ring.doorbell import park, wake
@@ -244,7 +245,7 @@ class BrokerConnection:
                 raise BrokerNotFoundError(f"the last broker named {name!r} died")
             state.trust.check_queue(int(h["control_key"]))  # the state segment's owner was checked by open
             control = ControlQueue.open(int(h["control_key"]))
-            liveness = Liveness.hold()
+            liveness = Liveness.hold(family=client_keys.family(int(h["control_key"])))  # the broker can find it
         except BaseException:
             state.close()
             raise
