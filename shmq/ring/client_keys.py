@@ -10,7 +10,7 @@ serves, and when it stops or starts (and whoever reclaims a dead broker's object
 
 A semaphore of the family is left over when its last operation was made by a process that no
 longer exists (the holder's take, or the kernel's undo when it died; watchers only read the
-value, which leaves the pid as it was), or when no process ever operated on it (its creator
+value, which leaves the pid as it was), or when no process ever set or took it (its creator
 died between creating it and setting its value) and it is older than ``unborn_s``.
 """
 from __future__ import annotations
@@ -42,11 +42,13 @@ def pick(base: int) -> int:
     return base | random.randint(1, _LOW)
 
 
-def is_leftover(last_pid: int, changed: float, now: float, pid_alive: bool, unborn_s: float) -> bool:
-    """Whether a family semaphore last operated on by ``last_pid`` (0: never), created or set
-    at ``changed``, belongs to nobody (pure: the caller looks up ``pid_alive``)."""
+def is_leftover(last_pid: int, taken: float, changed: float, now: float, pid_alive: bool, unborn_s: float) -> bool:
+    """Whether a family semaphore belongs to nobody (pure: the caller looks up ``pid_alive``).
+
+    ``last_pid``: the process of its last operation, 0 if none that this process can see;
+    ``taken``: when it was last taken (semop), 0 never; ``changed``: when it was created or set."""
     if last_pid == 0:
-        return now - changed >= unborn_s
+        return taken == 0 and now - changed >= unborn_s
     return not pid_alive
 
 
@@ -60,17 +62,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _rows(base: int) -> list[tuple[int, float]]:
-    """(key, ctime) of the single semaphores of the family that this user owns and created."""
+def _rows(base: int) -> list[tuple[int, float, float]]:
+    """(key, otime, ctime) of the single semaphores of the family that this user owns and created."""
     me = os.geteuid()
     try:
         with open(SEM_TABLE) as f:
             columns = f.readline().split()
-            k, n, u, c, t = (columns.index(x) for x in ("key", "nsems", "uid", "cuid", "ctime"))
+            k, n, u, c, o, t = (columns.index(x) for x in ("key", "nsems", "uid", "cuid", "otime", "ctime"))
             rows = [line.split() for line in f]
     except (OSError, ValueError):  # no /proc (not Linux) or an unknown layout: nothing to find
         return []
-    return [(int(r[k]), float(r[t])) for r in rows
+    return [(int(r[k]), float(r[o]), float(r[t])) for r in rows
             if len(r) > t and in_family(int(r[k]), base) and int(r[n]) == 1 and int(r[u]) == me and int(r[c]) == me]
 
 
@@ -78,11 +80,11 @@ def reap(base: int, unborn_s: float) -> list[int]:
     """Remove the left-over semaphores of the family ``base`` (see the module); their keys."""
     removed = []
     now = time.time()
-    for key, changed in _rows(base):
+    for key, taken, changed in _rows(base):
         try:
             sem = sysv_ipc.Semaphore(key)
             last_pid = int(sem.last_pid)
-            if is_leftover(last_pid, changed, now, last_pid != 0 and _pid_alive(last_pid), unborn_s):
+            if is_leftover(last_pid, taken, changed, now, last_pid != 0 and _pid_alive(last_pid), unborn_s):
                 sem.remove()
                 removed.append(key)
         except (sysv_ipc.ExistentialError, sysv_ipc.PermissionsError):  # gone meanwhile, or not ours to remove

@@ -68,7 +68,9 @@ def test_a_family_key_is_never_private_and_stays_in_its_family(store_dir):
 
 
 def test_leftover_rules():
-    assert client_keys.is_leftover(123, 0.0, 1.0, pid_alive=False, unborn_s=10)
-    assert not client_keys.is_leftover(123, 0.0, 1.0, pid_alive=True, unborn_s=10)
-    assert not client_keys.is_leftover(0, 100.0, 105.0, pid_alive=False, unborn_s=10)  # its creator may set it now
-    assert client_keys.is_leftover(0, 100.0, 111.0, pid_alive=False, unborn_s=10)
+    assert client_keys.is_leftover(123, 90.0, 90.0, 100.0, pid_alive=False, unborn_s=10)
+    assert not client_keys.is_leftover(123, 90.0, 90.0, 100.0, pid_alive=True, unborn_s=10)
+    assert not client_keys.is_leftover(0, 0.0, 100.0, 105.0, pid_alive=False, unborn_s=10)  # its creator may set it now
+    assert client_keys.is_leftover(0, 0.0, 100.0, 111.0, pid_alive=False, unborn_s=10)
+    # taken by a process this one cannot see (another pid namespace): never guessed dead
+    assert not client_keys.is_leftover(0, 100.0, 100.0, 1000.0, pid_alive=False, unborn_s=0)
