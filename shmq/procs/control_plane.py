@@ -275,7 +275,8 @@ class ControlPlane:
 
     def _reap(self, unborn_s: float) -> None:
         """Remove the liveness semaphores of clients that died before the broker knew them."""
-        removed = client_keys.reap(self._family, unborn_s)
+        watched = {c.watch.key for c in self.host.clients.values()} | {m.watch.key for m in self._making.values()}
+        removed = client_keys.reap(self._family, unborn_s, watched)
         if removed:
             log.info("removed %d liveness semaphore(s) of clients that died while attaching", len(removed))
 

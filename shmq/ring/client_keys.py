@@ -19,6 +19,7 @@ import hashlib
 import os
 import random
 import time
+from typing import Collection
 
 import sysv_ipc
 
@@ -76,11 +77,14 @@ def _rows(base: int) -> list[tuple[int, float, float]]:
             if len(r) > t and in_family(int(r[k]), base) and int(r[n]) == 1 and int(r[u]) == me and int(r[c]) == me]
 
 
-def reap(base: int, unborn_s: float) -> list[int]:
-    """Remove the left-over semaphores of the family ``base`` (see the module); their keys."""
+def reap(base: int, unborn_s: float, watched: Collection[int] = ()) -> list[int]:
+    """Remove the left-over semaphores of the family ``base`` (see the module); their keys.
+    ``watched``: keys the caller watches itself (its attached clients), not looked at."""
     removed = []
     now = time.time()
     for key, taken, changed in _rows(base):
+        if key in watched:
+            continue
         try:
             sem = sysv_ipc.Semaphore(key)
             last_pid = int(sem.last_pid)
