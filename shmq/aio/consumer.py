@@ -11,13 +11,19 @@ consumed (RECONSUME_LATER: clustering consumers get it again through the group's
 orderly ones after a suspension). So a ``break`` gives the message it stopped at back; the
 internal queue is bounded by the consume threads (``consume_thread_max`` batches at most), and
 the sync consumer's pull thresholds bound what is read ahead.
+
+An iteration that started the consumer shuts it down when it ends, and a consume thread that
+finds its event loop closed stops the consumer too: leaving the README's ``async for`` leaves
+the group, and no thread waits for a loop that is gone, so the process exits when it ends.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable, Sequence
 
 from shmq.client.consumer.lite_pull import LitePullConsumer as SyncLitePullConsumer
 from shmq.client.consumer.push import PushConsumer as SyncPushConsumer
@@ -27,6 +33,11 @@ from shmq.filter.tags import Expression
 from shmq.model.consumer_types import ConsumeContext, ConsumeResult
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+
+log = logging.getLogger(__name__)
+
+
+VERDICT_CHECK_S = 0.1  # how often a consume thread waiting for the loop's verdict looks whether the loop closed
 
 
 class _Delivery:
@@ -40,10 +51,34 @@ class _Delivery:
         self.done = threading.Event()
 
     def finish(self, verdict: ConsumeResult) -> None:
-        """The first verdict counts (given on the loop: an iterator, or shutdown)."""
+        """The first verdict counts (an iterator's, a shutdown's, or a closed loop's)."""
         if not self.done.is_set():
             self.verdict = verdict
             self.done.set()
+
+
+def _in_thread(fn: Callable[[], object], name: str) -> Future[None]:
+    """Run ``fn`` in a thread of its own and return its outcome as a Future.
+
+    Not a daemon, not the loop's executor: the interpreter waits for it at exit, so a start or
+    a stop begun on a loop that ends meanwhile (``asyncio.run`` returning) still finishes."""
+    done: Future[None] = Future()
+    done.set_running_or_notify_cancel()
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+    threading.Thread(target=run, name=name).start()
+    return done
+
+
+async def _wait(done: Future[None]) -> None:
+    """Await ``done``; a cancelled wait leaves what it waits for running."""
+    await asyncio.shield(asyncio.wrap_future(done))
 
 
 class PushConsumer:
@@ -57,7 +92,9 @@ class PushConsumer:
         self._queue: asyncio.Queue[_Delivery | None] = asyncio.Queue()
         self._open: set[_Delivery] = set()  # handed to the loop, no verdict yet (their threads wait)
         self._closing = False
-        self._starting: asyncio.Future | None = None  # sync.start in a worker thread
+        self._started: Future[None] | None = None  # sync.start in its thread
+        self._stopped: Future[None] | None = None  # sync.shutdown in its thread
+        self._stop_lock = threading.Lock()  # a consume thread that finds the loop closed stops too
 
     @property
     def group(self) -> str:
@@ -68,31 +105,49 @@ class PushConsumer:
         self.sync.subscribe(topic, expression)
 
     async def start(self) -> "PushConsumer":
-        """Join the group and start pulling (in a worker thread: attaching may wait). A task
-        cancelled meanwhile leaves the start running; ``shutdown`` waits for it, then stops."""
-        if self._starting is None:
+        """Join the group and start pulling (in a thread: attaching may wait). A task cancelled
+        meanwhile leaves the start running; ``shutdown`` waits for it, then stops."""
+        if self._closing:
+            raise ShmqError("the consumer was shut down")
+        if self._started is None:
             self._loop = asyncio.get_running_loop()
-            self._starting = asyncio.ensure_future(asyncio.to_thread(self.sync.start))
-        await asyncio.shield(self._starting)
+            self._started = _in_thread(self.sync.start, f"shmq-aio-start-{self.group}")
+        await _wait(self._started)
         return self
 
     async def shutdown(self) -> None:
-        """Stop; batches not taken yet are not consumed (they come again), then the sync
-        consumer's shutdown (it waits up to a second for a batch an iterator holds); iterators end."""
-        if self._closing:
-            return
-        self._closing = True
-        while not self._queue.empty():
-            d = self._queue.get_nowait()
-            if d is not None:
-                self._give_back(d)
-        if self._starting is not None:
-            await asyncio.wait({self._starting})  # a failed start has nothing to stop
-            if not self._starting.cancelled() and self._starting.exception() is None:
-                await asyncio.to_thread(self.sync.shutdown)
+        """Stop: batches not taken yet are not consumed (they come again), iterators end, then
+        the sync consumer's shutdown (it waits up to a second for a batch an iterator holds)."""
+        await _wait(self._stop())
+
+    def _stop(self) -> Future[None]:
+        """Begin the shutdown without awaiting anything (on the loop): an iteration's ``finally``
+        may not get past its first ``await`` (``asyncio.run`` cancels what is left when its
+        coroutine returns), so the sync shutdown runs in a thread of its own."""
+        with self._stop_lock:
+            if self._stopped is not None:
+                return self._stopped
+            self._closing = True
+            while not self._queue.empty():
+                d = self._queue.get_nowait()
+                if d is not None:
+                    self._give_back(d)
+            self._queue.put_nowait(None)  # every iterator ends (each puts it back for the next)
+            self._stopped = _in_thread(self._stop_sync, f"shmq-aio-stop-{self.group}")
+            return self._stopped
+
+    def _stop_sync(self) -> None:
+        """In the stop thread: wait for a start begun, shut the sync consumer down, give back
+        what the iterators did not finish."""
+        if self._started is not None:
+            futures.wait([self._started])
+            if self._started.exception() is None:  # a failed start has nothing to stop
+                try:
+                    self.sync.shutdown()
+                except Exception:
+                    log.exception("consumer %r: shutdown failed", self.group)
         for d in list(self._open):
             self._give_back(d)
-        self._queue.put_nowait(None)  # every iterator ends (each puts it back for the next)
 
     async def __aenter__(self) -> "PushConsumer":
         return self
@@ -106,24 +161,34 @@ class PushConsumer:
     async def messages(self, topic: str | None = None,
                        expression: str | Expression | Predicate = "*") -> AsyncIterator[MessageExt]:
         """Every message of the subscriptions (subscribing ``topic`` first when given; starting
-        the consumer if needed), until ``shutdown``. See the module for when one counts as consumed."""
+        the consumer if needed), until ``shutdown``. See the module for when one counts as consumed.
+
+        An iteration that starts the consumer (``async for m in PushConsumer(...).messages(T)``)
+        shuts it down when it ends, by ``break`` too: nothing else could, and its threads would
+        keep the group's queues and the process. Start the consumer first (``await c.start()``)
+        to iterate more than once."""
         if topic is not None:
             self.subscribe(topic, expression)
-        await self.start()
-        while True:
-            d = await self._queue.get()
-            if d is None:
-                self._queue.put_nowait(None)
-                return
-            if d.done.is_set():  # given back by shutdown meanwhile
-                continue
-            try:
-                for m in d.msgs:
-                    yield m
-            except BaseException:  # GeneratorExit (break, the task's error or cancel) and the like
-                self._give_back(d)
-                raise
-            self._settle(d, ConsumeResult.SUCCESS)
+        owner = self._started is None
+        try:
+            await self.start()
+            while True:
+                d = await self._queue.get()
+                if d is None:
+                    self._queue.put_nowait(None)
+                    return
+                if d.done.is_set():  # given back by shutdown meanwhile
+                    continue
+                try:
+                    for m in d.msgs:
+                        yield m
+                except BaseException:  # GeneratorExit (break, the task's error or cancel) and the like
+                    self._give_back(d)
+                    raise
+                self._settle(d, ConsumeResult.SUCCESS)
+        finally:
+            if owner:
+                self._stop()
 
     def _settle(self, d: _Delivery, verdict: ConsumeResult) -> None:
         d.finish(verdict)
@@ -133,7 +198,10 @@ class PushConsumer:
         self._settle(d, ConsumeResult.RECONSUME_LATER)
 
     def _listener(self, msgs: list[MessageExt], _ctx: ConsumeContext) -> ConsumeResult:
-        """On a consume thread: hand ``msgs`` to the loop and wait for its verdict."""
+        """On a consume thread: hand ``msgs`` to the loop and wait for its verdict.
+
+        A loop that closed with no shutdown (an iteration never finished) gives no verdict: the
+        batch is given back and the consumer stops, so that the process can still exit."""
         loop = self._loop
         if self._closing or loop is None:
             return ConsumeResult.RECONSUME_LATER
@@ -142,10 +210,21 @@ class PushConsumer:
         try:
             loop.call_soon_threadsafe(self._queue.put_nowait, d)
         except RuntimeError:  # the loop is closed
-            self._open.discard(d)
+            self._give_back(d)
+            self._abandon()
             return ConsumeResult.RECONSUME_LATER
-        d.done.wait()
+        while not d.done.wait(VERDICT_CHECK_S):
+            if loop.is_closed():
+                self._give_back(d)
+                self._abandon()
         return d.verdict
+
+    def _abandon(self) -> None:
+        """On a consume thread whose loop closed: stop as ``shutdown`` would (nobody else will)."""
+        with self._stop_lock:
+            if self._stopped is None:
+                self._closing = True
+                self._stopped = _in_thread(self._stop_sync, f"shmq-aio-stop-{self.group}")
 
 
 class LitePullConsumer:

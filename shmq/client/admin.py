@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+import sysv_ipc
+
 from shmq.client import admin_reports, admin_state
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
@@ -23,6 +25,7 @@ from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
 from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
+from shmq.ring.owner import foreign_sysv
 from shmq.ring.state import StateReader
 from shmq.trace.record import TraceRecord
 
@@ -245,9 +248,10 @@ class Admin:
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
         state = StateReader.open(self.broker_name)
+        key = int(state.view.header[0]["control_key"])
         try:
-            state.trust.check_queue(int(state.view.header[0]["control_key"]))  # another user's broker: refuse
-            queue = control.ControlQueue.open(int(state.view.header[0]["control_key"]))
+            state.trust.check_queue(key)  # another user's broker: refuse
+            queue = control.ControlQueue.open(key)
             req = control.Admin(control.new_client_id(), next_request_id(), command, args)
             # the broker may be parked; its bell's generation is in the state segment
             bell = follow_broker_bell(self.broker_name, lambda: int(state.view.header["bell_gen"][0]),
@@ -256,6 +260,8 @@ class Admin:
                 reply = queue.call(req, self.timeout, bell.ring)  # a long reply comes in chunks
             finally:
                 bell.close()
+        except sysv_ipc.PermissionsError:  # the state was readable, the queue is not: not this user's broker
+            raise foreign_sysv(f"the control queue of broker {self.broker_name!r}", "msg", key) from None
         finally:
             state.close()
         if not reply.ok:

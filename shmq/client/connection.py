@@ -19,15 +19,17 @@ import time
 from typing import Any, Callable
 
 import posix_ipc
+import sysv_ipc
 
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
+from shmq.ring import client_keys
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
 from shmq.ring.doorbell import park, wake
 from shmq.ring.framing import CONSUMER, PRODUCER, full_fence
 from shmq.ring.liveness import Liveness, Watch
-from shmq.ring.owner import check_channel
+from shmq.ring.owner import check_channel, foreign_sysv
 from shmq.ring.state import StateReader
 
 log = logging.getLogger(__name__)
@@ -237,6 +239,14 @@ class BrokerConnection:
 
     def _attach_once(self, deadline: float, name: str) -> Session:
         state = StateReader.open(name)
+        control_key = int(state.view.header[0]["control_key"])
+        try:
+            return self._attach_with(state, deadline, name)
+        except sysv_ipc.PermissionsError:  # the state was readable, its queue or semaphore is not: not ours
+            raise foreign_sysv(f"the control queue of broker {name!r}", "msg", control_key) from None
+
+    def _attach_with(self, state: StateReader, deadline: float, name: str) -> Session:
+        """Attach to the broker whose state segment is ``state`` (closed on failure)."""
         try:
             h = state.view.header[0]
             broker = Watch(int(h["alive_key"]))
@@ -244,7 +254,7 @@ class BrokerConnection:
                 raise BrokerNotFoundError(f"the last broker named {name!r} died")
             state.trust.check_queue(int(h["control_key"]))  # the state segment's owner was checked by open
             control = ControlQueue.open(int(h["control_key"]))
-            liveness = Liveness.hold()
+            liveness = Liveness.hold(family=client_keys.family(int(h["control_key"])))  # the broker can find it
         except BaseException:
             state.close()
             raise

@@ -15,7 +15,10 @@ the others:
   the attaches in flight, and the client is registered and answered when its channel is done,
   unless it died or gave up meanwhile (then its channel is removed and nothing is left);
 - a client dropped while alive (a malformed frame) keeps being watched, and its liveness
-  semaphore is removed once it dies, so nothing of it is left behind.
+  semaphore is removed once it dies, so nothing of it is left behind;
+- a client killed before its attach was read (or while it made its semaphore) is unknown here:
+  its semaphore has a key of this broker's family (``client_keys``), and the family's
+  semaphores whose holder is gone are removed at start, every ``REAP_S`` and at stop.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from shmq.broker.publish import now_ms
 from shmq.config import BrokerConfig
 from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError
 from shmq.procs.channel_worker import ChannelWorker, Making
+from shmq.ring import client_keys
 from shmq.ring.channel import Channel, channel_size
 from shmq.ring.control import MAX_PID, Attach, ControlQueue, Detach, Reply, Request, encode_reply, id_pid
 from shmq.ring.doorbell import Doorbell
@@ -54,6 +58,8 @@ FULL_TTL_S = 0.5  # with the queue full, replies unread this long are purged at 
 MAX_PENDING = 1024  # reply messages waiting for queue room, all clients together
 SERVICE_NOT_AVAILABLE = 14  # RocketMQ's answer to a send on a slave
 MAX_TRACKED = 4096  # client ids with replies in the queue that a sweep looks at
+REAP_S = 5.0  # how often the semaphores of clients that died before their attach was read are removed
+UNBORN_S = 10.0  # a family semaphore never operated on is a dead creator's after this long (a live one sets it at once)
 # errors that become the request's error reply (anything else is a bug and ends the loop)
 _REFUSED = (ValueError, ShmqError, OSError, sysv_ipc.Error, posix_ipc.Error)
 
@@ -128,6 +134,8 @@ class ControlPlane:
         self._last_full = 0.0
         self._malformed = _Throttled()
         self._refused = _Throttled()
+        self._family = client_keys.family(queue.key)
+        self._next_reap = 0.0  # the first sweep removes what clients of a crashed predecessor left
 
     # ------------------------------------------------------------------ serving
 
@@ -159,6 +167,9 @@ class ControlPlane:
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_S
             self._sweep(now, REPLY_TTL_S)
+        if now >= self._next_reap:
+            self._next_reap = now + REAP_S
+            self._reap(UNBORN_S)
         return n + made
 
     def _answer(self, req: Request) -> Reply | None:
@@ -260,6 +271,14 @@ class ControlPlane:
                 m.channel.unlink()
                 m.channel.close()
         self._making.clear()
+        self._reap(0.0)  # every client is gone or on its own now: a semaphore not held is nobody's
+
+    def _reap(self, unborn_s: float) -> None:
+        """Remove the liveness semaphores of clients that died before the broker knew them."""
+        watched = {c.watch.key for c in self.host.clients.values()} | {m.watch.key for m in self._making.values()}
+        removed = client_keys.reap(self._family, unborn_s, watched)
+        if removed:
+            log.info("removed %d liveness semaphore(s) of clients that died while attaching", len(removed))
 
     def _check_limits(self, pid: int, ring_bytes: int) -> None:
         """Refuse an attach past maxClientsPerProcess, maxChannels (or the state table) or

@@ -4,13 +4,18 @@ The holder creates a semaphore with value 1 and takes it with SEM_UNDO, leaving 
 holder exits for any reason, SIGKILL included, the kernel undoes the take and the value is 1
 again. A watcher reads the value without blocking: 0 means alive. No pid polling, so pid
 reuse cannot fool it. sysv_ipc makes one-semaphore sets, so each holder has its own key:
-the broker's is derived from the store path, a client's is random and sent in its attach.
+the broker's is derived from the store path, a client's is a random one of its broker's
+family (``client_keys``) and sent in its attach.
 """
 from __future__ import annotations
 
 import sysv_ipc
 
+from shmq.errors import ShmqError
+from shmq.ring import client_keys
 from shmq.ring.shm import MODE
+
+CREATE_TRIES = 64
 
 
 class Liveness:
@@ -21,9 +26,13 @@ class Liveness:
         self.key: int = sem.key
 
     @classmethod
-    def hold(cls, key: int | None = None, mode: int = MODE) -> Liveness:
-        """Create the semaphore (random key if None) and take it with SEM_UNDO."""
-        sem = sysv_ipc.Semaphore(key, sysv_ipc.IPC_CREX, mode=mode, initial_value=1)
+    def hold(cls, key: int | None = None, mode: int = MODE, family: int | None = None) -> Liveness:
+        """Create the semaphore and take it with SEM_UNDO. Its key: ``key``, else a free one of
+        ``family`` (``client_keys``: a client's, which its broker can find), else a random one."""
+        if key is None and family is not None:
+            sem = _create_in(family, mode)
+        else:
+            sem = sysv_ipc.Semaphore(key, sysv_ipc.IPC_CREX, mode=mode, initial_value=1)
         sem.undo = True
         try:
             sem.acquire(0)
@@ -39,6 +48,19 @@ class Liveness:
             self._sem.remove()
         except sysv_ipc.ExistentialError:
             pass
+
+
+def _create_in(family: int, mode: int) -> sysv_ipc.Semaphore:
+    """A new semaphore (value 1) under a random free key of ``family``. A key taken is tried
+    again with another; so is one whose semaphore the broker removed between its creation and
+    its value being set (it took it for a dead client's)."""
+    for _ in range(CREATE_TRIES):
+        try:
+            return sysv_ipc.Semaphore(client_keys.pick(family), sysv_ipc.IPC_CREX, mode=mode, initial_value=1)
+        except sysv_ipc.ExistentialError:
+            continue
+    raise ShmqError(f"no free liveness semaphore key among {CREATE_TRIES} tries in family {family:#x}: "
+                    "the SysV semaphore table is crowded")
 
 
 class Watch:

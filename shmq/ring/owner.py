@@ -94,6 +94,28 @@ class Trust:
             self.check(f"control queue {key:#x}", owner[0], owner[1], creator=owner[2])
 
 
+def foreign_segment(what: str, name: str) -> ForeignOwnerError:
+    """The error for the segment ``name`` that this user may not even open, naming its owner."""
+    try:
+        uid: int | None = os.stat(f"{shm.SHM_DIR}/{name.lstrip('/')}").st_uid
+    except OSError:
+        uid = None
+    return _not_usable(what, uid)
+
+
+def foreign_sysv(what: str, kind: str, key: int) -> ForeignOwnerError:
+    """The error for the SysV object ``key`` of ``kind`` ("msg" or "sem") that this user may not use."""
+    owner = sysv_owner(kind, key)
+    return _not_usable(what, owner[0] if owner is not None else None)
+
+
+def _not_usable(what: str, uid: int | None) -> ForeignOwnerError:
+    who = describe_uid(uid) if uid is not None else "another user"
+    return ForeignOwnerError(f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), and this "
+                             "user may not use it: another user's broker of this name; ask its owner for a shmGroup "
+                             "that includes this user, or pick another broker name")
+
+
 def check_channel(trust: Trust, channel: Channel) -> None:
     """Check the owners of a client's channel segment and of both its doorbells."""
     trust.check(f"channel {channel.segment.name}", *channel.segment.owner)

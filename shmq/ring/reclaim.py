@@ -12,7 +12,7 @@ import os
 import sysv_ipc
 
 from shmq.errors import ShmqError
-from shmq.ring import shm
+from shmq.ring import client_keys, shm
 from shmq.ring.control import sysv_key
 from shmq.ring.liveness import Watch, remove_if_dead
 from shmq.ring.owner import sysv_owner
@@ -63,6 +63,8 @@ def reclaim_dead_broker(name: str, store_dir: str) -> list[str]:
     sems = {k for k in alive | clients if _ours("sem", k, me)}
     removed = [f"control queue {k:#x}" for k in sorted(control) if remove_queue(k)]
     removed += [f"liveness semaphore {k:#x}" for k in sorted(sems) if remove_if_dead(k)]
+    for k in sorted(control):  # clients that died before the broker knew their semaphore
+        removed += [f"liveness semaphore {s:#x}" for s in client_keys.reap(client_keys.family(k), 0.0)]
     return removed + shm.remove_leftovers(name, owner=me)
 
 

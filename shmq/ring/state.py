@@ -32,7 +32,7 @@ import numpy as np
 import posix_ipc
 
 from shmq.errors import BrokerGoneError, BrokerNotFoundError, StateLayoutError
-from shmq.ring.owner import Trust
+from shmq.ring.owner import Trust, foreign_segment
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
@@ -282,27 +282,47 @@ class StateReader:
         ``ForeignOwnerError`` if the segment belongs to a user this process does not trust
         (``Trust``): another user's broker of the same name, which must not get our messages.
         """
+        name = state_name(broker)
+        what = f"state segment {name} of broker {broker!r}"
         try:
-            segment = Segment.open(state_name(broker), read_only=True)
+            segment = Segment.open(name, read_only=True)
         except posix_ipc.ExistentialError:
             raise BrokerNotFoundError(f"no broker named {broker!r} is running (no state segment)") from None
+        except posix_ipc.PermissionsError:  # another user's broker (a trusted owner would have let us read)
+            raise foreign_segment(what, name) from None
         try:
-            reader = cls(segment)
+            reader = cls._formatted(segment)
         except StateLayoutError:
-            # magic 0: the broker is between sizing the segment and writing its header (magic last)
-            unformatted = (len(segment.buf) >= HEADER_BYTES
-                           and int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"]) == 0)
             segment.close()
-            Trust.client().check(f"state segment {segment.name} of broker {broker!r}", *segment.owner)
-            if unformatted:
-                raise BrokerNotFoundError(f"broker {broker!r} is still starting") from None
+            Trust.client().check(what, *segment.owner)  # another user's garbage says so first
             raise
+        if reader is None:
+            segment.close()
+            Trust.client().check(what, *segment.owner)
+            raise BrokerNotFoundError(f"broker {broker!r} is still starting")
         try:
-            reader.trust.check(f"state segment {segment.name} of broker {broker!r}", *segment.owner)
+            reader.trust.check(what, *segment.owner)
         except BaseException:
             reader.close()
             raise
         return reader
+
+    @classmethod
+    def _formatted(cls, segment: Segment) -> StateReader | None:
+        """The reader of ``segment``; None while its magic is 0 (the broker is between sizing
+        the segment and writing its header, the magic last). The magic may appear just after
+        the first look: then the header is read again."""
+        try:
+            return cls(segment)
+        except StateLayoutError:
+            if len(segment.buf) < HEADER_BYTES:
+                raise
+            magic = int(np.frombuffer(segment.buf, HEADER, 1, 0)[0]["magic"])
+            if magic == MAGIC:
+                return cls(segment)
+            if magic == 0:
+                return None
+            raise
 
     @property
     def seq(self) -> int:
