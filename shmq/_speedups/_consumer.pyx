@@ -375,12 +375,12 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
                 or get_i32(rec) != size[i]):
             raise ValueError(_DECLINED)  # the reference raises CorruptRecordError naming the first such entry
         body_len = get_i32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + OFF_BODY + body_len >= seglen:
-            raise ValueError(_DECLINED)
+        if body_len < 0 or body_len > size[i] - FIXED_OVERHEAD:
+            raise ValueError(_DECLINED)  # the reference raises CorruptRecordError (damaged lengths)
         topic_len = rec[OFF_BODY + body_len]
         props_pos = pos + OFF_BODY + body_len + topic_len + 3
         props_len = size[i] - FIXED_OVERHEAD - body_len - topic_len
-        if props_len < 0:
+        if props_len < 0 or ((<int64_t>arr[props_pos - 2] << 8) | arr[props_pos - 1]) != props_len:
             raise ValueError(_DECLINED)
         if filtering:
             props = &arr[0] + props_pos
@@ -531,11 +531,12 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
                 or get_i32(rec) != esize):
             return None  # the reference raises CorruptRecordError naming the first such entry
         body_len = get_i32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + OFF_BODY + body_len >= arr.shape[0]:
-            return None
+        if body_len < 0 or body_len > esize - FIXED_OVERHEAD:
+            return None  # the reference raises CorruptRecordError (damaged lengths)
         topic_len = rec[OFF_BODY + body_len]
         props_len = esize - FIXED_OVERHEAD - body_len - topic_len
-        if props_len < 0 or pos + OFF_BODY + body_len + topic_len + 3 + props_len > arr.shape[0]:
+        if props_len < 0 or ((<int64_t>rec[OFF_BODY + body_len + topic_len + 1] << 8)
+                             | rec[OFF_BODY + body_len + topic_len + 2]) != props_len:
             return None
         col[i * 12 + 3] = get_i64(rec + OFF_STORETIMESTAMP)
         col[i * 12 + 4] = get_i64(rec + OFF_BORNTIMESTAMP)
