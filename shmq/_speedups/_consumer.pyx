@@ -162,8 +162,7 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
                  const int64_t[::1] born, const int64_t[::1] sysflag, const int64_t[::1] reconsume,
                  const int64_t[::1] host, const int64_t[::1] body_pos, const int64_t[::1] body_len,
                  const int64_t[::1] props_pos, const int64_t[::1] props_len, const int64_t[::1] segment):
-    import zlib
-    decompress = zlib.decompress
+    from shmq.codec.record import decompress_body  # loaded by now: the reference's module imports it
     topic = batch.topic
     queue_id = batch.queue_id
     cdef list out = [None] * n
@@ -174,7 +173,7 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
         s = segment[i]
         if sysflag[i] & FLAG_COMPRESSED:
             p = body_pos[i]
-            bodies[i] = bytes(decompress(views[s][p:p + body_len[i]]))
+            bodies[i] = bytes(decompress_body(views[s][p:p + body_len[i]], phys[i]))
         else:
             bodies[i] = PyBytes_FromStringAndSize(<const char*>bases[s] + body_pos[i], body_len[i])
     for i in range(n):
@@ -435,6 +434,8 @@ def pull_messages(reader, topic, queue_id, offset, max_num, max_offset, expressi
     if _usable and (expression is None or (type(expression) is _mods[6] and expression.is_all)):
         try:
             done = _pull(reader, topic, queue_id, offset, max_num, max_offset)
+        except _mods[1].CorruptRecordError:  # a body that does not decompress: the reference's error, raised as it
+            raise
         except (ValueError, TypeError, OverflowError):  # a mapping or a number of an unexpected type
             done = None
         if done is not None:
@@ -549,11 +550,12 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
         col[i * 12 + 11] = props_len
         arrays.append(sg.array)
     # bodies first, as the reference (a body that fails to decompress raises before any object is made)
-    import zlib
+    from shmq.codec.record import decompress_body
     for i in range(kept):
         arr = arrays[i]
         if col[i * 12 + 5] & FLAG_COMPRESSED:
-            bodies[i] = bytes(zlib.decompress(memoryview(arrays[i])[col[i * 12 + 8]:col[i * 12 + 8] + col[i * 12 + 9]]))
+            bodies[i] = bytes(decompress_body(memoryview(arrays[i])[col[i * 12 + 8]:col[i * 12 + 8] + col[i * 12 + 9]],
+                                              col[i * 12 + 1]))
         else:
             bodies[i] = PyBytes_FromStringAndSize(<const char*>&arr[0] + col[i * 12 + 8], col[i * 12 + 9])
     cdef list out = [None] * kept

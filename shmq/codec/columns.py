@@ -68,14 +68,16 @@ class PulledBatch:
     def body(self, i: int) -> memoryview:
         """Record i's body: a view of the mapping, or the decompressed bytes when compressed."""
         raw = self._raw(i, self.body_pos, self.body_len)
-        return memoryview(zlib.decompress(raw)) if self.sysflag[i] & fmt.FLAG_COMPRESSED else raw
+        if self.sysflag[i] & fmt.FLAG_COMPRESSED:
+            return memoryview(fmt.decompress_body(raw, int(self.commit_log_offset[i])))
+        return raw
 
     def bodies(self) -> list[memoryview]:
         views = [b.data for b in self.buffers]
         out = [views[s][p:p + n] for s, p, n in zip(self.segment.tolist(), self.body_pos.tolist(),
                                                     self.body_len.tolist())]
         for i in np.flatnonzero(self.sysflag & fmt.FLAG_COMPRESSED).tolist():
-            out[i] = memoryview(zlib.decompress(out[i]))
+            out[i] = memoryview(fmt.decompress_body(out[i], int(self.commit_log_offset[i])))
         return out
 
     def properties(self, i: int) -> dict[str, str]:
