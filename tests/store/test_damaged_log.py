@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import struct
 
 import pytest
@@ -45,7 +46,8 @@ def fill(store_dir: str, config: dict) -> dict[int, tuple[str, int]]:
         for start in range(0, PER_TOPIC, 50):
             for topic in TOPICS:
                 bodies = [body_of(topic, i) for i in range(start, min(start + 50, PER_TOPIC))]
-                res = put_batch(store, topic, 0, fmt.encode_batch(topic, bodies))
+                keys = [{"KEYS": f"k{i}"} for i in range(start, min(start + 50, PER_TOPIC))]
+                res = put_batch(store, topic, 0, fmt.encode_batch(topic, bodies, keys))
                 for k, phys in enumerate(res.phys_offsets.tolist()):
                     where[phys] = (topic, res.queue_offset + k)
         where[-1] = ("", store.commitlog.max_offset)
@@ -112,8 +114,10 @@ def test_one_damaged_header_field_keeps_every_record_after_it(tmp_path, config, 
         assert saved.startswith(damaged_bytes[:ranges[0][1]][:len(saved)]) and len(saved) == ranges[0][1]
         assert any(f"commitlog damaged at offset {victim}" in r.message for r in caplog.records)
         assert not any("valid data ends at 925" in r.message for r in caplog.records)
-        entry = store._queues[(v_topic, 0)].entry(v_qoff)
+        entry = store.find_consume_queue(v_topic, 0).entry(v_qoff)
         assert entry is not None and entry["size"] == BLANK_SIZE
+        assert store.query_message(v_topic, f"k{v_qoff}") == []  # its index entry stays, and finds nothing
+        assert [bytes(r.body) for r in store.query_message(v_topic, f"k{v_qoff + 1}")] == [body_of(v_topic, v_qoff + 1)]
     finally:
         store.shutdown()
 
@@ -145,3 +149,28 @@ def test_a_consumer_meets_a_damaged_record_with_corrupt_record_error(tmp_path, c
             columns.pull_messages(reader, topic, 0, qoff, 8, PER_TOPIC)
         with pytest.raises(fmt.CorruptRecordError):
             reader.commitlog.record(victim)
+
+
+@pytest.mark.parametrize("lost", ["none", "consumequeue"])
+def test_after_a_crash_the_damage_is_skipped_too(tmp_path, config, lost):
+    """The abnormal path (abort file left behind), and a rebuild of every consume queue from the
+    commitlog: the damaged record's queue offset is a blank, everything else is there."""
+    store_dir = str(tmp_path / "store")
+    where = fill(store_dir, config)
+    victim = record_at_or_after(where, 925)
+    v_topic, v_qoff = where[victim]
+    patch(store_dir, victim, fmt.OFF_BODYLEN, ">i", 0x70000000 - 8)
+    open(os.path.join(store_dir, "abort"), "wb").close()
+    if lost == "consumequeue":
+        shutil.rmtree(os.path.join(store_dir, "consumequeue"))
+    store = MessageStore(store_dir, config).start()
+    try:
+        assert store.commitlog.max_offset == where[-1][1]
+        assert [r[0] for r in store.commitlog.damaged] == [victim]
+        for topic in TOPICS:
+            assert store.get_max_offset_in_queue(topic, 0) == PER_TOPIC
+    finally:
+        store.shutdown()
+    for topic in TOPICS:
+        expect = [(i, body_of(topic, i)) for i in range(PER_TOPIC) if (topic, i) != (v_topic, v_qoff)]
+        assert consume_all(store_dir, topic, PER_TOPIC) == expect
