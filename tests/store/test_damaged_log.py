@@ -98,7 +98,9 @@ def test_one_damaged_header_field_keeps_every_record_after_it(tmp_path, config, 
               "magic": (fmt.OFF_MAGIC, ">I", 0x12345678),
               "physical_offset": (fmt.OFF_PHYSICALOFFSET, ">q", victim + 4096)}[field]
     damaged_bytes = patch(store_dir, victim, *change)
-    assert not verify.verify_store(store_dir).ok
+    report = verify.verify_store(store_dir)  # names the range and checks every record after it
+    assert not report.ok and report.counts["records"] == 2 * PER_TOPIC - 1
+    assert any(f"damaged bytes at commitlog offset {victim}" in p.problem for p in report.problems)
 
     caplog.set_level(logging.INFO)
     store = MessageStore(store_dir, config).start()
