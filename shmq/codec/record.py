@@ -526,7 +526,7 @@ def select_records(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
 
 RECORD_OK = 0
 RECORD_BLANK = 1  # end-of-segment filler: continue in the next segment
-RECORD_END = 2  # nothing valid here: the log ends at this position
+RECORD_END = 2  # no record here: the log ends at this position unless a valid record follows (resync)
 RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not match BODYCRC
 RECORD_DAMAGED = 4  # (scan_segment only) bytes that are no record, with a valid record after them
 
@@ -537,8 +537,9 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
     store writes last) and, when asked, body CRC all agree. A record that is whole but fails
-    only the CRC is RECORD_BAD_CRC (the caller decides by what follows it); anything else ends
-    the log, so a torn or overwritten tail is cut there.
+    only the CRC is RECORD_BAD_CRC (the caller decides by what follows it); anything else is
+    RECORD_END: no record here (``scan_segment`` decides whether that is the log's torn tail
+    or damage with valid records after it).
     """
     if limit - pos < MIN_BLANK:
         return RECORD_END, 0
