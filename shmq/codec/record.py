@@ -609,16 +609,12 @@ def resync(buf: ReadBuffer, pos: int, limit: int, base_offset: int) -> int:
     """Where the next valid record (or the segment's blank) starts after bad bytes at `pos`;
     -1 if none does before `limit`.
 
-    First the bad record's own TOTALSIZE, when the record it points to checks out (one damaged
-    field, size intact); otherwise a forward search for the record magic. A candidate counts
-    only if its magic, sizes, PHYSICALOFFSET (its own position) and body CRC all check: a
-    record is tied to its place in the log, so stray bytes inside a body never pass for one.
+    A search forward for the record magic: a candidate counts only if its magic, sizes,
+    PHYSICALOFFSET (its own position) and body CRC all check. A record is tied to its place in
+    the log, so stray bytes inside a body never pass for one, and the first candidate is the
+    record that really follows. (The bad record's own TOTALSIZE is not trusted: a changed one
+    can point exactly at a later record and swallow whole records in between.)
     """
-    if limit - pos >= MIN_BLANK:
-        size, magic = BLANK.unpack_from(buf, pos)
-        if magic != BLANK_MAGIC and FIXED_OVERHEAD <= size <= limit - pos \
-                and _resumes(buf, pos + size, limit, base_offset):
-            return pos + size
     at = pos + 1
     data = np.frombuffer(buf, np.uint8)
     while at + MIN_BLANK <= limit:

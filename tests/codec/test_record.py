@@ -213,3 +213,18 @@ def test_scan_skips_damage_with_a_valid_record_after_it_and_ends_at_a_torn_tail(
     moved = _stored(b"second", len(a) + 5)  # a valid record, but not at its own offset: never a resync point
     buf = a + moved + bytearray(32)
     assert fmt.resync(buf, len(a), len(buf), 0) == -1
+
+
+def test_a_changed_totalsize_pointing_at_a_later_record_skips_only_the_damaged_one():
+    """Equal-size records, one TOTALSIZE grown by exactly one record: the damaged range is that
+    record alone, the record its size now points past is kept."""
+    recs = []
+    for i in range(4):
+        recs.append(_stored(b"x" * 37, sum(map(len, recs))))
+    size = len(recs[0])
+    bad = bytearray(recs[1])
+    struct.pack_into(">i", bad, fmt.OFF_TOTALSIZE, 2 * size)
+    buf = recs[0] + bad + recs[2] + recs[3] + bytearray(16)
+    got = [(st_, p) for st_, p, _ in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
+    assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_DAMAGED, size), (fmt.RECORD_OK, 2 * size),
+                   (fmt.RECORD_OK, 3 * size), (fmt.RECORD_END, 4 * size)]
