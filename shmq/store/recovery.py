@@ -172,9 +172,12 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     damaged: list[tuple[int, int]] = []
     end, last_ts = find_log_end(commitlog, start, verify_crc=True, damaged=damaged)
     for offset, length in damaged:
-        saved = save_damaged(commitlog, offset, length)
+        try:
+            saved = f"a copy is in {save_damaged(commitlog, offset, length)}"
+        except OSError as e:  # a full disk, say: the bytes stay in the segment all the same
+            saved = f"no copy saved ({e}; the bytes stay in the segment)"
         log.error("commitlog damaged at offset %d (%d bytes that are no record, valid records after them): "
-                  "skipped, every record after it kept; a copy is in %s (`shmq admin store verify` lists it)",
+                  "skipped, every record after it kept; %s (`shmq admin store verify` lists it)",
                   offset, length, saved)
     commitlog.damaged = damaged
     log.info("commitlog recovered (%s): valid data ends at %d", "abnormal" if abnormal else "normal", end)

@@ -176,3 +176,18 @@ def test_after_a_crash_the_damage_is_skipped_too(tmp_path, config, lost):
     for topic in TOPICS:
         expect = [(i, body_of(topic, i)) for i in range(PER_TOPIC) if (topic, i) != (v_topic, v_qoff)]
         assert consume_all(store_dir, topic, PER_TOPIC) == expect
+
+
+def test_a_copy_that_cannot_be_saved_does_not_stop_the_start(tmp_path, config, caplog):
+    store_dir = str(tmp_path / "store")
+    where = fill(store_dir, config)
+    victim = record_at_or_after(where, 925)
+    patch(store_dir, victim, fmt.OFF_MAGIC, ">I", 0)
+    open(os.path.join(store_dir, "damaged"), "wb").close()  # a file where the folder would go
+    store = MessageStore(store_dir, config).start()
+    try:
+        assert store.commitlog.max_offset == where[-1][1]
+        assert any(f"commitlog damaged at offset {victim}" in r.message and "no copy saved" in r.message
+                   for r in caplog.records)
+    finally:
+        store.shutdown()
