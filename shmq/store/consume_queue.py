@@ -299,8 +299,14 @@ class ConsumeQueue:
         deleted = 0
         files = self.queue.files
         while len(files) > 1:
-            last = self._entries(files[0])[-1]
-            if int(last["offset"]) + int(last["size"]) > min_commitlog_offset and last["size"] != BLANK_SIZE:
+            # its last real entry decides: blanks are pre-fills, or entries of skipped damage
+            # (which can end a file), and say nothing about the file's age
+            entries = self._entries(files[0])
+            last: np.void | None = entries[-1]
+            if entries[-1]["size"] == BLANK_SIZE:
+                real = np.flatnonzero(entries["size"] != BLANK_SIZE)
+                last = entries[real[-1]] if len(real) else None
+            if last is not None and int(last["offset"]) + int(last["size"]) > min_commitlog_offset:
                 break
             self._views.pop(files[0].file_from_offset, None)
             self.queue.delete_first(1)

@@ -191,3 +191,23 @@ def test_a_copy_that_cannot_be_saved_does_not_stop_the_start(tmp_path, config, c
                    for r in caplog.records)
     finally:
         store.shutdown()
+
+
+def test_a_skipped_record_that_ends_a_consume_queue_file_keeps_the_file(tmp_path, config):
+    """The blank that replaces the damaged record's entry is the last entry of the queue's first
+    file: the file still holds live entries, so neither the start's nor cleanup's expiry of
+    consume-queue files may take it for an expired one."""
+    config = dict(config, mappedFileSizeConsumeQueue=20 * 256)
+    store_dir = str(tmp_path / "store")
+    where = fill(store_dir, config)
+    victim = next(p for p, (t, q) in where.items() if (t, q) == ("DamB", 255))
+    patch(store_dir, victim, fmt.OFF_PHYSICALOFFSET, ">q", 2199023413705)
+    store = MessageStore(store_dir, config).start()
+    try:
+        assert store.find_consume_queue("DamB", 0).min_offset == 0
+        store.find_consume_queue("DamB", 0).delete_expired(store.commitlog.min_offset)
+        assert store.find_consume_queue("DamB", 0).min_offset == 0
+    finally:
+        store.shutdown()
+    expect = [(i, body_of("DamB", i)) for i in range(PER_TOPIC) if i != 255]
+    assert consume_all(store_dir, "DamB", PER_TOPIC) == expect
