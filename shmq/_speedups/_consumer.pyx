@@ -162,8 +162,7 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
                  const int64_t[::1] born, const int64_t[::1] sysflag, const int64_t[::1] reconsume,
                  const int64_t[::1] host, const int64_t[::1] body_pos, const int64_t[::1] body_len,
                  const int64_t[::1] props_pos, const int64_t[::1] props_len, const int64_t[::1] segment):
-    import zlib
-    decompress = zlib.decompress
+    from shmq.codec.record import decompress_body  # loaded by now: the reference's module imports it
     topic = batch.topic
     queue_id = batch.queue_id
     cdef list out = [None] * n
@@ -174,7 +173,7 @@ cdef list _build(Py_ssize_t n, const uint8_t **bases, list views, object batch, 
         s = segment[i]
         if sysflag[i] & FLAG_COMPRESSED:
             p = body_pos[i]
-            bodies[i] = bytes(decompress(views[s][p:p + body_len[i]]))
+            bodies[i] = bytes(decompress_body(views[s][p:p + body_len[i]], phys[i]))
         else:
             bodies[i] = PyBytes_FromStringAndSize(<const char*>bases[s] + body_pos[i], body_len[i])
     for i in range(n):
@@ -375,12 +374,12 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
                 or get_i32(rec) != size[i]):
             raise ValueError(_DECLINED)  # the reference raises CorruptRecordError naming the first such entry
         body_len = get_i32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + OFF_BODY + body_len >= seglen:
-            raise ValueError(_DECLINED)
+        if body_len < 0 or body_len > size[i] - FIXED_OVERHEAD:
+            raise ValueError(_DECLINED)  # the reference raises CorruptRecordError (damaged lengths)
         topic_len = rec[OFF_BODY + body_len]
         props_pos = pos + OFF_BODY + body_len + topic_len + 3
         props_len = size[i] - FIXED_OVERHEAD - body_len - topic_len
-        if props_len < 0:
+        if props_len < 0 or ((<int64_t>arr[props_pos - 2] << 8) | arr[props_pos - 1]) != props_len:
             raise ValueError(_DECLINED)
         if filtering:
             props = &arr[0] + props_pos
@@ -435,6 +434,8 @@ def pull_messages(reader, topic, queue_id, offset, max_num, max_offset, expressi
     if _usable and (expression is None or (type(expression) is _mods[6] and expression.is_all)):
         try:
             done = _pull(reader, topic, queue_id, offset, max_num, max_offset)
+        except _mods[1].CorruptRecordError:  # a body that does not decompress: the reference's error, raised as it
+            raise
         except (ValueError, TypeError, OverflowError):  # a mapping or a number of an unexpected type
             done = None
         if done is not None:
@@ -531,11 +532,12 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
                 or get_i32(rec) != esize):
             return None  # the reference raises CorruptRecordError naming the first such entry
         body_len = get_i32(rec + OFF_BODYLEN)
-        if body_len < 0 or pos + OFF_BODY + body_len >= arr.shape[0]:
-            return None
+        if body_len < 0 or body_len > esize - FIXED_OVERHEAD:
+            return None  # the reference raises CorruptRecordError (damaged lengths)
         topic_len = rec[OFF_BODY + body_len]
         props_len = esize - FIXED_OVERHEAD - body_len - topic_len
-        if props_len < 0 or pos + OFF_BODY + body_len + topic_len + 3 + props_len > arr.shape[0]:
+        if props_len < 0 or ((<int64_t>rec[OFF_BODY + body_len + topic_len + 1] << 8)
+                             | rec[OFF_BODY + body_len + topic_len + 2]) != props_len:
             return None
         col[i * 12 + 3] = get_i64(rec + OFF_STORETIMESTAMP)
         col[i * 12 + 4] = get_i64(rec + OFF_BORNTIMESTAMP)
@@ -548,11 +550,12 @@ cdef object _pull_records(cq, files, str topic, queue_id, int64_t start, const u
         col[i * 12 + 11] = props_len
         arrays.append(sg.array)
     # bodies first, as the reference (a body that fails to decompress raises before any object is made)
-    import zlib
+    from shmq.codec.record import decompress_body
     for i in range(kept):
         arr = arrays[i]
         if col[i * 12 + 5] & FLAG_COMPRESSED:
-            bodies[i] = bytes(zlib.decompress(memoryview(arrays[i])[col[i * 12 + 8]:col[i * 12 + 8] + col[i * 12 + 9]]))
+            bodies[i] = bytes(decompress_body(memoryview(arrays[i])[col[i * 12 + 8]:col[i * 12 + 8] + col[i * 12 + 9]],
+                                              col[i * 12 + 1]))
         else:
             bodies[i] = PyBytes_FromStringAndSize(<const char*>&arr[0] + col[i * 12 + 8], col[i * 12 + 9])
     cdef list out = [None] * kept

@@ -216,6 +216,17 @@ def encode_properties(props: Mapping[str, str] | None) -> bytes:
     return raw
 
 
+def decompress_body(raw: ReadBuffer, phys: int) -> bytes:
+    """The body of a record whose SYSFLAG says compressed (zlib), as consumers see it.
+    CorruptRecordError naming the record when it does not decompress: SYSFLAG is not covered
+    by a check, so a damaged flag shows only here, and callers treat it as any damaged record."""
+    try:
+        return zlib.decompress(raw)
+    except zlib.error as e:
+        raise CorruptRecordError(f"commitlog record at offset {phys}: its body is flagged compressed but does not "
+                                 f"decompress ({e}); damaged, `shmq admin store verify` checks the store") from None
+
+
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
     """Inverse of encode_properties; bytes that are not UTF-8 are replaced, never an error."""
     if not raw:
@@ -398,22 +409,35 @@ def split_keys(keys: str | None) -> list[str]:
 
 
 def decode_record(buf: ReadBuffer, pos: int = 0) -> StoredRecord:
-    """Decode the record at `pos`; raises CorruptRecordError if it is not a well-formed record."""
+    """Decode the record at `pos`; raises CorruptRecordError if it is not a well-formed record.
+
+    Every length is checked against the buffer and TOTALSIZE before it is used: callers hand
+    this bytes that may be damaged (a consume-queue entry's target, a file on disk), and the
+    documented error is their one way to tell (never struct.error or IndexError)."""
+    mv = memoryview(buf)
+    end = mv.nbytes
+    if pos < 0 or end - pos < OFF_BODY:
+        raise CorruptRecordError(f"record at {pos}: {max(end - pos, 0)} bytes, shorter than a record header")
     (size, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts, store_host,
      reconsume, prep, body_len) = HEADER.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptRecordError(f"bad magic {magic:#x} at {pos}")
-    mv = memoryview(buf)
+    if size < FIXED_OVERHEAD or size > end - pos:
+        raise CorruptRecordError(f"record at {pos}: TOTALSIZE {size} does not fit the {end - pos} bytes there")
+    if body_len < 0 or OFF_BODY + body_len + 3 > size:
+        raise CorruptRecordError(f"record at {pos}: BODYLEN {body_len} does not fit TOTALSIZE {size}")
     p = pos + OFF_BODY
     body = mv[p:p + body_len]
     p += body_len
     topic_len = mv[p]
+    if p + 1 + topic_len + 2 > pos + size:
+        raise CorruptRecordError(f"record at {pos}: topic length {topic_len} does not fit TOTALSIZE {size}")
     topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("ascii", "replace")
     p += 1 + topic_len
     (props_len,) = _U16.unpack_from(buf, p)
-    props = decode_properties(mv[p + 2:p + 2 + props_len])
     if record_size(body_len, topic_len, props_len) != size:
         raise CorruptRecordError(f"record at {pos}: sizes do not add up to TOTALSIZE {size}")
+    props = decode_properties(mv[p + 2:p + 2 + props_len])
     return StoredRecord(size, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts,
                         store_host, reconsume, prep, body, topic, props)
 
@@ -502,8 +526,9 @@ def select_records(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
 
 RECORD_OK = 0
 RECORD_BLANK = 1  # end-of-segment filler: continue in the next segment
-RECORD_END = 2  # nothing valid here: the log ends at this position
+RECORD_END = 2  # no record here: the log ends at this position unless a valid record follows (resync)
 RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not match BODYCRC
+RECORD_DAMAGED = 4  # (scan_segment only) bytes that are no record, with a valid record after them
 
 
 def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
@@ -512,8 +537,9 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
     store writes last) and, when asked, body CRC all agree. A record that is whole but fails
-    only the CRC is RECORD_BAD_CRC (the caller decides by what follows it); anything else ends
-    the log, so a torn or overwritten tail is cut there.
+    only the CRC is RECORD_BAD_CRC (the caller decides by what follows it); anything else is
+    RECORD_END: no record here (``scan_segment`` decides whether that is the log's torn tail
+    or damage with valid records after it).
     """
     if limit - pos < MIN_BLANK:
         return RECORD_END, 0
@@ -549,23 +575,76 @@ def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int,
     """Yield (status, position, size) of the records of one segment from `pos`.
 
     Ends after RECORD_BLANK (go on in the next segment) or RECORD_END. A record failing only
-    its CRC is yielded as RECORD_BAD_CRC when a good record or the segment's blank follows it
-    (the store wrote past it, so it is not a torn tail: a client sent a wrong CRC or the disk
-    corrupted it later), and ends the log otherwise.
+    its CRC is yielded as RECORD_BAD_CRC when a good record, the segment's blank or a damaged
+    range with a good record after it follows (the store wrote past it, so it is not a torn
+    tail: a client sent a wrong CRC or the disk corrupted it later). Bytes that are no record
+    but have a valid record after them (``resync``) are yielded as one RECORD_DAMAGED range:
+    damage in the middle of the log, skipped, never a reason to cut what follows. Only when
+    nothing valid follows is it the log's end (a torn tail).
     """
     while True:
         status, size = check_record(buf, pos, limit, base_offset + pos, verify_crc)
         if status == RECORD_BAD_CRC:
             nxt, _ = check_record(buf, pos + size, limit, base_offset + pos + size, verify_crc)
-            if nxt not in (RECORD_OK, RECORD_BLANK):
+            if nxt not in (RECORD_OK, RECORD_BLANK) and resync(buf, pos + size, limit, base_offset) < 0:
                 status = RECORD_END
         if status == RECORD_END:
-            yield status, pos, 0
-            return
+            at = resync(buf, pos, limit, base_offset)
+            if at < 0:
+                yield status, pos, 0
+                return
+            status, size = RECORD_DAMAGED, at - pos
         yield status, pos, size
         if status == RECORD_BLANK:
             return
         pos += size
+
+
+_MAGIC_BYTES = _U32.pack(MESSAGE_MAGIC)
+_BLANK_MAGIC_BYTES = _U32.pack(BLANK_MAGIC)
+RESYNC_CHUNK = 1 << 20  # bytes searched at a time for the next record (one copy of that size)
+
+
+def resync(buf: ReadBuffer, pos: int, limit: int, base_offset: int) -> int:
+    """Where the next valid record (or the segment's blank) starts after bad bytes at `pos`;
+    -1 if none does before `limit`.
+
+    A search forward for the record magic: a candidate counts only if its magic, sizes,
+    PHYSICALOFFSET (its own position) and body CRC all check. A record is tied to its place in
+    the log, so stray bytes inside a body never pass for one, and the first candidate is the
+    record that really follows. (The bad record's own TOTALSIZE is not trusted: a changed one
+    can point exactly at a later record and swallow whole records in between.)
+    """
+    at = pos + 1
+    data = np.frombuffer(buf, np.uint8)
+    while at + MIN_BLANK <= limit:
+        stop = min(limit, at + RESYNC_CHUNK)
+        chunk = data[at:min(limit, stop + MIN_BLANK)]
+        if not chunk.any():  # a log's zero tail (never written, or warmed ahead): nothing to find
+            at = stop
+            continue
+        window = chunk.tobytes()
+        hits = sorted(h for magic in (_MAGIC_BYTES, _BLANK_MAGIC_BYTES) for h in _find_all(window, magic))
+        for h in hits:
+            cand = at + h - OFF_MAGIC
+            if cand >= at and cand < stop and _resumes(buf, cand, limit, base_offset):
+                return cand
+        at = stop
+    return -1
+
+
+def _find_all(window: bytes, needle: bytes) -> Iterator[int]:
+    i = window.find(needle)
+    while i >= 0:
+        yield i
+        i = window.find(needle, i + 1)
+
+
+def _resumes(buf: ReadBuffer, pos: int, limit: int, base_offset: int) -> bool:
+    """A record with a matching body CRC, or the segment's blank, starts at `pos`."""
+    if pos >= limit:
+        return False
+    return check_record(buf, pos, limit, base_offset + pos, True)[0] in (RECORD_OK, RECORD_BLANK)
 
 
 # --------------------------------------------------------------------------- batch patching

@@ -59,6 +59,8 @@ class CommitLog:
         self.last_store_timestamp = 0
         # (end offset, store timestamp of the record ending there): what a flush covers
         self.confirmed = (0, 0)
+        # (offset, length) of each damaged range the last recovery stepped over (kept in place)
+        self.damaged: list[tuple[int, int]] = []
 
     # ------------------------------------------------------------------ writing
 
@@ -222,14 +224,27 @@ class CommitLog:
         view = self.data(offset + fmt.OFF_STORETIMESTAMP, 8)
         return _I64.unpack_from(view)[0] if view is not None else -1
 
-    def iter_records(self, offset: int, verify_crc: bool = False) -> Iterator[tuple[MappedFile, int, int]]:
-        """(segment, position, size) of every valid record from `offset` to the end of the log."""
+    def iter_records(self, offset: int, verify_crc: bool = False, damaged: list[tuple[int, int]] | None = None
+                     ) -> Iterator[tuple[MappedFile, int, int]]:
+        """(segment, position, size) of every valid record from `offset` to the end of the log.
+
+        Damage in the middle of the log is stepped over, never taken for its end: a range of
+        bad bytes with a valid record after it in its segment (``fmt.scan_segment``), or the
+        unreadable rest of a segment when the next segment starts with a valid record. Each
+        such range goes to ``damaged`` as (commitlog offset, length) when a list is given."""
         mf = self.queue.find(offset)
         while mf is not None:
             for status, pos, size in fmt.scan_segment(mf.view, offset - mf.file_from_offset, mf.wrote_position,
                                                       mf.file_from_offset, verify_crc):
                 if status == fmt.RECORD_END:
-                    return
+                    nxt = self.queue.find(mf.file_to_offset)
+                    if nxt is None or not self._starts_well(nxt):
+                        return
+                    status, size = fmt.RECORD_DAMAGED, mf.size - pos
+                if status == fmt.RECORD_DAMAGED:
+                    if damaged is not None and size > 0:
+                        damaged.append((mf.file_from_offset + pos, size))
+                    continue
                 if status == fmt.RECORD_BAD_CRC:
                     log.warning("commitlog record at %d fails its body CRC; kept, later records follow it",
                                 mf.file_from_offset + pos)
@@ -237,6 +252,14 @@ class CommitLog:
                     yield mf, pos, size
             offset = mf.file_to_offset
             mf = self.queue.find(offset)
+
+    @staticmethod
+    def _starts_well(mf: MappedFile) -> bool:
+        """The segment begins with a record whose checks (body CRC included) all pass."""
+        if mf.wrote_position < fmt.MIN_BLANK:
+            return False
+        status, _ = fmt.check_record(mf.view, 0, mf.wrote_position, mf.file_from_offset, True)
+        return status == fmt.RECORD_OK
 
     def flush(self, least_pages: int = 0) -> tuple[int, int]:
         """Flush dirty segments if at least `least_pages` pages are dirty; returns the covered (offset, ts)."""

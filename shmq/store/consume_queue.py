@@ -103,6 +103,26 @@ class ConsumeQueue:
         self._set_end(end)
         self._find_min_offset()
 
+    def blank_entries_within(self, phys_lo: int, phys_hi: int) -> int:
+        """Make the entries pointing into commitlog bytes [phys_lo, phys_hi) blanks (a damaged
+        range recovery skipped): their queue offsets stay taken, readers step over them.
+        Returns how many changed; the files are flushed."""
+        changed = 0
+        for mf in self.queue.files:
+            written = min(self.max_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset, mf.wrote_position)
+            entries = self._entries(mf)[:max(0, written) // fmt.CQ_ENTRY_SIZE]
+            hit = np.flatnonzero((entries["size"] != BLANK_SIZE) & (entries["offset"] >= phys_lo)
+                                 & (entries["offset"] < phys_hi))
+            if len(hit):
+                entries["size"][hit] = BLANK_SIZE  # first: a crash in between leaves a blank
+                entries["offset"][hit] = 0
+                entries["tags_code"][hit] = 0
+                mf.mm.flush()
+                changed += len(hit)
+        if changed:
+            self._find_min_offset()
+        return changed
+
     def _set_end(self, end_bytes: int) -> None:
         self._drop_views_after(end_bytes)
         self.queue.truncate(end_bytes)
@@ -279,8 +299,14 @@ class ConsumeQueue:
         deleted = 0
         files = self.queue.files
         while len(files) > 1:
-            last = self._entries(files[0])[-1]
-            if int(last["offset"]) + int(last["size"]) > min_commitlog_offset and last["size"] != BLANK_SIZE:
+            # its last real entry decides: blanks are pre-fills, or entries of skipped damage
+            # (which can end a file), and say nothing about the file's age
+            entries = self._entries(files[0])
+            last: np.void | None = entries[-1]
+            if entries[-1]["size"] == BLANK_SIZE:
+                real = np.flatnonzero(entries["size"] != BLANK_SIZE)
+                last = entries[real[-1]] if len(real) else None
+            if last is not None and int(last["offset"]) + int(last["size"]) > min_commitlog_offset:
                 break
             self._views.pop(files[0].file_from_offset, None)
             self.queue.delete_first(1)

@@ -111,8 +111,11 @@ class MessageLookup:
             if phys in seen:
                 continue
             seen.add(phys)
-            rec = self.look_message_by_offset(phys)
-            if rec is not None and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
+            try:
+                rec = self.look_message_by_offset(phys)
+            except fmt.CorruptRecordError:  # damage recovery skipped (its index entries stay): not a match
+                continue
+            if rec is not None and rec.physical_offset == phys and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
                 out.append(rec)
                 if len(out) >= max_num:
                     break

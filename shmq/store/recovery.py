@@ -1,10 +1,14 @@
 """Recovery: find where the commitlog really ends and bring consume queues and index in line.
 
 Normal (clean shutdown, no abort file): scan the last three segments. Abnormal (abort file
-present): scan from the segment older than the checkpoint (minus a margin), verifying body
-CRCs; the first record that fails a check ends the log and everything after it is cut.
-Consume queues and the index lose entries pointing past the end, then whatever the commitlog
-holds beyond their progress is re-dispatched (dispatch is idempotent).
+present): scan from the segment older than the checkpoint (minus a margin). Both verify body
+CRCs. The log ends after the last valid record that nothing valid follows (a torn tail), and
+everything after that end is cut. Bad bytes with a valid record after them are damage in the
+middle of the log, not its end: they stay in place (a copy goes to DIR/damaged/), are logged
+and skipped, and every record after them is kept (consume-queue entries that point into them
+become blanks, which readers step over). Consume queues and the index lose entries pointing
+past the end, then whatever the commitlog holds beyond their progress is re-dispatched
+(dispatch is idempotent).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Iterable, Iterator
 
 from shmq.codec import record as fmt
 from shmq.errors import MetadataError
+from shmq.store import files as store_files
 from shmq.store import queue_table
 from shmq.store.commitlog import CommitLog
 from shmq.store.checkpoint import StoreCheckpoint
@@ -28,14 +33,16 @@ _I64 = struct.Struct(">q")
 CHECKPOINT_MARGIN_MS = 3000
 
 
-def find_log_end(commitlog: CommitLog, start_file: int, verify_crc: bool) -> tuple[int, int]:
-    """Scan records from segment number `start_file`: (offset after the last valid record, its store ts)."""
+def find_log_end(commitlog: CommitLog, start_file: int, verify_crc: bool,
+                 damaged: list[tuple[int, int]] | None = None) -> tuple[int, int]:
+    """Scan records from segment number `start_file`: (offset after the last valid record, its
+    store ts); damaged ranges stepped over on the way go to ``damaged`` (offset, length)."""
     files = commitlog.queue.files
     if not files:
         return 0, 0
     end = files[start_file].file_from_offset
     last_mf, last_pos = None, 0
-    for mf, pos, size in commitlog.iter_records(end, verify_crc):
+    for mf, pos, size in commitlog.iter_records(end, verify_crc, damaged):
         last_mf, last_pos = mf, pos
         end = mf.file_from_offset + pos + size
     last_ts = fmt.HEADER.unpack_from(last_mf.view, last_pos)[10] if last_mf is not None else 0
@@ -97,6 +104,44 @@ def cut_log(commitlog: CommitLog, offset: int) -> None:
     sync_dir(queue.directory)
 
 
+def damaged_path(commitlog: CommitLog, offset: int) -> str:
+    """DIR/damaged/<offset>.bin: the copy of a damaged commitlog range that recovery skipped."""
+    return os.path.join(os.path.dirname(commitlog.directory), "damaged", f"{fmt.offset_file_name(offset)}.bin")
+
+
+def save_damaged(commitlog: CommitLog, offset: int, length: int) -> str:
+    """Copy the damaged bytes at ``offset`` beside the store (once: a later start finds the same
+    damage again and keeps the first copy), so they outlive the segment's cleanup."""
+    path = damaged_path(commitlog, offset)
+    if os.path.exists(path):
+        return path
+    store_files.make_dirs(os.path.dirname(path))
+    mf = commitlog.queue.find(offset)
+    assert mf is not None  # the scan found the range in this segment
+    data = mf.view[offset - mf.file_from_offset:offset - mf.file_from_offset + length]
+    fd = store_files.open_file(path + ".tmp", os.O_WRONLY | os.O_TRUNC)[0]
+    try:
+        while len(data):
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(path + ".tmp", path)
+    sync_dir(os.path.dirname(path))
+    return path
+
+
+def blank_damaged_entries(queues: Iterable[ConsumeQueue], damaged: list[tuple[int, int]]) -> None:
+    """Turn the consume-queue entries that point into damaged commitlog ranges into blanks: the
+    records are skipped, and a reader steps over a blank instead of failing on it forever."""
+    for cq in queues:
+        for offset, length in damaged:
+            n = cq.blank_entries_within(offset, offset + length)
+            if n:
+                log.error("consume queue %s/%d: %d entries pointed into the damaged commitlog range at %d; "
+                          "now blanks (consumers skip them)", cq.topic, cq.queue_id, n, offset)
+
+
 def finish_cut(commitlog: CommitLog) -> None:
     """Complete a replica truncation that a crash interrupted (see ``cut_marker_path``)."""
     path = cut_marker_path(commitlog)
@@ -124,7 +169,17 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
         start = abnormal_start_file(commitlog, checkpoint_ts)
     else:
         start = max(0, len(files) - 3)
-    end, last_ts = find_log_end(commitlog, start, verify_crc=True)
+    damaged: list[tuple[int, int]] = []
+    end, last_ts = find_log_end(commitlog, start, verify_crc=True, damaged=damaged)
+    for offset, length in damaged:
+        try:
+            saved = f"a copy is in {save_damaged(commitlog, offset, length)}"
+        except OSError as e:  # a full disk, say: the bytes stay in the segment all the same
+            saved = f"no copy saved ({e}; the bytes stay in the segment)"
+        log.error("commitlog damaged at offset %d (%d bytes that are no record, valid records after them): "
+                  "skipped, every record after it kept; %s (`shmq admin store verify` lists it)",
+                  offset, length, saved)
+    commitlog.damaged = damaged
     log.info("commitlog recovered (%s): valid data ends at %d", "abnormal" if abnormal else "normal", end)
     commitlog.queue.truncate(end)
     last = commitlog.queue.files[-1]

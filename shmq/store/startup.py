@@ -50,6 +50,8 @@ def load_and_recover(store: MessageStore) -> None:
     for cq in queues.values():
         cq.recover()
         cq.truncate_dirty(end)
+    if store.commitlog.damaged:
+        recovery.blank_damaged_entries(queues.values(), store.commitlog.damaged)
     if store.index is not None:
         store.index.truncate(end)
     expected = recovery.expected_queue_ends(store.store_dir, store.commitlog)

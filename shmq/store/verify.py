@@ -137,8 +137,10 @@ def _segments(directory: str) -> Iterator[ReadOnlySegment]:
 def iter_records(store_dir: str, report: Report | None = None, start: int = 0) -> Iterator[fmt.StoredRecord]:
     """Every whole record of the commitlog in log order; what is wrong goes to ``report``.
 
-    A record failing only its CRC is reported (and yielded). Anything else unreadable ends its
-    segment's records: in the last segment that is the log's end if only zeros follow.
+    The walk is recovery's (``fmt.scan_segment``): a record failing only its CRC is reported
+    (and yielded); bad bytes with a valid record after them are reported as damage that
+    recovery skips, and the walk goes on after them; anything else unreadable ends its
+    segment's records (in the last segment that is the log's end if only zeros follow).
     Segments that end at or below ``start`` are skipped."""
     directory = os.path.join(store_dir, "commitlog")
     segs = sorted(n for n in os.listdir(directory) if fmt.parse_offset_file_name(n) is not None) \
@@ -149,23 +151,19 @@ def iter_records(store_dir: str, report: Report | None = None, start: int = 0) -
         rel = os.path.relpath(seg.path, store_dir)
         if report is not None:
             report.counts["commitlog_segments"] += 1
-        pos = 0
         buf = memoryview(seg.mm)
-        while True:
-            status, size = fmt.check_record(buf, pos, seg.size, seg.start + pos, verify_crc=report is not None)
+        for status, pos, size in fmt.scan_segment(buf, 0, seg.size, seg.start, verify_crc=report is not None):
             if status == fmt.RECORD_BAD_CRC and report is not None:
                 report.add(rel, pos, f"record at commitlog offset {seg.start + pos}: body CRC mismatch")
                 yield fmt.decode_record(buf, pos)  # its entries are still checked against it
             elif status == fmt.RECORD_OK:
                 yield fmt.decode_record(buf, pos)
-            elif status == fmt.RECORD_BLANK:
-                break
-            else:  # RECORD_END
-                if report is not None and (i < len(segs) - 1 or seg.array[pos:].any()):
-                    report.add(rel, pos, f"unreadable bytes at commitlog offset {seg.start + pos} "
-                                         f"(records after it cannot be checked)")
-                break
-            pos += size
+            elif status == fmt.RECORD_DAMAGED and report is not None:
+                report.add(rel, pos, f"damaged bytes at commitlog offset {seg.start + pos} ({size} bytes, valid "
+                                     "records after them): a start skips them and keeps every record after them")
+            elif status == fmt.RECORD_END and report is not None and (i < len(segs) - 1 or seg.array[pos:].any()):
+                report.add(rel, pos, f"unreadable bytes at commitlog offset {seg.start + pos} "
+                                     f"(records after it in this segment cannot be checked)")
         del buf  # the segment is unmapped when the next one is taken
 
 

@@ -160,3 +160,71 @@ def test_crc32_of_variants_equals_zlib(prefix, suffixes):
     first = zlib.crc32(prefix + suffixes[0])
     rows = np.frombuffer(b"".join(suffixes), np.uint8).reshape(len(suffixes), -1)
     assert fmt.crc32_of_variants(first, rows).tolist() == [zlib.crc32(prefix + s) for s in suffixes]
+
+
+def _decodes_or_refuses(buf, pos: int = 0) -> None:
+    """decode_record answers a record or CorruptRecordError; nothing else (struct.error, IndexError)."""
+    try:
+        rec = fmt.decode_record(buf, pos)
+    except fmt.CorruptRecordError:
+        return
+    assert fmt.record_size(len(rec.body), len(rec.topic.encode("ascii", "replace")), 0) <= rec.total_size
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300), st.integers(0, 320))
+def test_decode_record_of_any_bytes_is_a_record_or_corrupt_record_error(raw, pos):
+    _decodes_or_refuses(raw, pos)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=100), props, st.data())
+def test_decode_record_of_a_record_with_one_field_changed_or_cut(body, p, data):
+    raw = bytearray(fmt.encode_message("Topic", body, properties=p))
+    field, code = data.draw(st.sampled_from([(fmt.OFF_TOTALSIZE, ">i"), (fmt.OFF_BODYLEN, ">i")]))
+    struct.pack_into(code, raw, field, data.draw(st.integers(-2**31, 2**31 - 1)))
+    _decodes_or_refuses(raw)
+    _decodes_or_refuses(bytes(raw[:data.draw(st.integers(0, len(raw)))]))
+
+
+def test_decode_record_names_the_damaged_length():
+    raw = bytearray(fmt.encode_message("Topic", b"hello"))
+    struct.pack_into(">i", raw, fmt.OFF_BODYLEN, 0x70000000)
+    with pytest.raises(fmt.CorruptRecordError, match="BODYLEN 1879048192 does not fit TOTALSIZE"):
+        fmt.decode_record(raw)
+    with pytest.raises(fmt.CorruptRecordError, match="shorter than a record header"):
+        fmt.decode_record(raw[:40])
+
+
+def test_scan_skips_damage_with_a_valid_record_after_it_and_ends_at_a_torn_tail():
+    a = _stored(b"first", 0)
+    b = _stored(b"second", len(a))
+    c = _stored(b"third", len(a) + len(b))
+    for field, value in ((fmt.OFF_BODYLEN, 0x70000000), (fmt.OFF_TOTALSIZE, 7), (fmt.OFF_MAGIC, 0)):
+        bad = bytearray(b)
+        struct.pack_into(">i", bad, field, value)
+        buf = a + bad + c + bytearray(32)
+        got = [(st_, p, n) for st_, p, n in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
+        assert got == [(fmt.RECORD_OK, 0, len(a)), (fmt.RECORD_DAMAGED, len(a), len(b)),
+                       (fmt.RECORD_OK, len(a) + len(b), len(c)), (fmt.RECORD_END, len(buf) - 32, 0)], field
+        tail = a + bad + bytearray(64)  # nothing valid after it: a torn tail
+        assert [s for s, _, _ in fmt.scan_segment(tail, 0, len(tail), 0, verify_crc=True)] == \
+            [fmt.RECORD_OK, fmt.RECORD_END]
+    moved = _stored(b"second", len(a) + 5)  # a valid record, but not at its own offset: never a resync point
+    buf = a + moved + bytearray(32)
+    assert fmt.resync(buf, len(a), len(buf), 0) == -1
+
+
+def test_a_changed_totalsize_pointing_at_a_later_record_skips_only_the_damaged_one():
+    """Equal-size records, one TOTALSIZE grown by exactly one record: the damaged range is that
+    record alone, the record its size now points past is kept."""
+    recs = []
+    for i in range(4):
+        recs.append(_stored(b"x" * 37, sum(map(len, recs))))
+    size = len(recs[0])
+    bad = bytearray(recs[1])
+    struct.pack_into(">i", bad, fmt.OFF_TOTALSIZE, 2 * size)
+    buf = recs[0] + bad + recs[2] + recs[3] + bytearray(16)
+    got = [(st_, p) for st_, p, _ in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
+    assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_DAMAGED, size), (fmt.RECORD_OK, 2 * size),
+                   (fmt.RECORD_OK, 3 * size), (fmt.RECORD_END, 4 * size)]

@@ -124,3 +124,24 @@ def test_damaged_entries_and_records_pull_the_same_or_fail_the_same(pair, data, 
     fake = FakeReader(cq, log)
     assert outcome(compiled, fake, "T", 3, start, max_num, max_offset, expr) == \
         outcome(reference, fake, "T", 3, start, max_num, max_offset, expr)
+
+
+@pytest.mark.parametrize("delta", [-1, 1, -3, 0x70000000, -0x7FFFFFFF])
+def test_a_damaged_bodylen_is_a_corrupt_record_error_in_both(pair, store, reader, delta) -> None:
+    """One record's BODYLEN changed (TOTALSIZE, magic, offset intact): both paths raise
+    CorruptRecordError naming it, never IndexError and never a wrongly cut body."""
+    compiled, reference = pair
+    put_many(store, "T", 0, 20)
+    mx = store.get_max_offset_in_queue("T", 0)
+    phys = int(store.find_consume_queue("T", 0).entry(7)["offset"])
+    mf = store.commitlog.queue.find(phys)
+    at = phys - mf.file_from_offset + fmt.OFF_BODYLEN
+    (body_len,) = fmt._I32.unpack_from(mf.view, at)
+    fmt._I32.pack_into(mf.view, at, (body_len + delta + 2**31) % 2**32 - 2**31)
+    want = outcome(reference, reader, "T", 0, 0, 32, mx, None)
+    assert want[0] == "error" and want[1] is fmt.CorruptRecordError and f"offset {phys}" in want[2]
+    assert outcome(compiled, reader, "T", 0, 0, 32, mx, None) == want
+    decode = compiled_or_skip("_consumer", "decode_batch")
+    rng = reader.consume_queue("T", 0).entries(0, 32, mx)
+    with pytest.raises(fmt.CorruptRecordError, match=f"offset {phys}"):
+        decode(reader.commitlog, "T", 0, rng)

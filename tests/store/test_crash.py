@@ -79,6 +79,18 @@ def _write(path: str, pos: int, data: bytes) -> None:
         f.write(data)
 
 
+def _nothing_after(store_dir: str, path: str, offset: int) -> None:
+    """Zeros from commitlog ``offset`` to the end of its segment ``path``, and no later segment:
+    what follows damage written there is then a torn tail, nothing valid."""
+    if offset % SEG:
+        _write(path, offset % SEG, bytes(SEG - offset % SEG))
+    d = os.path.join(store_dir, "commitlog")
+    for name in os.listdir(d):
+        first = fmt.parse_offset_file_name(name)
+        if first is not None and first >= offset:
+            os.unlink(os.path.join(d, name))
+
+
 def _cut_at_most(limit: int):
     def check(store):
         assert store.commitlog.max_offset <= limit, (store.commitlog.max_offset, limit)
@@ -90,7 +102,10 @@ def test_garbage_tail(harness, variant):
     """Random bytes over the last segment's tail past the last acked record ('tail': from a point
     after it to the segment end; 'partial': a short run right at its end, over the unacked
     region; 'forged': a record-shaped header with the right magic, size and offset but a bad
-    CRC). Recovery cuts there, keeps every acked record, and appending works."""
+    CRC), with nothing valid after them (zeros to the segment's end, no later segment: a torn
+    tail; garbage with whole records after it is damage in the middle of the log, which
+    recovery skips: test_damaged_log, test_store_damage). Recovery cuts there, keeps every
+    acked record, and appending works."""
     h = harness
     warm_up(h)
     for _ in range(3):
@@ -136,6 +151,7 @@ def test_garbage_tail(harness, variant):
                 fmt._I32.pack_into(rec, fmt.OFF_BODYCRC, fmt._I32.unpack_from(rec, fmt.OFF_BODYCRC)[0] ^ 1)
             data = bytes(rec)
         _write(path, start % SEG, data)
+        _nothing_after(h.store_dir, path, start + len(data))
         h.reopen_and_verify(info, on_open=_cut_at_most(start))
         return
     pytest.fail("no round left room in the last segment")
