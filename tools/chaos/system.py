@@ -19,9 +19,14 @@ replica catches up and both stop, and the invariants are checked:
 - no IPC object is left (shm segments and semaphores of both names, the stores' SysV objects,
   every client's liveness semaphore): counted, reported, then removed.
 
+After each restart the run waits until sync sends are acknowledged again. A replica that gave
+up on its master (its epoch history no longer shares an epoch with the master's: docs/OPERATIONS.md,
+section 10) is wiped and started afresh, as an operator would have to, and counted.
+
 Prints one line per 10 rounds and, last, one JSON line: rounds, kills by victim, acked, lost,
-unsent, redelivered, never_consumed, committed_past, replica_diverged, leaked_ipc (with the
-objects), send statuses other than SEND_OK, seconds. Exit status 1 if an invariant failed.
+unsent, redelivered, never_consumed, committed_past, replica_diverged, replica_wiped,
+leaked_ipc (with the objects), send statuses other than SEND_OK, seconds. Exit status 1 if an
+invariant failed.
 """
 from __future__ import annotations
 

@@ -110,20 +110,19 @@ class Processes:
         self.broker = shmq.Broker(self.store, self.name, self.config, timeout=60)
 
     def _start_replica(self) -> None:
-        err = open(os.path.join(self.work, "replica.err"), "ab")
-        with err:
-            self.replica = subprocess.Popen(
+        with open(os.path.join(self.work, "replica.err"), "ab") as err:
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "shmq", "replica", "--store", self.replica_store, "--name", self.replica_name,
                  "--master", self.master_address, "--config", self.replica_conf],
                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-        _wait(lambda: _serving(self.replica_name) or self.replica.poll() is not None, 60, "the replica")
+        self.replica = proc
+        _wait(lambda: _serving(self.replica_name) or proc.poll() is not None, 60, "the replica")
 
     def _start_client(self, slot: str) -> None:
         role = "produce" if slot.startswith("p") else "consume"
         tag = f"{slot}i{self.incarnation[slot]}"
         self.incarnation[slot] += 1
-        err = open(os.path.join(self.work, f"{slot}.err"), "ab")
-        with err:
+        with open(os.path.join(self.work, f"{slot}.err"), "ab") as err:
             self.clients[slot] = subprocess.Popen(
                 [sys.executable, os.path.join(HERE, "system_clients.py"), role, self.name, tag,
                  self._log(slot), self.keys_path], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
