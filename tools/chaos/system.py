@@ -50,10 +50,12 @@ from tools.chaos.system_procs import Processes  # noqa: E402
 
 
 def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 2,
-        progress: bool = True) -> dict[str, Any]:
-    """``rounds`` kill rounds in ``work`` (a directory of its own); the summary."""
+        progress: bool = True, max_seconds: float | None = None) -> dict[str, Any]:
+    """``rounds`` kill rounds in ``work`` (a directory of its own), fewer if ``max_seconds`` pass
+    first; the summary (``rounds`` says how many were run)."""
     rng = random.Random(seed)
     t0 = time.monotonic()
+    done = 0
     kills: Counter[str] = Counter()
     committed_past: list[tuple[int, int, int]] = []
     procs = Processes(work, producers, consumers)
@@ -61,6 +63,8 @@ def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 
         procs.start()
         procs.settle()
         for r in range(rounds):
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
             time.sleep(rng.uniform(0.2, 1.2))
             victim = rng.choice(procs.victims())
             if procs.kill(victim):
@@ -71,6 +75,7 @@ def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 
             committed = procs.committed_offsets()  # before the logs: see committed_past_unconsumed
             ledger = procs.ledger()
             committed_past += check.committed_past_unconsumed(committed, ledger.consumed)
+            done = r + 1
             if progress and (r + 1) % 10 == 0:
                 print(f"round {r + 1}: {len(ledger.acked)} acked, {sum(ledger.consumed.values())} delivered, "
                       f"{time.monotonic() - t0:.0f}s", flush=True)
@@ -79,7 +84,7 @@ def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 
     finally:
         leaked = procs.close()
     summary: dict[str, Any] = {
-        "seed": seed, "rounds": rounds, "kills": dict(kills), "acked": verdict.acked, "stored": verdict.stored,
+        "seed": seed, "rounds": done, "kills": dict(kills), "acked": verdict.acked, "stored": verdict.stored,
         "lost": len(verdict.lost), "unsent": len(verdict.unsent), "redelivered": verdict.redelivered,
         "never_consumed": len(verdict.never_consumed), "committed_past": len(committed_past),
         "replica_diverged": diverged,
@@ -105,13 +110,15 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the summary to this file")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="start no round after this many seconds (the end checks still run)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed={seed} rounds={args.rounds}", flush=True)
     work = args.dir or tempfile.mkdtemp(prefix="shmq-chaos-system-")
     os.makedirs(work, exist_ok=True)
     try:
-        summary = run(args.rounds, seed, work, args.producers, args.consumers)
+        summary = run(args.rounds, seed, work, args.producers, args.consumers, max_seconds=args.max_seconds)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
