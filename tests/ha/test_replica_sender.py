@@ -29,7 +29,7 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
     with shmq.Broker(mstore, mname, mconf) as master:
         ha = HASegment.open(mname, read_only=True)
         try:
-            if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 1.0):  # the broker did not start one
+            if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 10):  # the broker did not start one
                 log = open(os.path.join(mstore, "ha.log"), "ab")
                 sender = subprocess.Popen([sys.executable, "-m", "shmq", "ha", "--store", mstore, "--name", mname,
                                            "--config", mconf], stdout=log, stderr=log, stdin=subprocess.DEVNULL)

@@ -90,7 +90,7 @@ def test_a_full_trace_buffer_drops_and_counts_without_blocking(store_dir, broker
             with tracer._lock:  # its thread is stuck (as behind a broker slow to take trace messages)
                 t0 = time.monotonic()
                 results = [p.send(Message("D", b"%d" % i)) for i in range(50)]
-                assert time.monotonic() - t0 < 5
+                assert time.monotonic() - t0 < 30  # no send waits for the stuck trace thread
                 assert tracer.dropped == 46 and tracer.pending == 4
             assert tracer.flush(5) and tracer.sent == 4
         admin = Admin(broker=broker_name)
