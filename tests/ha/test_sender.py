@@ -307,7 +307,7 @@ def test_a_slot_reader_sees_the_sender_beat(start):
     try:
         first = int(ha.header["sender_beat_ms"][0])
         assert wait_for(lambda: int(ha.header["sender_beat_ms"][0]) > first, 30)
-        assert abs(int(ha.header["sender_beat_ms"][0]) - time.time() * 1000) < 1000
+        assert abs(int(ha.header["sender_beat_ms"][0]) - time.time() * 1000) < 10_000  # wall-clock ms, recent
     finally:
         ha.close()
 
