@@ -50,7 +50,7 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
                 with PullConsumer("cg", broker=rname) as c:
                     # the sender passes a changed topics.json on within a second (SLOW_MS): a replica
                     # that caught up sooner shows the topic as its own dispatch made it until then
-                    assert wait_for(lambda: len(c.fetch_queues("Orders")) == 2, 5)
+                    assert wait_for(lambda: len(c.fetch_queues("Orders")) == 2, 30)
                     queues = c.fetch_queues("Orders")
                     assert [q.queue_id for q in queues] == [0, 1]
                     r = c.pull(queues[0], offset=150, max_nums=8, timeout=10.0)

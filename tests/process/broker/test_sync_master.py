@@ -113,7 +113,7 @@ def test_no_replica_answers_slave_not_available_at_once_and_stores(store_dir, br
 
 
 def wait_grown(ha: HASegment, past: int) -> int:
-    assert wait_for(lambda: ha.master_offset > past, 5)
+    assert wait_for(lambda: ha.master_offset > past, 30)
     return ha.master_offset
 
 
@@ -273,7 +273,7 @@ def test_a_dead_clients_waiting_answers_are_dropped(ha_pair, broker_name):
             wait_grown(ha, start)
             child.kill()
             child.wait()
-            assert wait_for(lambda: "(pid %d)" % child.pid in broker.log(), 5)  # dropped by the broker
+            assert wait_for(lambda: "(pid %d)" % child.pid in broker.log(), 30)  # dropped by the broker
         finally:
             child.kill()
             child.wait()

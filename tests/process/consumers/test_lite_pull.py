@@ -25,7 +25,7 @@ def _send(broker: str, topic: str, start: int, count: int) -> None:
 def _consumer(broker: str, group: str, **kw) -> LitePullConsumer:
     c = LitePullConsumer(group, broker=broker, consume_from=ConsumeFrom.FIRST_OFFSET, **kw).start()
     c.subscribe("T", "*")
-    assert wait_for(lambda: len(c.assignment()) == 4, 5), c.assignment()
+    assert wait_for(lambda: len(c.assignment()) == 4, 30), c.assignment()
     return c
 
 
@@ -142,7 +142,7 @@ def test_members_split_queues_and_a_dead_members_queues_move_within_a_second(sto
                 assert wait_for(lambda: len(c.assignment()) == 2, 30), c.assignment()
                 _send(broker_name, "T", 4, 200)
                 mine = _drain(c, 100, 5)
-                assert wait_for(lambda: len(received(str(tmp_path / "other"))) == 100, 5)
+                assert wait_for(lambda: len(received(str(tmp_path / "other"))) == 100, 30)
                 theirs = [int(b) for b, _, _ in received(str(tmp_path / "other"))]
                 assert sorted([int(m.body) for m in mine] + theirs) == list(range(4, 204))
                 assert {m.queue_id for m in mine} == {mq.queue_id for mq in c.assignment()}

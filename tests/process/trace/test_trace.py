@@ -35,7 +35,7 @@ def test_trace_of_a_send_and_its_consume(store_dir, broker_name, config):
             assert p.tracer is not None and p.tracer.flush(5) and p.tracer.sent == 1
         seen = _consume(broker_name, "cg", "Orders", 2, fail_first=True)  # delivered twice: failed, then consumed
         admin = Admin(broker=broker_name)
-        assert wait_for(lambda: len(admin.view_trace(r.msg_id)) == 5, 5)
+        assert wait_for(lambda: len(admin.view_trace(r.msg_id)) == 5, 30)
         records = admin.view_trace(r.msg_id)
         assert [t.type for t in records] == ["Pub", "SubBefore", "SubAfter", "SubBefore", "SubAfter"]
         pub = records[0]
