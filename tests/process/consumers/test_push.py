@@ -186,10 +186,14 @@ def test_consume_from_for_new_groups(store_dir, broker_name, config):
             c = _consumer(broker_name, name, lambda msgs, ctx, name=name: got[name].extend(m.body for m in msgs)
                           or ConsumeResult.SUCCESS, **kw)
             consumers.append(c.start())
-        time.sleep(0.3)  # every member has its queues and start offsets
+        admin = shmq.Admin(broker=broker_name)
+
+        def started(group: str) -> bool:  # a new group's start offsets are committed as it takes its queues
+            return sum(q.committed >= 0 for q in admin.consumer_progress(group).queues if q.topic == "T") == 4
+        assert wait_for(lambda: all(started(g) for g in ("first", "last", "stamp")), 30)
         for i in range(5):
             p.send(Message("T", b"new%d" % i))
-        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 10), \
+        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 30), \
             {k: len(v) for k, v in got.items()}
         for c in consumers:
             c.shutdown()
