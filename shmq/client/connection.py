@@ -195,8 +195,9 @@ class BrokerConnection:
         with self.lock:
             s, self.session = self.session, None
         if s is not None:
-            s.alive = False
+            s.alive = False  # the reader sees it on the bell's post or on ``_resume``, not a tick later
             s.channel.client_bell.ring()
+            self._resume.set()
             if self._reader is not None and self._reader is not threading.current_thread():
                 self._reader.join(2.0)
             self._close_session(s, detach=True)
@@ -361,8 +362,8 @@ class BrokerConnection:
                     if not got:
                         self._reader_on_bell = True
                         try:
-                            park(lambda: ring.has_data() or self._deputy is s, [(ring, CONSUMER)], bell, CHECK_S,
-                                 spin=0.0)
+                            park(lambda: ring.has_data() or self._deputy is s or not s.alive, [(ring, CONSUMER)],
+                                 bell, CHECK_S, spin=0.0)
                         finally:
                             self._reader_on_bell = False
                         if self._deputy is s:  # the post it took may have been for the deputy: pass it on

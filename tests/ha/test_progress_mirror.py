@@ -39,11 +39,11 @@ def test_a_promoted_replica_resumes_delays_where_the_master_was(pair: Pair) -> N
         for i in range(5):
             p.send(Message("Later", b"d%d" % i, delay_level=1), selector=lambda qs, m, a: qs[0])
     want = {"offsetTable": {"1": 5}}
-    assert wait_for(lambda: _delay_offsets(pair.master_store) == want, 5)
+    assert wait_for(lambda: _delay_offsets(pair.master_store) == want, 30)
     fake = pair.fake()
     pair.replica(fake.address)
     assert wait_reports(fake, pair.master_end())
-    assert wait_for(lambda: _delay_offsets(pair.replica_store) == want, 5)
+    assert wait_for(lambda: _delay_offsets(pair.replica_store) == want, 30)
     for r in pair.replicas:
         r.stop()
     pair.replicas.clear()

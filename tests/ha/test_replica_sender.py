@@ -29,7 +29,7 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
     with shmq.Broker(mstore, mname, mconf) as master:
         ha = HASegment.open(mname, read_only=True)
         try:
-            if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 1.0):  # the broker did not start one
+            if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 10):  # the broker did not start one
                 log = open(os.path.join(mstore, "ha.log"), "ab")
                 sender = subprocess.Popen([sys.executable, "-m", "shmq", "ha", "--store", mstore, "--name", mname,
                                            "--config", mconf], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -50,7 +50,7 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
                 with PullConsumer("cg", broker=rname) as c:
                     # the sender passes a changed topics.json on within a second (SLOW_MS): a replica
                     # that caught up sooner shows the topic as its own dispatch made it until then
-                    assert wait_for(lambda: len(c.fetch_queues("Orders")) == 2, 5)
+                    assert wait_for(lambda: len(c.fetch_queues("Orders")) == 2, 30)
                     queues = c.fetch_queues("Orders")
                     assert [q.queue_id for q in queues] == [0, 1]
                     r = c.pull(queues[0], offset=150, max_nums=8, timeout=10.0)

@@ -79,8 +79,8 @@ def test_a_broker_gone_fails_the_send_with_a_clear_error(store_dir, broker_name,
             await asyncio.to_thread(broker.kill)
             start = time.monotonic()
             with pytest.raises(shmq.ShmqError) as info:
-                await asyncio.wait_for(p.send(Message("T", b"down")), 10)
-            assert time.monotonic() - start < 5
+                await asyncio.wait_for(p.send(Message("T", b"down")), 60)
+            assert time.monotonic() - start < 30  # about its 1 s send timeout, not a hang
             assert broker_name in str(info.value)
     with shmq.Broker(store_dir, broker_name, config) as broker:
         asyncio.run(main(broker))

@@ -141,7 +141,7 @@ def test_broker_stopped_mid_attach_leaves_nothing(store_dir, broker_name, config
         with broker:
             for r in reqs:
                 send(broker_name, r)
-            assert wait_for(lambda: _shm_exists(channel_name(broker_name, reqs[0].client_id)), 5)
+            assert wait_for(lambda: _shm_exists(channel_name(broker_name, reqs[0].client_id)), 30)
             stopper = threading.Thread(target=broker.stop)
             stopper.start()
             stopper.join(30)

@@ -108,7 +108,7 @@ def test_sender_of_a_killed_broker_exits_by_itself(store_dir, broker_name, confi
         pid = running_sender(broker_name)
         os.kill(broker.pid, signal.SIGKILL)
         broker.process.wait()
-        assert wait_for(lambda: not alive(pid), 5)
+        assert wait_for(lambda: not alive(pid), 30)
     finally:
         broker.stop()  # removes what the killed broker left
 

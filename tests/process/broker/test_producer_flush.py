@@ -32,7 +32,7 @@ def test_flush_times_out_while_the_broker_is_stopped_then_completes(store_dir, b
             futs = [p.send_async(Message("Flush", b"m%d" % i)) for i in range(100)]
             t = time.monotonic()
             assert p.flush(timeout=0.3) is False
-            assert 0.25 <= time.monotonic() - t < 2.0
+            assert 0.25 <= time.monotonic() - t < 10  # its timeout, not at once or a hang
             assert p.pending_count > 0 and not any(f.done() for f in futs)
         finally:
             os.kill(broker.pid, signal.SIGCONT)

@@ -129,11 +129,12 @@ def test_bad_input_raises_and_broker_keeps_serving(store_dir, broker_name, confi
 
 def test_busy_broker_rejects_after_retries(store_dir, broker_name, config):
     config["waitTimeMillsInSendQueue"] = 0  # every request has waited "too long"
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+    with shmq.Broker(store_dir, broker_name, config), \
+            Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p:
         t = time.monotonic()
         with pytest.raises(BrokerBusyError, match="TIMEOUT_CLEAN_QUEUE"):
             p.send(Message("T", b"x"))
-        assert time.monotonic() - t < 2
+        assert time.monotonic() - t < 20  # after its few retries, not at the 60 s send timeout
 
 
 def test_no_broker_fails_fast(broker_name):
@@ -141,7 +142,7 @@ def test_no_broker_fails_fast(broker_name):
     t = time.monotonic()
     with pytest.raises(BrokerNotFoundError, match="shmq broker"):
         p.start()
-    assert time.monotonic() - t < 2
+    assert time.monotonic() - t < 10  # its 0.5 s start timeout, not a hang
 
 
 def test_broker_name_from_environment(store_dir, broker_name, config, monkeypatch):

@@ -44,7 +44,7 @@ def test_default_members_never_share_offsets(store_dir, broker_name, config, tmp
         first = _member(broker_name, offsets, first_sink)
         assert wait_for(lambda: len(first_sink.bodies) == 20, 10)
         mine = os.path.join(first.instance_name, "bc.json")
-        assert wait_for(lambda: mine in _files(offsets), 5)  # its offsets are on disk
+        assert wait_for(lambda: mine in _files(offsets), 30)  # its offsets are on disk
         second = _member(broker_name, offsets, second_sink)
         try:
             assert first.instance_name != second.instance_name

@@ -51,7 +51,7 @@ def test_push_consumer_below_the_min_resumes_from_the_min(store_dir, broker_name
         shmq.Admin(broker=broker_name).create_topic("T", queues=4)
         with PullConsumer("cg", broker=broker_name) as c:  # the group's offset is from before the cleanup
             c.commit(MessageQueue("T", broker_name, 0), 3)
-            assert wait_for(lambda: c.fetch_consume_offset(MessageQueue("T", broker_name, 0), from_store=True) == 3, 5)
+            assert wait_for(lambda: c.fetch_consume_offset(MessageQueue("T", broker_name, 0), from_store=True) == 3, 30)
         push = PushConsumer("cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
         push.subscribe("T", "*")
         push.register_listener(listener)

@@ -56,10 +56,10 @@ def test_push_group_resumes_from_first_and_keeps_it_across_a_restart(store_dir, 
         c = _push(broker_name, listener)
         try:
             assert wait_for(lambda: listener.seen == list(range(10)), 10), listener.seen
-            assert wait_for(lambda: _committed(admin, "cg", "R") == 10, 5)
+            assert wait_for(lambda: _committed(admin, "cg", "R") == 10, 30)
             listener.gate.clear()  # the next listener call holds: the position stays at the reset
             assert admin.reset_offset("cg", "R", to="first") == {0: 0}
-            assert wait_for(lambda: listener.seen[10:] == [0], 5), listener.seen
+            assert wait_for(lambda: listener.seen[10:] == [0], 30), listener.seen
             assert not wait_for(lambda: _committed(admin, "cg", "R") != 0, 0.5)  # 10 commit intervals
         finally:
             c.shutdown()  # its listener call is still running: the commit is the smallest offset in process
@@ -82,16 +82,16 @@ def test_reset_to_last_skips_the_backlog(store_dir, broker_name, config):
         c = _push(broker_name, listener)
         try:
             _send(broker_name, "R", 5)
-            assert wait_for(lambda: listener.seen == [0], 5), listener.seen  # held in the listener
+            assert wait_for(lambda: listener.seen == [0], 30), listener.seen  # held in the listener
             _send(broker_name, "R", 20)  # the backlog: pulled into the process queue or still in the store
             assert admin.reset_offset("cg", "R", to="last") == {0: 25}
-            assert wait_for(lambda: c._resets.applied == 1, 5)
+            assert wait_for(lambda: c._resets.applied == 1, 30)
             listener.gate.set()
             _send(broker_name, "R", 3)
-            assert wait_for(lambda: len(listener.seen) >= 4, 5), listener.seen
+            assert wait_for(lambda: len(listener.seen) >= 4, 30), listener.seen
             assert not wait_for(lambda: len(listener.seen) > 4, 0.3), listener.seen
             assert listener.seen == [0, 25, 26, 27]  # only the call in flight at the reset, then the new ones
-            assert wait_for(lambda: _committed(admin, "cg", "R") == 28, 5)
+            assert wait_for(lambda: _committed(admin, "cg", "R") == 28, 30)
         finally:
             c.shutdown()
 
@@ -127,15 +127,15 @@ def test_lite_pull_drops_its_buffer_and_follows_the_reset(store_dir, broker_name
         with c.start():
             assert [m.queue_offset for m in c.poll(5)] == [0, 1]  # 2..9 read ahead into its buffer
             assert admin.reset_offset("lg", "R", to="last") == {0: 10}
-            assert wait_for(lambda: c._resets.applied == 1, 5)
+            assert wait_for(lambda: c._resets.applied == 1, 30)
             _send(broker_name, "R", 3)
             got: list[int] = []
-            assert wait_for(lambda: got.extend(m.queue_offset for m in c.poll(0.05)) or len(got) >= 3, 5)
+            assert wait_for(lambda: got.extend(m.queue_offset for m in c.poll(0.05)) or len(got) >= 3, 30)
             assert got == [10, 11, 12]
             assert admin.reset_offset("lg", "R", timestamp=0) == {0: 0}  # before every message: the first
-            assert wait_for(lambda: c._resets.applied == 2, 5)
+            assert wait_for(lambda: c._resets.applied == 2, 30)
             got = []
-            assert wait_for(lambda: got.extend(m.queue_offset for m in c.poll(0.05)) or len(got) >= 13, 5)
+            assert wait_for(lambda: got.extend(m.queue_offset for m in c.poll(0.05)) or len(got) >= 13, 30)
             assert got == list(range(13))
             c.commit()
             assert _committed(admin, "lg", "R") == 13

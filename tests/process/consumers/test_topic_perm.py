@@ -61,7 +61,7 @@ def test_write_only_topic_is_not_readable_until_its_perm_allows(store_dir, broke
             assert len(mqs) == 2 and sum(pull.max_offset(mq) for mq in mqs) == 10  # stored, just not readable
             with pytest.raises(shmq.TopicNotReadableError, match="not readable"):
                 pull.pull(mqs[0], offset=0, timeout=0)
-            assert wait_for(lambda: "not readable" in caplog.text, 5)
+            assert wait_for(lambda: "not readable" in caplog.text, 30)
             assert push.assigned_queues() == [] and got == []
 
             admin.update_topic("WriteOnly", perm=6)

@@ -97,7 +97,7 @@ def test_after_the_max_the_dlq_holds_it_and_resend_brings_it_back(store_dir, bro
             admin = Admin(broker=broker_name)
             r = admin.resend_dlq("dg")
             assert r.resent == [sent.msg_id] and r.remaining == 0 and not r.skipped
-            assert wait_for(lambda: len(rec.of(b"dead")) == 4, 5)
+            assert wait_for(lambda: len(rec.of(b"dead")) == 4, 30)
             back = rec.of(b"dead")[-1][1]
             assert (back.topic, back.reconsume_times, back.msg_id, back.keys) == ("T", 0, sent.msg_id, "kd")
             assert admin.resend_dlq("dg").resent == []  # resent once, never twice

@@ -54,7 +54,7 @@ def test_hostile_send_backs_are_answered_with_errors(store_dir, broker_name, con
                 assert kind == P.ERROR and r.req_id == req_id and r.code == P.MESSAGE_ILLEGAL, r
             # the broker is fine: it stores and serves as before
             assert p.send(Message("T", b"after")).status is shmq.SendStatus.SEND_OK
-            assert wait_for(lambda: len(_queue(broker_name, "%RETRY%g")) == 1, 5)
+            assert wait_for(lambda: len(_queue(broker_name, "%RETRY%g")) == 1, 30)
             time.sleep(0.3)  # level 18 is 360 ms: the parked one was never copied
             assert [m.body for m in _queue(broker_name, "%RETRY%g")] == [b"x"]  # only the honest one
         finally:

@@ -58,7 +58,7 @@ def test_send_hooks_see_every_kind_of_send(store_dir, broker_name, config):
         p.send_oneway(Message("H", b"oneway"))
         rb = p.send_batch([Message("H", b"b1"), Message("H", b"b2")])
         rc = p.send_batch_async(MessageBatch("H", [b"c1", b"c2", b"c3"])).result(5)
-        assert wait_for(lambda: len(rec.afters()) == 5, 5)
+        assert wait_for(lambda: len(rec.afters()) == 5, 30)
         kinds = [k for k, _ in rec.events]
         assert kinds.count("before") == 5
         by_body = {}
@@ -85,7 +85,7 @@ def test_a_failed_send_reaches_after_with_its_exception(store_dir, broker_name, 
         fut = p.send_async(Message("ReadOnly", b"y"))
         with pytest.raises(BrokerError):
             fut.result(5)
-        assert wait_for(lambda: len(rec.afters()) == 2, 5)
+        assert wait_for(lambda: len(rec.afters()) == 2, 30)
         first, second = rec.afters()
         assert first.exception is sync_error.value and not first.success and first.result is None
         assert isinstance(second.exception, BrokerError) and second.mode == ASYNC and not second.success

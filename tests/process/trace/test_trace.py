@@ -35,7 +35,7 @@ def test_trace_of_a_send_and_its_consume(store_dir, broker_name, config):
             assert p.tracer is not None and p.tracer.flush(5) and p.tracer.sent == 1
         seen = _consume(broker_name, "cg", "Orders", 2, fail_first=True)  # delivered twice: failed, then consumed
         admin = Admin(broker=broker_name)
-        assert wait_for(lambda: len(admin.view_trace(r.msg_id)) == 5, 5)
+        assert wait_for(lambda: len(admin.view_trace(r.msg_id)) == 5, 30)
         records = admin.view_trace(r.msg_id)
         assert [t.type for t in records] == ["Pub", "SubBefore", "SubAfter", "SubBefore", "SubAfter"]
         pub = records[0]
@@ -90,7 +90,7 @@ def test_a_full_trace_buffer_drops_and_counts_without_blocking(store_dir, broker
             with tracer._lock:  # its thread is stuck (as behind a broker slow to take trace messages)
                 t0 = time.monotonic()
                 results = [p.send(Message("D", b"%d" % i)) for i in range(50)]
-                assert time.monotonic() - t0 < 5
+                assert time.monotonic() - t0 < 30  # no send waits for the stuck trace thread
                 assert tracer.dropped == 46 and tracer.pending == 4
             assert tracer.flush(5) and tracer.sent == 4
         admin = Admin(broker=broker_name)
