@@ -113,7 +113,13 @@ def consistent_offset(replica: list[Epoch], replica_max: int, master: list[Epoch
     epoch starts (or at its max offset). A replica with data but no epoch in common has
     history the master never had: HADivergedError. A replica with no epochs and no data
     shares everything it has (nothing).
+
+    Epochs at the replica's end under which it holds no byte are left out first: a master
+    killed before its first write is restarted with a new epoch at the same offset in place of
+    the empty one, and a replica that had adopted the empty epoch shares every byte it has.
     """
+    while replica and replica[-1].start_offset >= replica_max:
+        replica = replica[:-1]
     if not replica:
         if replica_max > 0:
             raise HADivergedError(f"the replica's store holds {replica_max} bytes of log but no epoch history "

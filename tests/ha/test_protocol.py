@@ -99,6 +99,9 @@ E1, E2, E2B, E3 = (H.Epoch(1, 0, b"1" * 16), H.Epoch(2, 100, b"2" * 16), H.Epoch
     ([E1], 150, [E1, E2], 300, 100),  # wrote past where the new master's epoch starts
     ([E1, E2B], 180, [E1, E2], 300, 100),  # two masters opened epoch 2 at the same offset
     ([E1, E2], 400, [E1, E2], 300, 300),  # ahead of the master in the same epoch
+    ([E1, E2B], 100, [E1, E2], 300, 100),  # an empty epoch 2 replaced at the same offset
+    ([H.Epoch(1, 0, b"x" * 16)], 0, [E1], 300, 0),  # adopted a master's empty first epoch, then the
+    # master died before its first write and came back with another first epoch: nothing to cut
 ])
 def test_consistent_offset(replica, rmax, master, mmax, want):
     assert H.consistent_offset(replica, rmax, master, mmax) == want
@@ -109,6 +112,8 @@ def test_no_shared_history_is_refused():
         H.consistent_offset([E2], 300, [E1], 100)
     with pytest.raises(HADivergedError, match="no epoch history"):
         H.consistent_offset([], 10, [E1], 100)
+    with pytest.raises(HADivergedError, match="no epoch history"):  # bytes older than its only epoch
+        H.consistent_offset([E2], 100, [E1, E2], 300)
 
 
 def test_epoch_json_round_trip_and_validation():

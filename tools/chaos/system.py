@@ -20,8 +20,8 @@ replica catches up and both stop, and the invariants are checked:
   every client's liveness semaphore): counted, reported, then removed.
 
 After each restart the run waits until sync sends are acknowledged again. A replica that gave
-up on its master (its epoch history no longer shares an epoch with the master's: docs/OPERATIONS.md,
-section 10) is wiped and started afresh, as an operator would have to, and counted.
+up on its master (its epoch history no longer shares an epoch with the master's) breaks an
+invariant: it is counted in replica_wiped, then wiped and started afresh so the run goes on.
 
 Prints one line per 10 rounds and, last, one JSON line: rounds, kills by victim, acked, lost,
 unsent, redelivered, never_consumed, committed_past, replica_diverged, replica_wiped,
@@ -98,7 +98,7 @@ def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 
 
 def failed(summary: dict[str, Any]) -> list[str]:
     """The invariants a summary breaks (leaked IPC included)."""
-    keys = ("lost", "unsent", "never_consumed", "committed_past", "leaked_ipc")
+    keys = ("lost", "unsent", "never_consumed", "committed_past", "replica_wiped", "leaked_ipc")
     return [k for k in keys if summary[k]] + (["replica_diverged"] if summary["replica_diverged"] else [])
 
 
