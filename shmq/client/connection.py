@@ -99,8 +99,10 @@ class Session:
         self.store_dir = str(reply.get("store_dir") or
                              bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
         self.alive = True
-        self._closed = False
-        self._close_lock = threading.Lock()
+        # threads that may still be in the channel: its reader thread, and a shutdown while it
+        # detaches; the last one out closes it (``BrokerConnection._let_go``)
+        self._in_channel = 1
+        self._in_channel_lock = threading.Lock()
         self._control_lock = threading.Lock()
 
     def admin(self, command: str, args: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -116,26 +118,40 @@ class Session:
             raise BrokerError(0, f"{command}: {reply.body.get('error')}")
         return reply.body
 
-    def close(self, detach: bool) -> None:
-        """Release this side; with ``detach``, first let the broker read every frame written
-        (it drops a detaching client's ring unread: a last commit or oneway send would be lost).
+    def leave(self) -> None:
+        """Detach from a live broker, first letting it read every frame written (it drops a
+        detaching client's ring unread: a last commit or oneway send would be lost). The channel
+        stays mapped: the reader thread may still be in it."""
+        if not self.broker.is_alive():
+            return
+        deadline = time.monotonic() + DRAIN_S
+        while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():
+            time.sleep(0.001)
+        try:
+            with self._control_lock:
+                self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
+                                  nudge=self.channel.broker_bell.ring)
+        except (ShmqError, OSError):
+            pass
 
-        Runs once: the reader thread (broker died) and ``shutdown`` may both get here."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        if detach and self.broker.is_alive():
-            deadline = time.monotonic() + DRAIN_S
-            while self.channel.requests.used() and time.monotonic() < deadline and self.broker.is_alive():
-                time.sleep(0.001)
-            try:
-                with self._control_lock:
-                    self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
-                                      nudge=self.channel.broker_bell.ring)
-            except (ShmqError, OSError):
-                pass
-        self.alive = False
+    def hold(self) -> bool:
+        """Keep the channel open until this thread's ``let_go``; False if it is closed already."""
+        with self._in_channel_lock:
+            if not self._in_channel:
+                return False
+            self._in_channel += 1
+            return True
+
+    def let_go(self) -> bool:
+        """This thread is out of the channel; True if it was the last one in (it closes it)."""
+        with self._in_channel_lock:
+            self._in_channel -= 1
+            return not self._in_channel
+
+    def close(self) -> None:
+        """Unmap and close this side's handles; by the last thread out of the channel (``let_go``):
+        a sem_close under a wait on the client bell, or an unmap under a read of a ring, crashes
+        the process, and a starved reader thread may get there seconds after a shutdown."""
         self.channel.close()
         self.state.close()
         self.liveness.release()
@@ -190,17 +206,26 @@ class BrokerConnection:
         return s
 
     def shutdown(self) -> None:
-        """Detach and stop the reader thread."""
+        """Stop the reader thread and detach; the later of the two out of the channel closes it."""
         self.started = False
         with self.lock:
             s, self.session = self.session, None
+            reader = self._reader
+        if s is not None and not s.hold():  # its reader thread died of an unexpected error and closed it
+            s = None
         if s is not None:
             s.alive = False  # the reader sees it on the bell's post or on ``_resume``, not a tick later
             s.channel.client_bell.ring()
             self._resume.set()
-            if self._reader is not None and self._reader is not threading.current_thread():
-                self._reader.join(2.0)
-            self._close_session(s, detach=True)
+        # a bounded wait: the reader thread may be starved of CPU, or in user code (a future's
+        # done-callback, run by ``on_response``) that waits for anything, or be this thread
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(2.0)
+        if s is not None:
+            try:
+                s.leave()
+            finally:
+                self._let_go(s)
 
     def live_session(self, deadline: float) -> Session:
         """The current session, attaching again (until ``deadline``) after the broker restarted."""
@@ -389,6 +414,8 @@ class BrokerConnection:
                             log.exception("client %r: periodic check failed; going on", self.group)
         except CorruptFrameError as e:
             self._broker_died(s, f"it wrote a malformed response: {e}")
+        finally:
+            self._let_go(s)
 
     def _dispatch(self, s: Session) -> bool:
         """Hand the waiting response frames to ``on_response`` (caller holds the read lock)."""
@@ -579,7 +606,8 @@ class BrokerConnection:
             self._resume.set()
 
     def _broker_died(self, s: Session, why: str) -> None:
-        """The session is over (the broker died or dropped the channel): the next call attaches again."""
+        """The session is over (the broker died or dropped the channel): the next call attaches
+        again. Called by the reader thread, which closes the session as it exits (``_let_go``)."""
         log.warning("lost broker %r: %s", s.name, why)
         s.alive = False
         with self.lock:
@@ -589,14 +617,14 @@ class BrokerConnection:
                 self.on_lost(s, why)
             if self.session is s:
                 self.session = None
-            self._close_session(s, detach=False)
 
-    def _close_session(self, s: Session, detach: bool) -> None:
-        """``s.close`` once no ``park_reading`` sleeps on its client bell and no ``nudge`` posts it
-        (the caller set ``s.alive`` False: the bell post ends the deputy's park, and it stops)."""
-        try:
-            s.channel.client_bell.ring()
-        except (posix_ipc.ExistentialError, OSError):  # closed already (a second close)
-            pass
+    def _let_go(self, s: Session) -> None:
+        """The calling thread is out of ``s``'s channel. The last one out closes it once no
+        ``park_reading`` sleeps on its client bell and no ``nudge`` posts it: with ``s.alive``
+        False, the bell post ends the deputy's park, and it stops."""
+        s.alive = False  # already, unless the reader thread died of an unexpected error
+        if not s.let_go():
+            return
+        s.channel.client_bell.ring()
         with self._deputy_lock, self._bell_lock:
-            s.close(detach=detach)
+            s.close()

@@ -3,6 +3,9 @@
 other request waits for may stall behind that (no answer left for a reader that stood down)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -110,3 +113,16 @@ def test_shutdown_ends_the_reader_thread_wherever_it_waits(store_dir, broker_nam
         reader.join(20)
         assert not reader.is_alive(), "the reader thread still waits after shutdown"
         assert time.monotonic() - t < 20
+
+
+def test_shutdown_leaves_the_channel_mapped_until_a_slow_reader_thread_exits(store_dir, broker_name, config):
+    """A reader thread held in user code (a future's done-callback) past shutdown's wait for it
+    must not have its channel unmapped, or its bell closed, under it: the process would crash
+    (as one did at load 19). The broker still learns that the client left without waiting for it."""
+    child = os.path.join(os.path.dirname(__file__), "slow_reader_child.py")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    with shmq.Broker(store_dir, broker_name, config):
+        p = subprocess.run([sys.executable, child, broker_name], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=root))
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stdout.strip() == "closed by the reader thread"

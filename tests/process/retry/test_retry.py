@@ -11,9 +11,6 @@ from shmq import Admin, ConsumeFrom, ConsumeResult, Message, MessageModel, Messa
 
 from tests.waiting import wait_for
 
-from .conftest import SHORT_LEVELS
-
-LEVEL_MS = [int(x[:-2]) for x in SHORT_LEVELS.split()]
 
 
 def _consumer(broker: str, group: str, listener, topic: str = "T", orderly: bool = False, **kw) -> PushConsumer:
@@ -55,14 +52,21 @@ class Recorder:
             return [(t, m) for t, m in self.seen if m.body == body]
 
 
+# levels 3, 4, 5 (a first, second and third retry) steep enough that no scheduling delay of a
+# loaded machine can make a later gap look shorter than an earlier one
+STEEP_LEVELS = "20ms 40ms 60ms 600ms 1800ms" + " 2000ms" * 13
+STEEP_MS = [int(x[:-2]) for x in STEEP_LEVELS.split()]
+
+
 def test_failing_n_times_sees_the_message_n_plus_1_times_with_growing_delay(store_dir, broker_name, config):
     n = 3
     rec = Recorder(lambda m: m.body == b"x" and m.reconsume_times < n)
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+    steep = {**config, "messageDelayLevel": STEEP_LEVELS}
+    with shmq.Broker(store_dir, broker_name, steep), Producer("pg", broker=broker_name) as p:
         sent = p.send(Message("T", b"x", tags="A", keys="k1", properties={"a": "1"}))
         p.send(Message("T", b"ok"))
         with _consumer(broker_name, "g", rec):
-            assert wait_for(lambda: len(rec.of(b"x")) == n + 1, 10), rec.of(b"x")
+            assert wait_for(lambda: len(rec.of(b"x")) == n + 1, 30), rec.of(b"x")
             time.sleep(0.2)  # nothing more comes: the last delivery succeeded
         retries = _queue(broker_name, "%RETRY%g")
     seen = rec.of(b"x")
@@ -71,9 +75,9 @@ def test_failing_n_times_sees_the_message_n_plus_1_times_with_growing_delay(stor
     assert all(m.topic == "T" and m.msg_id == sent.msg_id and m.tags == "A" and m.keys == "k1"
                and m.properties["a"] == "1" for _, m in seen)
     gaps = [b - a for (a, _), (b, _) in zip(seen, seen[1:])]
-    for k, gap in enumerate(gaps):  # level 3 + k: 60, 80, 100 ms
-        assert gap >= LEVEL_MS[2 + k] / 1000 - 0.005, (k, gaps)
-    assert gaps[-1] > gaps[0], gaps
+    for k, gap in enumerate(gaps):  # level 3 + k: 60 ms, 600 ms, 1.8 s
+        assert gap >= STEEP_MS[2 + k] / 1000 - 0.005, (k, gaps)
+    assert gaps[0] < gaps[1] < gaps[2], gaps
     assert len(rec.of(b"ok")) == 1
     assert [m.reconsume_times for m in retries] == [1, 2, 3]
     first = retries[0].properties
