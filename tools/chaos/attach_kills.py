@@ -39,7 +39,8 @@ def _record_holds(log_path: str) -> None:
     Liveness.hold = classmethod(recording)  # type: ignore[method-assign, assignment]
 
 
-def _attach_forever(broker: str) -> None:
+def attach_forever(broker: str) -> None:
+    """Attach and detach as fast as possible until killed."""
     while True:
         try:
             shmq.Producer("kill-pg", broker=broker, start_timeout=5).start().shutdown()
@@ -73,7 +74,7 @@ def main() -> int:
         t0 = time.monotonic()
         try:
             for _ in range(args.kills):
-                p = ctx.Process(target=_attach_forever, args=(name,))
+                p = ctx.Process(target=attach_forever, args=(name,))
                 p.start()
                 time.sleep(rng.uniform(0.0, args.max_delay_ms / 1000))
                 os.kill(p.pid, signal.SIGKILL)

@@ -15,24 +15,16 @@ from shmq.ring import client_keys
 from shmq.ring.control import sysv_key
 
 from tests.ipc_tracking import IpcTracker
+from tools.chaos.attach_kills import attach_forever
 
 ctx = mp.get_context("fork")
 KILLS = 80
 
 
-def _attach_forever(broker: str) -> None:
-    """Attach and detach as fast as possible until killed."""
-    while True:
-        try:
-            shmq.Producer("kill-pg", broker=broker, start_timeout=5).start().shutdown()
-        except shmq.ShmqError:
-            pass
-
-
 def _kill_clients(broker: str, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(kills):
-        p = ctx.Process(target=_attach_forever, args=(broker,))
+        p = ctx.Process(target=attach_forever, args=(broker,))
         p.start()
         time.sleep(rng.uniform(0.0, 0.03))
         os.kill(p.pid, signal.SIGKILL)
