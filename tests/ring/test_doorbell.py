@@ -10,6 +10,8 @@ from shmq.ring.channel import broker_bell_name
 from shmq.ring.doorbell import DRAIN_MAX, FLOOD_VALUE, Doorbell, FollowingBell, RotatingBell
 from shmq.ring.shm import ipc_name
 
+from tools.bench.wakeup_bench import flood
+
 
 def test_wake_drains_the_posts_that_piled_up(broker_name):
     bell = Doorbell.create(ipc_name(broker_name, "bell"))
@@ -41,16 +43,6 @@ def test_ring_on_a_semaphore_at_its_maximum_is_a_pending_wake(broker_name):
         bell.unlink()
 
 
-def _flood(name: str, posts: int) -> None:
-    sem = posix_ipc.Semaphore(name)
-    try:
-        release = sem.release
-        for _ in range(posts):
-            release()
-    finally:
-        sem.close()
-
-
 def test_a_flooded_rotating_bell_moves_to_a_new_generation_that_followers_post(broker_name):
     """After one bounded drain a bell still holding more than FLOOD_VALUE posts is replaced: the
     flood is left behind (O(1) for the waiter), the old name is gone, and a follower that loads
@@ -70,7 +62,7 @@ def test_a_flooded_rotating_bell_moves_to_a_new_generation_that_followers_post(b
         for _ in range(DRAIN_MAX + FLOOD_VALUE // 2):
             flooder.release()
         assert bell.wait(0.5) and bell.gen == 0, "a flood the drain covers does not rotate"
-        _flood(broker_bell_name(broker_name), DRAIN_MAX + 2 * FLOOD_VALUE)
+        flood(broker_bell_name(broker_name), DRAIN_MAX + 2 * FLOOD_VALUE)
         assert bell.wait(0.5)
         assert (bell.gen, published, bell.name) == (1, [1], broker_bell_name(broker_name, 1))
         assert bell.pending() == 0 and not bell.wait(0.01), "the flood stayed in the old bell"

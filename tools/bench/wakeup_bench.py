@@ -63,8 +63,9 @@ def sync_send_ms(producer: Producer, n: int = 15) -> float:
     return statistics.median(took)
 
 
-def flood(broker: str, posts: int = 10_000_000) -> None:
-    sem = posix_ipc.Semaphore(broker_bell_name(broker))
+def flood(bell: str, posts: int = 10_000_000) -> None:
+    """Post the named bell ``posts`` times as fast as Python can (a hostile local client)."""
+    sem = posix_ipc.Semaphore(bell)
     try:
         release = sem.release
         for _ in range(posts):
@@ -88,7 +89,7 @@ def one_round(store: str, name: str) -> dict[str, float]:
         out["control"] = control_ms(name)
         early.send(Message("T", b"topic"))
         with push:
-            flood(name)
+            flood(broker_bell_name(name))
             time.sleep(0.3)
             with Producer("pg2", broker=name) as late:
                 out["sync send, early producer"] = sync_send_ms(early)
