@@ -61,7 +61,7 @@ class BrokerConfig:
     delete_commit_log_files_interval: int = 100  # ms between two deletions
     delete_file_batch_max: int = 10
     # broker
-    broker_name: str | None = None  # None: --name, else "default"
+    broker_name: str | None = None  # None: --name, else $SHMQ_BROKER, else "default"
     broker_role: str = ASYNC_MASTER
     default_topic_queue_nums: int = 4
     auto_create_topic_enable: bool = True
@@ -178,14 +178,20 @@ class BrokerConfig:
         return self.broker_role != SLAVE
 
     def resolve_name(self, name: str | None) -> str:
-        """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``default``.
+        """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``SHMQ_BROKER``,
+        else ``default``. The environment comes after both because it is where clients look
+        for their broker too: a program and its broker started in one shell with
+        ``SHMQ_BROKER`` set meet without naming each other.
 
-        Both given and different is an error: clients would look for one name and find the other.
+        ``name`` and ``brokerName`` both given and different is an error: clients would look
+        for one name and find the other.
         """
         if name is not None and self.broker_name is not None and name != self.broker_name:
             raise ConfigError(f"--name {name!r} contradicts brokerName={self.broker_name!r} in the config; "
                               "give one of them, or the same name in both")
-        return name if name is not None else self.broker_name or "default"
+        if name is not None:
+            return name
+        return self.broker_name or os.environ.get("SHMQ_BROKER") or "default"
 
     def group_id(self) -> int | None:
         """The gid of ``shmGroup`` (a group name or a number), None when unset."""

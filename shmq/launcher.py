@@ -22,7 +22,12 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    """``python -m shmq broker`` as a child; returns once it serves. Its log is ``STORE/broker.log``."""
+    """``python -m shmq broker`` as a child; returns once it serves. Its log is ``STORE/broker.log``.
+
+    Its name: ``name``, else the config's ``brokerName``, else ``SHMQ_BROKER``, else
+    ``default``, the order of ``shmq broker``; the clients of a program that sets neither find
+    it under the same name, since they fall back to ``SHMQ_BROKER`` and ``default`` too.
+    """
 
     def __init__(self, store_dir: str, name: str | None = None, config: Mapping[str, Any] | str | None = None,
                  timeout: float = 30.0) -> None:

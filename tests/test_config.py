@@ -92,7 +92,8 @@ def test_roles_are_refused_at_start_only_when_they_cannot_work():
             BrokerConfig.from_mapping({"haMasterAddress": bad})
 
 
-def test_broker_name_names_the_broker_unless_name_contradicts_it():
+def test_broker_name_names_the_broker_unless_name_contradicts_it(monkeypatch):
+    monkeypatch.delenv("SHMQ_BROKER", raising=False)
     assert BrokerConfig().resolve_name(None) == "default"
     assert BrokerConfig().resolve_name("a") == "a"
     c = BrokerConfig.from_mapping({"brokerName": "orders"})
@@ -101,6 +102,13 @@ def test_broker_name_names_the_broker_unless_name_contradicts_it():
         c.resolve_name("other")
     with pytest.raises(ConfigError, match="brokerName 'a.b'"):
         BrokerConfig.from_mapping({"brokerName": "a.b"})
+
+
+def test_shmq_broker_names_the_broker_when_nothing_else_does(monkeypatch):
+    monkeypatch.setenv("SHMQ_BROKER", "fromenv")
+    assert BrokerConfig().resolve_name(None) == "fromenv"
+    assert BrokerConfig().resolve_name("a") == "a"
+    assert BrokerConfig.from_mapping({"brokerName": "orders"}).resolve_name(None) == "orders"
 
 
 def test_shm_group_by_name_or_number():

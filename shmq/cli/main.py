@@ -14,7 +14,8 @@ from shmq.cli.top import add_top_parser
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `shmq` command line; the docs' tests parse their examples with it."""
     parser = argparse.ArgumentParser(prog="shmq", description="A RocketMQ-style message broker for one machine.")
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command")
@@ -27,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     add_admin_parser(sub)
     h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
     h.add_argument("--store", required=True, help="the master's store directory")
-    h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
+    h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else $SHMQ_BROKER, "
+                                  "else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
     d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes, a verified summary",
                        description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
                        description=exporter_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_exporter_arguments(e)
     add_top_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # bare `shmq`: what it can do, not a usage error
         parser.print_help()
@@ -73,7 +80,8 @@ def _version() -> str:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, "
+                                  "else $SHMQ_BROKER, else default)")
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -14,6 +17,8 @@ from shmq.errors import BadTopicError, BrokerNotFoundError, MessageTooLargeError
 from shmq.client.producer.producer import SelectMessageQueueByHash, split_batch
 from shmq.errors import BrokerBusyError
 from shmq.codec import record as fmt
+
+from tests.waiting import wait_for
 
 from .conftest import open_store
 
@@ -146,9 +151,34 @@ def test_no_broker_fails_fast(broker_name):
 
 
 def test_broker_name_from_environment(store_dir, broker_name, config, monkeypatch):
+    """Neither the broker nor the producer is named: both take SHMQ_BROKER's name."""
     monkeypatch.setenv("SHMQ_BROKER", broker_name)
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg") as p:
+    with shmq.Broker(store_dir, config=config) as b, Producer("pg") as p:
+        assert b.name == broker_name
         assert p.broker_name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
+
+
+def test_shmq_broker_command_takes_its_name_from_environment(store_dir, broker_name, tmp_path):
+    """`shmq broker --store DIR` without --name serves under $SHMQ_BROKER, where clients look."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=4194304\n")
+    env = dict(os.environ, SHMQ_BROKER=broker_name)
+    proc = subprocess.Popen([sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--config", str(conf)],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_for(lambda: f"shmq.{broker_name}.state" in os.listdir("/dev/shm") or proc.poll() is not None, 30)
+        assert proc.poll() is None, proc.stderr.read()
+        with Producer("pg", broker=broker_name, start_timeout=30) as p:
+            assert p.send(Message("T", b"x")).status is SendStatus.SEND_OK
+    finally:  # SIGTERM also when the test failed: a broker under another name removes its own objects
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, proc.stderr.read()
 
 
 def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, config):
