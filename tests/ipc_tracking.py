@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 import pytest
 import sysv_ipc
 
-from shmq.ring import shm
+from shmq.ring import client_keys, shm
 from shmq.ring.control import sysv_key
 from shmq.ring.liveness import Liveness
 
@@ -29,6 +29,15 @@ _counter = itertools.count()
 def store_objects(store_dir: str) -> list[SysvObject]:
     """The control queue and liveness semaphore of a broker on ``store_dir``."""
     return [("msg", sysv_key(store_dir, "control")), ("sem", sysv_key(store_dir, "alive"))]
+
+
+def client_semaphores(store_dir: str) -> list[int]:
+    """Keys of the liveness semaphores of the clients of the broker on ``store_dir`` that exist
+    now (clients in other processes take them: ``IpcTracker`` does not see those)."""
+    base = client_keys.family(sysv_key(store_dir, "control"))
+    with open(client_keys.SEM_TABLE) as f:
+        k = f.readline().split().index("key")
+        return [int(row[k]) for row in map(str.split, f) if row and client_keys.in_family(int(row[k]), base)]
 
 
 def _open(kind: str, key: int) -> sysv_ipc.MessageQueue | sysv_ipc.Semaphore:

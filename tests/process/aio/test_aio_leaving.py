@@ -9,9 +9,8 @@ import sys
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message
-from shmq.ring import client_keys
-from shmq.ring.control import sysv_key
 
+from tests.ipc_tracking import client_semaphores
 from tests.waiting import wait_for
 
 QUEUES = 4
@@ -49,14 +48,6 @@ def _members(broker: str) -> int:
     return 0 if group is None else len(group.members)
 
 
-def _client_semaphores(store_dir: str) -> list[int]:
-    """Keys of the liveness semaphores of the broker's clients that exist now."""
-    base = client_keys.family(sysv_key(store_dir, "control"))
-    with open(client_keys.SEM_TABLE) as f:
-        k = f.readline().split().index("key")
-        return [int(row[k]) for row in map(str.split, f) if row and client_keys.in_family(int(row[k]), base)]
-
-
 def _queues_of_t(c: shmq.PushConsumer) -> int:
     return sum(1 for mq in c.assigned_queues() if mq.topic == "T")
 
@@ -82,7 +73,7 @@ def test_the_process_exits_when_the_script_ends(store_dir, broker_name, config):
         p = _run(broker_name, 0)
         rc = _wait_exit(p, 60)
         assert rc == 0
-        assert _client_semaphores(store_dir) == []  # it released its own (the feeding producer did too)
+        assert client_semaphores(store_dir) == []  # it released its own (the feeding producer did too)
         assert wait_for(lambda: _members(broker_name) == 0, 20)
 
 
