@@ -15,6 +15,7 @@ from tests.docs.pages import ROOT, Page
 from tests.docs.run_page import MARKER
 
 TIMEOUT_S = 120.0
+GRACE_S = 30.0  # how long processes of a page may take to end after it exited
 SPARK_TIMEOUT_S = 600.0  # a Spark page starts a JVM and Spark's Python workers: minutes on a loaded machine
 DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_page.py")
 
@@ -72,20 +73,29 @@ def _kill_group(pgid: int) -> None:
 
 
 def _end_group(pgid: int) -> bool:
-    """Whether processes of the group were left; they get SIGTERM, then SIGKILL after 10 s."""
+    """Whether processes of the group outlived the page by more than ``GRACE_S`` (a JVM takes
+    a while to notice its Python went); those get SIGTERM, then SIGKILL after 10 s."""
+    if _group_gone(pgid, GRACE_S):
+        return False
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    if not _group_gone(pgid, 10):
+        _kill_group(pgid)
+    return True
+
+
+def _group_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    _kill_group(pgid)
-    return True
 
 
 def _by_block(text: str) -> dict[int, str]:
