@@ -1,11 +1,11 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
+.PHONY: install demo test typecheck spark bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -79,6 +79,11 @@ typecheck: $(STAMP)
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)
 	QUICK=$(QUICK) $(PY) -m tools.bench.suite $(BENCH_ARGS)
+
+# docs/BENCHMARKS.md from docs/benchmarks/results.json; RESULTS=bench/results/<run>.json publishes
+# that run first (copies it there)
+bench-docs: $(STAMP)
+	$(PY) -m tools.bench.docs_page $(if $(RESULTS),--publish $(RESULTS))
 
 bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
