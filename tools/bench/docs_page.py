@@ -135,7 +135,8 @@ def throughput(res: dict[str, Any], api: str) -> list[str]:
     if not keys:
         return []
     title = "per-message API" if api == "msg" else "batch API"
-    header = ["producers → consumers, body", "shmq msg/s (min–max)", "shmq MB/s"] + [f"{n} msg/s (shmq ×)" for n in peers(res)] + [
+    header = ["producers → consumers, body", "shmq msg/s (min–max)", "shmq MB/s"]
+    header += [f"{n} msg/s (shmq ×)" for n in peers(res)] + [
         "reproduce"]
     body = []
     capped = False
@@ -233,7 +234,8 @@ def replication(res: dict[str, Any]) -> list[str]:
              "The systems without replication are left out."), ""]
     lines += table(["ack", "system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body)
     ratios = []
-    for key_s, key_a in [(k, k.replace(" sync ", " async ")) for k in res["results"] if k.startswith("replicated sync")]:
+    pairs = [(k, k.replace(" sync ", " async ")) for k in res["results"] if k.startswith("replicated sync")]
+    for key_s, key_a in pairs:
         for n in res["systems"]:
             a = median(res["results"].get(key_a, {}).get("systems", {}).get(n, {}), "msgs_s")
             b = median(res["results"][key_s]["systems"].get(n, {}), "msgs_s")
@@ -258,7 +260,8 @@ def extras(res: dict[str, Any]) -> list[str]:
             if "error" in v:
                 body.append([n, missing({"errors": [v["error"]]}), "", ""])
                 continue
-            body.append([f"{int(n):,}", short_rate(v["median"]), f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}",
+            spread = f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}"
+            body.append([f"{int(n):,}", short_rate(v["median"]), spread,
                          f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""])
         lines += [("Send throughput of one producer round-robining over topics of 8 queues each, "
                   f"100 B bodies, by the number of queues (reproduce: {cmd})."), ""]
@@ -270,8 +273,9 @@ def extras(res: dict[str, Any]) -> list[str]:
         lines += [(f"A backlog of 100 B messages written with nobody consuming, then drained by one consumer "
                   f"(reproduce: {cmd})."), ""]
         lines += table(["written", "write msg/s", "first 10 %", "last 10 %", "last / first", "drain msg/s"],
-                       [[f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), short_rate(b["write_msgs_s"]),
-                         short_rate(b["first_tenth_msgs_s"]), short_rate(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}",
+                       [[f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""),
+                         short_rate(b["write_msgs_s"]), short_rate(b["first_tenth_msgs_s"]),
+                         short_rate(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}",
                          short_rate(b["drain_msgs_s"])]])
     else:
         lines += [f"Backlog: {missing({'errors': [b.get('error', 'not run')]})}.", ""]
