@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ JSON_PATH = ROOT / "docs" / "benchmarks" / "results.json"
 PAGE_PATH = ROOT / "docs" / "BENCHMARKS.md"
 REF = "shmq"
 SUITE = "python -m tools.bench.suite"
+PATH = re.compile(r"(?<![\w.])(/[\w.+-]+){2,}/?")  # an absolute path: a run's temporary directories
 
 # The tools beside the suite: what each measures and how to run it. No figures: none of them
 # writes to the JSON this page is made from.
@@ -90,9 +92,10 @@ def median(entry: dict[str, Any], metric: str) -> float | None:
 def missing(entry: dict[str, Any]) -> str:
     """Why a system has no figure for a workload, in a few words."""
     if entry.get("na"):
-        return str(entry["na"])
+        return PATH.sub("…", str(entry["na"]))
     if entry.get("errors"):
-        return "failed: " + str(entry["errors"][-1]).strip().splitlines()[0][:100]
+        first = str(entry["errors"][-1]).strip().splitlines()[0]
+        return "failed: " + PATH.sub("…", first)[:100]
     return "not run"
 
 
@@ -126,7 +129,7 @@ def machine(res: dict[str, Any]) -> list[str]:
 
 def systems(res: dict[str, Any]) -> list[str]:
     body = [[n, s["persistence"], "yes" if s["broker"] else "no", s.get("how", ""),
-             res["unavailable"].get(n, s["note"])] for n, s in res["systems"].items()]
+             PATH.sub("…", res["unavailable"].get(n, s["note"]))] for n, s in res["systems"].items()]
     return ["## What is compared", ""] + table(["system", "persistence", "broker", "how it is driven", "note"], body)
 
 
