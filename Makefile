@@ -63,9 +63,10 @@ top: $(STAMP)
 java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
-# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
+# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run;
+# small: 5,000 messages per producer in the checks and in the throughput phase)
 SPARK_DEMO_STORE ?= build/spark-demo-store
-SPARK_DEMO_ARGS  ?= --messages 5000
+SPARK_DEMO_ARGS  ?= --messages 5000 --bulk-messages 5000
 spark: $(SPARK_STAMP) java
 	rm -rf $(SPARK_DEMO_STORE)
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
