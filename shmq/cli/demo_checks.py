@@ -220,7 +220,8 @@ def _evaluate(args: argparse.Namespace, got: Got, steps_total: int, tag_a: int, 
             in_order = False
         last_step[order] = max(step, last_step.get(order, -1))
     steps_ok = in_order and len({tuple(x) for x in got["steps"][0]}) == steps_total
-    rows = [("messages sent", (f"{len(expected):,} by {args.producers} producers, half in batches of {args.batch}, "
+    producers = f"{args.producers} producer{'s' * (args.producers > 1)}"
+    rows = [("messages sent", (f"{len(expected):,} by {producers}, half in batches of {args.batch}, "
                               "half one by one (async)")),
             ("clustering group (2 members)", (f"{len(cluster_ids):,} distinct, {lost} lost, {dups} duplicates, "
                                              f"split {[len(v) for v in got['cluster'].values()]}")),
