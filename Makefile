@@ -1,11 +1,11 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
+.PHONY: install demo test typecheck spark bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -63,9 +63,10 @@ top: $(STAMP)
 java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
-# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
+# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run;
+# small: 5,000 messages per producer in the checks and in the throughput phase)
 SPARK_DEMO_STORE ?= build/spark-demo-store
-SPARK_DEMO_ARGS  ?= --messages 5000
+SPARK_DEMO_ARGS  ?= --messages 5000 --bulk-messages 5000
 spark: $(SPARK_STAMP) java
 	rm -rf $(SPARK_DEMO_STORE)
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
@@ -79,6 +80,11 @@ typecheck: $(STAMP)
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)
 	QUICK=$(QUICK) $(PY) -m tools.bench.suite $(BENCH_ARGS)
+
+# docs/BENCHMARKS.md from docs/benchmarks/results.json; RESULTS=bench/results/<run>.json publishes
+# that run first (copies it there)
+bench-docs: $(STAMP)
+	$(PY) -m tools.bench.docs_page $(if $(RESULTS),--publish $(RESULTS))
 
 bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)

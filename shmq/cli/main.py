@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else $SHMQ_BROKER, "
                                   "else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
-    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes, a verified summary",
+    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes; "
+                                    "checks, throughput, latency",
                        description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_demo_arguments(d)
     e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
