@@ -76,3 +76,14 @@ def test_api_reference_covers_the_public_api() -> None:
     names = [f"shmq.{n}" for n in shmq.__all__] + [f"shmq.aio.{n}" for n in shmq.aio.__all__]
     names.append("shmq.spark.ShmqDataSource")
     assert [n for n in names if f"::: {n}\n" not in text] == []
+
+
+def test_user_pages_describe_the_project_as_it_is() -> None:
+    """No issue numbers, references to files outside the repo, or paths of a developer's machine
+    in the guide (history goes to CHANGES.md). BENCHMARKS.md is a record of runs and is left out."""
+    import re
+
+    banned = re.compile(r"\bissue[ -]\d+|DESIGN\.md|OPERATIONS\.md|/work/|/tmp/scratch")
+    hits = [f"{p.name}: {m.group(0)}" for p in sorted((ROOT / "docs").rglob("*.md")) if p.name != "BENCHMARKS.md"
+            for m in banned.finditer(p.read_text())]
+    assert hits == []
