@@ -8,15 +8,15 @@ page lists exactly the keys this checkout accepts: a page that says `<!-- config
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import sys
 from typing import Any
 
 # the checkout this file belongs to, before any installed shmq
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from shmq.config import ALIASES, NOT_SUPPORTED, BrokerConfig, camel  # noqa: E402
-from shmq.config_keys import KEY_DOCS  # noqa: E402
+config = importlib.import_module("shmq.config")
+config_keys = importlib.import_module("shmq.config_keys")
 
 KEYS_MARK = "<!-- config-keys -->"
 REFUSED_MARK = "<!-- config-refused -->"
@@ -35,12 +35,12 @@ def _default(value: Any) -> str:
 
 def config_keys_table() -> str:
     """Every field of BrokerConfig, in declaration order, as a Markdown table."""
-    spelled = {field: key for key, field in ALIASES.items()}
+    spelled = {field: key for key, field in config.ALIASES.items()}
     rows = ["| key (broker.conf / TOML) | type | default | unit | what it does | read by |",
             "|---|---|---|---|---|---|"]
-    for f in dataclasses.fields(BrokerConfig):
-        doc = KEY_DOCS[f.name]
-        name = f"`{camel(f.name)}`<br>`{f.name}`"
+    for f in dataclasses.fields(config.BrokerConfig):
+        doc = config_keys.KEY_DOCS[f.name]
+        name = f"`{config.camel(f.name)}`<br>`{f.name}`"
         if f.name in spelled:
             name += f"<br>`{spelled[f.name]}`"
         kind = str(f.type).replace(" | None", "")
@@ -52,7 +52,7 @@ def config_keys_table() -> str:
 def config_refused_table() -> str:
     """RocketMQ keys shmq refuses by name, with the reason it gives."""
     rows = ["| key | refused because |", "|---|---|"]
-    rows += [f"| `{key}` | {reason} |" for key, reason in NOT_SUPPORTED.items()]
+    rows += [f"| `{key}` | {reason} |" for key, reason in config.NOT_SUPPORTED.items()]
     return "\n".join(rows) + "\n"
 
 

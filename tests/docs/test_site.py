@@ -42,7 +42,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     return out
 
