@@ -74,7 +74,7 @@ def _version() -> str:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else $SHMQ_BROKER, else default)")
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 
