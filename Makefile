@@ -1,11 +1,12 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | typecheck | spark | docs | docs-serve | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
+DOCS_STAMP  := $(VENV)/.installed-docs
 
-.PHONY: install demo test typecheck spark bench bench-docs bench-store clean host-tools java top sanitize
+.PHONY: install demo test typecheck spark docs docs-serve bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -26,12 +27,29 @@ $(SPARK_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	@touch $(SPARK_STAMP)
 
+# the docs extra (mkdocs, mkdocs-material, mkdocstrings): its requirements as pyproject.toml
+# lists them, installed without re-installing or re-building shmq itself
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	  > $(VENV)/docs-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/docs-requirements.txt
+	@touch $(DOCS_STAMP)
+
+# the documentation site (mkdocs.yml, docs/) into build/site; --strict: a broken link, anchor or
+# docstring fails the build. docs-serve: the same site on http://127.0.0.1:8000, rebuilt on edits
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
 # the main job: a broker, producers and consumers in separate processes, verified
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
 # SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build
-test: $(SPARK_STAMP) host-tools java
+# (the docs extra too: tests/docs build the site)
+test: $(SPARK_STAMP) $(DOCS_STAMP) host-tools java
 	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own

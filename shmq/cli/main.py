@@ -28,8 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_parser(sub)
     h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
     h.add_argument("--store", required=True, help="the master's store directory")
-    h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else $SHMQ_BROKER, "
-                                  "else default)")
+    h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
     d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes; "
                                     "checks, throughput, latency",
@@ -81,8 +80,7 @@ def _version() -> str:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, "
-                                  "else $SHMQ_BROKER, else default)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else $SHMQ_BROKER, else default)")
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 

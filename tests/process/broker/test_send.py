@@ -151,10 +151,8 @@ def test_no_broker_fails_fast(broker_name):
 
 
 def test_broker_name_from_environment(store_dir, broker_name, config, monkeypatch):
-    """Neither the broker nor the producer is named: both take SHMQ_BROKER's name."""
     monkeypatch.setenv("SHMQ_BROKER", broker_name)
-    with shmq.Broker(store_dir, config=config) as b, Producer("pg") as p:
-        assert b.name == broker_name
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg") as p:
         assert p.broker_name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
 
 
@@ -179,6 +177,13 @@ def test_shmq_broker_command_takes_its_name_from_environment(store_dir, broker_n
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_a_broker_given_no_name_serves_under_the_environment_name(store_dir, broker_name, config, monkeypatch):
+    """shmq.Broker(DIR) with $SHMQ_BROKER set serves where its clients look: the same rule."""
+    monkeypatch.setenv("SHMQ_BROKER", broker_name)
+    with shmq.Broker(store_dir, config=config) as b, Producer("pg") as p:
+        assert b.name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
 
 
 def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, config):
