@@ -38,7 +38,7 @@ from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
 from shmq.broker.publish import now_ms
 from shmq.config import BrokerConfig
-from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError
+from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError, plain_message
 from shmq.procs.channel_worker import ChannelWorker, Making
 from shmq.ring import client_keys
 from shmq.ring.channel import Channel, channel_size
@@ -304,7 +304,7 @@ class ControlPlane:
         try:
             messages = encode_reply(reply)
         except ValueError as e:
-            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, {"error": f"ValueError: {e}"}))
+            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, {"error": plain_message(e), "kind": type(e).__name__}))
         if self._pending_count + len(messages) > MAX_PENDING:
             log.warning("dropped the reply to client %d: %d reply messages already wait for queue room",
                         reply.client_id, self._pending_count)
@@ -393,4 +393,5 @@ def replica_refusal(name: str, config: BrokerConfig) -> str:
 
 def _error_reply(req: Request, e: BaseException | None) -> Reply:
     """The refusal of ``req`` because of ``e``."""
-    return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+    text = plain_message(e) if e is not None else "refused"
+    return Reply(req.client_id, req.req_id, False, {"error": text, "kind": type(e).__name__})

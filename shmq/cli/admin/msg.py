@@ -75,7 +75,8 @@ def message_detail(m: MessageExt, tracks: list[MessageTrack]) -> dict[str, Any]:
 def _render_query(d: dict[str, Any]) -> RenderableType:
     cols = ["msg_id", "queue_id", "queue_offset", "store_time", "tags", "keys", "body_size"]
     return table(f"{d['topic']} key {d['key']!r}: {len(d['messages'])} message(s)", cols,
-                 ([r[c] for c in cols] for r in d["messages"]), right=["queue_id", "queue_offset", "body_size"])
+                 ([r[c] for c in cols] for r in d["messages"]), right=["queue_id", "queue_offset", "body_size"],
+                 optional=["body_size", "queue_id", "queue_offset", "store_time"])
 
 
 def _render_detail(d: dict[str, Any]) -> list[RenderableType]:
@@ -101,7 +102,8 @@ def _render_trace(d: dict[str, Any]) -> list[RenderableType]:
     rows = ([r["type"], iso_ms(r["timestamp"]), r["group"], r["client_pid"], r["cost_ms"], r["status"] or
              ("" if r["success"] is None else ("OK" if r["success"] else "FAILED")),
              iso_ms(r["store_time"]) if r["store_time"] else None] for r in d["records"])
-    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"])]
+    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"],
+                  optional=["store_time", "client_pid", "cost_ms"])]
 
 
 def query(args: argparse.Namespace) -> Result:
