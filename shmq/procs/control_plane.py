@@ -304,7 +304,7 @@ class ControlPlane:
         try:
             messages = encode_reply(reply)
         except ValueError as e:
-            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, {"error": plain_message(e), "kind": type(e).__name__}))
+            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, refusal_body(e)))
         if self._pending_count + len(messages) > MAX_PENDING:
             log.warning("dropped the reply to client %d: %d reply messages already wait for queue room",
                         reply.client_id, self._pending_count)
@@ -393,5 +393,10 @@ def replica_refusal(name: str, config: BrokerConfig) -> str:
 
 def _error_reply(req: Request, e: BaseException | None) -> Reply:
     """The refusal of ``req`` because of ``e``."""
-    text = plain_message(e) if e is not None else "refused"
-    return Reply(req.client_id, req.req_id, False, {"error": text, "kind": type(e).__name__})
+    return Reply(req.client_id, req.req_id, False, refusal_body(e))
+
+
+def refusal_body(e: BaseException | None) -> dict[str, str]:
+    """A refusal's reply body: ``error`` in plain words for the user, ``kind`` (the exception's
+    class) for a client that raises a matching exception (a replica's refusal of a producer)."""
+    return {"error": "refused" if e is None else plain_message(e), "kind": type(e).__name__}

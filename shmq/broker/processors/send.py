@@ -275,8 +275,8 @@ class SendProcessor:
         self.core.busy += 1
         if not flags & P.FLAG_ONEWAY:
             peer.out.append((P.ERROR, P.encode_error(
-                req_id, P.SYSTEM_BUSY, f"broker busy: the request waited {waited_ns // 1_000_000} ms in the send queue, over "
-                f"waitTimeMillsInSendQueue = {self._wait_ms} ms (TIMEOUT_CLEAN_QUEUE); send again later")))
+                req_id, P.SYSTEM_BUSY, f"broker busy: the request waited {waited_ns // 1_000_000} ms in the send "
+                f"queue, over waitTimeMillsInSendQueue = {self._wait_ms} ms (TIMEOUT_CLEAN_QUEUE); send again later")))
 
     @staticmethod
     def _error(peer: Peer, req_id: int, flags: int, code: int, message: str) -> None:

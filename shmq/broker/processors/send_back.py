@@ -43,7 +43,8 @@ class SendBackProcessor:
             sb = decode_send_back(view)
             check_group(sb.group)
         except (CorruptFrameError, ValueError) as e:  # answered, not dropped: the client may go on
-            return self._error(peer, P.request_id(P.SEND_BACK, view), P.MESSAGE_ILLEGAL, f"messages sent back for a retry were refused: {e}")
+            return self._error(peer, P.request_id(P.SEND_BACK, view), P.MESSAGE_ILLEGAL,
+                               f"messages sent back for a retry were refused: {e}")
         if not self.core.config.is_master:
             return self._error(peer, sb.req_id, P.SERVICE_NOT_AVAILABLE,
                                "a replica stores nothing of its own: messages to retry go to its master")
