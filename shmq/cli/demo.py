@@ -35,6 +35,7 @@ from rich.table import Table
 import shmq
 from shmq import ConsumeContext, ConsumeFrom, ConsumeResult, Message, MessageExt, MessageModel, Producer, PushConsumer
 from shmq import SelectMessageQueueByHash
+from shmq.cli.help_format import ParagraphHelpFormatter
 
 TOPIC = "DemoOrders"
 STEPS_TOPIC = "DemoSteps"
@@ -126,12 +127,14 @@ def consume(broker: str, role: str, member: int, report: "mp.Queue[Any]", stop: 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The demo's options, shared by `shmq demo` and tools/demo.py (`make demo DEMO_ARGS=...`)."""
-    ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--messages", type=int, default=20_000, help="per producer")
-    ap.add_argument("--orders", type=int, default=50)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--producers", type=int, default=3, help="producer processes sending tagged messages (default 3)")
+    ap.add_argument("--messages", type=int, default=20_000, help="messages per producer (default 20000)")
+    ap.add_argument("--orders", type=int, default=50, help="order ids of the ordered producer (default 50)")
+    ap.add_argument("--steps", type=int, default=20, help="steps per order (default 20)")
+    ap.add_argument("--batch", type=int, default=128,
+                    help="messages per batch (the first half of each producer's are sent in batches; default 128)")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds to wait for everything to be sent and "
+                                                                "received (default 180)")
     ap.add_argument("--keep", action="store_true", help="keep the store directory")
     ap.add_argument("--store", help="make the store in this directory (absent or empty; kept afterwards, "
                                     "e.g. for `make spark`) instead of a temporary one")
@@ -139,7 +142,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """tools/demo.py's entry point: the same options as `shmq demo`."""
-    ap = argparse.ArgumentParser(prog="demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="demo", description=__doc__, formatter_class=ParagraphHelpFormatter)
     add_arguments(ap)
     return run(ap.parse_args(argv))
 

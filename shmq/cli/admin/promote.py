@@ -139,6 +139,7 @@ def _start_master(store_dir: str, name: str, config_path: str | None, role: str,
     cmd = [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", name, "--role", role]
     if config_path:
         cmd += ["--config", os.path.abspath(config_path)]
+    os.makedirs(store_dir, exist_ok=True)  # --store: "created if missing", as for `shmq broker`
     log_path = os.path.join(store_dir, "broker.log")
     fd = files.open_file(log_path, os.O_WRONLY | os.O_APPEND)[0]
     with os.fdopen(fd, "ab") as log:
