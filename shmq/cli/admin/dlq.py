@@ -19,7 +19,7 @@ def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
     if not data:
         return "no dead-letter topics"
     return table("dead-letter topics", ["group", "topic", "queues", "messages"], dlq_rows(data),
-                 right=["queues", "messages"])
+                 right=["queues", "messages"], optional=["queues", "group"])  # the topic names the group
 
 
 def _list(args: argparse.Namespace) -> Result:
