@@ -21,9 +21,9 @@ from typing import Any, Callable
 import posix_ipc
 import sysv_ipc
 
+from shmq.codec.frames import SERVICE_NOT_AVAILABLE
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
-from shmq.codec.frames import SERVICE_NOT_AVAILABLE
 from shmq.ring import client_keys
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id

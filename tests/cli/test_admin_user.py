@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import signal
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
