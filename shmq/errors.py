@@ -100,8 +100,7 @@ class BadExpressionError(ShmqError, ValueError):
 # RocketMQ's ResponseCode names of the codes a broker answers with (0: an admin command refused)
 RESPONSE_CODES = {0: "ADMIN_REFUSED", 1: "SYSTEM_ERROR", 2: "SYSTEM_BUSY", 3: "REQUEST_CODE_NOT_SUPPORTED",
                   13: "MESSAGE_ILLEGAL", 14: "SERVICE_NOT_AVAILABLE", 16: "NO_PERMISSION", 17: "TOPIC_NOT_EXIST"}
-SERVICE_NOT_AVAILABLE = 14
-DISK_FULL = "disk full"  # how the store's refusal of a write on a full disk begins (shmq.store.space)
+DISK_FULL = "disk full"  # how the store's refusal of a write on a full disk begins (DiskSpace.error)
 
 
 class BrokerError(ShmqError):
@@ -125,7 +124,7 @@ class BrokerDiskFullError(BrokerError, DiskFullError):
 
 def broker_error(code: int, message: str) -> BrokerError:
     """The exception for an ERROR answer; a full disk (code 14, the store's own words) gets its own type."""
-    if code == SERVICE_NOT_AVAILABLE and message.startswith(DISK_FULL):
+    if RESPONSE_CODES.get(code) == "SERVICE_NOT_AVAILABLE" and message.startswith(DISK_FULL):
         return BrokerDiskFullError(code, message)
     return BrokerError(code, message)
 
