@@ -286,16 +286,16 @@ class ControlPlane:
         cfg, clients, making = self.host.config, self.host.clients.values(), self._making.values()
         n = len(self.host.clients) + len(self._making)
         if n >= self.max_channels:
-            raise ValueError(f"attach refused: {n} clients are attached, the most this broker "
+            raise ValueError(f"{n} clients are attached, the most this broker "
                              f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})")
         mine = sum(1 for c in clients if c.pid == pid) + sum(1 for m in making if m.req.pid == pid)
         if mine >= cfg.max_clients_per_process:
-            raise ValueError(f"attach refused: process {pid} already has {mine} channels "
+            raise ValueError(f"process {pid} already has {mine} channels "
                              f"(maxClientsPerProcess={cfg.max_clients_per_process})")
         total = (sum(channel_size(c.ring_bytes) for c in clients) + sum(channel_size(m.req.ring_bytes) for m in making)
                  + channel_size(ring_bytes))
         if total > cfg.max_ring_bytes_total:
-            raise ValueError(f"attach refused: channels would hold {total} bytes of shared memory "
+            raise ValueError(f"channels would hold {total} bytes of shared memory "
                              f"(maxRingBytesTotal={cfg.max_ring_bytes_total})")
 
     # ------------------------------------------------------------------ replies
