@@ -97,12 +97,24 @@ class BadExpressionError(ShmqError, ValueError):
     expected: str | None = None
 
 
+# RocketMQ's ResponseCode names of the codes a broker answers with (0: an admin command refused)
+RESPONSE_CODES = {0: "ADMIN_REFUSED", 1: "SYSTEM_ERROR", 2: "SYSTEM_BUSY", 3: "REQUEST_CODE_NOT_SUPPORTED",
+                  13: "MESSAGE_ILLEGAL", 14: "SERVICE_NOT_AVAILABLE", 16: "NO_PERMISSION", 17: "TOPIC_NOT_EXIST"}
+DISK_FULL = "disk full"  # how the store's refusal of a write on a full disk begins (DiskSpace.error)
+
+
 class BrokerError(ShmqError):
-    """The broker refused a request; ``code`` is RocketMQ's ResponseCode number (0 for admin replies)."""
+    """The broker refused a request. The message says why in plain words (it is what a user
+    reads); ``code`` is RocketMQ's ResponseCode number (0 for an admin command's refusal) and
+    ``code_name`` its name, for programs that branch on it."""
 
     def __init__(self, code: int, message: str) -> None:
-        super().__init__(f"broker error {code}: {message}")
+        super().__init__(message)
         self.code = code
+
+    @property
+    def code_name(self) -> str:
+        return RESPONSE_CODES.get(self.code, str(self.code))
 
 
 class BrokerDiskFullError(BrokerError, DiskFullError):
@@ -111,11 +123,21 @@ class BrokerDiskFullError(BrokerError, DiskFullError):
 
 
 def broker_error(code: int, message: str) -> BrokerError:
-    """The exception for an ERROR answer; the broker names the store error it hit first
-    (``DiskFullError: ...``), so a full disk gets its own type on the client."""
-    if message.startswith(DiskFullError.__name__ + ":"):
+    """The exception for an ERROR answer; a full disk (code 14, the store's own words) gets its own type."""
+    if RESPONSE_CODES.get(code) == "SERVICE_NOT_AVAILABLE" and message.startswith(DISK_FULL):
         return BrokerDiskFullError(code, message)
     return BrokerError(code, message)
+
+
+def plain_message(e: BaseException) -> str:
+    """What a refusal caused by ``e`` tells the client, in words: the exception's message without
+    its class name (an OS error as its description and file); a bug's exception, whose message
+    means nothing to a user, as a pointer to the broker's log."""
+    if isinstance(e, OSError) and e.strerror and not isinstance(e, ShmqError):
+        return f"{e.strerror.lower()}: {e.filename}" if e.filename else e.strerror.lower()
+    if str(e) and not isinstance(e, (KeyError, IndexError, TypeError, AttributeError, AssertionError)):
+        return str(e)
+    return "the broker failed on this request (a bug: its log has the details)"
 
 
 class BrokerBusyError(BrokerError):

@@ -59,3 +59,19 @@ def test_missing_broker_error_says_it_once():
     text = str(e.value)
     assert text.count("nosuch-test-broker") == 2, text  # the name, and the command that starts it
     assert text.count("no broker named") == 1 and "shmq broker --store DIR --name nosuch-test-broker" in text
+
+
+def test_a_refusal_reads_as_its_reason_and_keeps_its_code() -> None:
+    e = errors.broker_error(13, "delivery time is 10 days from now; the limit is timerMaxDelaySec = 3 days (259200 s)")
+    assert str(e) == "delivery time is 10 days from now; the limit is timerMaxDelaySec = 3 days (259200 s)"
+    assert (e.code, e.code_name) == (13, "MESSAGE_ILLEGAL")
+    full = errors.broker_error(14, "disk full: used 95% of /x, over diskSpaceWarningLevelRatio")
+    assert isinstance(full, errors.DiskFullError) and full.code_name == "SERVICE_NOT_AVAILABLE"
+    assert not isinstance(errors.broker_error(14, "a replica stores nothing of its own"), errors.DiskFullError)
+
+
+def test_plain_message_drops_class_names_and_hides_bugs() -> None:
+    assert errors.plain_message(ValueError("consumer group 'g' is unknown")) == "consumer group 'g' is unknown"
+    assert errors.plain_message(FileNotFoundError(2, "No such file or directory", "/s/x")) == \
+        "no such file or directory: /s/x"
+    assert "a bug" in errors.plain_message(KeyError("topic"))

@@ -43,14 +43,16 @@ def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[s
             except ValueError as e:
                 return None, P.MESSAGE_ILLEGAL, str(e)
             if not auto_create:
-                return None, P.TOPIC_NOT_EXIST, f"topic {topic!r} does not exist and autoCreateTopicEnable is false"
+                return None, P.TOPIC_NOT_EXIST, (f"topic {topic!r} does not exist (autoCreateTopicEnable is false): "
+                                                 f"create it with `shmq admin topic create {topic}`")
             try:
                 tc = create(topic)
             except (ValueError, OSError) as e:  # OSError: no file descriptors or disk space left
                 return None, P.SYSTEM_ERROR, f"cannot create topic {topic!r}: {e}"
             log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
         if not tc.writable:
-            return None, P.NO_PERMISSION, f"topic {topic!r} is not writable (perm {tc.perm})"
+            return None, P.NO_PERMISSION, (f"topic {topic!r} is not writable (perm {tc.perm}): allow writes with "
+                                           f"`shmq admin topic update {topic} --perm 6`")
         if len(usable) >= MAX_USABLE:
             usable.clear()
         usable[topic] = tc

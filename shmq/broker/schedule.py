@@ -107,14 +107,26 @@ class DeliveryRulesHook:
         if deliver or after:
             due = _int(deliver, "TIMER_DELIVER_MS") if deliver else now + _int(str(after), "TIMER_DELAY_MS")
             if due - now > self.timer_max_ms:
-                raise ValueError(f"delivery time {due - now} ms from now is beyond timerMaxDelaySec "
-                                 f"{self.timer_max_ms // 1000}")
+                limit_s = self.timer_max_ms // 1000
+                raise ValueError(f"delivery time is {span(due - now)} from now; the limit is timerMaxDelaySec = "
+                                 f"{span(self.timer_max_ms)} ({limit_s} s)")
             if due <= now:
                 return None
             real[fmt.PROPERTY_TIMER_DELIVER_MS] = real[fmt.PROPERTY_TIMER_OUT_MS] = str(due)
             return (rewrite_record(raw, topic=st.TIMER_TOPIC, queue_id=0, set_props=real,
                                    drop_props=(fmt.PROPERTY_TIMER_DELAY_MS,)), st.TIMER_TOPIC, 0, due)
         return None
+
+
+def span(ms: int) -> str:
+    """A duration in the largest unit it fills (``10 days``, ``1.5 h``, ``90 s``): people read a
+    delay that way, not as milliseconds."""
+    for unit, size in (("days", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms >= size:
+            value = ms / size
+            text = f"{value:.0f}" if value == int(value) or value >= 100 else f"{value:.1f}"
+            return f"{text} {'day' if unit == 'days' and text == '1' else unit}"
+    return f"{ms} ms"
 
 
 def _int(text: str, name: str) -> int:

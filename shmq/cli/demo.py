@@ -26,14 +26,15 @@ from rich.table import Table
 import shmq
 from shmq.cli import demo_speed
 from shmq.cli.demo_checks import run_checks
+from shmq.cli.help_format import ParagraphHelpFormatter
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The demo's options, shared by `shmq demo` and tools/demo.py (`make demo DEMO_ARGS=...`)."""
     ap.add_argument("--producers", type=int, default=3, help="producer processes of the checks and throughput phases")
     ap.add_argument("--messages", type=int, default=20_000, help="per producer, checks phase")
-    ap.add_argument("--orders", type=int, default=50)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--orders", type=int, default=50, help="order ids of the ordered producer, checks phase")
+    ap.add_argument("--steps", type=int, default=20, help="steps per order, checks phase")
     ap.add_argument("--batch", type=int, default=128, help="messages per batch")
     ap.add_argument("--bulk-messages", type=int, default=200_000, help="per producer, throughput phase")
     ap.add_argument("--latency-messages", type=int, default=2_000, help="paced sends of the latency phase")
@@ -46,7 +47,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """tools/demo.py's entry point: the same options as `shmq demo`."""
-    ap = argparse.ArgumentParser(prog="demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="demo", description=__doc__, formatter_class=ParagraphHelpFormatter)
     add_arguments(ap)
     return run(ap.parse_args(argv))
 

@@ -9,9 +9,19 @@ from shmq import __version__
 from shmq.cli.admin import add_admin_parser, run_admin
 from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
 from shmq.cli.exporter import __doc__ as exporter_doc, add_arguments as add_exporter_arguments
+from shmq.cli.help_format import ParagraphHelpFormatter
 from shmq.cli.top import add_top_parser
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `shmq`: what it can do, not a usage error
+        parser.print_help()
+        return 0
+    return _run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,21 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
     d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes; "
                                     "checks, throughput, latency",
-                       description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=demo_doc, formatter_class=ParagraphHelpFormatter)
     add_demo_arguments(d)
     e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
-                       description=exporter_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=exporter_doc, formatter_class=ParagraphHelpFormatter)
     add_exporter_arguments(e)
     add_top_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:  # bare `shmq`: what it can do, not a usage error
-        parser.print_help()
-        return 0
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed subcommand; the exit status."""
     if args.command == "demo":
         from shmq.cli.demo import run
         return run(args)

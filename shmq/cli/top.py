@@ -21,6 +21,7 @@ from types import FrameType, TracebackType
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from shmq.cli.help_format import ParagraphHelpFormatter
 from shmq.monitor.attach import Attachment
 from shmq.monitor.render import View, render, render_down
 
@@ -40,7 +41,7 @@ On a pipe (or with --once) it prints one frame and exits: 0 with a broker, 1 whe
 
 def add_top_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("top", help="full-screen monitor of a running broker (reads its state segment only)",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, formatter_class=ParagraphHelpFormatter)
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1.0)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (also when stdout is not a terminal)")

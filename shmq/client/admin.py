@@ -17,7 +17,7 @@ from shmq.client import admin_reports, admin_state
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
 from shmq.client import msg_lookup
-from shmq.client.connection import broker_name_or_default, next_request_id
+from shmq.client.connection import broker_name_or_default, next_request_id, open_state
 from shmq.client.msg_lookup import MessageTrack
 from shmq.errors import BrokerError, MessageNotFoundError
 from shmq.model.message_ext import MessageExt
@@ -26,7 +26,6 @@ from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.owner import foreign_sysv
-from shmq.ring.state import StateReader
 from shmq.trace.record import TraceRecord
 
 
@@ -213,7 +212,7 @@ class Admin:
         return {int(q): int(v) for q, v in r["offsets"].items()}
 
     def _read_state(self, fn: Callable[[Any], T]) -> T:
-        state = StateReader.open(self.broker_name)
+        state = open_state(self.broker_name)
         try:
             return state.read(fn)
         finally:
@@ -247,7 +246,7 @@ class Admin:
             return msg_lookup.message_track(store, msg)
 
     def _call(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
-        state = StateReader.open(self.broker_name)
+        state = open_state(self.broker_name)
         key = int(state.view.header[0]["control_key"])
         try:
             state.trust.check_queue(key)  # another user's broker: refuse
@@ -265,6 +264,5 @@ class Admin:
         finally:
             state.close()
         if not reply.ok:
-            what = f"{command} {args['topic']!r}" if "topic" in args else command
-            raise BrokerError(0, f"{what}: {reply.body.get('error')}")
+            raise BrokerError(0, str(reply.body.get("error")))
         return reply.body

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import posix_ipc
 import sysv_ipc
 
+from shmq.codec.frames import SERVICE_NOT_AVAILABLE
 from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
                          MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
 from shmq.ring import client_keys
@@ -62,6 +63,15 @@ def not_serving_message(broker: str, cause: Exception) -> str:
     return f"no broker named {broker!r} is serving ({cause}); {hint}"
 
 
+def open_state(broker: str) -> StateReader:
+    """``broker``'s state segment, for a client that reads it without attaching (``Admin``, the
+    store lookups); no such broker is a BrokerNotFoundError saying how to start one, as an attach says."""
+    try:
+        return StateReader.open(broker)
+    except BrokerNotFoundError as e:
+        raise BrokerNotFoundError(not_serving_message(broker, e)) from None
+
+
 def _serving(name: str) -> bool:
     """Whether a live broker named ``name`` serves."""
     try:
@@ -74,12 +84,11 @@ def _serving(name: str) -> bool:
         state.close()
 
 
-def _refusal(broker: str, error: str) -> ShmqError:
+def _refusal(broker: str, body: dict[str, Any]) -> ShmqError:
     """The exception for a refused attach; a replica's refusal of a producer keeps its class."""
-    kind, _, detail = error.partition(": ")
-    if kind == ReplicaReadOnlyError.__name__:
-        code, _, text = detail.removeprefix("broker error ").partition(": ")
-        return ReplicaReadOnlyError(int(code) if code.isdigit() else 0, text or detail)
+    error = str(body.get("error"))
+    if body.get("kind") == ReplicaReadOnlyError.__name__:
+        return ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, error)
     return ShmqError(f"broker {broker!r} refused to attach: {error}")
 
 
@@ -115,7 +124,7 @@ class Session:
         with self._control_lock:
             reply = self.control.call(req, timeout, self.channel.broker_bell.ring)
         if not reply.ok:
-            raise BrokerError(0, f"{command}: {reply.body.get('error')}")
+            raise BrokerError(0, str(reply.body.get("error")))
         return reply.body
 
     def leave(self) -> None:
@@ -297,7 +306,7 @@ class BrokerConnection:
                 bell.close()
             reply = control.recv_reply(client_id, req.req_id, max(0.05, deadline - time.monotonic()))
             if not reply.ok:
-                raise _refusal(name, str(reply.body.get("error")))
+                raise _refusal(name, reply.body)
             channel = Channel.open(name, client_id, state.trust.check_semaphore)
             try:
                 check_channel(state.trust, channel)

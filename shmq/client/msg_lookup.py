@@ -16,10 +16,11 @@ import zlib
 from dataclasses import dataclass
 
 from shmq.broker.groups import parse_offsets
+from shmq.client.connection import open_state
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.model.message_ext import MessageExt
-from shmq.ring.state import StateReader, StateView
+from shmq.ring.state import StateView
 from shmq.store.config_files import load_json
 from shmq.store.index_reader import IndexReader
 from shmq.store.reader import CommitLogReader
@@ -48,7 +49,7 @@ class LiveStore:
     """One broker's state segment and store files, read-only, for the length of a lookup."""
 
     def __init__(self, broker: str) -> None:
-        self.state = StateReader.open(broker)
+        self.state = open_state(broker)
         try:
             self.store_dir = bytes(self.state.view.header[0]["store_dir"]).rstrip(b"\0").decode()
             self.commitlog = CommitLogReader(self.store_dir)

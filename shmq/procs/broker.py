@@ -13,6 +13,7 @@ at shutdown.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import resource
@@ -84,6 +85,8 @@ class BrokerController:
         self.config = BrokerConfig.load(config)
         self.config.check_role()
         self.name = shm.check_broker_name(self.config.resolve_name(name))
+        # the config in force names the broker it runs (`admin broker status` shows brokerName)
+        self.config = dataclasses.replace(self.config, broker_name=self.name)
         self.store_dir = os.path.realpath(store_dir)
         self.store: MessageStore | None = None
         self.clients: dict[int, Client] = {}

@@ -38,7 +38,7 @@ from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
 from shmq.broker.publish import now_ms
 from shmq.config import BrokerConfig
-from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError
+from shmq.errors import ControlProtocolError, ReplicaReadOnlyError, ShmqError, plain_message
 from shmq.procs.channel_worker import ChannelWorker, Making
 from shmq.ring import client_keys
 from shmq.ring.channel import Channel, channel_size
@@ -286,16 +286,16 @@ class ControlPlane:
         cfg, clients, making = self.host.config, self.host.clients.values(), self._making.values()
         n = len(self.host.clients) + len(self._making)
         if n >= self.max_channels:
-            raise ValueError(f"attach refused: {n} clients are attached, the most this broker "
+            raise ValueError(f"{n} clients are attached, the most this broker "
                              f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})")
         mine = sum(1 for c in clients if c.pid == pid) + sum(1 for m in making if m.req.pid == pid)
         if mine >= cfg.max_clients_per_process:
-            raise ValueError(f"attach refused: process {pid} already has {mine} channels "
+            raise ValueError(f"process {pid} already has {mine} channels "
                              f"(maxClientsPerProcess={cfg.max_clients_per_process})")
         total = (sum(channel_size(c.ring_bytes) for c in clients) + sum(channel_size(m.req.ring_bytes) for m in making)
                  + channel_size(ring_bytes))
         if total > cfg.max_ring_bytes_total:
-            raise ValueError(f"attach refused: channels would hold {total} bytes of shared memory "
+            raise ValueError(f"channels would hold {total} bytes of shared memory "
                              f"(maxRingBytesTotal={cfg.max_ring_bytes_total})")
 
     # ------------------------------------------------------------------ replies
@@ -304,7 +304,7 @@ class ControlPlane:
         try:
             messages = encode_reply(reply)
         except ValueError as e:
-            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, {"error": f"ValueError: {e}"}))
+            messages = encode_reply(Reply(reply.client_id, reply.req_id, False, refusal_body(e)))
         if self._pending_count + len(messages) > MAX_PENDING:
             log.warning("dropped the reply to client %d: %d reply messages already wait for queue room",
                         reply.client_id, self._pending_count)
@@ -393,4 +393,10 @@ def replica_refusal(name: str, config: BrokerConfig) -> str:
 
 def _error_reply(req: Request, e: BaseException | None) -> Reply:
     """The refusal of ``req`` because of ``e``."""
-    return Reply(req.client_id, req.req_id, False, {"error": f"{type(e).__name__}: {e}"})
+    return Reply(req.client_id, req.req_id, False, refusal_body(e))
+
+
+def refusal_body(e: BaseException | None) -> dict[str, str]:
+    """A refusal's reply body: ``error`` in plain words for the user, ``kind`` (the exception's
+    class) for a client that raises a matching exception (a replica's refusal of a producer)."""
+    return {"error": "refused" if e is None else plain_message(e), "kind": type(e).__name__}

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 
-from shmq.errors import DiskFullError
+from shmq.errors import DISK_FULL, DiskFullError
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 0.1  # s between two measurements while writes are refused
@@ -90,7 +90,7 @@ class DiskSpace:
         self.reason = ""
 
     def error(self) -> DiskFullError:
-        return DiskFullError(f"disk full: {self.reason}; writes are refused until space is freed on the disk of "
+        return DiskFullError(f"{DISK_FULL}: {self.reason}; writes are refused until space is freed on the disk of "
                              f"{self.path} (reads go on)")
 
     def _set(self, full: bool, reason: str) -> None:

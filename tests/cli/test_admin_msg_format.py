@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from shmq.cli.admin.msg import body_preview, message_detail, message_row, parse_time
+from shmq.cli.admin.msg import body_preview, max_num, message_detail, message_row, parse_time
 from shmq.client.msg_lookup import CONSUMED, NOT_CONSUME_YET, MessageTrack, tracks_of
 from shmq.model.message_ext import MessageExt
 
@@ -39,3 +39,10 @@ def test_rows_and_detail() -> None:
     assert d["headers"]["topic"] == "T" and d["properties"]["UNIQ_KEY"] == "ID"
     assert d["body"]["text"] == "xyz"
     assert d["consumers"] == [{"consumer_group": "g", "track_type": CONSUMED, "committed_offset": 8}]
+
+
+def test_max_is_checked_as_the_option_it_is() -> None:
+    assert max_num("1000") == 1000
+    for bad in ("0", "1001", "-3", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"1\.\.1000"):
+            max_num(bad)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from shmq.broker.answers import Peer
 from shmq.codec import frames as P
 from shmq.codec.transaction_frames import decode_end_transaction
-from shmq.errors import CorruptFrameError, DiskFullError, StoreClosedError
+from shmq.errors import CorruptFrameError, DiskFullError, StoreClosedError, plain_message
 
 if TYPE_CHECKING:
     from shmq.broker.core import BrokerCore
@@ -38,7 +38,7 @@ class EndTransactionProcessor:
         try:
             r = self.service.end(peer.group, e)
         except (DiskFullError, StoreClosedError) as err:  # the half stays open: the check asks again later
-            return self._error(peer, e.req_id, oneway, P.SERVICE_NOT_AVAILABLE, f"{type(err).__name__}: {err}")
+            return self._error(peer, e.req_id, oneway, P.SERVICE_NOT_AVAILABLE, plain_message(err))
         if r.code:
             return self._error(peer, e.req_id, oneway, r.code, r.message)
         if oneway:

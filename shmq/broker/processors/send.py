@@ -19,7 +19,7 @@ from shmq.broker.answers import Peer
 from shmq.broker.routes import Routes
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
-from shmq.errors import DiskFullError, ShmqError, StoreClosedError
+from shmq.errors import DiskFullError, ShmqError, StoreClosedError, plain_message
 from shmq.store.hooks import PutRequest
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class SendProcessor:
                 if not isinstance(e, (ValueError, ShmqError)):
                     log.exception("put of %d records of %d topics failed", len(rows), len(topics))
                 status[rows] = -put_error_code(e)
-                message = f"{type(e).__name__}: {e}"
+                message = plain_message(e)
             else:
                 if r.refused is not None:
                     bad = r.refused != 0
@@ -225,7 +225,7 @@ class SendProcessor:
         except Exception as e:
             self._put_failed(peer, run.req_ids[0], run.flags[0], e, f"put of {n} messages to {first[0]}/{first[1]}")
             for req_id, f in zip(run.req_ids[1:], run.flags[1:]):
-                self._error(peer, req_id, f, put_error_code(e), f"{type(e).__name__}: {e}")
+                self._error(peer, req_id, f, put_error_code(e), plain_message(e))
             return
         req_ids, flags, rows = run.req_ids, run.flags, None
         phys: np.ndarray | None = None
@@ -275,8 +275,8 @@ class SendProcessor:
         self.core.busy += 1
         if not flags & P.FLAG_ONEWAY:
             peer.out.append((P.ERROR, P.encode_error(
-                req_id, P.SYSTEM_BUSY, f"[TIMEOUT_CLEAN_QUEUE] broker busy: request waited {waited_ns // 1_000_000} ms "
-                f"in the send queue, over waitTimeMillsInSendQueue {self._wait_ms} ms")))
+                req_id, P.SYSTEM_BUSY, f"broker busy: the request waited {waited_ns // 1_000_000} ms in the send "
+                f"queue, over waitTimeMillsInSendQueue = {self._wait_ms} ms (TIMEOUT_CLEAN_QUEUE); send again later")))
 
     @staticmethod
     def _error(peer: Peer, req_id: int, flags: int, code: int, message: str) -> None:
@@ -286,5 +286,5 @@ class SendProcessor:
     def _put_failed(self, peer: Peer, req_id: int, flags: int, e: Exception, what: str) -> None:
         if not isinstance(e, (ValueError, ShmqError)):
             log.exception("%s failed", what)
-        self._error(peer, req_id, flags, put_error_code(e), f"{type(e).__name__}: {e}")
+        self._error(peer, req_id, flags, put_error_code(e), plain_message(e))
 

@@ -22,7 +22,7 @@ from shmq.broker.retry import consumed_record, send_back_record
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.codec.send_back import decode_send_back
-from shmq.errors import CorruptFrameError, ShmqError
+from shmq.errors import CorruptFrameError, ShmqError, plain_message
 from shmq.model import system_topics as st
 
 if TYPE_CHECKING:
@@ -43,10 +43,11 @@ class SendBackProcessor:
             sb = decode_send_back(view)
             check_group(sb.group)
         except (CorruptFrameError, ValueError) as e:  # answered, not dropped: the client may go on
-            return self._error(peer, P.request_id(P.SEND_BACK, view), P.MESSAGE_ILLEGAL, f"SEND_BACK refused: {e}")
+            return self._error(peer, P.request_id(P.SEND_BACK, view), P.MESSAGE_ILLEGAL,
+                               f"messages sent back for a retry were refused: {e}")
         if not self.core.config.is_master:
             return self._error(peer, sb.req_id, P.SERVICE_NOT_AVAILABLE,
-                               "SEND_BACK refused: a replica stores nothing of its own")
+                               "a replica stores nothing of its own: messages to retry go to its master")
         n = len(sb.offsets)
         status = np.zeros(n, np.int64)
         message = ""
@@ -75,7 +76,7 @@ class SendBackProcessor:
                 if not isinstance(e, (ValueError, ShmqError)):
                     log.exception("storing %d messages sent back by group %r failed", len(items), sb.group)
                 status[rows] = -put_error_code(e)
-                message = f"{type(e).__name__}: {e}"
+                message = plain_message(e)
             else:
                 idx = np.array(rows, np.int64)
                 if r.refused is not None:

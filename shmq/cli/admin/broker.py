@@ -7,9 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.table import Table
-
-from shmq.cli.admin.output import Result, add_common, broker_of, table
+from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
 from shmq.client.admin import Admin
 
 MIB = 1024 * 1024
@@ -53,7 +51,7 @@ def config_rows(config: dict[str, Any]) -> list[list[Any]]:
     return [[k, "" if v is None else str(v)] for k, v in sorted(config.items())]
 
 
-def _render(d: dict[str, Any]) -> list[Table]:
+def _render(d: dict[str, Any]) -> list[FitTable]:
     return [table(f"broker {d['name']}", ["", "value"], summary_rows(d)),
             table("config in force", ["key", "value"], config_rows(d["config"]))]
 

@@ -8,9 +8,7 @@ import argparse
 import time
 from typing import Any
 
-from rich.table import Table
-
-from shmq.cli.admin.output import Result, add_common, broker_of, table
+from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
 from shmq.client.admin import Admin
 from shmq.client.admin_state import ClientInfo
 
@@ -29,10 +27,11 @@ def client_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
              c["request_fill"], c["response_fill"]] for c in data]
 
 
-def _render(data: list[dict[str, Any]]) -> Table:
+def _render(data: list[dict[str, Any]]) -> FitTable:
     return table(f"{len(data)} clients attached",
                  ["client id", "pid", "role", "group", "attached", "request ring bytes", "response ring bytes"],
-                 client_rows(data), right=["client id", "pid", "request ring bytes", "response ring bytes"])
+                 client_rows(data), right=["client id", "pid", "request ring bytes", "response ring bytes"],
+                 optional=["response ring bytes", "request ring bytes", "attached"])
 
 
 def _clients(args: argparse.Namespace) -> Result:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.table import Table
-
-from shmq.cli.admin.output import Result, add_common, broker_of, table
+from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
 from shmq.client.admin import Admin
 
 
@@ -17,11 +15,11 @@ def dlq_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
     return [[d["group"], d["topic"], d["queues"], d["messages"]] for d in data]
 
 
-def _render_list(data: list[dict[str, Any]]) -> Table | str:
+def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
     if not data:
         return "no dead-letter topics"
     return table("dead-letter topics", ["group", "topic", "queues", "messages"], dlq_rows(data),
-                 right=["queues", "messages"])
+                 right=["queues", "messages"], optional=["queues", "group"])  # the topic names the group
 
 
 def _list(args: argparse.Namespace) -> Result:

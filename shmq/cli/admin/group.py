@@ -7,9 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.table import Table
-
-from shmq.cli.admin.output import Result, add_common, broker_of, table
+from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
 from shmq.client.admin import Admin
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 
@@ -39,12 +37,12 @@ def progress_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def _render_groups(data: list[dict[str, Any]]) -> Table:
+def _render_groups(data: list[dict[str, Any]]) -> FitTable:
     return table("consumer groups", ["group", "model", "members", "version", "subscriptions"], group_rows(data),
-                 right=["members", "version"])
+                 right=["members", "version"], optional=["version", "members"])
 
 
-def _render_progress(data: dict[str, Any]) -> Table:
+def _render_progress(data: dict[str, Any]) -> FitTable:
     state = "online" if data["online"] else "no consumer running"
     title = f"{data['group']} ({data['model'] or '-'}, {state})  lag {data['lag']}"
     return table(title, ["topic", "queue", "max offset", "committed", "lag"], progress_rows(data),

@@ -16,7 +16,7 @@ from rich.console import RenderableType
 
 from shmq.cli.admin.output import Result, add_common, broker_of, table
 from shmq.client.admin import Admin
-from shmq.client.msg_lookup import MessageTrack
+from shmq.client.msg_lookup import MAX_QUERY_NUM, MessageTrack
 from shmq.model.message_ext import MessageExt
 from shmq.model.system_topics import TRACE_TOPIC
 
@@ -32,6 +32,13 @@ def parse_time(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not epoch ms nor ISO 8601: {text!r}") from None
     return int(when.timestamp() * 1000)
+
+
+def max_num(text: str) -> int:
+    """`--max`: a count the lookup takes (argparse names the option in the error)."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_QUERY_NUM:
+        raise argparse.ArgumentTypeError(f"must be a count in 1..{MAX_QUERY_NUM}, got {text!r}")
+    return int(text)
 
 
 def iso_ms(ms: int) -> str:
@@ -75,7 +82,8 @@ def message_detail(m: MessageExt, tracks: list[MessageTrack]) -> dict[str, Any]:
 def _render_query(d: dict[str, Any]) -> RenderableType:
     cols = ["msg_id", "queue_id", "queue_offset", "store_time", "tags", "keys", "body_size"]
     return table(f"{d['topic']} key {d['key']!r}: {len(d['messages'])} message(s)", cols,
-                 ([r[c] for c in cols] for r in d["messages"]), right=["queue_id", "queue_offset", "body_size"])
+                 ([r[c] for c in cols] for r in d["messages"]), right=["queue_id", "queue_offset", "body_size"],
+                 optional=["body_size", "queue_id", "queue_offset", "store_time"])
 
 
 def _render_detail(d: dict[str, Any]) -> list[RenderableType]:
@@ -101,7 +109,8 @@ def _render_trace(d: dict[str, Any]) -> list[RenderableType]:
     rows = ([r["type"], iso_ms(r["timestamp"]), r["group"], r["client_pid"], r["cost_ms"], r["status"] or
              ("" if r["success"] is None else ("OK" if r["success"] else "FAILED")),
              iso_ms(r["store_time"]) if r["store_time"] else None] for r in d["records"])
-    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"])]
+    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"],
+                  optional=["store_time", "client_pid", "cost_ms"])]
 
 
 def query(args: argparse.Namespace) -> Result:
@@ -131,7 +140,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     q.add_argument("--key", required=True)
     q.add_argument("--begin", type=parse_time, default=0, help="stored at or after (epoch ms or ISO 8601)")
     q.add_argument("--end", type=parse_time, default=None, help="stored at or before (default: now)")
-    q.add_argument("--max", type=int, default=64, help="at most this many, newest first (default 64)")
+    q.add_argument("--max", type=max_num, default=64,
+                   help=f"at most this many, newest first (1..{MAX_QUERY_NUM}, default 64)")
     add_common(q)
     q.set_defaults(run=query)
 

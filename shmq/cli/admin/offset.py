@@ -58,9 +58,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, help="topic")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--timestamp", help="the first message stored at or after this time "
+    where.add_argument("--timestamp", metavar="TS", help="the first message stored at or after this time "
                                            "(epoch ms, or ISO 8601 such as 2026-11-24T05:00:00)")
-    where.add_argument("--offset", type=int, help="this queue offset in every queue (clamped to min..max)")
+    where.add_argument("--offset", type=int, metavar="N", help="this queue offset in every queue (clamped to min..max)")
     where.add_argument("--to", choices=("first", "last"), help="each queue's first (min) or last (max) offset")
     add_common(p)
     p.set_defaults(run=_reset)

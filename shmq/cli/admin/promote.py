@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
+from shmq.cli.admin.output import Result, add_common
 from shmq.cli.options import load_config
 from shmq.errors import BrokerNotFoundError, ShmqError
 from shmq.ha.served_as import RECORD, served_name
@@ -29,8 +31,9 @@ from shmq.store import files
 POLL_S = 0.02
 
 
-def promote(store: str, name: str | None, config_path: str | None, role: str, timeout: float) -> int:
-    """Stop the replica of ``store`` and start a master on it; one line out, status 0 (or 1/2)."""
+def promote(store: str, name: str | None, config_path: str | None, role: str, timeout: float) -> Result | int:
+    """Stop the replica of ``store`` and start a master on it: what was done (``--json``: the
+    data; people: one line). A bad config or no name to serve under is status 2, after one line."""
     loaded = load_config("admin promote", config_path, name)
     if loaded is None:
         return 2
@@ -43,16 +46,16 @@ def promote(store: str, name: str | None, config_path: str | None, role: str, ti
             return 2
     else:
         name = loaded[1]
-    try:
-        stopped = _stop_replica(name, store_dir, timeout)
-        pid = _start_master(store_dir, name, config_path, role, timeout)
-    except (ShmqError, OSError) as e:
-        print(f"shmq admin promote: error: {e}", file=sys.stderr)
-        return 1
-    was = f"replica pid {stopped} stopped" if stopped else "no replica was running"
-    print(f"promoted store {store_dir}: broker {name!r} serves as {role} (pid {pid}; {was}; "
-          f"log {os.path.join(store_dir, 'broker.log')})")
-    return 0
+    stopped = _stop_replica(name, store_dir, timeout)  # ShmqError / OSError: one line, status 1
+    pid = _start_master(store_dir, name, config_path, role, timeout)
+    return Result({"store": store_dir, "name": name, "role": role, "pid": pid, "replica_pid_stopped": stopped,
+                   "log": os.path.join(store_dir, "broker.log")}, _render)
+
+
+def _render(d: dict[str, Any]) -> str:
+    was = f"replica pid {d['replica_pid_stopped']} stopped" if d["replica_pid_stopped"] else "no replica was running"
+    return (f"promoted store {d['store']}: broker {d['name']!r} serves as {d['role']} (pid {d['pid']}; {was}; "
+            f"log {d['log']})")
 
 
 def _serving(name: str) -> tuple[int, int, str] | None:
@@ -136,6 +139,7 @@ def _start_master(store_dir: str, name: str, config_path: str | None, role: str,
     cmd = [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", name, "--role", role]
     if config_path:
         cmd += ["--config", os.path.abspath(config_path)]
+    os.makedirs(store_dir, exist_ok=True)  # --store: "created if missing", as for `shmq broker`
     log_path = os.path.join(store_dir, "broker.log")
     fd = files.open_file(log_path, os.O_WRONLY | os.O_APPEND)[0]
     with os.fdopen(fd, "ab") as log:
@@ -162,4 +166,5 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="role of the new master")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
                                                                "and for the broker to serve")
+    add_common(p, broker=False)
     p.set_defaults(run=lambda a: promote(a.store, a.name, a.config, a.role, a.timeout))

@@ -12,6 +12,7 @@ import json
 import sys
 
 from rich.console import RenderableType
+from rich.text import Text
 
 from shmq.cli.admin.output import Result, add_common, table
 from shmq.store.dump import dump_rows
@@ -26,7 +27,8 @@ def _render_verify(d: dict) -> list[RenderableType]:
         title = f"{d['problem_count']} problem(s)" + (f", first {shown}" if shown < d["problem_count"] else "")
         parts.append(table(title, ["file", "position", "problem"],
                            ([p["file"], p["position"], p["problem"]] for p in d["problems"]), right=["position"]))
-    parts.append("[green]OK: no problems found[/green]" if d["ok"] else f"[red]FAILED: {d['problem_count']} problem(s)[/red]")
+    parts.append(Text("OK: no problems found", style="green") if d["ok"] else
+                 Text(f"FAILED: {d['problem_count']} problem(s)", style="red"))
     return parts
 
 

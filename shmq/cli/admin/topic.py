@@ -8,9 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rich.table import Table
-
-from shmq.cli.admin.output import Result, add_common, broker_of, table
+from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
 from shmq.client.admin import Admin, TopicInfo
 from shmq.client.admin_state import TopicStatus
 
@@ -53,9 +51,10 @@ def queue_rows(data: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-def _render_list(data: list[dict[str, Any]]) -> Table:
+def _render_list(data: list[dict[str, Any]]) -> FitTable:
     return table("topics", ["topic", "kind", "read q", "write q", "perm", "messages", "max offset", "in (since start)"],
-                 list_rows(data), right=["read q", "write q", "messages", "max offset", "in (since start)"])
+                 list_rows(data), right=["read q", "write q", "messages", "max offset", "in (since start)"],
+                 optional=["in (since start)", "max offset", "write q", "read q", "kind"])
 
 
 def status_line(data: dict[str, Any]) -> str:

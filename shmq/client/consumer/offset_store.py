@@ -17,6 +17,7 @@ from shmq.store import config_files
 from shmq.codec import record as fmt
 
 QueueKey = tuple[str, int]
+MAKE_DIR_TRIES = 5  # a folder another member removes as we write in it is made again this often
 
 
 class OffsetTable:
@@ -73,6 +74,13 @@ def default_offset_dir(broker: str) -> str:
     return os.path.join(os.path.expanduser("~"), ".shmq", "offsets", broker)
 
 
+def _default_dirs(broker: str) -> list[str]:
+    """The folders of the default place, innermost first: ``~/.shmq/offsets/<broker>``, then
+    ``~/.shmq/offsets`` and ``~/.shmq``."""
+    inner = default_offset_dir(broker)
+    return [inner, os.path.dirname(inner), os.path.dirname(os.path.dirname(inner))]
+
+
 class LocalFileOffsetStore(OffsetTable):
     """An OffsetTable persisted to one JSON file per consumer group and instance:
     ``<directory>/<instance>/<group>.json`` (RocketMQ keys it by client id and group too), so
@@ -88,6 +96,9 @@ class LocalFileOffsetStore(OffsetTable):
         self.group = group
         self.instance = instance
         self.path = os.path.join(directory or default_offset_dir(broker), instance, f"{group}.json")
+        # folders ``delete`` removes once empty: the instance's, and the default place's (shmq made
+        # them); a directory the user gave stays
+        self._made_dirs = [os.path.dirname(self.path)] + (_default_dirs(broker) if directory is None else [])
         self._persist_lock = threading.Lock()
 
     def load(self) -> None:
@@ -115,24 +126,40 @@ class LocalFileOffsetStore(OffsetTable):
                 raise
 
     def delete(self) -> None:
-        """Remove the file, its backup and the instance's folder if that is then empty: for a
-        member whose instance name dies with its process (the default), nobody reads it again."""
+        """Remove the file, its backup and the folders shmq made for it that are then empty (the
+        instance's; with the default place also ``~/.shmq/offsets/<broker>`` and up): for a member
+        whose instance name dies with its process (the default), nobody reads it again."""
         with self._persist_lock:
             for p in (self.path, f"{self.path}.bak"):
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
                     pass
-            try:
-                os.rmdir(os.path.dirname(self.path))
-            except OSError:  # another group's file is there, or it is gone already
-                pass
+            for directory in self._made_dirs:
+                try:
+                    os.rmdir(directory)
+                except FileNotFoundError:  # gone already: its parent may be empty now
+                    continue
+                except OSError:  # another instance's or group's file is there
+                    break
+
+
+def _temp_file(directory: str, prefix: str) -> tuple[int, str]:
+    """A new temp file in ``directory``, made if missing. Another member's ``delete`` may remove
+    the folder, once empty, between the two steps: then it is made again."""
+    for _ in range(MAKE_DIR_TRIES - 1):
+        os.makedirs(directory, exist_ok=True)
+        try:
+            return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+        except FileNotFoundError:
+            continue
+    os.makedirs(directory, exist_ok=True)
+    return tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
 
 
 def _write_atomically(path: str, data: object) -> None:
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    fd, tmp = _temp_file(directory, f".{os.path.basename(path)}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True)

@@ -44,7 +44,7 @@ from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.client.consumer.offset_reset import ResetInbox
-from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
+from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
@@ -201,8 +201,7 @@ class PushConsumer:
             self._subscriptions.setdefault(self._send_back.retry_topic, as_expression("*"))
         local = None
         if self.model is MessageModel.BROADCASTING:
-            directory = self.offset_store_dir or default_offset_dir(self.broker_name)
-            local = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, directory)
+            local = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, self.offset_store_dir)
             local.load()
         self._offsets = QueueOffsets(self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp,
                                      self.start_timeout, local)

@@ -19,7 +19,7 @@ from shmq.client.connection import BrokerConnection, next_request_id
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.codec.send_back import MAX_SEND_BACK, encode_send_back
-from shmq.errors import ShmqError
+from shmq.errors import ShmqError, broker_error
 from shmq.model.message_ext import MessageExt
 from shmq.model.system_topics import retry_topic
 
@@ -85,7 +85,7 @@ class SendBackClient:
             fut = self._take(err.req_id)
             if fut is None:
                 return False
-            fut.set_exception(ShmqError(f"broker error {err.code}: {err.message}"))
+            fut.set_exception(broker_error(err.code, err.message))
             return True
         return False
 

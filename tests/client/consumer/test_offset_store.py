@@ -143,3 +143,26 @@ def test_delete_removes_the_file_and_its_folder(tmp_path):
     s.persist()
     s.delete()
     assert os.listdir(tmp_path) == []
+
+
+def test_delete_leaves_no_empty_folder_in_the_default_place(tmp_path, monkeypatch):
+    """The last member's delete removes ``~/.shmq/offsets/<broker>`` and up once empty; a
+    folder still holding another member's file stays."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    a, b = LocalFileOffsetStore("bg", "i1", broker="b1"), LocalFileOffsetStore("bg", "i2", broker="b1")
+    for s in (a, b):
+        s.update("T", 0, 1)
+        s.persist()
+    a.delete()
+    assert os.listdir(default_offset_dir("b1")) == ["i2"]
+    b.delete()
+    assert os.listdir(tmp_path) == []
+
+
+def test_delete_keeps_the_directory_the_user_gave(tmp_path):
+    given = tmp_path / "mine"
+    s = LocalFileOffsetStore("bg", "i1", directory=str(given))
+    s.update("T", 0, 1)
+    s.persist()
+    s.delete()
+    assert os.listdir(given) == []

@@ -172,4 +172,5 @@ def test_as_a_subprocess(broker_name: str, store_dir: str, config: dict) -> None
     gone = subprocess.run(cmd + ["broker", "status"], env=env, capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and gone.stdout == ""
     assert gone.stderr.splitlines() == [f"shmq admin broker status: error: no broker named {broker_name!r} is "
-                                        "running (no state segment)"]
+                                        f"running (no state segment); start one with `shmq broker --store DIR "
+                                        f"--name {broker_name}`"]

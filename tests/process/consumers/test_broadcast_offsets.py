@@ -57,6 +57,27 @@ def test_default_members_never_share_offsets(store_dir, broker_name, config, tmp
     assert _files(offsets) == []  # a default instance's file dies with it
 
 
+def test_default_place_is_left_empty(store_dir, broker_name, config, tmp_path, monkeypatch):
+    """A default member (default offset place, default instance name) leaves no empty
+    ``~/.shmq/offsets/<broker>/`` behind once it shuts down."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    sink = Collector()
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        for i in range(5):
+            p.send(Message("B", b"%d" % i))
+        c = PushConsumer("bc", broker=broker_name, model=MessageModel.BROADCASTING,
+                         consume_from=ConsumeFrom.FIRST_OFFSET, persist_consumer_offset_interval=0.05)
+        c.subscribe("B", "*")
+        c.register_listener(sink)
+        c.start()
+        try:
+            assert wait_for(lambda: len(sink.bodies) == 5, 30)
+            assert wait_for(lambda: _files(str(tmp_path / "home")) != [], 30)  # its offsets are on disk
+        finally:
+            c.shutdown()
+    assert not os.path.exists(tmp_path / "home" / ".shmq")
+
+
 def test_a_named_instance_resumes_from_its_file(store_dir, broker_name, config, tmp_path):
     offsets = str(tmp_path / "offsets")
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
