@@ -3,7 +3,8 @@ cut to its first items, offsets as a range. A pulled batch holds commitlog mappi
 and a batch send thousands of ids: their full repr floods a terminal."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 BODY_PREVIEW = 60  # bytes of a body a repr shows
 LIST_PREVIEW = 3  # items of a list a repr shows

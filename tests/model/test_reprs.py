@@ -2,8 +2,16 @@
 a body cut to its first 60 bytes and its size (a 100 KB body printed in full fills a screen)."""
 from __future__ import annotations
 
-from shmq import (Message, MessageExt, MessageQueue, ResendResult, SendResult, SendStatus, TransactionSendResult,
-                  TransactionStatus)
+from shmq import (
+    Message,
+    MessageExt,
+    MessageQueue,
+    ResendResult,
+    SendResult,
+    SendStatus,
+    TransactionSendResult,
+    TransactionStatus,
+)
 
 
 def test_everyday_objects_print_readably() -> None:
