@@ -39,6 +39,9 @@ PRIMARY_CHECK_S = 1.0  # how often a client reading from a replica looks whether
 DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
 
 _req_ids = itertools.count(1)
+# the broker incarnations (name, liveness key) whose loss this process has reported
+_lost_reported: set[tuple[str, int]] = set()
+_lost_lock = threading.Lock()
 
 FrameHandler = Callable[[int, memoryview], None]
 
@@ -60,6 +63,19 @@ def not_serving_message(broker: str, cause: Exception) -> str:
     if isinstance(cause, BrokerNotFoundError):
         return f"{cause}; {hint}"
     return f"no broker named {broker!r} is serving ({cause}); {hint}"
+
+
+def report_lost(s: Session, why: str) -> None:
+    """Say that the broker of ``s`` went away: once per broker incarnation in this process,
+    whichever client or thread (a reader thread's liveness check, a puller's failed call) sees
+    it first. Every client of a stopped broker sees it, some threads of a client several times;
+    the user needs one line."""
+    with _lost_lock:
+        incarnation = (s.name, s.broker.key)
+        if incarnation in _lost_reported:
+            return
+        _lost_reported.add(incarnation)
+    log.warning("lost broker %r: %s", s.name, why)
 
 
 def _serving(name: str) -> bool:
@@ -226,6 +242,13 @@ class BrokerConnection:
                 s.leave()
             finally:
                 self._let_go(s)
+
+    def reachable(self) -> bool:
+        """Whether a call now would find a broker: the session is live, or a broker of this
+        name serves again (the next call attaches to it). A shutdown skips what needs the
+        broker when not: its loss was reported already, and waiting for it would only delay."""
+        s = self.session
+        return s is not None and s.alive or _serving(self.broker_name)
 
     def live_session(self, deadline: float) -> Session:
         """The current session, attaching again (until ``deadline``) after the broker restarted."""
@@ -608,7 +631,7 @@ class BrokerConnection:
     def _broker_died(self, s: Session, why: str) -> None:
         """The session is over (the broker died or dropped the channel): the next call attaches
         again. Called by the reader thread, which closes the session as it exits (``_let_go``)."""
-        log.warning("lost broker %r: %s", s.name, why)
+        report_lost(s, why)
         s.alive = False
         with self.lock:
             # under the lock and before the session is cleared: no call can attach again and

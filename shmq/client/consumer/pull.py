@@ -10,6 +10,7 @@ import threading
 import time
 
 from shmq.codec import frames as P
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import BadArgumentError, ShmqError
@@ -44,10 +45,12 @@ class PullConsumer:
         self._conn.start(self.start_timeout)
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
+        exit_close.track(self)
         return self
 
     def shutdown(self) -> None:
         """Detach; waiting pulls return."""
+        exit_close.untrack(self)
         self._conn.shutdown()
         self._wrapper.wake_all()
         with self._lock:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from shmq.codec import frames as P
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.hooks import (ASYNC, ONEWAY, SYNC, SendMessageContext, SendMessageHook, check_hook, hooked_call,
                                hooked_future)
@@ -155,6 +156,7 @@ class Producer:
             except BaseException:
                 self._conn.shutdown()
                 raise
+        exit_close.track(self)
         return self
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -174,6 +176,7 @@ class Producer:
     def shutdown(self, timeout: float | None = None) -> None:
         """``flush`` (up to ``timeout``, default ``send_msg_timeout``), then detach and release
         everything; requests still unanswered then fail."""
+        exit_close.untrack(self)
         if self._accumulator is not None:
             self._accumulator.close()
         if self._conn.started:
