@@ -6,12 +6,14 @@ broker never told, and a warning per thread about the broker's control queue. Ea
 registers here when it starts and leaves when it shuts down; an ``atexit`` handler shuts down
 the ones still open, newest first (as nested ``with`` blocks close), while their reader
 threads (daemons) still run. Whatever goes wrong then is not the user's to act on: it is logged
-at debug level only.
+at debug level only. A forked child forgets its parent's clients: their threads are not in it,
+and detaching them from there would cut the parent off.
 """
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 from typing import Protocol
 
@@ -41,6 +43,16 @@ def untrack(client: Closable) -> None:
     """``client`` is shut down (or shutting down): nothing left to do at exit."""
     with _lock:
         _open.pop(id(client), None)
+
+
+def _forget_all() -> None:
+    """In a forked child: the clients are the parent's."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all)
 
 
 def close_all() -> None:
