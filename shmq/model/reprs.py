@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from shmq.model.system_topics import is_system_topic
+
 BODY_PREVIEW = 60  # bytes of a body a repr shows
 LIST_PREVIEW = 3  # items of a list a repr shows
 
@@ -43,3 +45,11 @@ def fields_repr(name: str, parts: Iterable[tuple[str, Any]]) -> str:
     anything else through repr()."""
     return f"{name}(" + ", ".join(f"{k}={v}" if isinstance(v, Raw) else f"{k}={v!r}"
                                   for k, v in parts if v is not None) + ")"
+
+
+def client_repr(kind: str, group: str, broker: str, running: bool, topics: Iterable[str] = ()) -> str:
+    """A producer's or consumer's repr: its group, broker, whether it runs, the topics it
+    subscribed (the retry and other system topics it adds itself left out)."""
+    shown = sorted(t for t in topics if not is_system_topic(t))
+    return fields_repr(kind, (("group", group), ("broker", broker), ("topics", shown or None),
+                              ("state", Raw("running" if running else "stopped"))))

@@ -3,9 +3,12 @@ a body cut to its first 60 bytes and its size (a 100 KB body printed in full fil
 from __future__ import annotations
 
 from shmq import (
+    LitePullConsumer,
     Message,
     MessageExt,
     MessageQueue,
+    Producer,
+    PushConsumer,
     ResendResult,
     SendResult,
     SendStatus,
@@ -36,3 +39,14 @@ def test_everyday_objects_print_readably() -> None:
 def test_a_big_resend_prints_its_first_ids_and_counts() -> None:
     done = ResendResult([f"ID{i}" for i in range(5000)], ["X1"], 3)
     assert repr(done) == "ResendResult(resent=['ID0', 'ID1', 'ID2', …] (5000 ids), skipped=['X1'], remaining=3)"
+
+
+def test_clients_print_group_broker_topics_and_state() -> None:
+    """Not started: no broker needed (tests/process/consumers/test_reprs.py has them running)."""
+    push = PushConsumer("cg", broker="b1")
+    push.subscribe("Orders", "TagA")
+    assert repr(push) == "PushConsumer(group='cg', broker='b1', topics=['Orders'], state=stopped)"
+    lite = LitePullConsumer("cg", broker="b1")
+    lite.subscribe("Audit")
+    assert repr(lite) == "LitePullConsumer(group='cg', broker='b1', topics=['Audit'], state=stopped)"
+    assert repr(Producer("pg", broker="b1")) == "Producer(group='pg', broker='b1', state=stopped)"

@@ -36,6 +36,7 @@ from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import client_repr
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ class LitePullConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr("LitePullConsumer", self.group, self.broker_name, self._running, self._subscriptions)
 
     # ------------------------------------------------------------------ the caller's side
 

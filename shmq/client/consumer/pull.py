@@ -17,6 +17,7 @@ from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
+from shmq.model.reprs import client_repr
 from shmq.client.consumer.offset_store import OffsetTable
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 
@@ -61,6 +62,9 @@ class PullConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr("PullConsumer", self.group, self.broker_name, self._conn.started)
 
     def _on_response(self, kind: int, view: memoryview) -> None:
         self._wrapper.on_response(kind, view)

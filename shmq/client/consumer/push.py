@@ -44,6 +44,7 @@ from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import client_repr
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore, default_offset_dir
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -267,6 +268,9 @@ class PushConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr("PushConsumer", self.group, self.broker_name, self._running, self._subscriptions)
 
     # ------------------------------------------------------------------ connection events
 

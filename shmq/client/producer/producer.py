@@ -21,6 +21,7 @@ from shmq.client.hooks import (ASYNC, ONEWAY, SYNC, SendMessageContext, SendMess
 from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, CorruptFrameError,
                          MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.model.reprs import client_repr
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
@@ -193,6 +194,9 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr(type(self).__name__, self.group, self._conn.broker_name, self._conn.started)
 
     # ------------------------------------------------------------------ public API
 

@@ -18,8 +18,11 @@ def test_results_of_a_big_batch_print_short(store_dir, broker_name, config) -> N
     batch = MessageBatch("Big", [BODY] * 2000, tags="T", keys=[f"k{i}" for i in range(2000)])
     assert repr(batch) == "MessageBatch(topic='Big', messages=2000, bytes=2000000, tags='T', " \
                           "keys=['k0', 'k1', 'k2', …] (2000 keys))"
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as p, \
             PullConsumer("cg", broker=broker_name) as c:
+        assert repr(broker) == f"Broker(name={broker_name!r}, store_dir={store_dir!r}, pid={broker.pid}, state=running)"
+        assert repr(p) == f"Producer(group='pg', broker={broker_name!r}, state=running)"
+        assert repr(c) == f"PullConsumer(group='cg', broker={broker_name!r}, state=running)"
         sent = p.send_batch(batch, selector=_queue0)
         ids = sent.msg_id.split(",")
         assert repr(sent) == (f"SendResult(status=SEND_OK, count=2000, msg_id=[{ids[0]!r}, {ids[1]!r}, {ids[2]!r}, "
@@ -44,3 +47,5 @@ def test_results_of_a_big_batch_print_short(store_dir, broker_name, config) -> N
         empty = c.pull(mq, offset=2000, max_nums=1, timeout=0.01)
         assert repr(empty) == ("PullResult(status=NO_NEW_MSG, next_begin_offset=2000, min_offset=0, "
                                "max_offset=2000)")
+    assert repr(p) == f"Producer(group='pg', broker={broker_name!r}, state=stopped)"
+    assert repr(broker) == f"Broker(name={broker_name!r}, store_dir={store_dir!r}, pid={broker.pid}, state=exited 0)"
