@@ -30,12 +30,18 @@ def use_shmq_python() -> None:
 
     Without a user's choice the workers run this interpreter (as when shmq.spark was imported
     before the session started). A chosen interpreter is kept if it imports shmq, and refused
-    with a ConfigError saying what to do if it does not. In a worker (no active context) this
-    does nothing."""
-    from pyspark import SparkContext
+    with a ConfigError saying what to do if it does not. In a worker (no active session) this
+    does nothing, nor with Spark Connect (the server starts the workers: no SparkContext here)."""
+    from pyspark.sql import SparkSession
 
-    sc = SparkContext._active_spark_context
-    if sc is None or _same_interpreter(sc.pythonExec):
+    session = SparkSession.getActiveSession()
+    if session is None:
+        return
+    try:
+        sc = session.sparkContext
+    except Exception:  # Spark Connect: PySparkNotImplementedError
+        return
+    if _same_interpreter(sc.pythonExec):
         return
     if sc.pythonExec != USER_CHOICE:  # pyspark's default, not the user's choice
         sc.pythonExec = sys.executable
