@@ -39,8 +39,8 @@ PRIMARY_CHECK_S = 1.0  # how often a client reading from a replica looks whether
 DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
 
 _req_ids = itertools.count(1)
-# the broker incarnations (name, liveness key) whose loss this process has reported
-_lost_reported: set[tuple[str, int]] = set()
+# the broker incarnations (``Session.incarnation``) whose loss this process has reported
+_lost_reported: set[tuple[str, int, int]] = set()
 _lost_lock = threading.Lock()
 
 FrameHandler = Callable[[int, memoryview], None]
@@ -71,10 +71,9 @@ def report_lost(s: Session, why: str) -> None:
     it first. Every client of a stopped broker sees it, some threads of a client several times;
     the user needs one line."""
     with _lost_lock:
-        incarnation = (s.name, s.broker.key)
-        if incarnation in _lost_reported:
+        if s.incarnation in _lost_reported:
             return
-        _lost_reported.add(incarnation)
+        _lost_reported.add(s.incarnation)
     log.warning("lost broker %r: %s", s.name, why)
 
 
@@ -110,6 +109,8 @@ class Session:
         self.state = state
         self.channel = channel
         self.broker = broker
+        # which broker process: its name, liveness key and pid (a restarted broker differs in both)
+        self.incarnation = (name, broker.key, int(state.view.header[0]["broker_pid"]))
         self.control = control
         self.store_host = int(reply.get("store_host", 0))
         self.store_dir = str(reply.get("store_dir") or
