@@ -57,7 +57,7 @@ class PullResult:
 
     @property
     def next_offset(self) -> int:
-        """Alias of ``next_begin_offset``."""
+        """Alias of ``next_begin_offset`` (a shorter name for the same offset)."""
         return self.next_begin_offset
 
     def __repr__(self) -> str:
