@@ -129,6 +129,11 @@ class Broker:
                 pass
             self._config_file = None
 
+    def __repr__(self) -> str:
+        code = self.process.poll()
+        state = "running" if code is None else f"exited {code}"
+        return f"Broker(name={self.name!r}, store_dir={self.store_dir!r}, pid={self.pid}, state={state})"
+
     def __enter__(self) -> "Broker":
         return self
 

@@ -22,6 +22,7 @@ from shmq.client.msg_lookup import MessageTrack
 from shmq.errors import BrokerError, MessageNotFoundError
 from shmq.model.message_ext import MessageExt
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
+from shmq.model.reprs import fields_repr, items_repr
 from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
@@ -68,6 +69,12 @@ class ResendResult:
     resent: list[str]
     skipped: list[str]
     remaining: int
+
+    def __repr__(self) -> str:
+        """The first ids of each list and how many (a resend returns thousands)."""
+        return fields_repr("ResendResult", (("resent", items_repr(self.resent, "ids")),
+                                            ("skipped", items_repr(self.skipped, "ids")),
+                                            ("remaining", self.remaining)))
 
 
 T = TypeVar("T")

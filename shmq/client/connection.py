@@ -40,6 +40,9 @@ PRIMARY_CHECK_S = 1.0  # how often a client reading from a replica looks whether
 DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
 
 _req_ids = itertools.count(1)
+# the broker incarnations (``Session.incarnation``) whose loss this process has reported
+_lost_reported: set[tuple[str, int, int]] = set()
+_lost_lock = threading.Lock()
 
 FrameHandler = Callable[[int, memoryview], None]
 
@@ -70,6 +73,18 @@ def open_state(broker: str) -> StateReader:
         return StateReader.open(broker)
     except BrokerNotFoundError as e:
         raise BrokerNotFoundError(not_serving_message(broker, e)) from None
+
+
+def report_lost(s: Session, why: str) -> None:
+    """Say that the broker of ``s`` went away: once per broker incarnation in this process,
+    whichever client or thread (a reader thread's liveness check, a puller's failed call) sees
+    it first. Every client of a stopped broker sees it, some threads of a client several times;
+    the user needs one line."""
+    with _lost_lock:
+        if s.incarnation in _lost_reported:
+            return
+        _lost_reported.add(s.incarnation)
+    log.warning("lost broker %r: %s", s.name, why)
 
 
 def _serving(name: str) -> bool:
@@ -103,6 +118,8 @@ class Session:
         self.state = state
         self.channel = channel
         self.broker = broker
+        # which broker process: its name, liveness key and pid (a restarted broker differs in both)
+        self.incarnation = (name, broker.key, int(state.view.header[0]["broker_pid"]))
         self.control = control
         self.store_host = int(reply.get("store_host", 0))
         self.store_dir = str(reply.get("store_dir") or
@@ -235,6 +252,13 @@ class BrokerConnection:
                 s.leave()
             finally:
                 self._let_go(s)
+
+    def reachable(self) -> bool:
+        """Whether a call now would find a broker: the session is live, or a broker of this
+        name serves again (the next call attaches to it). A shutdown skips what needs the
+        broker when not: its loss was reported already, and waiting for it would only delay."""
+        s = self.session
+        return s is not None and s.alive or _serving(self.broker_name)
 
     def live_session(self, deadline: float) -> Session:
         """The current session, attaching again (until ``deadline``) after the broker restarted."""
@@ -617,7 +641,7 @@ class BrokerConnection:
     def _broker_died(self, s: Session, why: str) -> None:
         """The session is over (the broker died or dropped the channel): the next call attaches
         again. Called by the reader thread, which closes the session as it exits (``_let_go``)."""
-        log.warning("lost broker %r: %s", s.name, why)
+        report_lost(s, why)
         s.alive = False
         with self.lock:
             # under the lock and before the session is cleared: no call can attach again and

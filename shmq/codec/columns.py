@@ -19,6 +19,7 @@ from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
 from shmq.filter.tags import Expression, TagFilter
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import fields_repr, span
 from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.filter_bitmap import FilterBitmapReader
@@ -60,6 +61,14 @@ class PulledBatch:
 
     def __len__(self) -> int:
         return len(self.queue_offset)
+
+    def __repr__(self) -> str:
+        """Where from, how many, which offsets and how many bytes: never the columns or the
+        mappings (a print of the full dataclass showed a 134 M-element buffer)."""
+        offsets = span(int(self.queue_offset[0]), int(self.queue_offset[-1])) if len(self) else None
+        return fields_repr("PulledBatch", (
+            ("topic", self.topic), ("queue_id", self.queue_id), ("messages", len(self)), ("queue_offset", offsets),
+            ("bytes", int(self.size.sum())), ("next_offset", self.next_offset), ("missing", self.missing or None)))
 
     def _raw(self, i: int, pos: np.ndarray, length: np.ndarray) -> memoryview:
         p = int(pos[i])

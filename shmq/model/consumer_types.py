@@ -9,6 +9,7 @@ from typing import Callable
 from shmq.codec.columns import PulledBatch
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import Raw, fields_repr, span
 
 
 class PullStatus(enum.Enum):
@@ -58,6 +59,23 @@ class PullResult:
     def next_offset(self) -> int:
         """Alias of ``next_begin_offset`` (a shorter name for the same offset)."""
         return self.next_begin_offset
+
+    def __repr__(self) -> str:
+        """Status, where the messages are from and how many, offsets: never the columns or the
+        commitlog mappings the batch holds (100+ MB)."""
+        msgs, batch = self._messages, self.batch
+        where: list[tuple[str, object]] = []
+        if msgs:
+            where = [("topic", msgs[0].topic), ("queue_id", msgs[0].queue_id), ("messages", len(msgs)),
+                     ("queue_offset", span(msgs[0].queue_offset, msgs[-1].queue_offset)),
+                     ("bytes", sum(m.store_size for m in msgs))]
+        elif batch is not None and msgs is None and len(batch):
+            where = [("topic", batch.topic), ("queue_id", batch.queue_id), ("messages", len(batch)),
+                     ("queue_offset", span(int(batch.queue_offset[0]), int(batch.queue_offset[-1]))),
+                     ("bytes", int(batch.size.sum()))]
+        return fields_repr("PullResult", [("status", Raw(self.status.name)), *where,
+                                          ("next_begin_offset", self.next_begin_offset),
+                                          ("min_offset", self.min_offset), ("max_offset", self.max_offset)])
 
 
 _SUSPEND_MS_DEPRECATED = "suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time (seconds)"

@@ -13,6 +13,7 @@ from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.config import MAX_DELAY_LEVELS
 from shmq.errors import BadMessageError
+from shmq.model.reprs import Raw, body_repr, fields_repr, items_repr, span
 
 
 MAX_DELAY_LEVEL = MAX_DELAY_LEVELS  # the most levels messageDelayLevel may name (RocketMQ's default has 18)
@@ -120,6 +121,13 @@ class Message(_Base):
         for name, value in state.items():
             setattr(self, name, value)
 
+    def __repr__(self) -> str:
+        """The fields that are set, the body cut to its first bytes (a print stays one line)."""
+        return fields_repr(type(self).__name__, (
+            ("topic", self.topic), ("body", body_repr(self.body)), ("tags", self.tags), ("keys", self.keys),
+            ("properties", self.properties or None), ("flag", self.flag or None),
+            ("delay_level", self.delay_level or None), ("deliver_at", self.deliver_at), ("delay", self.delay)))
+
     @property
     def delivery_rules(self) -> bool:
         """Whether the broker must read this message's properties before storing it (a delay or a
@@ -157,6 +165,15 @@ class MessageBatch:
 
     def __len__(self) -> int:
         return len(self.bodies)
+
+    def __repr__(self) -> str:
+        """Counts and sizes, not the bodies (a batch holds thousands)."""
+        keys = self.keys if self.keys is None or isinstance(self.keys, str) else \
+            items_repr(list(self.keys), "keys")
+        return fields_repr("MessageBatch", (
+            ("topic", self.topic), ("messages", len(self.bodies)),
+            ("bytes", sum(len(b) for b in self.bodies)), ("tags", self.tags), ("keys", keys),
+            ("properties", self.properties or None), ("flag", self.flag or None)))
 
 
 @dataclass(frozen=True, order=True)
@@ -203,8 +220,9 @@ class LazyField:
 
 
 class ByValue:
-    """Equality and repr over ``_FIELDS``, as a dataclass has, for the slotted classes that make
-    some fields on first use (SendResult, MessageExt). Mutable, so not hashable."""
+    """Equality over ``_FIELDS``, as a dataclass has, for the slotted classes that make some
+    fields on first use (SendResult, MessageExt). Mutable, so not hashable. Their reprs are
+    their own: short, as a print of a batch's result must stay."""
 
     __slots__ = ()
     _FIELDS: tuple[str, ...] = ()
@@ -218,9 +236,6 @@ class ByValue:
         return self._values() == other._values()
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self._FIELDS) + ")"
 
 
 class _ResultFields:
@@ -270,6 +285,18 @@ class SendResult(ByValue, _ResultBase):
 
     _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
                "phys_offsets")
+
+    def __repr__(self) -> str:
+        return fields_repr(type(self).__name__, self._repr_parts())
+
+    def _repr_parts(self) -> list[tuple[str, Any]]:
+        """Status, id(s), queue and offset(s); a batch's ids cut to the first few."""
+        if self.count == 1:
+            return [("status", Raw(self.status.name)), ("msg_id", self.msg_id), ("queue", self.queue),
+                    ("queue_offset", self.queue_offset)]
+        return [("status", Raw(self.status.name)), ("count", self.count),
+                ("msg_id", items_repr(self.msg_id.split(","), "ids")), ("queue", self.queue),
+                ("queue_offset", span(self.queue_offset, self.queue_offset + self.count - 1))]
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and copy by slot names, the same with and without extensions (plus a subclass's

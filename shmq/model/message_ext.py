@@ -12,6 +12,7 @@ import copy
 import zlib
 
 from shmq.model.message import UNSET, ByValue, LazyField
+from shmq.model.reprs import body_repr, fields_repr
 from shmq.codec import ids
 from shmq.codec import record as fmt
 
@@ -96,6 +97,13 @@ class MessageExt(ByValue):
     keys = LazyField(lambda m: m.properties.get(fmt.PROPERTY_KEYS))
     offset_msg_id = LazyField(lambda m: ids.offset_msg_id(m.store_host, m.commit_log_offset))
     msg_id = LazyField(lambda m: m.properties.get(fmt.PROPERTY_UNIQ_KEY) or m.offset_msg_id)
+
+    def __repr__(self) -> str:
+        """Where it is stored, its ids and tags, the body cut to its first bytes."""
+        return fields_repr(type(self).__name__, (
+            ("topic", self.topic), ("queue_id", self.queue_id), ("queue_offset", self.queue_offset),
+            ("msg_id", self.msg_id), ("tags", self.tags), ("keys", self.keys), ("body", body_repr(self.body)),
+            ("reconsume_times", self.reconsume_times or None)))
 
     @property
     def key_list(self) -> list[str]:

@@ -2,15 +2,11 @@
 
     spark.dataSource.register(shmq.spark.ShmqDataSource)
     spark.read.format("shmq").load(STORE_DIR)
+
+The session may be created before or after this import: the workers Spark starts run this
+interpreter unless PYSPARK_PYTHON chose another (shmq.spark.workers).
 """
-import os
-import sys
-
-# Spark starts its Python workers with PYSPARK_PYTHON (default: whatever `python3` is on PATH);
-# a worker without shmq and its dependencies fails with a bare EOFException in the JVM. Point
-# it at this interpreter unless the user chose one (read when the SparkContext starts).
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from shmq.spark.source import ShmqDataSource  # noqa: E402
+from shmq.spark import workers  # noqa: F401 (sets PYSPARK_PYTHON's default for a session started later)
+from shmq.spark.source import ShmqDataSource
 
 __all__ = ["ShmqDataSource"]

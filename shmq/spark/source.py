@@ -30,6 +30,7 @@ from shmq.spark.layout import (DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_st
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds, push_filters
 from shmq.spark.schema import SCHEMA_DDL
+from shmq.spark.workers import use_shmq_python
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
 # the same worker run as a script (spark.python.use.daemon=false) is named __main__
@@ -107,6 +108,9 @@ class ShmqDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """`register()` calls this on the driver just before it pickles the source with the
+        interpreter its workers will run: the moment to make that one able to import shmq."""
+        use_shmq_python()
         return "shmq"
 
     def schema(self) -> str:

@@ -124,6 +124,17 @@ class _Service:
             return ConsumeResult.RECONSUME_LATER
         return result
 
+    def _spawn(self, fn: Callable[..., object], *args: object) -> bool:
+        """Run ``fn(*args)`` in the pool; False if the pool takes no more work: the consumer
+        shuts down, or the interpreter exits (it stops the pools before the ``atexit`` handler
+        that shuts down a consumer left open). The messages stay in their process queue, not
+        committed: the group gets them again."""
+        try:
+            self.executor.submit(fn, *args)
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+            return False
+        return True
+
     def _dropped(self, pq: ProcessQueue, msgs: list[MessageExt], why: str) -> None:
         for m in msgs:
             log.warning("BROADCASTING: message %s of %s/%d %s; dropped (no retry topic per member)", m.msg_id,
@@ -133,7 +144,7 @@ class _Service:
 class ConsumeMessageConcurrentlyService(_Service):
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Hand pulled messages (already in ``pq``) to the thread pool."""
-        self.executor.submit(self._consume, pq, msgs)
+        self._spawn(self._consume, pq, msgs)
 
     def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Slices of one pulled list in turn; a rebalance that drops the queue stops it between
@@ -191,7 +202,13 @@ class ConsumeMessageOrderlyService(_Service):
             if pq.consuming:
                 return
             pq.consuming = True
-        self.executor.submit(self._run, pq)
+        self._restart(pq)
+
+    def _restart(self, pq: ProcessQueue) -> None:
+        """The queue's task, again in the pool; if the pool takes no more work, the queue is idle."""
+        if not self._spawn(self._run, pq):
+            with pq.lock:
+                pq.consuming = False
 
     def _run(self, pq: ProcessQueue) -> None:
         start = time.monotonic()
@@ -226,12 +243,11 @@ class ConsumeMessageOrderlyService(_Service):
                     pq.remove(settled)
                     self.on_consumed(pq)
                 if again:
-                    self.scheduler.schedule(max(ctx.suspend_current_queue_time, 0),
-                                            lambda: self.executor.submit(self._run, pq))
+                    self.scheduler.schedule(max(ctx.suspend_current_queue_time, 0), lambda: self._restart(pq))
                     return
                 continue
             if time.monotonic() - start > ORDERLY_SLICE_S:
-                self.executor.submit(self._run, pq)
+                self._restart(pq)
                 return
 
     def _past_max(self, pq: ProcessQueue, chunk: list[MessageExt]) -> list[MessageExt]:

@@ -18,12 +18,14 @@ import logging
 import threading
 import time
 
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import REBALANCE_POLL_S, pass_failed, rebalance_if_changed, wait_for_session
+from shmq.client.consumer.puller import (REBALANCE_POLL_S, broker_lost, pass_failed, rebalance_if_changed,
+                                         wait_for_session)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -34,6 +36,7 @@ from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import client_repr
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +125,14 @@ class LitePullConsumer:
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-litepull-{self.group}", daemon=True)
         self._thread.start()
+        exit_close.track(self)
         return self
 
     def shutdown(self) -> None:
         """Stop the puller, commit (with ``auto_commit``) what ``poll`` returned, leave the group."""
         if not self._running:
             return
+        exit_close.untrack(self)
         self._running = False
         self._wakeup.set()
         with self._ready:
@@ -135,7 +140,7 @@ class LitePullConsumer:
         if self._thread is not None:
             self._thread.join(5.0)
         with self._lock:
-            if self.auto_commit:
+            if self.auto_commit and self._conn.reachable():
                 try:
                     self._offsets.commit(list(self._pqs.values()), sync=True)
                 except (ShmqError, OSError) as e:
@@ -150,6 +155,9 @@ class LitePullConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr("LitePullConsumer", self.group, self.broker_name, self._running, self._subscriptions)
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -230,6 +238,7 @@ class LitePullConsumer:
             self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
+        broker_lost(self)
         self._wrapper.wake_all()
         self._wakeup.set()
 

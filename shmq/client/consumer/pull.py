@@ -10,12 +10,14 @@ import threading
 import time
 
 from shmq.codec import frames as P
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
+from shmq.model.reprs import client_repr
 from shmq.client.consumer.offset_store import OffsetTable
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 
@@ -44,10 +46,12 @@ class PullConsumer:
         self._conn.start(self.start_timeout)
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
+        exit_close.track(self)
         return self
 
     def shutdown(self) -> None:
         """Detach; waiting pulls return."""
+        exit_close.untrack(self)
         self._conn.shutdown()
         self._wrapper.wake_all()
         with self._lock:
@@ -58,6 +62,9 @@ class PullConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr("PullConsumer", self.group, self.broker_name, self._conn.started)
 
     def _on_response(self, kind: int, view: memoryview) -> None:
         self._wrapper.on_response(kind, view)

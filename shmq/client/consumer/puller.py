@@ -14,7 +14,7 @@ import threading
 import time
 from typing import ContextManager, Protocol
 
-from shmq.client.connection import Session
+from shmq.client.connection import Session, report_lost
 from shmq.client.consumer.rejoin import GroupMember
 from shmq.errors import BrokerGoneError, ShmqError
 
@@ -46,15 +46,26 @@ def wait_for_session(c: Puller, log: logging.Logger, lock: ContextManager[object
         return None
 
 
+def broker_lost(c: Puller) -> None:
+    """The broker went away (its loss is reported once, by ``report_lost``): waiting for it to
+    come back is no news to say again."""
+    c._broker_wait_logged = True
+
+
 def pass_failed(c: Puller, e: Exception, session: Session, log: logging.Logger) -> None:
-    """``e`` ended a pass (call it in the ``except``, for the traceback): the broker going away or refusing is a
-    warning while running; anything else is logged with its traceback unless the session died
-    under the pass (it unmapped what the pass was reading: not a fault, the next bind attaches
-    again). Then wait a poll interval, but for a broker error after ``shutdown``."""
+    """``e`` ended a pass (call it in the ``except``, for the traceback): the broker going away
+    is reported once per broker (``report_lost``), its refusal is a warning while running;
+    anything else is logged with its traceback unless the session died under the pass (it
+    unmapped what the pass was reading: not a fault, the next bind attaches again). Then wait a
+    poll interval, but for a broker error after ``shutdown``."""
     if isinstance(e, (BrokerGoneError, ShmqError, OSError)):
         if not c._running:
             return
-        log.warning("consumer %r: %s", c.group, e)
+        if isinstance(e, BrokerGoneError):
+            report_lost(session, str(e))
+            broker_lost(c)
+        else:
+            log.warning("consumer %r: %s", c.group, e)
     elif session.alive:
         log.exception("consumer %r puller failed; going on", c.group)
     c._wakeup.wait(REBALANCE_POLL_S)

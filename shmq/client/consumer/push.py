@@ -33,6 +33,7 @@ import warnings
 from typing import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session
 from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
 from shmq.client.producer.producer import inner_producer
@@ -43,12 +44,14 @@ from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import client_repr
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import REBALANCE_POLL_S, pass_failed, rebalance_if_changed, wait_for_session
+from shmq.client.consumer.puller import (REBALANCE_POLL_S, broker_lost, pass_failed, rebalance_if_changed,
+                                         wait_for_session)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -225,12 +228,14 @@ class PushConsumer:
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
         self._thread.start()
+        exit_close.track(self)
         return self
 
     def shutdown(self) -> None:
         """Stop pulling, let running listener calls finish, commit offsets, leave the group."""
         if not self._running:
             return
+        exit_close.untrack(self)
         self._running = False
         self._wakeup.set()
         if self._thread is not None:
@@ -240,7 +245,8 @@ class PushConsumer:
             pq.drop()
         self._await_listeners(pqs, DROP_WAIT_S)
         try:
-            self._offsets.commit(pqs, sync=True, force=True)
+            if self._offsets.local is not None or self._conn.reachable():  # broadcasting: a local file
+                self._offsets.commit(pqs, sync=True, force=True)
         except (ShmqError, OSError) as e:
             log.warning("could not commit offsets at shutdown: %s", e)
         if self._offsets.local is not None and self._anonymous:
@@ -262,6 +268,9 @@ class PushConsumer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def __repr__(self) -> str:
+        return client_repr("PushConsumer", self.group, self.broker_name, self._running, self._subscriptions)
+
     # ------------------------------------------------------------------ connection events
 
     def _on_response(self, kind: int, view: memoryview) -> None:
@@ -271,6 +280,7 @@ class PushConsumer:
             self._wrapper.on_response(kind, view)
 
     def _on_lost(self, _session: Session, _why: str) -> None:
+        broker_lost(self)
         if self._send_back is not None:
             self._send_back.fail_all()
         self._wrapper.wake_all()

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from shmq.codec import frames as P
+from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.hooks import (ASYNC, ONEWAY, SYNC, SendMessageContext, SendMessageHook, check_hook, hooked_call,
                                hooked_future)
 from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, CorruptFrameError,
                          MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.model.reprs import client_repr
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
@@ -155,6 +157,7 @@ class Producer:
             except BaseException:
                 self._conn.shutdown()
                 raise
+        exit_close.track(self)
         return self
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -174,6 +177,7 @@ class Producer:
     def shutdown(self, timeout: float | None = None) -> None:
         """``flush`` (up to ``timeout``, default ``send_msg_timeout``), then detach and release
         everything; requests still unanswered then fail."""
+        exit_close.untrack(self)
         if self._accumulator is not None:
             self._accumulator.close()
         if self._conn.started:
@@ -190,6 +194,9 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+    def __repr__(self) -> str:
+        return client_repr(type(self).__name__, self.group, self._conn.broker_name, self._conn.started)
 
     # ------------------------------------------------------------------ public API
 

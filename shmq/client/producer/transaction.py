@@ -28,6 +28,7 @@ from shmq.codec import record as fmt
 from shmq.codec.transaction_frames import EndTransaction, decode_check_transaction, encode_end_transaction
 from shmq.errors import ArgumentTypeError, BadMessageError, ShmqError
 from shmq.model.message import Message, SendResult, SendStatus
+from shmq.model.reprs import Raw
 from shmq.model.message_ext import MessageExt
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class TransactionSendResult(SendResult):
         super().__init__(sent.status, sent.msg_id, None, sent.queue, sent.queue_offset, sent.store_timestamp,
                          sent.count, sent.phys_offsets, sent.store_host)
         self.local_transaction_state = state
+
+    def _repr_parts(self) -> list[tuple[str, Any]]:
+        return [*super()._repr_parts(), ("local_transaction_state", Raw(self.local_transaction_state.name))]
 
 
 def _status(value: object, what: str) -> TransactionStatus:
