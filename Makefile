@@ -1,11 +1,11 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | typecheck | spark | wheel | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
+.PHONY: install demo test typecheck spark wheel bench bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -21,10 +21,14 @@ $(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx shmq/_speedups
 
 install: $(STAMP)
 
-# the spark extra (pyspark + pyarrow): the Spark data source, its tests and jobs
-$(SPARK_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,spark]'
-	@touch $(SPARK_STAMP)
+# an extra of pyproject.toml in the venv ($(VENV)/.installed-spark: the spark extra, pyspark +
+# pyarrow, for the Spark data source, its tests and jobs): its requirements only, because
+# `pip install -e '.[spark]'` would reinstall shmq and re-run the Cython build for nothing
+$(VENV)/.installed-%: $(STAMP)
+	$(PY) tools/extras.py $* > $@.txt
+	$(PY) -m pip install -q -r $@.txt
+	@rm -f $@.txt
+	@touch $@
 
 # the main job: a broker, producers and consumers in separate processes, verified
 demo: $(STAMP)
@@ -63,6 +67,10 @@ top: $(STAMP)
 java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
+# dist/: the sdist and a manylinux wheel built from it, compiled paths included (tools/build_wheel.py)
+wheel: $(VENV)/.installed-wheel
+	$(PY) tools/build_wheel.py dist
+
 # the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
 SPARK_DEMO_STORE ?= build/spark-demo-store
 SPARK_DEMO_ARGS  ?= --messages 5000
@@ -84,4 +92,4 @@ bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache
