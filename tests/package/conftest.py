@@ -11,9 +11,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -66,7 +66,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
         pytest.importorskip(module, reason="building the wheel needs the wheel extra (make .venv/.installed-wheel)")
     out_dir = tmp_path_factory.mktemp("dist")
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "build_wheel.py"), str(out_dir)],
-                         capture_output=True, text=True, timeout=1500)
+                         check=False, capture_output=True, text=True, timeout=1500)
     if out.returncode:
         _skip_if_unreachable(out, "cannot build the wheel")
         pytest.fail(f"tools/build_wheel.py failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -80,7 +80,7 @@ def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """shmq's sdist and wheel, and binary wheels of its dependencies and of two extras (dev, wheel)."""
     house = tmp_path_factory.mktemp("wheelhouse")
     out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house),
-                          f"{dists.wheel}[dev,wheel]"], capture_output=True, text=True, timeout=600)
+                          f"{dists.wheel}[dev,wheel]"], check=False, capture_output=True, text=True, timeout=600)
     if out.returncode:
         _skip_if_unreachable(out, "cannot download shmq's dependencies")
         pytest.fail(f"pip download failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
