@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
+WHEEL_STAMP := $(VENV)/.installed-wheel
 
 .PHONY: install demo test typecheck spark wheel bench bench-store clean host-tools java top sanitize
 
@@ -34,8 +35,9 @@ $(VENV)/.installed-%: $(STAMP)
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
-# SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build
-test: $(SPARK_STAMP) host-tools java
+# SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build;
+# the wheel extra: tests/package builds the wheel when dist/ has no current one
+test: $(SPARK_STAMP) $(WHEEL_STAMP) host-tools java
 	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own
@@ -68,7 +70,7 @@ java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
 # dist/: the sdist and a manylinux wheel built from it, compiled paths included (tools/build_wheel.py)
-wheel: $(VENV)/.installed-wheel
+wheel: $(WHEEL_STAMP)
 	$(PY) tools/build_wheel.py dist
 
 # the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
