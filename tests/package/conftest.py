@@ -57,11 +57,13 @@ def _skip_if_unreachable(out: subprocess.CompletedProcess[str], what: str) -> No
 
 
 @pytest.fixture(scope="session")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
-    """``make wheel``'s build in dist/ when current, else one built the same way (tools/build_wheel.py)."""
+def dists(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dists]:
+    """``make wheel``'s build in dist/ when current, else one built the same way (tools/build_wheel.py)
+    in a temporary directory, removed at the end of the session."""
     found = _current(ROOT / "dist")
     if found is not None:
-        return found
+        yield found
+        return
     for module in ("build", "auditwheel"):
         pytest.importorskip(module, reason="building the wheel needs the wheel extra (make .venv/.installed-wheel)")
     out_dir = tmp_path_factory.mktemp("dist")
@@ -72,12 +74,14 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
         pytest.fail(f"tools/build_wheel.py failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     built = _current(out_dir)
     assert built is not None, f"tools/build_wheel.py made {sorted(p.name for p in out_dir.iterdir())}"
-    return built
+    yield built
+    shutil.rmtree(out_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """shmq's sdist and wheel, and binary wheels of its dependencies and of two extras (dev, wheel)."""
+def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """shmq's sdist and wheel, and binary wheels of its dependencies and of two extras (dev, wheel);
+    removed at the end of the session."""
     house = tmp_path_factory.mktemp("wheelhouse")
     out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house),
                           f"{dists.wheel}[dev,wheel]"], check=False, capture_output=True, text=True, timeout=600)
@@ -85,4 +89,5 @@ def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Path:
         _skip_if_unreachable(out, "cannot download shmq's dependencies")
         pytest.fail(f"pip download failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     shutil.copy(dists.sdist, house)  # so pip could pick it if it meant to rebuild shmq
-    return house
+    yield house
+    shutil.rmtree(house, ignore_errors=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +44,7 @@ class Venv:
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=timeout,
-                              env=self.env(),
-                              cwd=str(self.root))
+                              env=self.env(), cwd=str(self.root))
 
     def speedups(self) -> dict[str, int]:
         """The compiled modules pip installed, with their modification times (ns)."""
@@ -53,14 +53,17 @@ class Venv:
 
 
 @pytest.fixture(scope="module")
-def venv(dists: Dists, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    """A fresh venv with the wheel installed offline from the wheelhouse, binaries only."""
+def venv(dists: Dists, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
+    """A fresh venv with the wheel installed offline from the wheelhouse, binaries only
+    (removed after the module: with numpy and mypy it weighs some 200 MB)."""
     v = Venv(tmp_path_factory.mktemp("fresh") / "venv")
     subprocess.run([sys.executable, "-m", "venv", str(v.root)], check=True, timeout=300)
     out = v.run(v.python, "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
                 "--only-binary=:all:", str(dists.wheel))
     assert out.returncode == 0, out.stdout + out.stderr
-    return v
+    assert "Building" not in out.stdout + out.stderr
+    yield v
+    shutil.rmtree(v.root.parent, ignore_errors=True)
 
 
 def test_the_wheel_has_the_compiled_paths_and_no_build_leftovers(dists: Dists) -> None:
