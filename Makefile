@@ -1,12 +1,13 @@
-# shmq — make install | demo | test | typecheck | spark | docs | docs-serve | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | typecheck | lint | spark | docs | docs-serve | wheel | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 DOCS_STAMP  := $(VENV)/.installed-docs
+WHEEL_STAMP := $(VENV)/.installed-wheel
 
-.PHONY: install demo test typecheck spark docs docs-serve bench bench-docs bench-store clean host-tools java top sanitize
+.PHONY: install demo test typecheck spark docs docs-serve wheel bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -22,18 +23,14 @@ $(STAMP): pyproject.toml setup.py $(wildcard shmq/_speedups/*.pyx shmq/_speedups
 
 install: $(STAMP)
 
-# the spark extra (pyspark + pyarrow): the Spark data source, its tests and jobs
-$(SPARK_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,spark]'
-	@touch $(SPARK_STAMP)
-
-# the docs extra (mkdocs, mkdocs-material, mkdocstrings): its requirements as pyproject.toml
-# lists them, installed without re-installing or re-building shmq itself
-$(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
-	  > $(VENV)/docs-requirements.txt
-	$(PY) -m pip install -q -r $(VENV)/docs-requirements.txt
-	@touch $(DOCS_STAMP)
+# an extra of pyproject.toml in the venv ($(VENV)/.installed-spark: the spark extra, pyspark +
+# pyarrow, for the Spark data source, its tests and jobs): its requirements only, because
+# `pip install -e '.[spark]'` would reinstall shmq and re-run the Cython build for nothing
+$(VENV)/.installed-%: $(STAMP)
+	$(PY) tools/extras.py $* > $@.txt
+	$(PY) -m pip install -q -r $@.txt
+	@rm -f $@.txt
+	@touch $@
 
 # the documentation site (mkdocs.yml, docs/) into build/site; --strict: a broken link, anchor or
 # docstring fails the build. docs-serve: the same site on http://127.0.0.1:8000, rebuilt on edits
@@ -47,9 +44,10 @@ docs-serve: $(DOCS_STAMP)
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
-# SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build
-# (the docs extra too: tests/docs build the site)
-test: $(SPARK_STAMP) $(DOCS_STAMP) host-tools java
+# SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build;
+# the docs extra: tests/docs build the site; the wheel extra: tests/package builds the wheel when
+# dist/ has no current one
+test: $(SPARK_STAMP) $(DOCS_STAMP) $(WHEEL_STAMP) host-tools java
 	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own
@@ -81,8 +79,11 @@ top: $(STAMP)
 java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
-# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run;
-# small: 5,000 messages per producer in the checks and in the throughput phase)
+# dist/: the sdist and a manylinux wheel built from it, compiled paths included (tools/build_wheel.py)
+wheel: $(WHEEL_STAMP)
+	$(PY) tools/build_wheel.py dist
+
+# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
 SPARK_DEMO_STORE ?= build/spark-demo-store
 SPARK_DEMO_ARGS  ?= --messages 5000 --bulk-messages 5000
 spark: $(SPARK_STAMP) java
@@ -108,4 +109,4 @@ bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache

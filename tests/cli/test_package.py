@@ -1,11 +1,10 @@
-"""What a user of an installed package meets first: the `shmq` console script and the wheel."""
+"""What a user of an installed package meets first: the `shmq` console script (the wheel: tests/package)."""
 from __future__ import annotations
 
 import os
 import re
 import subprocess
 import sys
-import zipfile
 
 import shmq
 from shmq import _speedups
@@ -81,20 +80,3 @@ def test_demo_options_parse_the_same_as_tools_demo() -> None:
     for option in ("--producers", "--messages", "--orders", "--steps", "--batch", "--bulk-messages",
                    "--latency-messages", "--rate", "--timeout", "--keep", "--store"):
         assert option in cli.stdout and option in tool.stdout
-
-
-def test_wheel_ships_the_demo_and_the_license(tmp_path) -> None:
-    out = subprocess.run([sys.executable, "-m", "pip", "wheel", ROOT, "-w", str(tmp_path), "--no-deps", "-q"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    [wheel] = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
-    assert wheel.startswith(f"shmq-{shmq.__version__}-")
-    with zipfile.ZipFile(tmp_path / wheel) as z:
-        names = z.namelist()
-        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-        entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert "shmq/cli/demo.py" in names
-    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert "License-Expression: Apache-2.0" in metadata
-    assert "Classifier: Operating System :: POSIX :: Linux" in metadata
-    assert "shmq = shmq.cli:main" in entry_points

