@@ -1,11 +1,11 @@
-# shmq — make install | demo | test | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | lint | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 
-.PHONY: install demo test typecheck spark bench bench-store clean host-tools java top sanitize
+.PHONY: install demo test lint typecheck spark bench bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -70,6 +70,12 @@ spark: $(SPARK_STAMP) java
 	rm -rf $(SPARK_DEMO_STORE)
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
 	$(PY) spark/scan.py $(SPARK_DEMO_STORE) $(SCAN_ARGS)
+
+# ruff's lint rules and its formatting, as [tool.ruff] in pyproject.toml sets them (the fix: `ruff check --fix`
+# then `ruff format`)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
 
 # mypy over the package and the Spark jobs, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)
