@@ -26,7 +26,7 @@ def test_broker_conf_with_rocketmq_names(tmp_path):
     assert c.file_reserved_time == 48 and c.message_index_enable is False and c.warm_mapped_file_enable is False
     assert c.disk_space_warning_level_ratio == pytest.approx(0.95)
     assert BrokerConfig.load(p) == BrokerConfig.from_mapping(
-        {k: v for k, v in (line.split("=", 1) for line in c.to_properties().splitlines())})
+        dict(line.split("=", 1) for line in c.to_properties().splitlines()))
 
 
 def test_toml_with_snake_or_camel_names(tmp_path):

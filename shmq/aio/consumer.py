@@ -68,7 +68,7 @@ def _in_thread(fn: Callable[[], object], name: str) -> Future[None]:
     def run() -> None:
         try:
             fn()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task, whatever it is
             done.set_exception(e)
         else:
             done.set_result(None)

@@ -156,7 +156,7 @@ class Producer:
         futures = [f for _, f in chunk]
         try:
             sent = self.sync.send_batch_async([m for m, _ in chunk], timeout=timeout, per_message=True)
-        except Exception:  # a bad message, the broker gone: each send gets its own verdict
+        except Exception:  # noqa: BLE001 - a bad message, the broker gone: each send gets its own verdict
             for m, f in chunk:
                 self._watch(f, self.sync.send_async(m, timeout=timeout))
             return
@@ -198,7 +198,7 @@ class Producer:
                 result = sent.result(0)
             except CancelledError:
                 result, error = None, asyncio.CancelledError()
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task, whatever it is
                 result, error = None, e
             if isinstance(futures, list):  # a batch answered per message
                 self._unanswered -= len(futures)

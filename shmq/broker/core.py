@@ -203,7 +203,7 @@ class BrokerCore:
             for service in self.services:
                 try:
                     service.tick(ms)
-                except Exception:  # a store error (disk full) must not stop the loop: next tick tries again
+                except Exception:  # noqa: BLE001 - a store error (disk full): the next tick tries again
                     self._service_failed(service, ms)
         self.publish_counters()
         cleaner = self.store.clean_service

@@ -178,7 +178,7 @@ def _slicing_tables() -> np.ndarray:
 def enters_consume_queue(sysflag: int) -> bool:
     """Prepared and rolled-back transaction records are never visible to consumers."""
     t = sysflag & TRANSACTION_MASK
-    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT
+    return t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
 
 
 # --------------------------------------------------------------------------- validation
@@ -500,7 +500,7 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
 def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
     """Batches (of any topics) packed back to back as one, for ``MessageStore.put``."""
     sizes = [len(b.buf) for b in batches]
-    base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+    base = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
     firsts = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
     return EncodedBatch(b"".join(bytes(b.buf) for b in batches),
                         np.concatenate([b.starts + o for b, o in zip(batches, base)]),

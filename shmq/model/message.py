@@ -133,9 +133,9 @@ class Message(_Base):
         if self.delay_level > 0:
             props[fmt.PROPERTY_DELAY] = str(self.delay_level)
         elif self.deliver_at is not None:
-            props[fmt.PROPERTY_TIMER_DELIVER_MS] = str(int(round(self.deliver_at * 1000)))
+            props[fmt.PROPERTY_TIMER_DELIVER_MS] = str(round(self.deliver_at * 1000))
         elif self.delay is not None:
-            props[fmt.PROPERTY_TIMER_DELAY_MS] = str(int(round(self.delay * 1000)))
+            props[fmt.PROPERTY_TIMER_DELAY_MS] = str(round(self.delay * 1000))
         return props
 
 

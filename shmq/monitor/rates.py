@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from shmq.monitor.snapshot import Snapshot
+import itertools
 
 HISTORY = 60
 """Snapshots kept: a minute of sparkline at the default 1 s interval."""
@@ -125,7 +126,7 @@ def _pair(a: Snapshot, b: Snapshot) -> dict[str, tuple[float, float, float]]:
 
 
 def _topic_rates(snaps: Sequence[Snapshot]) -> dict[str, TopicRate]:
-    pairs = [_pair(a, b) for a, b in zip(snaps, snaps[1:])]
+    pairs = [_pair(a, b) for a, b in itertools.pairwise(snaps)]
     out = {}
     for name, t in snaps[-1].topics.items():
         series = [p.get(name, (0.0, 0.0, 0.0)) for p in pairs]

@@ -30,6 +30,7 @@ from shmq.spark.properties import property_columns
 from shmq.spark.schema import ARROW_SCHEMA, TIMESTAMP
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import EntryRange, StoreReader
+import itertools
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_BATCH_BYTES = 32 * 1024 * 1024  # record bytes per Arrow batch (bounds a task's memory)
@@ -45,7 +46,7 @@ class _TooLarge(Exception):
 def _runs(b: PulledBatch) -> list[tuple[int, int, int]]:
     """(buffer, first row, end row) of each run of rows in one commitlog segment."""
     cut = [0, *(np.flatnonzero(np.diff(b.segment)) + 1).tolist(), len(b)]
-    return [(int(b.segment[lo]), lo, hi) for lo, hi in zip(cut, cut[1:])]
+    return [(int(b.segment[lo]), lo, hi) for lo, hi in itertools.pairwise(cut)]
 
 
 def _gather(b: PulledBatch, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

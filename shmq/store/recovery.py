@@ -165,10 +165,7 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     files = commitlog.queue.files
     if not files:
         return 0
-    if abnormal:
-        start = abnormal_start_file(commitlog, checkpoint_ts)
-    else:
-        start = max(0, len(files) - 3)
+    start = abnormal_start_file(commitlog, checkpoint_ts) if abnormal else max(0, len(files) - 3)
     damaged: list[tuple[int, int]] = []
     end, last_ts = find_log_end(commitlog, start, verify_crc=True, damaged=damaged)
     for offset, length in damaged:

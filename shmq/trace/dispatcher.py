@@ -179,7 +179,7 @@ class AsyncTraceDispatcher:
     def _send(self, batch: list[Message], counts: list[int]) -> None:
         try:
             fut = self.producer.send_batch_async(batch)
-        except Exception as e:  # a bad record (an id too long for the KEYS property): this batch only
+        except Exception as e:  # noqa: BLE001 - a bad record (an id too long for the KEYS property): this batch only
             self.failed += sum(counts)
             log.warning("trace messages of %d records to %s not sent: %s", sum(counts), self.topic, e)
             return

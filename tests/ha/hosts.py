@@ -304,7 +304,7 @@ def pair(names: tuple[str, str] = ("master", "replica")) -> Iterator[tuple[Host,
         for h in hosts:
             try:
                 h.close()
-            except Exception as e:  # the other host is still cleaned up
+            except Exception as e:  # noqa: BLE001 - the other host is still cleaned up
                 errors.append(f"{h}: {e}")
         for ns in netns[len(hosts):]:
             _delete_netns(ns)

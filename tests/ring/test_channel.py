@@ -118,7 +118,7 @@ def test_garbage_from_another_process_is_corrupt(broker_name, broker_side):
     proc.start()
     proc.join(10)
     assert proc.exitcode == 0
-    kind, view = ch.requests.read()
+    _kind, view = ch.requests.read()
     assert bytes(view) == b"good"
     with pytest.raises(CorruptFrameError, match="overruns"):
         ch.requests.read()

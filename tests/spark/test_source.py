@@ -66,7 +66,7 @@ def test_scan_gives_back_every_message_as_sent(spark: Any, stored: tuple[str, li
     # the records tile the commitlog: each starts where the previous one ended (one small segment)
     by_offset = sorted(got.values(), key=lambda r: r["commitlog_offset"])
     assert by_offset[0]["commitlog_offset"] == 0
-    assert all(a["commitlog_offset"] + a["size"] == b["commitlog_offset"] for a, b in zip(by_offset, by_offset[1:]))
+    assert all(a["commitlog_offset"] + a["size"] == b["commitlog_offset"] for a, b in itertools.pairwise(by_offset))
 
 
 def _ts(ms: int, extra_us: int = 0) -> str:

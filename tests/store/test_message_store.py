@@ -50,11 +50,11 @@ def test_batch_put_and_queries(store):
 
 def test_offset_by_time(store):
     before = int(time.time() * 1000)
-    for i in range(5):
+    for _i in range(5):
         put_one(store, "T", 0, record("T", b"a"))
     time.sleep(0.02)
     mid = int(time.time() * 1000)
-    for i in range(5):
+    for _i in range(5):
         put_one(store, "T", 0, record("T", b"b"))
     assert store.get_offset_in_queue_by_time("T", 0, before - 10_000) == 0
     assert store.get_offset_in_queue_by_time("T", 0, mid) == 5
@@ -223,7 +223,7 @@ def test_forcible_cleanup_over_ratio_with_the_rocketmq_key_logs_what_it_deletes(
     small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
                         deleteCommitLogFilesInterval=0, deleteFileBatchMax=3, cleanFileForciblyEnable=True)
     with MessageStore(str(tmp_path / "s"), small_config) as s:
-        for i in range(300):
+        for _i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
         n = len(s.commitlog.queue.files)
         with caplog.at_level(logging.ERROR, "shmq.store.cleanup"):
@@ -240,7 +240,7 @@ def test_forcible_cleanup_keeps_what_a_group_has_not_consumed_by_default(tmp_pat
                         deleteCommitLogFilesInterval=0, deleteFileBatchMax=10)
     d = str(tmp_path / "s")
     with MessageStore(d, small_config) as s:
-        for i in range(300):
+        for _i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
         put_one(s, "Unread", 0, record("Unread", b"nobody reads me"))
         n = len(s.commitlog.queue.files)

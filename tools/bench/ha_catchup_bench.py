@@ -164,7 +164,7 @@ def sync_rtt(sends: int) -> dict:
                 raise RuntimeError("the replica did not come in sync within 30 s")
             time.sleep(0.1)
         rtt = []
-        for i in range(sends):
+        for _i in range(sends):
             t = time.perf_counter()
             r = p.send(shmq.Message("SyncRtt", os.urandom(100)))
             rtt.append(time.perf_counter() - t)

@@ -92,7 +92,7 @@ class Processes:
         self.master_address = f"127.0.0.1:{port}"
         self.slots = [f"p{i}" for i in range(producers)] + [f"c{i}" for i in range(consumers)]
         self.clients: dict[str, subprocess.Popen[bytes]] = {}
-        self.incarnation: dict[str, int] = {slot: 0 for slot in self.slots}
+        self.incarnation: dict[str, int] = dict.fromkeys(self.slots, 0)
         self.broker: shmq.Broker | None = None
         self.replica: subprocess.Popen[bytes] | None = None
         self.replica_wiped = 0  # times the replica gave up on its master and was started afresh

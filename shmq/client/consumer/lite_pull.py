@@ -263,7 +263,7 @@ class LitePullConsumer:
                         progressed = self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 pass_failed(self, e, session, log)
 
     def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:

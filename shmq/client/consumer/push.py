@@ -320,7 +320,7 @@ class PushConsumer:
                     timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 else:
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 self._conn.stand_down()
                 pass_failed(self, e, session, log)
         self._conn.stand_down()
@@ -419,7 +419,7 @@ class PushConsumer:
 
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this member consumes now (after the last rebalance)."""
-        return sorted(list(self._pqs))
+        return sorted(self._pqs)
 
 
 class _Wakeup(threading.Event):

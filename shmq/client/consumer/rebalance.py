@@ -26,10 +26,7 @@ def allocate_averagely(queues: Sequence[Q], members: Sequence[M], me: M) -> list
     n, m = len(queues), len(members)
     index = members.index(me)
     mod = n % m
-    if n <= m:
-        average = 1
-    else:
-        average = n // m + 1 if mod > 0 and index < mod else n // m
+    average = 1 if n <= m else n // m + (1 if mod > 0 and index < mod else 0)
     start = index * average if mod > 0 and index < mod else index * average + mod
     count = min(average, n - start)
     return [queues[(start + i) % n] for i in range(max(count, 0))]

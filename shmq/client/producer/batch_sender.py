@@ -135,7 +135,7 @@ class BatchSender:
                 continue
             try:
                 batch_future = self.submit(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - each future gets the error
                 for f in futures:
                     _fail(f, e, topic)
                 continue
@@ -174,7 +174,7 @@ class BatchSender:
             def build(r: P.SendMultiResultFrame) -> list:
                 return multi_results(r, enc.topic_idx, enc.uniq_keys, topics, broker_name, self._queues)
             sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - each future gets the error
             for m, f in zip(msgs, futures):
                 _fail(f, e, m.topic)
             return

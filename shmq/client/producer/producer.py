@@ -435,7 +435,7 @@ class Producer:
     def _resend(self, p: _Pending, error: Exception) -> None:
         try:
             p.resend()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the future gets the error
             self._finish(p, e if not isinstance(e, BrokerGoneError) else error)
 
     def _finish(self, p: _Pending, error: BaseException | None, result: Any = None) -> None:

@@ -80,7 +80,7 @@ def test_non_root_broker_refuses_a_squatted_name_in_one_line(stranger, broker_na
     try:
         p = stranger.popen(_broker_argv(store_dir, broker_name), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-        out, err = p.communicate(timeout=30)
+        _out, err = p.communicate(timeout=30)
         assert p.returncode == 2, err
         assert "Traceback" not in err
         line = err.strip().splitlines()[-1]

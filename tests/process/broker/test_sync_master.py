@@ -194,7 +194,7 @@ def test_eight_concurrent_sync_senders(ha_pair, broker_name):
                     r = p.send(Message("Conc", b"%d-%d" % (k, i)))
                     assert ha.master_offset >= r.phys_offsets[0]  # never answered before it was published
                     statuses.append(r.status)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - the thread's error fails the test in the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(8)]
@@ -240,7 +240,7 @@ def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(sto
     caller got SendTimeoutError instead of FLUSH_SLAVE_TIMEOUT."""
     # a 6 s replica timeout under a 12 s send timeout: a resend would come after 4 s, and a
     # loaded machine's delays stay far below the 6 s left between the answer and the send timeout
-    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 6000)) as (broker, ha, standin):
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 6000)) as (_broker, ha, standin):
         with Producer("pg", broker=broker_name, auto_batch=False, send_msg_timeout=12.0) as p:
             p.send(Message("T", b"warm"))
             standin.hold(ha.master_offset)
@@ -311,7 +311,7 @@ def test_end_to_end_with_the_supervised_sender_and_a_tcp_replica(store_dir, brok
                             replica.report(replica.offset)
                     except socket.timeout:
                         pass
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - the thread's error fails the test in the main thread
                 errors.append(e)
 
         thread = threading.Thread(target=follow)

@@ -98,7 +98,7 @@ def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
 def test_search_offset_by_time(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
             PullConsumer("cg", broker=broker_name) as c:
-        for i in range(5):
+        for _i in range(5):
             p.send(Message("Time", b"early"), selector=_to_queue(0))
         time.sleep(0.05)
         middle = int(time.time() * 1000)

@@ -158,7 +158,7 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
         shutil.rmtree(workdir, ignore_errors=True)
     for key in results:
         kind = results[key]["kind"]
-        for name, entry in results[key]["systems"].items():
+        for entry in results[key]["systems"].values():
             runs = entry["runs"]
             if kind == "tput":
                 entry["msgs_s"] = _stats([r["msgs_s"] for r in runs])

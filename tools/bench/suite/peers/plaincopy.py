@@ -171,11 +171,11 @@ def _spin_read(ring):
 
 
 def latency_server(ctx, spec, sync):
-    s1, req = _open(ctx["rings"][0])
-    s2, rep = _open(ctx["rings"][1])
+    _s1, req = _open(ctx["rings"][0])
+    _s2, rep = _open(ctx["rings"][1])
     sync.ready()
     while True:
-        kind, view = _spin_read(req)
+        _kind, view = _spin_read(req)
         n = len(view)
         while not rep.try_write(KIND, view):
             pass
@@ -186,8 +186,8 @@ def latency_server(ctx, spec, sync):
 
 
 def latency_client(ctx, spec, sync):
-    s1, req = _open(ctx["rings"][0])
-    s2, rep = _open(ctx["rings"][1])
+    _s1, req = _open(ctx["rings"][0])
+    _s2, rep = _open(ctx["rings"][1])
     data = body(spec.size)
     sync.ready()
 
