@@ -54,7 +54,7 @@ def test_bad_config_is_a_clear_error(values, match):
 def test_malformed_conf_line(tmp_path):
     p = tmp_path / "broker.conf"
     p.write_text("flushDiskType SYNC_FLUSH\n")
-    with pytest.raises(ConfigError, match="broker.conf:1"):
+    with pytest.raises(ConfigError, match=r"broker\.conf:1"):
         BrokerConfig.load(p)
 
 
@@ -99,7 +99,7 @@ def test_broker_name_names_the_broker_unless_name_contradicts_it():
     assert c.resolve_name(None) == "orders" and c.resolve_name("orders") == "orders"
     with pytest.raises(ConfigError, match="--name 'other' contradicts brokerName='orders'"):
         c.resolve_name("other")
-    with pytest.raises(ConfigError, match="brokerName 'a.b'"):
+    with pytest.raises(ConfigError, match=r"brokerName 'a\.b'"):
         BrokerConfig.from_mapping({"brokerName": "a.b"})
 
 

@@ -22,8 +22,9 @@ from shmq.filter.tags import TYPE_TAG, TagFilter
 from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_topic
 from shmq.trace.query import trace_lines
 
-MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
+
+MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 
 if TYPE_CHECKING:
     from shmq.broker.offset_reset import OffsetResetService

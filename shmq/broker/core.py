@@ -249,7 +249,9 @@ class BrokerCore:
         name = type(service).__name__
         last, count = self._service_errors.get(name, (-SERVICE_ERROR_LOG_MS, 0))
         if ms - last >= SERVICE_ERROR_LOG_MS:
-            log.exception("%s failed (%d more failures since the last report; tried again every tick)", name, count)
+            # called from the tick's except block: the traceback is that failure's
+            log.exception(  # noqa: LOG004
+                "%s failed (%d more failures since the last report; tried again every tick)", name, count)
             self._service_errors[name] = (ms, 0)
         else:
             self._service_errors[name] = (last, count + 1)

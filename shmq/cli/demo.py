@@ -273,7 +273,7 @@ def _summary(console: Console, args: argparse.Namespace, got: dict[str, dict[int
                                f"({total / send_s:,.0f} msgs/s, process start-up included)")
     t.add_row("clustering group (2 members)", f"{len(cluster_ids):,} distinct, {lost} lost, {dups} duplicates, "
                                               f"split {[len(v) for v in got['cluster'].values()]}")
-    t.add_row("broadcast group (TagA, 2 members)", "each got all %d TagA messages" % tag_a if bc_ok else
+    t.add_row("broadcast group (TagA, 2 members)", f"each got all {tag_a} TagA messages" if bc_ok else
               f"MISSING: got {[len(v) for v in got['broadcast'].values()]} of {tag_a}")
     t.add_row("ordered steps", f"{len(got['steps'][0]):,} of {steps_total:,}, in order per order id: {in_order}")
     t.add_row("end-to-end latency (clustering)", f"p50 {pct(0.5):.2f} ms, p99 {pct(0.99):.2f} ms")

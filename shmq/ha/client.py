@@ -163,7 +163,6 @@ class HAClient(threading.Thread):
         session = protocol.ReplicaSession(self.token, self.broker_name, cfg.ha_max_frame_size)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        heartbeat = cfg.ha_send_heartbeat_interval / 1000
         silence = cfg.ha_housekeeping_interval / 1000
         last_rx = time.monotonic()
         self._next_report = float("inf")

@@ -39,7 +39,7 @@ _CRC_ROWS_MIN = 32  # fewer bodies of one length: a zlib call each (a table pass
 _NO_LIMIT = 1 << 62
 
 
-class _TooLarge(Exception):
+class _TooLarge(Exception):  # noqa: N818 - a signal to split the batch, not an error
     """The inflated bodies of a batch overflow one Arrow column: split the batch."""
 
 

@@ -6,6 +6,7 @@ its host's directory, the only thing the test reads besides the store files.
 """
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import os
 import shutil
@@ -107,7 +108,7 @@ def start_master(host: Host, role: str = "SYNC_MASTER", **extra: object) -> subp
                                        "haListenPort": HA_PORT, **extra})
     proc = host.popen([sys.executable, "-m", "shmq", "broker", "--store", os.path.join(host.dir, "store"),
                        "--name", "m", "--config", conf], stdout=subprocess.DEVNULL,
-                      stderr=open(os.path.join(host.dir, "broker.err"), "ab"))
+                      stderr=open(os.path.join(host.dir, "broker.err"), "ab"))  # noqa: SIM115 - the broker's
     wait_serving(host, "m")
     return proc
 
@@ -121,7 +122,7 @@ def start_replica(host: Host, master: Host, **extra: object) -> subprocess.Popen
     conf = write_conf(host, "replica", {**COMMON, **extra})
     proc = host.popen([sys.executable, "-m", "shmq", "replica", "--store", replica_store(host), "--name", "r",
                        "--master", f"{master.ip}:{HA_PORT}", "--config", conf], stdout=subprocess.DEVNULL,
-                      stderr=open(os.path.join(host.dir, "replica.err"), "ab"))
+                      stderr=open(os.path.join(host.dir, "replica.err"), "ab"))  # noqa: SIM115 - the replica's
     wait_serving(host, "r")
     return proc
 
@@ -132,7 +133,7 @@ def replica_store(host: Host) -> str:
 
 def commitlog_bytes(store: str) -> bytes:
     d = os.path.join(store, "commitlog")
-    return b"".join(open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)))
+    return b"".join(Path(os.path.join(d, f)).read_bytes() for f in sorted(os.listdir(d)))
 
 
 def log_end(store: str) -> int:

@@ -1,6 +1,7 @@
 """Channels across processes: ordered delivery with parking on both sides, ping-pong, cleanup."""
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 
 import pytest
@@ -24,7 +25,7 @@ def _produce(broker: str, client_id: int, n: int, spin: float) -> None:
     for i in range(n):
         data = _payload(i)
         while not ring.try_write(16 + i % 7, data):
-            assert park(lambda: ring.writable(len(data)), [(ring, PRODUCER)], ch.client_bell, 10.0, spin)
+            assert park(functools.partial(ring.writable, len(data)), [(ring, PRODUCER)], ch.client_bell, 10.0, spin)
         wake(ring, CONSUMER, ch.broker_bell)
     ch.close()
 

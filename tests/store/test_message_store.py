@@ -34,7 +34,7 @@ def test_put_get_statuses_and_tag_filter(store):
 def test_batch_put_and_queries(store):
     gen = ids.UniqKeyGenerator()
     uniq = [gen.next() for _ in range(100)]
-    props = [fmt.message_properties(tags="T%d" % (i % 3), keys=f"order-{i} shared", uniq_key=uniq[i])
+    props = [fmt.message_properties(tags=f"T{i % 3}", keys=f"order-{i} shared", uniq_key=uniq[i])
              for i in range(100)]
     r = put_batch(store, "Pay", 2, fmt.encode_batch("Pay", [b"p%d" % i for i in range(100)], props))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 100 and r.queue_offset == 0
@@ -289,14 +289,14 @@ def test_multi_queue_put_keeps_each_queue_in_order(store):
     gen = ids.UniqKeyGenerator()
     spec = [("A", 0), ("B", 1), ("A", 0), ("C", 3), ("A", 1), ("B", 1), ("A", 0)]
     recs = [(t, b"%s%d-%d" % (t.encode(), q, i),
-             fmt.message_properties(tags="T%d" % i, keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
+             fmt.message_properties(tags=f"T{i}", keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
     r = put_multi(store, [t for t, _ in spec], [q for _, q in spec], _mixed(recs))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 7
     assert r.queue_offsets.tolist() == [1, 0, 2, 0, 0, 1, 3]
     assert (np.diff(r.phys_offsets) > 0).all()
     for i, (t, q) in enumerate(spec):
         got = store.get_message(t, q, int(r.queue_offsets[i]), 1).messages[0]
-        assert bytes(got.body) == recs[i][1] and got.tags == "T%d" % i
+        assert bytes(got.body) == recs[i][1] and got.tags == f"T{i}"
         assert got.topic == t and got.queue_id == q and got.physical_offset == r.phys_offsets[i]
         assert [bytes(m.body) for m in store.query_message(t, f"key-{i}")] == [recs[i][1]]
     assert store.get_max_offset_in_queue("A", 0) == 4 and store.get_max_offset_in_queue("C", 3) == 1

@@ -165,7 +165,7 @@ def test_wrong_offset_and_segment_crossing_refused(pair):
     feed(master, random.Random(1), 30)
     app = ReplicaAppender(replica)
     data = bytes(master.commitlog.data(0, 1000))
-    with pytest.raises(ValueError, match="offset 10.*max offset is 0"):
+    with pytest.raises(ValueError, match=r"offset 10.*max offset is 0"):
         app.append(10, data)
     app.append(0, data)
     with pytest.raises(ValueError, match="max offset is 1000"):

@@ -222,7 +222,7 @@ def garbage(broker: str, store: str, seconds: float) -> dict[str, Any]:
 
 def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
     """Change a SEND's record bytes while the broker may be copying it (D13)."""
-    conn, s = _attach(broker, role="producer")
+    _conn, s = _attach(broker, role="producer")
     frame = bytearray(P.encode_send(next_request_id(), time.monotonic_ns(), -1, 0, 0, "ChaosMutate", (), b"x" * 300))
     stop = threading.Event()
     ring = s.channel.requests

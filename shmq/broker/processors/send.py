@@ -285,6 +285,6 @@ class SendProcessor:
 
     def _put_failed(self, peer: Peer, req_id: int, flags: int, e: Exception, what: str) -> None:
         if not isinstance(e, (ValueError, ShmqError)):
-            log.exception("%s failed", what)
+            log.exception("%s failed", what)  # noqa: LOG004 - called from the put's except block
         self._error(peer, req_id, flags, put_error_code(e), f"{type(e).__name__}: {e}")
 

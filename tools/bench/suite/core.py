@@ -14,7 +14,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -148,7 +148,7 @@ class System:
     broker = True
     note = ""
     apis: tuple[str, ...] = ("msg", "batch")
-    api_notes: dict[str, str] = {}
+    api_notes: ClassVar[dict[str, str]] = {}
     latency = True
     latency_server = False
     durable = False
@@ -209,7 +209,7 @@ class RunError(RuntimeError):
 def _worker(module: str, func: str, args: tuple, role: tuple, sync: Sync) -> None:
     try:
         fn = getattr(importlib.import_module(module), func)
-        out = fn(*args, sync) if func != "latency_server" else fn(*args, sync)
+        out = fn(*args, sync)
         if func == "tput_producer":
             sync.sent(out)
             sync.results.put((role, "ok", (sync.t0, time.perf_counter(), out)))
@@ -244,7 +244,7 @@ def _collect(procs: list, sync: Sync, expect: int, timeout: float) -> dict:
                         sync.barrier.abort()
                     except Exception:
                         pass
-                    raise RunError(f"a process died without reporting (exit codes {dead})")
+                    raise RunError(f"a process died without reporting (exit codes {dead})") from None
                 continue
             if status == "error":
                 raise RunError(f"{role[0]} {role[1]}: {value}")
