@@ -1,9 +1,9 @@
 """The replica's HA client: one thread that follows the master's commitlog (RocketMQ's HAClient).
 
 It connects to ``haMasterAddress``, answers the master's HELLO with proof of the HA token,
-checks the master's proof (a master that cannot prove it feeds nothing), segment size and epoch history (``protocol.consistent_offset``),
-cuts a tail the master never had (kept in DIR/diverged/), adopts the master's epoch list, and
-then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
+checks the master's proof (a master that cannot prove it feeds nothing), segment size and epoch
+history (``protocol.consistent_offset``), cuts a tail the master never had (kept in
+DIR/diverged/), adopts the master's epoch list, and then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
 dispatches the records) and reports its max offset after each burst of frames (what one wakeup
 finds in the socket, up to BURST_BYTES, checked and dispatched before the report) and at least
 every ``haSendHeartbeatInterval``. Whatever breaks a connection (a refused or garbled frame, silence

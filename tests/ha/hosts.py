@@ -80,11 +80,7 @@ def _ns_inode(pid: int, kind: str) -> int | None:
 
 def _members(kind: str, inode: int) -> list[int]:
     """Every live process whose ``kind`` namespace has this inode."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ns_inode(int(entry), kind) == inode:
-            out.append(int(entry))
-    return out
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _ns_inode(int(entry), kind) == inode]
 
 
 def _kill_members(kind: str, inode: int, spare: int | None = None) -> None:

@@ -28,11 +28,10 @@ def _fill(broker: str) -> list[dict]:
     Admin(broker).create_topic("Pay", queues=3)
     sent = []
     with Producer("pg", broker=broker) as p:
-        for i in range(40):
-            sent.append(send(p, Message("Orders", b"plain-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}", f"o{i % 5}", "all"],
-                                        properties={"n": str(i), "città": "Zürich ✓ 東京"})))
-        for i in range(6):  # over compressMsgBodyOverHowmuch (4096) and compressible: stored zlib'd
-            sent.append(send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")))
+        sent.extend(send(p, Message("Orders", b"plain-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}", f"o{i % 5}", "all"],
+                                    properties={"n": str(i), "città": "Zürich ✓ 東京"})) for i in range(40))
+        # over compressMsgBodyOverHowmuch (4096) and compressible: stored zlib'd
+        sent.extend(send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")) for i in range(6))
         sent += send_batch(p, [Message("Pay", b"batch-%d" % i, tags="b", keys=f"b{i}", properties={"i": str(i)})
                                for i in range(10)])
         for i in range(12):  # ordered: each order's messages to one queue

@@ -92,7 +92,8 @@ async def _admin(url: str, fn):
 class NatsJetStream(System):
     name = "NATS JetStream"
     title = "NATS JetStream (nats-server -js, file store)"
-    how = "await js.publish (one ack at a time) / publish_async with up to 1000 in flight; durable pull consumer fetch(200) + ack() each; round trip = js.publish"
+    how = ("await js.publish (one ack at a time) / publish_async with up to 1000 in flight; "
+           "durable pull consumer fetch(200) + ack() each; round trip = js.publish")
     persistence = "file store, fsync every 2 min (server default)"
     broker = True
     note = "file store fsyncs every 2 minutes by default (acks before disk)"

@@ -26,7 +26,8 @@ def _seg_name(run_id: str, i: int) -> str:
 class PlainCopy(System):
     name = "plain copy"
     title = "plain copy: shm ring + numpy copy into a mmap"
-    how = "Ring.try_write per message / one ring frame per 100-message batch; the consumer copies each frame into a mmap'd file with numpy"
+    how = ("Ring.try_write per message / one ring frame per 100-message batch; "
+           "the consumer copies each frame into a mmap'd file with numpy")
     persistence = "page cache only (never fsynced)"
     broker = False
     note = "physical reference: no broker, no index, no acks, never fsynced"
