@@ -161,7 +161,8 @@ class IndexFile:
         A full disk or a closed file stops it quietly; the writer's own reserve() reports it."""
         with self._reserve_lock:
             start = self._reserved
-            if self._mm.closed or not start or start >= self._size:  # the first reservation (at creation) scans pages: not here
+            # the first reservation (at creation) scans pages: not here
+            if self._mm.closed or not start or start >= self._size:
                 return
             try:
                 self._reserve_to(start + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE)

@@ -124,7 +124,8 @@ class Host:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # ip, unshare and sh all exec: the pid ends up as sleep
             if self.holder.poll() is not None:
-                raise RuntimeError(f"host {self.name}: holder exited: {self.holder.stderr.read().decode()}")  # type: ignore[union-attr]
+                err = self.holder.stderr.read().decode()  # type: ignore[union-attr]
+                raise RuntimeError(f"host {self.name}: holder exited: {err}")
             with contextlib.suppress(FileNotFoundError):
                 if Path(f"/proc/{self.holder.pid}/comm").read_text().strip() == "sleep":
                     self.ipc_inode = _ns_inode(self.holder.pid, "ipc")
