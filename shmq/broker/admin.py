@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from shmq.broker.admin_status import broker_status, consumer_progress
 from shmq.broker.answers import Peer
 from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
-from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
+from shmq.broker.groups import MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
 from shmq.config import BrokerConfig
@@ -23,6 +23,7 @@ from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_top
 from shmq.trace.query import trace_lines
 
 from shmq.store.message_store import MessageStore
+from shmq.store.queue_table import MAX_OFFSET
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 
@@ -74,7 +75,8 @@ def _opt_int(a: dict, key: str) -> int | None:
 
 def _topic(a: dict) -> str:
     check_topic(a["topic"])  # BadTopicError (a ValueError) for a non-string too
-    return a["topic"]
+    answer: str = a["topic"]
+    return answer
 
 
 def _group(a: dict) -> str:

@@ -19,7 +19,8 @@ import numpy as np
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq import _speedups
 from shmq.codec.ids import offset_msg_id
-from shmq.errors import BadPropertiesError, BadTopicError, CorruptRecordError, MessageTooLargeError
+from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+from shmq.errors import CorruptRecordError as CorruptRecordError  # re-exported: what the decoders raise
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -119,7 +120,8 @@ def crc32_of_variants(first_crc: int, suffixes: np.ndarray) -> np.ndarray:
     cols = np.flatnonzero(diff.any(axis=0))  # bytes equal in all strings (a key's prefix) add nothing
     lanes = diff[:, cols].astype(np.intp)
     lanes += cols * 256  # one flat gather: half the time of table[arange, diff]
-    return np.bitwise_xor.reduce(table[lanes], axis=1).astype(np.int64) ^ first_crc
+    answer: np.ndarray = np.bitwise_xor.reduce(table[lanes], axis=1).astype(np.int64) ^ first_crc
+    return answer
 
 
 @functools.lru_cache(maxsize=8)

@@ -306,7 +306,8 @@ class ControlQueue:
         delay = _POLL_MIN
         while True:
             try:
-                return self._mq.receive(block=False, type=mtype)[0]
+                answer: bytes | None = self._mq.receive(block=False, type=mtype)[0]
+                return answer
             except sysv_ipc.BusyError:
                 nxt = _backoff(deadline, delay)
                 if nxt is None:

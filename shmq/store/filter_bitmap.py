@@ -272,7 +272,8 @@ class FilterBitmapReader:
         computed = np.isin(e["generation"].astype(np.int64), gens) & (e["offset"] == entries["offset"])
         if not computed.any():
             return None
-        return computed & ~bloom.may_match(e["bits"], bloom.mask(group, topic))
+        answer: np.ndarray | None = computed & ~bloom.may_match(e["bits"], bloom.mask(group, topic))
+        return answer
 
     def close(self) -> None:
         for ext in self._exts.values():

@@ -55,6 +55,14 @@ _RESERVE_ENTRIES = 4096  # entries given disk blocks at a time ahead of the writ
 class IndexFile:
     """One mmap'd index file; not thread-safe on its own (IndexService serialises access)."""
 
+    # the header's fields, read with INDEX_HEADER.unpack_from
+    _begin_ts: int
+    _end_ts: int
+    _begin_phys: int
+    _end_phys: int
+    _slots_used: int
+    _count: int
+
     def __init__(self, path: str, slot_num: int, index_num: int) -> None:
         if slot_num <= 0 or index_num <= 1:
             raise ValueError(f"slot_num must be > 0 and index_num > 1, got {slot_num}, {index_num}")

@@ -69,7 +69,8 @@ def first_store_timestamp(mf: MappedFile) -> int:
     status, _ = fmt.check_record(mf.view, 0, mf.size, mf.file_from_offset, False)
     if status != fmt.RECORD_OK:
         return 0
-    return fmt.HEADER.unpack_from(mf.view, 0)[10]
+    answer: int = fmt.HEADER.unpack_from(mf.view, 0)[10]
+    return answer
 
 
 def sync_dir(path: str) -> None:
