@@ -101,7 +101,7 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return FIXED_OVERHEAD + body_len + topic_len + props_len
 
 
-def body_crc(body: bytes | memoryview) -> int:
+def body_crc(body: ReadBuffer) -> int:
     """BODYCRC as RocketMQ stores it: crc32 of the body with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF
 

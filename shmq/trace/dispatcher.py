@@ -74,7 +74,7 @@ class AsyncTraceDispatcher:
         self._events: collections.deque[tuple[Builder, tuple[Any, ...], int]] = collections.deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # one drain at a time (the thread, or flush)
-        self._inflight: set[Future] = set()
+        self._inflight: set[Future[Any]] = set()
         self._stopping = False
         self._dropped_logged_at = 0.0
         self._thread: threading.Thread | None = None
@@ -186,7 +186,7 @@ class AsyncTraceDispatcher:
         self._inflight.add(fut)
         fut.add_done_callback(functools.partial(self._done, n=sum(counts)))
 
-    def _done(self, fut: Future, n: int) -> None:
+    def _done(self, fut: Future[Any], n: int) -> None:
         self._inflight.discard(fut)
         error = None if fut.cancelled() else fut.exception()
         if error is None and not fut.cancelled():
