@@ -361,7 +361,7 @@ def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes]
         return rows.tobytes(), starts
     if isinstance(tails, np.ndarray):
         tails = tails.view(f"V{tails.shape[1]}").ravel().tolist()
-    parts: list = [None] * (3 * n)
+    parts: list[ReadBuffer] = [b""] * (3 * n)  # every slot is set below
     parts[0::3] = h.view(f"V{OFF_BODY}").tolist()
     parts[1::3] = bodies
     parts[2::3] = tails

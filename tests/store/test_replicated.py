@@ -501,7 +501,7 @@ def test_a_dispatching_append_behind_deferred_frames_checks_all_in_place(pair, b
     run[bad + fmt.OFF_BODY + 7] ^= 1  # its body CRC fails
     app = ReplicaAppender(replica)
     cuts = [0, at[3] + 5, at[20] + 11, at[37] + 2, end]
-    for a, b in itertools.pairwise(cuts):
+    for a, b in itertools.pairwise(cuts[:-1]):  # all but the last run
         assert app.append(a, bytes(run[a:b]), dispatch=False) == []
     assert replica.get_max_offset_in_queue("TopicA", 0) == 0  # nothing checked yet
     with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {bad}: body CRC"):

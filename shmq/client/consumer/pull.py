@@ -147,7 +147,10 @@ class PullConsumer:
             if result.status is not PullStatus.NO_NEW_MSG or remaining <= 0:
                 return result
             woke = threading.Event()
-            req_id = self._wrapper.pull_wait(mq, offset, remaining, lambda _wake, woke=woke: woke.set())
+
+            def on_wake(_wake: object, woke: threading.Event = woke) -> None:  # this round's event, bound now
+                woke.set()
+            req_id = self._wrapper.pull_wait(mq, offset, remaining, on_wake)
             if not woke.wait(remaining):
                 self._wrapper.cancel(req_id)
             if not self._conn.started:

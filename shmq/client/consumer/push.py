@@ -68,7 +68,7 @@ _instances = itertools.count(1)  # default instance names: unique per consumer o
 class PushConsumer:
     def __init__(self, group: str, broker: str | None = None, *, model: MessageModel = MessageModel.CLUSTERING,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
-                 allocate_strategy: str | AllocateStrategy = "AVG", consume_thread_max: int = 4,
+                 allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG", consume_thread_max: int = 4,
                  consume_message_batch_max_size: int = 1, pull_batch_size: int = 256,
                  pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
                  pull_threshold_for_consumer: int = 10_000, pull_threshold_size_for_consumer: int = 256,

@@ -12,6 +12,7 @@ import hashlib
 from typing import Callable, Hashable, Sequence, TypeVar
 
 from shmq.errors import BadArgumentError
+from shmq.model.message import MessageQueue
 
 Q = TypeVar("Q")
 M = TypeVar("M", bound=Hashable)
@@ -68,7 +69,7 @@ def allocate_consistent_hash(queues: Sequence[Q], members: Sequence[M], me: M, v
     return out
 
 
-def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy:
+def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy[Q, M]:
     """A strategy that always answers `fixed` (RocketMQ's AllocateMessageQueueByConfig)."""
     chosen = list(fixed)
 
@@ -78,7 +79,8 @@ def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy:
     return allocate
 
 
-STRATEGIES: dict[str, AllocateStrategy] = {
+# consumers allocate MessageQueues among member client ids
+STRATEGIES: dict[str, AllocateStrategy[MessageQueue, int]] = {
     "AVG": allocate_averagely,
     "AVG_BY_CIRCLE": allocate_averagely_by_circle,
     "CONSISTENT_HASH": allocate_consistent_hash,
