@@ -92,7 +92,7 @@ def _per_second(before: int, after: int, seconds: float) -> float:
     return max(0, after - before) / seconds
 
 
-def _growth(before: dict, after: dict) -> int:
+def _growth(before: dict[tuple[str, int], int], after: dict[tuple[str, int], int]) -> int:
     """Sum of the per-key growth (keys new in ``after`` count from nothing: no jump from 0)."""
     return sum(max(0, off - before[k]) for k, off in after.items() if k in before)
 
