@@ -1,11 +1,12 @@
-# shmq — make install | demo | test | lint | typecheck | spark | bench [QUICK=1] | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | lint | typecheck | spark | docs | docs-serve | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
+DOCS_STAMP  := $(VENV)/.installed-docs
 
-.PHONY: install demo test lint typecheck spark bench bench-store clean host-tools java top sanitize
+.PHONY: install demo test lint typecheck spark docs docs-serve bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -26,12 +27,29 @@ $(SPARK_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	@touch $(SPARK_STAMP)
 
+# the docs extra (mkdocs, mkdocs-material, mkdocstrings): its requirements as pyproject.toml
+# lists them, installed without re-installing or re-building shmq itself
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	  > $(VENV)/docs-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/docs-requirements.txt
+	@touch $(DOCS_STAMP)
+
+# the documentation site (mkdocs.yml, docs/) into build/site; --strict: a broken link, anchor or
+# docstring fails the build. docs-serve: the same site on http://127.0.0.1:8000, rebuilt on edits
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
 # the main job: a broker, producers and consumers in separate processes, verified
 demo: $(STAMP)
 	$(PY) tools/demo.py $(DEMO_ARGS)
 
 # SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build
-test: $(SPARK_STAMP) host-tools java
+# (the docs extra too: tests/docs build the site)
+test: $(SPARK_STAMP) $(DOCS_STAMP) host-tools java
 	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own
@@ -63,9 +81,10 @@ top: $(STAMP)
 java:
 	@if [ -z "$${JAVA_HOME:-}" ]; then sh tools/host-tool.sh openjdk-17-jre-headless "the Spark tests" java; fi
 
-# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run)
+# the Spark scan job (spark/scan.py) on a store the demo makes in $(SPARK_DEMO_STORE) (remade each run;
+# small: 5,000 messages per producer in the checks and in the throughput phase)
 SPARK_DEMO_STORE ?= build/spark-demo-store
-SPARK_DEMO_ARGS  ?= --messages 5000
+SPARK_DEMO_ARGS  ?= --messages 5000 --bulk-messages 5000
 spark: $(SPARK_STAMP) java
 	rm -rf $(SPARK_DEMO_STORE)
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
@@ -85,6 +104,11 @@ typecheck: $(STAMP)
 # shmq against its peers (installs redis-server/nats-server and the bench extra if missing)
 bench: $(STAMP)
 	QUICK=$(QUICK) $(PY) -m tools.bench.suite $(BENCH_ARGS)
+
+# docs/BENCHMARKS.md from docs/benchmarks/results.json; RESULTS=bench/results/<run>.json publishes
+# that run first (copies it there)
+bench-docs: $(STAMP)
+	$(PY) -m tools.bench.docs_page $(if $(RESULTS),--publish $(RESULTS))
 
 bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)

@@ -69,7 +69,7 @@ class BrokerConfig:
     # consumers evaluate filters in their own processes and a broker pays nothing for them;
     # false refuses groups that join with one. enableCalcFilterBitMap: false as in RocketMQ: the
     # bitmap moves filter evaluation onto the broker's single put path (every record of a topic
-    # an SQL92 group subscribes to), worth it for selective filters read by many (docs/OPERATIONS.md)
+    # an SQL92 group subscribes to), worth it for selective filters read by many (docs/semantics.md)
     enable_property_filter: bool = True
     enable_calc_filter_bit_map: bool = False
     wait_time_mills_in_send_queue: int = 200
@@ -179,14 +179,15 @@ class BrokerConfig:
         return self.broker_role != SLAVE
 
     def resolve_name(self, name: str | None) -> str:
-        """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``default``.
+        """The broker's name: ``name`` (``--name``), else ``brokerName``, else ``SHMQ_BROKER``,
+        else ``default``: the environment variable clients find a broker by names it too.
 
         Both given and different is an error: clients would look for one name and find the other.
         """
         if name is not None and self.broker_name is not None and name != self.broker_name:
             raise ConfigError(f"--name {name!r} contradicts brokerName={self.broker_name!r} in the config; "
                               "give one of them, or the same name in both")
-        return name if name is not None else self.broker_name or "default"
+        return name if name is not None else self.broker_name or os.environ.get("SHMQ_BROKER") or "default"
 
     def group_id(self) -> int | None:
         """The gid of ``shmGroup`` (a group name or a number), None when unset."""
@@ -205,9 +206,9 @@ class BrokerConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, raw in values.items():
-            name = key if key in fields else _ALIASES.get(key) or _snake(key)
-            if key in _NOT_SUPPORTED or camel(name) in _NOT_SUPPORTED:
-                raise ConfigError(f"config key {key!r} is not supported yet: {_NOT_SUPPORTED[camel(name)]}")
+            name = key if key in fields else ALIASES.get(key) or _snake(key)
+            if key in NOT_SUPPORTED or camel(name) in NOT_SUPPORTED:
+                raise ConfigError(f"config key {key!r} is not supported yet: {NOT_SUPPORTED[camel(name)]}")
             if name not in fields:
                 raise ConfigError(f"unknown config key {key!r}")
             kwargs[name] = _coerce(fields[name], raw, key)
@@ -240,10 +241,10 @@ class BrokerConfig:
 
 
 # RocketMQ spellings that do not follow from our field names
-_ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
+ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
 
 # RocketMQ keys a config may name but shmq cannot honour yet: refused, never silently ignored
-_NOT_SUPPORTED = {
+NOT_SUPPORTED = {
     "osPageCacheBusyTimeOutMills": "shmq's busy rule is waitTimeMillsInSendQueue (a send older than that "
                                    "when the broker reaches it is answered SYSTEM_BUSY)",
 }

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--store", required=True, help="the master's store directory")
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
-    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes, a verified summary",
+    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes; "
+                                    "checks, throughput, latency",
                        description=demo_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_demo_arguments(d)
     e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
@@ -73,7 +74,7 @@ def _version() -> str:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else default)")
+    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else $SHMQ_BROKER, else default)")
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 

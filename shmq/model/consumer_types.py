@@ -57,7 +57,7 @@ class PullResult:
 
     @property
     def next_offset(self) -> int:
-        """Alias of ``next_begin_offset`` (the name DESIGN.md's examples use)."""
+        """Alias of ``next_begin_offset`` (a shorter name for the same offset)."""
         return self.next_begin_offset
 
 

@@ -1,4 +1,4 @@
-"""The columns of a shmq scan (DESIGN.md section 5): one row per stored message.
+"""The columns of a shmq scan: one row per stored message.
 
 The Spark DDL string and the Arrow schema describe the same columns; `read()` builds record
 batches with exactly this Arrow schema, so Spark takes them without a per-row conversion.

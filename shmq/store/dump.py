@@ -1,6 +1,6 @@
 """`shmq admin store dump`: a store's records as JSON lines, read-only.
 
-One object per record with the columns of the Spark source (DESIGN.md section 5), so a dump
+One object per record with the columns of the Spark source (docs/SPARK.md, "Columns"), so a dump
 and a Spark scan describe a record the same way; timestamps stay epoch milliseconds and the
 body (decompressed, as consumers see it) is base64. ``record_row`` is pure.
 """

@@ -56,6 +56,7 @@ def prepare_root(store_dir: str, gid: int | None) -> None:
 
 def make_dirs(path: str) -> None:
     """``os.makedirs`` for folders inside the store: each new one as private as its parent allows."""
+    path = os.path.abspath(path)  # a relative name's parents end in "", which would never be a folder
     if os.path.isdir(path):
         return
     parent = os.path.dirname(path)

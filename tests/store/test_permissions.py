@@ -217,3 +217,13 @@ def test_a_foreign_lock_holder_is_named(shared_tmp, users):
     assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
     MessageStore(store_dir, dict(SMALL)).start().shutdown()
 
+
+
+def test_folders_named_relative_to_the_working_directory_are_made_private(tmp_path, monkeypatch):
+    """Regression: a folder named relative to the working directory ("commitlog", as a
+    CommitLog used on its own takes it) made make_dirs recurse on "" until RecursionError."""
+    from shmq.store import files
+
+    monkeypatch.chdir(tmp_path)
+    files.make_dirs(os.path.join("commitlog", "sub"))
+    assert stat.S_IMODE(os.stat(tmp_path / "commitlog" / "sub").st_mode) == 0o700

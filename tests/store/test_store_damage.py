@@ -2,7 +2,7 @@
 header field of a random record of a stopped store changed, a start, then every queue read
 from offset 0 as a consumer does. No start fails, nothing is invented, every intact record is
 read back; the one exception is a read that stops with CorruptRecordError at the damaged
-record itself (a SYSFLAG compression bit, which no check covers: OPERATIONS.md 4.5), and
+record itself (a SYSFLAG compression bit, which no check covers: docs/recovery.md), and
 then only the records of that queue after it are not read.
 
 Set SHMQ_DAMAGE_SEED to replay a run.

@@ -151,6 +151,13 @@ def test_broker_name_from_environment(store_dir, broker_name, config, monkeypatc
         assert p.broker_name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
 
 
+def test_a_broker_given_no_name_serves_under_the_environment_name(store_dir, broker_name, config, monkeypatch):
+    """shmq.Broker(DIR) with $SHMQ_BROKER set serves where its clients look: the same rule."""
+    monkeypatch.setenv("SHMQ_BROKER", broker_name)
+    with shmq.Broker(store_dir, config=config) as b, Producer("pg") as p:
+        assert b.name == broker_name and p.send(Message("T", b"x")).status is SendStatus.SEND_OK
+
+
 def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, config):
     """Sync senders read the response ring themselves (``BrokerConnection.poll``) while async
     sends of other threads are answered on the same ring: every answer reaches its own

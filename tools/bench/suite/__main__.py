@@ -20,7 +20,8 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The suite's options (also how tests/bench checks the commands docs/BENCHMARKS.md gives)."""
     ap = argparse.ArgumentParser(prog="python -m tools.bench.suite", description=__doc__)
     ap.add_argument("--quick", action="store_true", default=os.environ.get("QUICK", "") not in ("", "0"),
                     help="the one-minute smoke run (also QUICK=1)")
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
                          "latency, '1->1'); shmq's queue-scaling and backlog extras run only with the word extras")
     ap.add_argument("--reps", type=int, help="repetitions (default 3)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and markdown go")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     _exit_on_sigterm()
     s = settings(a.quick)
     if a.reps:

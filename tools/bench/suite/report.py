@@ -8,7 +8,8 @@ from datetime import datetime
 REF = "shmq"
 
 
-def _k(v: float) -> str:
+def short_rate(v: float) -> str:
+    """A rate, short: 1.23M, 45.6k, 789 (the screen table and docs/BENCHMARKS.md)."""
     if v >= 1e6:
         return f"{v / 1e6:.2f}M"
     if v >= 1e3:
@@ -16,8 +17,9 @@ def _k(v: float) -> str:
     return f"{v:.0f}"
 
 
-def _us(v: float) -> str:
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+def micros(v: float) -> str:
+    """Microseconds: whole above 100, one decimal below."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
 def _first(text: str) -> str:
@@ -67,14 +69,14 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 if e.get("runs"):
                     m = e["msgs_s"]
                     capped = " (time-capped: sent fewer than the count)" if e.get("capped") else ""
-                    tput.append([key.removeprefix("tput "), name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}",
+                    tput.append([key.removeprefix("tput "), name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}",
                                  f"{e['mb_s']['median']:.1f}", _ratio(res, key, name, "msgs_s"), (sysnote + capped).strip()])
                 else:
                     tput.append([key.removeprefix("tput "), name, "—", "", "", "", note])
             elif w["kind"] == "latency":
                 if e.get("runs"):
-                    lat.append([name, _us(e["p50_us"]["median"]), _us(e["p99_us"]["median"]), _us(e["p999_us"]["median"]),
-                                f"{_us(e['p50_us']['min'])}–{_us(e['p50_us']['max'])}",
+                    lat.append([name, micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]), micros(e["p999_us"]["median"]),
+                                f"{micros(e['p50_us']['min'])}–{micros(e['p50_us']['max'])}",
                                 _ratio(res, key, name, "p50_us", lower_better=True), sysnote])
                 else:
                     lat.append([name, "—", "", "", "", "", note])
@@ -82,8 +84,8 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 mode = key.split()[1]
                 if e.get("runs"):
                     m = e["msgs_s"]
-                    rep.append([mode, name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}", _us(e["p50_us"]["median"]),
-                                _us(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
+                    rep.append([mode, name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}", micros(e["p50_us"]["median"]),
+                                micros(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
                                 _sync_ratio(res, name) if mode == "sync" else "",
                                 res["systems"][name].get("replicated_note", "")])
                 elif e.get("na") != "no replication":  # the peers without replication are left out
@@ -91,8 +93,8 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
             else:
                 if e.get("runs"):
                     m = e["msgs_s"]
-                    dur.append([name, _k(m["median"]), f"{_k(m['min'])}–{_k(m['max'])}", _us(e["p50_us"]["median"]),
-                                _us(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
+                    dur.append([name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}", micros(e["p50_us"]["median"]),
+                                micros(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
                                 res["systems"][name]["durable_note"]])
                 else:
                     dur.append([name, "—", "", "", "", "", note])
@@ -120,7 +122,7 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 t.append([n, "—", _first(v["error"]), ""])
             else:
                 ratio = f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""
-                t.append([n, _k(v["median"]), f"{_k(min(v['runs']))}–{_k(max(v['runs']))}", ratio])
+                t.append([n, short_rate(v["median"]), f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}", ratio])
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
     tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = \
         push_rows(res)
@@ -130,8 +132,8 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
     else:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [
             ["written", "write msg/s", "first 10%", "last 10%", "last / first", "drain msg/s"],
-            [f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), _k(b["write_msgs_s"]),
-             _k(b["first_tenth_msgs_s"]), _k(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}", _k(b["drain_msgs_s"])]]
+            [f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), short_rate(b["write_msgs_s"]),
+             short_rate(b["first_tenth_msgs_s"]), short_rate(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}", short_rate(b["drain_msgs_s"])]]
     return tables
 
 
