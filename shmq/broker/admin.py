@@ -74,9 +74,9 @@ def _opt_int(a: JsonObject, key: str) -> int | None:
 
 
 def _topic(a: JsonObject) -> str:
-    check_topic(a["topic"])  # BadTopicError (a ValueError) for a non-string too
-    answer: str = a["topic"]
-    return answer
+    topic: str = a["topic"]
+    check_topic(topic)  # BadTopicError (a ValueError) for a non-string too
+    return topic
 
 
 def _group(a: JsonObject) -> str:
