@@ -114,4 +114,4 @@ bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
