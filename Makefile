@@ -1,4 +1,4 @@
-# shmq — make install | demo | test | typecheck | lint | spark | docs | docs-serve | wheel | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo | test | lint | typecheck | spark | docs | docs-serve | wheel | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -7,7 +7,7 @@ SPARK_STAMP := $(VENV)/.installed-spark
 DOCS_STAMP  := $(VENV)/.installed-docs
 WHEEL_STAMP := $(VENV)/.installed-wheel
 
-.PHONY: install demo test typecheck spark docs docs-serve wheel bench bench-docs bench-store clean host-tools java top sanitize
+.PHONY: install demo test lint typecheck spark docs docs-serve wheel bench bench-docs bench-store clean host-tools java top sanitize
 
 # the compiled paths (shmq/_speedups, built by setup.py) need a C compiler and the Python headers:
 # installed by apt-get when missing and root; without them shmq installs pure Python
@@ -91,6 +91,12 @@ spark: $(SPARK_STAMP) java
 	$(PY) tools/demo.py --store $(SPARK_DEMO_STORE) $(SPARK_DEMO_ARGS)
 	$(PY) spark/scan.py $(SPARK_DEMO_STORE) $(SCAN_ARGS)
 
+# ruff's lint rules and its formatting, as [tool.ruff] in pyproject.toml sets them (the fix: `ruff check --fix`
+# then `ruff format`)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+
 # mypy over the package and the Spark jobs, with the settings of [tool.mypy] in pyproject.toml
 typecheck: $(STAMP)
 	$(PY) -m mypy shmq
@@ -109,4 +115,4 @@ bench-store: $(STAMP)
 	$(PY) tools/bench/store_bench.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

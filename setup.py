@@ -22,13 +22,13 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as e:  # no compiler, no headers: distutils raises several kinds
+        except Exception as e:  # noqa: BLE001 - no compiler, no headers: distutils raises several kinds
             self._warn(e)
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the build goes on without the compiled paths
             self._warn(e)
 
     @staticmethod

@@ -99,7 +99,8 @@ class BrokerConfig:
     # haAuthTokenFile, else from the store's config/ha.token (a master generates that file once)
     ha_auth_token: str = ""
     ha_auth_token_file: str | None = None  # shmq: a file (mode 0600) holding the token, e.g. a copy of the master's
-    ha_send_heartbeat_interval: int = 5000  # ms: a replica reports (and the sender sends a heartbeat) at least this often
+    # ms: a replica reports (and the sender sends a heartbeat) at least this often
+    ha_send_heartbeat_interval: int = 5000
     ha_housekeeping_interval: int = 20000  # ms: a connection silent this long is closed
     ha_transfer_batch_size: int = 32768  # bytes of log per frame
     ha_max_gap_not_in_sync: int = 256 * 1024 * 1024  # bytes: a replica further behind is not in sync

@@ -74,7 +74,9 @@ class ForeignOwnerError(ShmqError, PermissionError):
 
 
 class SharedMemoryFullError(ShmqError, OSError):
-    """/dev/shm has no room to back a new segment (a channel or the state segment); free some or ask for a smaller ring."""
+    """/dev/shm has no room to back a new segment (a channel or the state segment).
+
+    Free some, or ask for a smaller ring."""
 
 
 class StateLayoutError(ShmqError, ValueError):

@@ -108,7 +108,7 @@ class MessageHandler(logging.Handler):
             self._buffer.append((body, record.levelname, _properties(record)))
             if not self._wake.is_set():
                 self._wake.set()
-        except Exception:
+        except Exception:  # noqa: BLE001 - logging's contract: handleError reports it
             self.handleError(record)
 
     # ------------------------------------------------------------------ the sending thread

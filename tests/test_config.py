@@ -26,7 +26,7 @@ def test_broker_conf_with_rocketmq_names(tmp_path):
     assert c.file_reserved_time == 48 and c.message_index_enable is False and c.warm_mapped_file_enable is False
     assert c.disk_space_warning_level_ratio == pytest.approx(0.95)
     assert BrokerConfig.load(p) == BrokerConfig.from_mapping(
-        {k: v for k, v in (line.split("=", 1) for line in c.to_properties().splitlines())})
+        dict(line.split("=", 1) for line in c.to_properties().splitlines()))
 
 
 def test_toml_with_snake_or_camel_names(tmp_path):
@@ -54,7 +54,7 @@ def test_bad_config_is_a_clear_error(values, match):
 def test_malformed_conf_line(tmp_path):
     p = tmp_path / "broker.conf"
     p.write_text("flushDiskType SYNC_FLUSH\n")
-    with pytest.raises(ConfigError, match="broker.conf:1"):
+    with pytest.raises(ConfigError, match=r"broker\.conf:1"):
         BrokerConfig.load(p)
 
 
@@ -100,7 +100,7 @@ def test_broker_name_names_the_broker_unless_name_contradicts_it(monkeypatch):
     assert c.resolve_name(None) == "orders" and c.resolve_name("orders") == "orders"
     with pytest.raises(ConfigError, match="--name 'other' contradicts brokerName='orders'"):
         c.resolve_name("other")
-    with pytest.raises(ConfigError, match="brokerName 'a.b'"):
+    with pytest.raises(ConfigError, match=r"brokerName 'a\.b'"):
         BrokerConfig.from_mapping({"brokerName": "a.b"})
 
 

@@ -112,7 +112,7 @@ def main() -> None:
     t = byte_table()
     assert t[1] == 0x77073096 and t[128] == 0xEDB88320
     rnd = random.Random(15)
-    for n in list(range(16, 200)) + [255, 256, 257, 1000, 4096]:
+    for n in [*range(16, 200), 255, 256, 257, 1000, 4096]:
         data, seed = os.urandom(n), rnd.getrandbits(32)
         assert model(seed, data) == zlib.crc32(data, seed), n
     print("model matches zlib.crc32")

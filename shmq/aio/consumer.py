@@ -68,7 +68,7 @@ def _in_thread(fn: Callable[[], object], name: str) -> Future[None]:
     def run() -> None:
         try:
             fn()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task, whatever it is
             done.set_exception(e)
         else:
             done.set_result(None)
@@ -238,7 +238,7 @@ class LitePullConsumer:
         self.sync = SyncLitePullConsumer(group, broker, **kwargs)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"shmq-aio-poll-{group}")
         self._kept: list[MessageExt] = []  # what a cancelled poll got
-        self._orphan: asyncio.Future | None = None  # a cancelled poll whose thread still runs
+        self._orphan: asyncio.Future[list[MessageExt]] | None = None  # a cancelled poll whose thread still runs
         self._closed = False
 
     @property
@@ -289,7 +289,7 @@ class LitePullConsumer:
             running.add_done_callback(self._keep)
             raise
 
-    def _keep(self, running: asyncio.Future) -> None:
+    def _keep(self, running: asyncio.Future[list[MessageExt]]) -> None:
         """A cancelled poll's thread returned: keep its messages for the next poll."""
         self._orphan = None
         if not running.cancelled() and running.exception() is None:

@@ -25,7 +25,8 @@ from shmq.client.producer.producer import Selector
 from shmq.errors import ShmqError
 from shmq.model.message import Message, MessageBatch, SendResult
 
-Waiting = list[tuple[Message, asyncio.Future]]  # the sends of one iteration to one (topic, timeout)
+Waiting = list[tuple[Message, asyncio.Future[SendResult]]]  # the sends of one iteration to one (topic, timeout)
+Answered = asyncio.Future[SendResult] | list[asyncio.Future[SendResult]]  # a send, or a batch answered per message
 
 
 class Producer:
@@ -37,7 +38,8 @@ class Producer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[tuple[str, float | None], Waiting] = {}  # this iteration's sends, flushed by _flush
         self._flush_scheduled = False  # a call_soon(_flush) runs at the end of this iteration
-        self._answers: deque[tuple[Any, Future]] = deque()  # (asyncio future or list of them, answer); reader thread
+        # (asyncio future or list of them, answer: a SendResult or a list of them); reader thread
+        self._answers: deque[tuple[Answered, Future[Any]]] = deque()
         self._wake_scheduled = False  # a call_soon_threadsafe(_deliver) is on its way
         self._unanswered = 0  # sends awaited through this object, not answered yet (flush)
         self._all_answered: asyncio.Event | None = None  # set by _deliver when _unanswered is 0
@@ -75,7 +77,7 @@ class Producer:
         Cancelling the awaiting task within the iteration of the send cancels the message (it is
         never sent); once handed over it is stored whatever happens to the task."""
         loop = self._running_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[SendResult] = loop.create_future()
         self._unanswered += 1
         if selector is not None or msg.delivery_rules:  # its own queue, or never batched: one by one
             self._watch(fut, self.sync.send_async(msg, selector=selector, arg=arg, timeout=timeout))
@@ -91,7 +93,7 @@ class Producer:
     async def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
                          arg: Any = None, timeout: float | None = None) -> SendResult:
         """Send messages of one topic as one batch; one SendResult (as ``shmq.Producer.send_batch``)."""
-        fut = self._running_loop().create_future()
+        fut: asyncio.Future[SendResult] = self._running_loop().create_future()
         self._unanswered += 1
         self._watch(fut, self.sync.send_batch_async(msgs, selector=selector, arg=arg, timeout=timeout))
         return await fut
@@ -156,7 +158,7 @@ class Producer:
         futures = [f for _, f in chunk]
         try:
             sent = self.sync.send_batch_async([m for m, _ in chunk], timeout=timeout, per_message=True)
-        except Exception:  # a bad message, the broker gone: each send gets its own verdict
+        except Exception:  # noqa: BLE001 - a bad message, the broker gone: each send gets its own verdict
             for m, f in chunk:
                 self._watch(f, self.sync.send_async(m, timeout=timeout))
             return
@@ -172,10 +174,10 @@ class Producer:
             raise ShmqError("this shmq.aio.Producer was started on another event loop")
         return loop
 
-    def _watch(self, fut: asyncio.Future, sent: Future) -> None:
+    def _watch(self, fut: asyncio.Future[SendResult], sent: Future[SendResult]) -> None:
         sent.add_done_callback(functools.partial(self._answered, fut))
 
-    def _answered(self, futures: Any, sent: Future) -> None:
+    def _answered(self, futures: Answered, sent: Future[Any]) -> None:
         """On the reader thread (or wherever ``sent`` completed): queue the answer, wake the loop
         once. The deque is appended before the flag is read, so a ``_deliver`` that clears the
         flag afterwards still finds this answer."""
@@ -198,7 +200,7 @@ class Producer:
                 result = sent.result(0)
             except CancelledError:
                 result, error = None, asyncio.CancelledError()
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting task, whatever it is
                 result, error = None, e
             if isinstance(futures, list):  # a batch answered per message
                 self._unanswered -= len(futures)
@@ -211,7 +213,8 @@ class Producer:
             self._all_answered.set()
 
 
-def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> None:
+def _settle(fut: asyncio.Future[SendResult], result: SendResult | BaseException | None,
+            error: BaseException | None) -> None:
     if fut.done():  # its task was cancelled
         return
     if isinstance(error, asyncio.CancelledError):
@@ -220,5 +223,5 @@ def _settle(fut: asyncio.Future, result: Any, error: BaseException | None) -> No
         fut.set_exception(error)
     elif isinstance(result, BaseException):  # one message of a batch the broker refused
         fut.set_exception(result)
-    else:
+    elif result is not None:  # None only with an error
         fut.set_result(result)

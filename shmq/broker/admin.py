@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from shmq.broker.admin_status import broker_status, consumer_progress
+from shmq.broker.admin_status import JsonObject, broker_status, consumer_progress
 from shmq.broker.answers import Peer
 from shmq.broker.dlq import MAX_RESEND_PER_CALL, DlqResendService
-from shmq.broker.groups import MAX_OFFSET, MODELS, ConsumerManager, ConsumerOffsetManager, check_group
+from shmq.broker.groups import MODELS, ConsumerManager, ConsumerOffsetManager, check_group
 from shmq.broker.topics import MAX_QUEUE_NUMS, TopicConfig, TopicConfigManager
 from shmq.codec.record import check_topic
 from shmq.config import BrokerConfig
@@ -22,8 +22,10 @@ from shmq.filter.tags import TYPE_TAG, TagFilter
 from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_topic
 from shmq.trace.query import trace_lines
 
-MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 from shmq.store.message_store import MessageStore
+from shmq.store.queue_table import MAX_OFFSET
+
+MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 
 if TYPE_CHECKING:
     from shmq.broker.offset_reset import OffsetResetService
@@ -56,14 +58,14 @@ class AdminTarget(Protocol):
     def queue_offsets(self, topic: str, qid: int) -> tuple[int, int]: ...
 
 
-def _int(a: dict, key: str, lo: int, hi: int) -> int:
+def _int(a: JsonObject, key: str, lo: int, hi: int) -> int:
     v = a[key]
     if type(v) is not int or not lo <= v <= hi:
         raise ValueError(f"{key} must be an integer in {lo}..{hi}, got {v!r:.40}")
     return v
 
 
-def _opt_int(a: dict, key: str) -> int | None:
+def _opt_int(a: JsonObject, key: str) -> int | None:
     """An optional int argument; its range is the callee's (the topic table checks queue counts and perm)."""
     v = a.get(key)
     if v is not None and type(v) is not int:
@@ -71,16 +73,17 @@ def _opt_int(a: dict, key: str) -> int | None:
     return v
 
 
-def _topic(a: dict) -> str:
-    check_topic(a["topic"])  # BadTopicError (a ValueError) for a non-string too
-    return a["topic"]
+def _topic(a: JsonObject) -> str:
+    topic: str = a["topic"]
+    check_topic(topic)  # BadTopicError (a ValueError) for a non-string too
+    return topic
 
 
-def _group(a: dict) -> str:
+def _group(a: JsonObject) -> str:
     return check_group(a["group"])
 
 
-def _queue(b: AdminTarget, a: dict) -> tuple[str, int]:
+def _queue(b: AdminTarget, a: JsonObject) -> tuple[str, int]:
     """The topic and a queue id within it (any queue a topic may have, if it does not exist)."""
     topic = _topic(a)
     tc = b.topics.get(topic)
@@ -117,7 +120,7 @@ def _subscriptions(b: AdminTarget, v: object) -> dict[str, str | dict[str, str]]
     return out
 
 
-def _user_topic(b: AdminTarget, a: dict, deleting: bool = False) -> str:
+def _user_topic(b: AdminTarget, a: JsonObject, deleting: bool = False) -> str:
     """The topic a user's create, update or delete names, if a user may do that to it.
 
     System topics are the broker's: it creates them and its services rely on their queues. A
@@ -138,21 +141,21 @@ def _user_topic(b: AdminTarget, a: dict, deleting: bool = False) -> str:
     return topic
 
 
-def _update_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _update_topic(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     tc = b.update_topic(_user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
                         _opt_int(a, "perm"))
     return {"topic": tc.to_json()}
 
 
-def _delete_topic(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _delete_topic(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     return {"deleted": b.delete_topic(_user_topic(b, a, deleting=True))}
 
 
-def _list_topics(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _list_topics(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     return {"topics": {n: t.to_json() for n, t in sorted(b.topics.topics.items())}}
 
 
-def _join_group(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _join_group(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     if client_id not in b.clients:
         raise ValueError(f"client {client_id} must attach before joining a consumer group")
     model = a.get("model", "CLUSTERING")
@@ -186,25 +189,25 @@ def _publish_groups(b: AdminTarget) -> None:
         b.publish_groups()
 
 
-def _leave_group(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _leave_group(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     left = b.consumers.leave(_group(a), client_id)
     if left:
         b.publish_groups()
     return {"left": left}
 
 
-def _list_groups(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _list_groups(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     return {"groups": {n: {"model": g.model, "version": g.version, "members": sorted(g.members),
                            "subscriptions": {str(cid): s for cid, s in g.members.items()}}
                        for n, g in sorted(b.consumers.groups.items())}}
 
 
-def _query_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _query_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     topic, qid = _queue(b, a)
     return {"offset": b.offsets.query(_group(a), topic, qid)}
 
 
-def _commit_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _commit_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     topic, qid = _queue(b, a)
     group, offset = _group(a), _int(a, "offset", 0, MAX_OFFSET)
     if not b.resets.allows(client_id, group, topic, qid):
@@ -213,30 +216,30 @@ def _commit_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
     return {}
 
 
-def _search_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _search_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     topic, qid = _queue(b, a)
     return {"offset": b.store.get_offset_in_queue_by_time(topic, qid, _int(a, "timestamp", 0, MAX_OFFSET))}
 
 
-def _queue_offsets(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _queue_offsets(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     lo, hi = b.queue_offsets(*_queue(b, a))
     return {"min_offset": lo, "max_offset": hi}
 
 
-def _transactions(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _transactions(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     if b.transactions is None:
         raise ValueError("this broker is a replica: its master keeps the transactions")
     return b.transactions.describe(_int(a, "max_num", 1, 1000) if "max_num" in a else 32)
 
 
-def _view_trace(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _view_trace(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     msg_id = a["msg_id"]
     if not isinstance(msg_id, str) or not 0 < len(msg_id) <= 128 or any(c.isspace() for c in msg_id):
         raise ValueError(f"msg_id must be a message id (1..128 characters, no whitespace), got {msg_id!r:.60}")
     return {"records": trace_lines(b.store, _topic(a), msg_id)}
 
 
-def _resend_dlq(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _resend_dlq(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     if b.dlq is None:
         raise ValueError("a replica resends nothing: resend dead letters on the master")
     ids = a.get("msg_ids")
@@ -247,7 +250,7 @@ def _resend_dlq(b: AdminTarget, client_id: int, a: dict) -> dict:
     return b.dlq.resend(_group(a), ids, max_num)
 
 
-def _reset_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
+def _reset_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     """exactly one of timestamp (ms), offset or to ("first" / "last"); checked by the service too."""
     kw: dict[str, Any] = {}
     for key in ("timestamp", "offset"):
@@ -259,7 +262,7 @@ def _reset_offset(b: AdminTarget, client_id: int, a: dict) -> dict:
 
 
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
-COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[str]]] = {
+COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, JsonObject], JsonObject], frozenset[str]]] = {
     "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
     "update_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
     "delete_topic": (_delete_topic, frozenset({"topic"})),
@@ -280,7 +283,7 @@ COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, dict], dict], frozenset[st
 }
 
 
-def handle(broker: AdminTarget, client_id: int, command: str, args: dict[str, Any]) -> dict:
+def handle(broker: AdminTarget, client_id: int, command: str, args: JsonObject) -> JsonObject:
     """Run ``command``; ValueError for an unknown command or argument, or a bad value."""
     entry = COMMANDS.get(command)
     if entry is None:

@@ -17,6 +17,8 @@ from shmq.store.space import used_ratio
 if TYPE_CHECKING:
     from shmq.broker.admin import AdminTarget
 
+JsonObject = dict[str, Any]  # an admin command's arguments or answer
+
 SECRET_KEYS = frozenset({"haAuthToken"})  # never sent over the control queue: shown as set or not
 MASK = "******"
 
@@ -30,7 +32,7 @@ def config_properties(config: BrokerConfig) -> dict[str, Any]:
     return out
 
 
-def broker_status(b: "AdminTarget", client_id: int, a: dict) -> dict:
+def broker_status(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonObject:
     """Role, version, config in force, commitlog offsets, flushed offset, disk use, client count."""
     from shmq import __version__  # the broker's own version (the package imports this module's users)
     store, cfg = b.store, b.config
@@ -50,7 +52,7 @@ def broker_status(b: "AdminTarget", client_id: int, a: dict) -> dict:
     }
 
 
-def consumer_progress(b: "AdminTarget", client_id: int, a: dict) -> dict:
+def consumer_progress(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonObject:
     """Per queue a group committed to or subscribes to: committed offset (-1: none) and the
     queue's min and max offsets (RocketMQ's consumerProgress: brokerOffset, consumerOffset)."""
     group = check_group(a["group"])

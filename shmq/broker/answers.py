@@ -11,7 +11,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("shmq.broker")
 
 PACKED = 0  # out item kind: (PACKED, bytes of whole SEND_RESULT frames)
-Results = Union[list[P.SendResultFrame], list[P.SendMultiResultFrame], np.ndarray]
+Results = list[P.SendResultFrame] | list[P.SendMultiResultFrame] | np.ndarray
 
 
 @dataclass(eq=False)

@@ -203,7 +203,7 @@ class BrokerCore:
             for service in self.services:
                 try:
                     service.tick(ms)
-                except Exception:  # a store error (disk full) must not stop the loop: next tick tries again
+                except Exception:  # noqa: BLE001 - a store error (disk full): the next tick tries again
                     self._service_failed(service, ms)
         self.publish_counters()
         cleaner = self.store.clean_service
@@ -249,7 +249,9 @@ class BrokerCore:
         name = type(service).__name__
         last, count = self._service_errors.get(name, (-SERVICE_ERROR_LOG_MS, 0))
         if ms - last >= SERVICE_ERROR_LOG_MS:
-            log.exception("%s failed (%d more failures since the last report; tried again every tick)", name, count)
+            # called from the tick's except block: the traceback is that failure's
+            log.exception(  # noqa: LOG004
+                "%s failed (%d more failures since the last report; tried again every tick)", name, count)
             self._service_errors[name] = (ms, 0)
         else:
             self._service_errors[name] = (last, count + 1)

@@ -14,7 +14,7 @@ import numpy as np
 
 from shmq.broker.groups import BROADCASTING, ConsumerGroup
 from shmq.broker.topics import TopicConfig
-from shmq.ring.state import MAX_PHY_WORD as _MAX_PHY_WORD, QUEUE, StateWriter
+from shmq.ring.state import MAX_PHY_WORD as _MAX_PHY_WORD, QUEUE, StateView, StateWriter
 
 ROLE_PRODUCER = 1
 ROLE_CONSUMER = 2
@@ -174,7 +174,7 @@ class StatePublisher:
         with self.writer.update() as v:
             self._write_offset(v, (group, topic, queue_id), offset)
 
-    def _write_offset(self, v, key: tuple[str, str, int], offset: int) -> None:
+    def _write_offset(self, v: StateView, key: tuple[str, str, int], offset: int) -> None:
         group, topic, qid = key
         g, q = self._group_rows.get(group), self.queue_row(topic, qid)
         if g is None or q is None:

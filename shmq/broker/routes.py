@@ -4,6 +4,7 @@ queue for the sends that leave the choice to the broker (RocketMQ's
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -18,6 +19,16 @@ log = logging.getLogger("shmq.broker")
 MAX_USABLE = 1 << 17  # topics a resolver remembers as writable (a SEND_MULTI of 1,250 topics resolves each per frame)
 # (topic config or None, error code, reason) for a topic name
 Resolver = Callable[[str], tuple[TopicConfig | None, int, str]]
+
+
+@dataclass(slots=True)
+class _Route:
+    """A topic as resolved for this frame or pass."""
+
+    config: TopicConfig | None  # None: it cannot take sends (``code``, ``reason`` say why)
+    code: int
+    reason: str
+    auto: int | None = None  # the queue of the sends that leave the choice to the broker, once chosen
 
 
 def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[str], TopicConfig],
@@ -67,7 +78,7 @@ class Routes:
 
     def __init__(self, resolve: Resolver) -> None:
         self._resolve = resolve
-        self._topics: dict[str, list] = {}  # name -> [TopicConfig or None, code, reason, queue for -1]
+        self._topics: dict[str, _Route] = {}
 
     def route_records(self, topics: list[str], topic_idx: np.ndarray, queue_ids: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, str]:
@@ -103,34 +114,34 @@ class Routes:
             topic = topics[k]
             t = entries.get(topic)
             if t is None:
-                t = entries[topic] = [*resolve(topic), None]
-            tc = t[0]
+                t = entries[topic] = _Route(*resolve(topic))
+            tc = t.config
             if tc is None:
-                codes[k] = t[1]
+                codes[k] = t.code
                 continue
             writes[k] = tc.write_queue_nums
             if k in marks:
-                if t[3] is None:
-                    t[3] = tc.next_queue()
-                queues[k] = t[3]
+                if t.auto is None:
+                    t.auto = tc.next_queue()
+                queues[k] = t.auto
         return np.array(writes, np.int64), np.array(queues, np.int64), np.array(codes, np.int64)
 
-    def _entry(self, topic: str) -> list:
+    def _entry(self, topic: str) -> _Route:
         t = self._topics.get(topic)
         if t is None:
-            t = self._topics[topic] = [*self._resolve(topic), None]
+            t = self._topics[topic] = _Route(*self._resolve(topic))
         return t
 
     def route(self, topic: str, queue_id: int) -> tuple[int, int, str]:
         """(queue id, 0, "") for a send to ``queue_id`` (-1: the broker picks), else (-1, code, reason)."""
         t = self._entry(topic)
-        tc, code, reason, auto = t
+        tc = t.config
         if tc is None:
-            return -1, code, reason
+            return -1, t.code, t.reason
         if queue_id < 0:
-            if auto is None:
-                auto = t[3] = tc.next_queue()
-            queue_id = auto
+            if t.auto is None:
+                t.auto = tc.next_queue()
+            queue_id = t.auto
         if queue_id >= tc.write_queue_nums:
             return -1, P.SYSTEM_ERROR, (f"queue id {queue_id} is illegal: topic {topic!r} has "
                                         f"{tc.write_queue_nums} write queues")

@@ -47,8 +47,9 @@ class TimerCheckpoint:
 
     def delivered(self, due: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Mask of the entries (due, q) this checkpoint counts as delivered."""
-        return (q < self.enqueue_offset) & ((due < self.cursor_due) | ((due == self.cursor_due) &
-                                                                       (q <= self.cursor_offset)))
+        mask: np.ndarray = (q < self.enqueue_offset) & ((due < self.cursor_due) | ((due == self.cursor_due) &
+                                                                                   (q <= self.cursor_offset)))
+        return mask
 
     def late(self, due: np.ndarray) -> np.ndarray:
         """Mask of newly read entries (q >= E) whose key is already behind the cursor."""

@@ -45,7 +45,7 @@ class TopicConfig:
         self._next_queue = q + 1
         return q
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, str | int]:
         return {"topicName": self.name, "readQueueNums": self.read_queue_nums,
                 "writeQueueNums": self.write_queue_nums, "perm": self.perm}
 

@@ -114,8 +114,8 @@ def consume(broker: str, role: str, member: int, report: mp.Queue[Any], stop: Ev
     pending: list[tuple[int, ...]] = []
 
     def on_messages(msgs: list[MessageExt], ctx: ConsumeContext) -> ConsumeResult:
-        for m in msgs:
-            pending.append(struct.unpack("<II", bytes(m.body[:8])))  # (order, step) or (producer, sequence)
+        # (order, step) or (producer, sequence)
+        pending.extend(struct.unpack("<II", bytes(m.body[:8])) for m in msgs)
         return ConsumeResult.SUCCESS
 
     c.register_listener(on_messages, orderly=(role == "steps"))

@@ -64,7 +64,7 @@ class Figures:
     failed: list[str] = field(default_factory=list)
 
 
-def bulk_producer(broker: str, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized,
+def bulk_producer(broker: str, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized[int],
                   report: mp.Queue[Any]) -> None:
     """Send ``count`` bodies in MessageBatch batches, ``IN_FLIGHT`` of them unacknowledged at a time."""
     p = Producer(f"demo-bulk-{number}", broker=broker).start()
@@ -87,14 +87,14 @@ def bulk_producer(broker: str, number: int, count: int, batch: int, ready: Barri
         p.shutdown()
 
 
-def _settle(entry: tuple[int, Any], sent: Synchronized) -> None:
+def _settle(entry: tuple[int, Any], sent: Synchronized[int]) -> None:
     n, future = entry
     future.result(30)
     with sent.get_lock():
         sent.value += n
 
 
-def bulk_consumer(broker: str, number: int, expected: int, ready: Barrier, received: Synchronized,
+def bulk_consumer(broker: str, number: int, expected: int, ready: Barrier, received: Synchronized[int],
                   stop: Event, report: mp.Queue[Any]) -> None:
     """Pull this member's share of the queues as columns (nothing decoded per message) until
     every consumer together has ``expected`` messages."""

@@ -15,6 +15,7 @@ import signal
 import sys
 import termios
 import time
+from typing import Any
 import tty
 from types import FrameType, TracebackType
 
@@ -39,7 +40,7 @@ On a pipe (or with --once) it prints one frame and exits: 0 with a broker, 1 whe
 """
 
 
-def add_top_parser(sub: argparse._SubParsersAction) -> None:
+def add_top_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help="full-screen monitor of a running broker (reads its state segment only)",
                        description=DESCRIPTION, formatter_class=ParagraphHelpFormatter)
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
@@ -143,7 +144,7 @@ class Keys:
 
     def __init__(self) -> None:
         self.fd = sys.stdin.fileno()
-        self._saved: list | None = None
+        self._saved: list[Any] | None = None  # termios.tcgetattr's list (its items differ in type)
         self._old_term: object = None
 
     def __enter__(self) -> Keys:

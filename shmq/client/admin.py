@@ -103,11 +103,8 @@ class Admin:
         if queues is not None:
             read_queue_nums = queues if read_queue_nums is None else read_queue_nums
             write_queue_nums = queues if write_queue_nums is None else write_queue_nums
-        args: dict[str, Any] = {"topic": name}
-        for key, value in (("read_queue_nums", read_queue_nums), ("write_queue_nums", write_queue_nums),
-                           ("perm", perm)):
-            if value is not None:
-                args[key] = value
+        given = {"read_queue_nums": read_queue_nums, "write_queue_nums": write_queue_nums, "perm": perm}
+        args: dict[str, Any] = {"topic": name, **{k: v for k, v in given.items() if v is not None}}
         return TopicInfo.from_json(self._call("update_topic", args)["topic"])
 
     def delete_topic(self, name: str) -> bool:

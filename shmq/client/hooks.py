@@ -161,7 +161,8 @@ def hooked_call(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, call:
     return out
 
 
-def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, submit: Callable[[], Future]) -> Future:
+def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext,
+                  submit: Callable[[], Future[R]]) -> Future[R]:
     """An async send with the hooks around it: ``after`` when its future completes."""
     call_hooks(hooks, "send_message_before", ctx)
     try:
@@ -170,13 +171,14 @@ def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, sub
         send_done(hooks, ctx, None, e)
         raise
 
-    def done(f: Future) -> None:
+    def done(f: Future[R]) -> None:
         # f is done: its fields are final, read without taking its lock twice more per send
         if f.cancelled():
             send_done(hooks, ctx, None, CancelledError())
         else:
             error = f._exception
-            send_done(hooks, ctx, f._result if error is None else None, error)
+            result = f._result if error is None else None  # a list for a batch answered per message
+            send_done(hooks, ctx, result if isinstance(result, SendResult) else None, error)
     fut.add_done_callback(done)
     return fut
 
@@ -193,7 +195,7 @@ class HookedListener:
     def __call__(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
         ctx = ConsumeMessageContext(self.group, context.message_queue, msgs)
         call_hooks(self.hooks, "consume_message_before", ctx)
-        result: Any = None
+        result: ConsumeResult | None = None
         try:
             result = self.listener(msgs, context)
             return result

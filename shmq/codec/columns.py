@@ -24,6 +24,7 @@ from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import CommitLogReader, EntryRange, StoreReader
+import itertools
 
 _TAGS_PREFIX = f"{fmt.PROPERTY_TAGS}{fmt.NAME_VALUE_SEPARATOR}".encode()
 _I64 = np.int64
@@ -219,7 +220,7 @@ def decode_batch(commitlog: CommitLogReader, topic: str, queue_id: int, rng: Ent
         return _empty_batch(topic, queue_id, rng.next_offset, missing)
     # one run of records per segment (queue order is commitlog order); views index runs
     bounds = [0, *(np.flatnonzero(np.diff(seg)) + 1).tolist(), len(seg)]
-    runs = [(a, b, files.segments[int(seg[a])]) for a, b in zip(bounds, bounds[1:])]
+    runs = [(a, b, files.segments[int(seg[a])]) for a, b in itertools.pairwise(bounds)]
     parts = [_decode_segment(sg.array, sg.start, phys[a:b], size[a:b], codes[a:b], expression) for a, b, sg in runs]
     if len(parts) == 1:
         pos, hdr, body_len, props_pos, props_len, ok = parts[0]

@@ -117,7 +117,8 @@ def request_id(kind: int, payload: ReadBuffer) -> int:
     """The request id every frame starts with (to answer even a frame that fails to decode)."""
     if len(payload) < 8:
         raise CorruptFrameError(f"frame of kind {kind} is too short for a request id")
-    return _REQ_ID.unpack_from(payload)[0]
+    answer: int = _REQ_ID.unpack_from(payload)[0]
+    return answer
 
 
 # --------------------------------------------------------------------------- SEND
@@ -469,7 +470,8 @@ def encode_heartbeat(req_id: int) -> bytes:
 
 def decode_heartbeat(payload: ReadBuffer) -> int:
     _check_len(len(payload), _HEARTBEAT.size, "HEARTBEAT")
-    return _HEARTBEAT.unpack_from(payload)[0]
+    answer: int = _HEARTBEAT.unpack_from(payload)[0]
+    return answer
 
 
 # --------------------------------------------------------------------------- responses

@@ -23,7 +23,8 @@ def byte_rows(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     if len(at) and int(at.max()) + width > n:
         return buf[np.minimum(at[:, None] + np.arange(width, dtype=np.int64), n - 1)]
     step = buf.strides[0]
-    return np.lib.stride_tricks.as_strided(buf, (max(0, n - width + 1), width), (step, step), writeable=False)[at]
+    answer: np.ndarray = np.lib.stride_tricks.as_strided(buf, (max(0, n - width + 1), width), (step, step), writeable=False)[at]
+    return answer
 
 
 def span_offsets(lengths: np.ndarray) -> np.ndarray:
@@ -49,4 +50,5 @@ def gather_spans(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray) -> np.nda
     if n * width <= _PAD_FACTOR * total:
         return byte_rows(buf, lo, width)[np.arange(width) < lengths[:, None]]
     starts = span_offsets(lengths)[:-1]
-    return buf[np.arange(total, dtype=np.int64) + np.repeat(lo - starts, lengths)]
+    answer: np.ndarray = buf[np.arange(total, dtype=np.int64) + np.repeat(lo - starts, lengths)]
+    return answer

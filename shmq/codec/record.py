@@ -19,7 +19,8 @@ import numpy as np
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq import _speedups
 from shmq.codec.ids import offset_msg_id
-from shmq.errors import BadPropertiesError, BadTopicError, CorruptRecordError, MessageTooLargeError
+from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
+from shmq.errors import CorruptRecordError as CorruptRecordError  # re-exported: what the decoders raise
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -100,7 +101,7 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return FIXED_OVERHEAD + body_len + topic_len + props_len
 
 
-def body_crc(body: bytes | memoryview) -> int:
+def body_crc(body: ReadBuffer) -> int:
     """BODYCRC as RocketMQ stores it: crc32 of the body with the sign bit cleared."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
@@ -119,7 +120,8 @@ def crc32_of_variants(first_crc: int, suffixes: np.ndarray) -> np.ndarray:
     cols = np.flatnonzero(diff.any(axis=0))  # bytes equal in all strings (a key's prefix) add nothing
     lanes = diff[:, cols].astype(np.intp)
     lanes += cols * 256  # one flat gather: half the time of table[arange, diff]
-    return np.bitwise_xor.reduce(table[lanes], axis=1).astype(np.int64) ^ first_crc
+    answer: np.ndarray = np.bitwise_xor.reduce(table[lanes], axis=1).astype(np.int64) ^ first_crc
+    return answer
 
 
 @functools.lru_cache(maxsize=8)
@@ -178,7 +180,7 @@ def _slicing_tables() -> np.ndarray:
 def enters_consume_queue(sysflag: int) -> bool:
     """Prepared and rolled-back transaction records are never visible to consumers."""
     t = sysflag & TRANSACTION_MASK
-    return t == TRANSACTION_NOT_TYPE or t == TRANSACTION_COMMIT
+    return t in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT)
 
 
 # --------------------------------------------------------------------------- validation
@@ -359,7 +361,7 @@ def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes]
         return rows.tobytes(), starts
     if isinstance(tails, np.ndarray):
         tails = tails.view(f"V{tails.shape[1]}").ravel().tolist()
-    parts: list = [None] * (3 * n)
+    parts: list[ReadBuffer] = [b""] * (3 * n)  # every slot is set below
     parts[0::3] = h.view(f"V{OFF_BODY}").tolist()
     parts[1::3] = bodies
     parts[2::3] = tails
@@ -500,7 +502,7 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
 def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
     """Batches (of any topics) packed back to back as one, for ``MessageStore.put``."""
     sizes = [len(b.buf) for b in batches]
-    base = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+    base = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
     firsts = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
     return EncodedBatch(b"".join(bytes(b.buf) for b in batches),
                         np.concatenate([b.starts + o for b, o in zip(batches, base)]),

@@ -38,4 +38,5 @@ def mask(group: str, topic: str) -> np.ndarray:
 def may_match(bits: np.ndarray, group_mask: np.ndarray) -> np.ndarray:
     """Bool per row of ``bits`` (n x BITMAP_BYTES): every bit of ``group_mask`` set."""
     cols = np.flatnonzero(group_mask)
-    return ((bits[:, cols] & group_mask[cols]) == group_mask[cols]).all(axis=1)
+    answer: np.ndarray = ((bits[:, cols] & group_mask[cols]) == group_mask[cols]).all(axis=1)
+    return answer

@@ -38,7 +38,7 @@ rule, negated or not). A bare property as a condition is TRUE for ``true`` and F
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping, Union
+from typing import Callable, Mapping
 
 from shmq.errors import BadExpressionError
 
@@ -50,7 +50,7 @@ INT64_MAX = 2 ** 63 - 1
 # truth values (Kleene's logic as small ints: AND is min, OR is max, NOT is 2 - x)
 FALSE, UNKNOWN, TRUE = 0, 1, 2
 
-Value = Union[str, int, float, bool, None]
+Value = str | int | float | bool | None
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)",

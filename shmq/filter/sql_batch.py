@@ -82,7 +82,8 @@ class Batch:
             (name,) = names
             codes, values = self.codes(name)
             table = np.fromiter((node.truth({} if v is None else {name: v}) for v in values), np.uint8, len(values))
-            return table[codes]
+            answer: np.ndarray = table[codes]
+            return answer
         if isinstance(node, Not):
             return 2 - self.truth(node.x)
         if isinstance(node, (And, Or)):
@@ -105,7 +106,8 @@ class Batch:
 
     def match(self, f: SqlFilter) -> np.ndarray:
         """Bool per record: whether ``f`` matches it."""
-        return self.truth(f.tree) == TRUE
+        answer: np.ndarray = self.truth(f.tree) == TRUE
+        return answer
 
 
 def match_batch(f: SqlFilter, raws: Sequence[bytes]) -> np.ndarray:

@@ -88,7 +88,8 @@ class TagFilter:
         if self.is_all:
             return np.ones(len(codes), dtype=bool)
         if len(self.codes) == 1:
-            return codes == self.codes[0]
+            answer: np.ndarray = codes == self.codes[0]
+            return answer
         return np.isin(codes, self.codes)
 
     def exact(self, tags: str | None) -> bool:

@@ -1,13 +1,14 @@
 """The replica's HA client: one thread that follows the master's commitlog (RocketMQ's HAClient).
 
 It connects to ``haMasterAddress``, answers the master's HELLO with proof of the HA token,
-checks the master's proof (a master that cannot prove it feeds nothing), segment size and epoch history (``protocol.consistent_offset``),
-cuts a tail the master never had (kept in DIR/diverged/), adopts the master's epoch list, and
-then appends every data frame verbatim through ``ReplicaAppender`` (which checks and
-dispatches the records) and reports its max offset after each burst of frames (what one wakeup
-finds in the socket, up to BURST_BYTES, checked and dispatched before the report) and at least
-every ``haSendHeartbeatInterval``. Whatever breaks a connection (a refused or garbled frame, silence
-over ``haHousekeepingInterval``, the master going away) is logged once and followed by a
+checks the master's proof (a master that cannot prove it feeds nothing), segment size and epoch
+history (``protocol.consistent_offset``), cuts a tail the master never had (kept in
+DIR/diverged/), adopts the master's epoch list, and then appends every data frame verbatim
+through ``ReplicaAppender`` (which checks and dispatches the records) and reports its max
+offset after each burst of frames (what one wakeup finds in the socket, up to BURST_BYTES,
+checked and dispatched before the report) and at least every ``haSendHeartbeatInterval``.
+Whatever breaks a connection (a refused or garbled frame, silence over
+``haHousekeepingInterval``, the master going away) is logged once and followed by a
 reconnect after a delay that doubles from ``haReconnectInterval`` up to ten times that, for as
 long as the replica runs. A store whose history the master does not share (HADivergedError) is
 never followed: that is logged as an error and the replica keeps serving what it has.
@@ -37,7 +38,8 @@ log = logging.getLogger("shmq.ha.client")
 _DIGITS = re.compile(r"\d+")
 
 RECV_BYTES = 1 << 20  # the receive buffer, reused by every recv_into
-BURST_BYTES = 16 << 20  # bytes read before the replica checks, dispatches and reports: a busy stream still gets its report out
+# bytes read before the replica checks, dispatches and reports: a busy stream still gets its report out
+BURST_BYTES = 16 << 20
 POLL_S = 0.2  # longest wait on the socket: how soon a stop is seen
 
 
@@ -163,7 +165,6 @@ class HAClient(threading.Thread):
         session = protocol.ReplicaSession(self.token, self.broker_name, cfg.ha_max_frame_size)
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        heartbeat = cfg.ha_send_heartbeat_interval / 1000
         silence = cfg.ha_housekeeping_interval / 1000
         last_rx = time.monotonic()
         self._next_report = float("inf")

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Union
+from typing import Callable
 
 from shmq.config import BrokerConfig
 from shmq.errors import HAProtocolError
@@ -31,7 +31,7 @@ OUT_LIMIT = 1 << 20  # bytes queued per connection before the loop waits for the
 METADATA_BACKLOG = 8 * OUT_LIMIT  # queued bytes past which a metadata frame closes the connection
 IOV_MAX = 64  # parts handed to one sendmsg
 RECV_SIZE = 65536
-Part = Union[bytes, memoryview]
+Part = bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)

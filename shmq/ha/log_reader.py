@@ -32,8 +32,8 @@ class HALogReader:
     def chunk(self, offset: int, end: int, batch: int) -> memoryview:
         """Bytes ``[offset, min(offset + batch, segment end, end))`` as a view of the mapping.
 
-        ``end`` is the published master offset. LookupError below the first file (cleanup deleted it: it cannot be served);
-        OSError if a segment that must exist (below ``end``) cannot be found or is short."""
+        ``end`` is the published master offset. LookupError below the first file (cleanup deleted it:
+        it cannot be served); OSError if a segment that must exist (below ``end``) cannot be found or is short."""
         seg = self._files.find(offset)
         if seg is None:
             if offset < self._files.min_offset:

@@ -31,9 +31,9 @@ import hmac
 import os
 import struct
 from dataclasses import dataclass
-from typing import Union
 
 from shmq.errors import HADivergedError, HAProtocolError
+import itertools
 
 VERSION = 1
 NONCE = 32
@@ -100,7 +100,7 @@ class Epoch:
 
 def check_epochs(epochs: list[Epoch]) -> None:
     """Numbers strictly rising, start offsets never falling: what any list we write obeys."""
-    for a, b in zip(epochs, epochs[1:]):
+    for a, b in itertools.pairwise(epochs):
         if b.epoch <= a.epoch or b.start_offset < a.start_offset:
             raise ValueError(f"epochs out of order: {a} then {b}")
 
@@ -232,7 +232,7 @@ class Metadata:
     text: bytes
 
 
-Event = Union[Authenticated, Report, Welcome, Refused, Data, Metadata]
+Event = Authenticated | Report | Welcome | Refused | Data | Metadata
 
 
 def _refused_or_none(buf: bytearray) -> tuple[Refused | None, int]:

@@ -16,7 +16,8 @@ class PullStatus(enum.Enum):
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"  # nothing past the offset, even after long polling
     NO_MATCHED_MSG = "NO_MATCHED_MSG"  # new entries, none passing the filter: pull on from next_begin_offset
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"  # below the min or past the max offset: next_begin_offset is the nearest legal one
+    # below the min or past the max offset: next_begin_offset is the nearest legal one
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
 class MessageModel(enum.Enum):

@@ -133,7 +133,7 @@ class Message(_Base):
         """Whether the broker must read this message's properties before storing it (a delay or a
         delivery time): such messages are sent alone, flagged, never in a batch."""
         return bool(self.delay_level) or self.deliver_at is not None or self.delay is not None or \
-            bool(self.properties) and not _RULE_KEYS.isdisjoint(self.properties)  # type: ignore[arg-type]
+            self.properties is not None and not _RULE_KEYS.isdisjoint(self.properties)
 
     def build_properties(self, uniq_key: str) -> dict[str, str]:
         """The record's properties: TAGS, KEYS, UNIQ_KEY, delivery rules, then the user's."""
@@ -141,9 +141,9 @@ class Message(_Base):
         if self.delay_level > 0:
             props[fmt.PROPERTY_DELAY] = str(self.delay_level)
         elif self.deliver_at is not None:
-            props[fmt.PROPERTY_TIMER_DELIVER_MS] = str(int(round(self.deliver_at * 1000)))
+            props[fmt.PROPERTY_TIMER_DELIVER_MS] = str(round(self.deliver_at * 1000))
         elif self.delay is not None:
-            props[fmt.PROPERTY_TIMER_DELAY_MS] = str(int(round(self.delay * 1000)))
+            props[fmt.PROPERTY_TIMER_DELAY_MS] = str(round(self.delay * 1000))
         return props
 
 
@@ -227,7 +227,7 @@ class ByValue:
     __slots__ = ()
     _FIELDS: tuple[str, ...] = ()
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in self._FIELDS)
 
     def __eq__(self, other: object) -> bool:

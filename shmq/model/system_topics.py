@@ -33,7 +33,7 @@ def is_system_topic(topic: str) -> bool:
 
 def is_parking_topic(topic: str) -> bool:
     """The schedule and timer topics: their consume-queue tag field is a due time, not a tag hash."""
-    return topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC
+    return topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
 
 
 def retry_topic(group: str) -> str:

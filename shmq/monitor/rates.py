@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from shmq.monitor.snapshot import Snapshot
+import itertools
 
 HISTORY = 60
 """Snapshots kept: a minute of sparkline at the default 1 s interval."""
@@ -91,7 +92,7 @@ def _per_second(before: int, after: int, seconds: float) -> float:
     return max(0, after - before) / seconds
 
 
-def _growth(before: dict, after: dict) -> int:
+def _growth(before: dict[tuple[str, int], int], after: dict[tuple[str, int], int]) -> int:
     """Sum of the per-key growth (keys new in ``after`` count from nothing: no jump from 0)."""
     return sum(max(0, off - before[k]) for k, off in after.items() if k in before)
 
@@ -125,7 +126,7 @@ def _pair(a: Snapshot, b: Snapshot) -> dict[str, tuple[float, float, float]]:
 
 
 def _topic_rates(snaps: Sequence[Snapshot]) -> dict[str, TopicRate]:
-    pairs = [_pair(a, b) for a, b in zip(snaps, snaps[1:])]
+    pairs = [_pair(a, b) for a, b in itertools.pairwise(snaps)]
     out = {}
     for name, t in snaps[-1].topics.items():
         series = [p.get(name, (0.0, 0.0, 0.0)) for p in pairs]

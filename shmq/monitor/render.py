@@ -55,7 +55,7 @@ def sparkline(values: Sequence[float], width: int) -> str:
 def human_bytes(n: float) -> str:
     if abs(n) < 1024:
         return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB"):
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 - the unit it stops at is the one printed
         n /= 1024
         if abs(n) < 1024:
             break

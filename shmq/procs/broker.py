@@ -138,7 +138,7 @@ class BrokerController:
             old = StateReader.open(self.name)
         except BrokerNotFoundError:
             old = None
-        except Exception as e:  # a torn or foreign state segment: a crashed predecessor's
+        except Exception as e:  # noqa: BLE001 - a torn or foreign state segment: a crashed predecessor's
             log.warning("removing unreadable state segment of %r: %s", self.name, e)
             old = None
         if old is not None:
@@ -287,12 +287,11 @@ class BrokerController:
             # sleeping, never once per empty pass.
             if idle_since is None:
                 idle_since = now
-            if now - idle_since < spin_ns:
-                if self._spin_until(idle_since + spin_ns):
-                    stats["spin_hits"] += 1
-                    spin_ns = _next_spin(time.monotonic_ns() - idle_since)
-                    idle_since = None
-                    continue
+            if now - idle_since < spin_ns and self._spin_until(idle_since + spin_ns):
+                stats["spin_hits"] += 1
+                spin_ns = _next_spin(time.monotonic_ns() - idle_since)
+                idle_since = None
+                continue
             if self.control_plane.serve():
                 next_control = time.monotonic_ns() + CONTROL_INTERVAL_NS
                 continue
@@ -414,9 +413,8 @@ class BrokerController:
                 wrote = True
             else:
                 break
-        if wrote:
-            if wake(ring, CONSUMER, c.channel.client_bell):
-                self.core.stats["posts"] += 1
+        if wrote and wake(ring, CONSUMER, c.channel.client_bell):
+            self.core.stats["posts"] += 1
 
     def _serve_channel(self, c: Client, now: int) -> int:
         ring = c.channel.requests

@@ -243,7 +243,7 @@ class ControlPlane:
             self._queue_reply(reply, now)
         return len(finished)
 
-    def _register(self, m: Making, channel: Channel) -> dict:
+    def _register(self, m: Making, channel: Channel) -> dict[str, str | int]:
         host, req = self.host, m.req
         info = req.info
         c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), m.watch.key, now_ms(),

@@ -142,7 +142,8 @@ class Channel:
 
     def dropped(self) -> bool:
         """Client side: whether the broker let this channel go (detach by the broker, a drop)."""
-        return _DROPPED.unpack_from(self.segment.buf, _DROPPED_AT)[0] != 0
+        answer: bool = _DROPPED.unpack_from(self.segment.buf, _DROPPED_AT)[0] != 0
+        return answer
 
     def close(self) -> None:
         """Unmap and close this side's handles (names stay until ``unlink``)."""

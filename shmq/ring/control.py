@@ -28,7 +28,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import sysv_ipc
 
@@ -122,7 +122,7 @@ class Reply:
     body: dict[str, Any] = field(default_factory=dict)
 
 
-Request = Union[Attach, Detach, Admin]
+Request = Attach | Detach | Admin
 
 
 def _check_client_id(client_id: int) -> None:
@@ -306,7 +306,8 @@ class ControlQueue:
         delay = _POLL_MIN
         while True:
             try:
-                return self._mq.receive(block=False, type=mtype)[0]
+                answer: bytes | None = self._mq.receive(block=False, type=mtype)[0]
+                return answer
             except sysv_ipc.BusyError:
                 nxt = _backoff(deadline, delay)
                 if nxt is None:

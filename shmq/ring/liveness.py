@@ -78,7 +78,8 @@ class Watch:
         if self._sem is None:
             return False
         try:
-            return self._sem.value == 0
+            answer: bool = self._sem.value == 0
+            return answer
         except sysv_ipc.ExistentialError:
             return False
 

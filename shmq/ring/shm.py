@@ -129,7 +129,7 @@ def leftovers(broker: str) -> list[str]:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:
         return []
-    return sorted(e for e in entries if e.startswith(prefix) or e.startswith("sem." + prefix))
+    return sorted(e for e in entries if e.startswith((prefix, "sem." + prefix)))
 
 
 def remove_leftovers(broker: str, owner: int | None = None) -> list[str]:

@@ -30,6 +30,7 @@ from shmq.spark.properties import property_columns
 from shmq.spark.schema import ARROW_SCHEMA, TIMESTAMP
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import EntryRange, StoreReader
+import itertools
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_BATCH_BYTES = 32 * 1024 * 1024  # record bytes per Arrow batch (bounds a task's memory)
@@ -38,14 +39,14 @@ _CRC_ROWS_MIN = 32  # fewer bodies of one length: a zlib call each (a table pass
 _NO_LIMIT = 1 << 62
 
 
-class _TooLarge(Exception):
+class _TooLarge(Exception):  # noqa: N818 - a signal to split the batch, not an error
     """The inflated bodies of a batch overflow one Arrow column: split the batch."""
 
 
 def _runs(b: PulledBatch) -> list[tuple[int, int, int]]:
     """(buffer, first row, end row) of each run of rows in one commitlog segment."""
     cut = [0, *(np.flatnonzero(np.diff(b.segment)) + 1).tolist(), len(b)]
-    return [(int(b.segment[lo]), lo, hi) for lo, hi in zip(cut, cut[1:])]
+    return [(int(b.segment[lo]), lo, hi) for lo, hi in itertools.pairwise(cut)]
 
 
 def _gather(b: PulledBatch, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -77,26 +77,26 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {queue_key(e.topic, e.queue_id): e
                 for e in queue_extents(self.opts.store_dir, self.opts.topics, ScanBounds())}
 
-    def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+    def initialOffset(self) -> StreamOffset:  # noqa: N802 (Spark's names)
         ext = self._extents()
         return sorted_offset({k: e.start if self.opts.starting == "earliest" else e.end for k, e in ext.items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         return ReadAllAvailable() if self.opts.max_records is None else ReadMaxRows(self.opts.max_records)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+    def latestOffset(self, start: StreamOffset, limit: ReadLimit) -> StreamOffset:  # noqa: N802
         ext = self._extents()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return next_end(start, {k: e.start for k, e in ext.items()}, {k: e.end for k, e in ext.items()},
                         max_rows, self._target)
 
-    def reportLatestOffset(self) -> dict:  # noqa: N802
+    def reportLatestOffset(self) -> StreamOffset:  # noqa: N802
         return sorted_offset({k: e.end for k, e in self._extents().items()})
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = self.reportLatestOffset()
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
         if start == end:
             return []
         heads = {k: e.start for k, e in self._extents().items()}
@@ -121,5 +121,5 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SlicePartition)
         yield from read_slice(self.opts.store_dir, partition.slice)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: StreamOffset) -> None:
         """Nothing to release: the source reads files and keeps no position in the store."""

@@ -16,6 +16,11 @@ from shmq.store import files
 class StoreCheckpoint:
     """One page, mapped: physic msg ts @0, logics msg ts @8, index msg ts @16."""
 
+    # read with CHECKPOINT.unpack_from
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = files.open_file(path)[0]

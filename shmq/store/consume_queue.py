@@ -234,7 +234,8 @@ class ConsumeQueue:
         mf = self.queue.find(queue_offset * fmt.CQ_ENTRY_SIZE)
         if mf is None or queue_offset >= self.max_offset:
             return None
-        return self._entries(mf)[(queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE]
+        answer: np.void | None = self._entries(mf)[(queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE]
+        return answer
 
     def get_range(self, queue_offset: int, max_num: int) -> np.ndarray:
         """A copy of up to `max_num` entries from `queue_offset`, stopping at a file end."""

@@ -11,7 +11,7 @@ a crash never duplicates anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence, Union
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ def queue_id_of(name: str) -> int | None:
     return q if q <= MAX_QUEUE_ID else None
 # one value per record: an int64 array, or for a single record a plain list (a numpy array of
 # one costs more than the rest of its dispatch)
-Column = Union[np.ndarray, list[int]]
+Column = np.ndarray | list[int]
 
 
 class QueueSink(Protocol):

@@ -192,7 +192,7 @@ class CalcBitMapDispatcher:
             if first % self.entries_per_file + len(phys) > self.entries_per_file or first % self.entries_per_file == 0:
                 ext.delete_below(cq.min_offset)  # a new file: let go of those cleanup left behind
             ext.put(first, phys, active.generation, bits)
-        except Exception as e:  # an acceleration only: the consumer evaluates these messages exactly
+        except Exception as e:  # noqa: BLE001 - an acceleration only: the consumer evaluates these messages exactly
             self._failures += 1
             now = time.monotonic()
             if now - self._logged_at >= LOG_EVERY_S:
@@ -272,7 +272,8 @@ class FilterBitmapReader:
         computed = np.isin(e["generation"].astype(np.int64), gens) & (e["offset"] == entries["offset"])
         if not computed.any():
             return None
-        return computed & ~bloom.may_match(e["bits"], bloom.mask(group, topic))
+        answer: np.ndarray | None = computed & ~bloom.may_match(e["bits"], bloom.mask(group, topic))
+        return answer
 
     def close(self) -> None:
         for ext in self._exts.values():

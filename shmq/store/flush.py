@@ -50,7 +50,7 @@ class ServiceThread(abc.ABC):
     def _run_once(self) -> None:
         """One round of the service's work."""
 
-    def _on_stop(self) -> None:
+    def _on_stop(self) -> None:  # noqa: B027 - a hook: a service with nothing left to do keeps it empty
         """Last round after stop was asked (flush what is left)."""
 
     def shutdown(self) -> None:

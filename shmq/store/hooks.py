@@ -94,7 +94,7 @@ class PutRequest:
         for i, r in enumerate(records):
             try:
                 rec = fmt.decode_record(r)
-            except Exception:  # a malformed record: RecordCheck refuses it, its hashes do not matter
+            except Exception:  # noqa: BLE001 - a malformed record: RecordCheck refuses it, its hashes do not matter
                 tags.append(0)
                 continue
             tags.append(fmt.tags_code(rec.tags))

@@ -55,6 +55,14 @@ _RESERVE_ENTRIES = 4096  # entries given disk blocks at a time ahead of the writ
 class IndexFile:
     """One mmap'd index file; not thread-safe on its own (IndexService serialises access)."""
 
+    # the header's fields, read with INDEX_HEADER.unpack_from
+    _begin_ts: int
+    _end_ts: int
+    _begin_phys: int
+    _end_phys: int
+    _slots_used: int
+    _count: int
+
     def __init__(self, path: str, slot_num: int, index_num: int) -> None:
         if slot_num <= 0 or index_num <= 1:
             raise ValueError(f"slot_num must be > 0 and index_num > 1, got {slot_num}, {index_num}")
@@ -161,7 +169,8 @@ class IndexFile:
         A full disk or a closed file stops it quietly; the writer's own reserve() reports it."""
         with self._reserve_lock:
             start = self._reserved
-            if self._mm.closed or not start or start >= self._size:  # the first reservation (at creation) scans pages: not here
+            # the first reservation (at creation) scans pages: not here
+            if self._mm.closed or not start or start >= self._size:
                 return
             try:
                 self._reserve_to(start + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE)

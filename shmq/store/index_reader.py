@@ -114,7 +114,8 @@ class IndexGeometry:
         if (phys1, diff1, prev1) != (begin_phys, 0, 0) or physn != end_phys or h1 < 0 or hn < 0:
             return False
         (head,) = _I32.unpack_from(buf, INDEX_HEADER_SIZE + (hn % g.slot_num) * INDEX_SLOT_SIZE)
-        return head == count  # the newest entry heads its slot's chain
+        answer: bool = head == count  # the newest entry heads its slot's chain
+        return answer
 
 
 class IndexFileReader:

@@ -515,14 +515,8 @@ class MappedFileQueue:
         """The segment to write to, creating the next (or the first, at `start_offset`) if needed."""
         if self.files and not self.files[-1].is_full:
             return self.files[-1]
-        if self.files:
-            start = self.files[-1].file_to_offset
-        else:
-            start = start_offset - start_offset % self.file_size
-        if self.spares and self.spares[0].file_from_offset == start:
-            mf = self.spares.pop(0)
-        else:
-            mf = self._new_file(start)
+        start = self.files[-1].file_to_offset if self.files else start_offset - start_offset % self.file_size
+        mf = self.spares.pop(0) if self.spares and self.spares[0].file_from_offset == start else self._new_file(start)
         if self.allocator is not None:
             # prepare the segment after every one already made: a spare is in use, and a second
             # preparation of its path would be deleted, data and all, as unused at shutdown

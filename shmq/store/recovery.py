@@ -69,7 +69,8 @@ def first_store_timestamp(mf: MappedFile) -> int:
     status, _ = fmt.check_record(mf.view, 0, mf.size, mf.file_from_offset, False)
     if status != fmt.RECORD_OK:
         return 0
-    return fmt.HEADER.unpack_from(mf.view, 0)[10]
+    answer: int = fmt.HEADER.unpack_from(mf.view, 0)[10]
+    return answer
 
 
 def sync_dir(path: str) -> None:
@@ -165,10 +166,7 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     files = commitlog.queue.files
     if not files:
         return 0
-    if abnormal:
-        start = abnormal_start_file(commitlog, checkpoint_ts)
-    else:
-        start = max(0, len(files) - 3)
+    start = abnormal_start_file(commitlog, checkpoint_ts) if abnormal else max(0, len(files) - 3)
     damaged: list[tuple[int, int]] = []
     end, last_ts = find_log_end(commitlog, start, verify_crc=True, damaged=damaged)
     for offset, length in damaged:

@@ -52,7 +52,7 @@ class Fields:
         return Fields(*(getattr(self, f)[rows] for f in _FIELDS))
 
 
-_FIELDS = [f for f in Fields.__dataclass_fields__]
+_FIELDS = list(Fields.__dataclass_fields__)
 
 
 @dataclass(slots=True)

@@ -74,7 +74,7 @@ class AsyncTraceDispatcher:
         self._events: collections.deque[tuple[Builder, tuple[Any, ...], int]] = collections.deque()
         self._wake = threading.Event()
         self._lock = threading.Lock()  # one drain at a time (the thread, or flush)
-        self._inflight: set[Future] = set()
+        self._inflight: set[Future[Any]] = set()
         self._stopping = False
         self._dropped_logged_at = 0.0
         self._thread: threading.Thread | None = None
@@ -179,14 +179,14 @@ class AsyncTraceDispatcher:
     def _send(self, batch: list[Message], counts: list[int]) -> None:
         try:
             fut = self.producer.send_batch_async(batch)
-        except Exception as e:  # a bad record (an id too long for the KEYS property): this batch only
+        except Exception as e:  # noqa: BLE001 - a bad record (an id too long for the KEYS property): this batch only
             self.failed += sum(counts)
             log.warning("trace messages of %d records to %s not sent: %s", sum(counts), self.topic, e)
             return
         self._inflight.add(fut)
         fut.add_done_callback(functools.partial(self._done, n=sum(counts)))
 
-    def _done(self, fut: Future, n: int) -> None:
+    def _done(self, fut: Future[Any], n: int) -> None:
         self._inflight.discard(fut)
         error = None if fut.cancelled() else fut.exception()
         if error is None and not fut.cancelled():

@@ -76,12 +76,12 @@ def _within(df: Any, ranges: Any) -> Any:
             .drop("lo", "hi"))
 
 
-def _checks(F: Any) -> list[Any]:
+def _checks(F: Any) -> list[Any]:  # noqa: N803 - pyspark.sql.functions by its usual name
     ident = F.xxhash64("topic", "queue_id", "queue_offset", "msg_id").cast("decimal(38,0)")
     return [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ident), F.lit(0).cast("decimal(38,0)")).alias("checksum")]
 
 
-def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[Ident]]:
+def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[Ident]]:  # noqa: N803
     """A few messages more often in the store than in the export, and the other way round
     (one query: +1 per store row, -1 per exported row, summed per message)."""
     from pyspark.sql import Window

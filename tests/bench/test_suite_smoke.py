@@ -103,14 +103,14 @@ def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
 
 
 def test_every_peer_was_installed_and_started(quick_results):
-    res, log = quick_results
+    res, _log = quick_results
     assert PEERS <= set(res["systems"])
     missing = {name: why for name, why in res["unavailable"].items() if name in PEERS}
     assert not missing, missing
 
 
 def test_every_workload_of_every_peer_produced_a_result(quick_results):
-    res, log = quick_results
+    res, _log = quick_results
     assert res["machine"]["cores"] and res["versions"]
     holes = []
     for key, w in res["results"].items():
@@ -130,7 +130,7 @@ def test_every_workload_of_every_peer_produced_a_result(quick_results):
 
 def test_shmq_rows_say_what_they_are(quick_results):
     """shmq's rows hold a number or a reason (e.g. "not available yet"), never a blank."""
-    res, log = quick_results
+    res, _log = quick_results
     for key, w in res["results"].items():
         e = w["systems"]["shmq"]
         assert e["runs"] or e.get("na") or e["errors"], key
@@ -149,7 +149,7 @@ def test_iceoryx2_has_a_number_for_every_row_it_applies_to(quick_results):
     """The no-persistence shared-memory reference: every throughput row (1 -> 1 and 4 -> 2,
     per message and batch, both sizes) and the round trip, each run complete (the suite raises
     when a consumer received fewer messages than were sent)."""
-    res, log = quick_results
+    res, _log = quick_results
     _iceoryx2_or_skip(res)
     for key, w in res["results"].items():
         e = w["systems"]["iceoryx2"]

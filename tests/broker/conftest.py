@@ -42,8 +42,8 @@ def answers(peer: Peer) -> list[tuple[int, object]]:
     while peer.out:
         kind, payload = peer.out.popleft()
         if kind == PACKED:
-            for row in np.frombuffer(payload, P.RESULT_FRAME):
-                out.append((P.SEND_RESULT, P.decode_send_result(row.tobytes()[8:])))
+            out.extend((P.SEND_RESULT, P.decode_send_result(row.tobytes()[8:]))
+                       for row in np.frombuffer(payload, P.RESULT_FRAME))
         elif kind == P.SEND_RESULT:
             out.append((kind, P.decode_send_result(payload)))
         elif kind == P.SEND_MULTI_RESULT:

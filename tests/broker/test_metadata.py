@@ -4,6 +4,7 @@ what was done instead, topics are rebuilt from the store, and offsets are never 
 (the previous copy, or a refused start)."""
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import logging
 import os
@@ -90,7 +91,7 @@ def test_garbage_topics_json_takes_the_backup_and_rebuilds_the_newest_topic(stor
     assert "topics.json" in caplog.text and "topics.json.bak" in caplog.text and "New" in caplog.text
     with open(config_path(store_dir, "topics.json")) as f:  # repaired on disk; the damaged copy kept
         assert user_topics(json.load(f)["topicConfigTable"]) == {"Old", "New"}
-    assert open(config_path(store_dir, "topics.json.damaged")).read() == "\x00garbage{"
+    assert Path(config_path(store_dir, "topics.json.damaged")).read_text() == "\x00garbage{"
 
 
 def test_garbage_topics_json_without_backup_rebuilds_every_topic(store_dir, config, caplog):
@@ -178,7 +179,7 @@ def test_offsets_without_a_valid_copy_refuse_the_start(store_dir, config, text):
     LAST_OFFSET group would skip messages. Now the start is refused with one clear error."""
     write(config_path(store_dir, "consumerOffset.json"), text)
     write(config_path(store_dir, "consumerOffset.json.bak"), "not json either")
-    with pytest.raises(MetadataError, match="consumerOffset.json") as e:
+    with pytest.raises(MetadataError, match=r"consumerOffset\.json") as e:
         open_core(store_dir, config)
     assert "\n" not in str(e.value) and "remove it" in str(e.value)
     with open(config_path(store_dir, "consumerOffset.json")) as f:  # left as it was, for the operator

@@ -31,7 +31,7 @@ def test_keys_come_out_in_due_then_offset_order_across_runs_and_only_when_due():
 def test_keys_not_advanced_stay_pending():
     p = PendingTimers()
     p.add(np.array([1, 2]), np.array([0, 1]))
-    d, q, _ = p.due(5, 10)
+    _d, q, _ = p.due(5, 10)
     assert q.tolist() == [0, 1] and len(p) == 2  # a failed delivery: nothing lost
     assert drain(p, 5, 10) == [(1, 0), (2, 1)]
 

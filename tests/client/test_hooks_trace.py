@@ -60,6 +60,17 @@ def test_hooked_future_calls_after_on_completion():
     assert [k for k, _ in log.seen] == ["before", "after"] and isinstance(ctx.exception, TimeoutError)
 
 
+def test_hooked_future_of_a_batch_answered_per_message_still_calls_after():
+    """shmq.aio's batches answer one SendResult per message: a list, which has no queue for the context."""
+    log = Log()
+    fut: Future = Future()
+    ctx = SendMessageContext("g", [Message("T", b"x"), Message("T", b"y")], "ASYNC")
+    hooked_future([log], ctx, lambda: fut)
+    fut.set_result([_result(), _result()])
+    assert [k for k, _ in log.seen] == ["before", "after"]
+    assert ctx.result is None and ctx.exception is None
+
+
 def test_check_hook_refuses_objects_without_the_methods():
     with pytest.raises(ArgumentTypeError, match="send_message_after"):
         check_hook(object(), "send_message_before", "send_message_after")

@@ -219,7 +219,7 @@ def test_a_changed_totalsize_pointing_at_a_later_record_skips_only_the_damaged_o
     """Equal-size records, one TOTALSIZE grown by exactly one record: the damaged range is that
     record alone, the record its size now points past is kept."""
     recs = []
-    for i in range(4):
+    for _i in range(4):
         recs.append(_stored(b"x" * 37, sum(map(len, recs))))
     size = len(recs[0])
     bad = bytearray(recs[1])

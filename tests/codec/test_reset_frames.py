@@ -52,4 +52,4 @@ def test_ack_of_the_wrong_size_is_corrupt():
 
 def test_encoding_too_many_queues_is_refused():
     with pytest.raises(ValueError):
-        encode_reset_offset(OffsetReset(1, "cg", "T", {q: 0 for q in range(1025)}))
+        encode_reset_offset(OffsetReset(1, "cg", "T", dict.fromkeys(range(1025), 0)))

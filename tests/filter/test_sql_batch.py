@@ -11,7 +11,7 @@ from shmq.filter.sql_batch import Batch, property_value
 NAMES = ["a", "b", "c"]
 _values = st.one_of(st.sampled_from(["1", "2", "2.5", "-3", "x", "y", "", "true", "FALSE", "1e3", "abc"]),
                     st.text(max_size=4).filter(lambda s: "\x01" not in s and "\x02" not in s))
-_props = st.dictionaries(st.sampled_from(NAMES + ["TAGS"]), _values, max_size=4)
+_props = st.dictionaries(st.sampled_from([*NAMES, "TAGS"]), _values, max_size=4)
 
 _leaf = st.one_of(
     st.builds(lambda n, op, v: f"{n} {op} {v}", st.sampled_from(NAMES), st.sampled_from(["=", "<>", "<", ">=", ">"]),

@@ -80,11 +80,7 @@ def _ns_inode(pid: int, kind: str) -> int | None:
 
 def _members(kind: str, inode: int) -> list[int]:
     """Every live process whose ``kind`` namespace has this inode."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ns_inode(int(entry), kind) == inode:
-            out.append(int(entry))
-    return out
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _ns_inode(int(entry), kind) == inode]
 
 
 def _kill_members(kind: str, inode: int, spare: int | None = None) -> None:
@@ -128,7 +124,8 @@ class Host:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # ip, unshare and sh all exec: the pid ends up as sleep
             if self.holder.poll() is not None:
-                raise RuntimeError(f"host {self.name}: holder exited: {self.holder.stderr.read().decode()}")  # type: ignore[union-attr]
+                err = self.holder.stderr.read().decode()  # type: ignore[union-attr]
+                raise RuntimeError(f"host {self.name}: holder exited: {err}")
             with contextlib.suppress(FileNotFoundError):
                 if Path(f"/proc/{self.holder.pid}/comm").read_text().strip() == "sleep":
                     self.ipc_inode = _ns_inode(self.holder.pid, "ipc")
@@ -304,7 +301,7 @@ def pair(names: tuple[str, str] = ("master", "replica")) -> Iterator[tuple[Host,
         for h in hosts:
             try:
                 h.close()
-            except Exception as e:  # the other host is still cleaned up
+            except Exception as e:  # noqa: BLE001 - the other host is still cleaned up
                 errors.append(f"{h}: {e}")
         for ns in netns[len(hosts):]:
             _delete_netns(ns)

@@ -6,6 +6,7 @@ its host's directory, the only thing the test reads besides the store files.
 """
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import os
 import shutil
@@ -105,9 +106,9 @@ def wait_serving(host: Host, name: str, timeout: float = 30) -> None:
 def start_master(host: Host, role: str = "SYNC_MASTER", **extra: object) -> subprocess.Popen:
     conf = write_conf(host, "master", {**COMMON, "brokerRole": role, "haListenAddress": host.ip,
                                        "haListenPort": HA_PORT, **extra})
-    proc = host.popen([sys.executable, "-m", "shmq", "broker", "--store", os.path.join(host.dir, "store"),
-                       "--name", "m", "--config", conf], stdout=subprocess.DEVNULL,
-                      stderr=open(os.path.join(host.dir, "broker.err"), "ab"))
+    with open(os.path.join(host.dir, "broker.err"), "ab") as err:  # the broker has its own copy
+        proc = host.popen([sys.executable, "-m", "shmq", "broker", "--store", os.path.join(host.dir, "store"),
+                           "--name", "m", "--config", conf], stdout=subprocess.DEVNULL, stderr=err)
     wait_serving(host, "m")
     return proc
 
@@ -119,9 +120,10 @@ def start_replica(host: Host, master: Host, **extra: object) -> subprocess.Popen
         os.makedirs(os.path.dirname(token), mode=0o700, exist_ok=True)
         shutil.copy2(os.path.join(master.dir, "store", "config", "ha.token"), token)
     conf = write_conf(host, "replica", {**COMMON, **extra})
-    proc = host.popen([sys.executable, "-m", "shmq", "replica", "--store", replica_store(host), "--name", "r",
-                       "--master", f"{master.ip}:{HA_PORT}", "--config", conf], stdout=subprocess.DEVNULL,
-                      stderr=open(os.path.join(host.dir, "replica.err"), "ab"))
+    with open(os.path.join(host.dir, "replica.err"), "ab") as err:  # the replica has its own copy
+        proc = host.popen([sys.executable, "-m", "shmq", "replica", "--store", replica_store(host), "--name", "r",
+                           "--master", f"{master.ip}:{HA_PORT}", "--config", conf], stdout=subprocess.DEVNULL,
+                          stderr=err)
     wait_serving(host, "r")
     return proc
 
@@ -132,7 +134,7 @@ def replica_store(host: Host) -> str:
 
 def commitlog_bytes(store: str) -> bytes:
     d = os.path.join(store, "commitlog")
-    return b"".join(open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)))
+    return b"".join(Path(os.path.join(d, f)).read_bytes() for f in sorted(os.listdir(d)))
 
 
 def log_end(store: str) -> int:

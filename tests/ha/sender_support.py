@@ -1,6 +1,7 @@
 """A real master (broker + `shmq ha` process) and a small real TCP replica for the sender's tests."""
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import signal
 import socket
@@ -85,7 +86,7 @@ def running_master(store: str, name: str, tmp: str, extra: dict | None = None) -
                                       stdin=subprocess.DEVNULL)
         ha = HASegment.open(name, read_only=True)
         assert wait_for(lambda: int(ha.header["listen_port"][0]) == port or sender.poll() is not None, 15)
-        assert sender.poll() is None, open(log_path).read()
+        assert sender.poll() is None, Path(log_path).read_text()
         yield Master(broker, sender, port, log_path, ha)
     finally:
         if sender is not None and sender.poll() is None:

@@ -64,7 +64,7 @@ def test_wrong_version_and_garbage_are_protocol_errors():
 
 
 def test_frames_byte_by_byte_and_limits():
-    m, r, _ = _handshake()
+    _m, r, _ = _handshake()
     stream = H.frame_header(0, 5) + b"hello" + H.frame_header(5, 0) + H.encode_metadata(H.META_TOPICS, b"{}")
     events = []
     for i in range(len(stream)):
@@ -75,7 +75,7 @@ def test_frames_byte_by_byte_and_limits():
 
 
 def test_reports_must_not_go_backwards():
-    m, r, _ = _handshake()
+    m, _r, _ = _handshake()
     assert m.receive(H.encode_report(10) + H.encode_report(20)[:3]) == [H.Report(10)]
     assert m.receive(H.encode_report(20)[3:]) == [H.Report(20)]
     with pytest.raises(HAProtocolError, match="reported offset 5"):
@@ -143,6 +143,6 @@ def test_frames_are_views_of_the_received_buffer_and_any_split_gives_the_same_ev
         _, r, _ = _handshake()
         cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 6)))
         events = []
-        for a, b in zip([0] + cuts, cuts + [len(stream)]):
+        for a, b in zip([0, *cuts], [*cuts, len(stream)]):
             events += r.receive(stream[a:b])
         assert events == want, cuts

@@ -30,14 +30,14 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
         ha = HASegment.open(mname, read_only=True)
         try:
             if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 10):  # the broker did not start one
-                log = open(os.path.join(mstore, "ha.log"), "ab")
+                log = open(os.path.join(mstore, "ha.log"), "ab")  # noqa: SIM115 - the sender process writes it
                 sender = subprocess.Popen([sys.executable, "-m", "shmq", "ha", "--store", mstore, "--name", mname,
                                            "--config", mconf], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
                 log.close()
             Admin(mname).create_topic("Orders", queues=2)
             with Producer("pg", broker=mname) as p:
                 for i in range(300):
-                    p.send(Message("Orders", b"%05d" % i + os.urandom(4000)), selector=lambda qs, m, a: qs[i % 2])
+                    p.send(Message("Orders", b"%05d" % i + os.urandom(4000)), selector=lambda qs, m, a, i=i: qs[i % 2])
             with shmq.Broker(rstore, rname, rconf) as replica:
                 end = ha.master_offset
                 assert end > SEGMENT

@@ -41,7 +41,7 @@ def test_a_configured_token_wins_and_a_token_file_is_read(tmp_path) -> None:
 
 def test_a_replica_is_never_given_a_token_it_was_not_told(tmp_path) -> None:
     store = str(tmp_path / "replica")
-    with pytest.raises(ConfigError, match="needs its master's HA token.*config/ha.token.*haAuthTokenFile"):
+    with pytest.raises(ConfigError, match=r"needs its master's HA token.*config/ha\.token.*haAuthTokenFile"):
         replica_token(store, BrokerConfig())
     assert not os.path.exists(token_path(store))  # a replica generates nothing
     os.makedirs(os.path.dirname(token_path(store)))

@@ -32,7 +32,7 @@ def test_bad_keys_raise_at_construction(keys):
 def test_delay_level_out_of_range_raises_at_construction(level):
     """Regression: delay_level=19 was accepted and failed (or was ignored) later. A broker may
     name up to 64 levels (messageDelayLevel); one past its last is its last, as in RocketMQ."""
-    with pytest.raises(shmq.BadMessageError, match="0..64"):
+    with pytest.raises(shmq.BadMessageError, match=r"0\.\.64"):
         Message("T", b"x", delay_level=level)
 
 

@@ -1,6 +1,7 @@
 """Channels across processes: ordered delivery with parking on both sides, ping-pong, cleanup."""
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 
 import pytest
@@ -24,7 +25,7 @@ def _produce(broker: str, client_id: int, n: int, spin: float) -> None:
     for i in range(n):
         data = _payload(i)
         while not ring.try_write(16 + i % 7, data):
-            assert park(lambda: ring.writable(len(data)), [(ring, PRODUCER)], ch.client_bell, 10.0, spin)
+            assert park(functools.partial(ring.writable, len(data)), [(ring, PRODUCER)], ch.client_bell, 10.0, spin)
         wake(ring, CONSUMER, ch.broker_bell)
     ch.close()
 
@@ -118,7 +119,7 @@ def test_garbage_from_another_process_is_corrupt(broker_name, broker_side):
     proc.start()
     proc.join(10)
     assert proc.exitcode == 0
-    kind, view = ch.requests.read()
+    _kind, view = ch.requests.read()
     assert bytes(view) == b"good"
     with pytest.raises(CorruptFrameError, match="overruns"):
         ch.requests.read()

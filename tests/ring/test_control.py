@@ -42,7 +42,7 @@ def test_long_reply_in_chunks():
     with pytest.raises(ControlProtocolError, match="chunks of"):
         _decode(messages[1:])
     with pytest.raises(ControlProtocolError, match="out of order"):
-        _decode([messages[0], messages[2], messages[1]] + messages[3:])
+        _decode([messages[0], messages[2], messages[1], *messages[3:]])
     with pytest.raises(ValueError, match="exceeds"):
         control.encode_reply(Reply(77, 9, True, {"x": "a" * control.MAX_REPLY_BYTES}))
 

@@ -234,9 +234,7 @@ def test_write_packed_wraps_and_stops_when_full():
 def test_write_packed_matches_reference_queue(ops):
     p, c, _ = make(256)
     pending: deque[tuple[int, bytes]] = deque()
-    seed = 0
-    for op in ops:
-        seed += 1
+    for seed, op in enumerate(ops, 1):
         if op[0] == "packed":
             _, count, n = op
             frames = _packed(20, n, count, seed)

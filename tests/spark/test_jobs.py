@@ -74,7 +74,7 @@ def _make_store(store_dir: str, broker_name: str, config: dict) -> dict:
             c.shutdown()
         a = PullConsumer("audit-cg", broker=broker_name).start()
         try:
-            _commit(a, "Audit", {q: 1 for q in {r.queue.queue_id for r, _, _ in sent["Audit"]}})
+            _commit(a, "Audit", dict.fromkeys({r.queue.queue_id for r, _, _ in sent["Audit"]}, 1))
         finally:
             a.shutdown()
     return sent

@@ -28,11 +28,10 @@ def _fill(broker: str) -> list[dict]:
     Admin(broker).create_topic("Pay", queues=3)
     sent = []
     with Producer("pg", broker=broker) as p:
-        for i in range(40):
-            sent.append(send(p, Message("Orders", b"plain-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}", f"o{i % 5}", "all"],
-                                        properties={"n": str(i), "città": "Zürich ✓ 東京"})))
-        for i in range(6):  # over compressMsgBodyOverHowmuch (4096) and compressible: stored zlib'd
-            sent.append(send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")))
+        sent.extend(send(p, Message("Orders", b"plain-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}", f"o{i % 5}", "all"],
+                                    properties={"n": str(i), "città": "Zürich ✓ 東京"})) for i in range(40))
+        # over compressMsgBodyOverHowmuch (4096) and compressible: stored zlib'd
+        sent.extend(send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")) for i in range(6))
         sent += send_batch(p, [Message("Pay", b"batch-%d" % i, tags="b", keys=f"b{i}", properties={"i": str(i)})
                                for i in range(10)])
         for i in range(12):  # ordered: each order's messages to one queue
@@ -66,7 +65,7 @@ def test_scan_gives_back_every_message_as_sent(spark: Any, stored: tuple[str, li
     # the records tile the commitlog: each starts where the previous one ended (one small segment)
     by_offset = sorted(got.values(), key=lambda r: r["commitlog_offset"])
     assert by_offset[0]["commitlog_offset"] == 0
-    assert all(a["commitlog_offset"] + a["size"] == b["commitlog_offset"] for a, b in zip(by_offset, by_offset[1:]))
+    assert all(a["commitlog_offset"] + a["size"] == b["commitlog_offset"] for a, b in itertools.pairwise(by_offset))
 
 
 def _ts(ms: int, extra_us: int = 0) -> str:

@@ -20,6 +20,7 @@ from shmq.spark.pushdown import ScanBounds
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
 from tests.spark.support import load, run
+import itertools
 
 SYSTEM = ("%RETRY%cg", "%DLQ%cg", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 
@@ -131,7 +132,7 @@ def test_max_partition_bytes_cuts_a_queue_into_exact_slices(spark: Any, store_di
     slices = split_extent(store_dir, extents[3], 20_000)
     assert len(slices) > 10
     assert slices[0].start == 0 and slices[-1].end == 300
-    assert all(a.end == b.start for a, b in zip(slices, slices[1:]))  # no gap, no overlap
+    assert all(a.end == b.start for a, b in itertools.pairwise(slices))  # no gap, no overlap
     assert all(0 < s.nbytes <= 20_000 for s in slices)
     sizes = _cq_entries(store_dir, "Big", 3)["size"][:300].astype(np.int64)
     assert all(s.nbytes == int(sizes[s.start:s.end].sum()) for s in slices)

@@ -61,7 +61,8 @@ def test_odd_messages_are_declined_alike(pair) -> None:
     assert _snapshot(racc) == _snapshot(facc)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # fresh accumulators per example
+# fresh accumulators per example
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(["T", "U", "V_1"]), st.binary(max_size=LIMIT + 8), st.booleans()),
                 max_size=40), st.integers(200, 4000))
 def test_batches_and_futures_are_the_same(pair, sends, max_bytes) -> None:

@@ -34,7 +34,7 @@ def pair():
 
 def slots(m: MessageExt) -> tuple:
     """Every slot as stored (lazy fields not made by reading them), and the type."""
-    return (type(m),) + tuple(object.__getattribute__(m, s) for s in MessageExt.__slots__)
+    return (type(m), *(object.__getattribute__(m, s) for s in MessageExt.__slots__))
 
 
 def outcome(fn, batch: PulledBatch) -> tuple:

@@ -8,6 +8,7 @@ whose bit-exact model is checked here too.
 """
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import zlib
 from collections.abc import Iterator
@@ -97,6 +98,6 @@ def test_the_constants_model_matches_zlib() -> None:
     for n in (16, 31, 32, 79, 80, 100, 143, 144, 1000):
         data = os.urandom(n)
         assert k.model(0x12345678, data) == zlib.crc32(data, 0x12345678)
-    header = open(os.path.join(os.path.dirname(__file__), "../../shmq/_speedups/_crc.h")).read()
+    header = Path(os.path.join(os.path.dirname(__file__), "../../shmq/_speedups/_crc.h")).read_text()
     for lane0, lane1 in k.CONSTANTS.values():  # the compiled-in constants are the derived ones
         assert f"_mm_set_epi64x((long long)0x{lane1:016X}ull, (long long)0x{lane0:016X}ull)" in header

@@ -29,9 +29,9 @@ _values = st.one_of(st.none(), st.integers(-3, 70), st.booleans(), st.floats(all
 def _outcome(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple:
     try:
         m = cls(*args, **kwargs)
-    except Exception as e:  # the same type and text both ways
+    except Exception as e:  # noqa: BLE001 - the same type and text both ways
         return ("raised", type(e), str(e))
-    return ("made",) + tuple((type(getattr(m, f)), getattr(m, f)) for f in FIELDS)
+    return ("made", *((type(getattr(m, f)), getattr(m, f)) for f in FIELDS))
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -55,7 +55,7 @@ def test_positional_and_missing_arguments() -> None:
     args = ("T", b"x", "t", "k", {"a": "b"}, 3, 0, None, None)
     assert _outcome(compiled, args, {}) == _outcome(M._Fields, args, {})
     for cls in (compiled, M._Fields):
-        for bad in ((), ("T",), args + (1,)):
+        for bad in ((), ("T",), (*args, 1)):
             try:
                 cls(*bad)
             except TypeError:

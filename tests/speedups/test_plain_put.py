@@ -227,9 +227,10 @@ def test_reservations_ahead_keep_every_put_plain(monkeypatch: pytest.MonkeyPatch
         with tempfile.TemporaryDirectory() as root:
             store = MessageStore(root, config).start()
             out, marks = [], 0
+            clog = store.commitlog
             try:
                 for k in range(400):
-                    store.commitlog.next_store_timestamp = lambda k=k: 1_700_000_000_000 + k  # type: ignore
+                    clog.next_store_timestamp = lambda k=k: 1_700_000_000_000 + k  # type: ignore[method-assign]
                     out.append(_outcome(store, _request(p)))
                     done = threading.Event()  # the allocator's jobs run in order: all before this one are done
                     store.allocator._submit(done.set)

@@ -93,11 +93,11 @@ def test_records_are_those_of_the_record_codec(pair) -> None:
         assert hashes[i] == fmt.index_key_hash("T", key)
 
 
-@pytest.mark.parametrize("bad", [dict(flags=2**31), dict(flags=-2**31 - 1), dict(bodies=[b"a", "text"]),
-                                 dict(bodies=[b"a", 3]), dict(ts=2**63)])
+@pytest.mark.parametrize("bad", [{"flags": 2**31}, {"flags": -2**31 - 1}, {"bodies": [b"a", "text"]},
+                                 {"bodies": [b"a", 3]}, {"ts": 2**63}])
 def test_same_errors(pair, bad) -> None:
     compiled, reference = pair
-    kw = dict(bodies=[b"a", b"b"], flags=0, ts=1)
+    kw = {"bodies": [b"a", b"b"], "flags": 0, "ts": 1}
     kw.update(bad)
     head, end = E._tail_parts(b"T", None, None)
     outcomes = []
@@ -124,7 +124,7 @@ def _encode(which: str, msgs):
         enc = _encoder(monkeypatch, which)
         try:
             out = enc.encode_batch(msgs, 1_700_000_000_123, 42)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the type and text are compared
             return type(e), str(e)
     b = out.batch
     return (out.topic_b, b.buf, b.starts.tolist(), b.tags_codes.tolist(), b.key_hashes.tolist(),
@@ -145,10 +145,10 @@ def _odd(m: Message, what: int) -> object:
         return SubMessage(m.topic, m.body, m.tags, m.keys)
     if what == 1:
         return Message("Other", m.body, m.tags, m.keys)
-    changes = [dict(body=bytearray(b"abc")), dict(body=b"x" * 800), dict(tags="u"), dict(keys="k9"),
-               dict(properties={"a": "b"}), dict(properties={}), dict(delay_level=3), dict(delay=1.0),
-               dict(deliver_at=5.0), dict(flag=True), dict(flag=1.0), dict(flag=2**63), dict(flag=-2**63),
-               dict(flag=2**40), dict(body="text"), dict(tags=["t"]), dict(topic=5)]
+    changes = [{"body": bytearray(b"abc")}, {"body": b"x" * 800}, {"tags": "u"}, {"keys": "k9"},
+               {"properties": {"a": "b"}}, {"properties": {}}, {"delay_level": 3}, {"delay": 1.0},
+               {"deliver_at": 5.0}, {"flag": True}, {"flag": 1.0}, {"flag": 2**63}, {"flag": -2**63},
+               {"flag": 2**40}, {"body": "text"}, {"tags": ["t"]}, {"topic": 5}]
     m2 = Message(m.topic, m.body, m.tags, m.keys)
     for k, v in changes[(what - 2) % len(changes)].items():
         setattr(m2, k, v)
@@ -177,7 +177,7 @@ def test_uniform_columns_are_identical(columns, msgs, changes, uniform) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(messages, min_size=1, max_size=20), st.booleans())
 def test_encoder_batches_are_identical(pair, msgs, uniform) -> None:
-    compiled, reference = pair
+    _compiled, _reference = pair
     if uniform:
         msgs = [dataclasses.replace(m, tags=msgs[0].tags, keys=msgs[0].keys) for m in msgs]
     assert _encode(COMPILED, msgs) == _encode(REFERENCE, msgs)
@@ -196,14 +196,14 @@ def test_encoder_batches_are_identical(pair, msgs, uniform) -> None:
     [Message("Topic", b"x"), Message("Other", b"y")],
 ])
 def test_encoder_errors_are_identical(pair, msgs) -> None:
-    compiled, reference = pair
+    _compiled, _reference = pair
     got = _encode(COMPILED, msgs)
     assert got == _encode(REFERENCE, msgs)
     assert isinstance(got, tuple) and isinstance(got[0], type) and issubclass(got[0], Exception)
 
 
 def test_compressed_bodies_keep_their_sysflag(pair) -> None:
-    compiled, reference = pair
+    _compiled, _reference = pair
     body = bytes(range(256)) * 3
     msgs = MessageBatch("Topic", [b"small", body])
     a = _encode(COMPILED, msgs)

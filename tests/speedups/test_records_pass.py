@@ -53,7 +53,7 @@ def test_damaged_batches_get_the_same_verdict(pair, batch, flips, max_body, max_
     for where, value in flips:
         buf[where % len(buf)] = value
     if 0 <= renamed < len(topics):  # a record's topic field that names another topic
-        topics = topics[:renamed] + [topics[renamed] + "x"] + topics[renamed + 1:]
+        topics = [*topics[:renamed], topics[renamed] + "x", *topics[renamed + 1:]]
     args = _args(buf, starts, ids, topics, max_body, max_record)
     assert compiled(*args) == reference(*args)
     if not flips and renamed < 0 and max_record < 0:

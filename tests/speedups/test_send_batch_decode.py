@@ -53,7 +53,7 @@ def _frame(draw) -> bytes:
     topic = draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20))
     sizes = draw(st.lists(st.integers(fmt.FIXED_OVERHEAD, 300), min_size=1, max_size=8))
     buf = draw(st.binary(min_size=sum(sizes), max_size=sum(sizes)))
-    starts = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+    starts = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
     n = len(sizes)
     keys = draw(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.integers(0, n - 1)), max_size=10))
     batch = fmt.EncodedBatch(buf, starts, np.array(draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n,

@@ -21,7 +21,7 @@ from .conftest import put_one, record
 def fill(store: MessageStore, plan: list[tuple[str, int, int]]) -> None:
     """Put ``n`` messages to each (topic, queue, n), interleaved one by one in the plan's order."""
     left = {(t, q): n for t, q, n in plan}
-    done = {k: 0 for k in left}
+    done = dict.fromkeys(left, 0)
     while any(done[k] < left[k] for k in left):
         for k in left:
             if done[k] < left[k]:
@@ -160,7 +160,7 @@ def test_a_queue_whose_records_were_cleaned_continues_at_its_max_offset(store_di
     consumers committed past."""
     with MessageStore(store_dir, small_config) as s:
         fill(s, [("Old", 0, 80)])
-        for i in range(200):  # ~3 segments of 64 KiB
+        for _i in range(200):  # ~3 segments of 64 KiB
             last = put_one(s, "New", 0, record("New", b"y" * 1000)).wrote_offset
     seg = small_config["mappedFileSizeCommitLog"]
     assert last >= 2 * seg

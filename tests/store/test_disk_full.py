@@ -64,11 +64,11 @@ def test_batches_fill_the_disk_then_fail_whole_and_everything_stored_is_read(kin
         with MessageStore(os.path.join(mnt, "store"), small_config) as s:
             with pytest.raises(DiskFullError, match="disk full"):
                 for i in range(100_000):
-                    topic = "T%d" % (i % 7)
+                    topic = f"T{i % 7}"
                     put_batch(s, topic, i % 3, fmt.encode_batch(topic, [os.urandom(3000)] * 5))
                     stored += 5
             assert stored > 100 and s.disk_full
-            got = sum(len(s.get_message("T%d" % t, q, 0, 10_000).messages) for t in range(7) for q in range(3))
+            got = sum(len(s.get_message(f"T{t}", q, 0, 10_000).messages) for t in range(7) for q in range(3))
             assert got == stored
 
 
@@ -82,7 +82,7 @@ def test_a_store_reopened_on_a_full_disk_refuses_puts_without_faulting(kind, sma
         d = os.path.join(mnt, "store")
         fill(mnt, 6 << 20)
         stored = 0
-        for round_ in range(2):
+        for _round in range(2):
             with MessageStore(d, small_config) as s:
                 with pytest.raises(DiskFullError):
                     for i in range(10_000):

@@ -1,6 +1,7 @@
 """EpochFile: config/epochs.json written atomically, validated on load, master epochs opened."""
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import os
 
@@ -63,11 +64,11 @@ def test_garbage_is_a_clear_error(tmp_path, text, why):
     with open(f.path, "w") as fh:
         fh.write(text)
     with pytest.raises(MetadataError, match=why) as err:
-        f.entries
+        f.entries  # noqa: B018 - reading the property raises
     assert f.path in str(err.value)
     with pytest.raises(MetadataError):
         f.begin_master_epoch(0)  # never taken for "no history"
-    assert open(f.path).read() == text
+    assert Path(f.path).read_text() == text
 
 
 def test_json_shape(tmp_path):

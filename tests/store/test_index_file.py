@@ -1,6 +1,7 @@
 """IndexFile / IndexService against a pure-Python model: a list of (hash, phys, ts) records."""
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import struct
 import tempfile
@@ -60,7 +61,7 @@ def test_put_and_put_batch_round_trip(tmp_path):
     assert (f.index_count, f.begin_timestamp, f.end_timestamp) == (3, T0 + 1500, T0 + 3999)
     assert (f.begin_phys_offset, f.end_phys_offset) == (1000, 3000)
     f.close()
-    raw = open(tmp_path / "idx", "rb").read()
+    raw = Path(tmp_path / "idx").read_bytes()
     assert len(raw) == index_file_size(100, 50)
     assert INDEX_HEADER.unpack_from(raw, 0) == (T0 + 1500, T0 + 3999, 1000, 3000, 2, 3)
 

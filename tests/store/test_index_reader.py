@@ -1,6 +1,7 @@
 """IndexReader (read-only, another process's index) against the writer's own IndexService.query."""
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import random
 import threading
@@ -79,7 +80,7 @@ def test_damaged_files_never_raise(tmp_path) -> None:
     svc = _fill(str(tmp_path), 97, 512, 200, 7)
     path = svc.files[0].path
     svc.close()
-    clean = open(path, "rb").read()
+    clean = Path(path).read_bytes()
     rng = random.Random(7)
     for _ in range(300):
         data = bytearray(clean)

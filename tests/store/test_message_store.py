@@ -34,7 +34,7 @@ def test_put_get_statuses_and_tag_filter(store):
 def test_batch_put_and_queries(store):
     gen = ids.UniqKeyGenerator()
     uniq = [gen.next() for _ in range(100)]
-    props = [fmt.message_properties(tags="T%d" % (i % 3), keys=f"order-{i} shared", uniq_key=uniq[i])
+    props = [fmt.message_properties(tags=f"T{i % 3}", keys=f"order-{i} shared", uniq_key=uniq[i])
              for i in range(100)]
     r = put_batch(store, "Pay", 2, fmt.encode_batch("Pay", [b"p%d" % i for i in range(100)], props))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 100 and r.queue_offset == 0
@@ -50,11 +50,11 @@ def test_batch_put_and_queries(store):
 
 def test_offset_by_time(store):
     before = int(time.time() * 1000)
-    for i in range(5):
+    for _i in range(5):
         put_one(store, "T", 0, record("T", b"a"))
     time.sleep(0.02)
     mid = int(time.time() * 1000)
-    for i in range(5):
+    for _i in range(5):
         put_one(store, "T", 0, record("T", b"b"))
     assert store.get_offset_in_queue_by_time("T", 0, before - 10_000) == 0
     assert store.get_offset_in_queue_by_time("T", 0, mid) == 5
@@ -223,7 +223,7 @@ def test_forcible_cleanup_over_ratio_with_the_rocketmq_key_logs_what_it_deletes(
     small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
                         deleteCommitLogFilesInterval=0, deleteFileBatchMax=3, cleanFileForciblyEnable=True)
     with MessageStore(str(tmp_path / "s"), small_config) as s:
-        for i in range(300):
+        for _i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
         n = len(s.commitlog.queue.files)
         with caplog.at_level(logging.ERROR, "shmq.store.cleanup"):
@@ -240,7 +240,7 @@ def test_forcible_cleanup_keeps_what_a_group_has_not_consumed_by_default(tmp_pat
                         deleteCommitLogFilesInterval=0, deleteFileBatchMax=10)
     d = str(tmp_path / "s")
     with MessageStore(d, small_config) as s:
-        for i in range(300):
+        for _i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
         put_one(s, "Unread", 0, record("Unread", b"nobody reads me"))
         n = len(s.commitlog.queue.files)
@@ -289,14 +289,14 @@ def test_multi_queue_put_keeps_each_queue_in_order(store):
     gen = ids.UniqKeyGenerator()
     spec = [("A", 0), ("B", 1), ("A", 0), ("C", 3), ("A", 1), ("B", 1), ("A", 0)]
     recs = [(t, b"%s%d-%d" % (t.encode(), q, i),
-             fmt.message_properties(tags="T%d" % i, keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
+             fmt.message_properties(tags=f"T{i}", keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
     r = put_multi(store, [t for t, _ in spec], [q for _, q in spec], _mixed(recs))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 7
     assert r.queue_offsets.tolist() == [1, 0, 2, 0, 0, 1, 3]
     assert (np.diff(r.phys_offsets) > 0).all()
     for i, (t, q) in enumerate(spec):
         got = store.get_message(t, q, int(r.queue_offsets[i]), 1).messages[0]
-        assert bytes(got.body) == recs[i][1] and got.tags == "T%d" % i
+        assert bytes(got.body) == recs[i][1] and got.tags == f"T{i}"
         assert got.topic == t and got.queue_id == q and got.physical_offset == r.phys_offsets[i]
         assert [bytes(m.body) for m in store.query_message(t, f"key-{i}")] == [recs[i][1]]
     assert store.get_max_offset_in_queue("A", 0) == 4 and store.get_max_offset_in_queue("C", 3) == 1

@@ -20,6 +20,7 @@ from shmq.store import replica_scan
 from shmq.store.message_store import MessageStore
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
+import itertools
 
 SEG = SMALL["mappedFileSizeCommitLog"]
 FRAME = 32 * 1024
@@ -164,7 +165,7 @@ def test_wrong_offset_and_segment_crossing_refused(pair):
     feed(master, random.Random(1), 30)
     app = ReplicaAppender(replica)
     data = bytes(master.commitlog.data(0, 1000))
-    with pytest.raises(ValueError, match="offset 10.*max offset is 0"):
+    with pytest.raises(ValueError, match=r"offset 10.*max offset is 0"):
         app.append(10, data)
     app.append(0, data)
     with pytest.raises(ValueError, match="max offset is 1000"):
@@ -234,7 +235,7 @@ def test_truncate_then_different_tail(pair, tmp_path):
         app.truncate(cut + 1)
     with pytest.raises(ValueError, match="holds"):
         app.truncate(full + 1)
-    starts = [cut] + list(range(cut - cut % SEG + SEG, full, SEG))
+    starts = [cut, *range(cut - cut % SEG + SEG, full, SEG)]
     cut_bytes = b"".join(bytes(master.commitlog.data(o, min(SEG - o % SEG, full - o))) for o in starts)
     removed = app.truncate(cut)
     assert removed == full - cut and app.max_offset == cut
@@ -500,7 +501,7 @@ def test_a_dispatching_append_behind_deferred_frames_checks_all_in_place(pair, b
     run[bad + fmt.OFF_BODY + 7] ^= 1  # its body CRC fails
     app = ReplicaAppender(replica)
     cuts = [0, at[3] + 5, at[20] + 11, at[37] + 2, end]
-    for a, b in zip(cuts[:-2], cuts[1:-1]):
+    for a, b in itertools.pairwise(cuts[:-1]):  # all but the last run
         assert app.append(a, bytes(run[a:b]), dispatch=False) == []
     assert replica.get_max_offset_in_queue("TopicA", 0) == 0  # nothing checked yet
     with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {bad}: body CRC"):

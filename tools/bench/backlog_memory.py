@@ -49,7 +49,8 @@ def main() -> None:
             while sent < args.messages:
                 if sent >= next_sample:
                     samples.append((sent, rss_anon_mib(broker.pid), proc.memory_full_info().uss / 2**20))
-                    print(f"{sent:>12,} messages  broker RssAnon {samples[-1][1]:8.1f} MiB  USS {samples[-1][2]:8.1f} MiB",
+                    print(f"{sent:>12,} messages  broker RssAnon {samples[-1][1]:8.1f} MiB  "
+                          f"USS {samples[-1][2]:8.1f} MiB",
                           flush=True)
                     next_sample += args.every
                 in_flight.append(p.send_batch_async(batch))

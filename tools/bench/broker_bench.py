@@ -205,7 +205,8 @@ def main() -> None:
     rounds = [run_round(args.seconds) for _ in range(args.rounds)]
     for key in rounds[0]:
         values = [r[key] for r in rounds]
-        print(f"{key:>30}: median {_fmt(statistics.median(values))}   (runs: {', '.join(_fmt(v).strip() for v in values)})")
+        runs = ", ".join(_fmt(v).strip() for v in values)
+        print(f"{key:>30}: median {_fmt(statistics.median(values))}   (runs: {runs})")
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def missing(entry: dict[str, Any]) -> str:
 def table(header: list[str], body: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in body]
-    return out + [""]
+    return [*out, ""]
 
 
 def peers(res: dict[str, Any]) -> list[str]:
@@ -130,7 +130,7 @@ def machine(res: dict[str, Any]) -> list[str]:
 def systems(res: dict[str, Any]) -> list[str]:
     body = [[n, s["persistence"], "yes" if s["broker"] else "no", s.get("how", ""),
              PATH.sub("…", res["unavailable"].get(n, s["note"]))] for n, s in res["systems"].items()]
-    return ["## What is compared", ""] + table(["system", "persistence", "broker", "how it is driven", "note"], body)
+    return ["## What is compared", "", *table(["system", "persistence", "broker", "how it is driven", "note"], body)]
 
 
 def throughput(res: dict[str, Any], api: str) -> list[str]:
@@ -169,7 +169,7 @@ def throughput(res: dict[str, Any], api: str) -> list[str]:
             f"batches of {res['settings']['batch_size']} messages per call")
     return [f"## Throughput, {title}", "",
             (f"Producers → consumers, {what}, end to end: a run ends when the consumers have received "
-            "(and, where the system acks, acked) every message sent."), ""] + table(header, body) + note
+            "(and, where the system acks, acked) every message sent."), "", *table(header, body), *note]
 
 
 def latency(res: dict[str, Any]) -> list[str]:
@@ -189,8 +189,8 @@ def latency(res: dict[str, Any]) -> list[str]:
                      command(sorted({REF, n}), [key])])
     return ["## Round trip", "",
             (f"One synchronous send at a time ({key.split()[1]} bodies), from the call to its answer, "
-            "in microseconds."), ""] + table(
-        ["system", "p50 µs", "p99 µs", "p99.9 µs", "shmq × (p50)", "reproduce"], body)
+            "in microseconds."), "",
+            *table(["system", "p50 µs", "p99 µs", "p99.9 µs", "shmq × (p50)", "reproduce"], body)]
 
 
 def senders(res: dict[str, Any], kind: str) -> list[list[str]]:
@@ -205,10 +205,10 @@ def senders(res: dict[str, Any], kind: str) -> list[list[str]]:
             v = median(e, "msgs_s")
             if v is None:
                 if e.get("na") not in ("no replication", "no persistence"):
-                    body.append(mode + [n, missing(e), "", "", "", "", command([n], [key])])
+                    body.append([*mode, n, missing(e), "", "", "", "", command([n], [key])])
                 continue
             how = res["systems"][n]["replicated_note" if kind == "replicated" else "durable_note"]
-            body.append(mode + [n, short_rate(v), micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]),
+            body.append([*mode, n, short_rate(v), micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]),
                                 "—" if n == REF else ratio(mine, v), how, command(sorted({REF, n}), [key])])
     return body
 
@@ -220,8 +220,8 @@ def durability(res: dict[str, Any]) -> list[str]:
     s = res["settings"]
     return ["## Durability", "",
             (f"{s['durable_senders']} sender processes, each sending one 100 B message at a time, each acked "
-            "only once it is on disk. The systems without persistence are left out."), ""] + table(
-        ["system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body)
+            "only once it is on disk. The systems without persistence are left out."), "",
+            *table(["system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body)]
 
 
 def replication(res: dict[str, Any]) -> list[str]:
@@ -307,8 +307,8 @@ def tools() -> list[str]:
              f"`python tools/bench/{t}{' ' + extra if extra else ''}`"] for t, what, extra in TOOLS]
     return ["## The other benchmark tools", "",
             ("Each measures one part alone and prints its figures; `--help` gives its options. Their figures "
-            "are not kept here: run the tool on the machine you care about."), ""] + table(
-        ["tool", "what it measures", "command"], body)
+            "are not kept here: run the tool on the machine you care about."), "",
+            *table(["tool", "what it measures", "command"], body)]
 
 
 def render(res: dict[str, Any]) -> str:

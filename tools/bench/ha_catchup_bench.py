@@ -19,6 +19,7 @@ past it: the replica's promptness with frames that trickle in one by one), p50/p
 """
 from __future__ import annotations
 
+from pathlib import Path
 import argparse
 import json
 import os
@@ -45,7 +46,7 @@ def build(path: str, mib: int, body: int) -> int:
     """The backlog store at ``path`` (kept: built once); its commitlog end."""
     done = os.path.join(path, "backlog.done")
     if os.path.exists(done):
-        return int(open(done).read())
+        return int(Path(done).read_text())
     shutil.rmtree(path, ignore_errors=True)
     topics = [f"CatchUp{i}" for i in range(4)]
     payloads = [os.urandom(body) for _ in range(BATCH)]  # bodies differ, as a producer's do
@@ -75,7 +76,7 @@ def cpu_seconds(pid: int, tid: int = 0) -> float:
     """CPU seconds (user + system) a process (or one of its threads) used so far: what the
     replica's work costs, whatever else the machine runs meanwhile."""
     path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
-    fields = open(path).read().rpartition(")")[2].split()
+    fields = Path(path).read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -101,7 +102,7 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
             end = seg.master_offset
             t0 = time.time()
             give_token(backlog, store)
-            log = open(os.path.join(work, "replica.log"), "ab")
+            log = open(os.path.join(work, "replica.log"), "ab")  # noqa: SIM115 - the replica process writes it
             proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", store, "--name", replica,
                                      "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)
             log.close()
@@ -151,7 +152,7 @@ def sync_rtt(sends: int) -> dict:
     broker = shmq.Broker(os.path.join(work, "master"), name=f"csm{tag}",
                          config={"brokerRole": "SYNC_MASTER", "haListenPort": port})
     give_token(os.path.join(work, "master"), os.path.join(work, "replica"))
-    log = open(os.path.join(work, "replica.log"), "ab")
+    log = open(os.path.join(work, "replica.log"), "ab")  # noqa: SIM115 - the replica process writes it
     proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", os.path.join(work, "replica"),
                              "--name", f"csr{tag}", "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)
     log.close()
@@ -164,7 +165,7 @@ def sync_rtt(sends: int) -> dict:
                 raise RuntimeError("the replica did not come in sync within 30 s")
             time.sleep(0.1)
         rtt = []
-        for i in range(sends):
+        for _i in range(sends):
             t = time.perf_counter()
             r = p.send(shmq.Message("SyncRtt", os.urandom(100)))
             rtt.append(time.perf_counter() - t)

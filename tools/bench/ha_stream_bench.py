@@ -15,6 +15,7 @@ part of this figure (see the replica's benchmark).
 """
 from __future__ import annotations
 
+from pathlib import Path
 import argparse
 import os
 import shutil
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                 deadline = time.monotonic() + 15
                 while int(ha.header["listen_port"][0]) != port:
                     if sender.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit(open(os.path.join(tmp, "ha.log")).read())
+                        raise SystemExit(Path(os.path.join(tmp, "ha.log")).read_text())
                     time.sleep(0.01)
                 ha.close()
                 rates = []

@@ -20,6 +20,7 @@ machine is shared and noisy). Goal: >= 1,000,000 records/s delivered.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                          ("TagA, columns", TagFilter("TagA"), None),
                          ('"*", + bodies()', TagFilter("*"), PulledBatch.bodies)]
                 for name, expr, use in cases:
-                    times, delivered = timed(lambda: read_all(reader, topic, mx, args.range, expr, use), args.runs)
+                    times, delivered = timed(functools.partial(read_all, reader, topic, mx, args.range, expr, use), args.runs)
                     med = statistics.median(times)
                     rows.append((size, name, mx / med, delivered / med, delivered / max(times),
                                  delivered / min(times)))

@@ -50,7 +50,8 @@ from shmq.store.hooks import PutRequest  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
 
 TOPICS, QUEUES, BATCH, BODY = 10, 4, 1024, 100
-TEMPLATES = 8  # distinct batches per topic (bodies, tags, keys, ids), put in turn: encoding 10 M records costs more than the scan
+# distinct batches per topic (bodies, tags, keys, ids), put in turn: encoding 10 M records costs more than the scan
+TEMPLATES = 8
 GOAL_ROWS, GOAL_RATIO = 1_000_000, 0.5
 
 

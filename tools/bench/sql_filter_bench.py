@@ -32,7 +32,7 @@ BATCH = 256
 def _messages(n: int) -> list[list[Message]]:
     body = b"x" * 100
     msgs = [Message(TOPIC, body, tags="T", properties={"a": str(i % 100), "region": "eu" if i % 2 else "us",
-                                                        "kind": "k%d" % (i % 5)}) for i in range(n)]
+                                                        "kind": f"k{i % 5}"}) for i in range(n)]
     return [msgs[i:i + BATCH] for i in range(0, n, BATCH)]
 
 

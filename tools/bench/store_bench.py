@@ -371,7 +371,8 @@ def run_size(runner: Runner, plan: SizePlan, tmp: str, seg: int, results: list[M
         m.add(dt, plan.pool, sum(len(b.buf) for b in batches), False)
     results.append(m)
     rec_size = sum(len(b.buf) for b in batches) / plan.pool
-    say(f"[{label}] record size {rec_size:.0f} B, pool {plan.pool} records; client encode {human(statistics.median(m.rates))} rec/s")
+    say(f"[{label}] record size {rec_size:.0f} B, pool {plan.pool} records; "
+        f"client encode {human(statistics.median(m.rates))} rec/s")
     singles = singles_from(batches)
 
     # single appends

@@ -18,6 +18,7 @@ tools/chaos/store_crash.py, so child and checker agree by construction.
 """
 from __future__ import annotations
 
+from pathlib import Path
 import hashlib
 import os
 import random
@@ -287,7 +288,7 @@ class CrashHarness:
             t_spawn = time.monotonic()
             if max_puts is not None:
                 rc = proc.wait(timeout)
-                _ck(rc == 0, f"child exited {rc}: {open(err_path).read()[-2000:]}")
+                _ck(rc == 0, f"child exited {rc}: {Path(err_path).read_text()[-2000:]}")
             else:
                 if kill_at_spawn_ms is not None:
                     deadline = t_spawn + kill_at_spawn_ms / 1000
@@ -295,7 +296,7 @@ class CrashHarness:
                     while True:  # wait for the R line
                         if proc.poll() is not None:
                             raise CrashCheckError(f"child died early ({proc.returncode}): "
-                                                  f"{open(err_path).read()[-2000:]}")
+                                                  f"{Path(err_path).read_text()[-2000:]}")
                         if os.path.exists(ack_path) and os.path.getsize(ack_path) > 0:
                             break
                         if time.monotonic() - t_spawn > timeout:
@@ -304,7 +305,7 @@ class CrashHarness:
                     deadline = time.monotonic() + run_ms / 1000
                 time.sleep(max(0.0, deadline - time.monotonic()))
                 _ck(proc.poll() is None, f"child exited by itself ({proc.returncode}): "
-                                         f"{open(err_path).read()[-2000:]}")
+                                         f"{Path(err_path).read_text()[-2000:]}")
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
         finally:
@@ -312,7 +313,7 @@ class CrashHarness:
                 proc.kill()
                 proc.wait()
         acks, started, rec_ms, clean = parse_acks(ack_path)
-        errors = open(err_path).read()
+        errors = Path(err_path).read_text()
         _ck("Traceback" not in errors, f"child raised:\n{errors[-3000:]}")
         if kill_at_spawn_ms is not None and not started:
             self.stats.kills_during_startup += 1

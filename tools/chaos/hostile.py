@@ -66,7 +66,7 @@ def ring_counters(broker: str, store: str, seconds: float) -> dict[str, Any]:
         ("request parked 2^63", "requests", CONSUMER, BIG)]
     out = {}
     for label, ring_name, word, value in cases:
-        conn, s = _attach(broker)
+        _conn, s = _attach(broker)
         ring = getattr(s.channel, ring_name)
         ring._c[word] = value  # noqa: SLF001 - the attack is exactly this store
         s.channel.broker_bell.ring()
@@ -101,7 +101,7 @@ def admin_values(broker: str, store: str, seconds: float) -> dict[str, Any]:
 
 def _ask_and_die(broker: str, n: int) -> None:
     """Child: attach, send ``n`` admin requests without reading the replies, then die."""
-    conn, s = _attach(broker)
+    _conn, s = _attach(broker)
     for _ in range(n):
         s.control.send_request(Admin(s.client_id, next_request_id(), "list_topics", {}, s.channel.secret), 1.0)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -116,7 +116,7 @@ def stale_replies(broker: str, store: str, seconds: float) -> dict[str, Any]:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         kids += 1
     t = time.monotonic()
-    conn, s = _attach(broker)
+    conn, _s = _attach(broker)
     attach_ms = (time.monotonic() - t) * 1000
     conn.shutdown()
     return {"dying askers": kids, "a new client attached in ms": round(attach_ms, 1)}
@@ -209,9 +209,9 @@ def garbage(broker: str, store: str, seconds: float) -> dict[str, Any]:
     dropped = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        conn, s = _attach(broker)
+        _conn, s = _attach(broker)
         for _ in range(rng.randrange(1, 8)):
-            kind = rng.choice(sorted(P.REQUEST_KINDS) + [rng.randrange(16, 0xFFFF)])
+            kind = rng.choice([*sorted(P.REQUEST_KINDS), rng.randrange(16, 0xFFFF)])
             s.channel.requests.try_write(kind, rng.randbytes(rng.randrange(0, 300)))
         wake(s.channel.requests, CONSUMER, s.channel.broker_bell)
         time.sleep(0.05)
@@ -222,7 +222,7 @@ def garbage(broker: str, store: str, seconds: float) -> dict[str, Any]:
 
 def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
     """Change a SEND's record bytes while the broker may be copying it (D13)."""
-    conn, s = _attach(broker, role="producer")
+    _conn, s = _attach(broker, role="producer")
     frame = bytearray(P.encode_send(next_request_id(), time.monotonic_ns(), -1, 0, 0, "ChaosMutate", (), b"x" * 300))
     stop = threading.Event()
     ring = s.channel.requests
@@ -251,7 +251,7 @@ def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
             t.join()
             drops += 1
             s.liveness.release()
-            conn, s = _attach(broker, role="producer")
+            _conn, s = _attach(broker, role="producer")
             ring = s.channel.requests
             data = ring._data  # noqa: SLF001
             stop.clear()
@@ -297,7 +297,7 @@ if __name__ == "__main__":
         _ask_and_die(name, int(secs))
     try:
         result = {**ATTACKS, **OPTIONAL}[what](name, store_dir, secs)
-    except Exception as e:  # the attack itself failed: say so, the harness reports it
+    except Exception as e:  # noqa: BLE001 - the attack itself failed: say so, the harness reports it
         result = {"attack failed": f"{type(e).__name__}: {e}"[:200]}
     print(json.dumps(result), flush=True)
     os._exit(0)  # like a client that vanishes: no detach, no cleanup beyond the kernel's

@@ -42,7 +42,7 @@ def main() -> int:
     rng = random.Random(seed)
     os.makedirs(args.dir, exist_ok=True)
     print(f"seed={seed} rounds={args.rounds} dir={args.dir}", flush=True)
-    totals = dict(rounds=0, acked=0, unacked=0, startup_kills=0, lost_folders=0, stores=0)
+    totals = {"rounds": 0, "acked": 0, "unacked": 0, "startup_kills": 0, "lost_folders": 0, "stores": 0}
     recovery_ms: list[float] = []
     records = 0
     t0 = time.monotonic()

@@ -7,6 +7,7 @@ whether or not the sender requires one by default.
 """
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import shutil
 import signal
@@ -72,7 +73,7 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
 def _commitlog(store: str) -> bytes:
     d = os.path.join(store, "commitlog")
     names = sorted(os.listdir(d)) if os.path.isdir(d) else []
-    return b"".join(open(os.path.join(d, n), "rb").read() for n in names).rstrip(b"\0")
+    return b"".join(Path(os.path.join(d, n)).read_bytes() for n in names).rstrip(b"\0")
 
 
 class Processes:
@@ -92,7 +93,7 @@ class Processes:
         self.master_address = f"127.0.0.1:{port}"
         self.slots = [f"p{i}" for i in range(producers)] + [f"c{i}" for i in range(consumers)]
         self.clients: dict[str, subprocess.Popen[bytes]] = {}
-        self.incarnation: dict[str, int] = {slot: 0 for slot in self.slots}
+        self.incarnation: dict[str, int] = dict.fromkeys(self.slots, 0)
         self.broker: shmq.Broker | None = None
         self.replica: subprocess.Popen[bytes] | None = None
         self.replica_wiped = 0  # times the replica gave up on its master and was started afresh
@@ -269,7 +270,7 @@ class Processes:
         if self.broker is not None:
             self.broker.stop()
         in_shm = shm.leftovers(self.name) + shm.leftovers(self.replica_name)
-        keys = [("sem", int(k)) for k in open(self.keys_path).read().split()] if os.path.exists(self.keys_path) else []
+        keys = [("sem", int(k)) for k in Path(self.keys_path).read_text().split()] if os.path.exists(self.keys_path) else []
         sysv = existing(store_objects(self.store) + store_objects(self.replica_store) + keys)
         shm.remove_leftovers(self.name)
         shm.remove_leftovers(self.replica_name)

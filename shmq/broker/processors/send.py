@@ -102,7 +102,7 @@ class SendProcessor:
             return self._error(peer, b.req_id, b.flags, code, message)
         try:
             r = self.store.put(PutRequest(b.batch, [b.topic], None, qid, user_batch=True), wait_flush=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - answered as an error; logged if unexpected
             return self._put_failed(peer, b.req_id, b.flags, e, f"batch put to {b.topic}/{qid}")
         if r.refused is not None:
             return self._error(peer, b.req_id, b.flags, *r.reason(0))
@@ -172,7 +172,7 @@ class SendProcessor:
         req = PutRequest(batch, [topic], None, qid, inspect=_ZERO_START if flags & P.FLAG_INSPECT else None)
         try:
             r = self.store.put(req, wait_flush=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - answered as an error; logged if unexpected
             return self._put_failed(peer, req_id, flags, e, f"put of a message to {topic}/{qid}")
         if r.refused is not None:
             return self._error(peer, req_id, flags, *r.reason(0))
@@ -222,7 +222,7 @@ class SendProcessor:
                 req.inspect = np.flatnonzero(np.fromiter((f & P.FLAG_INSPECT for f in run.flags), np.int64, n))
         try:
             r = self.store.put(req, wait_flush=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - answered as an error; logged if unexpected
             self._put_failed(peer, run.req_ids[0], run.flags[0], e, f"put of {n} messages to {first[0]}/{first[1]}")
             for req_id, f in zip(run.req_ids[1:], run.flags[1:]):
                 self._error(peer, req_id, f, put_error_code(e), plain_message(e))
@@ -285,6 +285,6 @@ class SendProcessor:
 
     def _put_failed(self, peer: Peer, req_id: int, flags: int, e: Exception, what: str) -> None:
         if not isinstance(e, (ValueError, ShmqError)):
-            log.exception("%s failed", what)
+            log.exception("%s failed", what)  # noqa: LOG004 - called from the put's except block
         self._error(peer, req_id, flags, put_error_code(e), plain_message(e))
 

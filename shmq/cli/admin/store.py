@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -19,7 +20,7 @@ from shmq.store.dump import dump_rows
 from shmq.store.verify import verify_store
 
 
-def _render_verify(d: dict) -> list[RenderableType]:
+def _render_verify(d: dict[str, Any]) -> list[RenderableType]:  # verify_store's JSON report
     parts: list[RenderableType] = [f"Store {d['store']}",
                                    table(None, ["checked", "count"], d["counts"].items(), right=["count"])]
     if d["problems"]:

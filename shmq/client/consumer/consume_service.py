@@ -41,7 +41,8 @@ ORDERLY_SLICE_S = 0.5  # an orderly task yields its thread after this long, so b
 
 def retry_delay(reconsume_times: int) -> float:
     """Seconds before delivering again a message already delivered ``reconsume_times`` + 1 times."""
-    return min(FIRST_RETRY_DELAY_S * 2 ** min(reconsume_times, 16), MAX_RETRY_DELAY_S)
+    answer: float = min(FIRST_RETRY_DELAY_S * 2 ** min(reconsume_times, 16), MAX_RETRY_DELAY_S)
+    return answer
 
 
 class SendBack(Protocol):

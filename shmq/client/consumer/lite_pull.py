@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class LitePullConsumer:
     def __init__(self, group: str, broker: str | None = None, *,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
-                 allocate_strategy: str | AllocateStrategy = "AVG", pull_batch_size: int = 32,
+                 allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG", pull_batch_size: int = 32,
                  pull_threshold_for_queue: int = 1000, auto_commit: bool = True,
                  auto_commit_interval: float = 5.0, start_timeout: float = 3.0) -> None:
         """``pull_batch_size``: the most messages one ``poll`` returns (RocketMQ's 10 is per queue;
@@ -272,7 +272,7 @@ class LitePullConsumer:
                         progressed = self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 pass_failed(self, e, session, log)
 
     def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:

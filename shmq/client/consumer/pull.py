@@ -136,7 +136,7 @@ class PullConsumer:
         ``expression`` may be a predicate ``fn(msg) -> bool`` (see shmq.filter.function): the
         messages it rejects are skipped as tag mismatches are."""
         result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
-        result.messages  # decode now, so the caller's time is spent here and the views can go
+        result.messages  # noqa: B018 - decode now, so the caller's time is spent here and the views can go
         return result
 
     def pull_batch(self, mq: MessageQueue, expression: str | Expression | Predicate = "*", *, offset: int,
@@ -154,7 +154,10 @@ class PullConsumer:
             if result.status is not PullStatus.NO_NEW_MSG or remaining <= 0:
                 return result
             woke = threading.Event()
-            req_id = self._wrapper.pull_wait(mq, offset, remaining, lambda _wake: woke.set())
+
+            def on_wake(_wake: object, woke: threading.Event = woke) -> None:  # this round's event, bound now
+                woke.set()
+            req_id = self._wrapper.pull_wait(mq, offset, remaining, on_wake)
             if not woke.wait(remaining):
                 self._wrapper.cancel(req_id)
             if not self._conn.started:

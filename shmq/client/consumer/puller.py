@@ -12,7 +12,8 @@ import contextlib
 import logging
 import threading
 import time
-from typing import ContextManager, Protocol
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from shmq.client.connection import Session, report_lost
 from shmq.client.consumer.rejoin import GroupMember
@@ -32,7 +33,7 @@ class Puller(GroupMember, Protocol):
     def _bind(self, deadline: float) -> Session: ...
 
 
-def wait_for_session(c: Puller, log: logging.Logger, lock: ContextManager[object] | None = None) -> Session | None:
+def wait_for_session(c: Puller, log: logging.Logger, lock: AbstractContextManager[object] | None = None) -> Session | None:
     """The live session (bound under ``lock``); None after waiting ``RECONNECT_WAIT_S`` for a
     broker that is gone or refuses, said once until a session is bound again."""
     try:
@@ -67,7 +68,7 @@ def pass_failed(c: Puller, e: Exception, session: Session, log: logging.Logger) 
         else:
             log.warning("consumer %r: %s", c.group, e)
     elif session.alive:
-        log.exception("consumer %r puller failed; going on", c.group)
+        log.exception("consumer %r puller failed; going on", c.group)  # noqa: LOG004 - called from an except block
     c._wakeup.wait(REBALANCE_POLL_S)
 
 

@@ -71,7 +71,7 @@ _instances = itertools.count(1)  # default instance names: unique per consumer o
 class PushConsumer:
     def __init__(self, group: str, broker: str | None = None, *, model: MessageModel = MessageModel.CLUSTERING,
                  consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
-                 allocate_strategy: str | AllocateStrategy = "AVG", consume_thread_max: int = 4,
+                 allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG", consume_thread_max: int = 4,
                  consume_message_batch_max_size: int = 1, pull_batch_size: int = 256,
                  pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
                  pull_threshold_for_consumer: int = 10_000, pull_threshold_size_for_consumer: int = 256,
@@ -329,7 +329,7 @@ class PushConsumer:
                     timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 else:
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 self._conn.stand_down()
                 pass_failed(self, e, session, log)
         self._conn.stand_down()
@@ -428,7 +428,7 @@ class PushConsumer:
 
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this member consumes now (after the last rebalance)."""
-        return sorted(list(self._pqs))
+        return sorted(self._pqs)
 
 
 class _Wakeup(threading.Event):

@@ -12,6 +12,7 @@ import hashlib
 from typing import Callable, Hashable, Sequence, TypeVar
 
 from shmq.errors import BadArgumentError
+from shmq.model.message import MessageQueue
 
 Q = TypeVar("Q")
 M = TypeVar("M", bound=Hashable)
@@ -26,10 +27,7 @@ def allocate_averagely(queues: Sequence[Q], members: Sequence[M], me: M) -> list
     n, m = len(queues), len(members)
     index = members.index(me)
     mod = n % m
-    if n <= m:
-        average = 1
-    else:
-        average = n // m + 1 if mod > 0 and index < mod else n // m
+    average = 1 if n <= m else n // m + (1 if mod > 0 and index < mod else 0)
     start = index * average if mod > 0 and index < mod else index * average + mod
     count = min(average, n - start)
     return [queues[(start + i) % n] for i in range(max(count, 0))]
@@ -71,7 +69,7 @@ def allocate_consistent_hash(queues: Sequence[Q], members: Sequence[M], me: M, v
     return out
 
 
-def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy:
+def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy[Q, M]:
     """A strategy that always answers `fixed` (RocketMQ's AllocateMessageQueueByConfig)."""
     chosen = list(fixed)
 
@@ -81,7 +79,8 @@ def allocate_by_config(fixed: Sequence[Q]) -> AllocateStrategy:
     return allocate
 
 
-STRATEGIES: dict[str, AllocateStrategy] = {
+# consumers allocate MessageQueues among member client ids
+STRATEGIES: dict[str, AllocateStrategy[MessageQueue, int]] = {
     "AVG": allocate_averagely,
     "AVG_BY_CIRCLE": allocate_averagely_by_circle,
     "CONSISTENT_HASH": allocate_consistent_hash,

@@ -28,8 +28,8 @@ HANDOFF_GRACE_S = 0.3  # a new owner waits this long for a live previous owner's
 class Assignment:
     """A member's queues after a change of members, queue counts or perms."""
 
-    key: tuple  # what it was computed from
-    seen: tuple  # (state, its meta_gen before reading, topics, me): equal next time = nothing changed
+    key: tuple[object, ...]  # what it was computed from
+    seen: tuple[object, ...]  # (state, its meta_gen before reading, topics, me): equal next time = nothing changed
     members: list[int]
     mine: set[MessageQueue]
     added: list[MessageQueue]  # mine and not owned before, sorted
@@ -37,7 +37,7 @@ class Assignment:
 
 
 class RebalanceImpl:
-    def __init__(self, group: str, broker_name: str, model: MessageModel, allocate: AllocateStrategy,
+    def __init__(self, group: str, broker_name: str, model: MessageModel, allocate: AllocateStrategy[MessageQueue, int],
                  log: logging.Logger) -> None:
         """``log``: the consumer's logger, whose name users filter the consumer's records by."""
         self.group = group
@@ -45,9 +45,9 @@ class RebalanceImpl:
         self.model = model
         self.allocate = allocate
         self._log = log
-        self._key: tuple | None = None
+        self._key: tuple[object, ...] | None = None
         self._members: list[int] | None = None
-        self._seen: tuple | None = None  # ``Assignment.seen`` of the last applied (or unchanged) check
+        self._seen: tuple[object, ...] | None = None  # ``Assignment.seen`` of the last applied (or unchanged) check
 
     def reset(self) -> None:
         """A new session: compute again on the next check (client ids are new after a broker restart)."""
@@ -74,7 +74,7 @@ class RebalanceImpl:
         clustering = self.model is MessageModel.CLUSTERING
         if clustering:
             version, members = state.group_members(self.group)
-            key: tuple = (version, counts, perms)
+            key: tuple[object, ...] = (version, counts, perms)
         else:
             key = (counts, perms)
             members = []

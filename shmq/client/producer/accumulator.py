@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal, Sequence, overload
 from shmq import _speedups
 from shmq.codec.record import check_topic
 from shmq.errors import ShmqError
-from shmq.model.message import Message
+from shmq.model.message import Message, SendResult
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class _OwnList:
         return made
 
 
-class PendingSend(Future):
+class PendingSend(Future[SendResult]):
     """The Future of an accumulated message: waiting on it sends its batch now.
 
     Made once per ``send_async``, so it costs as little as a Future can: ``Future.__init__``

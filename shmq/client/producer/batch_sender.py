@@ -15,7 +15,7 @@ import logging
 import time
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Literal, Sequence, overload
+from typing import TYPE_CHECKING, Any, Literal, Sequence, overload
 
 import numpy as np
 
@@ -37,13 +37,13 @@ SEND_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.F
                P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 
-def _settle(sent: Future, futures: Sequence[PendingSend | None]) -> None:
+def _settle(sent: Future[list[SendResult | Exception]], futures: Sequence[PendingSend | None]) -> None:
     """Hand each accumulated message of a batch its own SendResult (or the send's error)."""
     error = sent.exception()
     settle(futures, () if error is not None else sent.result(), error)
 
 
-def _fail(future: Future | None, error: Exception, topic: str) -> None:
+def _fail(future: PendingSend | None, error: Exception, topic: str) -> None:
     """An accumulated message that could not be written: its future fails; a oneway one is logged."""
     if future is None:
         log.warning("a oneway message to %s was not sent: %s", topic, error)
@@ -52,7 +52,7 @@ def _fail(future: Future | None, error: Exception, topic: str) -> None:
 
 
 def multi_results(r: P.SendMultiResultFrame, topic_idx: np.ndarray, uniq_keys: list[str], topics: list[str],
-                  broker_name: str, queues: dict[tuple[str, str, int], MessageQueue]) -> list:
+                  broker_name: str, queues: dict[tuple[str, str, int], MessageQueue]) -> list[SendResult | Exception]:
     """One SendResult (or the broker's error) per record of a SEND_MULTI answer.
 
     With 1,250 topics nearly every record of a frame is of another queue: its MessageQueue (a
@@ -82,15 +82,16 @@ class BatchSender:
 
     @overload
     def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: Literal[False] = False, split: bool = False) -> Future: ...
+               oneway: Literal[False] = False, split: bool = False) -> Future[Any]: ...
 
     @overload
     def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: bool, split: bool = False) -> Future | None: ...
+               oneway: bool, split: bool = False) -> Future[Any] | None: ...
 
     def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: bool = False, split: bool = False) -> Future | None:
-        """Encode and write one SEND_BATCH; ``split``: the future gives one SendResult per message."""
+               oneway: bool = False, split: bool = False) -> Future[Any] | None:
+        """Encode and write one SEND_BATCH; its future gives a SendResult, or with ``split`` a list,
+        one SendResult (or the broker's error) per message."""
         producer = self._producer
         enc = producer._encoder.encode_batch(msgs, int(time.time() * 1000), producer._born_host())
         batch = enc.batch
@@ -102,7 +103,7 @@ class BatchSender:
         size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
         flags = P.FLAG_ONEWAY if oneway else 0
 
-        def fill(view, req_id: int) -> None:
+        def fill(view: memoryview, req_id: int) -> None:
             p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
                                            batch.tags_codes, batch.key_hashes, batch.key_records, total)
             view[p:p + total] = batch.buf
@@ -135,7 +136,7 @@ class BatchSender:
                 continue
             try:
                 batch_future = self.submit(msgs, qid, None, oneway=all(f is None for f in futures), split=True)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - each future gets the error
                 for f in futures:
                     _fail(f, e, topic)
                 continue
@@ -160,7 +161,7 @@ class BatchSender:
             qid_arr = np.array(qids, np.int64)
             oneway = all(f is None for f in futures)
 
-            def fill(view, req_id: int) -> None:
+            def fill(view: memoryview, req_id: int) -> None:
                 p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
                                                enc.topics_b, enc.topic_idx, qid_arr, batch)
                 view[p:p + len(batch.buf)] = batch.buf
@@ -171,10 +172,10 @@ class BatchSender:
             topics = [t.decode() for t in enc.topics_b]
             broker_name = producer.broker_name
 
-            def build(r: P.SendMultiResultFrame) -> list:
+            def build(r: P.SendMultiResultFrame) -> list[SendResult | Exception]:
                 return multi_results(r, enc.topic_idx, enc.uniq_keys, topics, broker_name, self._queues)
             sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - each future gets the error
             for m, f in zip(msgs, futures):
                 _fail(f, e, m.topic)
             return

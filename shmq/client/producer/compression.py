@@ -13,6 +13,7 @@ from __future__ import annotations
 import zlib
 
 from shmq.codec import record as fmt
+from shmq.codec.buffers import ReadBuffer
 from shmq.errors import BadArgumentError
 
 LEVEL = 5  # RocketMQ's compressLevel default
@@ -29,13 +30,13 @@ def compress_threshold(over: int | None) -> int | None:
     return over
 
 
-def worth_compressing(body: bytes) -> bool:
+def worth_compressing(body: ReadBuffer) -> bool:
     """Whether a level-1 pass over the body's first ``PROBE_BYTES`` shrinks it enough."""
     prefix = body[:PROBE_BYTES]
     return len(zlib.compress(prefix, 1)) < len(prefix) * PROBE_RATIO
 
 
-def compress_body(body: bytes, over: int | None) -> tuple[bytes, int]:
+def compress_body(body: ReadBuffer, over: int | None) -> tuple[ReadBuffer, int]:
     """The body as stored and its SYSFLAG bits: compressed when longer than ``over`` (None: never),
     the probe says it shrinks, and the result is smaller."""
     if over is None or len(body) <= over or not worth_compressing(body):

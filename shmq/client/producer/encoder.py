@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from shmq.model.message import Message, MessageBatch
 from shmq import _speedups
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.codec.buffers import ReadBuffer
 
 _UNIQ_NAME = (fmt.PROPERTY_UNIQ_KEY + fmt.NAME_VALUE_SEPARATOR).encode()
 _UNIQ_LEN = 32
@@ -37,7 +38,7 @@ class EncodedMessage:
 
     topic: str
     topic_b: bytes
-    body: bytes
+    body: ReadBuffer  # as given (bytes, bytearray or memoryview), or compressed
     props_b: bytes
     sysflag: int
     flag: int
@@ -142,8 +143,9 @@ class MessageEncoder:
         """Checked messages of any topics as one batch (auto_batch's small groups of many topics)."""
         return encode_mixed(self, msgs, born_timestamp, born_host)
 
-    def _encode_columns(self, topic: str, bodies: Sequence, tags: Sequence, keys: Sequence, user: Sequence,
-                        flags, born_timestamp: int, born_host: int) -> EncodedMessages:
+    def _encode_columns(self, topic: str, bodies: Sequence[ReadBuffer], tags: Sequence[str | None],
+                        keys: Sequence[str | None], user: Sequence[Mapping[str, str] | None], flags: int | np.ndarray,
+                        born_timestamp: int, born_host: int) -> EncodedMessages:
         n = len(bodies)
         topic_b = fmt.check_topic(topic)
         bodies, sysflags = self._bodies(bodies)
@@ -160,8 +162,9 @@ class MessageEncoder:
         key_hashes, key_records = _key_hashes(topic, keys, _uniq_hashes(topic_b, uniq))
         return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, tags_codes, key_hashes, key_records), uniq)
 
-    def _encode_uniform(self, topic: str, bodies: Sequence, sysflags: np.ndarray | None, tags: str | None,
-                        keys: str | None, flags, born_timestamp: int, born_host: int) -> EncodedMessages:
+    def _encode_uniform(self, topic: str, bodies: Sequence[ReadBuffer], sysflags: np.ndarray | None, tags: str | None,
+                        keys: str | None, flags: int | np.ndarray, born_timestamp: int,
+                        born_host: int) -> EncodedMessages:
         """Checked bodies of one topic, tags and keys, without user properties (see pack_uniform)."""
         n = len(bodies)
         topic_b = fmt.check_topic(topic)
@@ -173,13 +176,13 @@ class MessageEncoder:
         return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, np.full(n, fmt.tags_code(tags), np.int64),
                                                          key_hashes, key_records), uniq)
 
-    def _check_body(self, body) -> None:
+    def _check_body(self, body: object) -> None:
         if not isinstance(body, (bytes, bytearray, memoryview)):
             raise ArgumentTypeError(f"message body must be bytes, got {type(body).__name__}")
         if len(body) > self.max_message_size:
             raise MessageTooLargeError(f"message body is {len(body)} bytes; maxMessageSize is {self.max_message_size}")
 
-    def _body(self, body) -> tuple[bytes, int]:
+    def _body(self, body: ReadBuffer) -> tuple[ReadBuffer, int]:
         """The body as stored and its SYSFLAG (see shmq.client.producer.compression)."""
         self._check_body(body)
         return compress_body(body, self.compress_over)
@@ -188,7 +191,7 @@ class MessageEncoder:
         """The largest body stored as it is (larger ones are compressed or refused)."""
         return self.max_message_size if self.compress_over is None else min(self.compress_over, self.max_message_size)
 
-    def _bodies(self, bodies: Sequence) -> tuple[Sequence, np.ndarray | None]:
+    def _bodies(self, bodies: Sequence[ReadBuffer]) -> tuple[Sequence[ReadBuffer], np.ndarray | None]:
         """All bodies of a batch checked at once; only the large ones go through ``_body`` one by one."""
         limit = self._limit()
         if bodies_fit(bodies, limit):
@@ -242,7 +245,7 @@ def encode_mixed(encoder: MessageEncoder, msgs: Sequence[Message], born_timestam
 encode_mixed = _speedups.pick("_mixed", "encode_mixed", encode_mixed)
 
 
-def bodies_fit(bodies: Sequence, limit: int) -> bool:
+def bodies_fit(bodies: Sequence[ReadBuffer], limit: int) -> bool:
     """Whether every body is exactly bytes, bytearray or memoryview and none is longer than
     ``limit`` (the usual batch: stored as it is). The compiled twin is one pass in C."""
     return set(map(type, bodies)) <= {bytes, bytearray, memoryview} and max(map(len, bodies), default=0) <= limit
@@ -251,8 +254,8 @@ def bodies_fit(bodies: Sequence, limit: int) -> bool:
 bodies_fit = _speedups.pick("_producer", "bodies_fit", bodies_fit)
 
 
-def pack_uniform(topic_b: bytes, bodies: Sequence, head: bytes, end: bytes, prefix: bytes, first: int, flags,
-                 sysflags: np.ndarray | None, born_timestamp: int, born_host: int
+def pack_uniform(topic_b: bytes, bodies: Sequence[ReadBuffer], head: bytes, end: bytes, prefix: bytes, first: int,
+                 flags: int | np.ndarray, sysflags: np.ndarray | None, born_timestamp: int, born_host: int
                  ) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
     """The records of a batch whose messages differ only in body (same topic, tags and keys, no
     user properties: every MessageBatch, and what auto_batch gathers): their bytes back to
@@ -303,7 +306,7 @@ def uniform_columns(msgs: Sequence[Message], message_type: type[Message], limit:
 uniform_columns = _speedups.pick("_producer", "uniform_columns", uniform_columns)
 
 
-def _tail(topic_b: bytes, tags: str | None, keys: str | None, user, uniq: bytes) -> bytes:
+def _tail(topic_b: bytes, tags: str | None, keys: str | None, user: Mapping[str, str] | None, uniq: bytes) -> bytes:
     """One record's tail; messages without user properties reuse the cached bytes around the UNIQ_KEY."""
     if user:
         props = fmt.encode_properties(fmt.message_properties(tags, keys, uniq.decode(), user))
@@ -332,7 +335,7 @@ def _uniq_hashes(topic_b: bytes, uniq: np.ndarray) -> np.ndarray:
     return fmt.crc32_of_variants(zlib.crc32(topic_b + b"#" + uniq[0].tobytes()), counters) & 0x7FFFFFFF
 
 
-def _key_hashes(topic: str, keys: Sequence, uniq_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _key_hashes(topic: str, keys: Sequence[str | None], uniq_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index key hashes (``fmt.record_key_hashes`` for each record) and the record each belongs to."""
     n = len(uniq_hashes)
     if not any(keys):

@@ -11,7 +11,7 @@ import time
 import warnings
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from shmq.codec import frames as P
 from shmq.client import exit_close
@@ -28,6 +28,7 @@ from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, Batc
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
 from shmq.codec import record as fmt
+from shmq.ring.state import StateView
 from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher,
                                    trace_topic)
 from shmq.trace.hooks import SendTraceHook
@@ -57,11 +58,13 @@ Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (qu
 
 __all__ = ["Producer", "SelectMessageQueueByHash", "SelectMessageQueueByRandom", "Selector", "split_batch"]
 _BY_HASH = SelectMessageQueueByHash()
+R = TypeVar("R")
+Fill = Callable[[memoryview, int], None]  # writes a request into the ring at its request id
 
 
 @dataclass(eq=False)
 class _Pending:
-    future: Future
+    future: Future[Any]  # gets what ``build`` makes of the answer: a SendResult, or a list of them
     resend: Callable[[], None]
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
@@ -204,7 +207,7 @@ class Producer:
         """The topic's write queues (the auto-create default before the topic exists)."""
         s = self._conn.live_session(time.monotonic() + self.send_msg_timeout)
 
-        def count(v) -> int:
+        def count(v: StateView) -> int:
             slot = v.topic_slot(topic)
             return int(v.topics[slot]["write_queues"]) if slot is not None else DEFAULT_QUEUE_NUMS
         n = s.state.read(count)
@@ -248,7 +251,7 @@ class Producer:
 
     def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
                    selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,
-                   sharding_key: str | None = None) -> Future:
+                   sharding_key: str | None = None) -> Future[SendResult]:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if
         given. ``sharding_key`` as for ``send``."""
         acc = self._accumulator
@@ -257,7 +260,7 @@ class Producer:
             try:
                 queued = accumulate(acc, msg, self._encoder.max_message_size)
             except ShmqError as e:  # shut down
-                failed: Future = Future()
+                failed: Future[SendResult] = Future()
                 failed.set_exception(e)
                 return failed
             if queued is not None:
@@ -271,13 +274,14 @@ class Producer:
             fut = self._send_async(msg, selector, arg, timeout)
         return self._with_callback(fut, callback)
 
-    def _send_async(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None) -> Future:
+    def _send_async(self, msg: Message, selector: Selector | None, arg: Any,
+                    timeout: float | None) -> Future[SendResult]:
         try:
             qid = self._choose_queue(msg, selector, arg)
             acc = self._accumulator_for(msg)
             if acc is not None:
                 self._encoder.check(msg)
-                fut: Future = acc.add(msg, qid)
+                fut: Future[SendResult] = acc.add(msg, qid)
             else:
                 fut = self._submit_one(msg, qid, timeout, oneway=False)
         except (ShmqError, TimeoutError) as e:
@@ -293,14 +297,14 @@ class Producer:
         if self._accumulator is not None:
             self._accumulator.flush_all()
 
-    def _with_callback(self, fut: Future, callback: Callable[[Any], None] | None) -> Future:
+    def _with_callback(self, fut: Future[R], callback: Callable[[Any], None] | None) -> Future[R]:
         """Run ``callback(result_or_exception)`` on the callback thread when ``fut`` completes."""
         if callback is not None:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="shmq-send-callback")
             executor = self._executor
 
-            def done(f: Future) -> None:
+            def done(f: Future[R]) -> None:
                 outcome = CancelledError() if f.cancelled() else f.exception() or f.result()
                 executor.submit(callback, outcome)
             fut.add_done_callback(done)
@@ -338,13 +342,16 @@ class Producer:
 
         A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
         if self._send_hooks:
-            return hooked_call(self._send_hooks, SendMessageContext(self.group, msgs, SYNC),
-                               lambda: self._send_batch(msgs, selector, arg, timeout).result())
-        return self._send_batch(msgs, selector, arg, timeout).result()
+            hooked: SendResult = hooked_call(self._send_hooks, SendMessageContext(self.group, msgs, SYNC),
+                                             lambda: self._send_batch(msgs, selector, arg, timeout).result())
+            return hooked
+        result: SendResult = self._send_batch(msgs, selector, arg, timeout).result()  # one, not split
+        return result
 
     def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
                          callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
-                         arg: Any = None, timeout: float | None = None, *, per_message: bool = False) -> Future:
+                         arg: Any = None, timeout: float | None = None, *,
+                         per_message: bool = False) -> Future[Any]:
         """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
         the next batch while the broker stores this one. Checks of the messages raise at once.
         ``per_message``: the Future gives a list, one SendResult per message (shmq.aio's batches)."""
@@ -356,7 +363,7 @@ class Producer:
         return self._with_callback(fut, callback)
 
     def _send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
-                    timeout: float | None, per_message: bool = False) -> Future:
+                    timeout: float | None, per_message: bool = False) -> Future[Any]:
         self._flush_accumulated()
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
@@ -378,7 +385,8 @@ class Producer:
             raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0) -> Future:
+    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool,
+                    sysflag: int = 0) -> Future[SendResult]:
         """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
@@ -386,7 +394,7 @@ class Producer:
         flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
         sysflag |= e.sysflag
 
-        def fill(view, req_id: int) -> None:
+        def fill(view: memoryview, req_id: int) -> None:
             p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
                                      e.key_hashes, e.record_len)
             fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=sysflag,
@@ -404,8 +412,8 @@ class Producer:
 
     # ------------------------------------------------------------------ requests and retries
 
-    def _submit(self, kind: int, size: int, fill: Callable, build: Callable, deadline: float) -> Future:
-        fut: Future = Future()
+    def _submit(self, kind: int, size: int, fill: Fill, build: Callable[[Any], R], deadline: float) -> Future[R]:
+        fut: Future[R] = Future()
         p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed)
 
         def attempt() -> None:
@@ -425,7 +433,7 @@ class Producer:
             raise
         return fut
 
-    def _write(self, kind: int, size: int, fill: Callable, req_id: int, deadline: float) -> None:
+    def _write(self, kind: int, size: int, fill: Fill, req_id: int, deadline: float) -> None:
         self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
             f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
 
@@ -442,7 +450,7 @@ class Producer:
     def _resend(self, p: _Pending, error: Exception) -> None:
         try:
             p.resend()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the future gets the error
             self._finish(p, e if not isinstance(e, BrokerGoneError) else error)
 
     def _finish(self, p: _Pending, error: BaseException | None, result: Any = None) -> None:
@@ -464,7 +472,7 @@ class Producer:
 
     # ------------------------------------------------------------------ responses
 
-    def _on_response(self, kind: int, view) -> None:
+    def _on_response(self, kind: int, view: memoryview) -> None:
         if kind == P.SEND_RESULT or kind == P.SEND_MULTI_RESULT:
             r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
             p = self._pending.pop(r.req_id, None)

@@ -83,7 +83,7 @@ def test_record_and_timestamps(store, reader):
 
 def test_offset_for_timestamp_agrees_with_the_store(store, reader):
     stamps = []
-    for i in range(6):
+    for _i in range(6):
         res = put(store, "T", 0, b"x" * 10)
         stamps.append(res.store_timestamp)
         put_many(store, "T", 0, 20)

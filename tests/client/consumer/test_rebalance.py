@@ -55,7 +55,7 @@ def test_consistent_hash_moves_only_to_a_new_member(queues, members, newcomer):
     if newcomer in members:
         return
     before = dict(zip(members, split(allocate_consistent_hash, queues, members)))
-    grown = sorted(members + [newcomer])
+    grown = sorted([*members, newcomer])
     after = dict(zip(grown, split(allocate_consistent_hash, queues, grown)))
     for m in members:
         assert set(after[m]) <= set(before[m])

@@ -60,7 +60,7 @@ def test_an_error_or_a_lost_broker_leaves_them_to_local_redelivery():
     assert c.send_back(_msgs(2)) == [False, False]
     c, _ = _client(None)
     assert c.send_back(_msgs(1)) == [False]
-    c, conn = _client(lambda sb: None)  # written, never answered: the broker died
+    c, _conn = _client(lambda sb: None)  # written, never answered: the broker died
     threading.Timer(0.1, c.fail_all).start()
     assert c.send_back(_msgs(1)) == [False]
 

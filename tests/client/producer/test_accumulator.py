@@ -17,7 +17,7 @@ class Recorder:
 
     def __call__(self, groups) -> None:
         self.flushes.append(len(groups))
-        for topic, qid, msgs, futures in groups:
+        for topic, qid, msgs, _futures in groups:
             self.batches.append((topic, qid, [m.body for m in msgs]))
         self.sent.set()
 
@@ -98,7 +98,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     waiter = threading.Thread(target=lambda: seen.append(len(cf.wait(futures[:2], timeout=5).done)))
     waiter.start()
     time.sleep(0.05)
-    settle(futures + [None], ["r0", "r1", "r2", "r3", "none"], None)
+    settle([*futures, None], ["r0", "r1", "r2", "r3", "none"], None)
     waiter.join(5)
     assert [f.result(0) for f in (futures[0], futures[1], futures[3])] == ["r0", "r1", "r3"]
     assert futures[2].cancelled() and sorted(map(str, seen)) == ["2", "r0"]

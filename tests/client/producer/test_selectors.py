@@ -11,7 +11,7 @@ from shmq.model.message import MessageQueue
 def test_selectors_are_public():
     assert {"SelectMessageQueueByHash", "SelectMessageQueueByRandom"} <= set(shmq.__all__)
     from shmq import SelectMessageQueueByHash, SelectMessageQueueByRandom  # noqa: F401
-    from shmq.client.producer.producer import SelectMessageQueueByHash as old_path
+    from shmq.client.producer.producer import SelectMessageQueueByHash as old_path  # noqa: N813
     assert old_path is shmq.SelectMessageQueueByHash
 
 

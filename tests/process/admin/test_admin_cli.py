@@ -163,13 +163,13 @@ def test_as_a_subprocess(broker_name: str, store_dir: str, config: dict) -> None
     env = dict(os.environ, SHMQ_BROKER=broker_name)
     cmd = [sys.executable, "-m", "shmq", "admin"]
     with shmq.Broker(store_dir, name=broker_name, config=config):
-        made = subprocess.run(cmd + ["topic", "create", "Jobs", "--queues", "2", "--json"], env=env,
+        made = subprocess.run([*cmd, "topic", "create", "Jobs", "--queues", "2", "--json"], env=env,
                               capture_output=True, text=True, timeout=30)
         assert made.returncode == 0, made.stderr
         assert json.loads(made.stdout)["read_queue_nums"] == 2
-        shown = subprocess.run(cmd + ["topic", "status", "Jobs"], env=env, capture_output=True, text=True, timeout=30)
+        shown = subprocess.run([*cmd, "topic", "status", "Jobs"], env=env, capture_output=True, text=True, timeout=30)
         assert shown.returncode == 0 and "total" in shown.stdout and "perm 6 (rw)" in shown.stdout
-    gone = subprocess.run(cmd + ["broker", "status"], env=env, capture_output=True, text=True, timeout=30)
+    gone = subprocess.run([*cmd, "broker", "status"], env=env, capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and gone.stdout == ""
     assert gone.stderr.splitlines() == [f"shmq admin broker status: error: no broker named {broker_name!r} is "
                                         f"running (no state segment); start one with `shmq broker --store DIR "

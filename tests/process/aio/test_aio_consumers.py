@@ -35,7 +35,7 @@ def test_push_async_for_receives_every_message_and_commits_them(store_dir, broke
         async with await c.start():
             async def loop() -> None:
                 async for m in c:
-                    got.append(m)
+                    got.append(m)  # noqa: PERF401 - kept as they come: the loop only ends by its timeout
             try:
                 await asyncio.wait_for(loop(), 1.0)
             except asyncio.TimeoutError:

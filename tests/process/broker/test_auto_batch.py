@@ -16,7 +16,7 @@ from .conftest import open_store
 def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config), \
             Producer("pg", broker=broker_name, batch_max_bytes=16 * 1024) as p:
-        futs = [p.send_async(Message("Auto", b"m%d" % i, keys="key%d" % i), selector=lambda qs, m, a: qs[a], arg=2)
+        futs = [p.send_async(Message("Auto", b"m%d" % i, keys=f"key{i}"), selector=lambda qs, m, a: qs[a], arg=2)
                 for i in range(1000)]
         results = [f.result(5) for f in futs]
     assert all(r.status is SendStatus.SEND_OK and r.queue.queue_id == 2 and r.count == 1 for r in results)
@@ -28,7 +28,7 @@ def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name
             rec = store.look_message_by_offset(results[i].phys_offsets[0])
             assert bytes(rec.body) == b"m%d" % i and rec.uniq_key == results[i].msg_id
             assert results[i].offset_msg_id == rec.offset_msg_id
-            assert store.query_message("Auto", "key%d" % i)[0].body == b"m%d" % i
+            assert store.query_message("Auto", f"key{i}")[0].body == b"m%d" % i
     finally:
         store.shutdown()
 
@@ -101,7 +101,7 @@ def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir
         futs, bad = [], p.send_async(Message("bad topic!", b"x"))
         for i in range(600):
             t = topics[i % len(topics)]
-            futs.append((t, i, p.send_async(Message(t, b"%s-%d" % (t.encode(), i), keys="k%d" % i),
+            futs.append((t, i, p.send_async(Message(t, b"%s-%d" % (t.encode(), i), keys=f"k{i}"),
                                             selector=lambda qs, m, a: qs[a % len(qs)], arg=i // len(topics))))
             p.send_oneway(Message(t, b"oneway-%d" % i))
         results = [(t, i, f.result(60)) for t, i, f in futs]

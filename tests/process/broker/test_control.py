@@ -1,6 +1,7 @@
 """Admin over the control queue, long-poll wake-ups, offsets persisted, the CLI with a broker.conf."""
 from __future__ import annotations
 
+from pathlib import Path
 import json
 import os
 import signal
@@ -49,9 +50,9 @@ def test_admin_long_poll_and_offsets(store_dir, broker_name, config):
         assert c.admin("query_offset", group="cg", topic="Eight", queue_id=1).body["offset"] == -1
         state.close()
         c.close()
-    offsets = json.load(open(os.path.join(store_dir, "config", "consumerOffset.json")))
+    offsets = json.loads(Path(os.path.join(store_dir, "config", "consumerOffset.json")).read_text())
     assert offsets["offsetTable"]["Eight@cg"] == {"5": 1, "2": 7}
-    topics = json.load(open(os.path.join(store_dir, "config", "topics.json")))
+    topics = json.loads(Path(os.path.join(store_dir, "config", "topics.json")).read_text())
     assert topics["topicConfigTable"]["Eight"]["readQueueNums"] == 8
 
 
@@ -94,7 +95,7 @@ def test_auto_created_topics_reach_topics_json_soon_and_at_shutdown(store_dir, b
     path = os.path.join(store_dir, "config", "topics.json")
 
     def on_disk() -> set[str]:
-        return set(json.load(open(path))["topicConfigTable"]) if os.path.exists(path) else set()
+        return set(json.loads(Path(path).read_text())["topicConfigTable"]) if os.path.exists(path) else set()
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for i in range(20):
             p.send(Message(f"Auto{i}", b"x"))

@@ -129,7 +129,7 @@ def run_cli(store_dir: str, broker_name: str, config: dict) -> subprocess.Comple
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
-        raise AssertionError(f"the broker started on damaged offsets:\n{err}")
+        raise AssertionError(f"the broker started on damaged offsets:\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

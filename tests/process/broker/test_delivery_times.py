@@ -146,7 +146,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_only_the_tick_in_fli
     with shmq.Broker(store_dir, broker_name, config):
         got = pull_all(broker_name, "K", len(sent) + 1000, timeout=6)
     bodies = [m.body for m in got]
-    assert set(bodies) == set(sent), "lost: %s" % sorted(set(sent) - set(bodies))[:5]
+    assert set(bodies) == set(sent), "lost: {}".format(sorted(set(sent) - set(bodies))[:5])
     dups = {b for b in bodies if bodies.count(b) > 1}
     for b in dups:  # delivered in the tick a kill cut short: due (and delivered) just before that kill
         assert bodies.count(b) == 2

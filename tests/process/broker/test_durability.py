@@ -45,7 +45,7 @@ def test_cleanup_publishes_the_new_min_offset_at_once(store_dir, broker_name, co
                   deleteWhen=";".join(str(h) for h in range(24)), cleanResourceInterval=2500,
                   deleteCommitLogFilesInterval=0, deleteFileBatchMax=100)
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
-        for i in range(200):  # ~4 segments, all to queue 0; nothing is written afterwards
+        for _i in range(200):  # ~4 segments, all to queue 0; nothing is written afterwards
             p.send_oneway(Message("Old", b"x" * 1000), selector=lambda qs, m, a: qs[0])
         p.send(Message("Old", b"last"), selector=lambda qs, m, a: qs[0])
         state = StateReader.open(broker_name)

@@ -226,7 +226,7 @@ def test_stop_removes_what_a_broker_that_could_not_shut_down_left(store_dir, bro
         os.kill(broker.pid, fault)
         assert broker.stop(timeout=0.5) == -signal.SIGKILL
         assert not shm.leftovers(broker_name)
-        assert not existing(store_objects(store_dir) + [("sem", dead_key)])
+        assert not existing([*store_objects(store_dir), ("sem", dead_key)])
         assert Watch(live.liveness.key).is_alive()  # a live client's semaphore is its own to remove
         live.close(detach=False)
 

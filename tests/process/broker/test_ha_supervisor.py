@@ -74,7 +74,7 @@ def test_sender_is_restarted_while_async_master_sends_go_on(store_dir, broker_na
         if ha is not None:
             ha.close()
         broker.stop()
-    assert "HA sender (pid %d) ended: killed by SIGKILL" % first in broker.log()
+    assert f"HA sender (pid {first}) ended: killed by SIGKILL" in broker.log()
     assert not alive(first)
 
 

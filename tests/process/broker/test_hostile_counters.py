@@ -40,7 +40,7 @@ def _still_serves(broker: shmq.Broker, good: Producer) -> None:
     assert good.send(Message("T", b"fine")).status is SendStatus.SEND_OK
 
 
-@pytest.mark.parametrize("value", list(HOSTILE.values()) + ["past head"], ids=list(HOSTILE) + ["past head"])
+@pytest.mark.parametrize("value", [*HOSTILE.values(), "past head"], ids=[*HOSTILE, "past head"])
 def test_hostile_response_tail_drops_only_that_client(store_dir, broker_name, config, value):
     with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
         bad = RawClient(broker_name)
@@ -61,7 +61,7 @@ def test_hostile_response_tail_drops_only_that_client(store_dir, broker_name, co
             bad.close(detach=False)
 
 
-@pytest.mark.parametrize("value", list(HOSTILE.values()) + ["backwards"], ids=list(HOSTILE) + ["backwards"])
+@pytest.mark.parametrize("value", [*HOSTILE.values(), "backwards"], ids=[*HOSTILE, "backwards"])
 def test_hostile_request_head_drops_only_that_client(store_dir, broker_name, config, value):
     with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
         bad = RawClient(broker_name)

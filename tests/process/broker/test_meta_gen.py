@@ -43,7 +43,7 @@ def _bounds_from_tables(v: StateView, topic: str, qid: int) -> tuple[int, int, i
 
 
 def test_meta_gen_moves_with_topics_and_groups_only(pair):
-    pub, w, state = pair
+    pub, _w, state = pair
     g0 = state.meta_gen()
     pub.topics({"A": TopicConfig("A", 2, 2, 6)}, lambda t, q: (0, 0), {})
     g1 = state.meta_gen()
@@ -89,7 +89,7 @@ def test_pull_bounds_fast_path_answers_what_the_tables_say(pair, monkeypatch):
 
 
 def test_rebalance_check_recomputes_only_after_a_meta_change(pair):
-    pub, w, state = pair
+    pub, _w, state = pair
     pub.topics({"A": TopicConfig("A", 4, 4, 6)}, lambda t, q: (0, 0), {})
     g = ConsumerGroup("g")
     g.members.update({11: {}, 22: {}})

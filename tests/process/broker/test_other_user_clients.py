@@ -25,7 +25,7 @@ def _as_nobody(fn: Callable[[], object], out: Connection) -> None:
         os.setuid(NOBODY)
         fn()
         out.send(("no error", ""))
-    except BaseException as e:  # report whatever it is: the test judges it
+    except BaseException as e:  # noqa: BLE001 - report whatever it is: the test judges it
         out.send((type(e).__name__, str(e)))
     finally:
         os._exit(0)

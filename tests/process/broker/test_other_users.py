@@ -2,6 +2,7 @@
 broker that another user runs under the name they asked for (issue 10, B7)."""
 from __future__ import annotations
 
+from pathlib import Path
 import os
 import subprocess
 import sys
@@ -35,8 +36,8 @@ def _start_as(stranger: Stranger, store_dir: str, name: str) -> tuple[subprocess
     log_path = os.path.join(stranger.home, f"{name}.log")
     with open(log_path, "wb") as log:
         p = stranger.popen(_broker_argv(store_dir, name), stdout=log, stderr=subprocess.STDOUT)
-    serving = wait_for(lambda: p.poll() is not None or "serving store" in open(log_path).read(), 30)
-    assert serving and p.poll() is None, open(log_path).read()
+    serving = wait_for(lambda: p.poll() is not None or "serving store" in Path(log_path).read_text(), 30)
+    assert serving and p.poll() is None, Path(log_path).read_text()
     return p, log_path
 
 
@@ -50,10 +51,10 @@ def test_clients_refuse_a_broker_another_user_runs_under_the_name(stranger, brok
             shmq.Admin(broker_name).topics()
         with pytest.raises(ForeignOwnerError):
             StateReader.open(broker_name)  # the monitor goes through this too
-        assert "attached" not in open(log_path).read()  # no channel was ever made for us
+        assert "attached" not in Path(log_path).read_text()  # no channel was ever made for us
     finally:
         Stranger.stop(p)  # runuser reports the SIGTERM it passed on; the broker's log says how it ended
-        assert f"broker {broker_name!r} stopped" in open(log_path).read()
+        assert f"broker {broker_name!r} stopped" in Path(log_path).read_text()
     assert shm.leftovers(broker_name) == [] and existing(store_objects(store_dir)) == []
 
 
@@ -80,7 +81,7 @@ def test_non_root_broker_refuses_a_squatted_name_in_one_line(stranger, broker_na
     try:
         p = stranger.popen(_broker_argv(store_dir, broker_name), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
-        out, err = p.communicate(timeout=30)
+        _out, err = p.communicate(timeout=30)
         assert p.returncode == 2, err
         assert "Traceback" not in err
         line = err.strip().splitlines()[-1]
@@ -136,8 +137,8 @@ def test_queue_another_user_made_and_gave_to_root_is_refused(stranger, ipc_track
     from shmq.ring.owner import Trust  # here, so that the other tests of this file also run on older shmq
 
     key = sysv_key(store_dir, "control")
-    code = ("import sysv_ipc; mq = sysv_ipc.MessageQueue(%d, sysv_ipc.IPC_CREX, mode=0o666); mq.uid = 0; "
-            "print(mq.uid, mq.cuid)" % key)
+    code = (f"import sysv_ipc; mq = sysv_ipc.MessageQueue({key}, sysv_ipc.IPC_CREX, mode=0o666); mq.uid = 0; "
+            "print(mq.uid, mq.cuid)")
     made = stranger.python(code)
     try:
         assert made.returncode == 0, made.stderr

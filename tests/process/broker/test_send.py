@@ -36,7 +36,7 @@ def _check(store, result, body: bytes, tags: str | None = None) -> None:
 def test_sync_async_oneway_batch_round_trip(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
         with Producer("pg", broker=broker_name) as p:
-            sync = [(p.send(Message("Orders", b"sync%d" % i, tags="TagA", keys="k%d kk" % i,
+            sync = [(p.send(Message("Orders", b"sync%d" % i, tags="TagA", keys=f"k{i} kk",
                                     properties={"a": str(i)})), b"sync%d" % i) for i in range(50)]
             called = []
             done = threading.Event()

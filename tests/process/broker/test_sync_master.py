@@ -194,7 +194,7 @@ def test_eight_concurrent_sync_senders(ha_pair, broker_name):
                     r = p.send(Message("Conc", b"%d-%d" % (k, i)))
                     assert ha.master_offset >= r.phys_offsets[0]  # never answered before it was published
                     statuses.append(r.status)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - the thread's error fails the test in the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(8)]
@@ -208,29 +208,33 @@ def test_eight_concurrent_sync_senders(ha_pair, broker_name):
 
 def test_sync_flush_and_sync_master_together(store_dir, broker_name, config):
     values = sync_master_config(config, 300, flushDiskType="SYNC_FLUSH")
-    with sync_master_pair(store_dir, broker_name, values) as (broker, ha, standin):
-        with Producer("pg", broker=broker_name, auto_batch=False) as p:
-            assert [p.send(Message("F", b"%d" % i)).status for i in range(5)] == [SendStatus.SEND_OK] * 5
-            standin.hold(ha.master_offset)
-            late = p.send_async(Message("F", b"late"))
-            assert late.result(2).status is SendStatus.FLUSH_SLAVE_TIMEOUT
+    with (
+        sync_master_pair(store_dir, broker_name, values) as (broker, ha, standin),
+        Producer("pg", broker=broker_name, auto_batch=False) as p,
+    ):
+        assert [p.send(Message("F", b"%d" % i)).status for i in range(5)] == [SendStatus.SEND_OK] * 5
+        standin.hold(ha.master_offset)
+        late = p.send_async(Message("F", b"late"))
+        assert late.result(2).status is SendStatus.FLUSH_SLAVE_TIMEOUT
     log = broker.log()
     assert "group commit: 6 answers in 6 flushes" in log and "1 timed out" in log
 
 
 def test_shutdown_answers_what_waits(store_dir, broker_name, config):
     """A broker stopped while sends wait for a replica answers them FLUSH_SLAVE_TIMEOUT, not never."""
-    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 30_000)) as (broker, ha, standin):
-        with Producer("pg", broker=broker_name, auto_batch=False) as p:
-            p.send(Message("T", b"warm"))
-            standin.hold(ha.master_offset)
-            waiting: list[Future] = [p.send_async(Message("T", b"w%d" % i)) for i in range(3)]
-            time.sleep(0.1)
-            assert not any(f.done() for f in waiting)
-            start = time.perf_counter()
-            broker.process.send_signal(15)
-            assert [f.result(60).status for f in waiting] == [SendStatus.FLUSH_SLAVE_TIMEOUT] * 3
-            assert time.perf_counter() - start < 20  # answered as it stops, not at the 30 s timeout
+    with (
+        sync_master_pair(store_dir, broker_name, sync_master_config(config, 30_000)) as (broker, ha, standin),
+        Producer("pg", broker=broker_name, auto_batch=False) as p,
+    ):
+        p.send(Message("T", b"warm"))
+        standin.hold(ha.master_offset)
+        waiting: list[Future] = [p.send_async(Message("T", b"w%d" % i)) for i in range(3)]
+        time.sleep(0.1)
+        assert not any(f.done() for f in waiting)
+        start = time.perf_counter()
+        broker.process.send_signal(15)
+        assert [f.result(60).status for f in waiting] == [SendStatus.FLUSH_SLAVE_TIMEOUT] * 3
+        assert time.perf_counter() - start < 20  # answered as it stops, not at the 30 s timeout
 
 
 def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(store_dir, broker_name, config):
@@ -240,7 +244,7 @@ def test_a_send_waiting_longer_than_a_third_of_its_timeout_is_not_sent_again(sto
     caller got SendTimeoutError instead of FLUSH_SLAVE_TIMEOUT."""
     # a 6 s replica timeout under a 12 s send timeout: a resend would come after 4 s, and a
     # loaded machine's delays stay far below the 6 s left between the answer and the send timeout
-    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 6000)) as (broker, ha, standin):
+    with sync_master_pair(store_dir, broker_name, sync_master_config(config, 6000)) as (_broker, ha, standin):
         with Producer("pg", broker=broker_name, auto_batch=False, send_msg_timeout=12.0) as p:
             p.send(Message("T", b"warm"))
             standin.hold(ha.master_offset)
@@ -273,7 +277,7 @@ def test_a_dead_clients_waiting_answers_are_dropped(ha_pair, broker_name):
             wait_grown(ha, start)
             child.kill()
             child.wait()
-            assert wait_for(lambda: "(pid %d)" % child.pid in broker.log(), 30)  # dropped by the broker
+            assert wait_for(lambda: f"(pid {child.pid})" in broker.log(), 30)  # dropped by the broker
         finally:
             child.kill()
             child.wait()
@@ -311,7 +315,7 @@ def test_end_to_end_with_the_supervised_sender_and_a_tcp_replica(store_dir, brok
                             replica.report(replica.offset)
                     except socket.timeout:
                         pass
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - the thread's error fails the test in the main thread
                 errors.append(e)
 
         thread = threading.Thread(target=follow)

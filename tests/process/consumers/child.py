@@ -23,7 +23,7 @@ from shmq.client.producer.producer import SelectMessageQueueByHash
 def consume(broker: str, group: str, out_path: str, opts: dict) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    out = open(out_path, "a", buffering=1)
+    out = open(out_path, "a", buffering=1)  # noqa: SIM115 - open until the process ends
     lock = threading.Lock()
     delay = float(opts.get("delay", 0))
 

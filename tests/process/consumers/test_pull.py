@@ -98,7 +98,7 @@ def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
 def test_search_offset_by_time(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
             PullConsumer("cg", broker=broker_name) as c:
-        for i in range(5):
+        for _i in range(5):
             p.send(Message("Time", b"early"), selector=_to_queue(0))
         time.sleep(0.05)
         middle = int(time.time() * 1000)
@@ -125,7 +125,11 @@ def test_no_broker_and_dead_broker_fail_clearly(store_dir, broker_name, config):
     c = PullConsumer("cg", broker=broker_name, start_timeout=0.3).start()
     mq = shmq.MessageQueue("Dead", broker_name, 0)
     # a pull waiting when the broker dies waits for it to come back until its timeout, then fails clearly
-    waiting = threading.Thread(target=lambda: pytest.raises(BrokerGoneError, c.pull, mq, offset=0, timeout=1.5))
+    def pull_until_gone() -> None:
+        with pytest.raises(BrokerGoneError):
+            c.pull(mq, offset=0, timeout=1.5)
+
+    waiting = threading.Thread(target=pull_until_gone)
     waiting.start()
     time.sleep(0.2)
     t = time.monotonic()

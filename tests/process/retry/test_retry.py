@@ -10,6 +10,7 @@ import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, MessageModel, MessageQueue, Producer, PushConsumer
 
 from tests.waiting import wait_for
+import itertools
 
 
 
@@ -74,7 +75,7 @@ def test_failing_n_times_sees_the_message_n_plus_1_times_with_growing_delay(stor
     # every delivery shows the message as sent: topic, id, tags, keys, properties
     assert all(m.topic == "T" and m.msg_id == sent.msg_id and m.tags == "A" and m.keys == "k1"
                and m.properties["a"] == "1" for _, m in seen)
-    gaps = [b - a for (a, _), (b, _) in zip(seen, seen[1:])]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(seen)]
     for k, gap in enumerate(gaps):  # level 3 + k: 60 ms, 600 ms, 1.8 s
         assert gap >= STEEP_MS[2 + k] / 1000 - 0.005, (k, gaps)
     assert gaps[0] < gaps[1] < gaps[2], gaps

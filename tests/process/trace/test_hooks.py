@@ -114,7 +114,7 @@ def test_consume_hooks_around_each_listener_call(store_dir, broker_name, config)
                 c.register_consume_hook(Recorder())  # hooks are set before start
             assert wait_for(lambda: len(rec.afters()) == 3, 10), rec.events
         afters = rec.afters()
-        ok = [a for a in afters if a.messages[0].body == b"ok"][0]
+        ok = next(a for a in afters if a.messages[0].body == b"ok")
         fails = [a for a in afters if a.messages[0].body == b"fail"]
         assert (ok.group, ok.queue.topic, ok.queue.queue_id, ok.status, ok.success) == \
             ("cg", "C", 0, ConsumeResult.SUCCESS, True)

@@ -1,4 +1,6 @@
-"""``python -m tools.bench.suite [--quick] [--only NAME ...] [--workloads WORD ...] [--out DIR]`` (QUICK=1 in the environment = --quick)."""
+"""``python -m tools.bench.suite [--quick] [--only NAME ...] [--workloads WORD ...] [--out DIR]``
+
+QUICK=1 in the environment is --quick."""
 from __future__ import annotations
 
 import argparse

@@ -14,7 +14,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -148,7 +148,7 @@ class System:
     broker = True
     note = ""
     apis: tuple[str, ...] = ("msg", "batch")
-    api_notes: dict[str, str] = {}
+    api_notes: ClassVar[dict[str, str]] = {}
     latency = True
     latency_server = False
     durable = False
@@ -209,7 +209,7 @@ class RunError(RuntimeError):
 def _worker(module: str, func: str, args: tuple, role: tuple, sync: Sync) -> None:
     try:
         fn = getattr(importlib.import_module(module), func)
-        out = fn(*args, sync) if func != "latency_server" else fn(*args, sync)
+        out = fn(*args, sync)
         if func == "tput_producer":
             sync.sent(out)
             sync.results.put((role, "ok", (sync.t0, time.perf_counter(), out)))
@@ -232,7 +232,7 @@ def _collect(procs: list, sync: Sync, expect: int, timeout: float) -> dict:
         while len(out) < expect:
             left = end - time.monotonic()
             if left <= 0:
-                missing = sorted(set((p.name for p in procs)) - set(f"{r[0]}{r[1]}" for r in out))
+                missing = sorted({p.name for p in procs} - {f"{r[0]}{r[1]}" for r in out})
                 raise RunError(f"timed out waiting for {', '.join(missing)}; sent {sync.counts[0]} by "
                                f"{sync.counts[1]} producers done, received {sync.counts[2]}")
             try:
@@ -244,7 +244,7 @@ def _collect(procs: list, sync: Sync, expect: int, timeout: float) -> dict:
                         sync.barrier.abort()
                     except Exception:
                         pass
-                    raise RunError(f"a process died without reporting (exit codes {dead})")
+                    raise RunError(f"a process died without reporting (exit codes {dead})") from None
                 continue
             if status == "error":
                 raise RunError(f"{role[0]} {role[1]}: {value}")
@@ -300,7 +300,7 @@ def run_tput(system: System, spec: TputSpec) -> dict:
 def percentiles(ns: np.ndarray) -> dict:
     us = np.asarray(ns, dtype=np.float64) / 1e3
     return {"p50_us": float(np.percentile(us, 50)), "p99_us": float(np.percentile(us, 99)),
-            "p999_us": float(np.percentile(us, 99.9)), "rounds": int(len(us))}
+            "p999_us": float(np.percentile(us, 99.9)), "rounds": len(us)}
 
 
 def run_latency(system: System, spec: LatencySpec) -> dict:
@@ -351,7 +351,7 @@ def _run_senders(system: System, func: str, ctx: Any, spec: DurableSpec | Replic
     start = min(v[0] for v in out.values())
     end = max(v[1] for v in out.values())
     res = percentiles(lat)
-    res.update(msgs_s=len(lat) / (end - start), messages=int(len(lat)), seconds=end - start)
+    res.update(msgs_s=len(lat) / (end - start), messages=len(lat), seconds=end - start)
     return res
 
 

@@ -37,10 +37,11 @@ def workloads(s: Settings) -> list[tuple[str, str, object]]:
                 lambda rid: LatencySpec(LAT_SIZE, s.latency_rounds, s.latency_deadline, rid)))
     out.append((f"durable {s.durable_senders} senders {DUR_SIZE}B", "durable",
                 lambda rid: DurableSpec(s.durable_senders, DUR_SIZE, s.durable_count, s.durable_deadline, rid)))
-    for mode in ("sync", "async"):  # the same senders against a master with a replica: SYNC vs ASYNC
-        out.append((f"replicated {mode} {s.durable_senders} senders {DUR_SIZE}B", "replicated",
-                    lambda rid, mode=mode: ReplicatedSpec(s.durable_senders, DUR_SIZE, s.durable_count,
-                                                          s.durable_deadline, rid, mode == "sync")))
+    # the same senders against a master with a replica: SYNC vs ASYNC
+    out.extend((f"replicated {mode} {s.durable_senders} senders {DUR_SIZE}B", "replicated",
+                lambda rid, mode=mode: ReplicatedSpec(s.durable_senders, DUR_SIZE, s.durable_count,
+                                                      s.durable_deadline, rid, mode == "sync"))
+               for mode in ("sync", "async"))
     return out
 
 
@@ -158,7 +159,7 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
         shutil.rmtree(workdir, ignore_errors=True)
     for key in results:
         kind = results[key]["kind"]
-        for name, entry in results[key]["systems"].items():
+        for entry in results[key]["systems"].values():
             runs = entry["runs"]
             if kind == "tput":
                 entry["msgs_s"] = _stats([r["msgs_s"] for r in runs])

@@ -49,7 +49,8 @@ class Iceoryx2(System):
     name = "iceoryx2"
     title = "iceoryx2 publish/subscribe, request/response (zero-copy shared memory)"
     how = ("loan_slice_uninit + memmove + send / receive + string_at, lossless (no safe overflow, "
-           "RetryUntilDelivered, resent when send() reports 0 subscribers); batch = one 100-message sample cut into 100 bytes; busy polling; "
+           "RetryUntilDelivered, resent when send() reports 0 subscribers); "
+           "batch = one 100-message sample cut into 100 bytes; busy polling; "
            "round trip = request/response")
     persistence = "none"
     broker = False

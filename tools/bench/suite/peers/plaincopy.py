@@ -26,7 +26,8 @@ def _seg_name(run_id: str, i: int) -> str:
 class PlainCopy(System):
     name = "plain copy"
     title = "plain copy: shm ring + numpy copy into a mmap"
-    how = "Ring.try_write per message / one ring frame per 100-message batch; the consumer copies each frame into a mmap'd file with numpy"
+    how = ("Ring.try_write per message / one ring frame per 100-message batch; "
+           "the consumer copies each frame into a mmap'd file with numpy")
     persistence = "page cache only (never fsynced)"
     broker = False
     note = "physical reference: no broker, no index, no acks, never fsynced"
@@ -171,11 +172,11 @@ def _spin_read(ring):
 
 
 def latency_server(ctx, spec, sync):
-    s1, req = _open(ctx["rings"][0])
-    s2, rep = _open(ctx["rings"][1])
+    _s1, req = _open(ctx["rings"][0])
+    _s2, rep = _open(ctx["rings"][1])
     sync.ready()
     while True:
-        kind, view = _spin_read(req)
+        _kind, view = _spin_read(req)
         n = len(view)
         while not rep.try_write(KIND, view):
             pass
@@ -186,8 +187,8 @@ def latency_server(ctx, spec, sync):
 
 
 def latency_client(ctx, spec, sync):
-    s1, req = _open(ctx["rings"][0])
-    s2, rep = _open(ctx["rings"][1])
+    _s1, req = _open(ctx["rings"][0])
+    _s2, rep = _open(ctx["rings"][1])
     data = body(spec.size)
     sync.ready()
 

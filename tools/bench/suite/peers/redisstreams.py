@@ -19,7 +19,8 @@ GROUP = "g"
 class RedisStreams(System):
     name = "Redis Streams"
     title = "Redis Streams (redis-server, AOF)"
-    how = "XADD one per call / pipelined 100 per round trip (transaction=False); XREADGROUP COUNT 200 + one XACK per read; round trip = one XADD"
+    how = ("XADD one per call / pipelined 100 per round trip (transaction=False); "
+           "XREADGROUP COUNT 200 + one XACK per read; round trip = one XADD")
     persistence = "AOF, fsync every second"
     broker = True
     note = "AOF with appendfsync everysec (a crash can lose the last second)"

@@ -378,9 +378,7 @@ def push_listener(ctx, sync):
     want = ctx["count"]
 
     def listener(msgs, _ctx):
-        for m in msgs:
-            if len(m.body) == ctx["size"]:
-                lat.append(stamp_age(m.body))
+        lat.extend(stamp_age(m.body) for m in msgs if len(m.body) == ctx["size"])
         if len(lat) >= want:
             done.set()
         return shmq.ConsumeResult.SUCCESS

@@ -5,6 +5,7 @@ import os
 import shutil
 import tempfile
 import time
+from typing import ClassVar
 
 import numpy as np
 
@@ -19,7 +20,7 @@ class ZmqIpc(System):
     broker = False
     note = "no persistence, no broker (raw IPC socket)"
     apis = ("msg",)
-    api_notes = {"batch": "batches internally; send() is its fastest API"}
+    api_notes: ClassVar[dict[str, str]] = {"batch": "batches internally; send() is its fastest API"}
     latency_server = True
 
     def install(self):
