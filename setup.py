@@ -6,6 +6,7 @@ which works the same (slower). ``CFLAGS`` is honoured, so a sanitizer build is
 ``CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" pip install -e .`` (see
 ``make sanitize``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -33,8 +34,11 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _warn(e: Exception) -> None:
-        print(f"shmq: building the compiled paths failed ({e}); the pure-Python paths will be used "
-              "(install a C compiler and the Python headers, then reinstall)", file=sys.stderr)
+        print(
+            f"shmq: building the compiled paths failed ({e}); the pure-Python paths will be used "
+            "(install a C compiler and the Python headers, then reinstall)",
+            file=sys.stderr,
+        )
 
 
 def extensions() -> list[Extension]:
@@ -42,10 +46,20 @@ def extensions() -> list[Extension]:
     if not sources:
         return []
     from Cython.Build import cythonize  # a build requirement (pyproject.toml)
-    exts = [Extension(f"shmq._speedups.{os.path.splitext(os.path.basename(s))[0]}", [s],
-                      extra_compile_args=["-O3", "-Wno-unreachable-code"]) for s in sources]
-    return cythonize(exts, language_level=3, compiler_directives={
-        "boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False})
+
+    exts = [
+        Extension(
+            f"shmq._speedups.{os.path.splitext(os.path.basename(s))[0]}",
+            [s],
+            extra_compile_args=["-O3", "-Wno-unreachable-code"],
+        )
+        for s in sources
+    ]
+    return cythonize(
+        exts,
+        language_level=3,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False},
+    )
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

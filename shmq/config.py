@@ -3,6 +3,7 @@
 Fields are snake_case in Python; files may use RocketMQ's camelCase names
 (`flushDiskType=SYNC_FLUSH` in a broker.conf) or the snake_case ones (in TOML).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,9 @@ import grp
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from shmq.errors import ConfigError
 
@@ -148,16 +150,27 @@ class BrokerConfig:
             split_address(self.ha_master_address)
         if self.ha_auth_token and self.ha_auth_token_file:
             raise ConfigError("give one of haAuthToken and haAuthTokenFile, not both")
-        for key in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                    "ha_max_gap_not_in_sync", "ha_max_frame_size", "ha_connect_timeout", "ha_reconnect_interval",
-                    "sync_flush_timeout"):
+        for key in (
+            "ha_send_heartbeat_interval",
+            "ha_housekeeping_interval",
+            "ha_transfer_batch_size",
+            "ha_max_gap_not_in_sync",
+            "ha_max_frame_size",
+            "ha_connect_timeout",
+            "ha_reconnect_interval",
+            "sync_flush_timeout",
+        ):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{camel(key)} must be at least 1")
         if self.ha_transfer_batch_size > self.ha_max_frame_size:
             raise ConfigError("haTransferBatchSize must not exceed haMaxFrameSize")
         delay_levels(self.message_delay_level)
-        for key in ("timer_max_delay_sec", "transaction_time_out", "transaction_check_max",
-                    "transaction_check_interval"):
+        for key in (
+            "timer_max_delay_sec",
+            "transaction_time_out",
+            "transaction_check_max",
+            "transaction_check_interval",
+        ):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{camel(key)} must be at least 1")
         for hour in self.delete_when.split(";"):
@@ -169,8 +182,9 @@ class BrokerConfig:
         could never have a send acknowledged by a replica, a SLAVE without a master to follow
         would serve a store that never changes."""
         if self.broker_role == SYNC_MASTER and self.ha_listen_port <= 0:
-            raise ConfigError("brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through "
-                              "the HA sender")
+            raise ConfigError(
+                "brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through the HA sender"
+            )
         if self.broker_role == SLAVE and not self.ha_master_address:
             raise ConfigError("brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)")
 
@@ -185,8 +199,10 @@ class BrokerConfig:
         Both given and different is an error: clients would look for one name and find the other.
         """
         if name is not None and self.broker_name is not None and name != self.broker_name:
-            raise ConfigError(f"--name {name!r} contradicts brokerName={self.broker_name!r} in the config; "
-                              "give one of them, or the same name in both")
+            raise ConfigError(
+                f"--name {name!r} contradicts brokerName={self.broker_name!r} in the config; "
+                "give one of them, or the same name in both"
+            )
         return name if name is not None else self.broker_name or os.environ.get("SHMQ_BROKER") or "default"
 
     def group_id(self) -> int | None:
@@ -201,7 +217,7 @@ class BrokerConfig:
             raise ConfigError(f"shmGroup {self.shm_group!r}: no such group") from None
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "BrokerConfig":
+    def from_mapping(cls, values: Mapping[str, Any]) -> BrokerConfig:
         """Build from a mapping keyed by RocketMQ camelCase or snake_case names."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
@@ -215,7 +231,7 @@ class BrokerConfig:
         return cls(**kwargs)
 
     @classmethod
-    def load(cls, source: "str | os.PathLike[str] | Mapping[str, Any] | BrokerConfig | None") -> "BrokerConfig":
+    def load(cls, source: str | os.PathLike[str] | Mapping[str, Any] | BrokerConfig | None) -> BrokerConfig:
         """Accept a config object, a dict, a TOML file or a RocketMQ-style key=value file."""
         if source is None:
             return cls()
@@ -236,8 +252,11 @@ class BrokerConfig:
 
     def to_properties(self) -> str:
         """The config as a RocketMQ-style broker.conf (keys left unset are left out)."""
-        return "".join(f"{camel(f.name)}={_render(getattr(self, f.name))}\n" for f in dataclasses.fields(self)
-                       if getattr(self, f.name) is not None)
+        return "".join(
+            f"{camel(f.name)}={_render(getattr(self, f.name))}\n"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        )
 
 
 # RocketMQ spellings that do not follow from our field names
@@ -246,7 +265,7 @@ ALIASES = {"warmMapedFileEnable": "warm_mapped_file_enable"}
 # RocketMQ keys a config may name but shmq cannot honour yet: refused, never silently ignored
 NOT_SUPPORTED = {
     "osPageCacheBusyTimeOutMills": "shmq's busy rule is waitTimeMillsInSendQueue (a send older than that "
-                                   "when the broker reaches it is answered SYSTEM_BUSY)",
+    "when the broker reaches it is answered SYSTEM_BUSY)",
 }
 
 
@@ -317,7 +336,7 @@ def _render(value: Any) -> str:
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str, "str | None": str}
 
 
-def _coerce(f: "dataclasses.Field[Any]", raw: Any, key: str) -> Any:
+def _coerce(f: dataclasses.Field[Any], raw: Any, key: str) -> Any:
     kind = f.type if isinstance(f.type, type) else _TYPES[str(f.type)]
     try:
         if kind is bool:

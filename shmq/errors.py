@@ -5,6 +5,7 @@ Every exception shmq raises is a ShmqError, defined here and exported from ``shm
 error also has a builtin meaning (a bad value, a timeout) it subclasses that builtin too, so
 ``except ValueError`` keeps working.
 """
+
 from __future__ import annotations
 
 
@@ -100,8 +101,16 @@ class BadExpressionError(ShmqError, ValueError):
 
 
 # RocketMQ's ResponseCode names of the codes a broker answers with (0: an admin command refused)
-RESPONSE_CODES = {0: "ADMIN_REFUSED", 1: "SYSTEM_ERROR", 2: "SYSTEM_BUSY", 3: "REQUEST_CODE_NOT_SUPPORTED",
-                  13: "MESSAGE_ILLEGAL", 14: "SERVICE_NOT_AVAILABLE", 16: "NO_PERMISSION", 17: "TOPIC_NOT_EXIST"}
+RESPONSE_CODES = {
+    0: "ADMIN_REFUSED",
+    1: "SYSTEM_ERROR",
+    2: "SYSTEM_BUSY",
+    3: "REQUEST_CODE_NOT_SUPPORTED",
+    13: "MESSAGE_ILLEGAL",
+    14: "SERVICE_NOT_AVAILABLE",
+    16: "NO_PERMISSION",
+    17: "TOPIC_NOT_EXIST",
+}
 DISK_FULL = "disk full"  # how the store's refusal of a write on a full disk begins (DiskSpace.error)
 
 

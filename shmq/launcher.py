@@ -1,4 +1,5 @@
 """shmq.Broker: run a broker as a child process (for programs, demos and tests)."""
+
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, BrokerStartError, ShmqError
@@ -29,8 +31,13 @@ class Broker:
     it under the same name, since they fall back to ``SHMQ_BROKER`` and ``default`` too.
     """
 
-    def __init__(self, store_dir: str, name: str | None = None, config: Mapping[str, Any] | str | None = None,
-                 timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        name: str | None = None,
+        config: Mapping[str, Any] | str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
         self.store_dir = os.path.abspath(store_dir)
         checked = BrokerConfig.load(config)  # a bad key, name or role fails here, in the caller
         checked.check_role()
@@ -66,7 +73,9 @@ class Broker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BrokerStartError(f"broker {self.name!r} exited with status {self.process.returncode}:\n{self.log()}")
+                raise BrokerStartError(
+                    f"broker {self.name!r} exited with status {self.process.returncode}:\n{self.log()}"
+                )
             try:
                 reader = StateReader.open(self.name)
             except (BrokerNotFoundError, ShmqError):
@@ -118,8 +127,12 @@ class Broker:
     def _reclaim(self) -> None:
         removed = reclaim_dead_broker(self.name, self.store_dir)
         if removed:
-            log.warning("broker %r exited with status %s; removed what it left: %s", self.name,
-                        self.process.returncode, ", ".join(removed))
+            log.warning(
+                "broker %r exited with status %s; removed what it left: %s",
+                self.name,
+                self.process.returncode,
+                ", ".join(removed),
+            )
 
     def _cleanup(self) -> None:
         if self._config_file:
@@ -134,7 +147,7 @@ class Broker:
         state = "running" if code is None else f"exited {code}"
         return f"Broker(name={self.name!r}, store_dir={self.store_dir!r}, pid={self.pid}, state={state})"
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -25,6 +25,7 @@ broker's own loggers) are ignored, and so is anything logged on the handler's se
 ``close()`` (called by ``logging.shutdown`` at exit) sends what it can within ``close_timeout``
 and releases the producer.
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,12 +34,19 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.client.producer.producer import Producer, split_batch
 from shmq.codec import record as fmt
-from shmq.errors import (BrokerBusyError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError,
-                         SendTimeoutError, SharedMemoryFullError, ShmqError)
+from shmq.errors import (
+    BrokerBusyError,
+    BrokerGoneError,
+    BrokerNotFoundError,
+    ControlTimeoutError,
+    SendTimeoutError,
+    SharedMemoryFullError,
+    ShmqError,
+)
 from shmq.model.message import Message
 
 DEFAULT_GROUP = "_LOG_HANDLER_PRODUCER"
@@ -49,8 +57,14 @@ CLOSE_TIMEOUT_S = 5.0
 WARN_INTERVAL_S = 60.0
 IGNORED_LOGGER = "shmq"  # its hierarchy: the producer's own logging must never be published
 # errors after which a retry may succeed: the records go back to the buffer
-RETRIABLE = (BrokerGoneError, BrokerNotFoundError, SendTimeoutError, BrokerBusyError, SharedMemoryFullError,
-             ControlTimeoutError)
+RETRIABLE = (
+    BrokerGoneError,
+    BrokerNotFoundError,
+    SendTimeoutError,
+    BrokerBusyError,
+    SharedMemoryFullError,
+    ControlTimeoutError,
+)
 
 Entry = tuple[bytes, str, dict[str, str]]  # body, tags, properties
 
@@ -58,9 +72,18 @@ Entry = tuple[bytes, str, dict[str, str]]  # body, tags, properties
 class MessageHandler(logging.Handler):
     """Publishes log records to ``topic`` on ``broker`` (else ``SHMQ_BROKER``, else ``default``)."""
 
-    def __init__(self, topic: str, broker: str | None = None, level: int | str = logging.NOTSET, *,
-                 group: str = DEFAULT_GROUP, buffer_size: int = BUFFER_SIZE, retry_interval: float = RETRY_INTERVAL_S,
-                 close_timeout: float = CLOSE_TIMEOUT_S, producer: Callable[[], Producer] | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        broker: str | None = None,
+        level: int | str = logging.NOTSET,
+        *,
+        group: str = DEFAULT_GROUP,
+        buffer_size: int = BUFFER_SIZE,
+        retry_interval: float = RETRY_INTERVAL_S,
+        close_timeout: float = CLOSE_TIMEOUT_S,
+        producer: Callable[[], Producer] | None = None,
+    ) -> None:
         """``producer`` builds the (not started) producer the thread owns; by default
         ``Producer(group, broker, auto_batch=False)``: the handler sends its own batches."""
         super().__init__(level)
@@ -156,7 +179,7 @@ class MessageHandler(logging.Handler):
             for batch in split_batch(msgs):
                 p.send_batch(batch)
                 self.sent += len(batch)
-                del taken[:len(batch)]
+                del taken[: len(batch)]
             return True
         except RETRIABLE as e:
             self.last_error = e
@@ -181,14 +204,18 @@ class MessageHandler(logging.Handler):
             self._buffer.clear()
             self.dropped += n
             self._warned_dropped += n
-            _stderr(f"shmq.MessageHandler: {n} log records not sent within close_timeout={self.close_timeout} s"
-                    f"{self._why()}")
+            _stderr(
+                f"shmq.MessageHandler: {n} log records not sent within close_timeout={self.close_timeout} s"
+                f"{self._why()}"
+            )
 
     def _warn_dropped(self) -> None:
         now = time.monotonic()
         if self.dropped > self._warned_dropped and now - self._warned_at >= WARN_INTERVAL_S:
-            _stderr(f"shmq.MessageHandler: {self.dropped - self._warned_dropped} log records dropped "
-                    f"(buffer of {self.buffer_size} full; {self.dropped} in all){self._why()}")
+            _stderr(
+                f"shmq.MessageHandler: {self.dropped - self._warned_dropped} log records dropped "
+                f"(buffer of {self.buffer_size} full; {self.dropped} in all){self._why()}"
+            )
             self._warned_at = now
             self._warned_dropped = self.dropped
 
@@ -223,10 +250,19 @@ class MessageHandler(logging.Handler):
 
 
 def _properties(record: logging.LogRecord) -> dict[str, str]:
-    props = {"logger": record.name, "level": record.levelname, "levelno": str(record.levelno),
-             "time": str(int(record.created * 1000)), "pid": str(record.process or os.getpid()),
-             "process": str(record.processName), "thread": str(record.threadName), "module": record.module,
-             "func": str(record.funcName), "line": str(record.lineno), "path": record.pathname}
+    props = {
+        "logger": record.name,
+        "level": record.levelname,
+        "levelno": str(record.levelno),
+        "time": str(int(record.created * 1000)),
+        "pid": str(record.process or os.getpid()),
+        "process": str(record.processName),
+        "thread": str(record.threadName),
+        "module": record.module,
+        "func": str(record.funcName),
+        "line": str(record.lineno),
+        "path": record.pathname,
+    }
     if record.exc_info and record.exc_info[0] is not None:
         props["exc_type"] = record.exc_info[0].__name__
     return props

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Per-topic figures and consumer lag of a shmq store, read by Spark.
 
-    python spark/scan.py STORE_DIR [--topic T,...] [--top N] [--json] [--master URL]
-    spark-submit --master URL spark/scan.py STORE_DIR ...
+python spark/scan.py STORE_DIR [--topic T,...] [--top N] [--json] [--master URL]
+spark-submit --master URL spark/scan.py STORE_DIR ...
 """
+
 import sys
 
 from shmq_jobs.scan import run

@@ -9,11 +9,12 @@ path, and every other liveness semaphore is recorded as it is taken.
 A conftest imports ``ipc_tracker`` (autouse) and builds its ``broker_name`` and ``store_dir``
 fixtures on ``IpcTracker.name`` and ``IpcTracker.store``.
 """
+
 from __future__ import annotations
 
 import itertools
 import os
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 import sysv_ipc
@@ -113,6 +114,7 @@ def ipc_tracker(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
         token = hold(cls, *args, **kwargs)
         tracker.record_key(token.key)
         return token
+
     monkeypatch.setattr(Liveness, "hold", classmethod(recording))
     yield tracker
     in_shm, sysv = tracker.left()

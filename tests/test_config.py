@@ -1,6 +1,6 @@
 import pytest
 
-from shmq.config import delay_levels, BrokerConfig, camel
+from shmq.config import BrokerConfig, camel, delay_levels
 from shmq.errors import ConfigError
 
 
@@ -18,15 +18,18 @@ def test_defaults_are_rocketmqs_except_the_footprint():
 
 def test_broker_conf_with_rocketmq_names(tmp_path):
     p = tmp_path / "broker.conf"
-    p.write_text("# a RocketMQ broker.conf\nflushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog = 1048576\n"
-                 "fileReservedTime=48\nmessageIndexEnable=false\nwarmMapedFileEnable=false\n"
-                 "diskSpaceWarningLevelRatio=95\n")
+    p.write_text(
+        "# a RocketMQ broker.conf\nflushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog = 1048576\n"
+        "fileReservedTime=48\nmessageIndexEnable=false\nwarmMapedFileEnable=false\n"
+        "diskSpaceWarningLevelRatio=95\n"
+    )
     c = BrokerConfig.load(p)
     assert c.flush_disk_type == "SYNC_FLUSH" and c.mapped_file_size_commit_log == 1 << 20
     assert c.file_reserved_time == 48 and c.message_index_enable is False and c.warm_mapped_file_enable is False
     assert c.disk_space_warning_level_ratio == pytest.approx(0.95)
     assert BrokerConfig.load(p) == BrokerConfig.from_mapping(
-        dict(line.split("=", 1) for line in c.to_properties().splitlines()))
+        dict(line.split("=", 1) for line in c.to_properties().splitlines())
+    )
 
 
 def test_toml_with_snake_or_camel_names(tmp_path):
@@ -36,16 +39,19 @@ def test_toml_with_snake_or_camel_names(tmp_path):
     assert c.flush_disk_type == "SYNC_FLUSH" and c.flush_interval_commit_log == 100
 
 
-@pytest.mark.parametrize("values, match", [
-    ({"flushDiskType": "SOMETIMES"}, "flushDiskType"),
-    ({"noSuchKey": 1}, "unknown config key"),
-    ({"fileReservedTime": "soon"}, "not a valid int"),
-    ({"deleteWhen": "25"}, "deleteWhen"),
-    ({"mappedFileSizeConsumeQueue": 30}, "multiple of 20"),
-    ({"maxClientsPerProcess": 0}, "maxClientsPerProcess must be at least 1"),
-    ({"maxChannels": -1}, "maxChannels must be at least 1"),
-    ({"maxRingBytesTotal": 0}, "maxRingBytesTotal must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        ({"flushDiskType": "SOMETIMES"}, "flushDiskType"),
+        ({"noSuchKey": 1}, "unknown config key"),
+        ({"fileReservedTime": "soon"}, "not a valid int"),
+        ({"deleteWhen": "25"}, "deleteWhen"),
+        ({"mappedFileSizeConsumeQueue": 30}, "multiple of 20"),
+        ({"maxClientsPerProcess": 0}, "maxClientsPerProcess must be at least 1"),
+        ({"maxChannels": -1}, "maxChannels must be at least 1"),
+        ({"maxRingBytesTotal": 0}, "maxRingBytesTotal must be at least 1"),
+    ],
+)
 def test_bad_config_is_a_clear_error(values, match):
     with pytest.raises(ConfigError, match=match):
         BrokerConfig.from_mapping(values)
@@ -83,8 +89,10 @@ def test_roles_are_refused_at_start_only_when_they_cannot_work():
     BrokerConfig().check_role()
     BrokerConfig.from_mapping({"brokerRole": "SYNC_MASTER"}).check_role()
     BrokerConfig.from_mapping({"brokerRole": "SLAVE", "haMasterAddress": "10.0.0.1:10912"}).check_role()
-    for values, why in (({"brokerRole": "SLAVE"}, "needs haMasterAddress"),
-                        ({"brokerRole": "SYNC_MASTER", "haListenPort": 0}, "needs haListenPort > 0")):
+    for values, why in (
+        ({"brokerRole": "SLAVE"}, "needs haMasterAddress"),
+        ({"brokerRole": "SYNC_MASTER", "haListenPort": 0}, "needs haListenPort > 0"),
+    ):
         with pytest.raises(ConfigError, match=f"brokerRole={values['brokerRole']} {why}"):
             BrokerConfig.from_mapping(values).check_role()
     for bad in ("nohost", "h:0", ":80", "h:99999", "h:x"):
@@ -133,6 +141,7 @@ def test_every_key_has_a_unit_reader_and_meaning():
     import dataclasses
 
     from shmq.config_keys import KEY_DOCS
+
     fields = [f.name for f in dataclasses.fields(BrokerConfig)]
     assert [f for f in fields if f not in KEY_DOCS] == []
     assert [k for k in KEY_DOCS if k not in fields] == []

@@ -1,4 +1,5 @@
 """Every exception shmq defines is a shmq.ShmqError exported from shmq, and messages say things once."""
+
 from __future__ import annotations
 
 import importlib
@@ -72,6 +73,8 @@ def test_a_refusal_reads_as_its_reason_and_keeps_its_code() -> None:
 
 def test_plain_message_drops_class_names_and_hides_bugs() -> None:
     assert errors.plain_message(ValueError("consumer group 'g' is unknown")) == "consumer group 'g' is unknown"
-    assert errors.plain_message(FileNotFoundError(2, "No such file or directory", "/s/x")) == \
-        "no such file or directory: /s/x"
+    assert (
+        errors.plain_message(FileNotFoundError(2, "No such file or directory", "/s/x"))
+        == "no such file or directory: /s/x"
+    )
     assert "a bug" in errors.plain_message(KeyError("topic"))

@@ -1,8 +1,9 @@
 """Polling for a condition in tests that watch another process (a broker, a client)."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> bool:

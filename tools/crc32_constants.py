@@ -13,6 +13,7 @@ accumulators uses n = 576/512; merging the four uses 448, 320 and 192 (with 384,
 Run ``python tools/crc32_constants.py`` to print the constants and to run a bit-exact model of
 the C folding path against zlib.crc32 (what the C does, in Python integers).
 """
+
 from __future__ import annotations
 
 import os
@@ -86,7 +87,7 @@ def _table_crc(crc: int, data: bytes) -> int:
 
 def model(crc: int, data: bytes) -> int:
     """The C folding path step for step (for len(data) >= 16)."""
-    blk = lambda i: int.from_bytes(data[i:i + 16], "little")  # noqa: E731
+    blk = lambda i: int.from_bytes(data[i : i + 16], "little")  # noqa: E731
     n, p = len(data), 0
     if n >= 64 + 16:
         acc = [blk(0) ^ (crc ^ 0xFFFFFFFF), blk(16), blk(32), blk(48)]
@@ -94,8 +95,12 @@ def model(crc: int, data: bytes) -> int:
         while n - p >= 64:
             acc = [_fold(acc[i], CONSTANTS["K_FOLD4"]) ^ blk(p + 16 * i) for i in range(4)]
             p += 64
-        x = (_fold(acc[0], CONSTANTS["K_MERGE3"]) ^ _fold(acc[1], CONSTANTS["K_MERGE2"])
-             ^ _fold(acc[2], CONSTANTS["K_FOLD1"]) ^ acc[3])
+        x = (
+            _fold(acc[0], CONSTANTS["K_MERGE3"])
+            ^ _fold(acc[1], CONSTANTS["K_MERGE2"])
+            ^ _fold(acc[2], CONSTANTS["K_FOLD1"])
+            ^ acc[3]
+        )
     else:
         x = blk(0) ^ (crc ^ 0xFFFFFFFF)
         p = 16

@@ -5,6 +5,7 @@
 build of every compiled path for nothing. ``python tools/extras.py spark`` prints one
 requirement a line (a pip requirements file).
 """
+
 from __future__ import annotations
 
 import sys

@@ -10,6 +10,7 @@ compiled function when its module is built and loadable, else ``fallback``. Set
 ``SHMQ_NO_EXTENSIONS=1`` to force every Python path (for debugging, or to compare). ``status()``
 tells what is in use (``shmq --version`` prints it).
 """
+
 from __future__ import annotations
 
 import importlib

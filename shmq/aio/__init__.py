@@ -4,6 +4,7 @@
 Each wraps the sync client (its threads still do the work) and hands results to the event
 loop without blocking it; see each module for when a message counts as consumed.
 """
+
 from shmq.aio.consumer import LitePullConsumer, PushConsumer
 from shmq.aio.producer import Producer
 

@@ -16,14 +16,16 @@ An iteration that started the consumer shuts it down when it ends, and a consume
 finds its event loop closed stops the consumer too: leaving the README's ``async for`` leaves
 the group, and no thread waits for a loop that is gone, so the process exits when it ends.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 from shmq.client.consumer.lite_pull import LitePullConsumer as SyncLitePullConsumer
 from shmq.client.consumer.push import PushConsumer as SyncPushConsumer
@@ -72,6 +74,7 @@ def _in_thread(fn: Callable[[], object], name: str) -> Future[None]:
             done.set_exception(e)
         else:
             done.set_result(None)
+
     threading.Thread(target=run, name=name).start()
     return done
 
@@ -104,7 +107,7 @@ class PushConsumer:
         """As ``shmq.PushConsumer.subscribe``; ``messages(topic)`` does it for you."""
         self.sync.subscribe(topic, expression)
 
-    async def start(self) -> "PushConsumer":
+    async def start(self) -> PushConsumer:
         """Join the group and start pulling (in a thread: attaching may wait). A task cancelled
         meanwhile leaves the start running; ``shutdown`` waits for it, then stops."""
         if self._closing:
@@ -149,7 +152,7 @@ class PushConsumer:
         for d in list(self._open):
             self._give_back(d)
 
-    async def __aenter__(self) -> "PushConsumer":
+    async def __aenter__(self) -> PushConsumer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -158,8 +161,9 @@ class PushConsumer:
     def __aiter__(self) -> AsyncIterator[MessageExt]:
         return self.messages()
 
-    async def messages(self, topic: str | None = None,
-                       expression: str | Expression | Predicate = "*") -> AsyncIterator[MessageExt]:
+    async def messages(
+        self, topic: str | None = None, expression: str | Expression | Predicate = "*"
+    ) -> AsyncIterator[MessageExt]:
         """Every message of the subscriptions (subscribing ``topic`` first when given; starting
         the consumer if needed), until ``shutdown``. See the module for when one counts as consumed.
 
@@ -251,7 +255,7 @@ class LitePullConsumer:
     def assignment(self) -> set[MessageQueue]:
         return self.sync.assignment()
 
-    async def start(self) -> "LitePullConsumer":
+    async def start(self) -> LitePullConsumer:
         await self._in_thread(self.sync.start)
         return self
 
@@ -264,7 +268,7 @@ class LitePullConsumer:
         await asyncio.to_thread(self.sync.shutdown)
         await asyncio.to_thread(self._executor.shutdown)
 
-    async def __aenter__(self) -> "LitePullConsumer":
+    async def __aenter__(self) -> LitePullConsumer:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

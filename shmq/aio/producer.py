@@ -11,13 +11,15 @@ queued there and the loop is woken once per burst of answers (``call_soon_thread
 
 A producer belongs to the event loop it was started on.
 """
+
 from __future__ import annotations
 
 import asyncio
 import functools
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future
-from typing import Any, Sequence
+from typing import Any
 
 from shmq.client.producer.accumulator import MAX_BATCH_MESSAGES, MIN_BATCH, RECORD_OVERHEAD
 from shmq.client.producer.producer import Producer as SyncProducer
@@ -50,7 +52,7 @@ class Producer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> "Producer":
+    async def start(self) -> Producer:
         """Attach to the broker (in a worker thread: attaching may wait ``start_timeout``)."""
         self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.sync.start)
@@ -62,7 +64,7 @@ class Producer:
         await asyncio.to_thread(self.sync.shutdown)
         self._deliver()  # the failures the shutdown set, before anyone awaits them again
 
-    async def __aenter__(self) -> "Producer":
+    async def __aenter__(self) -> Producer:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -70,8 +72,9 @@ class Producer:
 
     # ------------------------------------------------------------------ sends
 
-    async def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
-                   timeout: float | None = None) -> SendResult:
+    async def send(
+        self, msg: Message, selector: Selector | None = None, arg: Any = None, timeout: float | None = None
+    ) -> SendResult:
         """Send and wait for the broker's answer: a SendResult, or the sync ``send``'s exception.
 
         Cancelling the awaiting task within the iteration of the send cancels the message (it is
@@ -90,8 +93,13 @@ class Producer:
             waiting.append((msg, fut))
         return await fut
 
-    async def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
-                         arg: Any = None, timeout: float | None = None) -> SendResult:
+    async def send_batch(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        selector: Selector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
         """Send messages of one topic as one batch; one SendResult (as ``shmq.Producer.send_batch``)."""
         fut: asyncio.Future[SendResult] = self._running_loop().create_future()
         self._unanswered += 1
@@ -114,7 +122,7 @@ class Producer:
         self._all_answered.clear()
         try:
             await asyncio.wait_for(self._all_answered.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -213,8 +221,9 @@ class Producer:
             self._all_answered.set()
 
 
-def _settle(fut: asyncio.Future[SendResult], result: SendResult | BaseException | None,
-            error: BaseException | None) -> None:
+def _settle(
+    fut: asyncio.Future[SendResult], result: SendResult | BaseException | None, error: BaseException | None
+) -> None:
     if fut.done():  # its task was cancelled
         return
     if isinstance(error, asyncio.CancelledError):

@@ -6,9 +6,11 @@ boundary (names by the topic and group rules, queue ids within the topic, offset
 range, no unknown keys), so nothing a request carries can crash the broker or be persisted in
 a form its loader refuses.
 """
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shmq.broker.admin_status import JsonObject, broker_status, consumer_progress
 from shmq.broker.answers import Peer
@@ -20,10 +22,9 @@ from shmq.config import BrokerConfig
 from shmq.filter.sql import TYPE_SQL92, SqlFilter
 from shmq.filter.tags import TYPE_TAG, TagFilter
 from shmq.model.system_topics import is_dlq_topic, is_retry_topic, is_system_topic
-from shmq.trace.query import trace_lines
-
 from shmq.store.message_store import MessageStore
 from shmq.store.queue_table import MAX_OFFSET
+from shmq.trace.query import trace_lines
 
 MAX_GROUPS_PER_CLIENT = 16  # a consumer is in one group; a client cannot fill the state segment's group table
 
@@ -46,8 +47,14 @@ class AdminTarget(Protocol):
     dlq: DlqResendService | None
     resets: OffsetResetService
 
-    def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
-                     perm: int | None = None, persist: bool = True) -> TopicConfig: ...
+    def update_topic(
+        self,
+        name: str,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        persist: bool = True,
+    ) -> TopicConfig: ...
 
     def delete_topic(self, name: str) -> bool: ...
 
@@ -102,16 +109,22 @@ def _subscriptions(b: AdminTarget, v: object) -> dict[str, str | dict[str, str]]
         check_topic(topic)
         if isinstance(expression, dict):
             kind, text = expression.get("type"), expression.get("expression")
-            if set(expression) != {"type", "expression"} or kind not in (TYPE_TAG, TYPE_SQL92) or \
-                    not isinstance(text, str):
-                raise ValueError(f"subscription of {topic!r} must be a string or "
-                                 f'{{"type": "TAG" or "SQL92", "expression": str}}, got {expression!r:.80}')
+            if (
+                set(expression) != {"type", "expression"}
+                or kind not in (TYPE_TAG, TYPE_SQL92)
+                or not isinstance(text, str)
+            ):
+                raise ValueError(
+                    f"subscription of {topic!r} must be a string or "
+                    f'{{"type": "TAG" or "SQL92", "expression": str}}, got {expression!r:.80}'
+                )
             if kind == TYPE_TAG:
                 out[topic] = TagFilter(text).expression
                 continue
             if not b.config.enable_property_filter:
-                raise ValueError(f"subscription of {topic!r}: SQL92 filtering is off on this broker "
-                                 "(enablePropertyFilter=false)")
+                raise ValueError(
+                    f"subscription of {topic!r}: SQL92 filtering is off on this broker (enablePropertyFilter=false)"
+                )
             out[topic] = {"type": TYPE_SQL92, "expression": SqlFilter(text).expression}
         elif isinstance(expression, str):
             out[topic] = expression
@@ -133,17 +146,22 @@ def _user_topic(b: AdminTarget, a: JsonObject, deleting: bool = False) -> str:
         return topic
     group_topic = is_retry_topic(topic) or is_dlq_topic(topic)
     if b.topics.get(topic) is None and not deleting:
-        raise ValueError(f"{topic!r} is a system topic name (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, "
-                         f"rmq_sys_*); only the broker creates such topics")
+        raise ValueError(
+            f"{topic!r} is a system topic name (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, "
+            f"rmq_sys_*); only the broker creates such topics"
+        )
     if not group_topic or (not deleting and set(a) - {"topic", "perm"}):
-        raise ValueError(f"{topic!r} is a system topic: a user may change only the perm of an existing %RETRY% "
-                         f"or %DLQ% topic, or delete one; not its queue counts, nor the broker's own topics")
+        raise ValueError(
+            f"{topic!r} is a system topic: a user may change only the perm of an existing %RETRY% "
+            f"or %DLQ% topic, or delete one; not its queue counts, nor the broker's own topics"
+        )
     return topic
 
 
 def _update_topic(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
-    tc = b.update_topic(_user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"),
-                        _opt_int(a, "perm"))
+    tc = b.update_topic(
+        _user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"), _opt_int(a, "perm")
+    )
     return {"topic": tc.to_json()}
 
 
@@ -197,9 +215,17 @@ def _leave_group(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
 
 
 def _list_groups(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
-    return {"groups": {n: {"model": g.model, "version": g.version, "members": sorted(g.members),
-                           "subscriptions": {str(cid): s for cid, s in g.members.items()}}
-                       for n, g in sorted(b.consumers.groups.items())}}
+    return {
+        "groups": {
+            n: {
+                "model": g.model,
+                "version": g.version,
+                "members": sorted(g.members),
+                "subscriptions": {str(cid): s for cid, s in g.members.items()},
+            }
+            for n, g in sorted(b.consumers.groups.items())
+        }
+    }
 
 
 def _query_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
@@ -243,8 +269,11 @@ def _resend_dlq(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     if b.dlq is None:
         raise ValueError("a replica resends nothing: resend dead letters on the master")
     ids = a.get("msg_ids")
-    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) and len(i) <= 128 for i in ids)
-                            or len(ids) > MAX_RESEND_PER_CALL):
+    if ids is not None and (
+        not isinstance(ids, list)
+        or not all(isinstance(i, str) and len(i) <= 128 for i in ids)
+        or len(ids) > MAX_RESEND_PER_CALL
+    ):
         raise ValueError(f"msg_ids must be a list of at most {MAX_RESEND_PER_CALL} message id strings")
     max_num = _int(a, "max_num", 1, MAX_RESEND_PER_CALL) if "max_num" in a else MAX_RESEND_PER_CALL
     return b.dlq.resend(_group(a), ids, max_num)

@@ -5,6 +5,7 @@ disk use, and every group's committed offsets (the state segment publishes offse
 groups it has a row for, so a group whose consumers are all gone would be missing from it).
 What the state segment already has (counters, clients, queue offsets) the admin reads there.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,9 +33,10 @@ def config_properties(config: BrokerConfig) -> dict[str, Any]:
     return out
 
 
-def broker_status(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonObject:
+def broker_status(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     """Role, version, config in force, commitlog offsets, flushed offset, disk use, client count."""
     from shmq import __version__  # the broker's own version (the package imports this module's users)
+
     store, cfg = b.store, b.config
     return {
         "version": __version__,
@@ -52,7 +54,7 @@ def broker_status(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonObject
     }
 
 
-def consumer_progress(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonObject:
+def consumer_progress(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
     """Per queue a group committed to or subscribes to: committed offset (-1: none) and the
     queue's min and max offsets (RocketMQ's consumerProgress: brokerOffset, consumerOffset)."""
     group = check_group(a["group"])
@@ -66,7 +68,18 @@ def consumer_progress(b: "AdminTarget", client_id: int, a: JsonObject) -> JsonOb
     rows = []
     for topic, qid in sorted(queues):
         lo, hi = b.queue_offsets(topic, qid)
-        rows.append({"topic": topic, "queue_id": qid, "committed": b.offsets.query(group, topic, qid),
-                     "min_offset": lo, "max_offset": hi})
-    return {"group": group, "online": g is not None and bool(g.members),
-            "model": g.model if g is not None else None, "queues": rows}
+        rows.append(
+            {
+                "topic": topic,
+                "queue_id": qid,
+                "committed": b.offsets.query(group, topic, qid),
+                "min_offset": lo,
+                "max_offset": hi,
+            }
+        )
+    return {
+        "group": group,
+        "online": g is not None and bool(g.members),
+        "model": g.model if g is not None else None,
+        "queues": rows,
+    }

@@ -5,13 +5,15 @@ A client's ``out`` holds (frame kind, payload) items, or (PACKED, bytes of whole
 ring frames) for a run of sends answered with one numpy fill (``P.pack_send_results``): the
 process loop copies those into the response ring in one go.
 """
+
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -71,8 +73,9 @@ def answer(peer: Peer, results: Results) -> None:
 class Answers:
     """Send answers of a pass; under SYNC_FLUSH or SYNC_MASTER they wait for ``group_commit``."""
 
-    def __init__(self, sync_flush: bool, flush: Callable[[int], bool], stats: dict[str, int],
-                 replica: ReplicaWaits | None = None) -> None:
+    def __init__(
+        self, sync_flush: bool, flush: Callable[[int], bool], stats: dict[str, int], replica: ReplicaWaits | None = None
+    ) -> None:
         self.sync_flush = sync_flush
         self._flush = flush  # flush the commitlog up to an offset; False if it failed
         self.stats = stats

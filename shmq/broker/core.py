@@ -8,11 +8,13 @@ commit), publishes the queues' new max offsets and wakes long-polling consumers.
 loop (``shmq.procs.broker``) only moves bytes between the rings and the core; tests drive the
 core directly with a real store and no process.
 """
+
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -48,8 +50,18 @@ from shmq.store.write_retry import WriteRetry
 log = logging.getLogger("shmq.broker")
 SERVICE_ERROR_LOG_MS = 60_000
 
-LOOP_STATS = ("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts", "group_commits",
-              "group_commit_ns", "flushed_answers", *REPLICATION_STATS)
+LOOP_STATS = (
+    "frames",
+    "busy_passes",
+    "parks",
+    "park_timeouts",
+    "spin_hits",
+    "posts",
+    "group_commits",
+    "group_commit_ns",
+    "flushed_answers",
+    *REPLICATION_STATS,
+)
 
 
 class TimedService(Protocol):
@@ -80,22 +92,29 @@ class BrokerCore:
         # enableCalcFilterBitMap: first in the dispatcher list, fed the groups' SQL92 filters
         self.bitmap: CalcBitMapDispatcher | None = None
         if config.enable_calc_filter_bit_map:
-            self.bitmap = CalcBitMapDispatcher(store.store_dir, store.commitlog, store.find_consume_queue,
-                                               config.mapped_file_size_consume_queue // fmt.CQ_ENTRY_SIZE)
+            self.bitmap = CalcBitMapDispatcher(
+                store.store_dir,
+                store.commitlog,
+                store.find_consume_queue,
+                config.mapped_file_size_consume_queue // fmt.CQ_ENTRY_SIZE,
+            )
             store.dispatchers.insert(0, self.bitmap)
         self.clients: dict[int, Peer] = {}
         # structural counters of the serving loop, logged at shutdown (frames per pass, parks, posts)
         self.stats: dict[str, int] = dict.fromkeys(LOOP_STATS, 0)
         # SYNC_MASTER: answers wait for a replica; the process sets ``replica.source`` (its HA segment)
-        self.replica = ReplicaWaits(config.sync_flush_timeout, self.stats) if config.broker_role == SYNC_MASTER \
-            else None
+        self.replica = (
+            ReplicaWaits(config.sync_flush_timeout, self.stats) if config.broker_role == SYNC_MASTER else None
+        )
         self.answers = Answers(config.flush_disk_type == SYNC_FLUSH, self._flush, self.stats, self.replica)
         self.resolve_topic = topic_resolver(self.topics.get, self._auto_create, config.auto_create_topic_enable)
         self.send = SendProcessor(self)
-        self.pull = PullWaitProcessor(store.get_max_offset_in_queue, config.max_pull_waiters_per_client,
-                                      config.max_pull_waiters_per_client_queue)
-        self.resets = OffsetResetService(store, self.topics, self.consumers, self.offsets, self.clients,
-                                         self._publish_offset)
+        self.pull = PullWaitProcessor(
+            store.get_max_offset_in_queue, config.max_pull_waiters_per_client, config.max_pull_waiters_per_client_queue
+        )
+        self.resets = OffsetResetService(
+            store, self.topics, self.consumers, self.offsets, self.clients, self._publish_offset
+        )
         self.commit = CommitOffsetProcessor(self.offsets, self._publish_offset, self.resets.allows)
         self.send_back = SendBackProcessor(self, len(delay_levels(config.message_delay_level)))
         self._processors: dict[int, Callable[[Peer, memoryview, int], None]] = {
@@ -128,8 +147,9 @@ class BrokerCore:
             self.delay = DelayLevelService(store, levels, self.put_internal)
             self.timer = TimerService(store, self.put_internal)
             self.services += [self.delay, self.timer]
-            self.transactions = TransactionalMessageService(store, config, self.put_internal,
-                                                            live_producers(self.clients), self._commit_progress)
+            self.transactions = TransactionalMessageService(
+                store, config, self.put_internal, live_producers(self.clients), self._commit_progress
+            )
             self.services.append(self.transactions)
             self._processors[P.END_TRANSACTION] = EndTransactionProcessor(self, self.transactions).handle
             self.dlq = DlqResendService(self)
@@ -251,7 +271,8 @@ class BrokerCore:
         if ms - last >= SERVICE_ERROR_LOG_MS:
             # called from the tick's except block: the traceback is that failure's
             log.exception(  # noqa: LOG004
-                "%s failed (%d more failures since the last report; tried again every tick)", name, count)
+                "%s failed (%d more failures since the last report; tried again every tick)", name, count
+            )
             self._service_errors[name] = (ms, 0)
         else:
             self._service_errors[name] = (last, count + 1)
@@ -275,8 +296,9 @@ class BrokerCore:
         sizes = np.fromiter(map(len, records), np.int64, len(records))
         starts = np.zeros(len(records), np.int64)
         starts[1:] = np.cumsum(sizes)[:-1]
-        batch = fmt.EncodedBatch(b"".join(records), starts, np.array(tags, np.int64), np.array(keys, np.int64),
-                                 np.array(key_rows, np.int64))
+        batch = fmt.EncodedBatch(
+            b"".join(records), starts, np.array(tags, np.int64), np.array(keys, np.int64), np.array(key_rows, np.int64)
+        )
         req = PutRequest.of_routes(topics, qids, batch)
         if inspect:
             req.inspect = np.arange(len(records), dtype=np.int64)
@@ -332,8 +354,14 @@ class BrokerCore:
     def _auto_create(self, topic: str) -> TopicConfig:
         return self.update_topic(topic, persist=False)
 
-    def update_topic(self, name: str, read_queue_nums: int | None = None, write_queue_nums: int | None = None,
-                     perm: int | None = None, persist: bool = True) -> TopicConfig:
+    def update_topic(
+        self,
+        name: str,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+        persist: bool = True,
+    ) -> TopicConfig:
         """Create or change a topic and publish it; if the state segment is full the change is undone
         (ValueError), so one client's topic never takes the broker down. ``persist=False``
         (auto-created topics): ``end_pass`` writes topics.json before the pass's answers go out."""
@@ -431,8 +459,9 @@ class BrokerCore:
 
     def publish_clients(self) -> None:
         if self.publisher is not None:
-            self.publisher.clients((c.client_id, c.role, c.pid, c.alive_key, c.group, c.attached_ms)
-                                   for c in self.clients.values())
+            self.publisher.clients(
+                (c.client_id, c.role, c.pid, c.alive_key, c.group, c.attached_ms) for c in self.clients.values()
+            )
 
     def publish_counters(self) -> None:
         """Counters for the monitor: messages and bytes in per topic and in total, busy rejections."""
@@ -443,8 +472,14 @@ class BrokerCore:
             msgs = sum(m for m, _ in self._counts.values())
             nbytes = sum(b for _, b in self._counts.values())
             flushed = store.group_commit.flushed_offset if store.group_commit else -1
-            self.publisher.counters({t: (m, b) for t, (m, b) in self._counts.items()}, msgs, nbytes, self.busy,
-                                    store.commitlog.max_offset, flushed)
+            self.publisher.counters(
+                {t: (m, b) for t, (m, b) in self._counts.items()},
+                msgs,
+                nbytes,
+                self.busy,
+                store.commitlog.max_offset,
+                flushed,
+            )
         self._counts.clear()
         self.busy = 0
 

@@ -19,18 +19,20 @@ backup, else the queues' start: parked messages still in the log are delivered a
 an offset past its queue's end (the queue lost entries in a power failure: the end is used).
 Levels never wait for each other: each level's head is looked at on its own.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from shmq.broker.schedule import delivered_record
 from shmq.codec import record as fmt
 from shmq.model.system_topics import SCHEDULE_TOPIC
-from shmq.broker.schedule import delivered_record
 from shmq.store.config_files import load_json, set_aside, write_json
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore
@@ -65,8 +67,11 @@ class DelayLevelService:
         self.path = os.path.join(store.store_dir, "config", "delayOffset.json")
         loaded = load_json(self.path, parse_delay_offsets)
         if loaded.damaged:
-            log.error("delay offsets damaged (%s); using %s", " | ".join(loaded.problems),
-                      loaded.source or "the schedule queues' start (parked messages may be delivered twice)")
+            log.error(
+                "delay offsets damaged (%s); using %s",
+                " | ".join(loaded.problems),
+                loaded.source or "the schedule queues' start (parked messages may be delivered twice)",
+            )
             if not loaded.source:
                 set_aside(self.path)  # so the next write does not rotate it over a good .bak
         self.dirty = False  # offsets moved since the last write
@@ -81,13 +86,22 @@ class DelayLevelService:
             cq = self.store.find_consume_queue(SCHEDULE_TOPIC, level - 1)
             end = cq.max_offset if cq is not None else 0
             if offset > end:
-                log.error("delay level %d progress %d is past its queue's end %d (entries lost in a power "
-                          "failure?); continuing from the end", level, offset, end)
+                log.error(
+                    "delay level %d progress %d is past its queue's end %d (entries lost in a power "
+                    "failure?); continuing from the end",
+                    level,
+                    offset,
+                    end,
+                )
                 self.offsets[level] = end
                 self.dirty = True
         if len(self.levels) > len(levels_ms):
-            log.warning("delay levels %d..%d are no longer in messageDelayLevel; their parked messages are "
-                        "delivered at the time they were given", len(levels_ms) + 1, len(self.levels))
+            log.warning(
+                "delay levels %d..%d are no longer in messageDelayLevel; their parked messages are "
+                "delivered at the time they were given",
+                len(levels_ms) + 1,
+                len(self.levels),
+            )
         # level -> (queue max offset when looked at, due ms of the head; -1: nothing waits)
         self._heads: dict[int, tuple[int, int]] = {}
 
@@ -138,14 +152,18 @@ class DelayLevelService:
                 continue
             view = self.store.commitlog.data(int(e["offset"]), int(e["size"]))
             if view is None:  # cleanup took it (fileReservedTime shorter than the delay): nothing left to deliver
-                log.error("delay level %d message at commitlog offset %d was removed by cleanup before it was due",
-                          level, int(e["offset"]))
+                log.error(
+                    "delay level %d message at commitlog offset %d was removed by cleanup before it was due",
+                    level,
+                    int(e["offset"]),
+                )
                 continue
             try:
                 items.append(delivered_record(view))
             except (ValueError, fmt.CorruptRecordError) as err:
-                log.error("parked message at commitlog offset %d cannot be delivered, skipped: %s",
-                          int(e["offset"]), err)
+                log.error(
+                    "parked message at commitlog offset %d cannot be delivered, skipped: %s", int(e["offset"]), err
+                )
         if items:
             self.put_internal([(topic, qid, record) for record, topic, qid in items])
         self.offsets[level] = offset + count
@@ -164,8 +182,9 @@ class DelayLevelService:
         if not (durable or self._write.due(now)):  # failing: a tick's write waits for its retry delay
             return
         try:
-            write_json(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}},
-                       durable=durable)
+            write_json(
+                self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}, durable=durable
+            )
             self.dirty, self.unsynced = False, not durable
         except OSError as e:
             self._write.failed(e, now)

@@ -8,12 +8,14 @@ into ``offset`` as soon as they join it. The file is written (fsync'd) after the
 stored and before the admin reply: a broker killed between the two may resend that call's
 messages once more after its restart (at least once, never lost), nothing else twice.
 """
+
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from shmq.broker.retry import PROPERTY_ORIGIN_MESSAGE_ID, resent_record
 from shmq.broker.topics import TopicConfigManager
@@ -64,8 +66,13 @@ def parse_progress(data: Any) -> dict[str, GroupProgress]:
         raise ValueError('not a {"groups": {...}} object')
     out = {}
     for name, g in groups.items():
-        if not isinstance(g, dict) or type(g.get("offset")) is not int or g["offset"] < 0 \
-                or not isinstance(g.get("done", []), list) or any(type(o) is not int for o in g.get("done", [])):
+        if (
+            not isinstance(g, dict)
+            or type(g.get("offset")) is not int
+            or g["offset"] < 0
+            or not isinstance(g.get("done", []), list)
+            or any(type(o) is not int for o in g.get("done", []))
+        ):
             raise ValueError(f"group {name!r:.40}: not an offset and a list of done offsets")
         out[str(name)] = GroupProgress(g["offset"], set(g.get("done", [])))
     return out
@@ -79,8 +86,11 @@ class DlqResendService:
         self.path = os.path.join(core.store.store_dir, "config", "dlqResend.json")
         loaded = load_json(self.path, parse_progress)
         if loaded.damaged:
-            log.error("DLQ resend progress damaged (%s); using %s", " | ".join(loaded.problems),
-                      loaded.source or "none (a resend of all may resend dead letters resent before)")
+            log.error(
+                "DLQ resend progress damaged (%s); using %s",
+                " | ".join(loaded.problems),
+                loaded.source or "none (a resend of all may resend dead letters resent before)",
+            )
         self.progress = parse_progress(loaded.data) if loaded.source else {}
 
     def resend(self, group: str, msg_ids: list[str] | None, max_num: int) -> dict[str, Any]:
@@ -116,13 +126,20 @@ class DlqResendService:
         if items:
             self.core.put_internal(items)
             prog.mark(q for q, _ in resent)
-            write_json(self.path, {"groups": {n: {"offset": g.offset, "done": sorted(g.done)}
-                                              for n, g in sorted(self.progress.items())}})
-        return {"resent": [m for _, m in resent], "skipped": skipped, "offset": prog.offset,
-                "remaining": max(0, hi - prog.offset - len(prog.done))}
+            write_json(
+                self.path,
+                {"groups": {n: {"offset": g.offset, "done": sorted(g.done)} for n, g in sorted(self.progress.items())}},
+            )
+        return {
+            "resent": [m for _, m in resent],
+            "skipped": skipped,
+            "offset": prog.offset,
+            "remaining": max(0, hi - prog.offset - len(prog.done)),
+        }
 
-    def _resent(self, raw: memoryview, wanted: set[str] | None,
-                skipped: list[str]) -> tuple[tuple[str, int, bytes], str] | None:
+    def _resent(
+        self, raw: memoryview, wanted: set[str] | None, skipped: list[str]
+    ) -> tuple[tuple[str, int, bytes], str] | None:
         """((topic, queue id, record), msg id) of one dead letter to resend; None to leave it."""
         try:
             rec = fmt.decode_record(raw)
@@ -130,8 +147,11 @@ class DlqResendService:
             skipped.append(str(e))
             return None
         msg_id = rec.uniq_key or rec.offset_msg_id
-        if wanted is not None and not wanted & {msg_id, rec.offset_msg_id,
-                                                rec.properties.get(PROPERTY_ORIGIN_MESSAGE_ID)}:
+        if wanted is not None and not wanted & {
+            msg_id,
+            rec.offset_msg_id,
+            rec.properties.get(PROPERTY_ORIGIN_MESSAGE_ID),
+        }:
             return None
         try:
             topic, record = resent_record(raw)

@@ -1,4 +1,5 @@
 """Consumer groups (membership with a version) and their committed offsets (config/consumerOffset.json)."""
+
 from __future__ import annotations
 
 import functools
@@ -48,8 +49,9 @@ class ConsumerManager:
     def __init__(self) -> None:
         self.groups: dict[str, ConsumerGroup] = {}
 
-    def join(self, group: str, client_id: int, model: str,
-             subscriptions: dict[str, str | dict[str, str]]) -> ConsumerGroup:
+    def join(
+        self, group: str, client_id: int, model: str, subscriptions: dict[str, str | dict[str, str]]
+    ) -> ConsumerGroup:
         check_group(group)
         if model not in MODELS:
             raise ValueError(f"message model must be one of {MODELS}, got {model!r}")
@@ -77,8 +79,11 @@ class ConsumerManager:
             for subs in g.members.values():
                 for topic, e in subs.items():
                     per_topic.setdefault(topic, set()).add(e["expression"] if isinstance(e, dict) else None)
-            out += [(topic, name, next(iter(es))) for topic, es in sorted(per_topic.items())
-                    if len(es) == 1 and None not in es]
+            out += [
+                (topic, name, next(iter(es)))
+                for topic, es in sorted(per_topic.items())
+                if len(es) == 1 and None not in es
+            ]
         return out  # type: ignore[return-value]
 
     def remove_client(self, client_id: int) -> list[str]:
@@ -125,17 +130,25 @@ class ConsumerOffsetManager:
         self.dirty = False
         loaded = load_json(self.path, parse_offsets)
         if loaded.damaged and loaded.source is None:
-            raise MetadataError(f"consumer offsets cannot be read ({' | '.join(loaded.problems)}); the broker "
-                                f"will not start and reset what groups committed. Restore a good copy to "
-                                f"{self.path}, or remove it to start with no committed offsets")
+            raise MetadataError(
+                f"consumer offsets cannot be read ({' | '.join(loaded.problems)}); the broker "
+                f"will not start and reset what groups committed. Restore a good copy to "
+                f"{self.path}, or remove it to start with no committed offsets"
+            )
         if loaded.source is not None:
             self.offsets = parse_offsets(loaded.data)
         if loaded.damaged:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(str(loaded.source))))
             aside = set_aside(self.path)
-            log.error("consumer offsets damaged: %s. Done instead: loaded %d offsets from %s (written %s); groups "
-                      "re-consume what they committed after it; the damaged file is kept as %s",
-                      " | ".join(loaded.problems), len(self.offsets), loaded.source, when, aside)
+            log.error(
+                "consumer offsets damaged: %s. Done instead: loaded %d offsets from %s (written %s); groups "
+                "re-consume what they committed after it; the damaged file is kept as %s",
+                " | ".join(loaded.problems),
+                len(self.offsets),
+                loaded.source,
+                when,
+                aside,
+            )
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Keep an offset; ValueError for one the loader would refuse (it is never persisted)."""

@@ -6,6 +6,7 @@ over the %DLQ% queues), so the broker loop publishes them on a one-second timer.
 numbers come from whoever knows them: the master's HA segment or the replica's HA client
 (``ReplicaHealth``); the rest from the core.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class ReplicaHealth:
 def gather(core: BrokerCore, replication: ReplicaHealth) -> dict[str, int | float | bytes]:
     """The health fields of the state segment's stats row (``shmq.ring.state.STATS``)."""
     from shmq import __version__
+
     store, config = core.store, core.config
     dlq = 0
     for name in core.topics.topics:

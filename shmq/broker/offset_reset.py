@@ -22,12 +22,13 @@ Only CLUSTERING groups are reset (as in RocketMQ): a BROADCASTING member keeps i
 in its own file on the client's host, which the broker never sees; the command refuses such a
 group with an error saying so.
 """
+
 from __future__ import annotations
 
 import itertools
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.broker.answers import Peer
 from shmq.broker.groups import BROADCASTING, ConsumerManager, ConsumerOffsetManager
@@ -42,8 +43,13 @@ FIRST, LAST = "first", "last"
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 
 
-def new_offsets(bounds: dict[int, tuple[int, int]], *, offset: int | None = None, to: str | None = None,
-                by_time: Callable[[int], int] | None = None) -> dict[int, int]:
+def new_offsets(
+    bounds: dict[int, tuple[int, int]],
+    *,
+    offset: int | None = None,
+    to: str | None = None,
+    by_time: Callable[[int], int] | None = None,
+) -> dict[int, int]:
     """The offset each queue resumes from: ``to`` "first" (its min offset) or "last" (its max),
     ``offset`` clamped into [min, max], or ``by_time(queue id)`` (the first message stored at or
     after a timestamp) clamped too. ``bounds``: queue id -> (min offset, max offset)."""
@@ -66,9 +72,15 @@ def new_offsets(bounds: dict[int, tuple[int, int]], *, offset: int | None = None
 class OffsetResetService:
     """Resets, and the fences that keep members' older commits from undoing them."""
 
-    def __init__(self, store: MessageStore, topics: TopicConfigManager, consumers: ConsumerManager,
-                 offsets: ConsumerOffsetManager, clients: dict[int, Peer],
-                 publish: Callable[[str, str, int, int], None]) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        consumers: ConsumerManager,
+        offsets: ConsumerOffsetManager,
+        clients: dict[int, Peer],
+        publish: Callable[[str, str, int, int], None],
+    ) -> None:
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -80,8 +92,9 @@ class OffsetResetService:
         self._ids = itertools.count(time.time_ns())
         self._fences: dict[int, dict[QueueKey, int]] = {}  # client id -> queue -> id of the reset to ack
 
-    def reset(self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None,
-              to: str | None = None) -> dict[str, object]:
+    def reset(
+        self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None, to: str | None = None
+    ) -> dict[str, object]:
         """Commit and publish the new offsets of every queue of ``topic`` for ``group``, persist
         them, and send RESET_OFFSET to every live member. ValueError: an unknown topic or group,
         a broadcasting group, or not exactly one of ``timestamp``, ``offset`` and ``to``."""
@@ -94,16 +107,19 @@ class OffsetResetService:
             raise ValueError(f"topic {topic!r} does not exist")
         g = self.consumers.groups.get(group)
         if g is not None and g.model == BROADCASTING:
-            raise ValueError(f"group {group!r} is BROADCASTING: each member keeps its offsets in its own file "
-                             f"(LocalFileOffsetStore) on its host; stop the members and edit or remove those "
-                             f"files instead (RocketMQ resets clustering groups only)")
+            raise ValueError(
+                f"group {group!r} is BROADCASTING: each member keeps its offsets in its own file "
+                f"(LocalFileOffsetStore) on its host; stop the members and edit or remove those "
+                f"files instead (RocketMQ resets clustering groups only)"
+            )
         if (g is None or not g.members) and not any(k[0] == group for k in self.offsets.offsets):
             raise ValueError(f"consumer group {group!r} is unknown: no live member and no committed offset")
         queues = range(max(tc.read_queue_nums, tc.write_queue_nums))
-        bounds = {q: (self.store.get_min_offset_in_queue(topic, q), self.store.get_max_offset_in_queue(topic, q))
-                  for q in queues}
-        by_time = None if timestamp is None else \
-            (lambda q: self.store.get_offset_in_queue_by_time(topic, q, timestamp))
+        bounds = {
+            q: (self.store.get_min_offset_in_queue(topic, q), self.store.get_max_offset_in_queue(topic, q))
+            for q in queues
+        }
+        by_time = None if timestamp is None else (lambda q: self.store.get_offset_in_queue_by_time(topic, q, timestamp))
         targets = new_offsets(bounds, offset=offset, to=to, by_time=by_time)
         for q, v in targets.items():
             self.offsets.commit(group, topic, q, v)

@@ -5,16 +5,18 @@ moves only when the topic grows past it), so a reader may cache a queue row and 
 offset without the seqlock. Structural changes (topics, groups, clients) rewrite their tables
 under the seqlock; per-pass max offsets and counters are single-row writes.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from shmq.broker.groups import BROADCASTING, ConsumerGroup
 from shmq.broker.topics import TopicConfig
-from shmq.ring.state import MAX_PHY_WORD as _MAX_PHY_WORD, QUEUE, StateView, StateWriter
+from shmq.ring.state import MAX_PHY_WORD as _MAX_PHY_WORD
+from shmq.ring.state import QUEUE, StateView, StateWriter
 
 ROLE_PRODUCER = 1
 ROLE_CONSUMER = 2
@@ -43,8 +45,12 @@ class StatePublisher:
 
     # ------------------------------------------------------------------ topics and queues
 
-    def topics(self, topics: dict[str, TopicConfig], offsets: Callable[[str, int], tuple[int, int]],
-               committed: dict[tuple[str, str, int], int]) -> None:
+    def topics(
+        self,
+        topics: dict[str, TopicConfig],
+        offsets: Callable[[str, int], tuple[int, int]],
+        committed: dict[tuple[str, str, int], int],
+    ) -> None:
         """Publish topic changes (create/update/delete); ``offsets(topic, qid)`` -> (min, max).
 
         Only the rows of topics that changed are written, so creating the n-th topic costs the
@@ -85,10 +91,20 @@ class StatePublisher:
                 tc = topics[name]
                 base, size = blocks[name]
                 t = v.topics[rows[name]]
-                counts = tuple(int(t[k]) for k in ("msgs_in", "bytes_in", "msgs_out", "bytes_out")) \
-                    if name in known else (0, 0, 0, 0)
-                v.topics[rows[name]] = (1, tc.perm, tc.read_queue_nums, tc.write_queue_nums, base, *counts,
-                                        name.encode())
+                counts = (
+                    tuple(int(t[k]) for k in ("msgs_in", "bytes_in", "msgs_out", "bytes_out"))
+                    if name in known
+                    else (0, 0, 0, 0)
+                )
+                v.topics[rows[name]] = (
+                    1,
+                    tc.perm,
+                    tc.read_queue_nums,
+                    tc.write_queue_nums,
+                    base,
+                    *counts,
+                    name.encode(),
+                )
                 for qid in range(size):
                     lo, hi = offsets(name, qid)
                     v.queues[base + qid] = (rows[name], qid, lo, hi)
@@ -205,8 +221,15 @@ class StatePublisher:
                 if c[i]["used"] and int(c[i]["client_id"]) in fills:
                     c[i]["request_fill"], c[i]["response_fill"] = fills[int(c[i]["client_id"])]
 
-    def counters(self, counts: dict[str, tuple[int, int]], msgs_in: int, bytes_in: int, busy: int,
-                 max_phy_offset: int, flush_offset: int) -> None:
+    def counters(
+        self,
+        counts: dict[str, tuple[int, int]],
+        msgs_in: int,
+        bytes_in: int,
+        busy: int,
+        max_phy_offset: int,
+        flush_offset: int,
+    ) -> None:
         """Per-topic counters and the broker stats in one seqlock section (the broker calls it on its tick).
 
         The topic rows are updated with two fancy-indexed adds: one element access per topic cost

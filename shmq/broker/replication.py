@@ -8,6 +8,7 @@ the best in-sync replica's acked offset covers the head's end, and timing out is
 the head's deadline has passed. The loop never blocks on this: it asks ``ready`` while idle,
 parks no longer than ``park_timeout``, and calls ``release`` once per pass while groups wait.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -16,8 +17,14 @@ from typing import Protocol
 from shmq.broker.answers import Peer, Results, answer, set_status
 from shmq.codec import frames as P
 
-REPLICATION_STATS = ("replica_waits", "replica_acked", "replica_timeouts", "slave_not_available",
-                     "replica_dropped", "replica_wait_ns")
+REPLICATION_STATS = (
+    "replica_waits",
+    "replica_acked",
+    "replica_timeouts",
+    "slave_not_available",
+    "replica_dropped",
+    "replica_wait_ns",
+)
 
 
 class AckSource(Protocol):

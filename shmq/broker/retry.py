@@ -10,6 +10,7 @@ MAX_RECONSUME_TIMES and RECONSUMETIMES + 1. Once it was consumed ``max_reconsume
 times (or the consumer asks, delay level -1) it goes to ``%DLQ%<group>`` queue 0 instead,
 where it waits for ``Admin.resend_dlq``.
 """
+
 from __future__ import annotations
 
 from shmq.codec import record as fmt
@@ -20,8 +21,14 @@ from shmq.store.rewrite import rewrite_record
 
 FIRST_RETRY_LEVEL = 3  # the first redelivery waits level 3 (10 s by default), the next 4, ...
 # delivery rules of an earlier life of the message: never carried into a copy the broker writes
-_STALE_PROPS = (fmt.PROPERTY_DELAY, fmt.PROPERTY_TIMER_DELIVER_MS, fmt.PROPERTY_TIMER_DELAY_MS,
-                fmt.PROPERTY_REAL_TOPIC, fmt.PROPERTY_REAL_QID, fmt.PROPERTY_TRAN_MSG)
+_STALE_PROPS = (
+    fmt.PROPERTY_DELAY,
+    fmt.PROPERTY_TIMER_DELIVER_MS,
+    fmt.PROPERTY_TIMER_DELAY_MS,
+    fmt.PROPERTY_REAL_TOPIC,
+    fmt.PROPERTY_REAL_QID,
+    fmt.PROPERTY_TRAN_MSG,
+)
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 
 
@@ -49,8 +56,9 @@ def retry_level(reconsume_times: int, requested: int, levels: int) -> int:
     return max(1, min(level, levels))
 
 
-def send_back_record(raw: memoryview, rec: fmt.StoredRecord, group: str, max_reconsume_times: int,
-                     delay_level: int, levels: int) -> tuple[str, bytes]:
+def send_back_record(
+    raw: memoryview, rec: fmt.StoredRecord, group: str, max_reconsume_times: int, delay_level: int, levels: int
+) -> tuple[str, bytes]:
     """(topic, record) of a message sent back: the retry topic with DELAY, or the DLQ once it was
     reconsumed ``max_reconsume_times`` times or ``delay_level`` is -1."""
     props = rec.properties
@@ -58,15 +66,21 @@ def send_back_record(raw: memoryview, rec: fmt.StoredRecord, group: str, max_rec
     topic = st.dlq_topic(group) if to_dlq else st.retry_topic(group)
     set_props = {
         fmt.PROPERTY_RETRY_TOPIC: props.get(fmt.PROPERTY_RETRY_TOPIC) or rec.topic,
-        PROPERTY_ORIGIN_MESSAGE_ID: props.get(PROPERTY_ORIGIN_MESSAGE_ID) or offset_msg_id(rec.store_host,
-                                                                                          rec.physical_offset),
+        PROPERTY_ORIGIN_MESSAGE_ID: props.get(PROPERTY_ORIGIN_MESSAGE_ID)
+        or offset_msg_id(rec.store_host, rec.physical_offset),
         fmt.PROPERTY_MAX_RECONSUME_TIMES: str(max_reconsume_times),
     }
     if not to_dlq:
         set_props[fmt.PROPERTY_DELAY] = str(retry_level(rec.reconsume_times, delay_level, levels))
-    record = rewrite_record(raw, topic=topic, queue_id=0, set_props=set_props,
-                            drop_props=_STALE_PROPS, sysflag=rec.sysflag & ~fmt.TRANSACTION_MASK,
-                            reconsume_times=rec.reconsume_times + 1)
+    record = rewrite_record(
+        raw,
+        topic=topic,
+        queue_id=0,
+        set_props=set_props,
+        drop_props=_STALE_PROPS,
+        sysflag=rec.sysflag & ~fmt.TRANSACTION_MASK,
+        reconsume_times=rec.reconsume_times + 1,
+    )
     return topic, record
 
 
@@ -78,6 +92,11 @@ def resent_record(raw: memoryview) -> tuple[str, bytes]:
     topic = rec.properties.get(fmt.PROPERTY_RETRY_TOPIC)
     if not topic or st.is_system_topic(topic):
         raise ValueError(f"dead letter at {rec.physical_offset} has no usable RETRY_TOPIC ({topic!r:.60})")
-    record = rewrite_record(raw, topic=topic, queue_id=0, reconsume_times=0,
-                            drop_props=(*_STALE_PROPS, fmt.PROPERTY_RETRY_TOPIC, fmt.PROPERTY_MAX_RECONSUME_TIMES))
+    record = rewrite_record(
+        raw,
+        topic=topic,
+        queue_id=0,
+        reconsume_times=0,
+        drop_props=(*_STALE_PROPS, fmt.PROPERTY_RETRY_TOPIC, fmt.PROPERTY_MAX_RECONSUME_TIMES),
+    )
     return topic, record

@@ -1,11 +1,12 @@
 """Where sends go: each topic resolved once per frame or pass (auto-created when allowed) and a
 queue for the sends that leave the choice to the broker (RocketMQ's
 ``SendMessageProcessor.msgCheck`` and the topic auto-creation of its TopicConfigManager)."""
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -31,8 +32,9 @@ class _Route:
     auto: int | None = None  # the queue of the sends that leave the choice to the broker, once chosen
 
 
-def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[str], TopicConfig],
-                   auto_create: bool) -> Resolver:
+def topic_resolver(
+    get: Callable[[str], TopicConfig | None], create: Callable[[str], TopicConfig], auto_create: bool
+) -> Resolver:
     """The rule for a send's topic: an existing writable topic, or one created on its first send
     when autoCreateTopicEnable is on (``create`` publishes it; the broker persists it before it
     answers that pass)."""
@@ -44,9 +46,15 @@ def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[s
         if tc is not None and get(topic) is tc:  # a change of the topic replaces its TopicConfig
             return tc, 0, ""
         if not client_may_send(topic):
-            return None, P.NO_PERMISSION, (f"topic {topic!r} is a system topic: only the broker writes it (retries "
-                                           f"and dead letters come from consumers' send-backs, delays from "
-                                           f"Message(delay_level=...))")
+            return (
+                None,
+                P.NO_PERMISSION,
+                (
+                    f"topic {topic!r} is a system topic: only the broker writes it (retries "
+                    f"and dead letters come from consumers' send-backs, delays from "
+                    f"Message(delay_level=...))"
+                ),
+            )
         tc = get(topic)
         if tc is None:
             try:
@@ -54,16 +62,28 @@ def topic_resolver(get: Callable[[str], TopicConfig | None], create: Callable[[s
             except ValueError as e:
                 return None, P.MESSAGE_ILLEGAL, str(e)
             if not auto_create:
-                return None, P.TOPIC_NOT_EXIST, (f"topic {topic!r} does not exist (autoCreateTopicEnable is false): "
-                                                 f"create it with `shmq admin topic create {topic}`")
+                return (
+                    None,
+                    P.TOPIC_NOT_EXIST,
+                    (
+                        f"topic {topic!r} does not exist (autoCreateTopicEnable is false): "
+                        f"create it with `shmq admin topic create {topic}`"
+                    ),
+                )
             try:
                 tc = create(topic)
             except (ValueError, OSError) as e:  # OSError: no file descriptors or disk space left
                 return None, P.SYSTEM_ERROR, f"cannot create topic {topic!r}: {e}"
             log.info("auto-created topic %r with %d queues", topic, tc.write_queue_nums)
         if not tc.writable:
-            return None, P.NO_PERMISSION, (f"topic {topic!r} is not writable (perm {tc.perm}): allow writes with "
-                                           f"`shmq admin topic update {topic} --perm 6`")
+            return (
+                None,
+                P.NO_PERMISSION,
+                (
+                    f"topic {topic!r} is not writable (perm {tc.perm}): allow writes with "
+                    f"`shmq admin topic update {topic} --perm 6`"
+                ),
+            )
         if len(usable) >= MAX_USABLE:
             usable.clear()
         usable[topic] = tc
@@ -80,8 +100,9 @@ class Routes:
         self._resolve = resolve
         self._topics: dict[str, _Route] = {}
 
-    def route_records(self, topics: list[str], topic_idx: np.ndarray, queue_ids: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray, str]:
+    def route_records(
+        self, topics: list[str], topic_idx: np.ndarray, queue_ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, str]:
         """``route`` for each record of a SEND_MULTI (record i: ``topics[topic_idx[i]]``,
         ``queue_ids[i]``) as arrays: (status: 0 or -error code, queue id or -1, the first failed
         record's reason). The topics are resolved once each (``table``), the records by numpy:
@@ -99,8 +120,9 @@ class Routes:
         i = int(failed[0])
         return status, qids, self.route(topics[int(topic_idx[i])], int(queue_ids[i]))[2]
 
-    def table(self, topics: list[str], topic_idx: np.ndarray, auto: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def table(
+        self, topics: list[str], topic_idx: np.ndarray, auto: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per topic of a SEND_MULTI's table: its write queue count (0 if it cannot take sends),
         the broker's queue for its records that leave the choice (``auto``: those records;
         else -1) and its error code: what ``route`` gives each record, one topic at a time.
@@ -143,6 +165,9 @@ class Routes:
                 t.auto = tc.next_queue()
             queue_id = t.auto
         if queue_id >= tc.write_queue_nums:
-            return -1, P.SYSTEM_ERROR, (f"queue id {queue_id} is illegal: topic {topic!r} has "
-                                        f"{tc.write_queue_nums} write queues")
+            return (
+                -1,
+                P.SYSTEM_ERROR,
+                (f"queue id {queue_id} is illegal: topic {topic!r} has {tc.write_queue_nums} write queues"),
+            )
         return queue_id, 0, ""

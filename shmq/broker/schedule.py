@@ -15,11 +15,12 @@ A record the sender flagged (``PutRequest.inspect``) is read here and, by its pr
 A delay or delivery time on a transaction half is refused: RocketMQ stores such a message
 twice and loops (its users' complaint 8).
 """
+
 from __future__ import annotations
 
 import re
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class DeliveryRulesHook:
         for row in rows.tolist():
             if req.refused is not None and req.refused[row]:
                 continue
-            raw = buf[int(starts[row]):int(ends[row])]
+            raw = buf[int(starts[row]) : int(ends[row])]
             topic, qid = req.topics[int(tid[row])], int(qids[row])
             try:
                 parked = self._park(raw, topic, qid, now)
@@ -90,11 +91,23 @@ class DeliveryRulesHook:
         real = {fmt.PROPERTY_REAL_TOPIC: topic, fmt.PROPERTY_REAL_QID: str(qid)}
         if half:
             if delay or deliver or after:
-                raise ValueError("a transactional message cannot also be delayed (delay_level, deliver_at, "
-                                 "delay): RocketMQ would store it twice and check it in a loop")
+                raise ValueError(
+                    "a transactional message cannot also be delayed (delay_level, deliver_at, "
+                    "delay): RocketMQ would store it twice and check it in a loop"
+                )
             real[fmt.PROPERTY_TRAN_MSG] = "true"
-            return (rewrite_record(raw, topic=st.TRANS_HALF_TOPIC, queue_id=0, set_props=real,
-                                   sysflag=rec.sysflag & ~fmt.TRANSACTION_MASK), st.TRANS_HALF_TOPIC, 0, None)
+            return (
+                rewrite_record(
+                    raw,
+                    topic=st.TRANS_HALF_TOPIC,
+                    queue_id=0,
+                    set_props=real,
+                    sysflag=rec.sysflag & ~fmt.TRANSACTION_MASK,
+                ),
+                st.TRANS_HALF_TOPIC,
+                0,
+                None,
+            )
         if delay:
             level = _int(delay, "DELAY")
             if level <= 0:
@@ -102,19 +115,31 @@ class DeliveryRulesHook:
             level = min(level, len(self.levels_ms))
             due = now + self.levels_ms[level - 1]
             real[fmt.PROPERTY_TIMER_OUT_MS] = str(due)  # recovery rebuilds the tag field from it
-            return (rewrite_record(raw, topic=st.SCHEDULE_TOPIC, queue_id=level - 1, set_props=real),
-                    st.SCHEDULE_TOPIC, level - 1, due)
+            return (
+                rewrite_record(raw, topic=st.SCHEDULE_TOPIC, queue_id=level - 1, set_props=real),
+                st.SCHEDULE_TOPIC,
+                level - 1,
+                due,
+            )
         if deliver or after:
             due = _int(deliver, "TIMER_DELIVER_MS") if deliver else now + _int(str(after), "TIMER_DELAY_MS")
             if due - now > self.timer_max_ms:
                 limit_s = self.timer_max_ms // 1000
-                raise ValueError(f"delivery time is {span(due - now)} from now; the limit is timerMaxDelaySec = "
-                                 f"{span(self.timer_max_ms)} ({limit_s} s)")
+                raise ValueError(
+                    f"delivery time is {span(due - now)} from now; the limit is timerMaxDelaySec = "
+                    f"{span(self.timer_max_ms)} ({limit_s} s)"
+                )
             if due <= now:
                 return None
             real[fmt.PROPERTY_TIMER_DELIVER_MS] = real[fmt.PROPERTY_TIMER_OUT_MS] = str(due)
-            return (rewrite_record(raw, topic=st.TIMER_TOPIC, queue_id=0, set_props=real,
-                                   drop_props=(fmt.PROPERTY_TIMER_DELAY_MS,)), st.TIMER_TOPIC, 0, due)
+            return (
+                rewrite_record(
+                    raw, topic=st.TIMER_TOPIC, queue_id=0, set_props=real, drop_props=(fmt.PROPERTY_TIMER_DELAY_MS,)
+                ),
+                st.TIMER_TOPIC,
+                0,
+                due,
+            )
         return None
 
 
@@ -147,6 +172,7 @@ def delivered_record(raw: bytes | memoryview) -> tuple[bytes, str, int]:
     if not topic or qid is None:
         raise ValueError(f"parked record at {rec.physical_offset} has no REAL_TOPIC / REAL_QID")
     q = _int(qid, "REAL_QID")
-    out = rewrite_record(raw, topic=topic, queue_id=q, drop_props=(*PARKING_PROPS, fmt.PROPERTY_REAL_TOPIC,
-                                                                     fmt.PROPERTY_REAL_QID))
+    out = rewrite_record(
+        raw, topic=topic, queue_id=q, drop_props=(*PARKING_PROPS, fmt.PROPERTY_REAL_TOPIC, fmt.PROPERTY_REAL_QID)
+    )
     return out, topic, q

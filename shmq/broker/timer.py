@@ -10,12 +10,14 @@ every delivering tick (no fsync: a killed process loses no page cache; the offse
 and shutdown fsync it). At start the runs are rebuilt from the log, from the checkpoint's
 ``scanFrom`` on, keeping only what it does not count as delivered.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -60,8 +62,11 @@ class TimerService:
                 log.error("timer checkpoint damaged (%s); using %s", " | ".join(loaded.problems), loaded.source)
             return TimerCheckpoint.from_json(loaded.data)
         if loaded.damaged:  # no usable copy: every parked message still in the log is delivered (again)
-            log.error("timer checkpoint damaged (%s) and no usable backup: timer messages still in the log are "
-                      "delivered from its start, those delivered before may come twice", " | ".join(loaded.problems))
+            log.error(
+                "timer checkpoint damaged (%s) and no usable backup: timer messages still in the log are "
+                "delivered from its start, those delivered before may come twice",
+                " | ".join(loaded.problems),
+            )
             set_aside(self.path)
         return TimerCheckpoint()
 
@@ -76,10 +81,13 @@ class TimerService:
         hi = cq.max_offset if cq is not None else 0
         ck = self.check
         if ck.enqueue_offset > hi:  # a power loss took log entries the checkpoint had read
-            log.error("timer checkpoint read the timer log up to %d but it ends at %d (lost in a power failure?); "
-                      "continuing from its end", ck.enqueue_offset, hi)
-            self.check = ck = TimerCheckpoint(hi, ck.cursor_due, min(ck.cursor_offset, hi - 1),
-                                              min(ck.scan_from, hi))
+            log.error(
+                "timer checkpoint read the timer log up to %d but it ends at %d (lost in a power failure?); "
+                "continuing from its end",
+                ck.enqueue_offset,
+                hi,
+            )
+            self.check = ck = TimerCheckpoint(hi, ck.cursor_due, min(ck.cursor_offset, hi - 1), min(ck.scan_from, hi))
         if cq is None:
             return
         for due, q in _read(cq, ck.scan_from, ck.enqueue_offset):
@@ -147,8 +155,11 @@ class TimerService:
         items = []
         for off in offsets.tolist():
             e = cq.entry(off)
-            view = None if e is None or int(e["size"]) == BLANK_SIZE else \
-                self.store.commitlog.data(int(e["offset"]), int(e["size"]))
+            view = (
+                None
+                if e is None or int(e["size"]) == BLANK_SIZE
+                else self.store.commitlog.data(int(e["offset"]), int(e["size"]))
+            )
             if view is None:  # cleanup took it (fileReservedTime shorter than the delay)
                 log.error("timer message at queue offset %d was removed by cleanup before it was due", off)
                 continue

@@ -26,6 +26,7 @@ read from the log becomes one run sorted by key; adjacent runs are merged when t
 least half the older (a log-structured merge: O(log n) runs); a tick looks at each run's head
 only, so nothing is scanned per tick but the due ones.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,9 @@ class TimerCheckpoint:
 
     def delivered(self, due: np.ndarray, q: np.ndarray) -> np.ndarray:
         """Mask of the entries (due, q) this checkpoint counts as delivered."""
-        mask: np.ndarray = (q < self.enqueue_offset) & ((due < self.cursor_due) | ((due == self.cursor_due) &
-                                                                                   (q <= self.cursor_offset)))
+        mask: np.ndarray = (q < self.enqueue_offset) & (
+            (due < self.cursor_due) | ((due == self.cursor_due) & (q <= self.cursor_offset))
+        )
         return mask
 
     def late(self, due: np.ndarray) -> np.ndarray:
@@ -56,11 +58,15 @@ class TimerCheckpoint:
         return due < self.cursor_due
 
     def to_json(self) -> dict[str, int]:
-        return {"enqueueOffset": self.enqueue_offset, "cursorDueMs": self.cursor_due,
-                "cursorOffset": self.cursor_offset, "scanFrom": self.scan_from}
+        return {
+            "enqueueOffset": self.enqueue_offset,
+            "cursorDueMs": self.cursor_due,
+            "cursorOffset": self.cursor_offset,
+            "scanFrom": self.scan_from,
+        }
 
     @staticmethod
-    def from_json(data: Any) -> "TimerCheckpoint":
+    def from_json(data: Any) -> TimerCheckpoint:
         """ValueError saying what is wrong with anything but a checkpoint ``to_json`` wrote."""
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
@@ -72,8 +78,9 @@ class TimerCheckpoint:
             values.append(v)
         ck = TimerCheckpoint(*values)
         if ck.scan_from > ck.enqueue_offset or ck.cursor_offset >= ck.enqueue_offset:
-            raise ValueError(f"scanFrom {ck.scan_from} / cursorOffset {ck.cursor_offset} past enqueueOffset "
-                             f"{ck.enqueue_offset}")
+            raise ValueError(
+                f"scanFrom {ck.scan_from} / cursorOffset {ck.cursor_offset} past enqueueOffset {ck.enqueue_offset}"
+            )
         return ck
 
 
@@ -131,10 +138,10 @@ class PendingTimers:
         (until then they stay pending, so a failed delivery loses nothing)."""
         parts_d, parts_q, owner = [], [], []
         for r, (d, q, h) in enumerate(zip(self._due, self._q, self._head)):
-            k = int(np.searchsorted(d[h:h + limit], now_ms, side="right"))
+            k = int(np.searchsorted(d[h : h + limit], now_ms, side="right"))
             if k:
-                parts_d.append(d[h:h + k])
-                parts_q.append(q[h:h + k])
+                parts_d.append(d[h : h + k])
+                parts_q.append(q[h : h + k])
                 owner.append(np.full(k, r, np.int32))
         counts = [0] * len(self._due)
         if not parts_d:

@@ -39,16 +39,17 @@ commitlog after the last whole record, so what survives is a prefix of what was 
    that write loses those counts, so a half may be checked at most once more per crash than
    ``transactionCheckMax`` before it is discarded.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from shmq.broker.answers import Peer
-from shmq.broker.transaction_state import (COMMIT, DISCARD, OUTCOMES, ROLLBACK, SETTLED, TransactionState,
-                                           parse_state)
+from shmq.broker.transaction_state import COMMIT, DISCARD, OUTCOMES, ROLLBACK, SETTLED, TransactionState, parse_state
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.codec.transaction_frames import CheckTransaction, EndTransaction, encode_check_transaction
@@ -85,8 +86,13 @@ class EndResult(NamedTuple):
 
 def op_item(half: int, outcome: str) -> tuple[str, int, bytes]:
     """The op record settling the half at queue offset ``half``."""
-    return TRANS_OP_HALF_TOPIC, 0, fmt.encode_message(
-        TRANS_OP_HALF_TOPIC, str(half).encode(), properties={fmt.PROPERTY_TAGS: OP_TAG, PROPERTY_TRAN_OP: outcome})
+    return (
+        TRANS_OP_HALF_TOPIC,
+        0,
+        fmt.encode_message(
+            TRANS_OP_HALF_TOPIC, str(half).encode(), properties={fmt.PROPERTY_TAGS: OP_TAG, PROPERTY_TRAN_OP: outcome}
+        ),
+    )
 
 
 def commit_item(raw: bytes | memoryview, half: fmt.StoredRecord) -> tuple[str, int, bytes]:
@@ -98,10 +104,14 @@ def commit_item(raw: bytes | memoryview, half: fmt.StoredRecord) -> tuple[str, i
     if not topic or qid is None or not qid.isdigit():
         raise ValueError(f"half at {half.physical_offset} has no usable REAL_TOPIC / REAL_QID")
     sysflag = (half.sysflag & ~fmt.TRANSACTION_MASK) | fmt.TRANSACTION_COMMIT
-    record = rewrite_record(raw, topic=topic, queue_id=int(qid), sysflag=sysflag,
-                            prepared_offset=half.physical_offset,
-                            drop_props=(fmt.PROPERTY_REAL_TOPIC, fmt.PROPERTY_REAL_QID,
-                                        fmt.PROPERTY_TRANSACTION_CHECK_TIMES))
+    record = rewrite_record(
+        raw,
+        topic=topic,
+        queue_id=int(qid),
+        sysflag=sysflag,
+        prepared_offset=half.physical_offset,
+        drop_props=(fmt.PROPERTY_REAL_TOPIC, fmt.PROPERTY_REAL_QID, fmt.PROPERTY_TRANSACTION_CHECK_TIMES),
+    )
     return topic, int(qid), record
 
 
@@ -112,8 +122,14 @@ def is_commit_of(rec: fmt.StoredRecord, half_phys: int) -> bool:
 class TransactionalMessageService:
     """Ends and checks half messages for the broker core (a TimedService; module docstring)."""
 
-    def __init__(self, store: MessageStore, config: BrokerConfig, put_internal: PutInternal,
-                 producers: Producers, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: BrokerConfig,
+        put_internal: PutInternal,
+        producers: Producers,
+        progress: Progress | None = None,
+    ) -> None:
         self.store = store
         self.put_internal = put_internal
         self.producers = producers
@@ -125,15 +141,25 @@ class TransactionalMessageService:
         self._write = WriteRetry(log, "writing transactionCheck.json")  # a read-only or full disk: logged once
         loaded = load_json(self.path, parse_state)
         if loaded.damaged:
-            log.error("transaction check progress damaged (%s); using %s", " | ".join(loaded.problems),
-                      loaded.source or "the half and op queues' start (halves are checked again, none delivered "
-                      "twice: the op queue says which are settled)")
+            log.error(
+                "transaction check progress damaged (%s); using %s",
+                " | ".join(loaded.problems),
+                loaded.source
+                or "the half and op queues' start (halves are checked again, none delivered "
+                "twice: the op queue says which are settled)",
+            )
         half, op, times = parse_state(loaded.data) if loaded.source else (0, 0, {})
         half_max, op_max = (store.get_max_offset_in_queue(t, 0) for t in (TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC))
         if half > half_max or op > op_max:  # the logs lost a tail the file had seen (power loss): never
             # take halves stored anew at those offsets for settled ones
-            log.warning("transactions: progress (half %d, op %d) is past the queues' end (%d, %d): the commitlog "
-                        "lost its tail; progress set back to the end", half, op, half_max, op_max)
+            log.warning(
+                "transactions: progress (half %d, op %d) is past the queues' end (%d, %d): the commitlog "
+                "lost its tail; progress set back to the end",
+                half,
+                op,
+                half_max,
+                op_max,
+            )
             half, op = min(half, half_max), min(op, op_max)
             times = {k: v for k, v in times.items() if k < half_max}
         self.state = TransactionState(half, op, times)
@@ -167,8 +193,12 @@ class TransactionalMessageService:
                     st.note_op(offset + i, parsed[0], parsed[1])
             offset += len(entries)
         if st.ops:
-            log.info("transactions: %d op records read, %d halves from offset %d settled", len(st.ops),
-                     len(st.resolved), st.half_offset)
+            log.info(
+                "transactions: %d op records read, %d halves from offset %d settled",
+                len(st.ops),
+                len(st.resolved),
+                st.half_offset,
+            )
 
     def _read_op(self, phys: int, size: int) -> tuple[int, str] | None:
         view = self.store.commitlog.data(phys, size) if size != BLANK_SIZE else None
@@ -205,12 +235,18 @@ class TransactionalMessageService:
         after = next(self.store.commitlog.iter_records(op_phys + op_size), None)
         if after is not None:
             mf, pos, size = after
-            if is_commit_of(fmt.decode_record(mf.view[pos:pos + size]), rec.physical_offset):
+            if is_commit_of(fmt.decode_record(mf.view[pos : pos + size]), rec.physical_offset):
                 return
         item = commit_item(raw, rec)
         self.put_internal([item])
-        log.warning("transactions: the commit of half %d (msg id %s) was cut off by a crash after its op record; "
-                    "its message was written to %s/%d now", half, rec.uniq_key, item[0], item[1])
+        log.warning(
+            "transactions: the commit of half %d (msg id %s) was cut off by a crash after its op record; "
+            "its message was written to %s/%d now",
+            half,
+            rec.uniq_key,
+            item[0],
+            item[1],
+        )
 
     def _half(self, half: int) -> tuple[bytes, fmt.StoredRecord] | None:
         """(record bytes, record) of the half at queue offset ``half``; None if it is gone."""
@@ -239,22 +275,32 @@ class TransactionalMessageService:
             return EndResult(P.MESSAGE_ILLEGAL, f"no half message at half queue offset {h}")
         raw, rec = found
         if rec.physical_offset != e.half_phys_offset:
-            return EndResult(P.MESSAGE_ILLEGAL, f"the half at queue offset {h} is at commitlog offset "
-                                                f"{rec.physical_offset}, not {e.half_phys_offset}")
+            return EndResult(
+                P.MESSAGE_ILLEGAL,
+                f"the half at queue offset {h} is at commitlog offset {rec.physical_offset}, not {e.half_phys_offset}",
+            )
         if e.msg_id and rec.uniq_key != e.msg_id:
-            return EndResult(P.MESSAGE_ILLEGAL, f"the half at queue offset {h} is message {rec.uniq_key}, "
-                                                f"not {e.msg_id}")
+            return EndResult(
+                P.MESSAGE_ILLEGAL, f"the half at queue offset {h} is message {rec.uniq_key}, not {e.msg_id}"
+            )
         owner = rec.properties.get(fmt.PROPERTY_PGROUP)
         if owner != group:
-            return EndResult(P.NO_PERMISSION, f"the half at queue offset {h} belongs to producer group {owner!r}, "
-                                              f"not {group!r}")
+            return EndResult(
+                P.NO_PERMISSION, f"the half at queue offset {h} belongs to producer group {owner!r}, not {group!r}"
+            )
         done = self.state.outcome(h)
         if done is not None:
-            log.info("transactions: END (%s%s) for half %d ignored: already %s", _kind(e.commit_or_rollback),
-                     ", from a check" if e.from_check else "", h, done)
+            log.info(
+                "transactions: END (%s%s) for half %d ignored: already %s",
+                _kind(e.commit_or_rollback),
+                ", from a check" if e.from_check else "",
+                h,
+                done,
+            )
             how = "" if done == SETTLED else f" ({done})"
-            return EndResult(P.MESSAGE_ILLEGAL, f"the half at queue offset {h} is already settled{how}; "
-                                                "this END changes nothing")
+            return EndResult(
+                P.MESSAGE_ILLEGAL, f"the half at queue offset {h} is already settled{how}; this END changes nothing"
+            )
         if e.commit_or_rollback == fmt.TRANSACTION_NOT_TYPE:
             return EndResult(0, "unknown: left to the check")
         outcome = COMMIT if e.commit_or_rollback == fmt.TRANSACTION_COMMIT else ROLLBACK
@@ -268,8 +314,9 @@ class TransactionalMessageService:
         if r.refused is not None and r.refused[0]:
             return EndResult(*r.refusals[int(r.refused[0]) - 1])
         if r.refused is not None and r.refused.any():
-            log.error("transactions: the commit of half %d has its op record but its message was refused: %s",
-                      h, r.refusals)
+            log.error(
+                "transactions: the commit of half %d has its op record but its message was refused: %s", h, r.refusals
+            )
         self.state.note_op(int(r.queue_offsets[0]), h, outcome)
         return EndResult(0, "", r, items[-1][1] if outcome == COMMIT else -1)
 
@@ -320,9 +367,15 @@ class TransactionalMessageService:
             r = self.put_internal([op_item(h, DISCARD)])
             st.note_op(int(r.queue_offsets[0]), h, DISCARD)
             self.discarded += 1
-            log.warning("transactions: half %d (msg id %s, topic %s, producer group %s) discarded after %d checks "
-                        "without commit or rollback", h, rec.uniq_key, rec.properties.get(fmt.PROPERTY_REAL_TOPIC),
-                        rec.properties.get(fmt.PROPERTY_PGROUP), times)
+            log.warning(
+                "transactions: half %d (msg id %s, topic %s, producer group %s) discarded after %d checks "
+                "without commit or rollback",
+                h,
+                rec.uniq_key,
+                rec.properties.get(fmt.PROPERTY_REAL_TOPIC),
+                rec.properties.get(fmt.PROPERTY_PGROUP),
+                times,
+            )
             return 0
         group = rec.properties.get(fmt.PROPERTY_PGROUP) or ""
         producers = self.producers(group)
@@ -331,8 +384,9 @@ class TransactionalMessageService:
         peer = producers[self._turn % len(producers)]
         self._turn += 1
         n = st.checked(h)
-        peer.out.append((P.CHECK_TRANSACTION, encode_check_transaction(
-            CheckTransaction(0, rec.physical_offset, h, n, raw))))
+        peer.out.append(
+            (P.CHECK_TRANSACTION, encode_check_transaction(CheckTransaction(0, rec.physical_offset, h, n, raw)))
+        )
         self.checks_sent += 1
         return 1
 
@@ -363,14 +417,25 @@ class TransactionalMessageService:
                 half = self._read_entry(e) if st.outcome(offset + i) is None else None
                 if half is not None and len(found) < max_num:
                     props = half[1].properties
-                    found.append({"queue_offset": offset + i, "msg_id": half[1].uniq_key,
-                                  "topic": props.get(fmt.PROPERTY_REAL_TOPIC),
-                                  "producer_group": props.get(fmt.PROPERTY_PGROUP),
-                                  "store_timestamp": half[1].store_timestamp,
-                                  "check_times": st.check_times.get(offset + i, 0)})
+                    found.append(
+                        {
+                            "queue_offset": offset + i,
+                            "msg_id": half[1].uniq_key,
+                            "topic": props.get(fmt.PROPERTY_REAL_TOPIC),
+                            "producer_group": props.get(fmt.PROPERTY_PGROUP),
+                            "store_timestamp": half[1].store_timestamp,
+                            "check_times": st.check_times.get(offset + i, 0),
+                        }
+                    )
             offset += len(entries)
-        return {"half_offset": st.half_offset, "half_max_offset": hi, "op_offset": st.op_offset, "open": found,
-                "checks_sent": self.checks_sent, "discarded": self.discarded}
+        return {
+            "half_offset": st.half_offset,
+            "half_max_offset": hi,
+            "op_offset": st.op_offset,
+            "open": found,
+            "checks_sent": self.checks_sent,
+            "discarded": self.discarded,
+        }
 
     def persist(self, durable: bool = True) -> None:
         """Write transactionCheck.json (a failure is logged: the next round or interval tries again)."""
@@ -395,6 +460,8 @@ def _kind(t: int) -> str:
 
 def live_producers(clients: dict[int, Any]) -> Producers:
     """The live transaction producers of a group among the core's clients."""
+
     def find(group: str) -> list[Peer]:
         return [c for c in clients.values() if c.alive and c.role == TRANSACTION_PRODUCER and c.group == group]
+
     return find

@@ -16,6 +16,7 @@ Half messages are named by their offset in the half queue (``RMQ_SYS_TRANS_HALF_
 ``advance`` moves ``half_offset`` over the settled prefix and forgets what lies below it. The
 memory held is the resolutions of halves newer than the oldest unsettled one.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -99,5 +100,8 @@ class TransactionState:
         return h != start
 
     def to_json(self) -> dict[str, Any]:
-        return {"halfOffset": self.half_offset, "opOffset": self.op_offset,
-                "checkTimes": {str(k): v for k, v in sorted(self.check_times.items())}}
+        return {
+            "halfOffset": self.half_offset,
+            "opOffset": self.op_offset,
+            "checkTimes": {str(k): v for k, v in sorted(self.check_times.items())},
+        }

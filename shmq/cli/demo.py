@@ -11,6 +11,7 @@
 
 The summary says what each figure is; the demo exits 0 when every check passed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rate", type=float, default=1_000, help="sends per second of the latency phase")
     ap.add_argument("--timeout", type=float, default=180, help="seconds each phase may take")
     ap.add_argument("--keep", action="store_true", help="keep the store directory")
-    ap.add_argument("--store", help="make the store in this directory (absent or empty; kept afterwards, "
-                                    "e.g. for `make spark`) instead of a temporary one")
+    ap.add_argument(
+        "--store",
+        help="make the store in this directory (absent or empty; kept afterwards, "
+        "e.g. for `make spark`) instead of a temporary one",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +92,15 @@ def run(args: argparse.Namespace) -> int:
         rows += _speed_rows(args, bulk, lat)
         ok = ok and _speed_ok(args, bulk, lat)
         used = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(store) for f in fs)
-        rows.append(("store", (f"{store} ({used / 2**20:.1f} MiB on disk in commitlog/, consumequeue/, index/, "
-                              "config/; segments are pre-allocated sparse files)")))
+        rows.append(
+            (
+                "store",
+                (
+                    f"{store} ({used / 2**20:.1f} MiB on disk in commitlog/, consumequeue/, index/, "
+                    "config/; segments are pre-allocated sparse files)"
+                ),
+            )
+        )
         table = Table(title="summary", show_header=True)
         table.add_column("what")
         table.add_column("result")
@@ -119,22 +130,38 @@ def _rate(messages: int, ns: int) -> str:
 def _speed_rows(args: argparse.Namespace, bulk: demo_speed.Figures, lat: demo_speed.Figures) -> list[tuple[str, str]]:
     total = args.producers * args.bulk_messages
     rows = [
-        ("throughput: sends", (f"{_rate(bulk.sent, bulk.send_ns)}: {bulk.sent:,} messages of {demo_speed.SIZE} B "
-                              f"from {args.producers} producer{'s' * (args.producers > 1)} in batches of {args.batch}, "
-                              f"{demo_speed.IN_FLIGHT} in flight each, from the first send to the last "
-                              f"acknowledgement ({bulk.send_ns / 1e9:.2f} s, processes already started)")),
-        ("throughput: consumes", (f"{_rate(bulk.received, bulk.receive_ns)}: {demo_speed.CONSUMERS} pull consumers "
-                                 f"reading columns, from the first message received to the last "
-                                 f"({bulk.receive_ns / 1e9:.2f} s)")),
+        (
+            "throughput: sends",
+            (
+                f"{_rate(bulk.sent, bulk.send_ns)}: {bulk.sent:,} messages of {demo_speed.SIZE} B "
+                f"from {args.producers} producer{'s' * (args.producers > 1)} in batches of {args.batch}, "
+                f"{demo_speed.IN_FLIGHT} in flight each, from the first send to the last "
+                f"acknowledgement ({bulk.send_ns / 1e9:.2f} s, processes already started)"
+            ),
+        ),
+        (
+            "throughput: consumes",
+            (
+                f"{_rate(bulk.received, bulk.receive_ns)}: {demo_speed.CONSUMERS} pull consumers "
+                f"reading columns, from the first message received to the last "
+                f"({bulk.receive_ns / 1e9:.2f} s)"
+            ),
+        ),
         ("throughput: arrived", f"{bulk.received:,} of {total:,} sent"),
     ]
     ages = sorted(lat.latencies_ns)
     if ages:
         pick = [ages[min(len(ages) - 1, int(q * len(ages)))] / 1e6 for q in (0.5, 0.99)] + [ages[-1] / 1e6]
-        rows.append(("latency: send → listener",
-                     (f"p50 {pick[0]:.2f} ms, p99 {pick[1]:.2f} ms, max {pick[2]:.2f} ms: {len(ages):,} messages sent "
-                     f"one at a time, {args.rate:,.0f} per second, by one producer; the time from just before each "
-                     "send to its arrival in a push consumer's listener in another process")))
+        rows.append(
+            (
+                "latency: send → listener",
+                (
+                    f"p50 {pick[0]:.2f} ms, p99 {pick[1]:.2f} ms, max {pick[2]:.2f} ms: {len(ages):,} messages sent "
+                    f"one at a time, {args.rate:,.0f} per second, by one producer; the time from just before each "
+                    "send to its arrival in a push consumer's listener in another process"
+                ),
+            )
+        )
     else:
         rows.append(("latency: send → listener", "no figure: the listener heard nothing"))
     rows.append(("latency: arrived", f"{lat.received:,} of {args.latency_messages:,} sent"))
@@ -146,5 +173,8 @@ def _speed_rows(args: argparse.Namespace, bulk: demo_speed.Figures, lat: demo_sp
 
 def _speed_ok(args: argparse.Namespace, bulk: demo_speed.Figures, lat: demo_speed.Figures) -> bool:
     """Every message of both phases arrived, and no process of theirs failed (speed is never checked)."""
-    return (bulk.sent == bulk.received == args.producers * args.bulk_messages
-            and lat.received == args.latency_messages and not bulk.failed + lat.failed)
+    return (
+        bulk.sent == bulk.received == args.producers * args.bulk_messages
+        and lat.received == args.latency_messages
+        and not bulk.failed + lat.failed
+    )

@@ -13,6 +13,7 @@ Every consumer reports what it received; the checks are that nothing was lost or
 that the broadcast members each saw every TagA message, and that every order's steps arrived
 in order. Nothing here is timed: the demo's measured phases are in demo_speed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,16 +64,27 @@ def produce(broker: str, number: int, count: int, batch: int, report: mp.Queue[A
         half = count // 2
         while sent < half:
             n = min(batch, half - sent)
-            msgs = [Message(TOPIC, _ID.pack(number, sent + i) + PAD,
-                            tags="TagA" if (sent + i) % 2 else "TagB", keys=f"p{number}-{sent + i}")
-                    for i in range(n)]
+            msgs = [
+                Message(
+                    TOPIC,
+                    _ID.pack(number, sent + i) + PAD,
+                    tags="TagA" if (sent + i) % 2 else "TagB",
+                    keys=f"p{number}-{sent + i}",
+                )
+                for i in range(n)
+            ]
             p.send_batch(msgs)
             sent += n
             report.put(("sent", n))
         futures = []
         for seq in range(half, count):
-            futures.append(p.send_async(Message(TOPIC, _ID.pack(number, seq) + PAD,
-                                                tags="TagA" if seq % 2 else "TagB", keys=f"p{number}-{seq}")))
+            futures.append(
+                p.send_async(
+                    Message(
+                        TOPIC, _ID.pack(number, seq) + PAD, tags="TagA" if seq % 2 else "TagB", keys=f"p{number}-{seq}"
+                    )
+                )
+            )
             if len(futures) >= 256:
                 for f in futures:
                     f.result(10)
@@ -91,8 +103,11 @@ def produce_steps(broker: str, orders: int, steps: int, report: mp.Queue[Any]) -
     try:
         for step in range(steps):
             for order in range(orders):
-                p.send(Message(STEPS_TOPIC, struct.pack("<II", order, step), tags="Step"),
-                       selector=SelectMessageQueueByHash(), arg=order)
+                p.send(
+                    Message(STEPS_TOPIC, struct.pack("<II", order, step), tags="Step"),
+                    selector=SelectMessageQueueByHash(),
+                    arg=order,
+                )
             report.put(("steps_sent", orders))
     finally:
         p.shutdown()
@@ -108,8 +123,14 @@ def consume(broker: str, role: str, member: int, report: mp.Queue[Any], stop: Ev
         c.subscribe(STEPS_TOPIC, "*")
     else:
         model = MessageModel.CLUSTERING if role == "cluster" else MessageModel.BROADCASTING
-        c = PushConsumer(f"demo-{role}", broker=broker, model=model, consume_from=ConsumeFrom.FIRST_OFFSET,
-                         consume_message_batch_max_size=32, offset_store_dir=offsets)
+        c = PushConsumer(
+            f"demo-{role}",
+            broker=broker,
+            model=model,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            consume_message_batch_max_size=32,
+            offset_store_dir=offsets,
+        )
         c.subscribe(TOPIC, "*" if role == "cluster" else "TagA")
     pending: list[tuple[int, ...]] = []
 
@@ -133,8 +154,9 @@ def consume(broker: str, role: str, member: int, report: mp.Queue[Any], stop: Ev
             report.put((role, member, list(pending)))
 
 
-def run_checks(ctx: SpawnContext, broker: str, store: str, args: argparse.Namespace, console: Console,
-               procs: list[BaseProcess]) -> tuple[list[tuple[str, str]], bool]:
+def run_checks(
+    ctx: SpawnContext, broker: str, store: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+) -> tuple[list[tuple[str, str]], bool]:
     """Start the phase's processes, show their progress, and check what the consumers got:
     the summary's rows and whether every check passed."""
     report: mp.Queue[Any] = ctx.Queue()
@@ -146,19 +168,24 @@ def run_checks(ctx: SpawnContext, broker: str, store: str, args: argparse.Namesp
     offsets = os.path.join(store, "consumer-offsets")
     consumers: list[BaseProcess] = [
         ctx.Process(target=consume, args=(broker, role, m, report, stop, offsets), name=f"{role}-{m}")
-        for role, members in (("cluster", 2), ("broadcast", 2), ("steps", 1)) for m in range(members)]
+        for role, members in (("cluster", 2), ("broadcast", 2), ("steps", 1))
+        for m in range(members)
+    ]
     producers: list[BaseProcess] = [
         ctx.Process(target=produce, args=(broker, i, args.messages, args.batch, report), name=f"producer-{i}")
-        for i in range(args.producers)]
-    producers.append(ctx.Process(target=produce_steps, args=(broker, args.orders, args.steps, report),
-                                 name="steps-producer"))
+        for i in range(args.producers)
+    ]
+    producers.append(
+        ctx.Process(target=produce_steps, args=(broker, args.orders, args.steps, report), name="steps-producer")
+    )
     mine = consumers + producers
     procs += mine
     for p in mine:
         p.start()
     sent = steps_sent = 0
-    with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
         t_sent = progress.add_task("sent", total=total)
         t_steps = progress.add_task("ordered steps sent", total=steps_total)
         t_cl = progress.add_task("clustering group received", total=total)
@@ -204,8 +231,9 @@ def run_checks(ctx: SpawnContext, broker: str, store: str, args: argparse.Namesp
     return _evaluate(args, got, steps_total, tag_a, mine, offsets)
 
 
-def _evaluate(args: argparse.Namespace, got: Got, steps_total: int, tag_a: int, procs: list[BaseProcess],
-              offsets: str) -> tuple[list[tuple[str, str]], bool]:
+def _evaluate(
+    args: argparse.Namespace, got: Got, steps_total: int, tag_a: int, procs: list[BaseProcess], offsets: str
+) -> tuple[list[tuple[str, str]], bool]:
     cluster = [(n, s) for m in got["cluster"].values() for n, s in m]
     cluster_ids = set(cluster)
     expected = {(n, s) for n in range(args.producers) for s in range(args.messages)}
@@ -221,16 +249,33 @@ def _evaluate(args: argparse.Namespace, got: Got, steps_total: int, tag_a: int, 
         last_step[order] = max(step, last_step.get(order, -1))
     steps_ok = in_order and len({tuple(x) for x in got["steps"][0]}) == steps_total
     producers = f"{args.producers} producer{'s' * (args.producers > 1)}"
-    rows = [("messages sent", (f"{len(expected):,} by {producers}, half in batches of {args.batch}, "
-                              "half one by one (async)")),
-            ("clustering group (2 members)", (f"{len(cluster_ids):,} distinct, {lost} lost, {dups} duplicates, "
-                                             f"split {[len(v) for v in got['cluster'].values()]}")),
-            ("broadcast group (TagA, 2 members)", f"each got all {tag_a:,} TagA messages" if bc_ok else
-             f"MISSING: got {[len(v) for v in got['broadcast'].values()]} of {tag_a:,}"),
-            ("ordered steps", f"{len(got['steps'][0]):,} of {steps_total:,}, in order per order id: {in_order}")]
+    rows = [
+        (
+            "messages sent",
+            (f"{len(expected):,} by {producers}, half in batches of {args.batch}, half one by one (async)"),
+        ),
+        (
+            "clustering group (2 members)",
+            (
+                f"{len(cluster_ids):,} distinct, {lost} lost, {dups} duplicates, "
+                f"split {[len(v) for v in got['cluster'].values()]}"
+            ),
+        ),
+        (
+            "broadcast group (TagA, 2 members)",
+            f"each got all {tag_a:,} TagA messages"
+            if bc_ok
+            else f"MISSING: got {[len(v) for v in got['broadcast'].values()]} of {tag_a:,}",
+        ),
+        ("ordered steps", f"{len(got['steps'][0]):,} of {steps_total:,}, in order per order id: {in_order}"),
+    ]
     left = [os.path.join(d, f) for d, _, fs in os.walk(offsets) for f in fs]
-    rows.append(("broadcast offset files left", ", ".join(left) if left else
-                 "none (default instance names are per process; their files go at shutdown)"))
+    rows.append(
+        (
+            "broadcast offset files left",
+            ", ".join(left) if left else "none (default instance names are per process; their files go at shutdown)",
+        )
+    )
     failed = [f"{p.name} exit {p.exitcode}" for p in procs if p.exitcode not in (None, 0)]
     if failed:
         rows.append(("process failures", ", ".join(failed)))

@@ -7,6 +7,7 @@ figure never includes process start-up, and the latency phase paces its sends (o
 ``time.monotonic_ns()``, one clock for every process of the host (CLOCK_MONOTONIC), so a
 producer's stamp and a consumer's reading compare.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ class Figures:
     failed: list[str] = field(default_factory=list)
 
 
-def bulk_producer(broker: str, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized[int],
-                  report: mp.Queue[Any]) -> None:
+def bulk_producer(
+    broker: str, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized[int], report: mp.Queue[Any]
+) -> None:
     """Send ``count`` bodies in MessageBatch batches, ``IN_FLIGHT`` of them unacknowledged at a time."""
     p = Producer(f"demo-bulk-{number}", broker=broker).start()
     try:
@@ -94,14 +96,21 @@ def _settle(entry: tuple[int, Any], sent: Synchronized[int]) -> None:
         sent.value += n
 
 
-def bulk_consumer(broker: str, number: int, expected: int, ready: Barrier, received: Synchronized[int],
-                  stop: Event, report: mp.Queue[Any]) -> None:
+def bulk_consumer(
+    broker: str,
+    number: int,
+    expected: int,
+    ready: Barrier,
+    received: Synchronized[int],
+    stop: Event,
+    report: mp.Queue[Any],
+) -> None:
     """Pull this member's share of the queues as columns (nothing decoded per message) until
     every consumer together has ``expected`` messages."""
     pc = PullConsumer("demo-bulk", broker=broker).start()
     try:
         mine = sorted(pc.fetch_queues(BULK_TOPIC), key=lambda mq: mq.queue_id)[number::CONSUMERS]
-        offsets = {mq: 0 for mq in mine}
+        offsets = dict.fromkeys(mine, 0)
         got = 0
         first = last = 0
         ready.wait(60)
@@ -178,16 +187,18 @@ def latency_listener(broker: str, count: int, listening: Event, stop: Event, rep
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console)
+    return Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
 
 
 def _failed(procs: Sequence[BaseProcess]) -> list[str]:
     return [f"{p.name} exit {p.exitcode}" for p in procs if p.exitcode not in (None, 0)]
 
 
-def throughput(ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console,
-               procs: list[BaseProcess]) -> Figures:
+def throughput(
+    ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+) -> Figures:
     """Producers send batches while consumers pull columns; the rates of the steady phase."""
     total = args.producers * args.bulk_messages
     with Producer("demo-bulk-topic", broker=broker) as p:  # the topic exists before consumers look it up
@@ -196,10 +207,20 @@ def throughput(ctx: SpawnContext, broker: str, args: argparse.Namespace, console
     ready = ctx.Barrier(args.producers + CONSUMERS)
     sent, received = ctx.Value("q", 0), ctx.Value("q", 0)
     stop = ctx.Event()
-    mine = [ctx.Process(target=bulk_consumer, args=(broker, i, total, ready, received, stop, report),
-                        name=f"bulk-consumer-{i}") for i in range(CONSUMERS)]
-    mine += [ctx.Process(target=bulk_producer, args=(broker, i, args.bulk_messages, args.batch, ready, sent, report),
-                         name=f"bulk-producer-{i}") for i in range(args.producers)]
+    mine = [
+        ctx.Process(
+            target=bulk_consumer, args=(broker, i, total, ready, received, stop, report), name=f"bulk-consumer-{i}"
+        )
+        for i in range(CONSUMERS)
+    ]
+    mine += [
+        ctx.Process(
+            target=bulk_producer,
+            args=(broker, i, args.bulk_messages, args.batch, ready, sent, report),
+            name=f"bulk-producer-{i}",
+        )
+        for i in range(args.producers)
+    ]
     procs += mine
     for proc in mine:
         proc.start()
@@ -230,15 +251,24 @@ def throughput(ctx: SpawnContext, broker: str, args: argparse.Namespace, console
     return f
 
 
-def latency(ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console,
-            procs: list[BaseProcess]) -> Figures:
+def latency(
+    ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+) -> Figures:
     """One producer's paced sends to a push listener in another process: the age of each on arrival."""
     report: mp.Queue[Any] = ctx.Queue()
     listening, stop = ctx.Event(), ctx.Event()
-    mine = [ctx.Process(target=latency_listener, args=(broker, args.latency_messages, listening, stop, report),
-                        name="latency-listener"),
-            ctx.Process(target=latency_producer, args=(broker, args.latency_messages, args.rate, listening, report),
-                        name="latency-producer")]
+    mine = [
+        ctx.Process(
+            target=latency_listener,
+            args=(broker, args.latency_messages, listening, stop, report),
+            name="latency-listener",
+        ),
+        ctx.Process(
+            target=latency_producer,
+            args=(broker, args.latency_messages, args.rate, listening, report),
+            name="latency-producer",
+        ),
+    ]
     procs += mine
     for proc in mine:
         proc.start()

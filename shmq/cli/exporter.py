@@ -9,6 +9,7 @@ same one clients watch, says so). While no broker runs the endpoint still answer
 Loopback by default: topic and group names are business data, and the endpoint has no
 authentication; another address is served only when asked, with a warning.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,17 @@ DEFAULT_PORT = 9500
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)")
-    p.add_argument("--address", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1; anything not loopback is served with a warning)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one, printed at start)",
+    )
+    p.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; anything not loopback is served with a warning)",
+    )
 
 
 class Scraper:
@@ -106,14 +114,17 @@ def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "shmq-exporter"
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._reply(200, CONTENT_TYPE, scraper.metrics())
             elif path == "/":
-                self._reply(200, "text/html; charset=utf-8",
-                            f"<html><head><title>shmq exporter</title></head><body><h1>shmq exporter</h1>"
-                            f"<p>Broker {scraper.broker}: <a href=\"/metrics\">/metrics</a></p></body></html>\n")
+                self._reply(
+                    200,
+                    "text/html; charset=utf-8",
+                    f"<html><head><title>shmq exporter</title></head><body><h1>shmq exporter</h1>"
+                    f'<p>Broker {scraper.broker}: <a href="/metrics">/metrics</a></p></body></html>\n',
+                )
             else:
                 self._reply(404, "text/plain; charset=utf-8", "not found: try /metrics\n")
 
@@ -127,6 +138,7 @@ def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
             log.debug("%s %s", self.address_string(), format % args)
+
     return Handler
 
 
@@ -161,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     def stop(signum: int, frame: FrameType | None) -> None:
         # shutdown() waits for serve_forever to return: from another thread, not this handler's
         threading.Thread(target=server.shutdown, daemon=True).start()
+
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}  # before the line that says we serve
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in str(host) else host

@@ -5,6 +5,7 @@ keeps the source's line breaks, which overflow a terminal narrower than the sour
 columns). ``ParagraphHelpFormatter`` keeps the source's structure (paragraphs, ``  - `` list
 items, a line ending with ``:`` before a list) and refills each part to the width.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,11 @@ def blocks(text: str) -> list[tuple[str, str, str]]:
             out.append(("", "", ""))
             joinable = False
         elif line.startswith(BULLET):
-            out.append((BULLET, " " * len(BULLET), line[len(BULLET):].strip()))
+            out.append((BULLET, " " * len(BULLET), line[len(BULLET) :].strip()))
             joinable = True
-        elif joinable and (line.startswith(" ") == out[-1][0].startswith(" ")) or \
-                joinable and out[-1][0] == BULLET and line.startswith(" " * len(BULLET)):
+        elif (joinable and (line.startswith(" ") == out[-1][0].startswith(" "))) or (
+            joinable and out[-1][0] == BULLET and line.startswith(" " * len(BULLET))
+        ):
             first, rest, words = out[-1]
             out[-1] = (first, rest, f"{words} {line.strip()}")
         else:
@@ -40,7 +42,12 @@ class ParagraphHelpFormatter(argparse.HelpFormatter):
     """A description's paragraphs and list items refilled to the width (see the module)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        lines = [textwrap.fill(words, width, initial_indent=indent + first, subsequent_indent=indent + rest,
-                               break_on_hyphens=False) if words else ""
-                 for first, rest, words in blocks(text)]
+        lines = [
+            textwrap.fill(
+                words, width, initial_indent=indent + first, subsequent_indent=indent + rest, break_on_hyphens=False
+            )
+            if words
+            else ""
+            for first, rest, words in blocks(text)
+        ]
         return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
 """The `shmq` command line (also `python -m shmq`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,8 +8,10 @@ from typing import Any
 
 from shmq import __version__
 from shmq.cli.admin import add_admin_parser, run_admin
-from shmq.cli.demo import __doc__ as demo_doc, add_arguments as add_demo_arguments
-from shmq.cli.exporter import __doc__ as exporter_doc, add_arguments as add_exporter_arguments
+from shmq.cli.demo import __doc__ as demo_doc
+from shmq.cli.demo import add_arguments as add_demo_arguments
+from shmq.cli.exporter import __doc__ as exporter_doc
+from shmq.cli.exporter import add_arguments as add_exporter_arguments
 from shmq.cli.help_format import ParagraphHelpFormatter
 from shmq.cli.top import add_top_parser
 
@@ -40,12 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--store", required=True, help="the master's store directory")
     h.add_argument("--name", help="the master's broker name (default: brokerName of the config, else default)")
     h.add_argument("--config", help="the master's config file (haListenPort, haAuthToken, ...)")
-    d = sub.add_parser("demo", help="run the demo: a broker, producers and consumers in processes; "
-                                    "checks, throughput, latency",
-                       description=demo_doc, formatter_class=ParagraphHelpFormatter)
+    d = sub.add_parser(
+        "demo",
+        help="run the demo: a broker, producers and consumers in processes; checks, throughput, latency",
+        description=demo_doc,
+        formatter_class=ParagraphHelpFormatter,
+    )
     add_demo_arguments(d)
-    e = sub.add_parser("exporter", help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
-                       description=exporter_doc, formatter_class=ParagraphHelpFormatter)
+    e = sub.add_parser(
+        "exporter",
+        help="serve a broker's metrics over HTTP for Prometheus (GET /metrics)",
+        description=exporter_doc,
+        formatter_class=ParagraphHelpFormatter,
+    )
     add_exporter_arguments(e)
     add_top_parser(sub)
     return parser
@@ -55,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed subcommand; the exit status."""
     if args.command == "demo":
         from shmq.cli.demo import run
+
         return run(args)
     if args.command == "broker":
         return _broker("broker", args.store, args.name, args.config, {"broker_role": args.role} if args.role else {})
@@ -67,11 +78,13 @@ def _run(args: argparse.Namespace) -> int:
         return run_admin(args)
     if args.command == "exporter":
         from shmq.cli.exporter import run as run_exporter
+
         return run_exporter(args)
     if args.command == "ha":
         return _ha(args.store, args.name, args.config)
     if args.command == "top":
         from shmq.cli.top import run_top
+
         return run_top(args)
     return 2
 
@@ -80,13 +93,17 @@ def _version() -> str:
     """`shmq 0.1.0 (compiled paths: on)`: whether this install runs the compiled hot paths."""
     import shmq.codec.record  # noqa: F401  (the codec picks its compiled twins at import)
     from shmq import _speedups
+
     st = _speedups.status()
     return f"shmq {__version__} (compiled paths: {'on' if st['enabled'] else 'off, ' + st['reason']})"
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else $SHMQ_BROKER, else default)")
+    p.add_argument(
+        "--name",
+        help="broker name clients attach to (default: brokerName of the config, else $SHMQ_BROKER, else default)",
+    )
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
 
 
@@ -94,20 +111,24 @@ def _broker(command: str, store: str, name: str | None, config_path: str | None,
     """Check the config before anything starts: a wrong key or role is one line and status 2.
     A SLAVE runs the replica daemon (the broker plus the HA client)."""
     from shmq.cli.options import load_config
+
     loaded = load_config(command, config_path, name, overrides, check_role=True)
     if loaded is None:
         return 2
     config, resolved = loaded
     if config.is_master:
         from shmq.procs.broker import run_broker
+
         return run_broker(store, resolved, config)
     from shmq.procs.replica import run_replica
+
     return run_replica(store, resolved, config)
 
 
 def _ha(store: str, name: str | None, config_path: str | None) -> int:
     from shmq.cli.options import load_config
     from shmq.procs.ha_sender import run_ha_sender
+
     loaded = load_config("ha", config_path, name)
     return 2 if loaded is None else run_ha_sender(store, loaded[1], loaded[0])
 

@@ -1,4 +1,5 @@
 """What every `shmq` command does with --config and --name before it starts anything."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +10,13 @@ from shmq.config import BrokerConfig
 from shmq.errors import ConfigError
 
 
-def load_config(command: str, config_path: str | None, name: str | None, overrides: dict[str, Any] | None = None,
-                check_role: bool = False) -> tuple[BrokerConfig, str] | None:
+def load_config(
+    command: str,
+    config_path: str | None,
+    name: str | None,
+    overrides: dict[str, Any] | None = None,
+    check_role: bool = False,
+) -> tuple[BrokerConfig, str] | None:
     """The config (with ``overrides``) and the resolved broker name; None after printing one
     error line (`shmq <command>: error: ...`), for the caller to exit with status 2."""
     try:

@@ -6,6 +6,7 @@ and answers keys at once: ``q`` quits, ``s`` cycles the sort, ``/`` starts a top
 (Enter applies, Esc clears), ``a`` shows or hides system topics. On a pipe (or with
 ``--once``) it prints one frame and exits: 0 with a broker, 1 when the broker is down.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,9 @@ import signal
 import sys
 import termios
 import time
-from typing import Any
 import tty
 from types import FrameType, TracebackType
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.live import Live
@@ -41,8 +42,12 @@ On a pipe (or with --once) it prints one frame and exits: 0 with a broker, 1 whe
 
 
 def add_top_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("top", help="full-screen monitor of a running broker (reads its state segment only)",
-                       description=DESCRIPTION, formatter_class=ParagraphHelpFormatter)
+    p = sub.add_parser(
+        "top",
+        help="full-screen monitor of a running broker (reads its state segment only)",
+        description=DESCRIPTION,
+        formatter_class=ParagraphHelpFormatter,
+    )
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1.0)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (also when stdout is not a terminal)")
@@ -66,8 +71,12 @@ def frame(attachment: Attachment, width: int, height: int, view: View) -> Render
     """The frame for the attachment's state: the monitor, or the broker-down screen."""
     snaps = attachment.history.snapshots
     if attachment.down is not None or not snaps:
-        return render_down(attachment.name, attachment.down or "not attached yet",
-                           time.monotonic() - attachment.down_since, attachment.history.latest)
+        return render_down(
+            attachment.name,
+            attachment.down or "not attached yet",
+            time.monotonic() - attachment.down_since,
+            attachment.history.latest,
+        )
     return render(list(snaps), width, height, view)
 
 

@@ -6,17 +6,18 @@ needs no channel, no reader thread and no session, so it opens the broker's stat
 across broker restarts and costs nothing while unused. The rest of RocketMQ's admin
 (consumer progress, queries by key, offset resets) comes with the operability issue.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import sysv_ipc
 
-from shmq.client import admin_reports, admin_state
+from shmq.client import admin_reports, admin_state, msg_lookup
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
-from shmq.client import msg_lookup
 from shmq.client.connection import broker_name_or_default, next_request_id, open_state
 from shmq.client.msg_lookup import MessageTrack
 from shmq.errors import BrokerError, MessageNotFoundError
@@ -28,7 +29,6 @@ from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.owner import foreign_sysv
 from shmq.trace.record import TraceRecord
-
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class TopicInfo:
         return bool(self.perm & PERM_WRITE)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "TopicInfo":
+    def from_json(cls, d: dict[str, Any]) -> TopicInfo:
         name = str(d["topicName"])
         return cls(name, int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]), is_system_topic(name))
 
@@ -72,9 +72,14 @@ class ResendResult:
 
     def __repr__(self) -> str:
         """The first ids of each list and how many (a resend returns thousands)."""
-        return fields_repr("ResendResult", (("resent", items_repr(self.resent, "ids")),
-                                            ("skipped", items_repr(self.skipped, "ids")),
-                                            ("remaining", self.remaining)))
+        return fields_repr(
+            "ResendResult",
+            (
+                ("resent", items_repr(self.resent, "ids")),
+                ("skipped", items_repr(self.skipped, "ids")),
+                ("remaining", self.remaining),
+            ),
+        )
 
 
 T = TypeVar("T")
@@ -96,8 +101,15 @@ class Admin:
         """Create ``name`` with ``queues`` read and write queues (or set them, if it exists)."""
         return self.update_topic(name, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
 
-    def update_topic(self, name: str, queues: int | None = None, *, read_queue_nums: int | None = None,
-                     write_queue_nums: int | None = None, perm: int | None = None) -> TopicInfo:
+    def update_topic(
+        self,
+        name: str,
+        queues: int | None = None,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int | None = None,
+    ) -> TopicInfo:
         """Change what is given (``queues`` sets both counts); the rest stays. Creates the topic
         if it does not exist. Returns the topic as the broker now has it."""
         if queues is not None:
@@ -149,7 +161,7 @@ class Admin:
                 n = RESEND_CHUNK if max_num is None else min(RESEND_CHUNK, max_num - len(resent))
                 args: dict[str, Any] = {"group": group, "max_num": n}
                 if ids is not None:
-                    args["msg_ids"] = ids[k:k + RESEND_CHUNK]
+                    args["msg_ids"] = ids[k : k + RESEND_CHUNK]
                 r = self._call("resend_dlq", args)
                 resent += r["resent"]
                 skipped += [s for s in r["skipped"] if s not in skipped]
@@ -195,13 +207,17 @@ class Admin:
 
         def fn(v: Any) -> tuple[dict[str, Any], dict[str, int]]:
             h, s = v.header[0], v.stats[0]
-            return ({"broker_pid": int(h["broker_pid"]), "started_ms": int(h["started_ms"])},
-                    {k: int(s[k]) for k in ("msgs_in", "bytes_in", "busy_rejections")})
+            return (
+                {"broker_pid": int(h["broker_pid"]), "started_ms": int(h["started_ms"])},
+                {k: int(s[k]) for k in ("msgs_in", "bytes_in", "busy_rejections")},
+            )
+
         header, stats = self._read_state(fn)
         return admin_reports.broker_status(self.broker_name, answer, header, stats)
 
-    def reset_offset(self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None,
-                     to: str | None = None) -> dict[int, int]:
+    def reset_offset(
+        self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None, to: str | None = None
+    ) -> dict[int, int]:
         """Move ``group``'s offsets of every queue of ``topic`` (RocketMQ's resetOffsetByTime) and
         return queue id -> new offset. Exactly one of: ``timestamp`` (ms since the epoch: the first
         message stored at or after it), ``offset`` (clamped to each queue's min..max) or ``to``
@@ -221,8 +237,10 @@ class Admin:
             return state.read(fn)
         finally:
             state.close()
-    def query_by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
-                     max_num: int = 64) -> list[MessageExt]:
+
+    def query_by_key(
+        self, topic: str, key: str, begin: int = 0, end: int | None = None, max_num: int = 64
+    ) -> list[MessageExt]:
         """Messages of ``topic`` with ``key`` among their KEYS (or as their msg id), stored
         between ``begin`` and ``end`` (epoch ms, ``end`` None: now), newest first, at most
         ``max_num`` (RocketMQ's queryMessage). Read from the store's index and commitlog files
@@ -257,8 +275,9 @@ class Admin:
             queue = control.ControlQueue.open(key)
             req = control.Admin(control.new_client_id(), next_request_id(), command, args)
             # the broker may be parked; its bell's generation is in the state segment
-            bell = follow_broker_bell(self.broker_name, lambda: int(state.view.header["bell_gen"][0]),
-                                      state.trust.check_semaphore)
+            bell = follow_broker_bell(
+                self.broker_name, lambda: int(state.view.header["bell_gen"][0]), state.trust.check_semaphore
+            )
             try:
                 reply = queue.call(req, self.timeout, bell.ring)  # a long reply comes in chunks
             finally:

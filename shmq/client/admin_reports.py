@@ -5,6 +5,7 @@ values with the derived numbers (lag, uptime) computed once, here, and add what 
 process cannot tell about itself cheaply from inside its loop: its CPU and memory (psutil)
 and its replicas (the HA segment, read-only).
 """
+
 from __future__ import annotations
 
 import time
@@ -50,10 +51,18 @@ class ConsumerProgress:
         return sum(q.lag for q in self.queues)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "ConsumerProgress":
-        return cls(str(d["group"]), bool(d["online"]), d.get("model"),
-                   [QueueProgress(str(q["topic"]), int(q["queue_id"]), int(q["committed"]), int(q["min_offset"]),
-                                  int(q["max_offset"])) for q in d["queues"]])
+    def from_json(cls, d: dict[str, Any]) -> ConsumerProgress:
+        return cls(
+            str(d["group"]),
+            bool(d["online"]),
+            d.get("model"),
+            [
+                QueueProgress(
+                    str(q["topic"]), int(q["queue_id"]), int(q["committed"]), int(q["min_offset"]), int(q["max_offset"])
+                )
+                for q in d["queues"]
+            ],
+        )
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,7 @@ class GroupInfo:
     subscriptions: dict[str, str]  # topic -> expression (SQL92 as "SQL92: text"), over all members
 
     @classmethod
-    def from_json(cls, name: str, d: dict[str, Any]) -> "GroupInfo":
+    def from_json(cls, name: str, d: dict[str, Any]) -> GroupInfo:
         subs: dict[str, str] = {}
         for per_member in d["subscriptions"].values():
             for topic, e in per_member.items():
@@ -94,8 +103,17 @@ def replicas(broker: str) -> list[dict[str, Any]] | None:
         return None
     try:
         master = ha.master_offset
-        return [{"address": r.addr, "name": r.name, "acked_offset": r.acked_offset, "streaming": r.state == STREAMING,
-                 "lag_bytes": max(master - r.acked_offset, 0), "connected_ms": r.connected_ms} for r in ha.replicas()]
+        return [
+            {
+                "address": r.addr,
+                "name": r.name,
+                "acked_offset": r.acked_offset,
+                "streaming": r.state == STREAMING,
+                "lag_bytes": max(master - r.acked_offset, 0),
+                "connected_ms": r.connected_ms,
+            }
+            for r in ha.replicas()
+        ]
     finally:
         ha.close()
 
@@ -104,11 +122,16 @@ def broker_status(name: str, answer: dict[str, Any], header: dict[str, Any], sta
     """One status dict: the broker's ``answer`` plus what the state segment's ``header`` and
     ``stats`` hold (pid, start time, counters), the process's usage and the replicas."""
     started_ms = int(header["started_ms"])
-    out: dict[str, Any] = {"name": name, "pid": int(header["broker_pid"]), "started_ms": started_ms,
-                           "uptime_s": round(max(time.time() * 1000 - started_ms, 0) / 1000, 1)}
+    out: dict[str, Any] = {
+        "name": name,
+        "pid": int(header["broker_pid"]),
+        "started_ms": started_ms,
+        "uptime_s": round(max(time.time() * 1000 - started_ms, 0) / 1000, 1),
+    }
     out.update({k: v for k, v in answer.items() if k != "config"})
-    out.update({"msgs_in": stats["msgs_in"], "bytes_in": stats["bytes_in"],
-                "busy_rejections": stats["busy_rejections"]})
+    out.update(
+        {"msgs_in": stats["msgs_in"], "bytes_in": stats["bytes_in"], "busy_rejections": stats["busy_rejections"]}
+    )
     out.update(process_usage(out["pid"]))
     out["replicas"] = replicas(name)
     out["config"] = answer["config"]

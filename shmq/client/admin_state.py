@@ -5,6 +5,7 @@ control-queue request). Each function here is pure over a ``StateView`` and copi
 returns, so ``StateReader.read`` can call it inside its seqlock retry and tests can call it on
 a view of a plain buffer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -91,8 +92,16 @@ def _topic_at(v: StateView, slot: int) -> TopicStatus:
     name = _name(t["name"])
     rows = v.topic_queues(slot)
     queues = [QueueStatus(int(q["queue_id"]), int(q["min_offset"]), int(q["max_offset"])) for q in rows]
-    return TopicStatus(name, int(t["perm"]), int(t["read_queues"]), int(t["write_queues"]), is_system_topic(name),
-                       int(t["msgs_in"]), int(t["bytes_in"]), queues)
+    return TopicStatus(
+        name,
+        int(t["perm"]),
+        int(t["read_queues"]),
+        int(t["write_queues"]),
+        is_system_topic(name),
+        int(t["msgs_in"]),
+        int(t["bytes_in"]),
+        queues,
+    )
 
 
 def all_topics(v: StateView) -> dict[str, TopicStatus]:
@@ -113,12 +122,24 @@ def clients(v: StateView) -> list[ClientInfo]:
     for c in v.clients[v.clients["used"] != 0]:
         g = int(c["group"])
         group = _name(v.groups[g]["name"]) if 0 <= g < len(v.groups) and v.groups[g]["used"] else None
-        out.append(ClientInfo(int(c["client_id"]), int(c["pid"]), ROLE_NAMES.get(int(c["role"]), "unknown"), group,
-                              int(c["attached_ms"]), int(c["request_fill"]), int(c["response_fill"])))
+        out.append(
+            ClientInfo(
+                int(c["client_id"]),
+                int(c["pid"]),
+                ROLE_NAMES.get(int(c["role"]), "unknown"),
+                group,
+                int(c["attached_ms"]),
+                int(c["request_fill"]),
+                int(c["response_fill"]),
+            )
+        )
     return sorted(out, key=lambda c: (c.attached_ms, c.client_id))
 
 
 def dead_letters(v: StateView) -> list[DlqInfo]:
     """Every ``%DLQ%<group>`` topic with its stored message count, by group."""
-    return [DlqInfo(name[len(DLQ_GROUP_TOPIC_PREFIX):], name, len(t.queues), t.messages)
-            for name, t in all_topics(v).items() if name.startswith(DLQ_GROUP_TOPIC_PREFIX)]
+    return [
+        DlqInfo(name[len(DLQ_GROUP_TOPIC_PREFIX) :], name, len(t.queues), t.messages)
+        for name, t in all_topics(v).items()
+        if name.startswith(DLQ_GROUP_TOPIC_PREFIX)
+    ]

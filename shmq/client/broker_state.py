@@ -12,6 +12,7 @@ with the state's ``meta_gen``, which the broker raises in every section that rew
 or groups. While that word is unchanged the read is two loads of the queue's min/max words between
 two loads of an even, unchanged ``seq`` (the seqlock itself, without numpy): ~0.4 us, was ~3.4.
 """
+
 from __future__ import annotations
 
 from shmq.model.perm import PERM_READ
@@ -39,8 +40,12 @@ class BrokerState:
         cached = self._rows.get(topic)
         if cached is not None:
             t = v.topics[cached[0]]
-            if t["used"] and int(t["queue_base"]) == cached[1] and int(t["read_queues"]) == cached[2] \
-                    and t["name"] == topic.encode():
+            if (
+                t["used"]
+                and int(t["queue_base"]) == cached[1]
+                and int(t["read_queues"]) == cached[2]
+                and t["name"] == topic.encode()
+            ):
                 return cached
         slot = v.topic_slot(topic)
         if slot is None:
@@ -52,19 +57,23 @@ class BrokerState:
 
     def read_queue_count(self, topic: str) -> int:
         """The topic's read queues; 0 when the topic does not exist (yet)."""
+
         def fn(v: StateView) -> int:
             t = self._topic(v, topic)
             return t[2] if t is not None else 0
+
         return self.reader.read(fn)
 
     def queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; (0, 0) for a queue that does not exist (yet)."""
+
         def fn(v: StateView) -> tuple[int, int]:
             t = self._topic(v, topic)
             if t is None or queue_id >= t[2]:
                 return 0, 0
             q = v.queues[t[1] + queue_id]
             return int(q["min_offset"]), int(q["max_offset"])
+
         return self.reader.read(fn)
 
     def pull_bounds(self, topic: str, queue_id: int) -> tuple[int, int, int]:
@@ -86,8 +95,9 @@ class BrokerState:
         self._bounds[topic] = entry  # kept only from a read the seqlock confirmed (never a torn one)
         return bounds
 
-    def _read_bounds(self, v: StateView, topic: str, queue_id: int
-                     ) -> tuple[tuple[int, int, int], tuple[int, int, int, int]]:
+    def _read_bounds(
+        self, v: StateView, topic: str, queue_id: int
+    ) -> tuple[tuple[int, int, int], tuple[int, int, int, int]]:
         """``pull_bounds`` through the view, inside the seqlock, and the topic's entry for the fast path."""
         t = self._topic(v, topic)
         gen = self._words[META_GEN_WORD]
@@ -102,16 +112,20 @@ class BrokerState:
 
     def topic_perm(self, topic: str) -> int | None:
         """The topic's perm bits (4 read, 2 write) as the broker published them; None if it does not exist."""
+
         def fn(v: StateView) -> int | None:
             t = self._topic(v, topic)
             return int(v.topics[t[0]]["perm"]) if t is not None else None
+
         return self.reader.read(fn)
 
     def group_members(self, group: str) -> tuple[int, list[int]]:
         """(version, sorted live member client ids) of a group."""
+
         def fn(v: StateView) -> tuple[int, list[int]]:
             slot = v.group_slot(group)
             if slot is None:
                 return -1, []
             return int(v.groups[slot]["version"]), v.group_members(slot)
+
         return self.reader.read(fn)

@@ -9,6 +9,7 @@ commands as this client carry the secret the broker wrote into the channel. A th
 waits for one answer (a sync send) may read the response ring itself for a moment (``poll``);
 a lock keeps the ring single-consumer.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,14 +17,23 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import posix_ipc
 import sysv_ipc
 
 from shmq.codec.frames import SERVICE_NOT_AVAILABLE
-from shmq.errors import (BrokerError, BrokerGoneError, BrokerNotFoundError, ControlTimeoutError, CorruptFrameError,
-                         MessageTooLargeError, ReplicaReadOnlyError, ShmqError)
+from shmq.errors import (
+    BrokerError,
+    BrokerGoneError,
+    BrokerNotFoundError,
+    ControlTimeoutError,
+    CorruptFrameError,
+    MessageTooLargeError,
+    ReplicaReadOnlyError,
+    ShmqError,
+)
 from shmq.ring import client_keys
 from shmq.ring.channel import Channel, follow_broker_bell
 from shmq.ring.control import Admin, Attach, ControlQueue, Detach, new_client_id
@@ -110,8 +120,17 @@ def _refusal(broker: str, body: dict[str, Any]) -> ShmqError:
 class Session:
     """One attachment to one broker incarnation: channel, state segment, the broker's liveness."""
 
-    def __init__(self, name: str, client_id: int, liveness: Liveness, state: StateReader, channel: Channel,
-                 broker: Watch, control: ControlQueue, reply: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        client_id: int,
+        liveness: Liveness,
+        state: StateReader,
+        channel: Channel,
+        broker: Watch,
+        control: ControlQueue,
+        reply: dict[str, Any],
+    ) -> None:
         self.name = name
         self.client_id = client_id
         self.liveness = liveness
@@ -122,8 +141,7 @@ class Session:
         self.incarnation = (name, broker.key, int(state.view.header[0]["broker_pid"]))
         self.control = control
         self.store_host = int(reply.get("store_host", 0))
-        self.store_dir = str(reply.get("store_dir") or
-                             bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
+        self.store_dir = str(reply.get("store_dir") or bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
         self.alive = True
         # threads that may still be in the channel: its reader thread, and a shutdown while it
         # detaches; the last one out closes it (``BrokerConnection._let_go``)
@@ -155,8 +173,11 @@ class Session:
             time.sleep(0.001)
         try:
             with self._control_lock:
-                self.control.call(Detach(self.client_id, next_request_id(), self.channel.secret), timeout=1.0,
-                                  nudge=self.channel.broker_bell.ring)
+                self.control.call(
+                    Detach(self.client_id, next_request_id(), self.channel.secret),
+                    timeout=1.0,
+                    nudge=self.channel.broker_bell.ring,
+                )
         except (ShmqError, OSError):
             pass
 
@@ -191,9 +212,17 @@ class BrokerConnection:
     once when the broker of ``session`` dies.
     """
 
-    def __init__(self, broker: str | None, role: str, group: str, ring_bytes: int, on_response: FrameHandler,
-                 on_tick: Callable[[float], None] | None = None,
-                 on_lost: Callable[[Session, str], None] | None = None, replica: str | None = None) -> None:
+    def __init__(
+        self,
+        broker: str | None,
+        role: str,
+        group: str,
+        ring_bytes: int,
+        on_response: FrameHandler,
+        on_tick: Callable[[float], None] | None = None,
+        on_lost: Callable[[Session, str], None] | None = None,
+        replica: str | None = None,
+    ) -> None:
         self.broker_name = broker_name_or_default(broker)
         # RocketMQ's slave read: a replica of ``broker`` served from while ``broker`` is down
         self.replica = replica
@@ -258,7 +287,7 @@ class BrokerConnection:
         name serves again (the next call attaches to it). A shutdown skips what needs the
         broker when not: its loss was reported already, and waiting for it would only delay."""
         s = self.session
-        return s is not None and s.alive or _serving(self.broker_name)
+        return (s is not None and s.alive) or _serving(self.broker_name)
 
     def live_session(self, deadline: float) -> Session:
         """The current session, attaching again (until ``deadline``) after the broker restarted."""
@@ -287,8 +316,12 @@ class BrokerConnection:
             if self.replica is not None:
                 try:
                     s = self._attach_once(deadline, self.replica)
-                    log.warning("broker %r is down (%s): reading from its replica %r until it is back",
-                                self.broker_name, last, self.replica)
+                    log.warning(
+                        "broker %r is down (%s): reading from its replica %r until it is back",
+                        self.broker_name,
+                        last,
+                        self.replica,
+                    )
                     return s
                 except (BrokerNotFoundError, BrokerGoneError, ControlTimeoutError) as e:
                     last = BrokerNotFoundError(f"{last}; its replica {self.replica!r}: {e}")
@@ -319,8 +352,14 @@ class BrokerConnection:
             raise
         client_id = new_client_id()
         try:
-            req = Attach(client_id, next_request_id(), os.getpid(), liveness.key, self.ring_bytes,
-                         {"role": self.role, "group": self.group})
+            req = Attach(
+                client_id,
+                next_request_id(),
+                os.getpid(),
+                liveness.key,
+                self.ring_bytes,
+                {"role": self.role, "group": self.group},
+            )
             control.send_request(req, timeout=max(0.0, deadline - time.monotonic()))
             bell = follow_broker_bell(name, lambda: int(state.view.header["bell_gen"][0]))
             try:
@@ -343,15 +382,24 @@ class BrokerConnection:
             raise
         s = Session(name, client_id, liveness, state, channel, broker, control, reply.body)
         self.session = s
-        self._reader = threading.Thread(target=self._read_loop, args=(s,), name=f"shmq-{self.role}-{client_id}",
-                                        daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_loop, args=(s,), name=f"shmq-{self.role}-{client_id}", daemon=True
+        )
         self._reader.start()
         return s
 
     # ------------------------------------------------------------------ requests
 
-    def write(self, kind: int, size: int, fill: Callable[[memoryview, int], None], req_id: int, deadline: float,
-              on_full: Callable[[], Exception], urgent: Callable[[], bool] | None = None) -> Session:
+    def write(
+        self,
+        kind: int,
+        size: int,
+        fill: Callable[[memoryview, int], None],
+        req_id: int,
+        deadline: float,
+        on_full: Callable[[], Exception],
+        urgent: Callable[[], bool] | None = None,
+    ) -> Session:
         """Encode one frame straight into the request ring with ``fill(view, req_id)`` and ring the broker.
 
         Waits for ring room until ``deadline``, then raises ``on_full()``. ``urgent``: for a
@@ -385,15 +433,23 @@ class BrokerConnection:
             wake(requests, CONSUMER, s.channel.broker_bell)
             return s
 
-    def write_frame(self, kind: int, payload: bytes, deadline: float,
-                    urgent: Callable[[], bool] | None = None) -> Session:
+    def write_frame(
+        self, kind: int, payload: bytes, deadline: float, urgent: Callable[[], bool] | None = None
+    ) -> Session:
         """Write an encoded frame (its request id is already inside ``payload``); ``urgent`` as for ``write``."""
+
         def fill(view: memoryview, _req_id: int) -> None:
             view[:] = payload
 
-        return self.write(kind, len(payload), fill, 0, deadline,
-                          lambda: ControlTimeoutError(f"the request ring to broker {self.broker_name!r} stayed full"),
-                          urgent)
+        return self.write(
+            kind,
+            len(payload),
+            fill,
+            0,
+            deadline,
+            lambda: ControlTimeoutError(f"the request ring to broker {self.broker_name!r} stayed full"),
+            urgent,
+        )
 
     def admin(self, command: str, args: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
         """An admin command over the control queue of the live session."""
@@ -420,8 +476,13 @@ class BrokerConnection:
                     if not got:
                         self._reader_on_bell = True
                         try:
-                            park(lambda: ring.has_data() or self._deputy is s or not s.alive, [(ring, CONSUMER)],
-                                 bell, CHECK_S, spin=0.0)
+                            park(
+                                lambda: ring.has_data() or self._deputy is s or not s.alive,
+                                [(ring, CONSUMER)],
+                                bell,
+                                CHECK_S,
+                                spin=0.0,
+                            )
                         finally:
                             self._reader_on_bell = False
                         if self._deputy is s:  # the post it took may have been for the deputy: pass it on

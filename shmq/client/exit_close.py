@@ -9,6 +9,7 @@ threads (daemons) still run. Whatever goes wrong then is not the user's to act o
 at debug level only. A forked child forgets its parent's clients: their threads are not in it,
 and detaching them from there would cut the parent off.
 """
+
 from __future__ import annotations
 
 import atexit

@@ -14,12 +14,14 @@ the producer's reader thread, before the user's callback (keep it short: answers
 behind it); a oneway send's right after the write (there is no answer); a consume hook's in
 the consume thread, after the listener returned.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
-from typing import Any, Callable, Protocol, Sequence, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shmq.errors import ArgumentTypeError
 from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
@@ -139,8 +141,12 @@ def call_hooks(hooks: Sequence[H], method: str, ctx: object) -> None:
                 log.exception("%s.%s raised; ignored (the send or consume goes on)", type(h).__name__, method)
 
 
-def send_done(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, result: SendResult | None,
-              exception: BaseException | None) -> None:
+def send_done(
+    hooks: Sequence[SendMessageHook],
+    ctx: SendMessageContext,
+    result: SendResult | None,
+    exception: BaseException | None,
+) -> None:
     """Fill in the outcome and run every hook's ``send_message_after``."""
     ctx._finish()
     ctx.result, ctx.exception = result, exception
@@ -161,8 +167,9 @@ def hooked_call(hooks: Sequence[SendMessageHook], ctx: SendMessageContext, call:
     return out
 
 
-def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext,
-                  submit: Callable[[], Future[R]]) -> Future[R]:
+def hooked_future(
+    hooks: Sequence[SendMessageHook], ctx: SendMessageContext, submit: Callable[[], Future[R]]
+) -> Future[R]:
     """An async send with the hooks around it: ``after`` when its future completes."""
     call_hooks(hooks, "send_message_before", ctx)
     try:
@@ -179,6 +186,7 @@ def hooked_future(hooks: Sequence[SendMessageHook], ctx: SendMessageContext,
             error = f._exception
             result = f._result if error is None else None  # a list for a batch answered per message
             send_done(hooks, ctx, result if isinstance(result, SendResult) else None, error)
+
     fut.add_done_callback(done)
     return fut
 
@@ -206,4 +214,3 @@ class HookedListener:
             ctx._finish()
             ctx.status = result if isinstance(result, ConsumeResult) else ConsumeResult.RECONSUME_LATER
             call_hooks(self.hooks, "consume_message_after", ctx)
-

@@ -7,6 +7,7 @@ the commitlog and the committed offsets; the index and commitlog files are mappe
 record is returned only if it decodes, starts where the index or id says, and has the topic
 and key asked for (index hashes collide).
 """
+
 from __future__ import annotations
 
 import os
@@ -94,8 +95,12 @@ class LiveStore:
                 continue
             seen.add(phys)
             rec = self.record_at(phys, max_phy)
-            if (rec is None or rec.topic != topic or not begin <= rec.store_timestamp <= end
-                    or (key not in rec.keys and rec.uniq_key != key)):
+            if (
+                rec is None
+                or rec.topic != topic
+                or not begin <= rec.store_timestamp <= end
+                or (key not in rec.keys and rec.uniq_key != key)
+            ):
                 continue
             msg = to_message(rec)
             if msg is not None:
@@ -116,9 +121,11 @@ class LiveStore:
 
     def topics(self) -> list[str]:
         """Every topic the broker knows, from its state segment."""
+
         def fn(v: StateView) -> list[str]:
             used = v.topics[v.topics["used"] != 0]
             return sorted(bytes(n).rstrip(b"\0").decode() for n in used["name"])
+
         return self.state.read(fn)
 
     def committed_offsets(self, topic: str, queue_id: int) -> list[tuple[str, int]]:
@@ -126,8 +133,11 @@ class LiveStore:
         last persisted (config/consumerOffset.json, every few seconds, groups without live
         members too), updated by what it publishes for groups with members (current)."""
         loaded = load_json(os.path.join(self.store_dir, "config", "consumerOffset.json"), parse_offsets)
-        found = {g: off for (g, t, q), off in parse_offsets(loaded.data).items()
-                 if t == topic and q == queue_id} if loaded.source is not None else {}
+        found = (
+            {g: off for (g, t, q), off in parse_offsets(loaded.data).items() if t == topic and q == queue_id}
+            if loaded.source is not None
+            else {}
+        )
         found.update(self.state.read(lambda v: self._live_offsets(v, topic, queue_id)))
         return [(g, off) for g, off in found.items() if off >= 0]
 
@@ -139,8 +149,11 @@ class LiveStore:
         queue = int(v.topics[slot]["queue_base"]) + queue_id
         rows = v.offsets[(v.offsets["used"] != 0) & (v.offsets["queue"] == queue)]
         names = v.groups["name"]
-        return [(bytes(names[int(r["group"])]).rstrip(b"\0").decode(), int(r["offset"]))
-                for r in rows if int(r["group"]) < len(names)]
+        return [
+            (bytes(names[int(r["group"])]).rstrip(b"\0").decode(), int(r["offset"]))
+            for r in rows
+            if int(r["group"]) < len(names)
+        ]
 
     def close(self) -> None:
         self.index.close()
@@ -190,4 +203,3 @@ def message_track(store: LiveStore, msg: MessageExt) -> list[MessageTrack]:
     if not fmt.enters_consume_queue(msg.sysflag):
         return []
     return tracks_of(store.committed_offsets(msg.topic, msg.queue_id), msg.queue_offset)
-

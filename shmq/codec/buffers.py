@@ -5,6 +5,7 @@ buffer it writes into in place (a ring slot, a mapped segment's view, a bytearra
 Records and frames arrive as ``memoryview`` slices of a ring or a mapping in the broker and as
 ``bytes`` in tests and tools; the codecs take either without copying.
 """
+
 from __future__ import annotations
 
 from typing import TypeAlias

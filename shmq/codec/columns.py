@@ -7,24 +7,24 @@ start of each record's properties (shmq writes TAGS first) for all records at on
 record that does not start that way is decoded one by one. No per-message Python object is
 made unless asked for (`to_message_ext`, `messages`).
 """
+
 from __future__ import annotations
 
-import zlib
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from shmq import _speedups
+from shmq.codec import record as fmt
 from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
 from shmq.filter.tags import Expression, TagFilter
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import fields_repr, span
-from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import CommitLogReader, EntryRange, StoreReader
-import itertools
 
 _TAGS_PREFIX = f"{fmt.PROPERTY_TAGS}{fmt.NAME_VALUE_SEPARATOR}".encode()
 _I64 = np.int64
@@ -32,8 +32,7 @@ _I64 = np.int64
 
 def _windows(arr: np.ndarray, width: int) -> np.ndarray:
     """Every `width`-byte window of `arr` as rows (a strided view, no copy): rows[pos] gathers."""
-    return np.lib.stride_tricks.as_strided(arr, shape=(len(arr) - width + 1, width), strides=(1, 1),
-                                           writeable=False)
+    return np.lib.stride_tricks.as_strided(arr, shape=(len(arr) - width + 1, width), strides=(1, 1), writeable=False)
 
 
 @dataclass(slots=True, eq=False)
@@ -67,13 +66,22 @@ class PulledBatch:
         """Where from, how many, which offsets and how many bytes: never the columns or the
         mappings (a print of the full dataclass showed a 134 M-element buffer)."""
         offsets = span(int(self.queue_offset[0]), int(self.queue_offset[-1])) if len(self) else None
-        return fields_repr("PulledBatch", (
-            ("topic", self.topic), ("queue_id", self.queue_id), ("messages", len(self)), ("queue_offset", offsets),
-            ("bytes", int(self.size.sum())), ("next_offset", self.next_offset), ("missing", self.missing or None)))
+        return fields_repr(
+            "PulledBatch",
+            (
+                ("topic", self.topic),
+                ("queue_id", self.queue_id),
+                ("messages", len(self)),
+                ("queue_offset", offsets),
+                ("bytes", int(self.size.sum())),
+                ("next_offset", self.next_offset),
+                ("missing", self.missing or None),
+            ),
+        )
 
     def _raw(self, i: int, pos: np.ndarray, length: np.ndarray) -> memoryview:
         p = int(pos[i])
-        return self.buffers[int(self.segment[i])].data[p:p + int(length[i])]
+        return self.buffers[int(self.segment[i])].data[p : p + int(length[i])]
 
     def body(self, i: int) -> memoryview:
         """Record i's body: a view of the mapping, or the decompressed bytes when compressed."""
@@ -84,8 +92,10 @@ class PulledBatch:
 
     def bodies(self) -> list[memoryview]:
         views = [b.data for b in self.buffers]
-        out = [views[s][p:p + n] for s, p, n in zip(self.segment.tolist(), self.body_pos.tolist(),
-                                                    self.body_len.tolist())]
+        out = [
+            views[s][p : p + n]
+            for s, p, n in zip(self.segment.tolist(), self.body_pos.tolist(), self.body_len.tolist())
+        ]
         for i in np.flatnonzero(self.sysflag & fmt.FLAG_COMPRESSED).tolist():
             out[i] = memoryview(fmt.decompress_body(out[i], int(self.commit_log_offset[i])))
         return out
@@ -95,11 +105,20 @@ class PulledBatch:
 
     def to_message_ext(self, i: int) -> MessageExt:
         """Record i as the everyday per-message object (body copied out of the mapping)."""
-        return MessageExt.stored(self.topic, bytes(self.body(i)), bytes(self._raw(i, self.props_pos, self.props_len)),
-                                 self.queue_id, int(self.queue_offset[i]), int(self.commit_log_offset[i]),
-                                 int(self.born_timestamp[i]), int(self.store_timestamp[i]),
-                                 int(self.reconsume_times[i]), int(self.store_host[i]), int(self.size[i]),
-                                 int(self.sysflag[i]))
+        return MessageExt.stored(
+            self.topic,
+            bytes(self.body(i)),
+            bytes(self._raw(i, self.props_pos, self.props_len)),
+            self.queue_id,
+            int(self.queue_offset[i]),
+            int(self.commit_log_offset[i]),
+            int(self.born_timestamp[i]),
+            int(self.store_timestamp[i]),
+            int(self.reconsume_times[i]),
+            int(self.store_host[i]),
+            int(self.size[i]),
+            int(self.sysflag[i]),
+        )
 
     def messages(self) -> list[MessageExt]:
         """Every record as a MessageExt (``batch_messages``: compiled when available)."""
@@ -112,21 +131,34 @@ def batch_messages(batch: PulledBatch) -> list[MessageExt]:
     if not len(batch):
         return []
     views = [b.data for b in batch.buffers]
-    props = [bytes(views[s][p:p + n]) for s, p, n in
-             zip(batch.segment.tolist(), batch.props_pos.tolist(), batch.props_len.tolist())]
+    props = [
+        bytes(views[s][p : p + n])
+        for s, p, n in zip(batch.segment.tolist(), batch.props_pos.tolist(), batch.props_len.tolist())
+    ]
     stored, topic, qid = MessageExt.stored, batch.topic, batch.queue_id
-    return [stored(topic, bytes(body), pr, qid, qoff, phys, born, stamp, reconsume, host, size, sysflag)
-            for body, pr, qoff, phys, born, stamp, reconsume, host, size, sysflag in zip(
-                batch.bodies(), props, batch.queue_offset.tolist(), batch.commit_log_offset.tolist(),
-                batch.born_timestamp.tolist(), batch.store_timestamp.tolist(), batch.reconsume_times.tolist(),
-                batch.store_host.tolist(), batch.size.tolist(), batch.sysflag.tolist())]
+    return [
+        stored(topic, bytes(body), pr, qid, qoff, phys, born, stamp, reconsume, host, size, sysflag)
+        for body, pr, qoff, phys, born, stamp, reconsume, host, size, sysflag in zip(
+            batch.bodies(),
+            props,
+            batch.queue_offset.tolist(),
+            batch.commit_log_offset.tolist(),
+            batch.born_timestamp.tolist(),
+            batch.store_timestamp.tolist(),
+            batch.reconsume_times.tolist(),
+            batch.store_host.tolist(),
+            batch.size.tolist(),
+            batch.sysflag.tolist(),
+        )
+    ]
 
 
 batch_messages = _speedups.pick("_consumer", "batch_messages", batch_messages)
 
 
-def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, codes: np.ndarray,
-               tags: TagFilter) -> np.ndarray:
+def _tag_check(
+    arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, codes: np.ndarray, tags: TagFilter
+) -> np.ndarray:
     """Exact tag match of records whose tag hash matched: byte compare, decode only the odd ones."""
     ok = np.zeros(len(props_pos), dtype=bool)
     for tag in tags.tags:
@@ -142,21 +174,23 @@ def _tag_check(arr: np.ndarray, props_pos: np.ndarray, props_len: np.ndarray, co
         shaped[long_enough] = (_windows(arr, len(prefix))[props_pos[long_enough]] == prefix).all(axis=1)
         for i in rest[~shaped[rest]].tolist():
             p = int(props_pos[i])
-            ok[i] = tags.match(fmt.decode_properties(arr[p:p + int(props_len[i])].tobytes()))
+            ok[i] = tags.match(fmt.decode_properties(arr[p : p + int(props_len[i])].tobytes()))
     return ok
 
 
-def _decode_segment(arr: np.ndarray, start: int, phys: np.ndarray, size: np.ndarray, codes: np.ndarray,
-                    expression: Expression | None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def _decode_segment(
+    arr: np.ndarray, start: int, phys: np.ndarray, size: np.ndarray, codes: np.ndarray, expression: Expression | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Positions, headers, body/properties places and the exact-filter mask of records in one segment."""
     pos = phys - start
     hdr = _windows(arr, fmt.OFF_BODY)[pos].view(fmt.HEADER_DTYPE).reshape(-1)
     bad = (hdr["physical_offset"] != phys) | (hdr["total_size"] != size) | (hdr["magic"] != fmt.MESSAGE_MAGIC)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise fmt.CorruptRecordError(f"consume-queue entry points at commitlog offset {int(phys[i])} "
-                                     f"(size {int(size[i])}) where no such record is")
+        raise fmt.CorruptRecordError(
+            f"consume-queue entry points at commitlog offset {int(phys[i])} "
+            f"(size {int(size[i])}) where no such record is"
+        )
     body_len = hdr["body_len"].astype(_I64)
     _check_lengths(phys, size, (body_len < 0) | (body_len > size - fmt.FIXED_OVERHEAD), "BODYLEN")
     topic_pos = pos + fmt.OFF_BODY + body_len
@@ -171,10 +205,16 @@ def _decode_segment(arr: np.ndarray, start: int, phys: np.ndarray, size: np.ndar
     if isinstance(expression, TagFilter):
         ok = None if expression.is_all else _tag_check(arr, props_pos, props_len, codes, expression)
     elif isinstance(expression, SqlFilter):  # over columns: ~2x the record-by-record rate (docs/BENCHMARKS.md)
-        ok = Batch([arr[p:p + n].tobytes() for p, n in zip(props_pos.tolist(), props_len.tolist())]).match(expression)
+        ok = Batch([arr[p : p + n].tobytes() for p, n in zip(props_pos.tolist(), props_len.tolist())]).match(expression)
     elif expression is not None:
-        ok = np.fromiter((expression.match(fmt.decode_properties(arr[p:p + n].tobytes()))
-                          for p, n in zip(props_pos.tolist(), props_len.tolist())), dtype=bool, count=len(pos))
+        ok = np.fromiter(
+            (
+                expression.match(fmt.decode_properties(arr[p : p + n].tobytes()))
+                for p, n in zip(props_pos.tolist(), props_len.tolist())
+            ),
+            dtype=bool,
+            count=len(pos),
+        )
     else:
         ok = None
     return pos, hdr, body_len, props_pos, props_len, ok
@@ -185,12 +225,20 @@ def _check_lengths(phys: np.ndarray, size: np.ndarray, bad: np.ndarray, what: st
     damaged bytes that the entry's checks (magic, offset, size) let through."""
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise fmt.CorruptRecordError(f"commitlog record at offset {int(phys[i])} (size {int(size[i])}): its {what} "
-                                     "does not fit its TOTALSIZE (damaged; `shmq admin store verify` lists it)")
+        raise fmt.CorruptRecordError(
+            f"commitlog record at offset {int(phys[i])} (size {int(size[i])}): its {what} "
+            "does not fit its TOTALSIZE (damaged; `shmq admin store verify` lists it)"
+        )
 
 
-def decode_batch(commitlog: CommitLogReader, topic: str, queue_id: int, rng: EntryRange,
-                 expression: Expression | None = None, skip: np.ndarray | None = None) -> PulledBatch:
+def decode_batch(
+    commitlog: CommitLogReader,
+    topic: str,
+    queue_id: int,
+    rng: EntryRange,
+    expression: Expression | None = None,
+    skip: np.ndarray | None = None,
+) -> PulledBatch:
     """Decode the records of a consume-queue range that pass `expression` (None: all); entries
     ``skip`` marks (the filter bitmap proved them mismatches) are not read at all."""
     entries = rng.entries
@@ -231,9 +279,13 @@ def decode_batch(commitlog: CommitLogReader, topic: str, queue_id: int, rng: Ent
     buffers = [sg.array for _, _, sg in runs]
     if ok is not None:
         idx, phys, size, pos, hdr, body_len, props_pos, props_len, segment = (
-            a[ok] for a in (idx, phys, size, pos, hdr, body_len, props_pos, props_len, segment))
+            a[ok] for a in (idx, phys, size, pos, hdr, body_len, props_pos, props_len, segment)
+        )
     return PulledBatch(
-        topic, queue_id, rng.next_offset, missing,
+        topic,
+        queue_id,
+        rng.next_offset,
+        missing,
         queue_offset=idx + rng.start,
         commit_log_offset=phys,
         size=size,
@@ -253,14 +305,23 @@ def decode_batch(commitlog: CommitLogReader, topic: str, queue_id: int, rng: Ent
 
 decode_batch = _speedups.pick("_consumer", "decode_batch", decode_batch)
 
+
 def _empty_batch(topic: str, queue_id: int, next_offset: int, missing: int) -> PulledBatch:
     e = np.empty(0, dtype=_I64)
     return PulledBatch(topic, queue_id, next_offset, missing, e, e, e, e, e, e, e, e, e, e, e, e, e, [])
 
 
-def read_batch(reader: StoreReader, topic: str, queue_id: int, offset: int, max_num: int, max_offset: int,
-               expression: Expression | None = None, bitmap: FilterBitmapReader | None = None,
-               group: str | None = None) -> PulledBatch:
+def read_batch(
+    reader: StoreReader,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_num: int,
+    max_offset: int,
+    expression: Expression | None = None,
+    bitmap: FilterBitmapReader | None = None,
+    group: str | None = None,
+) -> PulledBatch:
     """The batch pull: up to `max_num` consume-queue entries from `offset` (below the published
     `max_offset`), filtered and decoded; an SQL92 filter of ``group`` first drops the entries
     whose filter bitmap (``bitmap``) says they do not match."""
@@ -271,9 +332,17 @@ def read_batch(reader: StoreReader, topic: str, queue_id: int, offset: int, max_
     return decode_batch(reader.commitlog, topic, queue_id, rng, expression, skip)
 
 
-def pull_messages(reader: StoreReader, topic: str, queue_id: int, offset: int, max_num: int, max_offset: int,
-                  expression: Expression | None = None, bitmap: FilterBitmapReader | None = None,
-                  group: str | None = None) -> tuple[int, list[MessageExt]]:
+def pull_messages(
+    reader: StoreReader,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_num: int,
+    max_offset: int,
+    expression: Expression | None = None,
+    bitmap: FilterBitmapReader | None = None,
+    group: str | None = None,
+) -> tuple[int, list[MessageExt]]:
     """``read_batch`` straight to MessageExt objects: (next offset, messages). What the push
     consumer's pull needs (it never reads the columns): the compiled twin reads a consume-queue
     range within one file and its records and builds the objects in one call, without numpy

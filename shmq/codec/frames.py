@@ -30,18 +30,20 @@ Layouts (payload of the ring frame; ``pad8`` = zero padding to a multiple of 8):
     ERROR       req_id u64, code u16, msg_len u16 | UTF-8 message
     WAKE        req_id u64, max_offset i64, timed_out u32, pad u32
 """
+
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 
 from shmq import _speedups
+from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq.errors import CorruptFrameError
-from shmq.codec import record as fmt
 
 # frame kinds (ring kinds start at 16)
 SEND = 16
@@ -142,14 +144,23 @@ def send_size(topic_len: int, n_keys: int, record_len: int) -> int:
     return _SEND.size + _pad8(topic_len) + 8 * n_keys + record_len
 
 
-def encode_send_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, queue_id: int, flags: int, tags_code: int,
-                       topic_b: bytes, key_hashes: Sequence[int], record_len: int) -> int:
+def encode_send_header(
+    buf: WriteBuffer,
+    req_id: int,
+    enqueue_ns: int,
+    queue_id: int,
+    flags: int,
+    tags_code: int,
+    topic_b: bytes,
+    key_hashes: Sequence[int],
+    record_len: int,
+) -> int:
     """Write everything but the record into ``buf``; returns where the record goes."""
     n = len(key_hashes)
     _SEND.pack_into(buf, 0, req_id, enqueue_ns, queue_id, flags, tags_code, len(topic_b), n, record_len)
     p = _SEND.size
     t = len(topic_b)
-    buf[p:p + t] = topic_b
+    buf[p : p + t] = topic_b
     p += _pad8(t)
     if n:
         struct.pack_into(f"<{n}q", buf, p, *key_hashes)
@@ -157,8 +168,16 @@ def encode_send_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, queue_id:
     return p
 
 
-def encode_send(req_id: int, enqueue_ns: int, queue_id: int, flags: int, tags_code: int, topic: str,
-                key_hashes: Sequence[int], record: bytes) -> bytes:
+def encode_send(
+    req_id: int,
+    enqueue_ns: int,
+    queue_id: int,
+    flags: int,
+    tags_code: int,
+    topic: str,
+    key_hashes: Sequence[int],
+    record: bytes,
+) -> bytes:
     """A SEND payload as bytes (tests and tools; clients encode into the ring)."""
     topic_b = topic.encode("ascii")
     buf = bytearray(send_size(len(topic_b), len(key_hashes), len(record)))
@@ -176,11 +195,11 @@ def decode_send(payload: ReadBuffer) -> Send:
         raise CorruptFrameError(f"SEND topic length {t}")
     p = _SEND.size
     _check_len(len(payload), p + _pad8(t) + 8 * n + rlen, "SEND")
-    topic = _text(payload[p:p + t], "SEND topic")
+    topic = _text(payload[p : p + t], "SEND topic")
     p += _pad8(t)
     keys = list(struct.unpack_from(f"<{n}q", payload, p)) if n else []
     p += 8 * n
-    return Send(req_id, enq, qid, flags, tags, topic, keys, payload[p:p + rlen])
+    return Send(req_id, enq, qid, flags, tags, topic, keys, payload[p : p + rlen])
 
 
 _KEYS = [struct.Struct(f"<{n}q") for n in range(9)]
@@ -206,7 +225,7 @@ def send_fields(payload: memoryview) -> tuple[int, int, int, int, int, bytes, tu
     if len(payload) != k + rlen:
         raise CorruptFrameError(f"SEND frame is {len(payload)} bytes, its fields say {k + rlen}")
     keys = (_KEYS[n] if n < 9 else struct.Struct(f"<{n}q")).unpack_from(payload, p) if n else ()
-    return req_id, enq, qid, flags, tags, bytes(payload[_SEND_SIZE:_SEND_SIZE + t]), keys, payload[k:]
+    return req_id, enq, qid, flags, tags, bytes(payload[_SEND_SIZE : _SEND_SIZE + t]), keys, payload[k:]
 
 
 def decode_topic(raw: bytes) -> str:
@@ -233,15 +252,24 @@ def send_batch_size(topic_len: int, count: int, n_keys: int, buf_len: int) -> in
     return _BATCH.size + _pad8(topic_len) + 16 * count + 16 * n_keys + buf_len
 
 
-def encode_send_batch_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, queue_id: int, flags: int,
-                             topic_b: bytes, starts: Sequence[int] | np.ndarray, tags_codes: Sequence[int] | np.ndarray,
-                             key_hashes: Sequence[int] | np.ndarray, key_records: Sequence[int] | np.ndarray,
-                             buf_len: int) -> int:
+def encode_send_batch_header(
+    buf: WriteBuffer,
+    req_id: int,
+    enqueue_ns: int,
+    queue_id: int,
+    flags: int,
+    topic_b: bytes,
+    starts: Sequence[int] | np.ndarray,
+    tags_codes: Sequence[int] | np.ndarray,
+    key_hashes: Sequence[int] | np.ndarray,
+    key_records: Sequence[int] | np.ndarray,
+    buf_len: int,
+) -> int:
     """Write everything but the records into ``buf``; returns where the records go."""
     count, n = len(starts), len(key_hashes)
     _BATCH.pack_into(buf, 0, req_id, enqueue_ns, queue_id, flags, len(topic_b), 0, count, n, buf_len)
     p = _BATCH.size
-    buf[p:p + len(topic_b)] = topic_b
+    buf[p : p + len(topic_b)] = topic_b
     return _put_i64_columns(buf, p + _pad8(len(topic_b)), (starts, tags_codes, key_hashes, key_records))
 
 
@@ -255,13 +283,25 @@ def _put_i64_columns(buf: WriteBuffer, p: int, columns: Sequence[Sequence[int] |
     return p
 
 
-def encode_send_batch(req_id: int, enqueue_ns: int, queue_id: int, flags: int, topic: str,
-                      batch: fmt.EncodedBatch) -> bytes:
+def encode_send_batch(
+    req_id: int, enqueue_ns: int, queue_id: int, flags: int, topic: str, batch: fmt.EncodedBatch
+) -> bytes:
     """A SEND_BATCH payload as bytes (tests and tools)."""
     topic_b = topic.encode("ascii")
     buf = bytearray(send_batch_size(len(topic_b), len(batch), len(batch.key_hashes), len(batch.buf)))
-    p = encode_send_batch_header(buf, req_id, enqueue_ns, queue_id, flags, topic_b, batch.starts,
-                                 batch.tags_codes, batch.key_hashes, batch.key_records, len(batch.buf))
+    p = encode_send_batch_header(
+        buf,
+        req_id,
+        enqueue_ns,
+        queue_id,
+        flags,
+        topic_b,
+        batch.starts,
+        batch.tags_codes,
+        batch.key_hashes,
+        batch.key_records,
+        len(batch.buf),
+    )
     buf[p:] = batch.buf
     return bytes(buf)
 
@@ -275,18 +315,20 @@ def decode_send_batch(payload: ReadBuffer) -> SendBatch:
         raise CorruptFrameError(f"SEND_BATCH topic length {t}, count {count}")
     p = _BATCH.size
     _check_len(len(payload), p + _pad8(t) + 16 * count + 16 * n + blen, "SEND_BATCH")
-    topic = _text(payload[p:p + t], "SEND_BATCH topic")
+    topic = _text(payload[p : p + t], "SEND_BATCH topic")
     p += _pad8(t)
     data = bytes(payload[p:])
     arrays = np.frombuffer(data, "<i8", 2 * count + 2 * n).astype(np.int64)
-    starts, tags_codes = arrays[:count], arrays[count:2 * count]
-    key_hashes, key_records = arrays[2 * count:2 * count + n], arrays[2 * count + n:]
+    starts, tags_codes = arrays[:count], arrays[count : 2 * count]
+    key_hashes, key_records = arrays[2 * count : 2 * count + n], arrays[2 * count + n :]
     if n and (key_records.min() < 0 or key_records.max() >= count):
         raise CorruptFrameError("SEND_BATCH key record numbers out of range")
     if starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= blen:
         raise CorruptFrameError("SEND_BATCH record starts do not fit the records")
-    body = memoryview(data)[16 * (count + n):]  # a view of the private copy: no second copy of the records
-    return SendBatch(req_id, enq, qid, flags, topic, fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
+    body = memoryview(data)[16 * (count + n) :]  # a view of the private copy: no second copy of the records
+    return SendBatch(
+        req_id, enq, qid, flags, topic, fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records)
+    )
 
 
 decode_send_batch = _speedups.pick("_put", "decode_send_batch", decode_send_batch)
@@ -317,22 +359,38 @@ def send_multi_size(topics_b: Sequence[bytes], count: int, n_keys: int, buf_len:
     return _MULTI.size + _pad8(sum(map(len, topics_b)) + len(topics_b)) + 32 * count + 16 * n_keys + buf_len
 
 
-def encode_send_multi_header(buf: WriteBuffer, req_id: int, enqueue_ns: int, flags: int, topics_b: Sequence[bytes],
-                             topic_idx: Sequence[int] | np.ndarray, queue_ids: Sequence[int] | np.ndarray,
-                             batch: fmt.EncodedBatch) -> int:
+def encode_send_multi_header(
+    buf: WriteBuffer,
+    req_id: int,
+    enqueue_ns: int,
+    flags: int,
+    topics_b: Sequence[bytes],
+    topic_idx: Sequence[int] | np.ndarray,
+    queue_ids: Sequence[int] | np.ndarray,
+    batch: fmt.EncodedBatch,
+) -> int:
     """Write everything but the records into ``buf``; returns where the records go."""
     count, n = len(batch), len(batch.key_hashes)
     table = _topic_table(topics_b)
     _MULTI.pack_into(buf, 0, req_id, enqueue_ns, flags, count, len(topics_b), len(table), n, len(batch.buf))
     p = _MULTI.size
-    buf[p:p + len(table)] = table
-    return _put_i64_columns(buf, p + _pad8(len(table)), (batch.starts, batch.tags_codes, topic_idx, queue_ids,
-                                                          batch.key_hashes, batch.key_records))
+    buf[p : p + len(table)] = table
+    return _put_i64_columns(
+        buf,
+        p + _pad8(len(table)),
+        (batch.starts, batch.tags_codes, topic_idx, queue_ids, batch.key_hashes, batch.key_records),
+    )
 
 
-def encode_send_multi(req_id: int, enqueue_ns: int, flags: int, topics: Sequence[str],
-                      topic_idx: Sequence[int] | np.ndarray, queue_ids: Sequence[int] | np.ndarray,
-                      batch: fmt.EncodedBatch) -> bytes:
+def encode_send_multi(
+    req_id: int,
+    enqueue_ns: int,
+    flags: int,
+    topics: Sequence[str],
+    topic_idx: Sequence[int] | np.ndarray,
+    queue_ids: Sequence[int] | np.ndarray,
+    batch: fmt.EncodedBatch,
+) -> bytes:
     """A SEND_MULTI payload as bytes (tests and tools)."""
     topics_b = [t.encode("ascii") for t in topics]
     buf = bytearray(send_multi_size(topics_b, len(batch), len(batch.key_hashes), len(batch.buf)))
@@ -350,21 +408,21 @@ def decode_send_multi(payload: ReadBuffer) -> SendMulti:
         raise CorruptFrameError(f"SEND_MULTI with {count} records of {n_topics} topics")
     p = _MULTI.size
     _check_len(len(payload), p + _pad8(table_len) + 32 * count + 16 * n + blen, "SEND_MULTI")
-    table = bytes(payload[p:p + table_len])
+    table = bytes(payload[p : p + table_len])
     topics, q = [], 0
     while q < table_len:
         t = table[q]
         if t == 0 or t > fmt.MAX_TOPIC_LENGTH or q + 1 + t > table_len:
             raise CorruptFrameError("SEND_MULTI topic table is malformed")
-        topics.append(_text(table[q + 1:q + 1 + t], "SEND_MULTI topic"))
+        topics.append(_text(table[q + 1 : q + 1 + t], "SEND_MULTI topic"))
         q += 1 + t
     if len(topics) != n_topics:
         raise CorruptFrameError(f"SEND_MULTI topic table holds {len(topics)} names, not {n_topics}")
     p += _pad8(table_len)
     data = bytes(payload[p:])
     arrays = np.frombuffer(data, "<i8", 4 * count + 2 * n).astype(np.int64)
-    starts, tags_codes, topic_idx, queue_ids = (arrays[k * count:(k + 1) * count] for k in range(4))
-    key_hashes, key_records = arrays[4 * count:4 * count + n], arrays[4 * count + n:]
+    starts, tags_codes, topic_idx, queue_ids = (arrays[k * count : (k + 1) * count] for k in range(4))
+    key_hashes, key_records = arrays[4 * count : 4 * count + n], arrays[4 * count + n :]
     if topic_idx.min() < 0 or topic_idx.max() >= n_topics:
         raise CorruptFrameError("SEND_MULTI topic numbers out of range")
     if queue_ids.min() < -1 or queue_ids.max() > 0xFFFF:
@@ -373,9 +431,16 @@ def decode_send_multi(payload: ReadBuffer) -> SendMulti:
         raise CorruptFrameError("SEND_MULTI key record numbers out of range")
     if starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= blen:
         raise CorruptFrameError("SEND_MULTI record starts do not fit the records")
-    body = memoryview(data)[32 * count + 16 * n:]  # a view of the private copy
-    return SendMulti(req_id, enq, flags, topics, topic_idx, queue_ids,
-                     fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records))
+    body = memoryview(data)[32 * count + 16 * n :]  # a view of the private copy
+    return SendMulti(
+        req_id,
+        enq,
+        flags,
+        topics,
+        topic_idx,
+        queue_ids,
+        fmt.EncodedBatch(body, starts, tags_codes, key_hashes, key_records),
+    )
 
 
 @dataclass(slots=True)
@@ -408,7 +473,7 @@ def decode_send_multi_result(payload: ReadBuffer) -> SendMultiResultFrame:
         raise CorruptFrameError("SEND_MULTI_RESULT frame shorter than its header") from None
     _check_len(len(payload), _MULTI_RESULT.size + 32 * count + mlen, "SEND_MULTI_RESULT")
     cols = np.frombuffer(payload, "<i8", 4 * count, _MULTI_RESULT.size).astype(np.int64).reshape(4, count)
-    message = bytes(payload[_MULTI_RESULT.size + 32 * count:]).decode("utf-8", "replace")
+    message = bytes(payload[_MULTI_RESULT.size + 32 * count :]).decode("utf-8", "replace")
     return SendMultiResultFrame(req_id, ts, host, cols[0], cols[1], cols[2], cols[3], message)
 
 
@@ -437,7 +502,9 @@ def decode_commit_offset(payload: ReadBuffer) -> CommitOffset:
     _check_len(len(payload), p + g + t, "COMMIT_OFFSET")
     if not 0 <= qid <= 0xFFFF:
         raise CorruptFrameError(f"COMMIT_OFFSET queue id {qid} is outside 0..65535")
-    return CommitOffset(req_id, _text(payload[p:p + g], "group"), _text(payload[p + g:p + g + t], "topic"), qid, offset)
+    return CommitOffset(
+        req_id, _text(payload[p : p + g], "group"), _text(payload[p + g : p + g + t], "topic"), qid, offset
+    )
 
 
 class PullWait(NamedTuple):
@@ -461,7 +528,7 @@ def decode_pull_wait(payload: ReadBuffer) -> PullWait:
     except struct.error:
         raise CorruptFrameError("PULL_WAIT frame shorter than its header") from None
     _check_len(len(payload), _PULL.size + t, "PULL_WAIT")
-    return PullWait(req_id, _text(payload[_PULL.size:], "topic"), qid, offset, timeout_ms)
+    return PullWait(req_id, _text(payload[_PULL.size :], "topic"), qid, offset, timeout_ms)
 
 
 def encode_heartbeat(req_id: int) -> bytes:
@@ -493,8 +560,9 @@ class SendResultFrame:
 
 
 def encode_send_result(r: SendResultFrame) -> bytes:
-    head = _RESULT.pack(r.req_id, r.status, 0, r.queue_id, r.queue_offset, r.phys_offset, r.store_timestamp,
-                        r.store_host, r.count)
+    head = _RESULT.pack(
+        r.req_id, r.status, 0, r.queue_id, r.queue_offset, r.phys_offset, r.store_timestamp, r.store_host, r.count
+    )
     if r.count > 1:
         assert r.phys_offsets is not None, "a batch's SEND_RESULT carries each record's phys offset"
         return head + struct.pack(f"<{r.count}q", *r.phys_offsets)
@@ -504,16 +572,34 @@ def encode_send_result(r: SendResultFrame) -> bytes:
 # A run of single-message SEND_RESULTs encoded at once, as whole ring frames ([u32 length][u32
 # kind] + payload): the broker answers a batch of SENDs with one numpy fill and one copy into the
 # response ring (``Ring.write_packed``) instead of one Python encode and write per message.
-RESULT_FRAME = np.dtype([("length", "<u4"), ("kind", "<u4"), ("req_id", "<u8"), ("status", "<u2"),
-                         ("pad", "<u2"), ("queue_id", "<i4"), ("queue_offset", "<i8"), ("phys_offset", "<i8"),
-                         ("store_timestamp", "<i8"), ("store_host", "<i8"), ("count", "<u4"), ("pad2", "<u4")])
+RESULT_FRAME = np.dtype(
+    [
+        ("length", "<u4"),
+        ("kind", "<u4"),
+        ("req_id", "<u8"),
+        ("status", "<u2"),
+        ("pad", "<u2"),
+        ("queue_id", "<i4"),
+        ("queue_offset", "<i8"),
+        ("phys_offset", "<i8"),
+        ("store_timestamp", "<i8"),
+        ("store_host", "<i8"),
+        ("count", "<u4"),
+        ("pad2", "<u4"),
+    ]
+)
 assert RESULT_FRAME.itemsize == 8 + _RESULT.size and RESULT_FRAME.itemsize % 8 == 0
 
 
-def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: int | np.ndarray,
-                      first_queue_offset: int | np.ndarray, phys_offsets: Sequence[int] | np.ndarray,
-                      store_timestamp: int,
-                      store_host: int) -> np.ndarray | None:
+def pack_send_results(
+    req_ids: Sequence[int],
+    flags: Sequence[int],
+    queue_id: int | np.ndarray,
+    first_queue_offset: int | np.ndarray,
+    phys_offsets: Sequence[int] | np.ndarray,
+    store_timestamp: int,
+    store_host: int,
+) -> np.ndarray | None:
     """Framed SEND_RESULTs (``RESULT_FRAME`` rows) for the non-oneway ones of SENDs stored together.
 
     Message ``i`` got queue offset ``first_queue_offset + i`` and physical offset
@@ -530,8 +616,11 @@ def pack_send_results(req_ids: Sequence[int], flags: Sequence[int], queue_id: in
     a["kind"] = SEND_RESULT
     a["req_id"] = req_ids
     a["queue_id"] = queue_id
-    a["queue_offset"] = first_queue_offset if isinstance(first_queue_offset, np.ndarray) else \
-        np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+    a["queue_offset"] = (
+        first_queue_offset
+        if isinstance(first_queue_offset, np.ndarray)
+        else np.arange(first_queue_offset, first_queue_offset + n, dtype=np.int64)
+    )
     a["phys_offset"] = phys_offsets
     a["store_timestamp"] = store_timestamp
     a["store_host"] = store_host
@@ -570,7 +659,7 @@ def decode_error(payload: ReadBuffer) -> Error:
     except struct.error:
         raise CorruptFrameError("ERROR frame shorter than its header") from None
     _check_len(len(payload), _ERROR.size + n, "ERROR")
-    return Error(req_id, code, bytes(payload[_ERROR.size:]).decode("utf-8", "replace"))
+    return Error(req_id, code, bytes(payload[_ERROR.size :]).decode("utf-8", "replace"))
 
 
 class Wake(NamedTuple):
@@ -591,15 +680,22 @@ def decode_wake(payload: ReadBuffer) -> Wake:
     return Wake(req_id, max_offset, bool(timed_out))
 
 
-Frame: TypeAlias = (Send | SendBatch | SendMulti | CommitOffset | PullWait | int | SendResultFrame
-                    | SendMultiResultFrame | Error | Wake)
+Frame: TypeAlias = (
+    Send | SendBatch | SendMulti | CommitOffset | PullWait | int | SendResultFrame | SendMultiResultFrame | Error | Wake
+)
 """What ``decode`` returns: a HEARTBEAT decodes to its request id, every other kind to its tuple."""
 
 _DECODERS: dict[int, Callable[[ReadBuffer], Frame]] = {
-    SEND: decode_send, SEND_BATCH: decode_send_batch, COMMIT_OFFSET: decode_commit_offset,
-    PULL_WAIT: decode_pull_wait, HEARTBEAT: decode_heartbeat, SEND_RESULT: decode_send_result,
-    ERROR: decode_error, WAKE: decode_wake,
-    SEND_MULTI: decode_send_multi, SEND_MULTI_RESULT: decode_send_multi_result,
+    SEND: decode_send,
+    SEND_BATCH: decode_send_batch,
+    COMMIT_OFFSET: decode_commit_offset,
+    PULL_WAIT: decode_pull_wait,
+    HEARTBEAT: decode_heartbeat,
+    SEND_RESULT: decode_send_result,
+    ERROR: decode_error,
+    WAKE: decode_wake,
+    SEND_MULTI: decode_send_multi,
+    SEND_MULTI_RESULT: decode_send_multi_result,
 }
 
 

@@ -1,6 +1,7 @@
 """Message ids: the client's UNIQ_KEY (pid, random word, clock, counter) and the store's offset
 id (store host + commitlog offset). Apart from the record layouts because making a UNIQ_KEY
 reads the pid and the clock: the record codec stays pure."""
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,7 @@ _HEX_PAIRS = np.array([list(f"{i:02X}".encode()) for i in range(256)], np.uint8)
 
 def hex_digits(values: np.ndarray, digits: int) -> np.ndarray:
     """Upper-case hex of non-negative ints, zero-padded to an even `digits` <= 16, as an (n, digits) uint8 array."""
-    raw = np.asarray(values).astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - digits // 2:]
+    raw = np.asarray(values).astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - digits // 2 :]
     return _HEX_PAIRS[raw].reshape(len(raw), digits)
 
 

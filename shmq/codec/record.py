@@ -4,6 +4,7 @@ This is the only module that knows where a field sits in a commitlog record, a c
 entry or an index file; the store, the replica and the Spark job all go through it. Pure code:
 no I/O, so every layout can be tested on plain byte buffers.
 """
+
 from __future__ import annotations
 
 import functools
@@ -11,13 +12,14 @@ import re
 import struct
 import time
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq import _speedups
+from shmq.codec.buffers import ReadBuffer, WriteBuffer
 from shmq.codec.ids import offset_msg_id
 from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
 from shmq.errors import CorruptRecordError as CorruptRecordError  # re-exported: what the decoders raise
@@ -147,7 +149,7 @@ def crc32_rows(rows: np.ndarray) -> np.ndarray:
     """
     n, k = rows.shape
     tables = _slicing_tables()
-    words = np.ascontiguousarray(rows)[:, :k - k % 8].view("<u4").T.copy()  # (2 * k // 8, n): rows as columns
+    words = np.ascontiguousarray(rows)[:, : k - k % 8].view("<u4").T.copy()  # (2 * k // 8, n): rows as columns
     crc = np.full(n, 0xFFFFFFFF, np.uint32)
     lane = np.empty(n, np.uint32)
     acc = np.empty(n, np.uint32)
@@ -155,8 +157,17 @@ def crc32_rows(rows: np.ndarray) -> np.ndarray:
         crc ^= words[j]
         np.bitwise_and(crc, 0xFF, out=lane)
         np.take(tables[7], lane, out=acc)
-        for t, (word, shift) in enumerate(((crc, 8), (crc, 16), (crc, 24), (words[j + 1], 0),
-                                           (words[j + 1], 8), (words[j + 1], 16), (words[j + 1], 24))):
+        for t, (word, shift) in enumerate(
+            (
+                (crc, 8),
+                (crc, 16),
+                (crc, 24),
+                (words[j + 1], 0),
+                (words[j + 1], 8),
+                (words[j + 1], 16),
+                (words[j + 1], 24),
+            )
+        ):
             np.right_shift(word, shift, out=lane)
             lane &= 0xFF
             acc ^= tables[6 - t][lane]
@@ -225,8 +236,10 @@ def decompress_body(raw: ReadBuffer, phys: int) -> bytes:
     try:
         return zlib.decompress(raw)
     except zlib.error as e:
-        raise CorruptRecordError(f"commitlog record at offset {phys}: its body is flagged compressed but does not "
-                                 f"decompress ({e}); damaged, `shmq admin store verify` checks the store") from None
+        raise CorruptRecordError(
+            f"commitlog record at offset {phys}: its body is flagged compressed but does not "
+            f"decompress ({e}); damaged, `shmq admin store verify` checks the store"
+        ) from None
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
@@ -270,51 +283,144 @@ def encode_message(
         raise MessageTooLargeError(f"message body is {len(body)} bytes; at most {MAX_MESSAGE_SIZE}")
     props_b = encode_properties(properties)
     buf = bytearray(record_size(len(body), len(topic_b), len(props_b)))
-    pack_message_into(buf, 0, topic_b, body, props_b, body_crc(body) if crc is None else crc, flag=flag,
-                      sysflag=sysflag, queue_id=queue_id,
-                      born_timestamp=int(time.time() * 1000) if born_timestamp is None else born_timestamp,
-                      born_host=born_host, reconsume_times=reconsume_times, prepared_tx_offset=prepared_tx_offset)
+    pack_message_into(
+        buf,
+        0,
+        topic_b,
+        body,
+        props_b,
+        body_crc(body) if crc is None else crc,
+        flag=flag,
+        sysflag=sysflag,
+        queue_id=queue_id,
+        born_timestamp=int(time.time() * 1000) if born_timestamp is None else born_timestamp,
+        born_host=born_host,
+        reconsume_times=reconsume_times,
+        prepared_tx_offset=prepared_tx_offset,
+    )
     return bytes(buf)
 
 
-def pack_message_into(buf: WriteBuffer, pos: int, topic_b: bytes, body: ReadBuffer, props_b: bytes, crc: int, *,
-                      flag: int = 0, sysflag: int = 0, queue_id: int = 0, born_timestamp: int = 0, born_host: int = 0,
-                      reconsume_times: int = 0, prepared_tx_offset: int = 0) -> int:
+def pack_message_into(
+    buf: WriteBuffer,
+    pos: int,
+    topic_b: bytes,
+    body: ReadBuffer,
+    props_b: bytes,
+    crc: int,
+    *,
+    flag: int = 0,
+    sysflag: int = 0,
+    queue_id: int = 0,
+    born_timestamp: int = 0,
+    born_host: int = 0,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+) -> int:
     """Write a record at `pos` of a writable buffer (a ring slot: no intermediate copy); returns its size.
 
     Arguments are already checked and encoded (see encode_message); store-owned fields are left zero.
     """
     body_len = len(body)
     size = FIXED_OVERHEAD + body_len + len(topic_b) + len(props_b)
-    HEADER.pack_into(buf, pos, size, MESSAGE_MAGIC, crc, queue_id, flag, 0, 0, sysflag, born_timestamp,
-                     born_host, 0, 0, reconsume_times, prepared_tx_offset, body_len)
+    HEADER.pack_into(
+        buf,
+        pos,
+        size,
+        MESSAGE_MAGIC,
+        crc,
+        queue_id,
+        flag,
+        0,
+        0,
+        sysflag,
+        born_timestamp,
+        born_host,
+        0,
+        0,
+        reconsume_times,
+        prepared_tx_offset,
+        body_len,
+    )
     p = pos + OFF_BODY
-    buf[p:p + body_len] = body
+    buf[p : p + body_len] = body
     p += body_len
     buf[p] = len(topic_b)
-    buf[p + 1:p + 1 + len(topic_b)] = topic_b
+    buf[p + 1 : p + 1 + len(topic_b)] = topic_b
     p += 1 + len(topic_b)
     _U16.pack_into(buf, p, len(props_b))
-    buf[p + 2:p + 2 + len(props_b)] = props_b
+    buf[p + 2 : p + 2 + len(props_b)] = props_b
     return size
 
 
-HEADER_DTYPE = np.dtype({
-    "names": ["total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
-              "sysflag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-              "prepared_tx_offset", "body_len"],
-    "formats": [">i4", ">u4", ">i4", ">i4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">i8", ">i8", ">i4",
-                ">i8", ">i4"],
-    "offsets": [OFF_TOTALSIZE, OFF_MAGIC, OFF_BODYCRC, OFF_QUEUEID, OFF_FLAG, OFF_QUEUEOFFSET,
-                OFF_PHYSICALOFFSET, OFF_SYSFLAG, OFF_BORNTIMESTAMP, OFF_BORNHOST, OFF_STORETIMESTAMP,
-                OFF_STOREHOST, OFF_RECONSUMETIMES, OFF_PREPAREDTXOFFSET, OFF_BODYLEN],
-    "itemsize": OFF_BODY,
-})
+HEADER_DTYPE = np.dtype(
+    {
+        "names": [
+            "total_size",
+            "magic",
+            "body_crc",
+            "queue_id",
+            "flag",
+            "queue_offset",
+            "physical_offset",
+            "sysflag",
+            "born_timestamp",
+            "born_host",
+            "store_timestamp",
+            "store_host",
+            "reconsume_times",
+            "prepared_tx_offset",
+            "body_len",
+        ],
+        "formats": [
+            ">i4",
+            ">u4",
+            ">i4",
+            ">i4",
+            ">i4",
+            ">i8",
+            ">i8",
+            ">i4",
+            ">i8",
+            ">i8",
+            ">i8",
+            ">i8",
+            ">i4",
+            ">i8",
+            ">i4",
+        ],
+        "offsets": [
+            OFF_TOTALSIZE,
+            OFF_MAGIC,
+            OFF_BODYCRC,
+            OFF_QUEUEID,
+            OFF_FLAG,
+            OFF_QUEUEOFFSET,
+            OFF_PHYSICALOFFSET,
+            OFF_SYSFLAG,
+            OFF_BORNTIMESTAMP,
+            OFF_BORNHOST,
+            OFF_STORETIMESTAMP,
+            OFF_STOREHOST,
+            OFF_RECONSUMETIMES,
+            OFF_PREPAREDTXOFFSET,
+            OFF_BODYLEN,
+        ],
+        "itemsize": OFF_BODY,
+    }
+)
 
 
-def pack_records(topic_b: bytes, bodies: Sequence[ReadBuffer], props: list[bytes], crcs: ArrayLike,
-                 flags: ArrayLike | None = None, sysflags: ArrayLike | None = None,
-                 born_timestamp: int = 0, born_host: int = 0) -> tuple[bytes, np.ndarray]:
+def pack_records(
+    topic_b: bytes,
+    bodies: Sequence[ReadBuffer],
+    props: list[bytes],
+    crcs: ArrayLike,
+    flags: ArrayLike | None = None,
+    sysflags: ArrayLike | None = None,
+    born_timestamp: int = 0,
+    born_host: int = 0,
+) -> tuple[bytes, np.ndarray]:
     """Records of one topic back to back (a batch); arguments are already checked and encoded.
 
     Returns the buffer and each record's start.
@@ -324,9 +430,15 @@ def pack_records(topic_b: bytes, bodies: Sequence[ReadBuffer], props: list[bytes
     return pack_records_with_tails(bodies, tails, crcs, flags, sysflags, born_timestamp, born_host)
 
 
-def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes] | np.ndarray, crcs: ArrayLike,
-                            flags: ArrayLike | None = None, sysflags: ArrayLike | None = None,
-                            born_timestamp: int = 0, born_host: int = 0) -> tuple[bytes, np.ndarray]:
+def pack_records_with_tails(
+    bodies: Sequence[ReadBuffer],
+    tails: Sequence[bytes] | np.ndarray,
+    crcs: ArrayLike,
+    flags: ArrayLike | None = None,
+    sysflags: ArrayLike | None = None,
+    born_timestamp: int = 0,
+    born_host: int = 0,
+) -> tuple[bytes, np.ndarray]:
     """Records from bodies and tails (what follows a body: topic length, topic, properties length, properties).
 
     ``tails`` is a list of bytes, or a 2-D uint8 array when all tails have one length. The
@@ -336,8 +448,11 @@ def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes]
     """
     n = len(bodies)
     body_lens = np.fromiter(map(len, bodies), np.int64, n)
-    tail_lens = np.full(n, tails.shape[1], np.int64) if isinstance(tails, np.ndarray) else \
-        np.fromiter(map(len, tails), np.int64, n)
+    tail_lens = (
+        np.full(n, tails.shape[1], np.int64)
+        if isinstance(tails, np.ndarray)
+        else np.fromiter(map(len, tails), np.int64, n)
+    )
     sizes = OFF_BODY + body_lens + tail_lens
     h = np.zeros(n, HEADER_DTYPE)
     h["total_size"] = sizes
@@ -356,8 +471,8 @@ def pack_records_with_tails(bodies: Sequence[ReadBuffer], tails: Sequence[bytes]
     if isinstance(tails, np.ndarray) and (body_lens == body_len).all():
         rows = np.empty((n, int(sizes[0])), np.uint8)
         rows[:, :OFF_BODY] = h.view(np.uint8).reshape(n, OFF_BODY)
-        rows[:, OFF_BODY:OFF_BODY + body_len] = np.frombuffer(b"".join(bodies), np.uint8).reshape(n, body_len)
-        rows[:, OFF_BODY + body_len:] = tails
+        rows[:, OFF_BODY : OFF_BODY + body_len] = np.frombuffer(b"".join(bodies), np.uint8).reshape(n, body_len)
+        rows[:, OFF_BODY + body_len :] = tails
         return rows.tobytes(), starts
     if isinstance(tails, np.ndarray):
         tails = tails.view(f"V{tails.shape[1]}").ravel().tolist()
@@ -420,8 +535,23 @@ def decode_record(buf: ReadBuffer, pos: int = 0) -> StoredRecord:
     end = mv.nbytes
     if pos < 0 or end - pos < OFF_BODY:
         raise CorruptRecordError(f"record at {pos}: {max(end - pos, 0)} bytes, shorter than a record header")
-    (size, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts, store_host,
-     reconsume, prep, body_len) = HEADER.unpack_from(buf, pos)
+    (
+        size,
+        magic,
+        crc,
+        qid,
+        flag,
+        qoff,
+        phys,
+        sysflag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prep,
+        body_len,
+    ) = HEADER.unpack_from(buf, pos)
     if magic != MESSAGE_MAGIC:
         raise CorruptRecordError(f"bad magic {magic:#x} at {pos}")
     if size < FIXED_OVERHEAD or size > end - pos:
@@ -429,19 +559,35 @@ def decode_record(buf: ReadBuffer, pos: int = 0) -> StoredRecord:
     if body_len < 0 or OFF_BODY + body_len + 3 > size:
         raise CorruptRecordError(f"record at {pos}: BODYLEN {body_len} does not fit TOTALSIZE {size}")
     p = pos + OFF_BODY
-    body = mv[p:p + body_len]
+    body = mv[p : p + body_len]
     p += body_len
     topic_len = mv[p]
     if p + 1 + topic_len + 2 > pos + size:
         raise CorruptRecordError(f"record at {pos}: topic length {topic_len} does not fit TOTALSIZE {size}")
-    topic = bytes(mv[p + 1:p + 1 + topic_len]).decode("ascii", "replace")
+    topic = bytes(mv[p + 1 : p + 1 + topic_len]).decode("ascii", "replace")
     p += 1 + topic_len
     (props_len,) = _U16.unpack_from(buf, p)
     if record_size(body_len, topic_len, props_len) != size:
         raise CorruptRecordError(f"record at {pos}: sizes do not add up to TOTALSIZE {size}")
-    props = decode_properties(mv[p + 2:p + 2 + props_len])
-    return StoredRecord(size, crc, qid, flag, qoff, phys, sysflag, born_ts, born_host, store_ts,
-                        store_host, reconsume, prep, body, topic, props)
+    props = decode_properties(mv[p + 2 : p + 2 + props_len])
+    return StoredRecord(
+        size,
+        crc,
+        qid,
+        flag,
+        qoff,
+        phys,
+        sysflag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prep,
+        body,
+        topic,
+        props,
+    )
 
 
 @dataclass(slots=True)
@@ -462,8 +608,9 @@ class EncodedBatch:
         return len(self.starts)
 
 
-def message_properties(tags: str | None = None, keys: str | None = None, uniq_key: str | None = None,
-                       user: Mapping[str, str] | None = None) -> dict[str, str]:
+def message_properties(
+    tags: str | None = None, keys: str | None = None, uniq_key: str | None = None, user: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Properties in shmq's order: TAGS first (readers check tags at a fixed place), then the rest."""
     props: dict[str, str] = {}
     if tags:
@@ -477,8 +624,9 @@ def message_properties(tags: str | None = None, keys: str | None = None, uniq_ke
     return props
 
 
-def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, str] | None] | None = None,
-                 born_host: int = 0) -> EncodedBatch:
+def encode_batch(
+    topic: str, bodies: list[bytes], properties: list[Mapping[str, str] | None] | None = None, born_host: int = 0
+) -> EncodedBatch:
     """Encode records for one topic and precompute their tag hashes and index key hashes."""
     topic_b = check_topic(topic)
     props_list = properties if properties is not None else [None] * len(bodies)
@@ -492,11 +640,17 @@ def encode_batch(topic: str, bodies: list[bytes], properties: list[Mapping[str, 
         hashes = record_key_hashes(topic, props.get(PROPERTY_UNIQ_KEY), props.get(PROPERTY_KEYS))
         key_hashes += hashes
         key_records += [i] * len(hashes)
-    buf, starts = pack_records(topic_b, bodies, [encode_properties(p) for p in props_list],
-                               [body_crc(b) for b in bodies], born_timestamp=int(time.time() * 1000),
-                               born_host=born_host)
-    return EncodedBatch(buf, starts, np.array(tags, np.int64), np.array(key_hashes, np.int64),
-                        np.array(key_records, np.int64))
+    buf, starts = pack_records(
+        topic_b,
+        bodies,
+        [encode_properties(p) for p in props_list],
+        [body_crc(b) for b in bodies],
+        born_timestamp=int(time.time() * 1000),
+        born_host=born_host,
+    )
+    return EncodedBatch(
+        buf, starts, np.array(tags, np.int64), np.array(key_hashes, np.int64), np.array(key_records, np.int64)
+    )
 
 
 def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
@@ -504,11 +658,13 @@ def concat_batches(batches: Sequence[EncodedBatch]) -> EncodedBatch:
     sizes = [len(b.buf) for b in batches]
     base = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
     firsts = np.cumsum([0] + [len(b) for b in batches[:-1]]).astype(np.int64)
-    return EncodedBatch(b"".join(bytes(b.buf) for b in batches),
-                        np.concatenate([b.starts + o for b, o in zip(batches, base)]),
-                        np.concatenate([b.tags_codes for b in batches]),
-                        np.concatenate([b.key_hashes for b in batches]),
-                        np.concatenate([b.key_records + f for b, f in zip(batches, firsts)]))
+    return EncodedBatch(
+        b"".join(bytes(b.buf) for b in batches),
+        np.concatenate([b.starts + o for b, o in zip(batches, base)]),
+        np.concatenate([b.tags_codes for b in batches]),
+        np.concatenate([b.key_hashes for b in batches]),
+        np.concatenate([b.key_records + f for b, f in zip(batches, firsts)]),
+    )
 
 
 def select_records(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
@@ -520,8 +676,13 @@ def select_records(batch: EncodedBatch, rows: np.ndarray) -> EncodedBatch:
     new_number = np.full(len(batch), -1, np.int64)
     new_number[rows] = np.arange(len(rows))
     keys = new_number[batch.key_records] >= 0
-    return EncodedBatch(b"".join(pieces), np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
-                        batch.tags_codes[rows], batch.key_hashes[keys], new_number[batch.key_records[keys]])
+    return EncodedBatch(
+        b"".join(pieces),
+        np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+        batch.tags_codes[rows],
+        batch.key_hashes[keys],
+        new_number[batch.key_records[keys]],
+    )
 
 
 # --------------------------------------------------------------------------- recovery check
@@ -533,8 +694,9 @@ RECORD_BAD_CRC = 3  # a whole record, written by the store, whose body does not 
 RECORD_DAMAGED = 4  # (scan_segment only) bytes that are no record, with a valid record after them
 
 
-def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
-                 verify_crc: bool = True) -> tuple[int, int]:
+def check_record(
+    buf: ReadBuffer, pos: int, limit: int, expected_offset: int, verify_crc: bool = True
+) -> tuple[int, int]:
     """Classify the bytes at `pos` (no further than `limit`) during a recovery scan.
 
     Returns (status, size). A record is OK only if its magic, sizes, PHYSICALOFFSET (which the
@@ -564,7 +726,7 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
     # shows as a NUL last topic byte or properties not ending in their separator (0x02).
     if topic_len == 0 or buf[p + topic_len] == 0 or (props_len and buf[pos + size - 1] != 0x02):
         return RECORD_END, 0
-    if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY:p]) != crc:
+    if verify_crc and body_crc(memoryview(buf)[pos + OFF_BODY : p]) != crc:
         return RECORD_BAD_CRC, size
     return RECORD_OK, size
 
@@ -572,8 +734,9 @@ def check_record(buf: ReadBuffer, pos: int, limit: int, expected_offset: int,
 check_record = _speedups.pick("_record", "check_record", check_record)
 
 
-def scan_segment(buf: ReadBuffer, pos: int, limit: int, base_offset: int,
-                 verify_crc: bool = False) -> Iterator[tuple[int, int, int]]:
+def scan_segment(
+    buf: ReadBuffer, pos: int, limit: int, base_offset: int, verify_crc: bool = False
+) -> Iterator[tuple[int, int, int]]:
     """Yield (status, position, size) of the records of one segment from `pos`.
 
     Ends after RECORD_BLANK (go on in the next segment) or RECORD_END. A record failing only
@@ -621,7 +784,7 @@ def resync(buf: ReadBuffer, pos: int, limit: int, base_offset: int) -> int:
     data = np.frombuffer(buf, np.uint8)
     while at + MIN_BLANK <= limit:
         stop = min(limit, at + RESYNC_CHUNK)
-        chunk = data[at:min(limit, stop + MIN_BLANK)]
+        chunk = data[at : min(limit, stop + MIN_BLANK)]
         if not chunk.any():  # a log's zero tail (never written, or warmed ahead): nothing to find
             at = stop
             continue
@@ -667,12 +830,14 @@ def walk_batch(buf: ReadBuffer, count: int | None = None) -> np.ndarray:
 
 _BYTE_LANES8 = np.arange(8, dtype=np.int64)
 # Bytes of the header fields a batch is validated by: TOTALSIZE, MAGICCODE, BODYCRC, SYSFLAG, BODYLEN.
-CHECK_LANES = np.concatenate([np.arange(o, o + 4) for o in
-                              (OFF_TOTALSIZE, OFF_MAGIC, OFF_BODYCRC, OFF_SYSFLAG, OFF_BODYLEN)]).astype(np.int64)
+CHECK_LANES = np.concatenate(
+    [np.arange(o, o + 4) for o in (OFF_TOTALSIZE, OFF_MAGIC, OFF_BODYCRC, OFF_SYSFLAG, OFF_BODYLEN)]
+).astype(np.int64)
 # Bytes the store owns: QUEUEID, STORETIMESTAMP + STOREHOST (the same for a whole batch), then
 # QUEUEOFFSET + PHYSICALOFFSET, written last so a record whose PHYSICALOFFSET is set is whole.
-CONST_PATCH_LANES = np.concatenate([np.arange(OFF_QUEUEID, OFF_QUEUEID + 4),
-                                    np.arange(OFF_STORETIMESTAMP, OFF_STOREHOST + 8)]).astype(np.int64)
+CONST_PATCH_LANES = np.concatenate(
+    [np.arange(OFF_QUEUEID, OFF_QUEUEID + 4), np.arange(OFF_STORETIMESTAMP, OFF_STOREHOST + 8)]
+).astype(np.int64)
 OFFSET_PATCH_LANES = np.arange(OFF_QUEUEOFFSET, OFF_PHYSICALOFFSET + 8, dtype=np.int64)
 _CONST_PATCH = struct.Struct(">iqq")
 QUEUEID_LANES = np.arange(OFF_QUEUEID, OFF_QUEUEID + 4, dtype=np.int64)
@@ -687,8 +852,15 @@ def gather_header_fields(src: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return fields
 
 
-def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int | np.ndarray, store_timestamp: int,
-                       store_host: int, first_queue_offset: int | np.ndarray, first_phys: int) -> None:
+def patch_owned_fields(
+    dst: np.ndarray,
+    positions: np.ndarray,
+    queue_id: int | np.ndarray,
+    store_timestamp: int,
+    store_host: int,
+    first_queue_offset: int | np.ndarray,
+    first_phys: int,
+) -> None:
     """Write the store-owned fields of records at `positions` (segment-relative) in two scatters.
 
     One queue: `queue_id` and `first_queue_offset` are ints (record i gets offset first + i).
@@ -697,14 +869,19 @@ def patch_owned_fields(dst: np.ndarray, positions: np.ndarray, queue_id: int | n
     n = len(positions)
     if isinstance(queue_id, np.ndarray):
         dst[positions[:, None] + QUEUEID_LANES] = queue_id.astype(">i4").view(np.uint8).reshape(n, 4)
-        dst[positions[:, None] + STAMP_HOST_LANES] = np.frombuffer(_STAMP_HOST.pack(store_timestamp, store_host),
-                                                                   np.uint8)
+        dst[positions[:, None] + STAMP_HOST_LANES] = np.frombuffer(
+            _STAMP_HOST.pack(store_timestamp, store_host), np.uint8
+        )
     else:
         dst[positions[:, None] + CONST_PATCH_LANES] = np.frombuffer(
-            _CONST_PATCH.pack(queue_id, store_timestamp, store_host), np.uint8)
+            _CONST_PATCH.pack(queue_id, store_timestamp, store_host), np.uint8
+        )
     offsets = np.empty((n, 2), ">i8")
-    offsets[:, 0] = first_queue_offset if isinstance(first_queue_offset, np.ndarray) else \
-        np.arange(first_queue_offset, first_queue_offset + n)
+    offsets[:, 0] = (
+        first_queue_offset
+        if isinstance(first_queue_offset, np.ndarray)
+        else np.arange(first_queue_offset, first_queue_offset + n)
+    )
     offsets[:, 1] = positions + (first_phys - int(positions[0]))
     dst[positions[:, None] + OFFSET_PATCH_LANES] = offsets.view(np.uint8)
 
@@ -760,7 +937,7 @@ def index_file_size(slot_num: int, index_num: int) -> int:
 
 def index_key_hash(topic: str, key: str) -> int:
     """Hash of `topic#key`, the string RocketMQ indexes; non-negative 31-bit."""
-    return zlib.crc32(f"{topic}#{key}".encode("utf-8")) & 0x7FFFFFFF
+    return zlib.crc32(f"{topic}#{key}".encode()) & 0x7FFFFFFF
 
 
 def record_key_hashes(topic: str, uniq_key: str | None, keys: str | None) -> list[int]:
@@ -789,4 +966,3 @@ def offset_file_name(offset: int) -> str:
 
 def parse_offset_file_name(name: str) -> int | None:
     return int(name) if len(name) == OFFSET_NAME_DIGITS and name.isdigit() else None
-

@@ -13,6 +13,7 @@ Layouts (little-endian)::
                       queue_id i64 * count | offset i64 * count
     RESET_OFFSET_ACK  req_id u64
 """
+
 from __future__ import annotations
 
 import struct
@@ -57,8 +58,8 @@ def decode_reset_offset(payload: ReadBuffer) -> OffsetReset:
     if n > MAX_QUEUES or len(payload) != start + 16 * n:
         raise CorruptFrameError(f"RESET_OFFSET frame is {len(payload)} bytes, its fields say {start + 16 * n}")
     try:
-        group = bytes(payload[_RESET.size:_RESET.size + glen]).decode("ascii")
-        topic = bytes(payload[_RESET.size + glen:_RESET.size + glen + tlen]).decode("ascii")
+        group = bytes(payload[_RESET.size : _RESET.size + glen]).decode("ascii")
+        topic = bytes(payload[_RESET.size + glen : _RESET.size + glen + tlen]).decode("ascii")
     except UnicodeDecodeError:
         raise CorruptFrameError("RESET_OFFSET group or topic is not ASCII") from None
     values = struct.unpack_from(f"<{2 * n}q", payload, start)

@@ -13,10 +13,12 @@ Layout (little-endian, ``pad8`` = zero padding to a multiple of 8)::
 ``delay_level`` per message: -1 straight to the DLQ, 0 the broker's rule (3 + reconsume
 times), n > 0 that level (the last level if n is above it).
 """
+
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,16 +46,30 @@ def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def encode_send_back(req_id: int, enqueue_ns: int, group: str, max_reconsume_times: int,
-                     offsets: Sequence[int] | np.ndarray, sizes: Sequence[int] | np.ndarray,
-                     delay_levels: Sequence[int] | np.ndarray) -> bytes:
+def encode_send_back(
+    req_id: int,
+    enqueue_ns: int,
+    group: str,
+    max_reconsume_times: int,
+    offsets: Sequence[int] | np.ndarray,
+    sizes: Sequence[int] | np.ndarray,
+    delay_levels: Sequence[int] | np.ndarray,
+) -> bytes:
     g = group.encode("ascii")
     n = len(offsets)
     if not 0 < n <= MAX_SEND_BACK or len(sizes) != n or len(delay_levels) != n:
         raise ValueError(f"a SEND_BACK carries 1..{MAX_SEND_BACK} messages, each with a size and a delay level")
     head = _HEAD.pack(req_id, enqueue_ns, max_reconsume_times, n, len(g))
-    return b"".join((head, g, bytes(_pad8(len(g)) - len(g)), np.asarray(offsets, "<i8").tobytes(),
-                     np.asarray(sizes, "<i4").tobytes(), np.asarray(delay_levels, "<i4").tobytes()))
+    return b"".join(
+        (
+            head,
+            g,
+            bytes(_pad8(len(g)) - len(g)),
+            np.asarray(offsets, "<i8").tobytes(),
+            np.asarray(sizes, "<i4").tobytes(),
+            np.asarray(delay_levels, "<i4").tobytes(),
+        )
+    )
 
 
 def decode_send_back(payload: ReadBuffer) -> SendBack:
@@ -71,7 +87,7 @@ def decode_send_back(payload: ReadBuffer) -> SendBack:
     if len(payload) != p + 16 * n:
         raise CorruptFrameError(f"SEND_BACK frame is {len(payload)} bytes, its fields say {p + 16 * n}")
     try:
-        group = bytes(payload[_HEAD.size:_HEAD.size + g]).decode("ascii")
+        group = bytes(payload[_HEAD.size : _HEAD.size + g]).decode("ascii")
     except UnicodeDecodeError:
         raise CorruptFrameError("SEND_BACK group is not ASCII") from None
     offsets = np.frombuffer(payload, "<i8", n, p).astype(np.int64)

@@ -18,6 +18,7 @@ END_TRANSACTION is oneway from producers (``flags`` FLAG_ONEWAY, as RocketMQ); w
 broker answers a SEND_RESULT (commit: where the message became visible; rollback or unknown:
 offsets -1) or an ERROR.
 """
+
 from __future__ import annotations
 
 import struct
@@ -47,8 +48,12 @@ def encode_end_transaction(e: EndTransaction) -> bytes:
     m = e.msg_id.encode("ascii")
     if len(m) > MAX_MSG_ID:
         raise ValueError(f"msg id of {len(m)} bytes; at most {MAX_MSG_ID}")
-    return _END.pack(e.req_id, e.half_phys_offset, e.half_queue_offset, e.flags, e.commit_or_rollback,
-                     int(e.from_check), len(m)) + m
+    return (
+        _END.pack(
+            e.req_id, e.half_phys_offset, e.half_queue_offset, e.flags, e.commit_or_rollback, int(e.from_check), len(m)
+        )
+        + m
+    )
 
 
 def decode_end_transaction(payload: ReadBuffer) -> EndTransaction:
@@ -63,7 +68,7 @@ def decode_end_transaction(payload: ReadBuffer) -> EndTransaction:
     if from_check > 1:
         raise CorruptFrameError(f"END_TRANSACTION from_check {from_check}")
     try:
-        msg_id = bytes(payload[_END.size:]).decode("ascii")
+        msg_id = bytes(payload[_END.size :]).decode("ascii")
     except UnicodeDecodeError:
         raise CorruptFrameError("END_TRANSACTION msg id is not ASCII") from None
     return EndTransaction(req_id, phys, qoff, flags, kind, bool(from_check), msg_id)
@@ -80,8 +85,9 @@ class CheckTransaction(NamedTuple):
 
 
 def encode_check_transaction(c: CheckTransaction) -> bytes:
-    return _CHECK.pack(c.req_id, c.half_phys_offset, c.half_queue_offset, c.check_times, len(c.record)) + \
-        bytes(c.record)
+    return _CHECK.pack(c.req_id, c.half_phys_offset, c.half_queue_offset, c.check_times, len(c.record)) + bytes(
+        c.record
+    )
 
 
 def decode_check_transaction(payload: ReadBuffer) -> CheckTransaction:
@@ -91,4 +97,4 @@ def decode_check_transaction(payload: ReadBuffer) -> CheckTransaction:
         raise CorruptFrameError("CHECK_TRANSACTION frame shorter than its header") from None
     if len(payload) != _CHECK.size + n:
         raise CorruptFrameError(f"CHECK_TRANSACTION frame is {len(payload)} bytes, its fields say {_CHECK.size + n}")
-    return CheckTransaction(req_id, phys, qoff, times, payload[_CHECK.size:])
+    return CheckTransaction(req_id, phys, qoff, times, payload[_CHECK.size :])

@@ -7,6 +7,7 @@ group's bits is clear (the filter did not match); all bits set means "maybe" (an
 bits can cover them), and the exact evaluation decides. The positions come from a keyed hash,
 so broker and consumers agree without talking.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,7 @@ BITMAP_BYTES = M_BITS // 8
 @functools.lru_cache(maxsize=4096)
 def positions(group: str, topic: str) -> tuple[int, ...]:
     """The bit numbers of (group, topic): double hashing over one BLAKE2b digest."""
-    d = hashlib.blake2b(f"{group}#{topic}".encode("utf-8"), digest_size=16).digest()
+    d = hashlib.blake2b(f"{group}#{topic}".encode(), digest_size=16).digest()
     h1, h2 = int.from_bytes(d[:8], "big"), int.from_bytes(d[8:], "big") | 1
     return tuple(sorted({(h1 + i * h2) % M_BITS for i in range(K_HASHES)}))
 

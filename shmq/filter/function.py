@@ -18,12 +18,14 @@ A listener that wants a failing check retried does it itself and returns RECONSU
 The predicate runs in the puller thread (push) or the caller's (pull), once per message:
 keep it cheap, as a tag or SQL filter, which skip mismatches without decoding them, are.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -59,12 +61,18 @@ class FunctionFilter:
             self.errors += 1
             now = time.monotonic()
             if self.errors == 1:
-                log.exception("function filter %r raised on message %s of %s/%d; treated as no match "
-                              "(the message is skipped)", self.predicate, msg.msg_id, msg.topic, msg.queue_id)
+                log.exception(
+                    "function filter %r raised on message %s of %s/%d; treated as no match (the message is skipped)",
+                    self.predicate,
+                    msg.msg_id,
+                    msg.topic,
+                    msg.queue_id,
+                )
                 self._logged_at = now
             elif now - self._logged_at >= LOG_INTERVAL_S:
-                log.warning("function filter %r has raised on %d messages so far; each was skipped",
-                            self.predicate, self.errors)
+                log.warning(
+                    "function filter %r has raised on %d messages so far; each was skipped", self.predicate, self.errors
+                )
                 self._logged_at = now
             return False
 
@@ -82,6 +90,9 @@ class FunctionFilter:
 
 def take(batch: PulledBatch, keep: np.ndarray) -> PulledBatch:
     """The rows of ``batch`` where ``keep`` is true (every per-message column cut alike)."""
-    cut = {f.name: getattr(batch, f.name)[keep] for f in dataclasses.fields(batch)
-           if isinstance(getattr(batch, f.name), np.ndarray)}
+    cut = {
+        f.name: getattr(batch, f.name)[keep]
+        for f in dataclasses.fields(batch)
+        if isinstance(getattr(batch, f.name), np.ndarray)
+    }
     return dataclasses.replace(batch, **cut)

@@ -35,17 +35,18 @@ matches messages without ``a``; here it does not); an empty pattern never matche
 rule, negated or not). A bare property as a condition is TRUE for ``true`` and FALSE for
 ``false`` (any case), else UNKNOWN.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from shmq.errors import BadExpressionError
 
 TYPE_SQL92 = "SQL92"
 MAX_DEPTH = 64  # nesting of parentheses / NOT / unary minus: a hostile text cannot exhaust the stack
 MAX_LENGTH = 65_536  # characters of one expression: a filter is a condition, not a data set
-INT64_MAX = 2 ** 63 - 1
+INT64_MAX = 2**63 - 1
 
 # truth values (Kleene's logic as small ints: AND is min, OR is max, NOT is 2 - x)
 FALSE, UNKNOWN, TRUE = 0, 1, 2
@@ -53,8 +54,9 @@ FALSE, UNKNOWN, TRUE = 0, 1, 2
 Value = str | int | float | bool | None
 
 _INT_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)",
-                         re.ASCII)
+_FLOAT_TEXT = re.compile(
+    r"[+-]?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)", re.ASCII
+)
 
 
 _MAX_INT_DIGITS = 4000
@@ -321,10 +323,12 @@ CONDITIONS = (Compare, In, IsNull, Match, Not, And, Or, BoolCast)
 
 # --------------------------------------------------------------------------- tokens
 
-KEYWORDS = frozenset({"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH",
-                      "ENDSWITH"})
+KEYWORDS = frozenset(
+    {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS", "CONTAINS", "STARTSWITH", "ENDSWITH"}
+)
 MATCH_KEYWORDS = ("CONTAINS", "STARTSWITH", "ENDSWITH")
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     (?P<ws>\s+|--[^\n\r]*|/\*.*?\*/)
   | (?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+)
   | (?P<int>(?:0|[1-9][0-9]*)[lL]?)
@@ -332,7 +336,9 @@ _TOKEN = re.compile(r"""
   | (?P<qid>"[^"]*+(?:""[^"]*+)*+")
   | (?P<id>[A-Za-z_$][A-Za-z0-9_$.]*)
   | (?P<op><>|<=|>=|[=<>(),+-])
-""", re.VERBOSE | re.DOTALL | re.ASCII)
+""",
+    re.VERBOSE | re.DOTALL | re.ASCII,
+)
 
 
 class Token:
@@ -372,9 +378,16 @@ def tokenize(text: str) -> list[Token]:
         m = _TOKEN.match(text, pos)
         if m is None:
             c = text[pos]
-            what = "a closing ' for the string" if c == "'" else 'a closing " for the name' if c == '"' else \
-                "a closing */ for the comment" if text.startswith("/*", pos) else "a token"
-            raise _error(text, pos, what, f"{text[pos:pos + 10]!r}")
+            what = (
+                "a closing ' for the string"
+                if c == "'"
+                else 'a closing " for the name'
+                if c == '"'
+                else "a closing */ for the comment"
+                if text.startswith("/*", pos)
+                else "a token"
+            )
+            raise _error(text, pos, what, f"{text[pos : pos + 10]!r}")
         kind, s = m.lastgroup, m.group()
         assert kind is not None
         if kind == "ws":
@@ -552,8 +565,10 @@ class _Parser:
         """What ``<``, ``>`` and BETWEEN compare: a constant must be a number (RocketMQ's rule)."""
         self.operand(node, tok, "a number or a property")
         if isinstance(node, Const) and not _is_number(node.v):
-            raise self.fail("a number or a property (strings, booleans and NULL cannot be compared with "
-                            "<, <=, >, >= or BETWEEN)", tok)
+            raise self.fail(
+                "a number or a property (strings, booleans and NULL cannot be compared with <, <=, >, >= or BETWEEN)",
+                tok,
+            )
 
     def compare(self, op: str, left: Node, right: Node, ltok: Token, rtok: Token) -> Node:
         if op in ("=", "<>"):
@@ -561,8 +576,11 @@ class _Parser:
                 self.operand(node, tok, "a value")
                 if isinstance(node, Const) and node.v is None:
                     raise self.fail("a value (compare with NULL by IS NULL or IS NOT NULL)", tok)
-            if isinstance(left, Const) and isinstance(right, Const) and \
-                    (type(left.v) is bool) != (type(right.v) is bool):
+            if (
+                isinstance(left, Const)
+                and isinstance(right, Const)
+                and (type(left.v) is bool) != (type(right.v) is bool)
+            ):
                 raise self.fail("a value of the same kind (a boolean compares only with a boolean)", rtok)
         else:
             self.number_operand(left, ltok)

@@ -10,9 +10,10 @@ by the scalar evaluator, then spread over the records by one numpy gather. ``AND
 properties or more (``a = b``) is evaluated record by record. The results are the scalar
 evaluator's by construction (and checked against it by the tests); only the cost differs.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def property_value(raw: bytes, name: bytes) -> str | None:
     if i > j and i > e:
         start = i + len(head) + 1
         end = buf.find(_SEP, start)
-        return buf[start:end if end >= 0 else len(buf)].decode("utf-8", "replace")
+        return buf[start : end if end >= 0 else len(buf)].decode("utf-8", "replace")
     return ""
 
 
@@ -101,8 +102,9 @@ class Batch:
                     out[open_rows] = combine(out[open_rows], Batch([raws[i] for i in open_rows.tolist()]).truth(x))
             return out
         cols = [(name, self.column(name)) for name in sorted(names)]
-        return np.fromiter((node.truth({k: v for k, c in cols if (v := c[i]) is not None}) for i in range(self.n)),
-                           np.uint8, self.n)
+        return np.fromiter(
+            (node.truth({k: v for k, c in cols if (v := c[i]) is not None}) for i in range(self.n)), np.uint8, self.n
+        )
 
     def match(self, f: SqlFilter) -> np.ndarray:
         """Bool per record: whether ``f`` matches it."""

@@ -8,10 +8,12 @@ re-checks the tag string (hashes collide). Any other expression type only has to
 (``shmq.filter.sql_batch``) and any other one record by record. A plain callable becomes a
 ``FunctionFilter`` (shmq.filter.function), evaluated on decoded messages after the pull.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -38,16 +40,17 @@ def parse_tags(text: str) -> list[str]:
     ``subscribe``, instead of a consumer that silently never receives a message."""
     pieces = [t.strip() for t in text.split(TAG_SEPARATOR)]
     if any(c in _SQL_CHARS for c in text) or (len(pieces) == 1 and _SQL_WORDS.search(text) and " " in text):
-        raise BadExpressionError(f"subscription expression {text!r} looks like SQL92: a string is a tag "
-                                 f"expression ('TagA || TagB' or '*'); for SQL92 pass shmq.sql({text!r})")
+        raise BadExpressionError(
+            f"subscription expression {text!r} looks like SQL92: a string is a tag "
+            f"expression ('TagA || TagB' or '*'); for SQL92 pass shmq.sql({text!r})"
+        )
     for t in pieces:
         if not t:
             raise BadExpressionError(f"tag expression {text!r} has an empty tag: write tags as 'TagA || TagB'")
         if "|" in t:
             raise BadExpressionError(f"tag expression {text!r}: tags are separated by '||', not '|'")
         if any(c.isspace() for c in t):
-            raise BadExpressionError(f"tag expression {text!r}: tag {t!r} contains whitespace; "
-                                     f"separate tags with '||'")
+            raise BadExpressionError(f"tag expression {text!r}: tag {t!r} contains whitespace; separate tags with '||'")
         if t == SUB_ALL:
             raise BadExpressionError(f"tag expression {text!r}: '*' cannot be combined with tags")
     return list(dict.fromkeys(pieces))
@@ -123,8 +126,9 @@ def subscription_arg(expression: Subscription) -> str | dict[str, str]:
     return str(getattr(expression, "expression", repr(expression)))
 
 
-def as_expression(expression: str | Expression | FunctionFilter | Callable[[MessageExt], object] | None
-                  ) -> Subscription:
+def as_expression(
+    expression: str | Expression | FunctionFilter | Callable[[MessageExt], object] | None,
+) -> Subscription:
     """What consumers accept in `subscribe`: a tag string, None, an Expression object
     (``shmq.sql(...)``; a string is never taken for SQL92, as RocketMQ's ``MessageSelector``
     makes the type explicit), or a plain predicate ``fn(msg: MessageExt) -> bool`` (a
@@ -135,5 +139,7 @@ def as_expression(expression: str | Expression | FunctionFilter | Callable[[Mess
         return expression
     if callable(expression):
         return FunctionFilter(expression)
-    raise BadExpressionError(f"subscription expression must be a str, an Expression or a callable "
-                             f"fn(msg) -> bool, got {type(expression).__name__}")
+    raise BadExpressionError(
+        f"subscription expression must be a str, an Expression or a callable "
+        f"fn(msg) -> bool, got {type(expression).__name__}"
+    )

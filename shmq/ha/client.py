@@ -17,6 +17,7 @@ The store is written here, under ``commitlog.put_lock`` (the appender takes it);
 learns about new entries through ``Sink`` (queues touched, metadata files), which hands them
 over thread-safely and rings the broker's doorbell.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -79,8 +80,7 @@ class HAClient(threading.Thread):
         self._wrote = False  # something was appended in this burst: report it
         self._floor = 0  # an empty store follows from the master's min offset (older segments were cleaned)
         self.diverged: str | None = None  # why following stopped for good
-        self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1,
-                      "master_max": -1}
+        self.stats = {"bytes": 0, "frames": 0, "connects": 0, "reconnects": 0, "last_report": -1, "master_max": -1}
 
     # ------------------------------------------------------------------ thread
 
@@ -113,8 +113,12 @@ class HAClient(threading.Thread):
                     self._note(f"connection to master {host}:{port} closed: {self._follow(sock)}")
                 except HADivergedError as e:
                     self.diverged = str(e)
-                    log.error("stopped following master %s:%d: %s. The replica keeps serving its consumers what "
-                              "it has", host, port, e)
+                    log.error(
+                        "stopped following master %s:%d: %s. The replica keeps serving its consumers what it has",
+                        host,
+                        port,
+                        e,
+                    )
                     return
                 except HAProtocolError as e:  # what the master sent was refused
                     self._note(f"connection to master {host}:{port} closed: {e}", logging.ERROR)
@@ -136,8 +140,13 @@ class HAClient(threading.Thread):
             self.stats["reconnects"] += 1
             delay = base if self._streamed else min(delay * 2, 10 * base)
             self._stop_event.wait(delay)
-        log.info("HA client stopped: %d bytes in %d frames over %d connections, last report %d",
-                 self.stats["bytes"], self.stats["frames"], self.stats["connects"], self.stats["last_report"])
+        log.info(
+            "HA client stopped: %d bytes in %d frames over %d connections, last report %d",
+            self.stats["bytes"],
+            self.stats["frames"],
+            self.stats["connects"],
+            self.stats["last_report"],
+        )
 
     def _wait_for_room(self, interval: float) -> None:
         """Until the store measures room again (it logs when it does) or the replica stops: each
@@ -227,8 +236,11 @@ class HAClient(threading.Thread):
                     self._welcome(ev)
                     self._report(sock)
                     self._streamed = True
-                    self._note(f"following master {self.address[0]}:{self.address[1]} from offset "
-                               f"{self.appender.max_offset} (its max {ev.max_offset})", logging.INFO)
+                    self._note(
+                        f"following master {self.address[0]}:{self.address[1]} from offset "
+                        f"{self.appender.max_offset} (its max {ev.max_offset})",
+                        logging.INFO,
+                    )
                 elif isinstance(ev, protocol.Refused):
                     raise HAProtocolError(f"the master refused (code {ev.code}): {ev.reason}")
         return total
@@ -242,13 +254,17 @@ class HAClient(threading.Thread):
     def _welcome(self, w: protocol.Welcome) -> None:
         """Check the master's segment size and history; cut what it does not share; adopt its epochs."""
         if w.segment_size != self.segment_size:
-            raise HAProtocolError(f"the master uses commitlog segments of {w.segment_size} bytes, this replica "
-                                  f"{self.segment_size} (mappedFileSizeCommitLog must be equal on both): not "
-                                  "following it")
+            raise HAProtocolError(
+                f"the master uses commitlog segments of {w.segment_size} bytes, this replica "
+                f"{self.segment_size} (mappedFileSizeCommitLog must be equal on both): not "
+                "following it"
+            )
         if not w.epochs and w.max_offset > 0:
-            raise HAProtocolError(f"the master announces no epoch history for its {w.max_offset} bytes of log (its "
-                                  "config/epochs.json is missing or unreadable): not following it, since this "
-                                  "replica could not prove what it shares with it after a restart")
+            raise HAProtocolError(
+                f"the master announces no epoch history for its {w.max_offset} bytes of log (its "
+                "config/epochs.json is missing or unreadable): not following it, since this "
+                "replica could not prove what it shares with it after a restart"
+            )
         try:
             own = self.epochs.entries
         except MetadataError as e:
@@ -261,8 +277,13 @@ class HAClient(threading.Thread):
                 cut = self.appender.truncate(keep)
             except ValueError as e:  # not a record boundary here: the histories do not say what is shared
                 raise HADivergedError(f"cannot cut the replica back to offset {keep}: {e}") from None
-            log.warning("the replica held %d bytes the master never had (offsets %d..%d): cut, kept in %s",
-                        cut, keep, mine, self.appender.diverged_path(keep))
+            log.warning(
+                "the replica held %d bytes the master never had (offsets %d..%d): cut, kept in %s",
+                cut,
+                keep,
+                mine,
+                self.appender.diverged_path(keep),
+            )
             self.sink.truncated()
         self.epochs.save(w.epochs)
         self.stats["master_max"] = w.max_offset

@@ -10,15 +10,16 @@ ConnectionError and other OSErrors from the socket, LookupError for a log offset
 cleaned. No byte of log is queued before the replica proved the token (``streaming`` needs its
 first report, which needs ``Authenticated``).
 """
+
 from __future__ import annotations
 
 import logging
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable
 
 from shmq.config import BrokerConfig
 from shmq.errors import HAProtocolError
@@ -47,10 +48,16 @@ class Settings:
     max_frame: int
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> "Settings":
-        return cls(config.ha_auth_token.encode(), config.mapped_file_size_commit_log, config.ha_transfer_batch_size,
-                   config.ha_send_heartbeat_interval, config.ha_housekeeping_interval, config.ha_connect_timeout,
-                   config.ha_max_frame_size)
+    def from_config(cls, config: BrokerConfig) -> Settings:
+        return cls(
+            config.ha_auth_token.encode(),
+            config.mapped_file_size_commit_log,
+            config.ha_transfer_batch_size,
+            config.ha_send_heartbeat_interval,
+            config.ha_housekeeping_interval,
+            config.ha_connect_timeout,
+            config.ha_max_frame_size,
+        )
 
 
 def _ms() -> int:
@@ -60,8 +67,16 @@ def _ms() -> int:
 class ReplicaConnection:
     """One accepted socket; ``welcome_info()`` gives the WELCOME's fields and first metadata frames."""
 
-    def __init__(self, sock: socket.socket, addr: str, slot: int, ha: HASegment, reader: HALogReader,
-                 settings: Settings, welcome_info: Callable[[], tuple[int, int, list[P.Epoch], list[bytes]]]) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        addr: str,
+        slot: int,
+        ha: HASegment,
+        reader: HALogReader,
+        settings: Settings,
+        welcome_info: Callable[[], tuple[int, int, list[P.Epoch], list[bytes]]],
+    ) -> None:
         self.sock = sock
         self.addr = addr
         self.slot = slot
@@ -164,7 +179,7 @@ class ReplicaConnection:
             raise ConnectionError("the replica closed the connection" if self.streaming else "EOF during the handshake")
         self._heard_ms = _ms()
         if len(self._head) < 6:
-            self._head += data[:6 - len(self._head)]
+            self._head += data[: 6 - len(self._head)]
         try:
             events = self._session.receive(data)
         except HAProtocolError as e:
@@ -200,8 +215,14 @@ class ReplicaConnection:
         self.welcomed = True
         for frame in metadata:
             self.queue(frame)
-        log.info("replica %r at %s proved the token (log %d..%d, %d epochs)", name, self.addr, min_offset,
-                 max_offset, len(epochs))
+        log.info(
+            "replica %r at %s proved the token (log %d..%d, %d epochs)",
+            name,
+            self.addr,
+            min_offset,
+            max_offset,
+            len(epochs),
+        )
 
     def _report(self, offset: int, master_offset: int) -> bool:
         if offset > master_offset:
@@ -211,8 +232,10 @@ class ReplicaConnection:
         if not self.streaming:
             low = self._reader.min_offset
             if offset < low:
-                raise HAProtocolError(f"reported offset {offset} below the master's min offset {low} (cleaned): "
-                             "the replica cannot catch up from this master; wipe its store")
+                raise HAProtocolError(
+                    f"reported offset {offset} below the master's min offset {low} (cleaned): "
+                    "the replica cannot catch up from this master; wipe its store"
+                )
             self.next_offset = self._sent = offset
             table["sent_offset"][i] = offset
             log.info("replica %r at %s streams from offset %d", self.name, self.addr, offset)
@@ -256,4 +279,3 @@ class ReplicaConnection:
         self.out_bytes = 0
         self._ha.release_slot(self.slot)
         self.sock.close()
-

@@ -5,6 +5,7 @@ here takes that end from the caller and never goes past it, because bytes beyond
 being written. A chunk never crosses a segment boundary, so one replication frame is one slice
 of one mapping: no copy, handed straight to ``sendmsg``.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,7 +43,7 @@ class HALogReader:
         if seg.size != self.segment_size:
             raise OSError(f"{seg.path} is {seg.size} bytes, mappedFileSizeCommitLog is {self.segment_size}")
         stop = min(offset + batch, seg.end, end)
-        return memoryview(seg.mm)[offset - seg.start:stop - seg.start]
+        return memoryview(seg.mm)[offset - seg.start : stop - seg.start]
 
     def close(self) -> None:
         self._files.close()

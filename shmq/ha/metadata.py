@@ -5,6 +5,7 @@ Read from the master's store (``config/epochs.json``, ``config/topics.json``,
 DLQ-resend services), which the broker writes atomically (rename), so a read sees a whole old or
 a whole new file.
 """
+
 from __future__ import annotations
 
 import logging

@@ -24,16 +24,17 @@ adopts its master's list; comparing lists tells how much of a store two brokers 
 (``consistent_offset``), so a former master that comes back as a replica cuts exactly the
 tail it wrote alone instead of silently diverging.
 """
+
 from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import os
 import struct
 from dataclasses import dataclass
 
 from shmq.errors import HADivergedError, HAProtocolError
-import itertools
 
 VERSION = 1
 NONCE = 32
@@ -49,8 +50,12 @@ META_DELAY_OFFSETS = 3  # config/delayOffset.json
 META_TIMER_CHECKPOINT = 4  # config/timerCheckpoint.json
 META_TRANSACTION_CHECK = 5  # config/transactionCheck.json
 META_DLQ_RESEND = 6  # config/dlqResend.json
-PROGRESS_FILES = {META_DELAY_OFFSETS: "delayOffset.json", META_TIMER_CHECKPOINT: "timerCheckpoint.json",
-                  META_TRANSACTION_CHECK: "transactionCheck.json", META_DLQ_RESEND: "dlqResend.json"}
+PROGRESS_FILES = {
+    META_DELAY_OFFSETS: "delayOffset.json",
+    META_TIMER_CHECKPOINT: "timerCheckpoint.json",
+    META_TRANSACTION_CHECK: "transactionCheck.json",
+    META_DLQ_RESEND: "dlqResend.json",
+}
 META_KINDS = (META_TOPICS, META_OFFSETS, *PROGRESS_FILES)
 
 # REFUSE codes
@@ -82,7 +87,7 @@ class Epoch:
         return {"epoch": self.epoch, "startOffset": self.start_offset, "id": self.id.hex()}
 
     @classmethod
-    def from_json(cls, value: object) -> "Epoch":
+    def from_json(cls, value: object) -> Epoch:
         """Raises ValueError for anything but a well-formed entry."""
         if not isinstance(value, dict) or set(value) != {"epoch", "startOffset", "id"}:
             raise ValueError(f"an epoch entry has keys epoch, startOffset, id; got {value!r}")
@@ -94,7 +99,7 @@ class Epoch:
         return cls(epoch, start, bytes.fromhex(id_))
 
     @classmethod
-    def new(cls, epoch: int, start_offset: int) -> "Epoch":
+    def new(cls, epoch: int, start_offset: int) -> Epoch:
         return cls(epoch, start_offset, os.urandom(16))
 
 
@@ -122,9 +127,11 @@ def consistent_offset(replica: list[Epoch], replica_max: int, master: list[Epoch
         replica = replica[:-1]
     if not replica:
         if replica_max > 0:
-            raise HADivergedError(f"the replica's store holds {replica_max} bytes of log but no epoch history "
-                                  "(config/epochs.json): it cannot prove it shares them with this master; "
-                                  "wipe the store or start it as a master")
+            raise HADivergedError(
+                f"the replica's store holds {replica_max} bytes of log but no epoch history "
+                "(config/epochs.json): it cannot prove it shares them with this master; "
+                "wipe the store or start it as a master"
+            )
         return 0
     common = 0
     for a, b in zip(replica, master):
@@ -132,10 +139,12 @@ def consistent_offset(replica: list[Epoch], replica_max: int, master: list[Epoch
             break
         common += 1
     if common == 0:
-        raise HADivergedError(f"the replica's history (epoch {replica[0].epoch} from offset "
-                              f"{replica[0].start_offset}) shares no epoch with the master's (epoch "
-                              f"{master[0].epoch if master else '-'}): it was written by another master; "
-                              "wipe the store or start it as a master")
+        raise HADivergedError(
+            f"the replica's history (epoch {replica[0].epoch} from offset "
+            f"{replica[0].start_offset}) shares no epoch with the master's (epoch "
+            f"{master[0].epoch if master else '-'}): it was written by another master; "
+            "wipe the store or start it as a master"
+        )
     end_r = replica[common].start_offset if common < len(replica) else replica_max
     end_m = master[common].start_offset if common < len(master) else master_max
     return min(end_r, end_m, replica_max)
@@ -244,7 +253,7 @@ def _refused_or_none(buf: bytearray) -> tuple[Refused | None, int]:
         raise HAProtocolError(f"refusal reason of {n} bytes")
     if len(buf) < REFUSE.size + n:
         return None, 0
-    return Refused(code, bytes(buf[REFUSE.size:REFUSE.size + n]).decode(errors="replace")), REFUSE.size + n
+    return Refused(code, bytes(buf[REFUSE.size : REFUSE.size + n]).decode(errors="replace")), REFUSE.size + n
 
 
 def _check_version(magic: bytes, version: int, what: str) -> None:
@@ -274,8 +283,9 @@ class MasterSession:
         if len(epochs) > MAX_EPOCHS:
             epochs = epochs[-MAX_EPOCHS:]
         mac = master_mac(self.token, self.nonce, self._nonce_r)
-        return WELCOME.pack(_MAGIC_WELCOME, VERSION, len(epochs), mac, segment_size, min_offset, max_offset) + \
-            b"".join(EPOCH.pack(e.epoch, e.start_offset, e.id) for e in epochs)
+        return WELCOME.pack(_MAGIC_WELCOME, VERSION, len(epochs), mac, segment_size, min_offset, max_offset) + b"".join(
+            EPOCH.pack(e.epoch, e.start_offset, e.id) for e in epochs
+        )
 
     def receive(self, data: bytes) -> list[Event]:
         """Events in ``data`` (with what earlier calls left); HAProtocolError for anything the
@@ -306,7 +316,7 @@ class MasterSession:
                 return events
             if not hmac.compare_digest(mac, replica_mac(self.token, self.nonce, nonce_r)):
                 raise HAProtocolError("the replica did not prove haAuthToken")
-            name = bytes(buf[AUTH.size:AUTH.size + n]).decode(errors="replace")
+            name = bytes(buf[AUTH.size : AUTH.size + n]).decode(errors="replace")
             self._nonce_r = nonce_r
             self.authenticated = True
             pos = AUTH.size + n
@@ -366,18 +376,18 @@ class ReplicaSession:
             offset, size = FRAME.unpack_from(buf)
             self._check_size(offset, size)
             take = min(FRAME.size + size - len(buf), n - pos)
-            buf += mv[pos:pos + take]
+            buf += mv[pos : pos + take]
             pos += take
             if len(buf) < FRAME.size + size:
                 return events
-            events.append(self._frame(offset, bytes(memoryview(buf)[FRAME.size:])))
+            events.append(self._frame(offset, bytes(memoryview(buf)[FRAME.size :])))
             buf.clear()
         while n - pos >= FRAME.size:
             offset, size = FRAME.unpack_from(mv, pos)
             self._check_size(offset, size)
             if n - pos - FRAME.size < size:
                 break
-            events.append(self._frame(offset, mv[pos + FRAME.size:pos + FRAME.size + size]))
+            events.append(self._frame(offset, mv[pos + FRAME.size : pos + FRAME.size + size]))
             pos += FRAME.size + size
         buf += mv[pos:]
         return events
@@ -406,7 +416,7 @@ class ReplicaSession:
             avail = len(buf) - pos
             if avail < 4:
                 break
-            magic = bytes(buf[pos:pos + 4])
+            magic = bytes(buf[pos : pos + 4])
             if magic == _MAGIC_REFUSE:
                 ev, used = _refused_or_none(buf[pos:])
                 if ev is None:
@@ -424,8 +434,17 @@ class ReplicaSession:
                 _check_version(magic, version, "the master")
                 self._nonce_m = nonce_m
                 pos += HELLO.size
-                self.pending_output += AUTH.pack(_MAGIC_AUTH, VERSION, len(self.name), self.nonce,
-                                                 replica_mac(self.token, nonce_m, self.nonce), 0) + self.name
+                self.pending_output += (
+                    AUTH.pack(
+                        _MAGIC_AUTH,
+                        VERSION,
+                        len(self.name),
+                        self.nonce,
+                        replica_mac(self.token, nonce_m, self.nonce),
+                        0,
+                    )
+                    + self.name
+                )
                 self.state = "welcome"
             elif self.state == "welcome":
                 if magic != _MAGIC_WELCOME:

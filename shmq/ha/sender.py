@@ -9,17 +9,18 @@ caught here), and sleeps in ``select`` on the sockets and the wake-up datagram s
 the broker writes to only while the flag is set. A report that advances a replica's acked
 offset rings the broker's doorbell while the broker waits on SYNC_MASTER answers.
 """
+
 from __future__ import annotations
 
 import logging
 import selectors
 import socket
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.config import BrokerConfig
-from shmq.ha import protocol as P
 from shmq.errors import HAProtocolError
+from shmq.ha import protocol as P
 from shmq.ha.connection import ReplicaConnection, Settings
 from shmq.ha.log_reader import HALogReader
 from shmq.ha.metadata import MetadataWatcher, load_epochs
@@ -47,8 +48,15 @@ def _ms() -> int:
 class HASender:
     """The service; ``serve`` runs until ``stop()`` or ``broker_alive()`` turns false."""
 
-    def __init__(self, store_dir: str, name: str, config: BrokerConfig, ha: HASegment,
-                 broker_alive: Callable[[], bool], ring_broker: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        name: str,
+        config: BrokerConfig,
+        ha: HASegment,
+        broker_alive: Callable[[], bool],
+        ring_broker: Callable[[], None],
+    ) -> None:
         self.store_dir = store_dir
         self.name = name
         self.config = config
@@ -115,8 +123,9 @@ class HASender:
             slot = self.ha.claim_slot(addr, int(time.time() * 1000))
             if slot < 0:
                 try:
-                    sock.send(P.encode_refuse(P.REFUSE_BUSY, f"this master serves at most {len(self.ha.slot_table)} "
-                                                             "replicas"))
+                    sock.send(
+                        P.encode_refuse(P.REFUSE_BUSY, f"this master serves at most {len(self.ha.slot_table)} replicas")
+                    )
                 except OSError:
                     pass
                 sock.close()
@@ -133,8 +142,12 @@ class HASender:
         a replica never starts from a topic table up to a second old (it would serve the queues
         its log shows with the default count until the next round)."""
         self._pass_metadata(self.meta.check())
-        return self.reader.min_offset, self.ha.master_offset, load_epochs(self.store_dir), \
-            list(self.meta.frames.values())
+        return (
+            self.reader.min_offset,
+            self.ha.master_offset,
+            load_epochs(self.store_dir),
+            list(self.meta.frames.values()),
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -269,4 +282,3 @@ class HASender:
         self.selector.close()
         self.reader.close()
         self.ha.header["listen_port"] = 0
-

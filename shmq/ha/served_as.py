@@ -5,6 +5,7 @@ master under that same name. The replica records the name at every start, so ``s
 promote --store DIR`` can start the master under it without being told (and a replica that
 is no longer running, or whose config is lost, still says what it was).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ def record_served_name(store_dir: str, name: str, master: str | None) -> None:
 
 def _check(data: object) -> None:
     if not isinstance(data, dict) or not isinstance(data.get("brokerName"), str) or not data["brokerName"]:
-        raise ValueError(f"expected {{\"brokerName\": NAME, ...}}, got {data!r}")
+        raise ValueError(f'expected {{"brokerName": NAME, ...}}, got {data!r}')
 
 
 def served_name(store_dir: str) -> str | None:

@@ -15,6 +15,7 @@ is a lone aligned 8-byte (or 4-byte) word, atomic on x86-64, so no lock is neede
 A slot's ``seq`` rises each time it is given to a new connection, so a reader that sees the
 same seq twice knows both reads were of one connection.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,19 +36,32 @@ SLOTS = 16
 SIZE = 4096
 FREE, HANDSHAKE, STREAMING = 0, 1, 2
 
-HEADER = np.dtype({
-    "names": ["magic", "version", "slots", "master_offset", "broker_waiting", "sender_pid", "sender_parked",
-              "sender_beat_ms", "listen_port"],
-    "formats": ["<u8", "<u4", "<u4", "<i8", "<u4", "<u4", "<u4", "<i8", "<u4"],
-    "offsets": [0, 8, 12, 64, 72, 128, 132, 136, 144],
-    "itemsize": 256,
-})
-SLOT = np.dtype({
-    "names": ["state", "seq", "acked_offset", "report_ms", "connected_ms", "sent_offset", "addr", "name"],
-    "formats": ["<u4", "<u4", "<i8", "<i8", "<i8", "<i8", "S48", "S32"],
-    "offsets": [0, 4, 8, 16, 24, 32, 40, 88],
-    "itemsize": 128,
-})
+HEADER = np.dtype(
+    {
+        "names": [
+            "magic",
+            "version",
+            "slots",
+            "master_offset",
+            "broker_waiting",
+            "sender_pid",
+            "sender_parked",
+            "sender_beat_ms",
+            "listen_port",
+        ],
+        "formats": ["<u8", "<u4", "<u4", "<i8", "<u4", "<u4", "<u4", "<i8", "<u4"],
+        "offsets": [0, 8, 12, 64, 72, 128, 132, 136, 144],
+        "itemsize": 256,
+    }
+)
+SLOT = np.dtype(
+    {
+        "names": ["state", "seq", "acked_offset", "report_ms", "connected_ms", "sent_offset", "addr", "name"],
+        "formats": ["<u4", "<u4", "<i8", "<i8", "<i8", "<i8", "S48", "S32"],
+        "offsets": [0, 4, 8, 16, 24, 32, 40, 88],
+        "itemsize": 128,
+    }
+)
 assert HEADER.itemsize + SLOTS * SLOT.itemsize <= SIZE
 
 
@@ -82,7 +96,7 @@ class HASegment:
             raise StateLayoutError(f"{segment.name} is not an HA segment of version {VERSION}")
 
     @classmethod
-    def create(cls, broker: str, shm_gid: int | None = None) -> "HASegment":
+    def create(cls, broker: str, shm_gid: int | None = None) -> HASegment:
         """The broker's: a fresh segment (a dead predecessor's is removed first by reclaim)."""
         name = ha_name(broker)
         segment = Segment.create(name, SIZE, MODE if shm_gid is None else 0o660)
@@ -105,7 +119,7 @@ class HASegment:
             raise
 
     @classmethod
-    def open(cls, broker: str, read_only: bool = False) -> "HASegment":
+    def open(cls, broker: str, read_only: bool = False) -> HASegment:
         """The sender's (read-write) or the monitor's (read-only) mapping; BrokerNotFoundError if
         the broker has none (not running, or not a master); ForeignOwnerError for another user's."""
         try:
@@ -147,7 +161,7 @@ class HASegment:
         if not len(free):
             return -1
         i = int(free[0])
-        row = t[i:i + 1]
+        row = t[i : i + 1]
         row["acked_offset"], row["sent_offset"], row["report_ms"] = -1, -1, 0
         row["connected_ms"] = now_ms
         row["addr"], row["name"] = addr.encode()[:48], b""
@@ -172,10 +186,19 @@ class HASegment:
         out = []
         for i, row in enumerate(self.slot_table.copy()):
             if int(row["state"]) != FREE:
-                out.append(ReplicaInfo(i, int(row["state"]), int(row["seq"]), int(row["acked_offset"]),
-                                       int(row["report_ms"]), int(row["connected_ms"]), int(row["sent_offset"]),
-                                       bytes(row["addr"]).decode(errors="replace"),
-                                       bytes(row["name"]).decode(errors="replace")))
+                out.append(
+                    ReplicaInfo(
+                        i,
+                        int(row["state"]),
+                        int(row["seq"]),
+                        int(row["acked_offset"]),
+                        int(row["report_ms"]),
+                        int(row["connected_ms"]),
+                        int(row["sent_offset"]),
+                        bytes(row["addr"]).decode(errors="replace"),
+                        bytes(row["name"]).decode(errors="replace"),
+                    )
+                )
         return out
 
     @property

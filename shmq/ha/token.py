@@ -11,6 +11,7 @@ store's ``config/ha.token``, which also makes a promoted replica keep the token 
 and refuses to start without it. A token file readable by other users is refused, as ssh
 refuses a private key anyone can read.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,9 @@ def read_token_file(path: str) -> str:
         if not stat.S_ISREG(st.st_mode):
             raise ConfigError(f"HA token file {path} is not a regular file")
         if st.st_mode & 0o077:
-            raise ConfigError(f"HA token file {path} is readable by other users (mode "
-                              f"{stat.S_IMODE(st.st_mode):04o}): chmod 600 it")
+            raise ConfigError(
+                f"HA token file {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 it"
+            )
         raw = os.read(fd, 64 * 1024)
     finally:
         os.close(fd)
@@ -100,8 +102,10 @@ def replica_token(store_dir: str, config: BrokerConfig) -> Token:
         return token
     path = token_path(store_dir)
     if not os.path.lexists(path):
-        raise ConfigError(f"a replica needs its master's HA token: copy the master's STORE/{TOKEN_FILE} to {path} "
-                          "(mode 0600), or set haAuthTokenFile=PATH or haAuthToken=SECRET")
+        raise ConfigError(
+            f"a replica needs its master's HA token: copy the master's STORE/{TOKEN_FILE} to {path} "
+            "(mode 0600), or set haAuthTokenFile=PATH or haAuthToken=SECRET"
+        )
     return Token(read_token_file(path), path)
 
 

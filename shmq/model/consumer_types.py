@@ -1,10 +1,11 @@
 """What consumers take and give back: RocketMQ's enums, PullResult and the listener context."""
+
 from __future__ import annotations
 
 import enum
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from shmq.codec.columns import PulledBatch
 from shmq.model.message import MessageQueue
@@ -67,16 +68,31 @@ class PullResult:
         msgs, batch = self._messages, self.batch
         where: list[tuple[str, object]] = []
         if msgs:
-            where = [("topic", msgs[0].topic), ("queue_id", msgs[0].queue_id), ("messages", len(msgs)),
-                     ("queue_offset", span(msgs[0].queue_offset, msgs[-1].queue_offset)),
-                     ("bytes", sum(m.store_size for m in msgs))]
+            where = [
+                ("topic", msgs[0].topic),
+                ("queue_id", msgs[0].queue_id),
+                ("messages", len(msgs)),
+                ("queue_offset", span(msgs[0].queue_offset, msgs[-1].queue_offset)),
+                ("bytes", sum(m.store_size for m in msgs)),
+            ]
         elif batch is not None and msgs is None and len(batch):
-            where = [("topic", batch.topic), ("queue_id", batch.queue_id), ("messages", len(batch)),
-                     ("queue_offset", span(int(batch.queue_offset[0]), int(batch.queue_offset[-1]))),
-                     ("bytes", int(batch.size.sum()))]
-        return fields_repr("PullResult", [("status", Raw(self.status.name)), *where,
-                                          ("next_begin_offset", self.next_begin_offset),
-                                          ("min_offset", self.min_offset), ("max_offset", self.max_offset)])
+            where = [
+                ("topic", batch.topic),
+                ("queue_id", batch.queue_id),
+                ("messages", len(batch)),
+                ("queue_offset", span(int(batch.queue_offset[0]), int(batch.queue_offset[-1]))),
+                ("bytes", int(batch.size.sum())),
+            ]
+        return fields_repr(
+            "PullResult",
+            [
+                ("status", Raw(self.status.name)),
+                *where,
+                ("next_begin_offset", self.next_begin_offset),
+                ("min_offset", self.min_offset),
+                ("max_offset", self.max_offset),
+            ],
+        )
 
 
 _SUSPEND_MS_DEPRECATED = "suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time (seconds)"

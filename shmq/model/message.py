@@ -1,10 +1,12 @@
 """The message model users send and receive: Message, MessageQueue, SendStatus, SendResult."""
+
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,7 +16,6 @@ from shmq.codec import record as fmt
 from shmq.config import MAX_DELAY_LEVELS
 from shmq.errors import BadMessageError
 from shmq.model.reprs import Raw, body_repr, fields_repr, items_repr, span
-
 
 MAX_DELAY_LEVEL = MAX_DELAY_LEVELS  # the most levels messageDelayLevel may name (RocketMQ's default has 18)
 # properties the broker acts on before storing (RocketMQ users may set them as plain properties)
@@ -36,8 +37,13 @@ def join_keys(keys: str | Iterable[str] | None) -> str | None:
 
 
 def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0 \
-            or value == float("inf"):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or value < 0
+        or value == float("inf")
+    ):
         raise BadMessageError(f"{name} must be a number of seconds >= 0, got {value!r}")
     return float(value)
 
@@ -46,8 +52,7 @@ def _checked(delay_level: Any, deliver_at: Any, delay: Any, keys: Any) -> tuple[
     """A Message's delivery fields checked and ``keys`` joined: what ``__init__`` stores. A bad
     value fails at the call that made it, not at a later send."""
     if delay_level and not (isinstance(delay_level, int) and 0 <= delay_level <= MAX_DELAY_LEVEL):
-        raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), "
-                              f"got {delay_level!r}")
+        raise BadMessageError(f"delay_level must be an int in 0..{MAX_DELAY_LEVEL} (0: no delay), got {delay_level!r}")
     if deliver_at is not None:
         deliver_at = _seconds("deliver_at", deliver_at)
     if delay is not None:
@@ -63,9 +68,18 @@ class _Fields:
 
     __slots__ = ("topic", "body", "tags", "keys", "properties", "flag", "delay_level", "deliver_at", "delay")
 
-    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                 properties: dict[str, str] | None = None, flag: int = 0, delay_level: int = 0,
-                 deliver_at: float | None = None, delay: float | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+        delay_level: int = 0,
+        deliver_at: float | None = None,
+        delay: float | None = None,
+    ) -> None:
         if delay_level or deliver_at is not None or delay is not None or (keys is not None and type(keys) is not str):
             delay_level, deliver_at, delay, keys = _checked(delay_level, deliver_at, delay, keys)
         self.topic = topic
@@ -123,17 +137,31 @@ class Message(_Base):
 
     def __repr__(self) -> str:
         """The fields that are set, the body cut to its first bytes (a print stays one line)."""
-        return fields_repr(type(self).__name__, (
-            ("topic", self.topic), ("body", body_repr(self.body)), ("tags", self.tags), ("keys", self.keys),
-            ("properties", self.properties or None), ("flag", self.flag or None),
-            ("delay_level", self.delay_level or None), ("deliver_at", self.deliver_at), ("delay", self.delay)))
+        return fields_repr(
+            type(self).__name__,
+            (
+                ("topic", self.topic),
+                ("body", body_repr(self.body)),
+                ("tags", self.tags),
+                ("keys", self.keys),
+                ("properties", self.properties or None),
+                ("flag", self.flag or None),
+                ("delay_level", self.delay_level or None),
+                ("deliver_at", self.deliver_at),
+                ("delay", self.delay),
+            ),
+        )
 
     @property
     def delivery_rules(self) -> bool:
         """Whether the broker must read this message's properties before storing it (a delay or a
         delivery time): such messages are sent alone, flagged, never in a batch."""
-        return bool(self.delay_level) or self.deliver_at is not None or self.delay is not None or \
-            self.properties is not None and not _RULE_KEYS.isdisjoint(self.properties)
+        return (
+            bool(self.delay_level)
+            or self.deliver_at is not None
+            or self.delay is not None
+            or (self.properties is not None and not _RULE_KEYS.isdisjoint(self.properties))
+        )
 
     def build_properties(self, uniq_key: str) -> dict[str, str]:
         """The record's properties: TAGS, KEYS, UNIQ_KEY, delivery rules, then the user's."""
@@ -168,12 +196,19 @@ class MessageBatch:
 
     def __repr__(self) -> str:
         """Counts and sizes, not the bodies (a batch holds thousands)."""
-        keys = self.keys if self.keys is None or isinstance(self.keys, str) else \
-            items_repr(list(self.keys), "keys")
-        return fields_repr("MessageBatch", (
-            ("topic", self.topic), ("messages", len(self.bodies)),
-            ("bytes", sum(len(b) for b in self.bodies)), ("tags", self.tags), ("keys", keys),
-            ("properties", self.properties or None), ("flag", self.flag or None)))
+        keys = self.keys if self.keys is None or isinstance(self.keys, str) else items_repr(list(self.keys), "keys")
+        return fields_repr(
+            "MessageBatch",
+            (
+                ("topic", self.topic),
+                ("messages", len(self.bodies)),
+                ("bytes", sum(len(b) for b in self.bodies)),
+                ("tags", self.tags),
+                ("keys", keys),
+                ("properties", self.properties or None),
+                ("flag", self.flag or None),
+            ),
+        )
 
 
 @dataclass(frozen=True, order=True)
@@ -242,8 +277,18 @@ class _ResultFields:
     """A SendResult's fields as slots: the Python reference of the compiled
     ``_message.SendResultFields`` (C slots that ``split_results`` fills without attribute lookups)."""
 
-    __slots__ = ("status", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets", "store_host",
-                 "_msg_id", "_make_msg_id", "_offset_msg_id")
+    __slots__ = (
+        "status",
+        "queue",
+        "queue_offset",
+        "store_timestamp",
+        "count",
+        "phys_offsets",
+        "store_host",
+        "_msg_id",
+        "_make_msg_id",
+        "_offset_msg_id",
+    )
 
 
 if TYPE_CHECKING:
@@ -262,9 +307,18 @@ class SendResult(ByValue, _ResultBase):
 
     __slots__ = ()
 
-    def __init__(self, status: SendStatus, msg_id: str | Callable[[], str], offset_msg_id: str | None,
-                 queue: MessageQueue, queue_offset: int, store_timestamp: int = 0, count: int = 1,
-                 phys_offsets: list[int] | None = None, store_host: int = 0) -> None:
+    def __init__(
+        self,
+        status: SendStatus,
+        msg_id: str | Callable[[], str],
+        offset_msg_id: str | None,
+        queue: MessageQueue,
+        queue_offset: int,
+        store_timestamp: int = 0,
+        count: int = 1,
+        phys_offsets: list[int] | None = None,
+        store_host: int = 0,
+    ) -> None:
         """``msg_id`` may be a function that makes it; ``offset_msg_id`` None: made from
         ``store_host`` and ``phys_offsets`` when first asked for."""
         self.status = status
@@ -280,11 +334,15 @@ class SendResult(ByValue, _ResultBase):
         self._offset_msg_id = UNSET if offset_msg_id is None else offset_msg_id
 
     msg_id = LazyField(lambda r: r._make_msg_id())
-    offset_msg_id = LazyField(lambda r: ids.offset_msg_id(r.store_host, r.phys_offsets[0]) if len(r.phys_offsets) == 1
-                              else ",".join(ids.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64))))
+    offset_msg_id = LazyField(
+        lambda r: (
+            ids.offset_msg_id(r.store_host, r.phys_offsets[0])
+            if len(r.phys_offsets) == 1
+            else ",".join(ids.offset_msg_ids(r.store_host, np.asarray(r.phys_offsets, np.int64)))
+        )
+    )
 
-    _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count",
-               "phys_offsets")
+    _FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "store_timestamp", "count", "phys_offsets")
 
     def __repr__(self) -> str:
         return fields_repr(type(self).__name__, self._repr_parts())
@@ -292,18 +350,26 @@ class SendResult(ByValue, _ResultBase):
     def _repr_parts(self) -> list[tuple[str, Any]]:
         """Status, id(s), queue and offset(s); a batch's ids cut to the first few."""
         if self.count == 1:
-            return [("status", Raw(self.status.name)), ("msg_id", self.msg_id), ("queue", self.queue),
-                    ("queue_offset", self.queue_offset)]
-        return [("status", Raw(self.status.name)), ("count", self.count),
-                ("msg_id", items_repr(self.msg_id.split(","), "ids")), ("queue", self.queue),
-                ("queue_offset", span(self.queue_offset, self.queue_offset + self.count - 1))]
+            return [
+                ("status", Raw(self.status.name)),
+                ("msg_id", self.msg_id),
+                ("queue", self.queue),
+                ("queue_offset", self.queue_offset),
+            ]
+        return [
+            ("status", Raw(self.status.name)),
+            ("count", self.count),
+            ("msg_id", items_repr(self.msg_id.split(","), "ids")),
+            ("queue", self.queue),
+            ("queue_offset", span(self.queue_offset, self.queue_offset + self.count - 1)),
+        ]
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and copy by slot names, the same with and without extensions (plus a subclass's
         own slots and attributes). The lazy ids are made first: UNSET would not survive a
         pickle, nor would the function that makes a batch's ids."""
         names = list(_ResultFields.__slots__)
-        for klass in type(self).__mro__[:type(self).__mro__.index(SendResult)]:
+        for klass in type(self).__mro__[: type(self).__mro__.index(SendResult)]:
             slots = klass.__dict__.get("__slots__", ())
             names.extend((slots,) if isinstance(slots, str) else slots)
         state = {name: getattr(self, name) for name in names if hasattr(self, name)}
@@ -318,14 +384,23 @@ class SendResult(ByValue, _ResultBase):
             setattr(self, name, value)
 
 
-def _split_results(cls: type[SendResult], status: SendStatus, uniqs: Sequence[str], queue: MessageQueue,
-                  queue_offset: int, store_timestamp: int, phys_offsets: Sequence[int],
-                  store_host: int) -> list[SendResult]:
+def _split_results(
+    cls: type[SendResult],
+    status: SendStatus,
+    uniqs: Sequence[str],
+    queue: MessageQueue,
+    queue_offset: int,
+    store_timestamp: int,
+    phys_offsets: Sequence[int],
+    store_host: int,
+) -> list[SendResult]:
     """One SendResult per message of an answered batch (``uniqs[i]`` its id, stored at
     ``queue_offset + i`` and ``phys_offsets[i]``): the reader thread's work per auto-batched
     message, compiled in ``_message.split_results`` (no ``__init__`` call per result)."""
-    return [cls(status, uniq, None, queue, queue_offset + i, store_timestamp, 1, [p], store_host)
-            for i, (uniq, p) in enumerate(zip(uniqs, phys_offsets))]
+    return [
+        cls(status, uniq, None, queue, queue_offset + i, store_timestamp, 1, [p], store_host)
+        for i, (uniq, p) in enumerate(zip(uniqs, phys_offsets))
+    ]
 
 
 split_results = _speedups.pick("_message", "split_results", _split_results)

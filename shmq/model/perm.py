@@ -2,6 +2,7 @@
 
 One definition for the broker's topic table, the admin client and the consumers, which read
 the store files directly and so check the read bit themselves."""
+
 from __future__ import annotations
 
 PERM_INHERIT = 1

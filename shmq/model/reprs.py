@@ -1,6 +1,7 @@
 """Short reprs for the objects a user prints: a message's body cut to its first bytes, a list
 cut to its first items, offsets as a range. A pulled batch holds commitlog mappings of 100+ MB
 and a batch send thousands of ids: their full repr floods a terminal."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -43,13 +44,23 @@ def span(first: int, last: int) -> Raw:
 def fields_repr(name: str, parts: Iterable[tuple[str, Any]]) -> str:
     """`name(key=value, ...)` of the parts whose value is not None: a Raw value as it is,
     anything else through repr()."""
-    return f"{name}(" + ", ".join(f"{k}={v}" if isinstance(v, Raw) else f"{k}={v!r}"
-                                  for k, v in parts if v is not None) + ")"
+    return (
+        f"{name}("
+        + ", ".join(f"{k}={v}" if isinstance(v, Raw) else f"{k}={v!r}" for k, v in parts if v is not None)
+        + ")"
+    )
 
 
 def client_repr(kind: str, group: str, broker: str, running: bool, topics: Iterable[str] = ()) -> str:
     """A producer's or consumer's repr: its group, broker, whether it runs, the topics it
     subscribed (the retry and other system topics it adds itself left out)."""
     shown = sorted(t for t in topics if not is_system_topic(t))
-    return fields_repr(kind, (("group", group), ("broker", broker), ("topics", shown or None),
-                              ("state", Raw("running" if running else "stopped"))))
+    return fields_repr(
+        kind,
+        (
+            ("group", group),
+            ("broker", broker),
+            ("topics", shown or None),
+            ("state", Raw("running" if running else "stopped")),
+        ),
+    )

@@ -7,6 +7,7 @@ records live under ``RMQ_SYS_TRANS_HALF_TOPIC`` / ``RMQ_SYS_TRANS_OP_HALF_TOPIC`
 group's redeliveries go to ``%RETRY%<group>`` and its dead letters to ``%DLQ%<group>``.
 Clients may write only the trace topic (trace records are sent by clients, as in RocketMQ).
 """
+
 from __future__ import annotations
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"

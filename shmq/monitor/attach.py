@@ -6,6 +6,7 @@ removes it), so a segment that opens is not proof of a broker: its liveness sema
 mapping is dropped and the name opened again on each ``sample``, which finds the new
 broker's segment once it serves. Nothing here writes to the segment.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,10 @@ class Attachment:
                 self._attach()
             assert self.reader is not None and self.alive is not None
             if not self.alive.is_alive():
-                raise BrokerGoneError(f"broker {self.name!r} (pid {self.reader.view.header[0]['broker_pid']}) "
-                                      "is gone: its liveness semaphore is released")
+                raise BrokerGoneError(
+                    f"broker {self.name!r} (pid {self.reader.view.header[0]['broker_pid']}) "
+                    "is gone: its liveness semaphore is released"
+                )
             snap = take(self.reader, self.name, self.watch)
         except (BrokerNotFoundError, BrokerGoneError) as e:
             self._detach(str(e))

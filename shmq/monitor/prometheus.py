@@ -17,6 +17,7 @@ A value the broker does not report (disk ratio before the first health tick, the
 of an ASYNC_FLUSH broker, replica lag without replicas, psutil fields it could not read) is
 left out rather than written as 0, as the format expects for unknown values.
 """
+
 from __future__ import annotations
 
 import math
@@ -111,58 +112,124 @@ def families(snap: Snapshot) -> list[Family]:
             f.add(value, broker=name, **labels)
         out.append(f)
 
-    one("shmq_broker_info", "gauge", "The broker's role and version (value always 1)", 1,
-        role=b.role, version=b.version)
-    one("shmq_broker_start_time_seconds", "gauge", "When the broker started, seconds since the epoch",
-        b.started_ms / 1000)
+    one(
+        "shmq_broker_info", "gauge", "The broker's role and version (value always 1)", 1, role=b.role, version=b.version
+    )
+    one(
+        "shmq_broker_start_time_seconds",
+        "gauge",
+        "When the broker started, seconds since the epoch",
+        b.started_ms / 1000,
+    )
     one("shmq_broker_uptime_seconds", "gauge", "Seconds since the broker started", snap.uptime_s)
     one("shmq_broker_messages_in_total", "counter", "Messages put since the broker started", b.msgs_in)
     one("shmq_broker_bytes_in_total", "counter", "Message bytes put since the broker started", b.bytes_in)
-    one("shmq_busy_rejections_total", "counter",
-        "Sends refused with BrokerBusy (flow control) since the broker started", b.busy_rejections)
+    one(
+        "shmq_busy_rejections_total",
+        "counter",
+        "Sends refused with BrokerBusy (flow control) since the broker started",
+        b.busy_rejections,
+    )
     one("shmq_commitlog_max_offset_bytes", "gauge", "The commitlog's end (bytes ever written)", b.max_phy_offset)
     one("shmq_commitlog_min_offset_bytes", "gauge", "The commitlog's first byte still on disk", b.min_phy_offset)
-    one("shmq_flush_lag_bytes", "gauge", "Commitlog bytes written but not yet flushed (SYNC_FLUSH brokers)",
-        b.flush_lag if b.flush_offset >= 0 else None)
-    one("shmq_disk_used_ratio", "gauge", "Used fraction of the store's disk",
-        b.disk_used_ratio if b.disk_used_ratio >= 0 else None)
-    one("shmq_disk_warning_ratio", "gauge",
+    one(
+        "shmq_flush_lag_bytes",
+        "gauge",
+        "Commitlog bytes written but not yet flushed (SYNC_FLUSH brokers)",
+        b.flush_lag if b.flush_offset >= 0 else None,
+    )
+    one(
+        "shmq_disk_used_ratio",
+        "gauge",
+        "Used fraction of the store's disk",
+        b.disk_used_ratio if b.disk_used_ratio >= 0 else None,
+    )
+    one(
+        "shmq_disk_warning_ratio",
+        "gauge",
         "Disk used ratio above which the broker refuses sends (diskMaxUsedSpaceRatio)",
-        b.disk_warning_ratio if b.health_ms else None)
-    one("shmq_disk_clean_ratio", "gauge", "Disk used ratio above which old commitlog files are deleted at once",
-        b.disk_clean_ratio if b.health_ms else None)
+        b.disk_warning_ratio if b.health_ms else None,
+    )
+    one(
+        "shmq_disk_clean_ratio",
+        "gauge",
+        "Disk used ratio above which old commitlog files are deleted at once",
+        b.disk_clean_ratio if b.health_ms else None,
+    )
     one("shmq_delay_backlog_messages", "gauge", "Delay-level messages not yet due", b.delay_backlog)
     one("shmq_timer_backlog_messages", "gauge", "Timer (deliver-at) messages not yet due", b.timer_backlog)
-    one("shmq_half_backlog_messages", "gauge", "Transaction half messages not yet committed or rolled back",
-        b.half_backlog)
+    one(
+        "shmq_half_backlog_messages",
+        "gauge",
+        "Transaction half messages not yet committed or rolled back",
+        b.half_backlog,
+    )
     one("shmq_dlq_messages", "gauge", "Messages stored in all dead-letter queues (%DLQ% topics)", b.dlq_messages)
     one("shmq_replicas", "gauge", "Replicas attached to this master", b.replicas if b.role != "SLAVE" else None)
-    one("shmq_replicas_in_sync", "gauge", "Replicas within haMaxGapNotInSync of this master",
-        b.replicas_in_sync if b.role != "SLAVE" else None)
-    one("shmq_replica_lag_bytes", "gauge",
-        "Bytes the best replica is behind (master), or this replica is behind its master", b.replica_lag)
+    one(
+        "shmq_replicas_in_sync",
+        "gauge",
+        "Replicas within haMaxGapNotInSync of this master",
+        b.replicas_in_sync if b.role != "SLAVE" else None,
+    )
+    one(
+        "shmq_replica_lag_bytes",
+        "gauge",
+        "Bytes the best replica is behind (master), or this replica is behind its master",
+        b.replica_lag,
+    )
     p = snap.process
-    one("shmq_broker_cpu_seconds_total", "counter", "CPU seconds (user + system) the broker process used",
-        p.cpu_seconds)
+    one(
+        "shmq_broker_cpu_seconds_total", "counter", "CPU seconds (user + system) the broker process used", p.cpu_seconds
+    )
     one("shmq_broker_resident_memory_bytes", "gauge", "The broker process's resident set size", p.rss)
     one("shmq_broker_threads", "gauge", "Threads of the broker process", p.threads)
 
     topics = sorted(snap.topics.values(), key=lambda t: t.topic)
-    per("shmq_topic_messages_in_total", "counter", "Messages put into the topic since the broker started",
-        [({"topic": t.topic}, t.msgs_in) for t in topics])
-    per("shmq_topic_bytes_in_total", "counter", "Message bytes put into the topic since the broker started",
-        [({"topic": t.topic}, t.bytes_in) for t in topics])
-    per("shmq_topic_max_offset", "gauge", "Sum of the topic's queue max offsets (messages ever put)",
-        [({"topic": t.topic}, t.max_offset) for t in topics])
-    per("shmq_topic_min_offset", "gauge", "Sum of the topic's queue min offsets (messages deleted with old files)",
-        [({"topic": t.topic}, sum(q.min_offset for q in t.queues)) for t in topics])
-    per("shmq_topic_messages_stored", "gauge", "Messages of the topic still stored (max - min offset over its queues)",
-        [({"topic": t.topic}, t.messages) for t in topics])
-    per("shmq_topic_queues", "gauge", "The topic's write queues", [({"topic": t.topic}, t.write_queue_nums) for t in topics])
+    per(
+        "shmq_topic_messages_in_total",
+        "counter",
+        "Messages put into the topic since the broker started",
+        [({"topic": t.topic}, t.msgs_in) for t in topics],
+    )
+    per(
+        "shmq_topic_bytes_in_total",
+        "counter",
+        "Message bytes put into the topic since the broker started",
+        [({"topic": t.topic}, t.bytes_in) for t in topics],
+    )
+    per(
+        "shmq_topic_max_offset",
+        "gauge",
+        "Sum of the topic's queue max offsets (messages ever put)",
+        [({"topic": t.topic}, t.max_offset) for t in topics],
+    )
+    per(
+        "shmq_topic_min_offset",
+        "gauge",
+        "Sum of the topic's queue min offsets (messages deleted with old files)",
+        [({"topic": t.topic}, sum(q.min_offset for q in t.queues)) for t in topics],
+    )
+    per(
+        "shmq_topic_messages_stored",
+        "gauge",
+        "Messages of the topic still stored (max - min offset over its queues)",
+        [({"topic": t.topic}, t.messages) for t in topics],
+    )
+    per(
+        "shmq_topic_queues",
+        "gauge",
+        "The topic's write queues",
+        [({"topic": t.topic}, t.write_queue_nums) for t in topics],
+    )
 
     groups = sorted(snap.groups.values(), key=lambda g: g.name)
-    per("shmq_group_members", "gauge", "Consumers attached in the group",
-        [({"group": g.name}, g.members) for g in groups])
+    per(
+        "shmq_group_members",
+        "gauge",
+        "Consumers attached in the group",
+        [({"group": g.name}, g.members) for g in groups],
+    )
     lag: list[tuple[dict[str, str], float | None]] = []
     committed: list[tuple[dict[str, str], float | None]] = []
     for g in groups:
@@ -172,12 +239,20 @@ def families(snap: Snapshot) -> list[Family]:
             lag.append((labels, sum(g.lag_by_queue.get(k, 0) for k in keys)))
             committed.append((labels, sum(g.committed[k] for k in keys)))
     per("shmq_group_lag", "gauge", "Messages of the topic the group has not committed yet (its backlog)", lag)
-    per("shmq_group_committed_offset", "gauge", "Sum of the group's committed offsets over the topic's queues",
-        committed)
+    per(
+        "shmq_group_committed_offset",
+        "gauge",
+        "Sum of the group's committed offsets over the topic's queues",
+        committed,
+    )
 
     roles = sorted({c.role for c in snap.clients} | {"producer", "consumer"})
-    per("shmq_clients", "gauge", "Attached clients by role",
-        [({"role": r}, sum(1 for c in snap.clients if c.role == r)) for r in roles])
+    per(
+        "shmq_clients",
+        "gauge",
+        "Attached clients by role",
+        [({"role": r}, sum(1 for c in snap.clients if c.role == r)) for r in roles],
+    )
     fills: list[tuple[dict[str, str], float | None]] = []
     for r in roles:
         mine = [c for c in snap.clients if c.role == r]

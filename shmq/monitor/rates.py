@@ -12,14 +12,15 @@ queues (two groups reading a topic count twice, as a broker's "messages out" doe
 segment has no byte counter for consumption, so out MB/s is estimated as out msgs/s times
 the topic's mean message size since the broker started (bytes in / messages in).
 """
+
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from shmq.monitor.snapshot import Snapshot
-import itertools
 
 HISTORY = 60
 """Snapshots kept: a minute of sparkline at the default 1 s interval."""
@@ -84,8 +85,9 @@ class History:
 def restarted(before: Snapshot, after: Snapshot) -> bool:
     """True when ``after`` comes from another broker life than ``before``."""
     a, b = before.broker, after.broker
-    return (a.pid != b.pid or a.started_ms != b.started_ms or b.msgs_in < a.msgs_in
-            or after.monotonic <= before.monotonic)
+    return (
+        a.pid != b.pid or a.started_ms != b.started_ms or b.msgs_in < a.msgs_in or after.monotonic <= before.monotonic
+    )
 
 
 def _per_second(before: int, after: int, seconds: float) -> float:
@@ -120,8 +122,11 @@ def _pair(a: Snapshot, b: Snapshot) -> dict[str, tuple[float, float, float]]:
     for name, tb in b.topics.items():
         ta = a.topics.get(name)
         msgs, size = (ta.msgs_in, ta.bytes_in) if ta is not None else (0, 0)  # created in between: from 0
-        rows[name] = (_per_second(msgs, tb.msgs_in, seconds), _per_second(size, tb.bytes_in, seconds),
-                      consumed.get(name, 0) / seconds)
+        rows[name] = (
+            _per_second(msgs, tb.msgs_in, seconds),
+            _per_second(size, tb.bytes_in, seconds),
+            consumed.get(name, 0) / seconds,
+        )
     return rows
 
 
@@ -132,8 +137,9 @@ def _topic_rates(snaps: Sequence[Snapshot]) -> dict[str, TopicRate]:
         series = [p.get(name, (0.0, 0.0, 0.0)) for p in pairs]
         in_msgs, in_bytes, out_msgs = series[-1] if series else (0.0, 0.0, 0.0)
         mean_size = t.bytes_in / t.msgs_in if t.msgs_in else 0.0
-        out[name] = TopicRate(in_msgs, in_bytes, out_msgs, out_msgs * mean_size,
-                              tuple(s[0] for s in series), tuple(s[2] for s in series))
+        out[name] = TopicRate(
+            in_msgs, in_bytes, out_msgs, out_msgs * mean_size, tuple(s[0] for s in series), tuple(s[2] for s in series)
+        )
     return out
 
 
@@ -165,5 +171,4 @@ def rates(snaps: Sequence[Snapshot]) -> Rates:
         in_msgs = _per_second(a.broker.msgs_in, last.broker.msgs_in, seconds)
         in_bytes = _per_second(a.broker.bytes_in, last.broker.bytes_in, seconds)
         busy = _per_second(a.broker.busy_rejections, last.broker.busy_rejections, seconds)
-    return Rates(in_msgs, in_bytes, busy, _topic_rates(snaps),
-                 {g: _group_rate(snaps, g) for g in last.groups})
+    return Rates(in_msgs, in_bytes, busy, _topic_rates(snaps), {g: _group_rate(snaps, g) for g in last.groups})

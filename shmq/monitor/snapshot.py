@@ -5,6 +5,7 @@ process), so neither can slow it down: the segment is copied in one seqlock read
 of a few MiB) and parsed here, off the broker's clock. ``snapshot_of`` is pure over a
 ``StateView`` so it is tested on hand-made tables; ``take`` adds the mapping and psutil.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,6 +17,7 @@ import numpy as np
 from shmq.broker.health import ROLE_NAMES
 from shmq.client.admin_state import ClientInfo, TopicStatus, all_topics, clients
 from shmq.ring.state import StateReader, StateView
+
 
 @dataclass(frozen=True)
 class GroupRow:
@@ -114,8 +116,9 @@ def _name(raw: bytes) -> str:
     return bytes(raw).decode("utf-8", "replace")
 
 
-def snapshot_of(v: StateView, name: str, taken_ms: int, monotonic: float,
-                process: ProcessRow | None = None) -> Snapshot:
+def snapshot_of(
+    v: StateView, name: str, taken_ms: int, monotonic: float, process: ProcessRow | None = None
+) -> Snapshot:
     """Parse a consistent copy of the state segment (``StateReader.snapshot``) into a ``Snapshot``."""
     h, s = v.header[0], v.stats[0]
     topics = all_topics(v)
@@ -138,16 +141,39 @@ def snapshot_of(v: StateView, name: str, taken_ms: int, monotonic: float,
     for row in np.flatnonzero(v.groups["used"] != 0):
         g = v.groups[row]
         gname = _name(g["name"])
-        groups[gname] = GroupRow(gname, bool(g["model"]), int(g["members"]), int(g["version"]),
-                                 committed.get(int(row), {}), lags.get(int(row), {}))
+        groups[gname] = GroupRow(
+            gname,
+            bool(g["model"]),
+            int(g["members"]),
+            int(g["version"]),
+            committed.get(int(row), {}),
+            lags.get(int(row), {}),
+        )
     broker = BrokerRow(
-        int(h["broker_pid"]), int(h["started_ms"]), _name(h["store_dir"]), ROLE_NAMES.get(int(s["role"]), "?"),
-        _name(s["version"]), int(s["health_ms"]), int(s["msgs_in"]), int(s["bytes_in"]), int(s["busy_rejections"]),
-        int(s["min_phy_offset"]), int(s["max_phy_offset"]), int(s["flush_offset"]),
-        float(s["disk_used_ratio"]) if int(s["health_ms"]) else -1.0, float(s["disk_warning_ratio"]),
-        float(s["disk_clean_ratio"]), int(s["delay_backlog"]), int(s["timer_backlog"]), int(s["half_backlog"]),
-        int(s["dlq_messages"]), int(s["replicas"]), int(s["replicas_in_sync"]), int(s["replica_offset"]),
-        int(s["master_offset"]))
+        int(h["broker_pid"]),
+        int(h["started_ms"]),
+        _name(h["store_dir"]),
+        ROLE_NAMES.get(int(s["role"]), "?"),
+        _name(s["version"]),
+        int(s["health_ms"]),
+        int(s["msgs_in"]),
+        int(s["bytes_in"]),
+        int(s["busy_rejections"]),
+        int(s["min_phy_offset"]),
+        int(s["max_phy_offset"]),
+        int(s["flush_offset"]),
+        float(s["disk_used_ratio"]) if int(s["health_ms"]) else -1.0,
+        float(s["disk_warning_ratio"]),
+        float(s["disk_clean_ratio"]),
+        int(s["delay_backlog"]),
+        int(s["timer_backlog"]),
+        int(s["half_backlog"]),
+        int(s["dlq_messages"]),
+        int(s["replicas"]),
+        int(s["replicas_in_sync"]),
+        int(s["replica_offset"]),
+        int(s["master_offset"]),
+    )
     return Snapshot(name, taken_ms, monotonic, broker, topics, groups, tuple(clients(v)), process or ProcessRow())
 
 
@@ -162,6 +188,7 @@ class ProcessWatch:
     def look(self, pid: int) -> ProcessRow:
         """The process's CPU (since the last look), RSS and threads; empty when gone or not ours to see."""
         import psutil
+
         try:
             if self._process is None or self._process.pid != pid:
                 self._process = psutil.Process(pid)
@@ -169,8 +196,9 @@ class ProcessWatch:
             p = self._process
             with p.oneshot():
                 times = p.cpu_times()
-                return ProcessRow(p.cpu_percent(None), p.memory_info().rss, p.num_threads(),
-                                  round(times.user + times.system, 2))  # clock ticks: 10 ms
+                return ProcessRow(
+                    p.cpu_percent(None), p.memory_info().rss, p.num_threads(), round(times.user + times.system, 2)
+                )  # clock ticks: 10 ms
         except (psutil.Error, OSError):
             self._process = None
             return ProcessRow()

@@ -11,6 +11,7 @@ adaptive window (yielding the CPU), then parks on its doorbell; while busy it ma
 call per message. Loop counters (passes, parks, doorbell posts, group-commit waits) are logged
 at shutdown.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -97,7 +98,7 @@ class BrokerController:
 
     # ------------------------------------------------------------------ start / stop
 
-    def start(self) -> "BrokerController":
+    def start(self) -> BrokerController:
         """Take the name and the store, remove a crashed predecessor's leftovers, create the IPC objects.
 
         A start that fails leaves nothing behind: the store is closed again and every IPC
@@ -132,8 +133,9 @@ class BrokerController:
     def _claim_name(self) -> None:
         """Refuse a name or store whose objects belong to another user, or a live broker of this
         name; then remove what a crashed predecessor of ours left."""
-        refuse_squatters(self.name, [("msg", sysv_key(self.store_dir, "control")),
-                                     ("sem", sysv_key(self.store_dir, "alive"))])
+        refuse_squatters(
+            self.name, [("msg", sysv_key(self.store_dir, "control")), ("sem", sysv_key(self.store_dir, "alive"))]
+        )
         try:
             old = StateReader.open(self.name)
         except BrokerNotFoundError:
@@ -147,8 +149,9 @@ class BrokerController:
             store = bytes(h["store_dir"]).rstrip(b"\0").decode(errors="replace")
             old.close()
             if Watch(alive_key).is_alive():
-                raise BrokerRunningError(f"a broker named {self.name!r} is already running (store {store}); "
-                                         "stop it or pick another --name")
+                raise BrokerRunningError(
+                    f"a broker named {self.name!r} is already running (store {store}); stop it or pick another --name"
+                )
         removed = reclaim_dead_broker(self.name, self.store_dir)
         if removed:
             log.info("removed leftovers of a crashed broker %r: %s", self.name, ", ".join(removed))
@@ -166,8 +169,9 @@ class BrokerController:
             self.control = ControlQueue.create(control_key)
             undo.callback(self.control.remove)
             # rotates to a new name when flooded (_bell_rotated tells the clients)
-            self.bell: Doorbell = RotatingBell.create_rotating(lambda gen: broker_bell_name(self.name, gen),
-                                                               self._bell_rotated)
+            self.bell: Doorbell = RotatingBell.create_rotating(
+                lambda gen: broker_bell_name(self.name, gen), self._bell_rotated
+            )
             undo.callback(self.bell.unlink)
             undo.callback(self.bell.close)
             if self.config.is_master:  # before the state segment: a broker seen running has it
@@ -177,8 +181,9 @@ class BrokerController:
                 undo.callback(self.ha.close)
                 if self.core.replica is not None:
                     self.core.replica.source = self.ha
-            self.state = StateWriter.create(self.name, self.store_dir, control_key, alive_key,
-                                            shm_gid=self.config.group_id())
+            self.state = StateWriter.create(
+                self.name, self.store_dir, control_key, alive_key, shm_gid=self.config.group_id()
+            )
             undo.callback(self.state.unlink)
             undo.callback(self.state.close)
             self.control_plane = ControlPlane(self, self.control, self.state.view.layout.clients)
@@ -231,17 +236,34 @@ class BrokerController:
             self.store = None
             self.liveness.release()
         st = core.stats
-        log.info("broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
-                 "%d spins that found work, %d client doorbell posts", self.name, st["frames"], st["busy_passes"],
-                 st["parks"], st["park_timeouts"], st["spin_hits"], st["posts"])
+        log.info(
+            "broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
+            "%d spins that found work, %d client doorbell posts",
+            self.name,
+            st["frames"],
+            st["busy_passes"],
+            st["parks"],
+            st["park_timeouts"],
+            st["spin_hits"],
+            st["posts"],
+        )
         if core.replica is not None:
-            log.info("SYNC_MASTER: %d answers waited for a replica (%.1f us on average), %d timed out "
-                     "(FLUSH_SLAVE_TIMEOUT), %d found no replica in sync (SLAVE_NOT_AVAILABLE), %d dropped",
-                     st["replica_waits"], st["replica_wait_ns"] / max(1, st["replica_acked"]) / 1000,
-                     st["replica_timeouts"], st["slave_not_available"], st["replica_dropped"])
+            log.info(
+                "SYNC_MASTER: %d answers waited for a replica (%.1f us on average), %d timed out "
+                "(FLUSH_SLAVE_TIMEOUT), %d found no replica in sync (SLAVE_NOT_AVAILABLE), %d dropped",
+                st["replica_waits"],
+                st["replica_wait_ns"] / max(1, st["replica_acked"]) / 1000,
+                st["replica_timeouts"],
+                st["slave_not_available"],
+                st["replica_dropped"],
+            )
         if st["group_commits"]:
-            log.info("group commit: %d answers in %d flushes, %.1f us per flush on average",
-                     st["flushed_answers"], st["group_commits"], st["group_commit_ns"] / st["group_commits"] / 1000)
+            log.info(
+                "group commit: %d answers in %d flushes, %.1f us per flush on average",
+                st["flushed_answers"],
+                st["group_commits"],
+                st["group_commit_ns"] / st["group_commits"] / 1000,
+            )
 
     # ------------------------------------------------------------------ loop
 
@@ -297,8 +319,9 @@ class BrokerController:
                 continue
             try:
                 stats["parks"] += 1
-                timeout = IDLE_PARK_S if core.replica is None else \
-                    core.replica.park_timeout(IDLE_PARK_S, time.monotonic_ns())
+                timeout = (
+                    IDLE_PARK_S if core.replica is None else core.replica.park_timeout(IDLE_PARK_S, time.monotonic_ns())
+                )
                 if core.services:
                     timeout = core.idle_timeout(timeout, next_tick - time.monotonic_ns())
                 if park(self._has_work, self._flags_to_park(), self.bell, timeout, spin=0.0, ring_ends=True):
@@ -405,7 +428,7 @@ class BrokerController:
                 k = ring.write_packed(payload, _RESULT_FRAME_BYTES)
                 wrote = wrote or k > 0
                 if k * _RESULT_FRAME_BYTES < len(payload):
-                    out[0] = (PACKED, payload[k * _RESULT_FRAME_BYTES:])  # the ring is full
+                    out[0] = (PACKED, payload[k * _RESULT_FRAME_BYTES :])  # the ring is full
                     break
                 out.popleft()
             elif ring.try_write(kind, payload):
@@ -477,8 +500,9 @@ class BrokerController:
 
     def _publish_fill(self) -> None:
         if self.clients:
-            self.publisher.client_fill({
-                c.client_id: (c.channel.requests.used(), c.channel.responses.used()) for c in self.clients.values()})
+            self.publisher.client_fill(
+                {c.client_id: (c.channel.requests.used(), c.channel.responses.used()) for c in self.clients.values()}
+            )
 
 
 def _next_spin(gap_ns: int) -> int:
@@ -494,12 +518,17 @@ def _raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def run_broker(store_dir: str, name: str = "default", config: Any = None,
-               controller_class: type[BrokerController] = BrokerController) -> int:
+def run_broker(
+    store_dir: str,
+    name: str = "default",
+    config: Any = None,
+    controller_class: type[BrokerController] = BrokerController,
+) -> int:
     """Entry point of `shmq broker` (``controller_class`` ReplicaController: `shmq replica`): serve
     until SIGTERM/SIGINT; exit status 0, or 2 on a start error."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s broker[{name}] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s broker[{name}] %(levelname)s %(message)s"
+    )
     _raise_open_file_limit()
     try:
         controller = controller_class(store_dir, name, config).start()
@@ -510,7 +539,13 @@ def run_broker(store_dir: str, name: str = "default", config: Any = None,
         log.exception("unexpected error while starting")
         print(f"shmq broker: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    log.info("serving store %s as broker %r (pid %d, %s, %s)", controller.store_dir, name, os.getpid(),
-             controller.config.flush_disk_type, controller.config.broker_role)
+    log.info(
+        "serving store %s as broker %r (pid %d, %s, %s)",
+        controller.store_dir,
+        name,
+        os.getpid(),
+        controller.config.flush_disk_type,
+        controller.config.broker_role,
+    )
     controller.serve_forever()
     return 0

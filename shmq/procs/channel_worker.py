@@ -11,6 +11,7 @@ visible once its client left the state table; the unmapping that frees its pages
 
 A finished attach rings the broker's doorbell, so a parked loop collects it at once.
 """
+
 from __future__ import annotations
 
 import logging

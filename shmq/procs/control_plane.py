@@ -20,6 +20,7 @@ the others:
   its semaphore has a key of this broker's family (``client_keys``), and the family's
   semaphores whose holder is gone are removed at start, every ``REAP_S`` and at stop.
 """
+
 from __future__ import annotations
 
 import logging
@@ -148,8 +149,11 @@ class ControlPlane:
         self._flush(now)
         n = 0
         # requests wait in the queue while replies wait for room, or this poll used its time
-        while (n < MAX_REQUESTS_PER_POLL and self._pending_count < MAX_PENDING
-               and (n == 0 or time.monotonic() - now < BUDGET_S)):
+        while (
+            n < MAX_REQUESTS_PER_POLL
+            and self._pending_count < MAX_PENDING
+            and (n == 0 or time.monotonic() - now < BUDGET_S)
+        ):
             try:
                 req = self.queue.recv_request(0)
             except ControlProtocolError as e:
@@ -193,8 +197,12 @@ class ControlPlane:
         """The attached client ``client_id`` if ``secret`` is its channel's; None if it is not attached."""
         c = self.host.clients.get(client_id)
         if c is not None and secret != c.channel.secret:
-            self._refused.warn("refused %s for client %d (pid %d): wrong channel secret (not sent by the channel's "
-                               "owner)", what, client_id, c.pid)
+            self._refused.warn(
+                "refused %s for client %d (pid %d): wrong channel secret (not sent by the channel's owner)",
+                what,
+                client_id,
+                c.pid,
+            )
             raise ValueError(f"{what} for client {client_id} refused: the request does not carry its channel's secret")
         return c
 
@@ -214,7 +222,9 @@ class ControlPlane:
         if not watch.is_alive():
             raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held")
         if watch.holder_pid() != req.pid:
-            raise ValueError(f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held by pid {req.pid}")
+            raise ValueError(
+                f"client {req.client_id}: liveness semaphore {req.alive_key:#x} is not held by pid {req.pid}"
+            )
         self._check_limits(req.pid, rb)
         m = Making(req, watch, secrets.randbits(63) + 1, host.name, host.bell)
         self._worker.make(m)
@@ -231,8 +241,9 @@ class ControlPlane:
                 self._queue_reply(_error_reply(req, m.error), now)
                 continue
             if not m.watch.is_alive():
-                log.info("client %d (pid %d) died or gave up while its channel was made: removed it",
-                         req.client_id, req.pid)
+                log.info(
+                    "client %d (pid %d) died or gave up while its channel was made: removed it", req.client_id, req.pid
+                )
                 self.retire(m.channel)
                 m.watch.remove()
                 continue
@@ -246,8 +257,17 @@ class ControlPlane:
     def _register(self, m: Making, channel: Channel) -> dict[str, str | int]:
         host, req = self.host, m.req
         info = req.info
-        c = Client(req.client_id, req.pid, str(info.get("role", "producer")), info.get("group"), m.watch.key, now_ms(),
-                   channel=channel, watch=m.watch, ring_bytes=req.ring_bytes)
+        c = Client(
+            req.client_id,
+            req.pid,
+            str(info.get("role", "producer")),
+            info.get("group"),
+            m.watch.key,
+            now_ms(),
+            channel=channel,
+            watch=m.watch,
+            ring_bytes=req.ring_bytes,
+        )
         host.clients[req.client_id] = c
         try:
             host._rebuild_park_flags()
@@ -286,17 +306,24 @@ class ControlPlane:
         cfg, clients, making = self.host.config, self.host.clients.values(), self._making.values()
         n = len(self.host.clients) + len(self._making)
         if n >= self.max_channels:
-            raise ValueError(f"{n} clients are attached, the most this broker "
-                             f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})")
+            raise ValueError(
+                f"{n} clients are attached, the most this broker "
+                f"takes (maxChannels={cfg.max_channels}, state table {self.max_channels})"
+            )
         mine = sum(1 for c in clients if c.pid == pid) + sum(1 for m in making if m.req.pid == pid)
         if mine >= cfg.max_clients_per_process:
-            raise ValueError(f"process {pid} already has {mine} channels "
-                             f"(maxClientsPerProcess={cfg.max_clients_per_process})")
-        total = (sum(channel_size(c.ring_bytes) for c in clients) + sum(channel_size(m.req.ring_bytes) for m in making)
-                 + channel_size(ring_bytes))
+            raise ValueError(
+                f"process {pid} already has {mine} channels (maxClientsPerProcess={cfg.max_clients_per_process})"
+            )
+        total = (
+            sum(channel_size(c.ring_bytes) for c in clients)
+            + sum(channel_size(m.req.ring_bytes) for m in making)
+            + channel_size(ring_bytes)
+        )
         if total > cfg.max_ring_bytes_total:
-            raise ValueError(f"channels would hold {total} bytes of shared memory "
-                             f"(maxRingBytesTotal={cfg.max_ring_bytes_total})")
+            raise ValueError(
+                f"channels would hold {total} bytes of shared memory (maxRingBytesTotal={cfg.max_ring_bytes_total})"
+            )
 
     # ------------------------------------------------------------------ replies
 
@@ -306,8 +333,11 @@ class ControlPlane:
         except ValueError as e:
             messages = encode_reply(Reply(reply.client_id, reply.req_id, False, refusal_body(e)))
         if self._pending_count + len(messages) > MAX_PENDING:
-            log.warning("dropped the reply to client %d: %d reply messages already wait for queue room",
-                        reply.client_id, self._pending_count)
+            log.warning(
+                "dropped the reply to client %d: %d reply messages already wait for queue room",
+                reply.client_id,
+                self._pending_count,
+            )
             return
         p = self._pending.get(reply.client_id)
         if p is None:
@@ -387,8 +417,10 @@ class ControlPlane:
 
 def replica_refusal(name: str, config: BrokerConfig) -> str:
     """What a producer attaching to a replica is told: where to send instead."""
-    return (f"broker {name!r} is a replica (brokerRole=SLAVE) of the master at {config.ha_master_address}: it serves "
-            "consumers only; send to the master broker")
+    return (
+        f"broker {name!r} is a replica (brokerRole=SLAVE) of the master at {config.ha_master_address}: it serves "
+        "consumers only; send to the master broker"
+    )
 
 
 def _error_reply(req: Request, e: BaseException | None) -> Reply:

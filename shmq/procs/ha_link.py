@@ -6,11 +6,12 @@ segment (one aligned store) and, only if the sender is parked, wakes it with one
 a busy broker makes no system call for replication. While SYNC_MASTER answers wait the
 ``broker_waiting`` word is 1 and the sender rings the broker's doorbell when an ack advances.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.broker.health import ReplicaHealth
 from shmq.config import BrokerConfig
@@ -28,8 +29,11 @@ def _with_token(store_dir: str, config: BrokerConfig) -> BrokerConfig:
     configured token file cannot be used (the broker refuses to start: one line)."""
     token = master_token(store_dir, config)
     if token.generated:
-        log.info("haAuthToken is not set: generated an HA token in %s (mode 0600); a replica must be given it "
-                    "(copy it to the replica's STORE/config/ha.token)", token.source)
+        log.info(
+            "haAuthToken is not set: generated an HA token in %s (mode 0600); a replica must be given it "
+            "(copy it to the replica's STORE/config/ha.token)",
+            token.source,
+        )
     else:
         log.info("HA sender: replicas must prove the HA token (%s)", token.source)
     return dataclasses.replace(config, ha_auth_token=token.secret, ha_auth_token_file=None)
@@ -82,8 +86,9 @@ class MasterLink:
         """For the monitor: replicas connected, how many within ``haMaxGapNotInSync``, the best acked offset."""
         end = self._log_end()
         replicas = self.segment.replicas()
-        return ReplicaHealth(len(replicas), sum(1 for r in replicas if end - r.acked_offset <= self._max_gap),
-                             self.best_acked(), end)
+        return ReplicaHealth(
+            len(replicas), sum(1 for r in replicas if end - r.acked_offset <= self._max_gap), self.best_acked(), end
+        )
 
     def set_waiting(self, waiting: bool) -> None:
         self.segment.set_broker_waiting(waiting)

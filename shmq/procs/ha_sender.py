@@ -4,6 +4,7 @@ The master broker spawns it (and restarts it if it dies); it can also be run by 
 attaches to a running master's state and HA segments, refuses to run twice for one broker, and
 exits by itself soon after the broker is gone, so it never outlives the log it streams.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,9 @@ class BrokerBell:
         try:
             if self._bell is None:
                 state = self._state
-                self._bell = follow_broker_bell(self._name, lambda: int(state.view.header["bell_gen"][0]),
-                                                state.trust.check_semaphore)
+                self._bell = follow_broker_bell(
+                    self._name, lambda: int(state.view.header["bell_gen"][0]), state.trust.check_semaphore
+                )
             self._bell.ring()
         except (posix_ipc.Error, ShmqError, OSError) as e:  # the broker's park timeout covers a lost post
             log.debug("cannot ring the broker's bell: %s", e)
@@ -77,8 +79,9 @@ def _refusal(store_dir: str, name: str, state: StateReader, ha: HASegment) -> st
 
 def run_ha_sender(store_dir: str, name: str, config: BrokerConfig) -> int:
     """Entry point: serve until the broker dies or SIGTERM/SIGINT; 0, or 2 when it cannot start."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s ha[{name}] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s ha[{name}] %(levelname)s %(message)s"
+    )
     store_dir = os.path.abspath(store_dir)
     try:
         state = StateReader.open(name)
@@ -112,8 +115,9 @@ def run_ha_sender(store_dir: str, name: str, config: BrokerConfig) -> int:
 def _serve(store_dir: str, name: str, config: BrokerConfig, state: StateReader, ha: HASegment) -> int:
     bell = BrokerBell(name, state)
     try:
-        sender = HASender(store_dir, name, config, ha, Watch(int(state.view.header[0]["alive_key"])).is_alive,
-                          bell.ring)
+        sender = HASender(
+            store_dir, name, config, ha, Watch(int(state.view.header[0]["alive_key"])).is_alive, bell.ring
+        )
     except OSError as e:  # the wake-up name is taken: a sender raced us
         bell.close()
         print(f"shmq ha: error: another HA sender serves broker {name!r} ({e.strerror or e})", file=sys.stderr)

@@ -10,6 +10,7 @@ The broker's effective config (it holds haAuthToken) goes to the sender in an an
 file the child inherits (``--config /dev/fd/N``): no file on disk that a killed broker could
 leave behind with the token in it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.config import BrokerConfig
 from shmq.store import files
@@ -59,13 +60,24 @@ class SenderSupervisor:
 
     def start(self, now: int) -> None:
         """Spawn the sender (its output appended to STORE/ha.log); a spawn that fails is retried."""
-        cmd = [sys.executable, "-m", "shmq", "ha", "--store", self.store_dir, "--name", self.name,
-               "--config", self.config_path]
+        cmd = [
+            sys.executable,
+            "-m",
+            "shmq",
+            "ha",
+            "--store",
+            self.store_dir,
+            "--name",
+            self.name,
+            "--config",
+            self.config_path,
+        ]
         try:
             fd = files.open_file(self.log_path, os.O_WRONLY | os.O_APPEND)[0]
             try:
-                self.process = subprocess.Popen(cmd, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL,
-                                                pass_fds=(self._config_fd,))
+                self.process = subprocess.Popen(
+                    cmd, stdout=fd, stderr=fd, stdin=subprocess.DEVNULL, pass_fds=(self._config_fd,)
+                )
             finally:
                 os.close(fd)
         except OSError as e:
@@ -89,8 +101,13 @@ class SenderSupervisor:
             self.process = None
             if (now - self._started_ns) / 1e9 >= STABLE_S:
                 self._backoff = BACKOFF_MIN_S
-            log.warning("HA sender (pid %d) ended: %s; restarting in %.1f s (see %s)", p.pid,
-                        describe_exit(status), self._backoff, self.log_path)
+            log.warning(
+                "HA sender (pid %d) ended: %s; restarting in %.1f s (see %s)",
+                p.pid,
+                describe_exit(status),
+                self._backoff,
+                self.log_path,
+            )
             self._schedule_restart(now)
             return
         if self._restart_at is not None and now >= self._restart_at:

@@ -8,6 +8,7 @@ consumer offsets) waits in a ``ReplicaInbox`` that the loop drains once per pass
 ``BrokerController._pass``), and the client rings the broker's doorbell so a parked loop wakes
 at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,13 +18,13 @@ from typing import Any
 
 from shmq.broker.core import BrokerCore
 from shmq.broker.groups import parse_offsets
+from shmq.broker.health import ReplicaHealth
 from shmq.broker.topics import TopicConfig, topic_from_json
 from shmq.ha import protocol
 from shmq.ha.client import HAClient
 from shmq.ha.served_as import record_served_name
 from shmq.ha.token import replica_token
 from shmq.procs.broker import BrokerController, run_broker
-from shmq.broker.health import ReplicaHealth
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
 from shmq.store.config_files import parse_json, write_json
@@ -127,8 +128,11 @@ def _mirror_topics(core: BrokerCore, text: bytes) -> None:
         changed |= topics.delete(name)
     for name, tc in wanted.items():
         old = topics.get(name)
-        if old is None or (old.read_queue_nums, old.write_queue_nums, old.perm) != \
-                (tc.read_queue_nums, tc.write_queue_nums, tc.perm):
+        if old is None or (old.read_queue_nums, old.write_queue_nums, old.perm) != (
+            tc.read_queue_nums,
+            tc.write_queue_nums,
+            tc.perm,
+        ):
             topics.create_or_update(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, persist=False)
             changed = True
     if changed:
@@ -193,7 +197,7 @@ class ReadOnly:
 class ReplicaController(BrokerController):
     """A BrokerController in role SLAVE with the HA client following its master."""
 
-    def start(self) -> "ReplicaController":
+    def start(self) -> ReplicaController:
         """The master's token is found first (no token: the start is refused in one line, before
         the store opens); the name served is recorded in the store for ``shmq admin promote``."""
         token = replica_token(self.store_dir, self.config)

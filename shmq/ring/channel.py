@@ -16,10 +16,11 @@ attached), and the client follows it when it posts (``FollowingBell``).
 The client can write the whole segment at any time, so the broker never reads the header back:
 it keeps the rings it formatted, and every counter it reads later is checked by the ring.
 """
+
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 import posix_ipc
 
@@ -51,8 +52,9 @@ def broker_bell_name(broker: str, gen: int = 0) -> str:
     return ipc_name(broker, "bell" if gen == 0 else f"bell.{gen}")
 
 
-def follow_broker_bell(broker: str, gen_of: Callable[[], int],
-                       check: Callable[[str], None] | None = None) -> FollowingBell:
+def follow_broker_bell(
+    broker: str, gen_of: Callable[[], int], check: Callable[[str], None] | None = None
+) -> FollowingBell:
     """Open the broker's bell at the generation ``gen_of()`` loads (a channel header, or the
     state segment for a client without a channel), following later rotations; ``check(name)``
     vets each later generation's owner. ``posix_ipc.ExistentialError`` if there is none."""
@@ -67,9 +69,17 @@ def channel_size(ring_bytes: int) -> int:
 class Channel:
     """Both rings and doorbells of one client; the broker creates it, the client opens it."""
 
-    def __init__(self, broker: str, client_id: int, segment: Segment, client_bell: Doorbell,
-                 broker_bell: Doorbell | FollowingBell, owns_broker_bell: bool,
-                 rings: tuple[Ring, Ring] | None = None, secret: int = 0) -> None:
+    def __init__(
+        self,
+        broker: str,
+        client_id: int,
+        segment: Segment,
+        client_bell: Doorbell,
+        broker_bell: Doorbell | FollowingBell,
+        owns_broker_bell: bool,
+        rings: tuple[Ring, Ring] | None = None,
+        secret: int = 0,
+    ) -> None:
         """``rings`` and ``secret``: the broker's freshly formatted (requests, responses) and the
         secret it wrote (never read back from memory the client can change); None: read the header."""
         self.broker = broker
@@ -86,9 +96,9 @@ class Channel:
         if magic != CHANNEL_MAGIC or cid != client_id:
             raise CorruptFrameError(f"{segment.name} is not the channel of client {client_id}")
         layout = RingLayout(capacity)
-        self.requests = Ring(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout)
+        self.requests = Ring(segment.buf[_HEADER_BYTES : _HEADER_BYTES + layout.size], layout)
         second = _HEADER_BYTES + layout.size
-        self.responses = Ring(segment.buf[second:second + layout.size], layout)
+        self.responses = Ring(segment.buf[second : second + layout.size], layout)
 
     @classmethod
     def create(cls, broker: str, client_id: int, ring_bytes: int, broker_bell: Doorbell, secret: int) -> Channel:
@@ -99,9 +109,9 @@ class Channel:
         segment = Segment.create(name, channel_size(ring_bytes))
         rings: list[Ring] = []
         try:
-            rings.append(Ring.create(segment.buf[_HEADER_BYTES:_HEADER_BYTES + layout.size], layout))
+            rings.append(Ring.create(segment.buf[_HEADER_BYTES : _HEADER_BYTES + layout.size], layout))
             second = _HEADER_BYTES + layout.size
-            rings.append(Ring.create(segment.buf[second:second + layout.size], layout))
+            rings.append(Ring.create(segment.buf[second : second + layout.size], layout))
             _HEADER.pack_into(segment.buf, 0, CHANNEL_MAGIC, client_id, ring_bytes, secret)
             _DROPPED.pack_into(segment.buf, _BELL_GEN_AT, broker_bell.gen)
             bell = Doorbell.create(client_bell_name(broker, client_id))
@@ -111,8 +121,16 @@ class Channel:
             segment.close()
             unlink_segment(name)
             raise
-        return cls(broker, client_id, segment, bell, broker_bell, owns_broker_bell=False,
-                   rings=(rings[0], rings[1]), secret=secret)
+        return cls(
+            broker,
+            client_id,
+            segment,
+            bell,
+            broker_bell,
+            owns_broker_bell=False,
+            rings=(rings[0], rings[1]),
+            secret=secret,
+        )
 
     @classmethod
     def open(cls, broker: str, client_id: int, check_bell: Callable[[str], None] | None = None) -> Channel:
@@ -125,8 +143,7 @@ class Channel:
         buf = segment.buf
         try:
             client_bell = Doorbell.open(client_bell_name(broker, client_id))
-            broker_bell = follow_broker_bell(broker, lambda: _DROPPED.unpack_from(buf, _BELL_GEN_AT)[0],
-                                             check_bell)
+            broker_bell = follow_broker_bell(broker, lambda: _DROPPED.unpack_from(buf, _BELL_GEN_AT)[0], check_bell)
         except posix_ipc.ExistentialError:
             segment.close()
             raise BrokerGoneError(f"doorbells of broker {broker!r} are gone") from None

@@ -13,13 +13,14 @@ longer exists (the holder's take, or the kernel's undo when it died; watchers on
 value, which leaves the pid as it was), or when no process ever set or took it (its creator
 died between creating it and setting its value) and it is older than ``unborn_s``.
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import random
 import time
-from typing import Collection
+from collections.abc import Collection
 
 import sysv_ipc
 
@@ -73,8 +74,11 @@ def _rows(base: int) -> list[tuple[int, float, float]]:
             rows = [line.split() for line in f]
     except (OSError, ValueError):  # no /proc (not Linux) or an unknown layout: nothing to find
         return []
-    return [(int(r[k]), float(r[o]), float(r[t])) for r in rows
-            if len(r) > t and in_family(int(r[k]), base) and int(r[n]) == 1 and int(r[u]) == me and int(r[c]) == me]
+    return [
+        (int(r[k]), float(r[o]), float(r[t]))
+        for r in rows
+        if len(r) > t and in_family(int(r[k]), base) and int(r[n]) == 1 and int(r[u]) == me and int(r[c]) == me
+    ]
 
 
 def reap(base: int, unborn_s: float, watched: Collection[int] = ()) -> list[int]:

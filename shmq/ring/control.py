@@ -19,6 +19,7 @@ Anyone on the machine who can open the queue can send anything: ``decode_request
 every field's type and range, so the broker sees only well-formed requests (limits that depend
 on the broker's state and config are checked there).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,9 @@ import json
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import sysv_ipc
 
@@ -184,8 +186,9 @@ def encode_request(req: Request) -> bytes:
         return _pack(OP_ATTACH, 0, req.client_id, req.req_id, body)
     if isinstance(req, Detach):
         return _pack(OP_DETACH, 0, req.client_id, req.req_id, {"secret": req.secret})
-    return _pack(OP_ADMIN, 0, req.client_id, req.req_id, {"command": req.command, "args": req.args,
-                                                          "secret": req.secret})
+    return _pack(
+        OP_ADMIN, 0, req.client_id, req.req_id, {"command": req.command, "args": req.args, "secret": req.secret}
+    )
 
 
 def decode_request(data: bytes) -> Request:
@@ -193,10 +196,16 @@ def decode_request(data: bytes) -> Request:
     op, _, _, _, client_id, req_id = _head(data)
     if not 2 <= client_id < 2**31:
         raise ControlProtocolError(f"client id must be in 2..2**31-1, got {client_id}")
-    body = _json(bytes(data[_HEAD.size:]))
+    body = _json(bytes(data[_HEAD.size :]))
     if op == OP_ATTACH:
-        return Attach(client_id, req_id, _int(body, "pid", 1, MAX_PID), _int(body, "alive_key", 1, 2**31 - 1),
-                      _int(body, "ring_bytes", 1, 2**40), _info(body.get("info", {})))
+        return Attach(
+            client_id,
+            req_id,
+            _int(body, "pid", 1, MAX_PID),
+            _int(body, "alive_key", 1, 2**31 - 1),
+            _int(body, "ring_bytes", 1, 2**40),
+            _info(body.get("info", {})),
+        )
     if op == OP_DETACH:
         return Detach(client_id, req_id, _int(body, "secret", 0, 2**64 - 1, 0))
     if op == OP_ADMIN:
@@ -218,10 +227,12 @@ def encode_reply(reply: Reply) -> list[bytes]:
     if len(text) > MAX_REPLY_BYTES:
         raise ValueError(f"reply of {len(text)} bytes exceeds {MAX_REPLY_BYTES}")
     status = STATUS_OK if reply.ok else STATUS_ERROR
-    pieces = [text[i:i + CHUNK_BYTES] for i in range(0, len(text), CHUNK_BYTES)] or [b""]
+    pieces = [text[i : i + CHUNK_BYTES] for i in range(0, len(text), CHUNK_BYTES)] or [b""]
     last = len(pieces) - 1
-    return [_HEAD.pack(OP_REPLY, VERSION, status, i, last, reply.client_id, reply.req_id) + piece
-            for i, piece in enumerate(pieces)]
+    return [
+        _HEAD.pack(OP_REPLY, VERSION, status, i, last, reply.client_id, reply.req_id) + piece
+        for i, piece in enumerate(pieces)
+    ]
 
 
 @dataclass(frozen=True)
@@ -243,7 +254,7 @@ def decode_reply_chunk(data: bytes) -> ReplyChunk:
         raise ControlProtocolError(f"expected a reply, got op {op}")
     if index > last or last * CHUNK_BYTES > MAX_REPLY_BYTES:
         raise ControlProtocolError(f"reply chunk {index} of 0..{last} (at most {MAX_REPLY_BYTES} bytes)")
-    return ReplyChunk(client_id, req_id, status == STATUS_OK, index, last, bytes(data[_HEAD.size:]))
+    return ReplyChunk(client_id, req_id, status == STATUS_OK, index, last, bytes(data[_HEAD.size :]))
 
 
 def decode_reply(chunks: list[ReplyChunk]) -> Reply:
@@ -350,8 +361,9 @@ class ControlQueue:
                 raise BrokerGoneError("the broker's control queue was removed") from None
             n += 1
 
-    def recv_reply(self, client_id: int, req_id: int, timeout: float | None,
-                   nudge: Callable[[], None] | None = None) -> Reply:
+    def recv_reply(
+        self, client_id: int, req_id: int, timeout: float | None, nudge: Callable[[], None] | None = None
+    ) -> Reply:
         """Client side: the reply to ``req_id``, dropping stale replies to earlier requests.
 
         ``nudge`` runs after each chunk of a long reply (ring the broker's doorbell: it sends

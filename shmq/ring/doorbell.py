@@ -20,13 +20,14 @@ on the new one and unlinks the flooded one. The flood is left in a semaphore nob
 so the waiter's cost is O(1) whatever was posted. Peers post through a ``FollowingBell``, which
 loads the generation after the parked flag (``wake``) and reopens the bell when it changed.
 """
+
 from __future__ import annotations
 
 import errno
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import posix_ipc
 
@@ -128,8 +129,14 @@ class RotatingBell(Doorbell):
     waiter's park timeout (the broker's 20 ms) bounds the delay.
     """
 
-    def __init__(self, sem: posix_ipc.Semaphore, gen: int, name_of: Callable[[int], str],
-                 on_rotate: Callable[[int], None], mode: int) -> None:
+    def __init__(
+        self,
+        sem: posix_ipc.Semaphore,
+        gen: int,
+        name_of: Callable[[int], str],
+        on_rotate: Callable[[int], None],
+        mode: int,
+    ) -> None:
         super().__init__(sem)
         self.gen = gen
         self.rotations = 0
@@ -138,8 +145,9 @@ class RotatingBell(Doorbell):
         self._mode = mode
 
     @classmethod
-    def create_rotating(cls, name_of: Callable[[int], str], on_rotate: Callable[[int], None],
-                        mode: int = MODE) -> RotatingBell:
+    def create_rotating(
+        cls, name_of: Callable[[int], str], on_rotate: Callable[[int], None], mode: int = MODE
+    ) -> RotatingBell:
         """Create generation 0 (``Doorbell.create``'s errors)."""
         first = Doorbell.create(name_of(0), mode)
         return cls(first._sem, 0, name_of, on_rotate, mode)
@@ -165,8 +173,12 @@ class RotatingBell(Doorbell):
                 log.warning("doorbell %s is flooded and no new one can be made (%s); draining it", self.name, e)
                 return False
         else:
-            log.warning("doorbell %s is flooded and generations %d-%d are taken; draining it",
-                        self.name, self.gen + 1, self.gen + ROTATE_TRIES)
+            log.warning(
+                "doorbell %s is flooded and generations %d-%d are taken; draining it",
+                self.name,
+                self.gen + 1,
+                self.gen + ROTATE_TRIES,
+            )
             return False
         old, old_name, flood = self._sem, self.name, self._sem.value
         self._sem, self.name, self.gen = sem, name, gen
@@ -178,8 +190,13 @@ class RotatingBell(Doorbell):
             pass
         old.close()
         if self.rotations & (self.rotations - 1) == 0:  # the 1st, 2nd, 4th, ...: a follower's flood stays one line
-            log.warning("doorbell %s was flooded (%d posts pending): now waiting on %s (rotation %d)",
-                        old_name, flood, name, self.rotations)
+            log.warning(
+                "doorbell %s was flooded (%d posts pending): now waiting on %s (rotation %d)",
+                old_name,
+                flood,
+                name,
+                self.rotations,
+            )
         return True
 
 
@@ -193,8 +210,14 @@ class FollowingBell:
     covers it. The lock keeps one thread from closing a handle another is posting on.
     """
 
-    def __init__(self, sem: posix_ipc.Semaphore, gen: int, name_of: Callable[[int], str],
-                 gen_of: Callable[[], int], check: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        sem: posix_ipc.Semaphore,
+        gen: int,
+        name_of: Callable[[int], str],
+        gen_of: Callable[[], int],
+        check: Callable[[str], None] | None = None,
+    ) -> None:
         self._sem = sem
         self.name: str = sem.name
         self.gen = gen
@@ -204,8 +227,9 @@ class FollowingBell:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, name_of: Callable[[int], str], gen_of: Callable[[], int],
-             check: Callable[[str], None] | None = None) -> FollowingBell:
+    def open(
+        cls, name_of: Callable[[int], str], gen_of: Callable[[], int], check: Callable[[str], None] | None = None
+    ) -> FollowingBell:
         """Open the current generation (its owner is the caller's to check, by ``name``);
         ``posix_ipc.ExistentialError`` if it is missing, also after a rotation raced the open."""
         for _ in range(3):
@@ -252,8 +276,14 @@ class FollowingBell:
             self._sem.close()
 
 
-def park(ready: Callable[[], bool], flags: Sequence[tuple[Ring, int]], bell: Doorbell,
-         timeout: float | None, spin: float = SPIN_SECONDS, ring_ends: bool = False) -> bool:
+def park(
+    ready: Callable[[], bool],
+    flags: Sequence[tuple[Ring, int]],
+    bell: Doorbell,
+    timeout: float | None,
+    spin: float = SPIN_SECONDS,
+    ring_ends: bool = False,
+) -> bool:
     """Wait until ``ready()`` is true or ``timeout`` passes; return ``ready()``'s last answer.
 
     ``flags`` are the (ring, side) parked flags to raise while asleep: a consumer passes

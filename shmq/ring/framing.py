@@ -30,12 +30,13 @@ the head, then reads the payload. x86-64 (TSO) keeps stores in order and loads i
 that is enough there. A port to a weakly ordered CPU (ARM, POWER) must put a release barrier
 before the head/tail stores and an acquire barrier after their loads (``full_fence`` works).
 """
+
 from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from shmq.errors import CorruptFrameError
 
@@ -118,7 +119,7 @@ class Ring:
         if len(mv) < self.layout.size:
             raise ValueError(f"buffer of {len(mv)} bytes is smaller than the ring ({self.layout.size})")
         self._c = counters
-        self._data = mv[HEADER_BYTES:HEADER_BYTES + capacity]
+        self._data = mv[HEADER_BYTES : HEADER_BYTES + capacity]
         self._cap = capacity
         self._mask = capacity - 1
         self._max_payload = self.layout.max_payload
@@ -181,7 +182,7 @@ class Ring:
         pos = self._place(kind, n)
         if pos < 0:
             return False
-        self._data[pos:pos + n] = payload
+        self._data[pos : pos + n] = payload
         self._c[_HEAD] = self._head
         return True
 
@@ -194,7 +195,7 @@ class Ring:
             pos = self._place(kind, n)
             if pos < 0:
                 break
-            data[pos:pos + n] = payload
+            data[pos : pos + n] = payload
             count += 1
         if count:
             self._c[_HEAD] = self._head
@@ -229,7 +230,7 @@ class Ring:
                 free -= room
                 off, room = 0, cap
             k = min(room, free, total - pos) // frame_size * frame_size
-            data[off:off + k] = frames[pos:pos + k]
+            data[off : off + k] = frames[pos : pos + k]
             head += k
             pos += k
         if pos:
@@ -248,7 +249,7 @@ class Ring:
         if pos < 0:
             return None
         self._pending = (pos, kind, size)
-        return self._data[pos:pos + size]
+        return self._data[pos : pos + size]
 
     def commit(self, length: int | None = None) -> None:
         """Publish the reserved frame, shrunk to ``length`` bytes if given."""
@@ -274,8 +275,10 @@ class Ring:
         room that is not there)."""
         tail = self._c[_TAIL]
         if tail & 7 or tail > self._head or self._head - tail > self._cap or tail < self._tail_seen:
-            raise CorruptFrameError(f"tail {tail} is not a position the consumer may release to "
-                                    f"(head {self._head}, last tail {self._tail_seen}, capacity {self._cap})")
+            raise CorruptFrameError(
+                f"tail {tail} is not a position the consumer may release to "
+                f"(head {self._head}, last tail {self._tail_seen}, capacity {self._cap})"
+            )
         self._tail_seen = tail
 
     def writable(self, payload_len: int) -> bool:
@@ -337,7 +340,7 @@ class Ring:
                 raise self._corrupt(f"frame of {length} bytes overruns the written area ({avail} bytes)")
             self._rpos += size
             start = off + FRAME_HEADER
-            return kind, data[start:start + length]
+            return kind, data[start : start + length]
 
     def read_batch(self, max_frames: int) -> list[tuple[int, memoryview]]:
         """Up to ``max_frames`` frames (see ``read``), with the same checks, in one loop.
@@ -377,7 +380,7 @@ class Ring:
                 rpos += size
                 avail -= size
                 start = off + FRAME_HEADER
-                append((kind, data[start:start + length]))
+                append((kind, data[start : start + length]))
         finally:
             self._rpos = rpos
         return out

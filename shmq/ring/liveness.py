@@ -7,6 +7,7 @@ reuse cannot fool it. sysv_ipc makes one-semaphore sets, so each holder has its 
 the broker's is derived from the store path, a client's is a random one of its broker's
 family (``client_keys``) and sent in its attach.
 """
+
 from __future__ import annotations
 
 import sysv_ipc
@@ -59,8 +60,10 @@ def _create_in(family: int, mode: int) -> sysv_ipc.Semaphore:
             return sysv_ipc.Semaphore(client_keys.pick(family), sysv_ipc.IPC_CREX, mode=mode, initial_value=1)
         except sysv_ipc.ExistentialError:
             continue
-    raise ShmqError(f"no free liveness semaphore key among {CREATE_TRIES} tries in family {family:#x}: "
-                    "the SysV semaphore table is crowded")
+    raise ShmqError(
+        f"no free liveness semaphore key among {CREATE_TRIES} tries in family {family:#x}: "
+        "the SysV semaphore table is crowded"
+    )
 
 
 class Watch:

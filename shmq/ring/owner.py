@@ -9,6 +9,7 @@ the ``shmGroup`` the broker announces in its state segment (if the client is in 
 Owners are read from the object itself (``fstat``, ``stat`` of /dev/shm, IPC_STAT through
 /proc/sysvipc), never from anything the owner could write.
 """
+
 from __future__ import annotations
 
 import os
@@ -78,9 +79,11 @@ class Trust:
         culprit = next((u for u in (uid, creator) if u is not None and u not in self.uids and not group_ok), None)
         if culprit is not None:
             who = describe_uid(culprit)
-            raise ForeignOwnerError(f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), "
-                                    "root or the broker's shmGroup: another user's broker of this name, or a "
-                                    "squatter; refusing to use it")
+            raise ForeignOwnerError(
+                f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), "
+                "root or the broker's shmGroup: another user's broker of this name, or a "
+                "squatter; refusing to use it"
+            )
 
     def check_semaphore(self, name: str) -> None:
         """Check the owner of the POSIX named semaphore ``name``."""
@@ -111,9 +114,11 @@ def foreign_sysv(what: str, kind: str, key: int) -> ForeignOwnerError:
 
 def _not_usable(what: str, uid: int | None) -> ForeignOwnerError:
     who = describe_uid(uid) if uid is not None else "another user"
-    return ForeignOwnerError(f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), and this "
-                             "user may not use it: another user's broker of this name; ask its owner for a shmGroup "
-                             "that includes this user, or pick another broker name")
+    return ForeignOwnerError(
+        f"{what} belongs to {who}, not to this user ({describe_uid(os.geteuid())}), and this "
+        "user may not use it: another user's broker of this name; ask its owner for a shmGroup "
+        "that includes this user, or pick another broker name"
+    )
 
 
 def check_channel(trust: Trust, channel: Channel) -> None:
@@ -145,6 +150,8 @@ def refuse_squatters(broker: str, sysv: list[tuple[str, int]]) -> None:
             found.append((f"SysV {_SYSV_TABLES[kind][1]} {key:#x}", owner[0] if owner[0] != me else owner[2]))
     for what, uid in found:
         if uid != me:
-            raise ForeignOwnerError(f"broker name {broker!r} is taken: {what} belongs to {describe_uid(uid)}, not to "
-                                    f"this broker's user ({describe_uid(me)}); stop that user's broker, remove the "
-                                    "object as that user or root, or pick another --name")
+            raise ForeignOwnerError(
+                f"broker name {broker!r} is taken: {what} belongs to {describe_uid(uid)}, not to "
+                f"this broker's user ({describe_uid(me)}); stop that user's broker, remove the "
+                "object as that user or root, or pick another --name"
+            )

@@ -5,6 +5,7 @@ its state segment, doorbells, client channels, control queue and liveness semaph
 next broker of its name starts, which for a one-off name (a benchmark's, a test's) never
 happens. Whoever owns a dead broker (``shmq.Broker.stop``) removes them with this.
 """
+
 from __future__ import annotations
 
 import os

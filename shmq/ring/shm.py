@@ -3,6 +3,7 @@
 Every shmq segment and named semaphore carries its broker's name as a prefix, so a broker
 (or a test) can find and remove what a crashed predecessor left in /dev/shm.
 """
+
 from __future__ import annotations
 
 import errno

@@ -20,13 +20,15 @@ max offset) is atomic on its own and may be read without the seqlock. Rows have 
 flag; names are NUL-padded UTF-8. ``StateLayout`` and ``StateView`` are pure and work over any
 buffer; ``StateWriter`` and ``StateReader`` add the mapping.
 """
+
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import posix_ipc
@@ -45,44 +47,129 @@ FLAG_SHM_GID = 1
 _SEQ_MASK = (1 << 64) - 1  # the sequence wraps like the u64 it is stored in
 NAME = "S128"
 
-HEADER = np.dtype({
-    "names": ["magic", "version", "header_bytes", "topics", "queues", "groups", "members",
-              "offsets", "clients", "seq", "broker_pid", "control_key", "alive_key",
-              "started_ms", "store_dir", "flags", "shm_gid", "bell_gen", "meta_gen"],
-    "formats": ["<u8", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u4", "<u8", "<u4",
-                "<u4", "<u4", "<u8", "S512", "<u4", "<u4", "<u8", "<u8"],
-    "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708, 712, 720],
-    "itemsize": HEADER_BYTES,
-})
-TOPIC = np.dtype([("used", "u1"), ("perm", "u1"), ("read_queues", "<u2"), ("write_queues", "<u2"),
-                  ("queue_base", "<u4"), ("msgs_in", "<u8"), ("bytes_in", "<u8"),
-                  ("msgs_out", "<u8"), ("bytes_out", "<u8"), ("name", NAME)], align=True)
-QUEUE = np.dtype([("topic", "<u4"), ("queue_id", "<u4"), ("min_offset", "<i8"),
-                  ("max_offset", "<i8")], align=True)
-GROUP = np.dtype([("used", "u1"), ("model", "u1"), ("members", "<u4"), ("version", "<u8"),
-                  ("name", NAME)], align=True)
+HEADER = np.dtype(
+    {
+        "names": [
+            "magic",
+            "version",
+            "header_bytes",
+            "topics",
+            "queues",
+            "groups",
+            "members",
+            "offsets",
+            "clients",
+            "seq",
+            "broker_pid",
+            "control_key",
+            "alive_key",
+            "started_ms",
+            "store_dir",
+            "flags",
+            "shm_gid",
+            "bell_gen",
+            "meta_gen",
+        ],
+        "formats": [
+            "<u8",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u8",
+            "<u4",
+            "<u4",
+            "<u4",
+            "<u8",
+            "S512",
+            "<u4",
+            "<u4",
+            "<u8",
+            "<u8",
+        ],
+        "offsets": [0, 8, 12, 16, 20, 24, 28, 32, 36, 64, 128, 132, 136, 144, 192, 704, 708, 712, 720],
+        "itemsize": HEADER_BYTES,
+    }
+)
+TOPIC = np.dtype(
+    [
+        ("used", "u1"),
+        ("perm", "u1"),
+        ("read_queues", "<u2"),
+        ("write_queues", "<u2"),
+        ("queue_base", "<u4"),
+        ("msgs_in", "<u8"),
+        ("bytes_in", "<u8"),
+        ("msgs_out", "<u8"),
+        ("bytes_out", "<u8"),
+        ("name", NAME),
+    ],
+    align=True,
+)
+QUEUE = np.dtype([("topic", "<u4"), ("queue_id", "<u4"), ("min_offset", "<i8"), ("max_offset", "<i8")], align=True)
+GROUP = np.dtype([("used", "u1"), ("model", "u1"), ("members", "<u4"), ("version", "<u8"), ("name", NAME)], align=True)
 MEMBER = np.dtype([("used", "u1"), ("group", "<u4"), ("client_id", "<u8")], align=True)
 OFFSET = np.dtype([("used", "u1"), ("group", "<u4"), ("queue", "<u4"), ("offset", "<i8")], align=True)
-CLIENT = np.dtype([("used", "u1"), ("role", "u1"), ("pid", "<u4"), ("alive_key", "<u4"),
-                   ("group", "<i4"), ("client_id", "<u8"), ("attached_ms", "<u8"),
-                   ("request_fill", "<u4"), ("response_fill", "<u4")], align=True)
-STATS = np.dtype([("msgs_in", "<u8"), ("bytes_in", "<u8"), ("msgs_out", "<u8"), ("bytes_out", "<u8"),
-                  ("busy_rejections", "<u8"), ("max_phy_offset", "<i8"), ("flush_offset", "<i8"),
-                  ("replica_offset", "<i8"),
-                  # health, published once a second (BrokerHealth): what `shmq top` and the exporter show
-                  ("health_ms", "<u8"), ("role", "u1"), ("version", "S15"), ("min_phy_offset", "<i8"),
-                  ("disk_used_ratio", "<f8"), ("disk_warning_ratio", "<f8"), ("disk_clean_ratio", "<f8"),
-                  ("delay_backlog", "<u8"), ("timer_backlog", "<u8"), ("half_backlog", "<u8"),
-                  ("dlq_messages", "<u8"), ("replicas", "<u4"), ("replicas_in_sync", "<u4"),
-                  ("master_offset", "<i8")], align=True)
+CLIENT = np.dtype(
+    [
+        ("used", "u1"),
+        ("role", "u1"),
+        ("pid", "<u4"),
+        ("alive_key", "<u4"),
+        ("group", "<i4"),
+        ("client_id", "<u8"),
+        ("attached_ms", "<u8"),
+        ("request_fill", "<u4"),
+        ("response_fill", "<u4"),
+    ],
+    align=True,
+)
+STATS = np.dtype(
+    [
+        ("msgs_in", "<u8"),
+        ("bytes_in", "<u8"),
+        ("msgs_out", "<u8"),
+        ("bytes_out", "<u8"),
+        ("busy_rejections", "<u8"),
+        ("max_phy_offset", "<i8"),
+        ("flush_offset", "<i8"),
+        ("replica_offset", "<i8"),
+        # health, published once a second (BrokerHealth): what `shmq top` and the exporter show
+        ("health_ms", "<u8"),
+        ("role", "u1"),
+        ("version", "S15"),
+        ("min_phy_offset", "<i8"),
+        ("disk_used_ratio", "<f8"),
+        ("disk_warning_ratio", "<f8"),
+        ("disk_clean_ratio", "<f8"),
+        ("delay_backlog", "<u8"),
+        ("timer_backlog", "<u8"),
+        ("half_backlog", "<u8"),
+        ("dlq_messages", "<u8"),
+        ("replicas", "<u4"),
+        ("replicas_in_sync", "<u4"),
+        ("master_offset", "<i8"),
+    ],
+    align=True,
+)
 """``replica_offset``: on a master the best in-sync replica's acked offset (-1: none); on a replica
 its own log end, with ``master_offset`` the master's as last heard (-1: never)."""
 QUEUE_WORDS = QUEUE.itemsize // 8  # a queue row as native 8-byte words
 MIN_WORD = QUEUE.fields["min_offset"][1] // 8  # type: ignore[index]  # a structured dtype has fields
 MAX_WORD = QUEUE.fields["max_offset"][1] // 8  # type: ignore[index]
 MAX_PHY_WORD = STATS.fields["max_phy_offset"][1] // 8  # type: ignore[index]
-_TABLES = (("topics", TOPIC), ("queues", QUEUE), ("groups", GROUP), ("members", MEMBER),
-           ("offsets", OFFSET), ("clients", CLIENT))
+_TABLES = (
+    ("topics", TOPIC),
+    ("queues", QUEUE),
+    ("groups", GROUP),
+    ("members", MEMBER),
+    ("offsets", OFFSET),
+    ("clients", CLIENT),
+)
 
 T = TypeVar("T")
 
@@ -128,7 +215,8 @@ class StateView:
         self.header = np.frombuffer(buf, HEADER, 1, 0)
         places = layout.places()
         self.topics, self.queues, self.groups, self.members, self.offsets, self.clients, stats = (
-            np.frombuffer(buf, dtype, rows, pos) for dtype, rows, pos in places.values())
+            np.frombuffer(buf, dtype, rows, pos) for dtype, rows, pos in places.values()
+        )
         self.stats = stats
 
     def topic_slot(self, name: str) -> int | None:
@@ -151,19 +239,43 @@ class StateView:
         t = self.topics[slot]
         count = max(int(t["read_queues"]), int(t["write_queues"]))
         base = int(t["queue_base"])
-        return self.queues[base:base + count]
+        return self.queues[base : base + count]
 
 
-def format_state(buf: Any, layout: StateLayout, store_dir: str, control_key: int, alive_key: int,
-                 broker_pid: int, shm_gid: int | None = None) -> None:
+def format_state(
+    buf: Any,
+    layout: StateLayout,
+    store_dir: str,
+    control_key: int,
+    alive_key: int,
+    broker_pid: int,
+    shm_gid: int | None = None,
+) -> None:
     """Write a fresh header (tables zero) into ``buf``."""
     if len(store_dir.encode()) > HEADER["store_dir"].itemsize:
         raise ValueError(f"store path too long for the state segment: {store_dir}")
     header = np.frombuffer(buf, HEADER, 1, 0)
-    header[0] = (0, VERSION, HEADER_BYTES, layout.topics, layout.queues, layout.groups,
-                 layout.members, layout.offsets, layout.clients, 0, broker_pid, control_key,
-                 alive_key, int(time.time() * 1000), store_dir.encode(), FLAG_SHM_GID if shm_gid is not None else 0,
-                 shm_gid or 0, 0, 0)
+    header[0] = (
+        0,
+        VERSION,
+        HEADER_BYTES,
+        layout.topics,
+        layout.queues,
+        layout.groups,
+        layout.members,
+        layout.offsets,
+        layout.clients,
+        0,
+        broker_pid,
+        control_key,
+        alive_key,
+        int(time.time() * 1000),
+        store_dir.encode(),
+        FLAG_SHM_GID if shm_gid is not None else 0,
+        shm_gid or 0,
+        0,
+        0,
+    )
     header["magic"] = MAGIC
 
 
@@ -200,10 +312,10 @@ class StateWriter:
         self._meta_now = self._seq[META_GEN_WORD]
         _, rows, pos = layout.places()["queues"]
         # the queue table as native 8-byte words: lone aligned stores of a max offset (hot path)
-        self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
+        self.queue_words = segment.buf[pos : pos + rows * QUEUE.itemsize].cast("q")
         _, _, pos = layout.places()["stats"]
         # the stats row as native 8-byte words: the commitlog end published after each pass of puts
-        self.stats_words = segment.buf[pos:pos + STATS.itemsize].cast("q")
+        self.stats_words = segment.buf[pos : pos + STATS.itemsize].cast("q")
 
     def begin(self) -> int:
         """Open a seqlock write section without a context manager (hot path); pass the result to ``end``."""
@@ -217,8 +329,15 @@ class StateWriter:
         self._seq[_SEQ] = self._seq_now
 
     @classmethod
-    def create(cls, broker: str, store_dir: str, control_key: int, alive_key: int,
-               layout: StateLayout | None = None, shm_gid: int | None = None) -> StateWriter:
+    def create(
+        cls,
+        broker: str,
+        store_dir: str,
+        control_key: int,
+        alive_key: int,
+        layout: StateLayout | None = None,
+        shm_gid: int | None = None,
+    ) -> StateWriter:
         """Create and format ``/shmq.<broker>.state`` (removed again if formatting fails)."""
         layout = layout or StateLayout()
         segment = Segment.create(state_name(broker), layout.size)
@@ -267,7 +386,7 @@ class StateReader:
         self.view = StateView(segment.buf, self.layout)
         self._seq = segment.buf[:HEADER_BYTES].cast("Q")
         _, rows, pos = self.layout.places()["queues"]
-        self.queue_words = segment.buf[pos:pos + rows * QUEUE.itemsize].cast("q")
+        self.queue_words = segment.buf[pos : pos + rows * QUEUE.itemsize].cast("q")
         """The queue table as native 8-byte words (``QUEUE_WORDS`` a row): lone aligned loads of
         min/max offsets for hot-path readers, which bracket them with two loads of ``seq``."""
         h = self.view.header[0]

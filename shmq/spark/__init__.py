@@ -6,6 +6,7 @@
 The session may be created before or after this import: the workers Spark starts run this
 interpreter unless PYSPARK_PYTHON chose another (shmq.spark.workers).
 """
+
 from shmq.spark import workers  # noqa: F401 (sets PYSPARK_PYTHON's default for a session started later)
 from shmq.spark.source import ShmqDataSource
 

@@ -11,10 +11,12 @@ are one gather, their CRCs one table-driven pass over equal-length bodies, the p
 split (properties.py), and Arrow takes the arrays as buffers. Compressed bodies are inflated
 one by one (zlib), the only per-record step.
 """
+
 from __future__ import annotations
 
+import itertools
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +32,6 @@ from shmq.spark.properties import property_columns
 from shmq.spark.schema import ARROW_SCHEMA, TIMESTAMP
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import EntryRange, StoreReader
-import itertools
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_BATCH_BYTES = 32 * 1024 * 1024  # record bytes per Arrow batch (bounds a task's memory)
@@ -82,7 +83,7 @@ def body_crcs(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
             matrix = data.reshape(-1, width) if len(classes) == 1 else byte_rows(data, offsets[rows], width)
             out[rows] = fmt.crc32_rows(matrix)
         else:
-            out[rows] = [zlib.crc32(view[a:a + width]) for a in offsets[rows].tolist()]
+            out[rows] = [zlib.crc32(view[a : a + width]) for a in offsets[rows].tolist()]
     return out & 0x7FFFFFFF
 
 
@@ -95,7 +96,8 @@ def check_bodies(b: PulledBatch) -> tuple[np.ndarray, np.ndarray]:
         i = int(wrong[0])
         raise CorruptRecordError(
             f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[i])}: the record at commitlog offset "
-            f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk)")
+            f"{int(b.commit_log_offset[i])} fails its body CRC (damaged on disk)"
+        )
     return data, offsets
 
 
@@ -114,7 +116,8 @@ def _inflated(b: PulledBatch, data: np.ndarray, offsets: np.ndarray) -> tuple[np
         except zlib.error as e:
             raise CorruptRecordError(
                 f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[i])}: the compressed body of the record "
-                f"at commitlog offset {int(b.commit_log_offset[i])} does not inflate ({e})") from None
+                f"at commitlog offset {int(b.commit_log_offset[i])} does not inflate ({e})"
+            ) from None
         pieces += [view[at:lo], body]
         lengths[i] = len(body)
         at = hi
@@ -138,7 +141,8 @@ def _check_owners(b: PulledBatch) -> None:
             raise CorruptRecordError(
                 f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[i])}: the entry points at commitlog "
                 f"offset {int(b.commit_log_offset[i])}, a record of queue {int(owner['queue_id'][bad[0]])} offset "
-                f"{int(owner['queue_offset'][bad[0]])}")
+                f"{int(owner['queue_offset'][bad[0]])}"
+            )
 
 
 def _binary(n: int, data: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -150,23 +154,26 @@ def _binary(n: int, data: np.ndarray, offsets: np.ndarray) -> pa.Array:
 def _msg_ids(b: PulledBatch, uniq: pa.Array) -> pa.Array:
     """UNIQ_KEY where a record has a non-empty one, else its offset id."""
     n = len(b)
-    lengths = np.zeros(n, np.int64) if uniq.null_count == n else \
-        np.asarray(pc.binary_length(uniq).fill_null(0), np.int64)
+    lengths = (
+        np.zeros(n, np.int64) if uniq.null_count == n else np.asarray(pc.binary_length(uniq).fill_null(0), np.int64)
+    )
     use = lengths > 0
     if use.all():
         return uniq
     digits = ids.offset_msg_id_digits(b.store_host, b.commit_log_offset).reshape(-1)
     if not use.any():
-        return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)),
-                                           pa.py_buffer(digits))
+        return pa.StringArray.from_buffers(
+            n, pa.py_buffer(np.arange(0, 32 * n + 1, 32, dtype=np.int32)), pa.py_buffer(digits)
+        )
     _, value_offsets, value_data = uniq.buffers()
     starts = np.frombuffer(value_offsets, np.int32, n, uniq.offset * 4).astype(np.int64)
     data = np.frombuffer(value_data, np.uint8) if value_data is not None else np.empty(0, np.uint8)
     source = np.concatenate([data, digits])
     lo = np.where(use, starts, len(data) + 32 * np.arange(n, dtype=np.int64))
     width = np.where(use, lengths, 32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(span_offsets(width).astype(np.int32)),
-                                       pa.py_buffer(gather_spans(source, lo, width)))
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(span_offsets(width).astype(np.int32)), pa.py_buffer(gather_spans(source, lo, width))
+    )
 
 
 def to_record_batch(b: PulledBatch, bodies: tuple[np.ndarray, np.ndarray] | None = None) -> pa.RecordBatch:
@@ -203,7 +210,8 @@ def _record_batches(b: PulledBatch, bodies: tuple[np.ndarray, np.ndarray] | None
         if len(b) == 1:
             raise CorruptRecordError(
                 f"{b.topic}/{b.queue_id} queue offset {int(b.queue_offset[0])}: the body inflates to more than "
-                f"{_MAX_COLUMN_BYTES} bytes, more than one Arrow value holds") from None
+                f"{_MAX_COLUMN_BYTES} bytes, more than one Arrow value holds"
+            ) from None
         half = len(b) // 2
         yield from _record_batches(_take(b, np.arange(half)), None)
         yield from _record_batches(_take(b, np.arange(half, len(b))), None)
@@ -214,12 +222,17 @@ def _bounded(rng: EntryRange, max_bytes: int) -> EntryRange:
     total = np.cumsum(np.maximum(rng.entries["size"].astype(np.int64), 0))
     if not len(total) or total[-1] <= max_bytes:
         return rng
-    return EntryRange(rng.start, rng.entries[:max(1, int(np.searchsorted(total, max_bytes, side="right")))])
+    return EntryRange(rng.start, rng.entries[: max(1, int(np.searchsorted(total, max_bytes, side="right")))])
 
 
-def read_slice(store_dir: str, sl: QueueSlice, time_lo_ms: int = 0, time_hi_ms: int = _NO_LIMIT,
-               batch_rows: int = DEFAULT_BATCH_ROWS, batch_bytes: int = DEFAULT_BATCH_BYTES
-               ) -> Iterator[pa.RecordBatch]:
+def read_slice(
+    store_dir: str,
+    sl: QueueSlice,
+    time_lo_ms: int = 0,
+    time_hi_ms: int = _NO_LIMIT,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
     """The rows of `sl` whose store time lies in [time_lo_ms, time_hi_ms), in queue order."""
     with StoreReader(store_dir) as reader:
         reader.commitlog.refresh()
@@ -235,8 +248,10 @@ def read_slice(store_dir: str, sl: QueueSlice, time_lo_ms: int = 0, time_hi_ms: 
             # entries whose records are gone are skipped only when cleanup deleted them
             alive = (rng.entries["size"] != BLANK_SIZE) & (rng.entries["offset"] >= reader.commitlog.min_offset)
             if len(b) < int(alive.sum()):
-                raise CorruptRecordError(f"{sl.topic}/{sl.queue_id} queue offsets [{rng.start}, {rng.next_offset}): "
-                                         f"{int(alive.sum()) - len(b)} entries point past the commitlog files")
+                raise CorruptRecordError(
+                    f"{sl.topic}/{sl.queue_id} queue offsets [{rng.start}, {rng.next_offset}): "
+                    f"{int(alive.sum()) - len(b)} entries point past the commitlog files"
+                )
             if not len(b):
                 continue
             _check_owners(b)
@@ -252,7 +267,22 @@ def read_slice(store_dir: str, sl: QueueSlice, time_lo_ms: int = 0, time_hi_ms: 
 
 def _take(b: PulledBatch, rows: np.ndarray) -> PulledBatch:
     """The records `rows` (a mask or ascending indexes) of `b`."""
-    cols = {name: getattr(b, name)[rows] for name in (
-        "queue_offset", "commit_log_offset", "size", "store_timestamp", "born_timestamp", "sysflag",
-        "reconsume_times", "store_host", "body_pos", "body_len", "props_pos", "props_len", "segment")}
+    cols = {
+        name: getattr(b, name)[rows]
+        for name in (
+            "queue_offset",
+            "commit_log_offset",
+            "size",
+            "store_timestamp",
+            "born_timestamp",
+            "sysflag",
+            "reconsume_times",
+            "store_host",
+            "body_pos",
+            "body_len",
+            "props_pos",
+            "props_len",
+            "segment",
+        )
+    }
     return PulledBatch(b.topic, b.queue_id, b.next_offset, b.missing, buffers=b.buffers, **cols)

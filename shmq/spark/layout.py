@@ -8,6 +8,7 @@ of each queue, and the first entry that does not (still zero, torn, or pointing 
 yet whole) is where a consistent read of that queue ends. `queue_extent` finds that end
 without reading the records in between (a binary search over record checks).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,10 @@ def check_store(store_dir: str) -> str:
     # a broker makes commitlog/ with its first message; before that its checkpoint file says
     # the directory is a store (an empty one)
     if not os.path.isdir(os.path.join(path, "commitlog")) and not os.path.isfile(os.path.join(path, "checkpoint")):
-        raise NotAStoreError(f"{store_dir!r} is not a shmq store: it has no commitlog/ directory nor checkpoint "
-                             "file (give the directory a broker was started with, `shmq broker --store DIR`)")
+        raise NotAStoreError(
+            f"{store_dir!r} is not a shmq store: it has no commitlog/ directory nor checkpoint "
+            "file (give the directory a broker was started with, `shmq broker --store DIR`)"
+        )
     return path
 
 
@@ -43,8 +46,13 @@ def store_topics(store_dir: str) -> list[str]:
         names = os.listdir(os.path.join(store_dir, "consumequeue"))
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if fmt.TOPIC_PATTERN.match(n) and len(n) <= fmt.MAX_TOPIC_LENGTH
-                  and os.path.isdir(os.path.join(store_dir, "consumequeue", n)))
+    return sorted(
+        n
+        for n in names
+        if fmt.TOPIC_PATTERN.match(n)
+        and len(n) <= fmt.MAX_TOPIC_LENGTH
+        and os.path.isdir(os.path.join(store_dir, "consumequeue", n))
+    )
 
 
 def topic_queues(store_dir: str, topic: str) -> list[int]:
@@ -86,8 +94,9 @@ class QueueExtent:
     end: int
 
 
-def _entry_problem(commitlog: CommitLogReader, entry: np.void, queue_id: int, queue_offset: int,
-                   verify_crc: bool = False) -> str | None:
+def _entry_problem(
+    commitlog: CommitLogReader, entry: np.void, queue_id: int, queue_offset: int, verify_crc: bool = False
+) -> str | None:
     """Why this consume-queue entry does not point at a whole record of this queue (None: it
     does, or its record was deleted by cleanup and a read skips it). The CRC is checked when
     asked (a scan checks it when the record is read)."""
@@ -102,8 +111,11 @@ def _entry_problem(commitlog: CommitLogReader, entry: np.void, queue_id: int, qu
         commitlog.refresh()
         seg = commitlog.segment(phys)
         if seg is None:
-            return None if phys < commitlog.min_offset else \
-                f"it points at commitlog offset {phys}, past the commitlog files on disk"
+            return (
+                None
+                if phys < commitlog.min_offset
+                else f"it points at commitlog offset {phys}, past the commitlog files on disk"
+            )
         if phys + size > seg.end:
             return f"its record at commitlog offset {phys} (size {size}) runs past the end of its segment"
     status, got = fmt.check_record(memoryview(seg.mm), phys - seg.start, seg.size, phys, verify_crc=verify_crc)
@@ -113,8 +125,10 @@ def _entry_problem(commitlog: CommitLogReader, entry: np.void, queue_id: int, qu
         return f"no whole record of size {size} is at commitlog offset {phys}"
     hdr = np.frombuffer(seg.mm, fmt.HEADER_DTYPE, 1, phys - seg.start)[0]
     if int(hdr["queue_id"]) != queue_id or int(hdr["queue_offset"]) != queue_offset:
-        return (f"the record at commitlog offset {phys} belongs to queue {int(hdr['queue_id'])} "
-                f"offset {int(hdr['queue_offset'])}")
+        return (
+            f"the record at commitlog offset {phys} belongs to queue {int(hdr['queue_id'])} "
+            f"offset {int(hdr['queue_offset'])}"
+        )
     return None
 
 
@@ -220,8 +234,10 @@ def describe_damage(store_dir: str, sl: QueueSlice, error: Exception) -> str:
             for i, entry in enumerate(rng.entries):
                 problem = _entry_problem(commitlog, entry, sl.queue_id, rng.start + i, verify_crc=True)
                 if problem is not None:
-                    return (f"{store_dir}: topic {sl.topic} queue {sl.queue_id} queue offset {rng.start + i} is "
-                            f"damaged: {problem} (the read of {where} stopped there: {error})")
+                    return (
+                        f"{store_dir}: topic {sl.topic} queue {sl.queue_id} queue offset {rng.start + i} is "
+                        f"damaged: {problem} (the read of {where} stopped there: {error})"
+                    )
     finally:
         cq.close()
         commitlog.close()

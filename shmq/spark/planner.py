@@ -1,10 +1,19 @@
 """Plan a scan: the queues a query needs, each one's consistent range cut by the pushed-down
 bounds, split into partitions of bounded size. Reads consume-queue files (and a few record
 headers for the live-safe end and time bounds), never the bodies."""
+
 from __future__ import annotations
 
-from shmq.spark.layout import (DEFAULT_MAX_PARTITION_BYTES, QueueExtent, QueueSlice, check_store, queue_extent,
-                               select_topics, split_extent, topic_queues)
+from shmq.spark.layout import (
+    DEFAULT_MAX_PARTITION_BYTES,
+    QueueExtent,
+    QueueSlice,
+    check_store,
+    queue_extent,
+    select_topics,
+    split_extent,
+    topic_queues,
+)
 from shmq.spark.pushdown import ScanBounds
 from shmq.store.reader import CommitLogReader, ConsumeQueueReader
 
@@ -46,7 +55,8 @@ def _narrow(store_dir: str, ext: QueueExtent, bounds: ScanBounds, commitlog: Com
     return QueueExtent(ext.topic, ext.queue_id, lo, max(lo, hi))
 
 
-def plan_scan(store_dir: str, topics: list[str] | None, bounds: ScanBounds,
-              max_bytes: int = DEFAULT_MAX_PARTITION_BYTES) -> list[QueueSlice]:
+def plan_scan(
+    store_dir: str, topics: list[str] | None, bounds: ScanBounds, max_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+) -> list[QueueSlice]:
     """The partitions of a batch scan: per-queue offset ranges of at most `max_bytes` each."""
     return [s for ext in queue_extents(store_dir, topics, bounds) for s in split_extent(store_dir, ext, max_bytes)]

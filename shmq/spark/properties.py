@@ -10,6 +10,7 @@ treats specially takes it instead, for the whole batch: properties that do not e
 separator, a name given twice in one record (the last value wins there) and bytes that are not
 UTF-8 (replaced there).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -55,9 +56,11 @@ def property_columns(raw: np.ndarray, offsets: np.ndarray) -> PropertyColumns:
         if _utf8(names) and _utf8(values):
             counts = np.bincount(spans.record, minlength=n)
             return PropertyColumns(
-                _named(raw, n, spans, fmt.PROPERTY_TAGS), _named(raw, n, spans, fmt.PROPERTY_KEYS),
+                _named(raw, n, spans, fmt.PROPERTY_TAGS),
+                _named(raw, n, spans, fmt.PROPERTY_KEYS),
                 _named(raw, n, spans, fmt.PROPERTY_UNIQ_KEY),
-                pa.MapArray.from_arrays(pa.array(span_offsets(counts).astype(np.int32)), names, values))
+                pa.MapArray.from_arrays(pa.array(span_offsets(counts).astype(np.int32)), names, values),
+            )
     return _decoded(raw, offsets)
 
 
@@ -79,10 +82,16 @@ def _split(raw: np.ndarray, offsets: np.ndarray) -> _Spans | None:
     name_hi = np.where(has_value, first_one, ends)
     name_len = name_hi - starts
     words = byte_rows(raw, starts, _PREFIX)
-    words[_LANES >= name_len[:, None]] = 0
+    words[name_len[:, None] <= _LANES] = 0
     fingerprint = np.column_stack((name_len.astype(np.uint64), words.view("<u8")))
-    return _Spans(np.searchsorted(offsets, starts, side="right") - 1, starts, name_hi,
-                  np.where(has_value, first_one + 1, ends), ends, fingerprint)
+    return _Spans(
+        np.searchsorted(offsets, starts, side="right") - 1,
+        starts,
+        name_hi,
+        np.where(has_value, first_one + 1, ends),
+        ends,
+        fingerprint,
+    )
 
 
 def _has_duplicate(spans: _Spans, n: int) -> bool:
@@ -123,8 +132,9 @@ def _strings(raw: np.ndarray, n: int, rows: np.ndarray, lo: np.ndarray, hi: np.n
         valid = np.zeros(n, bool)
         valid[rows] = True
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.StringArray.from_buffers(n, pa.py_buffer(span_offsets(lengths).astype(np.int32)),
-                                       pa.py_buffer(gather_spans(raw, lo, hi - lo)), validity)
+    return pa.StringArray.from_buffers(
+        n, pa.py_buffer(span_offsets(lengths).astype(np.int32)), pa.py_buffer(gather_spans(raw, lo, hi - lo)), validity
+    )
 
 
 def _utf8(arr: pa.Array) -> bool:
@@ -139,8 +149,13 @@ def _decoded(raw: np.ndarray, offsets: np.ndarray) -> PropertyColumns:
     """The columns from ``record.decode_properties`` of each record (the odd batches)."""
     view = raw.data
     props = [fmt.decode_properties(view[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+
     def named(name: str) -> pa.Array:
         return pa.array([p.get(name) for p in props], pa.string())
 
-    return PropertyColumns(named(fmt.PROPERTY_TAGS), named(fmt.PROPERTY_KEYS), named(fmt.PROPERTY_UNIQ_KEY),
-                           pa.array([list(p.items()) for p in props], _MAP_TYPE))
+    return PropertyColumns(
+        named(fmt.PROPERTY_TAGS),
+        named(fmt.PROPERTY_KEYS),
+        named(fmt.PROPERTY_UNIQ_KEY),
+        pa.array([list(p.items()) for p in props], _MAP_TYPE),
+    )

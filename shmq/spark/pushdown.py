@@ -6,18 +6,19 @@ accepted filter again): topic and queue_id choose queues, queue_offset cuts each
 and store_timestamp cuts it too (store times never decrease along a queue, so a time bound is
 an offset bound found by binary search) and is also checked row by row when the batch is built.
 """
+
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
-from pyspark.sql.datasource import (EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan,
-                                    LessThanOrEqual)
+from pyspark.sql.datasource import EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
 
 _COMPARISONS = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 _NO_LIMIT = 1 << 62
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +34,12 @@ class ScanBounds:
 
     @property
     def empty(self) -> bool:
-        return (self.topics is not None and not self.topics) or (self.queue_ids is not None and not self.queue_ids) \
-            or self.offset_lo >= self.offset_hi or self.time_lo_ms >= self.time_hi_ms
+        return (
+            (self.topics is not None and not self.topics)
+            or (self.queue_ids is not None and not self.queue_ids)
+            or self.offset_lo >= self.offset_hi
+            or self.time_lo_ms >= self.time_hi_ms
+        )
 
     @property
     def has_time(self) -> bool:
@@ -51,7 +56,7 @@ def _to_ms(value: Any) -> tuple[int, bool] | None:
     if not isinstance(value, dt.datetime):
         return None
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     us = (value - _EPOCH) // dt.timedelta(microseconds=1)
     return us // 1000, us % 1000 == 0
 

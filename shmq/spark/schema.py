@@ -4,33 +4,52 @@ The Spark DDL string and the Arrow schema describe the same columns; `read()` bu
 batches with exactly this Arrow schema, so Spark takes them without a per-row conversion.
 Timestamps are the store's milliseconds as Spark TIMESTAMP (microseconds, UTC).
 """
+
 from __future__ import annotations
 
 import pyarrow as pa
 
-COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags", "keys", "msg_id",
-           "born_timestamp", "store_timestamp", "reconsume_times", "sys_flag", "properties", "body")
+COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "size",
+    "tags",
+    "keys",
+    "msg_id",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+    "sys_flag",
+    "properties",
+    "body",
+)
 
-SCHEMA_DDL = ("topic string, queue_id int, queue_offset long, commitlog_offset long, size int, tags string, "
-              "keys string, msg_id string, born_timestamp timestamp, store_timestamp timestamp, "
-              "reconsume_times int, sys_flag int, properties map<string,string>, body binary")
+SCHEMA_DDL = (
+    "topic string, queue_id int, queue_offset long, commitlog_offset long, size int, tags string, "
+    "keys string, msg_id string, born_timestamp timestamp, store_timestamp timestamp, "
+    "reconsume_times int, sys_flag int, properties map<string,string>, body binary"
+)
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-ARROW_SCHEMA = pa.schema([
-    pa.field("topic", pa.string()),
-    pa.field("queue_id", pa.int32()),
-    pa.field("queue_offset", pa.int64()),
-    pa.field("commitlog_offset", pa.int64()),
-    pa.field("size", pa.int32()),
-    pa.field("tags", pa.string()),
-    pa.field("keys", pa.string()),
-    pa.field("msg_id", pa.string()),
-    pa.field("born_timestamp", TIMESTAMP),
-    pa.field("store_timestamp", TIMESTAMP),
-    pa.field("reconsume_times", pa.int32()),
-    pa.field("sys_flag", pa.int32()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("body", pa.binary()),
-])
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("queue_id", pa.int32()),
+        pa.field("queue_offset", pa.int64()),
+        pa.field("commitlog_offset", pa.int64()),
+        pa.field("size", pa.int32()),
+        pa.field("tags", pa.string()),
+        pa.field("keys", pa.string()),
+        pa.field("msg_id", pa.string()),
+        pa.field("born_timestamp", TIMESTAMP),
+        pa.field("store_timestamp", TIMESTAMP),
+        pa.field("reconsume_times", pa.int32()),
+        pa.field("sys_flag", pa.int32()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("body", pa.binary()),
+    ]
+)
 assert tuple(ARROW_SCHEMA.names) == COLUMNS

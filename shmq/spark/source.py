@@ -13,11 +13,12 @@ Spark (4.3) keeps the plan of the last pushdown on the DataFrame's relation and 
 a later query of that DataFrame that pushes nothing, so with pushdown on each query should
 start from its own `spark.read...load()` (docs/SPARK.md).
 """
+
 from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
@@ -25,8 +26,7 @@ from pyspark.sql.types import StructType
 
 from shmq.errors import ConfigError, CorruptRecordError
 from shmq.spark.batches import read_slice
-from shmq.spark.layout import (DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, describe_damage,
-                               parse_topic_option)
+from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, describe_damage, parse_topic_option
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds, push_filters
 from shmq.spark.schema import SCHEMA_DDL
@@ -82,8 +82,10 @@ class ShmqScanReader(DataSourceReader):
         self.bounds = ScanBounds()
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [SlicePartition(s) for s in
-                plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)]
+        return [
+            SlicePartition(s)
+            for s in plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SlicePartition):
@@ -119,8 +121,9 @@ class ShmqDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ScanOptions(self.options)
         caller = sys._getframe(1)
-        pushdown = caller.f_globals.get("__name__") == _PUSHDOWN_WORKER or \
-            caller.f_code.co_filename.endswith(_PUSHDOWN_WORKER_FILE)
+        pushdown = caller.f_globals.get("__name__") == _PUSHDOWN_WORKER or caller.f_code.co_filename.endswith(
+            _PUSHDOWN_WORKER_FILE
+        )
         return ShmqPushdownReader(opts) if pushdown else ShmqScanReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark's name)

@@ -12,10 +12,11 @@ The source only reads (no broker, no lock, no consumer group): `commit` has noth
 the store keeps no record of the query. Cleanup may delete files the query has not read yet;
 `failOnDataLoss` decides whether that stops the query or is logged and skipped.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -74,8 +75,10 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: StreamOffset | None = None  # Trigger.AvailableNow: the ends when it started
 
     def _extents(self) -> dict[str, QueueExtent]:
-        return {queue_key(e.topic, e.queue_id): e
-                for e in queue_extents(self.opts.store_dir, self.opts.topics, ScanBounds())}
+        return {
+            queue_key(e.topic, e.queue_id): e
+            for e in queue_extents(self.opts.store_dir, self.opts.topics, ScanBounds())
+        }
 
     def initialOffset(self) -> StreamOffset:  # noqa: N802 (Spark's names)
         ext = self._extents()
@@ -87,8 +90,9 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: StreamOffset, limit: ReadLimit) -> StreamOffset:  # noqa: N802
         ext = self._extents()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return next_end(start, {k: e.start for k, e in ext.items()}, {k: e.end for k, e in ext.items()},
-                        max_rows, self._target)
+        return next_end(
+            start, {k: e.start for k, e in ext.items()}, {k: e.end for k, e in ext.items()}, max_rows, self._target
+        )
 
     def reportLatestOffset(self) -> StreamOffset:  # noqa: N802
         return sorted_offset({k: e.end for k, e in self._extents().items()})
@@ -109,12 +113,16 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def _data_lost(self, r: QueueRange) -> None:
-        what = (f"{r.topic}/{r.queue_id}: queue offsets {r.lost_from}..{r.lost_from + r.lost - 1} ({r.lost} "
-                "messages) were deleted by cleanup before this query read them")
+        what = (
+            f"{r.topic}/{r.queue_id}: queue offsets {r.lost_from}..{r.lost_from + r.lost - 1} ({r.lost} "
+            "messages) were deleted by cleanup before this query read them"
+        )
         if self.opts.fail_on_data_loss:
-            raise StreamDataLossError(f"{what}. Restart with a new checkpoint, or set option failOnDataLoss=false "
-                                      "to skip lost messages and go on from the queue's min offset "
-                                      "(keep files longer: fileReservedTime)")
+            raise StreamDataLossError(
+                f"{what}. Restart with a new checkpoint, or set option failOnDataLoss=false "
+                "to skip lost messages and go on from the queue's min offset "
+                "(keep files longer: fileReservedTime)"
+            )
         log.warning("%s; going on from queue offset %d (failOnDataLoss=false)", what, r.start)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

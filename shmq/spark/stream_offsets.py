@@ -10,10 +10,11 @@ were deleted by cleanup) and its `tail` (live-safe end: every entry below it poi
 record). From the checkpointed start and these, `next_end` picks the micro-batch end, and
 `plan_ranges` turns a (start, end) pair into the queue-offset ranges to read.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 StreamOffset = dict[str, int]
 
@@ -67,8 +68,13 @@ def fair_split(available: Mapping[str, int], budget: int) -> dict[str, int]:
     return grant
 
 
-def next_end(start: Mapping[str, int], heads: Mapping[str, int], tails: Mapping[str, int],
-             max_rows: int | None = None, target: Mapping[str, int] | None = None) -> StreamOffset:
+def next_end(
+    start: Mapping[str, int],
+    heads: Mapping[str, int],
+    tails: Mapping[str, int],
+    max_rows: int | None = None,
+    target: Mapping[str, int] | None = None,
+) -> StreamOffset:
     """The end offset of the next micro-batch.
 
     `start`: where the last batch ended (the checkpoint). `heads`/`tails`: min offset and

@@ -7,6 +7,7 @@ shmq and its dependencies, and every read then fails inside a worker with a long
 after calling the source's `name()` on the driver, so `name()` calls `use_shmq_python()` and
 the choice is fixed where it still applies, whatever the order of session and import was.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ def use_shmq_python() -> None:
         return
     try:
         sc = session.sparkContext
-    except Exception:  # Spark Connect: PySparkNotImplementedError
+    except Exception:  # noqa: BLE001 - Spark Connect raises PySparkNotImplementedError, a class it may not export
         return
     if _same_interpreter(sc.pythonExec):
         return
@@ -47,9 +48,11 @@ def use_shmq_python() -> None:
         sc.pythonExec = sys.executable
         return
     if not _imports_shmq(sc.pythonExec):
-        raise ConfigError(f"Spark's Python workers run {sc.pythonExec} (PYSPARK_PYTHON), which cannot import "
-                          f"shmq: install shmq[spark] into it, or set PYSPARK_PYTHON={sys.executable} "
-                          "before creating the SparkSession")
+        raise ConfigError(
+            f"Spark's Python workers run {sc.pythonExec} (PYSPARK_PYTHON), which cannot import "
+            f"shmq: install shmq[spark] into it, or set PYSPARK_PYTHON={sys.executable} "
+            "before creating the SparkSession"
+        )
 
 
 def _same_interpreter(exe: str) -> bool:
@@ -62,8 +65,14 @@ def _same_interpreter(exe: str) -> bool:
 def _imports_shmq(exe: str) -> bool:
     """`exe` imports shmq and what its reads need; True when that cannot be told in time."""
     try:
-        done = subprocess.run([exe, "-c", _CHECK], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=_CHECK_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [exe, "-c", _CHECK],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=_CHECK_TIMEOUT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return True
     except OSError:

@@ -3,6 +3,7 @@
 Abnormal recovery starts from the commitlog segment older than all three (minus a margin), so
 whatever a crash lost from the page cache is re-read from the commitlog.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -30,19 +31,23 @@ class StoreCheckpoint:
             os.posix_fallocate(self.fd, 0, fmt.CHECKPOINT_FILE_SIZE)
         except OSError as e:
             os.close(self.fd)
-            raise DiskFullError(f"cannot create the store checkpoint {path}: {e.strerror}; free space on its disk "
-                                "(an existing store has it already)") from None
+            raise DiskFullError(
+                f"cannot create the store checkpoint {path}: {e.strerror}; free space on its disk "
+                "(an existing store has it already)"
+            ) from None
         self.mm = mmap.mmap(self.fd, fmt.CHECKPOINT_FILE_SIZE)
-        self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = \
-            fmt.CHECKPOINT.unpack_from(self.mm, 0)
+        self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = fmt.CHECKPOINT.unpack_from(
+            self.mm, 0
+        )
 
     def min_timestamp(self, include_index: bool = True) -> int:
         ts = min(self.physic_msg_timestamp, self.logics_msg_timestamp)
         return min(ts, self.index_msg_timestamp) if include_index else ts
 
     def flush(self) -> None:
-        fmt.CHECKPOINT.pack_into(self.mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp,
-                                 self.index_msg_timestamp)
+        fmt.CHECKPOINT.pack_into(
+            self.mm, 0, self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
+        )
         os.fdatasync(self.fd)
 
     def close(self) -> None:

@@ -10,18 +10,19 @@ unless cleanFileForciblyEnable asks for RocketMQ's behaviour: then unconsumed me
 deleted too, and logged. The active segment is never deleted. Consume-queue and index files
 that point only below the commitlog's new min offset follow.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-import time
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
 from shmq.config import BrokerConfig
-from shmq.store.commitlog import CommitLog
 from shmq.store import consumed
+from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.flush import ServiceThread
 from shmq.store.index_file import IndexService
@@ -54,8 +55,15 @@ class CleanDecision:
     delete_forcibly: bool  # delete oldest segments even if not expired
 
 
-def decide(used_ratio: float, hour: int, delete_when: str, max_used_percent: int, forcibly_ratio: float,
-           warning_ratio: float, manual: bool = False) -> CleanDecision:
+def decide(
+    used_ratio: float,
+    hour: int,
+    delete_when: str,
+    max_used_percent: int,
+    forcibly_ratio: float,
+    warning_ratio: float,
+    manual: bool = False,
+) -> CleanDecision:
     hours = {int(h) for h in delete_when.split(";") if h.strip()}
     over = used_ratio > max_used_percent / 100
     return CleanDecision(
@@ -97,8 +105,15 @@ class CleanupService(ServiceThread):
     def check_disk(self) -> CleanDecision:
         cfg = self.store.config
         ratio = self.store.space.measure()  # refuses or accepts writes
-        return decide(ratio, time.localtime().tm_hour, cfg.delete_when, cfg.disk_max_used_space_ratio,
-                      cfg.disk_space_clean_forcibly_ratio, cfg.disk_space_warning_level_ratio, self._manual)
+        return decide(
+            ratio,
+            time.localtime().tm_hour,
+            cfg.delete_when,
+            cfg.disk_max_used_space_ratio,
+            cfg.disk_space_clean_forcibly_ratio,
+            cfg.disk_space_warning_level_ratio,
+            self._manual,
+        )
 
     def _run_once(self) -> None:
         d = self.check_disk()
@@ -134,10 +149,12 @@ class CleanupService(ServiceThread):
                 if age <= reserved:
                     if protected is None:
                         floors = consumed.committed_floors(self.store.store_dir)
-                        protected = consumed.protected_offset(self.store.consume_queues(), floors,
-                                                              self.store.commitlog.max_offset)
-                    if oldest.file_to_offset > protected and not self._may_lose(oldest.file_from_offset,
-                                                                                oldest.file_to_offset, floors):
+                        protected = consumed.protected_offset(
+                            self.store.consume_queues(), floors, self.store.commitlog.max_offset
+                        )
+                    if oldest.file_to_offset > protected and not self._may_lose(
+                        oldest.file_from_offset, oldest.file_to_offset, floors
+                    ):
                         break
                 queue.delete_first(1)
             deleted += 1
@@ -152,13 +169,23 @@ class CleanupService(ServiceThread):
         """Whether the unexpired segment [lo, hi), which holds messages some group has not
         consumed, may go: only with cleanFileForciblyEnable, and then what is lost is logged."""
         if not self.store.config.clean_file_forcibly_enable:
-            log.warning("disk of %s over diskSpaceCleanForciblyRatio, but commitlog %d-%d holds unconsumed messages "
-                        "and is not expired: kept (cleanFileForciblyEnable=false), writes are refused until "
-                        "consumers catch up, segments expire or space is freed", self.store.store_dir, lo, hi)
+            log.warning(
+                "disk of %s over diskSpaceCleanForciblyRatio, but commitlog %d-%d holds unconsumed messages "
+                "and is not expired: kept (cleanFileForciblyEnable=false), writes are refused until "
+                "consumers catch up, segments expire or space is freed",
+                self.store.store_dir,
+                lo,
+                hi,
+            )
             return False
         lost = consumed.unconsumed_between(self.store.consume_queues(), floors, lo, hi)
-        log.error("forced cleanup (cleanFileForciblyEnable=true) deletes commitlog %d-%d with %d unconsumed "
-                  "messages: %s", lo, hi, sum(x.end - x.first for x in lost), "; ".join(map(str, lost)) or "none")
+        log.error(
+            "forced cleanup (cleanFileForciblyEnable=true) deletes commitlog %d-%d with %d unconsumed messages: %s",
+            lo,
+            hi,
+            sum(x.end - x.first for x in lost),
+            "; ".join(map(str, lost)) or "none",
+        )
         return True
 
     def clean_logics(self) -> None:

@@ -10,6 +10,7 @@ with pwrite instead of through the mapping: an fdatasync after mapped writes cos
 ext4 (see ``MappedFile.write``), and SYNC_FLUSH pays one before every answer. A record cut
 short by a crash mid-pwrite fails its body CRC, which recovery after a crash checks.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,9 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, cast
+from typing import cast
 
 import numpy as np
 
@@ -47,8 +49,14 @@ class AppendResult:
 class CommitLog:
     """Append and read commitlog records across segments."""
 
-    def __init__(self, store_dir: str, segment_size: int, store_host: int = 0,
-                 allocator: AllocateMappedFileService | None = None, write_through: bool = False) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        segment_size: int,
+        store_host: int = 0,
+        allocator: AllocateMappedFileService | None = None,
+        write_through: bool = False,
+    ) -> None:
         self.directory = os.path.join(store_dir, "commitlog")
         self.write_through = write_through
         self.queue = MappedFileQueue(self.directory, segment_size, allocator, RESERVE_STEP)
@@ -95,7 +103,7 @@ class CommitLog:
                 if self.write_through:
                     mf.write(blank, mf.wrote_position)
                 else:
-                    mf.view[mf.wrote_position:mf.wrote_position + len(blank)] = blank
+                    mf.view[mf.wrote_position : mf.wrote_position + len(blank)] = blank
                 mf.wrote_position = mf.size
             mf.end_writes()
             mf = self.queue.last_file()
@@ -115,13 +123,16 @@ class CommitLog:
             if pos + size > mf.reserved_position:  # reserve() came first: only a guard against SIGBUS
                 mf.reserve(pos + size)
             view, at = mf.view, pos
-            view[pos:pos + size] = record
+            view[pos : pos + size] = record
         _I32.pack_into(view, at + fmt.OFF_QUEUEID, queue_id)
         _TS_HOST.pack_into(view, at + fmt.OFF_STORETIMESTAMP, store_timestamp, self.store_host)
         if _I32.unpack_from(view, at + fmt.OFF_BODYCRC)[0] == 0:
             (body_len,) = _I32.unpack_from(view, at + fmt.OFF_BODYLEN)
-            _I32.pack_into(view, at + fmt.OFF_BODYCRC,
-                           fmt.body_crc(memoryview(view)[at + fmt.OFF_BODY:at + fmt.OFF_BODY + body_len]))
+            _I32.pack_into(
+                view,
+                at + fmt.OFF_BODYCRC,
+                fmt.body_crc(memoryview(view)[at + fmt.OFF_BODY : at + fmt.OFF_BODY + body_len]),
+            )
         phys = mf.file_from_offset + pos
         _QOFF_PHYS.pack_into(view, at + fmt.OFF_QUEUEOFFSET, queue_offset, phys)
         if self.write_through:
@@ -132,9 +143,16 @@ class CommitLog:
         self.confirmed = (phys + size, store_timestamp)
         return phys
 
-    def append_batch(self, buf: ReadBuffer, starts: np.ndarray, sizes: np.ndarray,
-                     first_queue_offset: int | np.ndarray, queue_id: int | np.ndarray, store_timestamp: int,
-                     missing_crc: np.ndarray | None = None) -> AppendResult:
+    def append_batch(
+        self,
+        buf: ReadBuffer,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        first_queue_offset: int | np.ndarray,
+        queue_id: int | np.ndarray,
+        store_timestamp: int,
+        missing_crc: np.ndarray | None = None,
+    ) -> AppendResult:
         """Append records packed back to back in `buf` (record i: `sizes[i]` bytes at `starts[i]`).
 
         One copy per segment touched, then one vectorised scatter patches the owned fields of
@@ -162,15 +180,29 @@ class CommitLog:
                 if pos + hi - lo > mf.reserved_position:  # reserve() came first: only a guard against SIGBUS
                     mf.reserve(pos + hi - lo)
                 dst, at = mf.array, rel
-                dst[pos:pos + hi - lo] = src[lo:hi]
+                dst[pos : pos + hi - lo] = src[lo:hi]
             if missing_crc is not None:
                 self._fill_crc(dst, at, missing_crc[(missing_crc >= i) & (missing_crc < j)] - i)
             if per_record:  # then both are per-record arrays (see above)
-                fmt.patch_owned_fields(dst, at, cast(np.ndarray, queue_id)[i:j], store_timestamp, self.store_host,
-                                       cast(np.ndarray, first_queue_offset)[i:j], mf.file_from_offset + pos)
+                fmt.patch_owned_fields(
+                    dst,
+                    at,
+                    cast(np.ndarray, queue_id)[i:j],
+                    store_timestamp,
+                    self.store_host,
+                    cast(np.ndarray, first_queue_offset)[i:j],
+                    mf.file_from_offset + pos,
+                )
             else:
-                fmt.patch_owned_fields(dst, at, queue_id, store_timestamp, self.store_host,
-                                       first_queue_offset + i, mf.file_from_offset + pos)
+                fmt.patch_owned_fields(
+                    dst,
+                    at,
+                    queue_id,
+                    store_timestamp,
+                    self.store_host,
+                    first_queue_offset + i,
+                    mf.file_from_offset + pos,
+                )
             if self.write_through:
                 mf.write(dst.data, pos)
             mf.wrote_position = pos + hi - lo
@@ -186,7 +218,9 @@ class CommitLog:
         view = dst.data
         for p in rel[which].tolist():
             (body_len,) = _I32.unpack_from(view, p + fmt.OFF_BODYLEN)
-            _I32.pack_into(view, p + fmt.OFF_BODYCRC, fmt.body_crc(view[p + fmt.OFF_BODY:p + fmt.OFF_BODY + body_len]))
+            _I32.pack_into(
+                view, p + fmt.OFF_BODYCRC, fmt.body_crc(view[p + fmt.OFF_BODY : p + fmt.OFF_BODY + body_len])
+            )
 
     # ------------------------------------------------------------------ reading
 
@@ -206,7 +240,7 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
-        return mf.view[pos:pos + size]
+        return mf.view[pos : pos + size]
 
     def size_at(self, offset: int) -> int:
         view = self.data(offset, 4)
@@ -224,8 +258,9 @@ class CommitLog:
         view = self.data(offset + fmt.OFF_STORETIMESTAMP, 8)
         return _I64.unpack_from(view)[0] if view is not None else -1
 
-    def iter_records(self, offset: int, verify_crc: bool = False, damaged: list[tuple[int, int]] | None = None
-                     ) -> Iterator[tuple[MappedFile, int, int]]:
+    def iter_records(
+        self, offset: int, verify_crc: bool = False, damaged: list[tuple[int, int]] | None = None
+    ) -> Iterator[tuple[MappedFile, int, int]]:
         """(segment, position, size) of every valid record from `offset` to the end of the log.
 
         Damage in the middle of the log is stepped over, never taken for its end: a range of
@@ -234,8 +269,9 @@ class CommitLog:
         such range goes to ``damaged`` as (commitlog offset, length) when a list is given."""
         mf = self.queue.find(offset)
         while mf is not None:
-            for status, pos, size in fmt.scan_segment(mf.view, offset - mf.file_from_offset, mf.wrote_position,
-                                                      mf.file_from_offset, verify_crc):
+            for status, pos, size in fmt.scan_segment(
+                mf.view, offset - mf.file_from_offset, mf.wrote_position, mf.file_from_offset, verify_crc
+            ):
                 if status == fmt.RECORD_END:
                     nxt = self.queue.find(mf.file_to_offset)
                     if nxt is None or not self._starts_well(nxt):
@@ -246,8 +282,10 @@ class CommitLog:
                         damaged.append((mf.file_from_offset + pos, size))
                     continue
                 if status == fmt.RECORD_BAD_CRC:
-                    log.warning("commitlog record at %d fails its body CRC; kept, later records follow it",
-                                mf.file_from_offset + pos)
+                    log.warning(
+                        "commitlog record at %d fails its body CRC; kept, later records follow it",
+                        mf.file_from_offset + pos,
+                    )
                 if status != fmt.RECORD_BLANK:
                     yield mf, pos, size
             offset = mf.file_to_offset

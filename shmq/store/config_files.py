@@ -7,13 +7,15 @@ the newer one could not be, so a stale fallback is never silent. Every metadata 
 through ``parse_json``/``read_json_file``, so a damaged text is one ValueError whatever the
 fault (not UTF-8, not JSON, a number too long, nested too deep), never a traceback.
 """
+
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from shmq.store import files
 

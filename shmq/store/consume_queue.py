@@ -4,12 +4,13 @@ Entry i of the queue is the message with queue offset i; entries are read and wr
 numpy structured arrays straight over the mapped files, so a range read, a tag filter and a
 time search are array operations.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import struct
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -52,13 +53,22 @@ class ConsumeQueue:
         """Open the queue's files. False when they cannot be a queue (a file of the wrong size,
         not the empty last one a crash leaves; or a file missing between two others): they are
         removed and the caller rebuilds the queue from the commitlog, which holds all it said."""
-        names = sorted(n for n in os.listdir(self.directory) if fmt.parse_offset_file_name(n) is not None) \
-            if os.path.isdir(self.directory) else []
+        names = (
+            sorted(n for n in os.listdir(self.directory) if fmt.parse_offset_file_name(n) is not None)
+            if os.path.isdir(self.directory)
+            else []
+        )
         sizes = [os.path.getsize(os.path.join(self.directory, n)) for n in names]
         if sizes and sizes[-1] == 0:
             sizes.pop()
-        problem = next((f"{names[i]} is {n} bytes, not {self.queue.file_size}" for i, n in enumerate(sizes)
-                        if n != self.queue.file_size), None)
+        problem = next(
+            (
+                f"{names[i]} is {n} bytes, not {self.queue.file_size}"
+                for i, n in enumerate(sizes)
+                if n != self.queue.file_size
+            ),
+            None,
+        )
         if problem is None:
             try:
                 self.queue.load()
@@ -66,8 +76,12 @@ class ConsumeQueue:
             except ValueError as e:  # a segment missing between two others
                 problem = str(e)
                 self.queue.close()
-        log.error("consume queue %s/%d is damaged (%s); its files are removed and it is rebuilt from the commitlog",
-                  self.topic, self.queue_id, problem)
+        log.error(
+            "consume queue %s/%d is damaged (%s); its files are removed and it is rebuilt from the commitlog",
+            self.topic,
+            self.queue_id,
+            problem,
+        )
         for n in names:
             os.unlink(os.path.join(self.directory, n))
         return False
@@ -91,10 +105,10 @@ class ConsumeQueue:
         if not files:
             return
         end = files[0].file_from_offset
-        for mf in files[max(0, len(files) - 3):]:
+        for mf in files[max(0, len(files) - 3) :]:
             # up to the file's first hole: entries are written from its start, and reading a
             # hole of a full tmpfs through the mapping is a SIGBUS
-            sizes = self._entries(mf)["size"][:mf.data_end() // fmt.CQ_ENTRY_SIZE]
+            sizes = self._entries(mf)["size"][: mf.data_end() // fmt.CQ_ENTRY_SIZE]
             zero = np.flatnonzero(sizes == 0)
             n = int(zero[0]) if len(zero) else len(sizes)
             end = mf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
@@ -110,9 +124,10 @@ class ConsumeQueue:
         changed = 0
         for mf in self.queue.files:
             written = min(self.max_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset, mf.wrote_position)
-            entries = self._entries(mf)[:max(0, written) // fmt.CQ_ENTRY_SIZE]
-            hit = np.flatnonzero((entries["size"] != BLANK_SIZE) & (entries["offset"] >= phys_lo)
-                                 & (entries["offset"] < phys_hi))
+            entries = self._entries(mf)[: max(0, written) // fmt.CQ_ENTRY_SIZE]
+            hit = np.flatnonzero(
+                (entries["size"] != BLANK_SIZE) & (entries["offset"] >= phys_lo) & (entries["offset"] < phys_hi)
+            )
             if len(hit):
                 entries["size"][hit] = BLANK_SIZE  # first: a crash in between leaves a blank
                 entries["offset"][hit] = 0
@@ -142,7 +157,7 @@ class ConsumeQueue:
         self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE if files else self.max_offset
         if files:
             written = (self.max_offset * fmt.CQ_ENTRY_SIZE - files[0].file_from_offset) // fmt.CQ_ENTRY_SIZE
-            sizes = self._entries(files[0])["size"][:max(0, written)]  # never into holes (see recover)
+            sizes = self._entries(files[0])["size"][: max(0, written)]  # never into holes (see recover)
             real = np.flatnonzero(sizes != BLANK_SIZE)
             if len(real):
                 self.min_offset = files[0].file_from_offset // fmt.CQ_ENTRY_SIZE + int(real[0])
@@ -186,10 +201,10 @@ class ConsumeQueue:
             k = min(n - done, len(entries) - i)
             if (i + k) * fmt.CQ_ENTRY_SIZE > mf.reserved_position:  # a guard against SIGBUS on a full disk
                 mf.reserve((i + k) * fmt.CQ_ENTRY_SIZE)
-            part = entries[i:i + k]
-            part["offset"] = phys[done:done + k]
-            part["tags_code"] = tags_codes[done:done + k]
-            part["size"] = sizes[done:done + k]  # last: recovery takes a non-zero size as a whole entry
+            part = entries[i : i + k]
+            part["offset"] = phys[done : done + k]
+            part["tags_code"] = tags_codes[done : done + k]
+            part["size"] = sizes[done : done + k]  # last: recovery takes a non-zero size as a whole entry
             mf.wrote_position = (i + k) * fmt.CQ_ENTRY_SIZE
             done += k
         self.max_offset = first_queue_offset + n
@@ -223,8 +238,9 @@ class ConsumeQueue:
             self.max_offset = self.queue.files[0].file_from_offset // fmt.CQ_ENTRY_SIZE
         n = queue_offset - self.max_offset
         if n > 0:
-            self.put_batch(np.zeros(n, np.int64), np.full(n, BLANK_SIZE, np.int64), np.zeros(n, np.int64),
-                           self.max_offset)
+            self.put_batch(
+                np.zeros(n, np.int64), np.full(n, BLANK_SIZE, np.int64), np.zeros(n, np.int64), self.max_offset
+            )
         if was_empty:
             self.min_offset = queue_offset
 
@@ -234,7 +250,9 @@ class ConsumeQueue:
         mf = self.queue.find(queue_offset * fmt.CQ_ENTRY_SIZE)
         if mf is None or queue_offset >= self.max_offset:
             return None
-        answer: np.void | None = self._entries(mf)[(queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE]
+        answer: np.void | None = self._entries(mf)[
+            (queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
+        ]
         return answer
 
     def get_range(self, queue_offset: int, max_num: int) -> np.ndarray:
@@ -248,7 +266,7 @@ class ConsumeQueue:
         entries = self._entries(mf)
         i = (queue_offset * fmt.CQ_ENTRY_SIZE - mf.file_from_offset) // fmt.CQ_ENTRY_SIZE
         k = min(max_num, self.max_offset - queue_offset, len(entries) - i)
-        return entries[i:i + k].copy()
+        return entries[i : i + k].copy()
 
     def offset_for_timestamp(self, timestamp: int, store_ts_at: Callable[[int], int]) -> int:
         """The first queue offset whose message was stored at or after `timestamp` (ms).
@@ -262,9 +280,7 @@ class ConsumeQueue:
             mid = (lo + hi) // 2
             e = self.entry(mid)
             ts = store_ts_at(int(e["offset"])) if e is not None and e["size"] != BLANK_SIZE else -1
-            if ts < 0:  # entry points below the commitlog's min offset: treat as older
-                lo = mid + 1
-            elif ts < timestamp:
+            if ts < 0 or ts < timestamp:  # entry points below the commitlog's min offset: treat as older
                 lo = mid + 1
             else:
                 hi = mid

@@ -17,6 +17,7 @@ file, a hole or a zero entry all read as "not computed", and the consumer then e
 message exactly. The bitmap is an acceleration only: nothing here is ever needed to deliver
 a message correctly.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,9 +88,9 @@ class ConsumeQueueExt:
             end = (i + k) * EXT_ENTRY_SIZE
             if end > mf.reserved_position:
                 mf.reserve(end)
-            part = entries[i:i + k]
-            part["offset"] = phys[done:done + k]
-            part["bits"] = bits[done:done + k]
+            part = entries[i : i + k]
+            part["offset"] = phys[done : done + k]
+            part["bits"] = bits[done : done + k]
             part["generation"] = generation  # last: an entry with a generation is whole
             done += k
 
@@ -194,7 +195,7 @@ class ConsumeQueueExtReader:
         for first, count, seg in self._segments:
             lo, hi = max(start, first), min(start + n, first + count)
             if lo < hi:
-                out[lo - start:hi - start] = seg.array.view(EXT_DTYPE)[lo - first:hi - first]
+                out[lo - start : hi - start] = seg.array.view(EXT_DTYPE)[lo - first : hi - first]
         return out
 
     def _covers(self, start: int, n: int) -> bool:

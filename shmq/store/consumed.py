@@ -7,11 +7,12 @@ offset of every group that committed on that queue; a queue no group committed o
 unread. The committed offsets come from ``config/consumerOffset.json``, the file the broker
 persists every flushConsumerOffsetInterval: it may lag the groups, which only keeps more.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from shmq.store.config_files import read_json
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue

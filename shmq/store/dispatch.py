@@ -8,10 +8,12 @@ from the commitlog and runs the same list, as the replica will. Dispatchers are 
 entries a consume queue or the index already holds are skipped, so re-dispatching a range after
 a crash never duplicates anything.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -30,13 +32,17 @@ def queue_id_of(name: str) -> int | None:
         return None
     q = int(name)
     return q if q <= MAX_QUEUE_ID else None
+
+
 # one value per record: an int64 array, or for a single record a plain list (a numpy array of
 # one costs more than the rest of its dispatch)
 Column = np.ndarray | list[int]
 
 
 class QueueSink(Protocol):
-    def put_batch(self, phys: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray, first_queue_offset: int) -> int: ...
+    def put_batch(
+        self, phys: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray, first_queue_offset: int
+    ) -> int: ...
 
     def put(self, phys: int, size: int, tags_code: int, queue_offset: int) -> bool: ...
 
@@ -77,16 +83,32 @@ class Dispatcher(Protocol):
 
     def dispatch(self, req: DispatchRequest) -> None: ...
 
-    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
-                     key_hashes: np.ndarray, store_timestamp: int) -> None: ...
+    def dispatch_one(
+        self,
+        queue: QueueSink | None,
+        queue_offset: int,
+        phys: int,
+        size: int,
+        tags_code: int,
+        key_hashes: np.ndarray,
+        store_timestamp: int,
+    ) -> None: ...
 
 
 class ConsumeQueueDispatcher:
     """Consume-queue entries. A queue with one or two records takes the scalar put (a numpy put
     costs ~10 us)."""
 
-    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
-                     key_hashes: np.ndarray, store_timestamp: int) -> None:
+    def dispatch_one(
+        self,
+        queue: QueueSink | None,
+        queue_offset: int,
+        phys: int,
+        size: int,
+        tags_code: int,
+        key_hashes: np.ndarray,
+        store_timestamp: int,
+    ) -> None:
         if queue is not None:
             queue.put(phys, size, tags_code, queue_offset)
 
@@ -107,8 +129,9 @@ class ConsumeQueueDispatcher:
         put_rows(req.queues, req.rows, req.first_queue_offsets, phys, sizes, tags)
 
 
-def put_rows(queues: Sequence[QueueSink], rows: list[np.ndarray], firsts: list[int], phys: Column, sizes: Column,
-             tags: Column) -> None:
+def put_rows(
+    queues: Sequence[QueueSink], rows: list[np.ndarray], firsts: list[int], phys: Column, sizes: Column, tags: Column
+) -> None:
     """Entries of a put over many queues: queue ``queues[k]`` takes records ``rows[k]`` from
     queue offset ``firsts[k]``. A queue with one or two records takes the scalar put (a numpy
     put costs ~10 us); with 1,250 topics sending that is every queue, so the compiled twin
@@ -131,8 +154,16 @@ class IndexDispatcher:
     def __init__(self, index: IndexSink) -> None:
         self.index = index
 
-    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
-                     key_hashes: np.ndarray, store_timestamp: int) -> None:
+    def dispatch_one(
+        self,
+        queue: QueueSink | None,
+        queue_offset: int,
+        phys: int,
+        size: int,
+        tags_code: int,
+        key_hashes: np.ndarray,
+        store_timestamp: int,
+    ) -> None:
         if len(key_hashes):  # a record just put: new, so no freshness check
             self.index.put(key_hashes.tolist(), phys, store_timestamp)
 
@@ -152,8 +183,9 @@ class IndexDispatcher:
             index.put_batch(key_hashes[fresh], phys_k[fresh], ts[fresh])
 
 
-def group_by_queue(topic_ids: np.ndarray, queue_ids: np.ndarray, rows: np.ndarray
-                   ) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, list[np.ndarray]]:
+def group_by_queue(
+    topic_ids: np.ndarray, queue_ids: np.ndarray, rows: np.ndarray
+) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, list[np.ndarray]]:
     """Records ``rows`` of a put grouped by (topic number, queue id), vectorised: the groups'
     (topic number, queue id); for each of ``rows`` its group and its rank within the group (log
     order); for each group its records. Queue ids must be in 0..65535."""
@@ -171,8 +203,9 @@ def group_by_queue(topic_ids: np.ndarray, queue_ids: np.ndarray, rows: np.ndarra
     return [(k // span, k % span) for k in keys.tolist()], gid, rank, members
 
 
-def requests_from_log(records: Iterator[tuple[int, fmt.StoredRecord]], queue: Callable[[str, int], QueueSink],
-                      max_batch: int = 4096) -> Iterator[DispatchRequest]:
+def requests_from_log(
+    records: Iterator[tuple[int, fmt.StoredRecord]], queue: Callable[[str, int], QueueSink], max_batch: int = 4096
+) -> Iterator[DispatchRequest]:
     """Group decoded (phys offset, record) pairs into requests of consecutive same-queue records;
     ``queue(topic, queue_id)`` finds or makes the consume queue.
 
@@ -183,8 +216,7 @@ def requests_from_log(records: Iterator[tuple[int, fmt.StoredRecord]], queue: Ca
     key = None
     for phys, rec in records:
         k = (rec.topic, rec.queue_id, fmt.enters_consume_queue(rec.sysflag))
-        if group and (k != key or len(group) >= max_batch or
-                      rec.queue_offset != group[-1][1].queue_offset + 1):
+        if group and (k != key or len(group) >= max_batch or rec.queue_offset != group[-1][1].queue_offset + 1):
             yield _request(group, queue)
             group = []
         key = k

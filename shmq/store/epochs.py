@@ -7,6 +7,7 @@ it shares everything with or, worse, keep a tail it does not share. Garbage is n
 "no epochs": that would let a store with data look like a fresh one, so it raises
 MetadataError naming the file and the fault.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,10 @@ class EpochFile:
         except FileNotFoundError:
             return []
         except ValueError as e:  # any damage, nesting too deep for the decoder included
-            raise MetadataError(f"{self.path} is not valid JSON ({e}); restore it from the master's list "
-                                "or remove it only if the store holds no data") from None
+            raise MetadataError(
+                f"{self.path} is not valid JSON ({e}); restore it from the master's list "
+                "or remove it only if the store holds no data"
+            ) from None
         try:
             if not isinstance(data, dict) or not isinstance(data.get("epochs"), list):
                 raise ValueError('not a {"epochs": [...]} object')
@@ -60,8 +63,13 @@ class EpochFile:
             # a replica adopts its master's whole list, also an epoch the master began past what
             # reached the replica; promoted, it holds nothing of that epoch: the entry goes
             gone = entries.pop()
-            log.warning("%s: epoch %d starts at %d, past the commitlog's end %d: none of it is here; dropped",
-                        self.path, gone.epoch, gone.start_offset, max_offset)
+            log.warning(
+                "%s: epoch %d starts at %d, past the commitlog's end %d: none of it is here; dropped",
+                self.path,
+                gone.epoch,
+                gone.start_offset,
+                max_offset,
+            )
         if entries and entries[-1].start_offset == max_offset:
             # nothing was written in it: replaced by a higher number (a replica that adopted the
             # old entry then shares the log up to its start, which is all there is)
@@ -95,8 +103,10 @@ class PendingEpoch:
         try:
             self._epochs.begin_master_epoch(self._start)
         except OSError as e:
-            raise DiskFullError(f"disk full: the master's new epoch cannot be written to {self._epochs.path} "
-                                f"({e}); writes resume once space is freed") from None
+            raise DiskFullError(
+                f"disk full: the master's new epoch cannot be written to {self._epochs.path} "
+                f"({e}); writes resume once space is freed"
+            ) from None
         self.done = True
         log.warning("the new epoch is written to %s; writes resume", self._epochs.path)
 
@@ -110,7 +120,6 @@ def open_master_epoch(store_dir: str, max_offset: int) -> PendingEpoch | None:
     except MetadataError:
         raise
     except OSError as e:
-        log.error("cannot write the new epoch to %s (%s): writes are refused until it can be written",
-                  epochs.path, e)
+        log.error("cannot write the new epoch to %s (%s): writes are refused until it can be written", epochs.path, e)
         return PendingEpoch(epochs, max_offset)
     return None

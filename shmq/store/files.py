@@ -8,6 +8,7 @@ made 02750 or 0640 here, so consumers of that group (who map the files read-only
 them and nobody else can. Nothing is looked up per write: the mode is decided once per file,
 from the folder it is created in.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -47,8 +48,10 @@ def prepare_root(store_dir: str, gid: int | None) -> None:
         try:
             os.chown(store_dir, -1, gid)
         except PermissionError:
-            raise PermissionError(f"cannot give store {store_dir} to group {gid} (shmGroup): the broker's "
-                                  "user must be a member of that group") from None
+            raise PermissionError(
+                f"cannot give store {store_dir} to group {gid} (shmGroup): the broker's "
+                "user must be a member of that group"
+            ) from None
     want = GROUP_DIR if gid is not None else PRIVATE_DIR
     if stat.S_IMODE(os.stat(store_dir).st_mode) != want:
         os.chmod(store_dir, want)
@@ -86,7 +89,6 @@ def open_file(path: str, flags: int = os.O_RDWR) -> tuple[int, bool]:
     return fd, True
 
 
-
 def _describe_uid(uid: int) -> str:
     try:
         return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
@@ -99,8 +101,10 @@ def _check_owner(what: str, uid: int) -> None:
     folder or lock file can change its modes, hold its lock or replace its files."""
     me = os.geteuid()
     if uid != me:
-        raise ForeignOwnerError(f"{what} belongs to {_describe_uid(uid)}, not to the broker's user "
-                                f"({_describe_uid(me)}); give it to that user (chown) or use another store folder")
+        raise ForeignOwnerError(
+            f"{what} belongs to {_describe_uid(uid)}, not to the broker's user "
+            f"({_describe_uid(me)}); give it to that user (chown) or use another store folder"
+        )
 
 
 def open_lock(path: str) -> int:

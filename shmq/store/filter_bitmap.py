@@ -23,6 +23,7 @@ re-dispatched at start get no bitmap (skipped: they are evaluated exactly); entr
 past each queue's recovered end are zeroed durably first, because new records will take those
 queue offsets.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,15 +31,16 @@ import os
 import shutil
 import struct
 import time
-from typing import Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import numpy as np
 
 from shmq.codec import record as fmt
+from shmq.errors import BadExpressionError
 from shmq.filter import bloom
 from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
-from shmq.errors import BadExpressionError
 from shmq.store.commitlog import CommitLog
 from shmq.store.config_files import load_json, write_json
 from shmq.store.consume_queue import ConsumeQueue
@@ -61,16 +63,20 @@ def table_path(store_dir: str) -> str:
 
 def parse_table(data: object) -> tuple[int, dict[int, frozenset[Subscription]]]:
     """consumerFilter.json: ``{"generation": g, "generations": {"g": [[topic, group, expr], ...]}}``."""
-    if not isinstance(data, dict) or type(data.get("generation")) is not int or \
-            not isinstance(data.get("generations"), dict):
+    if (
+        not isinstance(data, dict)
+        or type(data.get("generation")) is not int
+        or not isinstance(data.get("generations"), dict)
+    ):
         raise ValueError('not a {"generation": int, "generations": {...}} object')
     out: dict[int, frozenset[Subscription]] = {}
     for key, subs in data["generations"].items():
-        if not isinstance(subs, list) or not all(isinstance(s, list) and len(s) == 3 and
-                                                 all(isinstance(x, str) for x in s) for s in subs):
+        if not isinstance(subs, list) or not all(
+            isinstance(s, list) and len(s) == 3 and all(isinstance(x, str) for x in s) for s in subs
+        ):
             raise ValueError(f"generation {key!r:.20} is not a list of [topic, group, expression]")
         out[int(key)] = frozenset((t, g, e) for t, g, e in subs)
-    if not 0 <= data["generation"] < 2 ** 32 or any(not 0 < g <= data["generation"] for g in out):
+    if not 0 <= data["generation"] < 2**32 or any(not 0 < g <= data["generation"] for g in out):
         raise ValueError("generation numbers out of range")
     return data["generation"], out
 
@@ -83,8 +89,13 @@ class _Active(NamedTuple):
 class CalcBitMapDispatcher:
     """Writes the filter bitmap of records of topics that groups filter with SQL92."""
 
-    def __init__(self, store_dir: str, commitlog: CommitLog, find_queue: Callable[[str, int], ConsumeQueue | None],
-                 entries_per_file: int) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        commitlog: CommitLog,
+        find_queue: Callable[[str, int], ConsumeQueue | None],
+        entries_per_file: int,
+    ) -> None:
         self.store_dir = store_dir
         self.commitlog = commitlog
         self.entries_per_file = entries_per_file
@@ -106,9 +117,12 @@ class CalcBitMapDispatcher:
         # the newest generation number is unknown (or only the backup's is): an old entry could be
         # read with a newer table, so every bitmap goes (consumers evaluate exactly until new ones)
         if os.path.isdir(ext_root):
-            log.warning("%s %s; removing the filter bitmaps in %s (they are rebuilt for new messages)", path,
-                        "cannot be read (" + " | ".join(loaded.problems) + ")" if loaded.problems else "is missing",
-                        ext_root)
+            log.warning(
+                "%s %s; removing the filter bitmaps in %s (they are rebuilt for new messages)",
+                path,
+                "cannot be read (" + " | ".join(loaded.problems) + ")" if loaded.problems else "is missing",
+                ext_root,
+            )
             shutil.rmtree(ext_root, ignore_errors=True)
         if loaded.data is not None:
             gen, _ = parse_table(loaded.data)
@@ -150,8 +164,13 @@ class CalcBitMapDispatcher:
         table = {g: s for g, s in self.table.items() if g > generation - KEEP_GENERATIONS}
         table[generation] = subs
         try:
-            write_json(table_path(self.store_dir), {"generation": generation, "generations": {
-                str(g): sorted(list(s) for s in table[g]) for g in sorted(table)}})
+            write_json(
+                table_path(self.store_dir),
+                {
+                    "generation": generation,
+                    "generations": {str(g): sorted(list(s) for s in table[g]) for g in sorted(table)},
+                },
+            )
         except OSError as e:  # keep the old generation: its entries stay truthful
             log.error("writing %s failed (%s); the filter bitmap keeps its previous filters", FILTER_TABLE, e)
             return
@@ -160,8 +179,16 @@ class CalcBitMapDispatcher:
 
     # ------------------------------------------------------------------ dispatch
 
-    def dispatch_one(self, queue: QueueSink | None, queue_offset: int, phys: int, size: int, tags_code: int,
-                     key_hashes: np.ndarray, store_timestamp: int) -> None:
+    def dispatch_one(
+        self,
+        queue: QueueSink | None,
+        queue_offset: int,
+        phys: int,
+        size: int,
+        tags_code: int,
+        key_hashes: np.ndarray,
+        store_timestamp: int,
+    ) -> None:
         active = self._active
         if not active.by_topic or not isinstance(queue, ConsumeQueue) or queue.topic not in active.by_topic:
             return
@@ -179,8 +206,9 @@ class CalcBitMapDispatcher:
             parts = [(q, first, r) for q, first, r in zip(req.queues, req.first_queue_offsets, req.rows)]
         for q, first, rows in parts:
             if isinstance(q, ConsumeQueue) and q.topic in active.by_topic:
-                self._compute(active, q, first, phys if rows is None else phys[rows],
-                              sizes if rows is None else sizes[rows])
+                self._compute(
+                    active, q, first, phys if rows is None else phys[rows], sizes if rows is None else sizes[rows]
+                )
 
     def _compute(self, active: _Active, cq: ConsumeQueue, first: int, phys: np.ndarray, sizes: np.ndarray) -> None:
         try:
@@ -197,8 +225,13 @@ class CalcBitMapDispatcher:
             now = time.monotonic()
             if now - self._logged_at >= LOG_EVERY_S:
                 self._logged_at = now
-                log.error("filter bitmap of %s/%d not computed (%d failures so far): %r", cq.topic, cq.queue_id,
-                          self._failures, e)
+                log.error(
+                    "filter bitmap of %s/%d not computed (%d failures so far): %r",
+                    cq.topic,
+                    cq.queue_id,
+                    self._failures,
+                    e,
+                )
 
     def _properties(self, phys: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         """The encoded properties of the records just written at ``phys``."""
@@ -213,14 +246,15 @@ class CalcBitMapDispatcher:
             topic_at = pos + fmt.OFF_BODY + body_len
             topic_len = view[topic_at]
             start = topic_at + 3 + topic_len
-            out.append(bytes(view[start:start + size - fmt.FIXED_OVERHEAD - body_len - topic_len]))
+            out.append(bytes(view[start : start + size - fmt.FIXED_OVERHEAD - body_len - topic_len]))
         return out
 
     def _ext(self, topic: str, queue_id: int) -> ConsumeQueueExt:
         ext = self._exts.get((topic, queue_id))
         if ext is None:
-            ext = self._exts[(topic, queue_id)] = ConsumeQueueExt(self.store_dir, topic, queue_id,
-                                                                  self.entries_per_file)
+            ext = self._exts[(topic, queue_id)] = ConsumeQueueExt(
+                self.store_dir, topic, queue_id, self.entries_per_file
+            )
         return ext
 
     def close(self) -> None:
@@ -258,8 +292,9 @@ class FilterBitmapReader:
             gens = self._gens[sub] = np.array(sorted(g for g, s in self._table.items() if sub in s), np.int64)
         return gens
 
-    def skippable(self, topic: str, queue_id: int, group: str, f: SqlFilter, start: int,
-                  entries: np.ndarray) -> np.ndarray | None:
+    def skippable(
+        self, topic: str, queue_id: int, group: str, f: SqlFilter, start: int, entries: np.ndarray
+    ) -> np.ndarray | None:
         """Bool per consume-queue entry from queue offset ``start``: its bitmap, computed with this
         group's filter, says the filter did not match. None when no entry can say so."""
         gens = self._generations((topic, group, f.expression))

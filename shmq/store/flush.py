@@ -7,14 +7,15 @@ to be flushed; one flush covers every request waiting, then they are all answere
 is an msync of the range written since the last flush (``MappedFile.flush``), which releases
 the GIL while the disk works.
 """
+
 from __future__ import annotations
 
 import abc
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Callable
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,14 @@ class FlushRealTimeService(ServiceThread):
 
     name = "FlushRealTimeService"
 
-    def __init__(self, flush: Callable[[int], tuple[int, int]], on_flushed: Callable[[int, int], None],
-                 interval_ms: int, least_pages: int, thorough_interval_ms: int) -> None:
+    def __init__(
+        self,
+        flush: Callable[[int], tuple[int, int]],
+        on_flushed: Callable[[int, int], None],
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
+    ) -> None:
         super().__init__(interval_ms / 1000)
         self._flush = flush
         self._on_flushed = on_flushed
@@ -173,8 +180,9 @@ class FlushConsumeQueueService(ServiceThread):
 
     name = "FlushConsumeQueueService"
 
-    def __init__(self, flush_logics: Callable[[int], None], interval_ms: int, least_pages: int,
-                 thorough_interval_ms: int) -> None:
+    def __init__(
+        self, flush_logics: Callable[[int], None], interval_ms: int, least_pages: int, thorough_interval_ms: int
+    ) -> None:
         super().__init__(interval_ms / 1000)
         self._flush_logics = flush_logics
         self._rule = LeastPagesRule(least_pages, thorough_interval_ms)

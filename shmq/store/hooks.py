@@ -13,11 +13,13 @@ The store installs two hooks that check what the client sent (``RecordCheck``: s
 field lengths, the record's own topic field; ``QueueCheck``: topic names that can become folder
 names and queue ids the consume-queue layout takes); hooks added later run after them.
 """
+
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -73,21 +75,26 @@ class PutRequest:
             self.refusals.append((code, reason))
             self.refused[sel] = len(self.refusals)
 
-    def subset(self, rows: np.ndarray) -> "PutRequest":
+    def subset(self, rows: np.ndarray) -> PutRequest:
         """The records ``rows`` (ascending) as a put of their own."""
         q = self.queue_ids
         inspect = None
         if self.inspect is not None:
             inspect = np.flatnonzero(np.isin(rows, self.inspect))
             inspect = inspect if len(inspect) else None
-        return PutRequest(fmt.select_records(self.batch, rows), self.topics,
-                          None if self.topic_idx is None else self.topic_idx[rows],
-                          q if isinstance(q, int) else q[rows], self.user_batch,
-                          sizes=None if self.sizes is None else self.sizes[rows],
-                          header=None if self.header is None else self.header[rows], inspect=inspect)
+        return PutRequest(
+            fmt.select_records(self.batch, rows),
+            self.topics,
+            None if self.topic_idx is None else self.topic_idx[rows],
+            q if isinstance(q, int) else q[rows],
+            self.user_batch,
+            sizes=None if self.sizes is None else self.sizes[rows],
+            header=None if self.header is None else self.header[rows],
+            inspect=inspect,
+        )
 
     @classmethod
-    def of_records(cls, topic: str, queue_id: int, records: list[bytes]) -> "PutRequest":
+    def of_records(cls, topic: str, queue_id: int, records: list[bytes]) -> PutRequest:
         """Encoded records of one queue, their tag and key hashes found by decoding them (tools
         and tests; producers compute those while encoding)."""
         tags, keys, key_records = [], [], []
@@ -103,12 +110,17 @@ class PutRequest:
             key_records += [i] * len(hashes)
         sizes = [len(r) for r in records]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        batch = fmt.EncodedBatch(b"".join(records), starts, np.array(tags, np.int64), np.array(keys, np.int64),
-                                 np.array(key_records, np.int64))
+        batch = fmt.EncodedBatch(
+            b"".join(records),
+            starts,
+            np.array(tags, np.int64),
+            np.array(keys, np.int64),
+            np.array(key_records, np.int64),
+        )
         return cls(batch, [topic], None, queue_id)
 
     @classmethod
-    def of_routes(cls, topics: Sequence[str], queue_ids: Sequence[int], batch: fmt.EncodedBatch) -> "PutRequest":
+    def of_routes(cls, topics: Sequence[str], queue_ids: Sequence[int], batch: fmt.EncodedBatch) -> PutRequest:
         """Record i of ``batch`` to ``topics[i]`` / ``queue_ids[i]`` (tools and tests; the broker
         takes the topic table and indexes straight from its frames)."""
         table: dict[str, int] = {}
@@ -172,13 +184,19 @@ class RecordCheck:
     def __init__(self, config: BrokerConfig) -> None:
         self.max_body = config.max_message_size
         # the largest record a message of maxMessageSize can make (header, topic, properties)
-        self.max_record = config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
+        self.max_record = (
+            config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
+        )
 
     def before_put(self, req: PutRequest) -> None:
         b = req.batch
         if req.user_batch and len(b.buf) > self.max_body:
-            req.refuse(None, MESSAGE_ILLEGAL, f"batch of {len(b.buf)} bytes is over maxMessageSize {self.max_body}; "
-                                              "split it (a single message may be sent alone)")
+            req.refuse(
+                None,
+                MESSAGE_ILLEGAL,
+                f"batch of {len(b.buf)} bytes is over maxMessageSize {self.max_body}; "
+                "split it (a single message may be sent alone)",
+            )
             return
         if len(b.starts) == 1:
             reason = self._check_one(b.buf, req.topics[0])
@@ -201,7 +219,7 @@ class RecordCheck:
             return f"message body of {body_len} bytes is over maxMessageSize {self.max_body}"
         p = fmt.OFF_BODY + body_len
         topic_b = topic.encode("ascii", "replace")
-        if record[p] != len(topic_b) or bytes(record[p + 1:p + 1 + len(topic_b)]) != topic_b:
+        if record[p] != len(topic_b) or bytes(record[p + 1 : p + 1 + len(topic_b)]) != topic_b:
             return f"record's topic does not match {topic!r}"
         q = p + 1 + len(topic_b)
         if fmt.record_size(body_len, len(topic_b), (record[q] << 8) | record[q + 1]) != size:
@@ -222,9 +240,16 @@ class RecordCheck:
             req.refuse(mask, MESSAGE_ILLEGAL, reason)
 
 
-def _record_checks(buf: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray, header: np.ndarray,
-                   ids: np.ndarray, topics: list[str], max_body: int,
-                   max_record: int) -> list[tuple[np.ndarray, str]]:
+def _record_checks(
+    buf: bytes | memoryview,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    header: np.ndarray,
+    ids: np.ndarray,
+    topics: list[str],
+    max_body: int,
+    max_record: int,
+) -> list[tuple[np.ndarray, str]]:
     """Each check as a mask over the records, with its reason (``max_record`` -1: not checked)."""
     src = np.frombuffer(buf, np.uint8)
     total, magic, _, _, body_len = header.T
@@ -252,8 +277,16 @@ def _record_checks(buf: bytes | memoryview, starts: np.ndarray, sizes: np.ndarra
     return checks
 
 
-def records_pass(buf: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray, header: np.ndarray,
-                 ids: np.ndarray, topics: list[str], max_body: int, max_record: int) -> bool:
+def records_pass(
+    buf: bytes | memoryview,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    header: np.ndarray,
+    ids: np.ndarray,
+    topics: list[str],
+    max_body: int,
+    max_record: int,
+) -> bool:
     """Whether every record passes every check of ``_record_checks`` (the usual case: one
     answer, no reasons). The compiled twin (shmq._speedups._store) reads each record once."""
     checks = _record_checks(buf, starts, sizes, header, ids, topics, max_body, max_record)

@@ -11,6 +11,7 @@ end phys offset, end timestamp. The end phys offset is the commit point of a put
 crash, `truncate` drops entries past it, repairs slots that point at dropped entries, and the
 store re-dispatches those records.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,12 +21,11 @@ import mmap
 import os
 import struct
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from shmq.store.mapped_file import NEVER, PAGE_SIZE, populate_write
-
+from shmq import _speedups
 from shmq.codec.record import (
     INDEX_ENTRY_DTYPE,
     INDEX_ENTRY_SIZE,
@@ -36,9 +36,9 @@ from shmq.codec.record import (
     index_file_size,
     index_key_hash,
 )
-from shmq import _speedups
 from shmq.errors import DiskFullError
 from shmq.store import files, space
+from shmq.store.mapped_file import NEVER, PAGE_SIZE, populate_write
 
 _ENTRY = struct.Struct(">iqii")  # key hash, phys offset, time diff (s), prev entry number
 assert _ENTRY.size == INDEX_ENTRY_SIZE
@@ -86,8 +86,10 @@ class IndexFile:
                 self._created = True
                 os.ftruncate(fd, size)  # sparse: entry pages get their blocks as the writer nears them
             elif actual != size:
-                raise ValueError(f"{path}: {actual} bytes, expected {size} for slot_num={slot_num}, "
-                                 f"index_num={index_num}; was the index configured differently?")
+                raise ValueError(
+                    f"{path}: {actual} bytes, expected {size} for slot_num={slot_num}, "
+                    f"index_num={index_num}; was the index configured differently?"
+                )
             self._mm = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)
@@ -103,8 +105,9 @@ class IndexFile:
                 raise
         self._slots = np.frombuffer(self._mm, INDEX_SLOT_DTYPE, slot_num, INDEX_HEADER_SIZE)
         self._entries = np.frombuffer(self._mm, INDEX_ENTRY_DTYPE, index_num, self._entry_base)
-        (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, self._slots_used,
-         self._count) = INDEX_HEADER.unpack_from(self._mm, 0)
+        (self._begin_ts, self._end_ts, self._begin_phys, self._end_phys, self._slots_used, self._count) = (
+            INDEX_HEADER.unpack_from(self._mm, 0)
+        )
         if not 0 <= self._count < index_num:
             self.close()
             raise ValueError(f"{path}: header index count {self._count} outside [0, {index_num})")
@@ -207,8 +210,9 @@ class IndexFile:
             if full < stop and not np.frombuffer(self._mm, np.uint8, stop - full, full).any():
                 space.write_zeros(self.path, full, stop)
         self._reserved = stop
-        self.reserve_mark = (stop - self._entry_base) // INDEX_ENTRY_SIZE - _RESERVE_ENTRIES // 2 \
-            if stop < self._size else NEVER
+        self.reserve_mark = (
+            (stop - self._entry_base) // INDEX_ENTRY_SIZE - _RESERVE_ENTRIES // 2 if stop < self._size else NEVER
+        )
 
     def _populate_new(self, stop: int) -> None:
         """A new file's header, slot table and first entries, fallocated: mapped writable here
@@ -246,8 +250,9 @@ class IndexFile:
             self._set_begin(int(ts[0]), int(phys[0]))
         first = self._count + 1
         self._count = first + n - 1
-        self._slots_used += put_entries(self._mm, self._slot_num, self._entry_base, first, self._begin_ts,
-                                        hashes, phys, ts)
+        self._slots_used += put_entries(
+            self._mm, self._slot_num, self._entry_base, first, self._begin_ts, hashes, phys, ts
+        )
         self._set_end(int(ts[-1]), int(phys[-1]))
         self._dirty = True
         return n
@@ -255,8 +260,15 @@ class IndexFile:
     def plain_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int]:
         """What the plain put (shmq.store.plain_put) writes from: the map, slot count, entry base,
         index count, begin timestamp, slots used and the reserved end."""
-        return (self._mm, self._slot_num, self._entry_base, self._count, self._begin_ts, self._slots_used,
-                self._reserved)
+        return (
+            self._mm,
+            self._slot_num,
+            self._entry_base,
+            self._count,
+            self._begin_ts,
+            self._slots_used,
+            self._reserved,
+        )
 
     def note_plain(self, n: int, emptied: int) -> None:
         """The plain put wrote ``n`` entries (``emptied`` slots newly used) and the header as
@@ -327,7 +339,7 @@ class IndexFile:
         new = 0  # no committed put yet (end timestamp still 0): nothing survives
         if self._end_ts > 0:
             cut = min(phys_end, self._end_phys + 1)
-            new = int(np.searchsorted(self._entries["phys_offset"][1:old + 1], cut, side="left"))
+            new = int(np.searchsorted(self._entries["phys_offset"][1 : old + 1], cut, side="left"))
         self._count = new
         _I32.pack_into(self._mm, _H_COUNT, new)
 
@@ -342,7 +354,7 @@ class IndexFile:
             back[back < 0] = 0
             slots[bad] = back
             bad = bad[back > new]
-        self._entries[new + 1:old + 1] = 0
+        self._entries[new + 1 : old + 1] = 0
 
         self._slots_used = int(np.count_nonzero(slots))
         if new == 0:
@@ -391,14 +403,28 @@ def _check_entries(size: int, slot_num: int, entry_base: int, first: int, n: int
     """The bounds ``put_entries`` needs (its compiled twin raises the same errors)."""
     if n < 1 or n_phys != n or n_ts != n:
         raise ValueError(f"put_entries: {n} hashes, {n_phys} phys offsets, {n_ts} timestamps")
-    if slot_num < 1 or first < 1 or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base \
-            or entry_base + (first + n) * INDEX_ENTRY_SIZE > size:
-        raise ValueError(f"put_entries: entries {first}..{first + n - 1} at {entry_base} or {slot_num} slots "
-                         f"do not fit a file of {size} bytes")
+    if (
+        slot_num < 1
+        or first < 1
+        or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base
+        or entry_base + (first + n) * INDEX_ENTRY_SIZE > size
+    ):
+        raise ValueError(
+            f"put_entries: entries {first}..{first + n - 1} at {entry_base} or {slot_num} slots "
+            f"do not fit a file of {size} bytes"
+        )
 
 
-def put_entries(mm: mmap.mmap | bytearray, slot_num: int, entry_base: int, first: int, begin_ts: int,
-                hashes: np.ndarray, phys: np.ndarray, ts: np.ndarray) -> int:
+def put_entries(
+    mm: mmap.mmap | bytearray,
+    slot_num: int,
+    entry_base: int,
+    first: int,
+    begin_ts: int,
+    hashes: np.ndarray,
+    phys: np.ndarray,
+    ts: np.ndarray,
+) -> int:
     """Write entries ``first``.. for a batch (int64 arrays, phys order), then the header's
     index count, then the slots; returns how many slots were empty before (slots used grows by
     that). The order is the crash contract of the module docstring: a slot never points at an

@@ -12,6 +12,7 @@ An index file does not say which slot and entry counts it was made with (they ar
 settings, ``maxHashSlotNum`` and ``maxIndexNum``); ``IndexGeometry.detect`` finds them from the
 file's size and its first and last entries.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -37,7 +38,7 @@ _H_COUNT = 36
 _NAME_LEN = 17
 DEFAULT_SLOT_NUM = 5_000_000  # BrokerConfig's max_hash_slot_num
 DEFAULT_INDEX_NUM = 20_000_000  # BrokerConfig's max_index_num
-_GEOMETRIES: dict[tuple[str, int, int, int], "IndexGeometry"] = {}  # (path, size, begin ts, begin phys)
+_GEOMETRIES: dict[tuple[str, int, int, int], IndexGeometry] = {}  # (path, size, begin ts, begin phys)
 _MAX_CACHED = 1024
 
 
@@ -53,7 +54,7 @@ class IndexGeometry:
         return INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
 
     @staticmethod
-    def for_entry_count(size: int, index_num: int) -> "IndexGeometry | None":
+    def for_entry_count(size: int, index_num: int) -> IndexGeometry | None:
         """The geometry of a ``size``-byte file holding ``index_num`` entries, if one fits."""
         rest = size - INDEX_HEADER_SIZE - index_num * INDEX_ENTRY_SIZE
         if index_num < 2 or rest <= 0 or rest % INDEX_SLOT_SIZE:
@@ -61,7 +62,7 @@ class IndexGeometry:
         return IndexGeometry(rest // INDEX_SLOT_SIZE, index_num)
 
     @classmethod
-    def detect(cls, buf: bytes | mmap.mmap, tries: int = 3) -> "IndexGeometry | None":
+    def detect(cls, buf: bytes | mmap.mmap, tries: int = 3) -> IndexGeometry | None:
         """The geometry whose entry 1 and entry ``count`` agree with the header; None if the
         file has no entries (nothing to find in it) or no geometry fits.
 
@@ -86,7 +87,7 @@ class IndexGeometry:
         return None
 
     @classmethod
-    def _search(cls, buf: bytes | mmap.mmap, count: int, begin_phys: int, end_phys: int) -> "IndexGeometry | None":
+    def _search(cls, buf: bytes | mmap.mmap, count: int, begin_phys: int, end_phys: int) -> IndexGeometry | None:
         size = len(buf)
         defaults = cls.for_entry_count(size, DEFAULT_INDEX_NUM)
         if defaults is not None and cls._fits(buf, defaults, count, begin_phys, end_phys):
@@ -95,9 +96,13 @@ class IndexGeometry:
         if count >= grid:
             return None
         rows = np.frombuffer(buf, INDEX_ENTRY_DTYPE, grid, size - grid * INDEX_ENTRY_SIZE)
-        first, last = rows[:grid - count + 1], rows[count - 1:]  # row j: entry 1 when index_num = grid - j + 1
-        hits = np.flatnonzero((first["phys_offset"] == begin_phys) & (first["time_diff"] == 0)
-                              & (first["prev"] == 0) & (last["phys_offset"] == end_phys))
+        first, last = rows[: grid - count + 1], rows[count - 1 :]  # row j: entry 1 when index_num = grid - j + 1
+        hits = np.flatnonzero(
+            (first["phys_offset"] == begin_phys)
+            & (first["time_diff"] == 0)
+            & (first["prev"] == 0)
+            & (last["phys_offset"] == end_phys)
+        )
         del rows, first, last
         for j in hits[::-1]:  # the most slots first
             geometry = cls.for_entry_count(size, grid - int(j) + 1)
@@ -106,7 +111,7 @@ class IndexGeometry:
         return None
 
     @staticmethod
-    def _fits(buf: bytes | mmap.mmap, g: "IndexGeometry", count: int, begin_phys: int, end_phys: int) -> bool:
+    def _fits(buf: bytes | mmap.mmap, g: IndexGeometry, count: int, begin_phys: int, end_phys: int) -> bool:
         if not 0 < count < g.index_num:
             return False
         h1, phys1, diff1, prev1 = _ENTRY.unpack_from(buf, g.entry_base + INDEX_ENTRY_SIZE)
@@ -127,7 +132,7 @@ class IndexFileReader:
         self.geometry: IndexGeometry | None = None
 
     @classmethod
-    def open(cls, path: str) -> "IndexFileReader | None":
+    def open(cls, path: str) -> IndexFileReader | None:
         """Map ``path``; None if it is gone or empty."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -4,6 +4,7 @@ RocketMQ's DefaultMessageStore answers these next to puts; here they sit apart f
 path and recovery (``MessageStore`` inherits them), and read only what the store has
 published: consume-queue entries, commitlog records, index entries.
 """
+
 from __future__ import annotations
 
 import enum
@@ -61,8 +62,9 @@ class MessageLookup:
         cq = self.find_consume_queue(topic, queue_id)
         return cq.offset_for_timestamp(timestamp, self.commitlog.store_timestamp_at) if cq is not None else 0
 
-    def get_message(self, topic: str, queue_id: int, offset: int, max_num: int = 32,
-                    tags: set[str] | None = None) -> GetMessageResult:
+    def get_message(
+        self, topic: str, queue_id: int, offset: int, max_num: int = 32, tags: set[str] | None = None
+    ) -> GetMessageResult:
         """Up to `max_num` messages from `offset`, filtered by tag (None = all), RocketMQ's statuses."""
         cq = self.find_consume_queue(topic, queue_id)
         if cq is None:
@@ -99,8 +101,9 @@ class MessageLookup:
         _, phys = ids.parse_offset_msg_id(offset_msg_id)
         return self.look_message_by_offset(phys)
 
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
-                      end_ts: int | None = None) -> list[fmt.StoredRecord]:
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int | None = None
+    ) -> list[fmt.StoredRecord]:
         """Messages of `topic` with `key` among their KEYS or as their UNIQ_KEY, newest first."""
         if self.index is None:
             return []
@@ -115,7 +118,12 @@ class MessageLookup:
                 rec = self.look_message_by_offset(phys)
             except fmt.CorruptRecordError:  # damage recovery skipped (its index entries stay): not a match
                 continue
-            if rec is not None and rec.physical_offset == phys and rec.topic == topic and (key in rec.keys or rec.uniq_key == key):
+            if (
+                rec is not None
+                and rec.physical_offset == phys
+                and rec.topic == topic
+                and (key in rec.keys or rec.uniq_key == key)
+            ):
                 out.append(rec)
                 if len(out) >= max_num:
                     break

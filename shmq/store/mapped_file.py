@@ -6,6 +6,7 @@ before it is needed, and its pages are brought into memory a bounded distance
 (``warmAheadSize``) ahead of the writer, so the writer does not stall on page faults and a
 small store does not hold a whole segment of memory and disk.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -15,7 +16,8 @@ import os
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -174,8 +176,13 @@ class MappedFile:
     def remaining(self) -> int:
         return self.size - self.wrote_position
 
-    def warm(self, stop: Callable[[], bool] = lambda: False, sync: bool = False,
-             rest: Callable[[float], object] | None = None, end: int | None = None) -> None:
+    def warm(
+        self,
+        stop: Callable[[], bool] = lambda: False,
+        sync: bool = False,
+        rest: Callable[[float], object] | None = None,
+        end: int | None = None,
+    ) -> None:
         """Get the pages up to ``end`` (default: all) of a segment nobody writes yet into the page
         cache and this mapping, so appends there never fault.
 
@@ -288,7 +295,7 @@ class MappedFile:
                     break
                 end = min(self.size, os.lseek(fd, data, os.SEEK_HOLE))
                 for chunk in range(data, end, _WARM_CHUNK):
-                    part = self.array[chunk:min(chunk + _WARM_CHUNK, end)]
+                    part = self.array[chunk : min(chunk + _WARM_CHUNK, end)]
                     whole = len(part) // PAGE_SIZE * PAGE_SIZE
                     pages = part[:whole].reshape(-1, PAGE_SIZE)
                     pages[np.flatnonzero(pages.any(axis=1))] = 0
@@ -458,8 +465,13 @@ class AllocateMappedFileService:
 class MappedFileQueue:
     """The segments of one log (commitlog, or one consume queue), oldest first."""
 
-    def __init__(self, directory: str, file_size: int, allocator: AllocateMappedFileService | None = None,
-                 reserve_step: int = RESERVE_STEP) -> None:
+    def __init__(
+        self,
+        directory: str,
+        file_size: int,
+        allocator: AllocateMappedFileService | None = None,
+        reserve_step: int = RESERVE_STEP,
+    ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.allocator = allocator
@@ -481,8 +493,9 @@ class MappedFileQueue:
         while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
             os.unlink(os.path.join(self.directory, names.pop()))
         for name in names:
-            mf = MappedFile(os.path.join(self.directory, name), self.file_size, create=False,
-                            reserve_step=self.reserve_step)
+            mf = MappedFile(
+                os.path.join(self.directory, name), self.file_size, create=False, reserve_step=self.reserve_step
+            )
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
         if self.files:  # recovery scans the last one up to its end: not into its holes
@@ -530,7 +543,11 @@ class MappedFileQueue:
             self.before_new_file()
         files.make_dirs(self.directory)
         path = os.path.join(self.directory, fmt.offset_file_name(start))
-        mf = self.allocator.take(path, self.file_size) if self.allocator is not None else MappedFile(path, self.file_size)
+        mf = (
+            self.allocator.take(path, self.file_size)
+            if self.allocator is not None
+            else MappedFile(path, self.file_size)
+        )
         mf.reserve_step = self.reserve_step
         return mf
 

@@ -3,17 +3,18 @@
 It opens a store directory (lock, abort marker, checkpoint), recovers it (shmq.store.startup), and serves puts,
 reads, queries and cleanup; flush and cleanup run in background threads.
 """
+
 from __future__ import annotations
 
 import dataclasses
-
 import enum
 import logging
 import os
 import struct
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,8 @@ from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import DiskFullError, StoreClosedError
 from shmq.store import files, plain_put, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
-from shmq.store.commitlog import CommitLog
 from shmq.store.cleanup import CleanupService
+from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import ConsumeQueue, flush_queues, reserve_each
 from shmq.store.dispatch import ConsumeQueueDispatcher, Dispatcher, DispatchRequest, group_by_queue
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
@@ -75,7 +76,7 @@ class PutMessageResult:
             self._qoffs = np.array([self.queue_offset], np.int64)
         return self._qoffs
 
-    def spread(self, n: int, rows: np.ndarray) -> "PutMessageResult":
+    def spread(self, n: int, rows: np.ndarray) -> PutMessageResult:
         """This result of the records ``rows`` of a put of ``n`` as the result of the whole put."""
         phys, qoffs = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
         phys[rows] = self.phys_offsets
@@ -107,10 +108,16 @@ class MessageStore(MessageLookup):
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
         self.queue_table = queue_table.QueueTableWriter(self.store_dir)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
-        self.allocator = AllocateMappedFileService(self.config.warm_mapped_file_enable, sync_warm=sync_flush,
-                                                   ahead=self.config.warm_ahead_size)
-        self.commitlog = CommitLog(self.store_dir, self.config.mapped_file_size_commit_log,
-                                   self.config.store_host, self.allocator, write_through=sync_flush)
+        self.allocator = AllocateMappedFileService(
+            self.config.warm_mapped_file_enable, sync_warm=sync_flush, ahead=self.config.warm_ahead_size
+        )
+        self.commitlog = CommitLog(
+            self.store_dir,
+            self.config.mapped_file_size_commit_log,
+            self.config.store_host,
+            self.allocator,
+            write_through=sync_flush,
+        )
         self.commitlog.queue.before_new_file = self.space.check_new_file
         self.index: IndexService | None = None
         self._services: list[ServiceThread] = []
@@ -125,7 +132,7 @@ class MessageStore(MessageLookup):
     def abort_path(self) -> str:
         return os.path.join(self.store_dir, "abort")
 
-    def start(self) -> "MessageStore":
+    def start(self) -> MessageStore:
         """Lock the directory, recover it, and start the flush services."""
         files.prepare_root(self.store_dir, self.config.group_id())
         self._lock_fd = files.lock_store(self.store_dir)
@@ -146,12 +153,23 @@ class MessageStore(MessageLookup):
             self.group_commit = GroupCommitService(self.commitlog.flush, self._on_commitlog_flushed)
             self._services.append(self.group_commit)
         else:
-            self._services.append(FlushRealTimeService(
-                self.commitlog.flush, self._on_commitlog_flushed, cfg.flush_interval_commit_log,
-                cfg.flush_commit_log_least_pages, cfg.flush_commit_log_thorough_interval))
-        self._services.append(FlushConsumeQueueService(
-            self._flush_logics, cfg.flush_interval_consume_queue, cfg.flush_consume_queue_least_pages,
-            cfg.flush_consume_queue_thorough_interval))
+            self._services.append(
+                FlushRealTimeService(
+                    self.commitlog.flush,
+                    self._on_commitlog_flushed,
+                    cfg.flush_interval_commit_log,
+                    cfg.flush_commit_log_least_pages,
+                    cfg.flush_commit_log_thorough_interval,
+                )
+            )
+        self._services.append(
+            FlushConsumeQueueService(
+                self._flush_logics,
+                cfg.flush_interval_consume_queue,
+                cfg.flush_consume_queue_least_pages,
+                cfg.flush_consume_queue_thorough_interval,
+            )
+        )
         self.clean_service = CleanupService(self)
         self._services.append(self.clean_service)
         for s in self._services:
@@ -204,7 +222,7 @@ class MessageStore(MessageLookup):
         files.unlock_store(self._lock_fd)
         self._lock_fd = -1
 
-    def __enter__(self) -> "MessageStore":
+    def __enter__(self) -> MessageStore:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -274,8 +292,9 @@ class MessageStore(MessageLookup):
         self._redispatch_from = None
         log.warning("recovery finished: consume queues and index complete again")
 
-    def _reserve(self, queues: Iterable[tuple[ConsumeQueue, int]], nbytes: int, sizes: np.ndarray | int,
-                 nkeys: int) -> None:
+    def _reserve(
+        self, queues: Iterable[tuple[ConsumeQueue, int]], nbytes: int, sizes: np.ndarray | int, nkeys: int
+    ) -> None:
         """Give everything a put will write disk blocks before any byte is written (commitlog,
         then ``count`` entries of each queue, then ``nkeys`` index entries): on a full disk the
         put fails whole with DiskFullError and the store refuses writes until space is freed,
@@ -313,18 +332,31 @@ class MessageStore(MessageLookup):
                 taken = plain_put.take(self, req)
             if taken is not None:
                 phys, qoff, ts = taken
-                result = PutMessageResult(PutStatus.PUT_OK, int(phys[0]), len(b.buf), qoff, n, ts, phys,
-                                          np.arange(qoff, qoff + n, dtype=np.int64))
+                result = PutMessageResult(
+                    PutStatus.PUT_OK,
+                    int(phys[0]),
+                    len(b.buf),
+                    qoff,
+                    n,
+                    ts,
+                    phys,
+                    np.arange(qoff, qoff + n, dtype=np.int64),
+                )
                 return self._await_flush(result) if wait_flush else result
         if n != 1:
             if n == 0:
                 raise ValueError("empty put")
-            if (req.topic_idx is not None and len(req.topic_idx) != n) or \
-                    (not isinstance(req.queue_ids, int) and len(req.queue_ids) != n):
+            if (req.topic_idx is not None and len(req.topic_idx) != n) or (
+                not isinstance(req.queue_ids, int) and len(req.queue_ids) != n
+            ):
                 raise ValueError(f"{n} records but per-record topics or queue ids of another length")
             src_len, starts = len(b.buf), b.starts
-            if src_len < fmt.FIXED_OVERHEAD * n or starts[0] != 0 or (starts[1:] <= starts[:-1]).any() \
-                    or starts[-1] > src_len - fmt.FIXED_OVERHEAD:
+            if (
+                src_len < fmt.FIXED_OVERHEAD * n
+                or starts[0] != 0
+                or (starts[1:] <= starts[:-1]).any()
+                or starts[-1] > src_len - fmt.FIXED_OVERHEAD
+            ):
                 raise fmt.CorruptRecordError("record starts do not fit the buffer")
         for hook in self.put_hooks:
             hook.before_put(req)
@@ -338,8 +370,9 @@ class MessageStore(MessageLookup):
             if len(keep):
                 result = self._write(req.subset(keep)).spread(n, keep)
             else:
-                result = PutMessageResult(PutStatus.PUT_OK, -1, 0, -1, 0, 0, np.full(n, -1, np.int64),
-                                          np.full(n, -1, np.int64))
+                result = PutMessageResult(
+                    PutStatus.PUT_OK, -1, 0, -1, 0, 0, np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+                )
             result.refused, result.refusals = refused, req.refusals or ()
         return self._await_flush(result) if wait_flush and result.msg_num else result
 
@@ -372,10 +405,19 @@ class MessageStore(MessageLookup):
                 ts = self.commitlog.next_store_timestamp()
                 res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoff, qid, ts, missing_crc)
                 phys = _per_record(res.phys_offsets)
-                self._dispatch(DispatchRequest([cq], None, [qoff], phys, sizes, b.tags_codes, ts, b.key_hashes,
-                                               b.key_records))
-            return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, qoff, n, ts,
-                                    phys, np.arange(qoff, qoff + n, dtype=np.int64))
+                self._dispatch(
+                    DispatchRequest([cq], None, [qoff], phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records)
+                )
+            return PutMessageResult(
+                PutStatus.PUT_OK,
+                res.wrote_offset,
+                res.wrote_bytes,
+                qoff,
+                n,
+                ts,
+                phys,
+                np.arange(qoff, qoff + n, dtype=np.int64),
+            )
         tid, qids = req.topic_ids(), req.queue_id_array()
         ent = np.flatnonzero(enters)
         queues, gid, rank, rows = group_by_queue(tid, qids, ent)
@@ -391,8 +433,9 @@ class MessageStore(MessageLookup):
             ts = self.commitlog.next_store_timestamp()
             res = self.commitlog.append_batch(b.buf, b.starts, sizes, qoffs, qids, ts, missing_crc)
             phys = _per_record(res.phys_offsets)
-            self._dispatch(DispatchRequest(cqs, rows, bases.tolist(), phys, sizes, b.tags_codes, ts, b.key_hashes,
-                                           b.key_records))
+            self._dispatch(
+                DispatchRequest(cqs, rows, bases.tolist(), phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records)
+            )
         return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts, phys, qoffs)
 
     def _write_one(self, req: PutRequest) -> PutMessageResult:

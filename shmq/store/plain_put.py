@@ -10,6 +10,7 @@ copies, patches, writes the consume-queue and index entries in the reference's w
 anything else (a refusal, a hook that acts, a roll, a reservation, a new queue, a missing CRC),
 nothing is written and the put takes today's path: same bytes, same result, same errors.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -25,11 +26,37 @@ if TYPE_CHECKING:
     from shmq.store.message_store import MessageStore
 
 
-def put_plain(buf: Any, starts: np.ndarray, tags: np.ndarray, key_hashes: np.ndarray, key_records: np.ndarray,
-              topic: bytes, max_body: int, max_record: int, user_batch: bool, cl_mm: Any, cl_pos: int,
-              cl_from: int, cl_limit: int, qid: int, qoff: int, ts: int, host: int, cq_mm: Any, cq_pos: int,
-              cq_limit: int, idx_mm: Any, slot_num: int, entry_base: int, idx_count: int, begin_ts: int,
-              slots_used: int, idx_limit: int, end_phys: int, phys_out: np.ndarray) -> int:
+def put_plain(
+    buf: Any,
+    starts: np.ndarray,
+    tags: np.ndarray,
+    key_hashes: np.ndarray,
+    key_records: np.ndarray,
+    topic: bytes,
+    max_body: int,
+    max_record: int,
+    user_batch: bool,
+    cl_mm: Any,
+    cl_pos: int,
+    cl_from: int,
+    cl_limit: int,
+    qid: int,
+    qoff: int,
+    ts: int,
+    host: int,
+    cq_mm: Any,
+    cq_pos: int,
+    cq_limit: int,
+    idx_mm: Any,
+    slot_num: int,
+    entry_base: int,
+    idx_count: int,
+    begin_ts: int,
+    slots_used: int,
+    idx_limit: int,
+    end_phys: int,
+    phys_out: np.ndarray,
+) -> int:
     """Write a plain put in one pass and return the index slots it newly used, or -1 (nothing
     written) when the reference path must take it. The reference is today's path itself, so
     this Python twin always answers -1."""
@@ -40,13 +67,19 @@ put_plain = _speedups.pick("_store", "put_plain", put_plain)
 ENABLED = put_plain is not _speedups.reference("_store", "put_plain")
 
 
-def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] | None:
+def take(store: MessageStore, req: PutRequest) -> tuple[np.ndarray, int, int] | None:
     """Store ``req`` through ``put_plain`` if it is plain; (phys offsets, first queue offset,
     store timestamp), or None with nothing written. The caller holds ``commitlog.put_lock``."""
     b = req.batch
     q = req.queue_ids
-    if req.inspect is not None or req.topic_idx is not None or type(q) is not int or len(req.topics) != 1 \
-            or req.refused is not None or not 0 <= q <= MAX_QUEUE_ID:
+    if (
+        req.inspect is not None
+        or req.topic_idx is not None
+        or type(q) is not int
+        or len(req.topics) != 1
+        or req.refused is not None
+        or not 0 <= q <= MAX_QUEUE_ID
+    ):
         return None
     topic = req.topics[0]
     record_check = None
@@ -63,7 +96,8 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     d = store.dispatchers
     index = store.index
     if type(d[0]) is not ConsumeQueueDispatcher or not (
-            len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)):
+        len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)
+    ):
         return None
     cl = store.commitlog
     cq = store._queues.get((topic, q))
@@ -76,8 +110,9 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     if mf.is_full:
         return None
     ts = cl.next_store_timestamp()
-    emptied = _attempt(cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q,
-                       record_check, req.user_batch, phys)
+    emptied = _attempt(
+        cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q, record_check, req.user_batch, phys
+    )
     # -2: valid so far, but a file lacks reserved room (or there is no writable index file). The
     # reference path reserves (a chunk at a time, so rarely) and, unlike a reservation made here,
     # only after its own checks: a put it refuses leaves no new chunk or index file behind.
@@ -100,8 +135,21 @@ def take(store: "MessageStore", req: PutRequest) -> tuple[np.ndarray, int, int] 
     return phys, qoff, ts
 
 
-def _attempt(cl: Any, mf: Any, cmf: Any, qoff: int, ts: int, index: Any, b: Any, nkeys: int, topic: str, q: int,
-             record_check: RecordCheck, user_batch: bool, phys: np.ndarray) -> int:
+def _attempt(
+    cl: Any,
+    mf: Any,
+    cmf: Any,
+    qoff: int,
+    ts: int,
+    index: Any,
+    b: Any,
+    nkeys: int,
+    topic: str,
+    q: int,
+    record_check: RecordCheck,
+    user_batch: bool,
+    phys: np.ndarray,
+) -> int:
     """One call of ``put_plain`` with the files' current state, the index's lock held around it."""
     idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys = None, 0, 0, 0, 0, 0, 0, -1
     f = None
@@ -115,12 +163,36 @@ def _attempt(cl: Any, mf: Any, cmf: Any, qoff: int, ts: int, index: Any, b: Any,
             idx_mm, slot_num, entry_base, count, begin_ts, used, limit = f.plain_state()
             end_phys = f.end_phys_offset if count else index.end_phys_offset
         emptied: int = put_plain(
-            b.buf, b.starts, b.tags_codes, b.key_hashes if nkeys else _EMPTY, b.key_records if nkeys else _EMPTY,
-            topic.encode("ascii", "replace"), record_check.max_body, -1 if user_batch else record_check.max_record,
-            user_batch, mf.mm, mf.wrote_position, mf.file_from_offset,
-            min(mf.size - fmt.MIN_BLANK, mf.reserved_position), q, qoff, ts, cl.store_host,
-            cmf.mm, qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset, min(cmf.size, cmf.reserved_position),
-            idx_mm, slot_num, entry_base, count, begin_ts, used, limit, end_phys, phys)
+            b.buf,
+            b.starts,
+            b.tags_codes,
+            b.key_hashes if nkeys else _EMPTY,
+            b.key_records if nkeys else _EMPTY,
+            topic.encode("ascii", "replace"),
+            record_check.max_body,
+            -1 if user_batch else record_check.max_record,
+            user_batch,
+            mf.mm,
+            mf.wrote_position,
+            mf.file_from_offset,
+            min(mf.size - fmt.MIN_BLANK, mf.reserved_position),
+            q,
+            qoff,
+            ts,
+            cl.store_host,
+            cmf.mm,
+            qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset,
+            min(cmf.size, cmf.reserved_position),
+            idx_mm,
+            slot_num,
+            entry_base,
+            count,
+            begin_ts,
+            used,
+            limit,
+            end_phys,
+            phys,
+        )
         if emptied >= 0 and f is not None:
             f.note_plain(nkeys, emptied)
         return emptied

@@ -9,11 +9,13 @@ whenever a queue was created since the last write (values then are lower bounds,
 the check needs). Recovery compares each queue with it and rebuilds from the commitlog only
 the queues that fall short.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from shmq.codec import record as fmt
 from shmq.store.config_files import load_json, write_json

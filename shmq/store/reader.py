@@ -7,6 +7,7 @@ file's mapping stays valid until it is closed, and views already handed out keep
 Bytes past the offsets the broker publishes may still be being written, so every read here
 takes the published max offset from its caller and never goes past it.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -157,7 +158,7 @@ class CommitLogReader:
         if seg is None or offset + size > seg.end:
             return None
         pos = offset - seg.start
-        return memoryview(seg.mm)[pos:pos + size]
+        return memoryview(seg.mm)[pos : pos + size]
 
     def record(self, offset: int) -> fmt.StoredRecord | None:
         """Decode the record at `offset` (a consume-queue entry's offset, so it is published)."""
@@ -225,7 +226,7 @@ class ConsumeQueueReader:
             base = seg.start // fmt.CQ_ENTRY_SIZE
             if base >= max_offset:
                 break
-            entries = self._entries_of(seg)[:max_offset - base]
+            entries = self._entries_of(seg)[: max_offset - base]
             stale = entries["size"] == BLANK_SIZE
             if cl_min:
                 stale |= entries["offset"] < cl_min
@@ -250,7 +251,7 @@ class ConsumeQueueReader:
             if seg is None:
                 break
             i = (pos * fmt.CQ_ENTRY_SIZE - seg.start) // fmt.CQ_ENTRY_SIZE
-            part = self._entries_of(seg)[i:i + count]
+            part = self._entries_of(seg)[i : i + count]
             parts.append(part)
             pos += len(part)
             count -= len(part)
@@ -269,8 +270,7 @@ class ConsumeQueueReader:
         while lo < hi:
             mid = (lo + hi) // 2
             e = self.entries(mid, 1, max_offset).entries
-            ts = self.commitlog.store_timestamp_at(int(e[0]["offset"])) \
-                if len(e) and e[0]["size"] != BLANK_SIZE else -1
+            ts = self.commitlog.store_timestamp_at(int(e[0]["offset"])) if len(e) and e[0]["size"] != BLANK_SIZE else -1
             if ts < timestamp:  # -1: the record is gone, so it is older
                 lo = mid + 1
             else:

@@ -10,19 +10,20 @@ become blanks, which readers step over). Consume queues and the index lose entri
 past the end, then whatever the commitlog holds beyond their progress is re-dispatched
 (dispatch is idempotent).
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import struct
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from shmq.codec import record as fmt
 from shmq.errors import MetadataError
 from shmq.store import files as store_files
 from shmq.store import queue_table
-from shmq.store.commitlog import CommitLog
 from shmq.store.checkpoint import StoreCheckpoint
+from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import MappedFile
@@ -33,8 +34,9 @@ _I64 = struct.Struct(">q")
 CHECKPOINT_MARGIN_MS = 3000
 
 
-def find_log_end(commitlog: CommitLog, start_file: int, verify_crc: bool,
-                 damaged: list[tuple[int, int]] | None = None) -> tuple[int, int]:
+def find_log_end(
+    commitlog: CommitLog, start_file: int, verify_crc: bool, damaged: list[tuple[int, int]] | None = None
+) -> tuple[int, int]:
     """Scan records from segment number `start_file`: (offset after the last valid record, its
     store ts); damaged ranges stepped over on the way go to ``damaged`` (offset, length)."""
     files = commitlog.queue.files
@@ -119,11 +121,11 @@ def save_damaged(commitlog: CommitLog, offset: int, length: int) -> str:
     store_files.make_dirs(os.path.dirname(path))
     mf = commitlog.queue.find(offset)
     assert mf is not None  # the scan found the range in this segment
-    data = mf.view[offset - mf.file_from_offset:offset - mf.file_from_offset + length]
+    data = mf.view[offset - mf.file_from_offset : offset - mf.file_from_offset + length]
     fd = store_files.open_file(path + ".tmp", os.O_WRONLY | os.O_TRUNC)[0]
     try:
         while len(data):
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -139,8 +141,14 @@ def blank_damaged_entries(queues: Iterable[ConsumeQueue], damaged: list[tuple[in
         for offset, length in damaged:
             n = cq.blank_entries_within(offset, offset + length)
             if n:
-                log.error("consume queue %s/%d: %d entries pointed into the damaged commitlog range at %d; "
-                          "now blanks (consumers skip them)", cq.topic, cq.queue_id, n, offset)
+                log.error(
+                    "consume queue %s/%d: %d entries pointed into the damaged commitlog range at %d; "
+                    "now blanks (consumers skip them)",
+                    cq.topic,
+                    cq.queue_id,
+                    n,
+                    offset,
+                )
 
 
 def finish_cut(commitlog: CommitLog) -> None:
@@ -152,8 +160,10 @@ def finish_cut(commitlog: CommitLog) -> None:
     except FileNotFoundError:
         return
     except ValueError:
-        raise MetadataError(f"{path} does not hold a commitlog offset; it marks an interrupted replica "
-                            "truncation (DIR/diverged/ keeps the cut bytes)") from None
+        raise MetadataError(
+            f"{path} does not hold a commitlog offset; it marks an interrupted replica "
+            "truncation (DIR/diverged/ keeps the cut bytes)"
+        ) from None
     log.warning("finishing an interrupted replica truncation: commitlog cut at %d", offset)
     cut_log(commitlog, offset)
     os.unlink(path)
@@ -174,9 +184,13 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
             saved = f"a copy is in {save_damaged(commitlog, offset, length)}"
         except OSError as e:  # a full disk, say: the bytes stay in the segment all the same
             saved = f"no copy saved ({e}; the bytes stay in the segment)"
-        log.error("commitlog damaged at offset %d (%d bytes that are no record, valid records after them): "
-                  "skipped, every record after it kept; %s (`shmq admin store verify` lists it)",
-                  offset, length, saved)
+        log.error(
+            "commitlog damaged at offset %d (%d bytes that are no record, valid records after them): "
+            "skipped, every record after it kept; %s (`shmq admin store verify` lists it)",
+            offset,
+            length,
+            saved,
+        )
     commitlog.damaged = damaged
     log.info("commitlog recovered (%s): valid data ends at %d", "abnormal" if abnormal else "normal", end)
     commitlog.queue.truncate(end)
@@ -190,8 +204,9 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     return end
 
 
-def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]] | None = None
-                    ) -> Iterator[tuple[int, fmt.StoredRecord]]:
+def decoded_records(
+    commitlog: CommitLog, offset: int, only: set[tuple[str, int]] | None = None
+) -> Iterator[tuple[int, fmt.StoredRecord]]:
     """(phys offset, decoded record) for every valid record from `offset` (re-dispatch input);
     with ``only``, just the records of those (topic, queue id): the rebuild of a few damaged
     consume queues reads the topic and queue id from the header and decodes nothing else."""
@@ -201,10 +216,10 @@ def decoded_records(commitlog: CommitLog, offset: int, only: set[tuple[str, int]
         view = mf.view
         if only is not None:
             topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
-            topic = bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]])
+            topic = bytes(view[topic_at + 1 : topic_at + 1 + view[topic_at]])
             if topic not in topics or (topic.decode(), _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0]) not in only:
                 continue
-        yield mf.file_from_offset + pos, fmt.decode_record(view[pos:pos + size])
+        yield mf.file_from_offset + pos, fmt.decode_record(view[pos : pos + size])
 
 
 def queue_ends(commitlog: CommitLog) -> dict[tuple[str, int], int]:
@@ -217,8 +232,10 @@ def queue_ends(commitlog: CommitLog) -> dict[tuple[str, int], int]:
         if _I32.unpack_from(view, pos + fmt.OFF_SYSFLAG)[0] & hidden:
             continue
         topic_at = pos + fmt.OFF_BODY + _I32.unpack_from(view, pos + fmt.OFF_BODYLEN)[0]
-        key = (bytes(view[topic_at + 1:topic_at + 1 + view[topic_at]]).decode(),
-               _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0])
+        key = (
+            bytes(view[topic_at + 1 : topic_at + 1 + view[topic_at]]).decode(),
+            _I32.unpack_from(view, pos + fmt.OFF_QUEUEID)[0],
+        )
         ends[key] = _I64.unpack_from(view, pos + fmt.OFF_QUEUEOFFSET)[0] + 1
     return ends
 
@@ -232,11 +249,14 @@ def expected_queue_ends(store_dir: str, commitlog: CommitLog) -> dict[tuple[str,
     if commitlog.max_offset <= commitlog.min_offset:
         return {}
     if problems:
-        log.error("queue table damaged (%s); every consume queue is checked against the whole commitlog",
-                  " | ".join(problems))
+        log.error(
+            "queue table damaged (%s); every consume queue is checked against the whole commitlog", " | ".join(problems)
+        )
     else:
-        log.warning("no queue table (a store written before it existed): every consume queue is checked "
-                    "against the whole commitlog once")
+        log.warning(
+            "no queue table (a store written before it existed): every consume queue is checked "
+            "against the whole commitlog once"
+        )
     return queue_ends(commitlog)
 
 
@@ -252,20 +272,35 @@ def continue_rebuilt(queues: list[ConsumeQueue], expected: dict[tuple[str, int],
     for cq in queues:
         lo, hi = cq.min_offset, cq.max_offset
         cq.skip_to(expected.get((cq.topic, cq.queue_id), 0))
-        log.error("consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s", cq.topic, cq.queue_id, lo,
-                  hi, f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
-                  "no longer holds the rest)" if cq.max_offset > hi else "")
+        log.error(
+            "consume queue %s/%d rebuilt: queue offsets %d..%d from the commitlog%s",
+            cq.topic,
+            cq.queue_id,
+            lo,
+            hi,
+            f"; it continues at {cq.max_offset}, the max offset in the queue table (the commitlog "
+            "no longer holds the rest)"
+            if cq.max_offset > hi
+            else "",
+        )
 
 
-def short_queues(max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]
-                 ) -> list[tuple[str, int]]:
+def short_queues(
+    max_offsets: dict[tuple[str, int], int], expected: dict[tuple[str, int], int]
+) -> list[tuple[str, int]]:
     """The queues whose recovered max offset is below what the queue table recorded (or that are
     gone): their consume queue lost entries that the commitlog still has."""
     return sorted(k for k, n in expected.items() if max_offsets.get(k, -1) < n)
 
 
-def redispatch_start(commitlog: CommitLog, queues: Iterable[ConsumeQueue], index: IndexService | None,
-                     checkpoint: StoreCheckpoint, abnormal: bool, rebuild: bool) -> int:
+def redispatch_start(
+    commitlog: CommitLog,
+    queues: Iterable[ConsumeQueue],
+    index: IndexService | None,
+    checkpoint: StoreCheckpoint,
+    abnormal: bool,
+    rebuild: bool,
+) -> int:
     """Where re-dispatch starts at a store's start: everything for a lost folder (``rebuild``),
     the checkpoint's file after a crash, else the end of what the queues and the index hold."""
     if rebuild or not commitlog.queue.files:

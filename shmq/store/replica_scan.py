@@ -13,6 +13,7 @@ same way for ``TAGS``, ``KEYS`` and ``UNIQ_KEY``; hashes of equal-length values 
 CRC table gather (``record.crc32_of_variants``). Anything unusual (non-ASCII properties, a
 key given twice) takes the per-record decode, which is what recovery runs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -48,7 +49,7 @@ class Fields:
     store_timestamp: np.ndarray
     body_len: np.ndarray
 
-    def take(self, rows: slice) -> "Fields":
+    def take(self, rows: slice) -> Fields:
         return Fields(*(getattr(self, f)[rows] for f in _FIELDS))
 
 
@@ -64,7 +65,7 @@ class Scan:
     still be whole once the rest arrives. ``error``: why the bytes at ``end`` were refused."""
 
     starts: np.ndarray
-    fields: "Fields"
+    fields: Fields
     end: int
     blank: bool = False
     error: str | None = None
@@ -84,7 +85,7 @@ def find_pattern(buf: np.ndarray, pattern: bytes | np.ndarray, lo: int = 0) -> n
     m = len(pat)
     if len(buf) - lo < m:
         return _EMPTY
-    hits = np.flatnonzero(buf[lo:len(buf) - m + 1] == pat[0]) + lo
+    hits = np.flatnonzero(buf[lo : len(buf) - m + 1] == pat[0]) + lo
     for j in range(1, m):
         hits = hits[buf[hits + j] == pat[j]]
     return hits
@@ -106,9 +107,21 @@ def scan(buf: np.ndarray, base: int, seg_left: int) -> Scan:
     if not whole.all():  # only the chain's last record can be cut off by the run's end
         k = int(np.argmin(whole))
         starts, sizes = starts[:k], sizes[:k]
-    f = Fields(sizes, *(v[starts + off].astype(np.int64) for v, off in (
-        (i32, fmt.OFF_BODYCRC), (i32, fmt.OFF_QUEUEID), (i64, fmt.OFF_QUEUEOFFSET), (i64, fmt.OFF_PHYSICALOFFSET),
-        (i32, fmt.OFF_SYSFLAG), (i64, fmt.OFF_STORETIMESTAMP), (i32, fmt.OFF_BODYLEN))))
+    f = Fields(
+        sizes,
+        *(
+            v[starts + off].astype(np.int64)
+            for v, off in (
+                (i32, fmt.OFF_BODYCRC),
+                (i32, fmt.OFF_QUEUEID),
+                (i64, fmt.OFF_QUEUEOFFSET),
+                (i64, fmt.OFF_PHYSICALOFFSET),
+                (i32, fmt.OFF_SYSFLAG),
+                (i64, fmt.OFF_STORETIMESTAMP),
+                (i32, fmt.OFF_BODYLEN),
+            )
+        ),
+    )
     bad, reason, names, topic_ids = _first_bad(buf, starts, f, seg_left)
     out = Scan(starts[:bad], f.take(slice(0, bad)), int(starts[bad - 1] + sizes[bad - 1]) if bad else 0)
     out.topic_ids = topic_ids[:bad]
@@ -146,8 +159,9 @@ def _chain(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     return np.array(out, np.int64)
 
 
-def _first_bad(buf: np.ndarray, starts: np.ndarray, f: Fields, seg_left: int
-               ) -> tuple[int, str, list[str | None], np.ndarray]:
+def _first_bad(
+    buf: np.ndarray, starts: np.ndarray, f: Fields, seg_left: int
+) -> tuple[int, str, list[str | None], np.ndarray]:
     """(index of the first record failing a check, why; the topics and each record's number
     among them); (len, "", ...) if none fails."""
     n = len(buf)
@@ -189,8 +203,7 @@ def _first_bad(buf: np.ndarray, starts: np.ndarray, f: Fields, seg_left: int
     return first, reason, names, topic_ids[:first]
 
 
-def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
-                 ) -> tuple[list[str | None], np.ndarray]:
+def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray) -> tuple[list[str | None], np.ndarray]:
     """The distinct topics (None: not a valid name) and each record's number among them. Records
     come in runs of one topic (batches): rows are compared with their predecessor, and only the
     first row of each run is looked at in Python."""
@@ -207,7 +220,7 @@ def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
     names: list[str | None] = []
     run_topic = np.empty(len(heads), np.int64)
     for k, h in enumerate(heads.tolist()):
-        raw = rows[h, 1:1 + int(topic_len[h])].tobytes()
+        raw = rows[h, 1 : 1 + int(topic_len[h])].tobytes()
         t = number.get(raw)
         if t is None:
             t = number[raw] = len(names)
@@ -215,8 +228,7 @@ def _topic_names(buf: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray
                 name: str | None = raw.decode("ascii")
             except UnicodeDecodeError:
                 name = None
-            names.append(name if name and len(name) <= fmt.MAX_TOPIC_LENGTH and fmt.TOPIC_PATTERN.match(name)
-                         else None)
+            names.append(name if name and len(name) <= fmt.MAX_TOPIC_LENGTH and fmt.TOPIC_PATTERN.match(name) else None)
         run_topic[k] = t
     return names, run_topic[np.cumsum(new_run) - 1]
 
@@ -225,20 +237,21 @@ def _classify_tail(buf: np.ndarray, pos: int, base: int, seg_left: int) -> tuple
     """What starts at ``pos`` after the last whole record: (a whole BLANK filler?, error or None).
     A prefix that can still become a record or a filler is pending (False, None)."""
     left = len(buf) - pos
-    size = int.from_bytes(buf[pos:pos + 4].tobytes(), "big", signed=True) if left >= 4 else None
-    magic = buf[pos + 4:pos + 8]
+    size = int.from_bytes(buf[pos : pos + 4].tobytes(), "big", signed=True) if left >= 4 else None
+    magic = buf[pos + 4 : pos + 8]
     where = f"bytes at offset {base + pos}"
     if len(magic) == 4 and np.array_equal(magic, _BLANK):
         if size != seg_left - pos:
             return False, f"{where}: end-of-segment filler of {size} bytes, {seg_left - pos} are left"
         return True, None
-    could_blank = np.array_equal(magic, _BLANK[:len(magic)]) and (size is None or size == seg_left - pos)
-    could_record = np.array_equal(magic, _MAGIC[:len(magic)]) and \
-        (size is None or fmt.FIXED_OVERHEAD <= size <= min(fmt.MAX_RECORD_SIZE, seg_left - pos - fmt.MIN_BLANK))
+    could_blank = np.array_equal(magic, _BLANK[: len(magic)]) and (size is None or size == seg_left - pos)
+    could_record = np.array_equal(magic, _MAGIC[: len(magic)]) and (
+        size is None or fmt.FIXED_OVERHEAD <= size <= min(fmt.MAX_RECORD_SIZE, seg_left - pos - fmt.MIN_BLANK)
+    )
     if (not could_blank and not could_record) or (could_record and size is not None and size <= left):
         return False, f"{where}: not a record of this log (magic, TOTALSIZE or PHYSICALOFFSET wrong)"
     if could_record and left >= fmt.OFF_PHYSICALOFFSET + 8:
-        phys = int.from_bytes(buf[pos + fmt.OFF_PHYSICALOFFSET:pos + fmt.OFF_PHYSICALOFFSET + 8].tobytes(), "big")
+        phys = int.from_bytes(buf[pos + fmt.OFF_PHYSICALOFFSET : pos + fmt.OFF_PHYSICALOFFSET + 8].tobytes(), "big")
         if phys != base + pos:
             return False, f"{where}: PHYSICALOFFSET {phys} is not the record's position"
     return False, None
@@ -280,7 +293,7 @@ def _layout(props: bytes) -> tuple[dict[bytes, tuple[int, int]], np.ndarray] | N
     for item in props.split(b"\x02")[:-1]:
         name, sep, value = item.partition(b"\x01")
         lo = at + len(name) + len(sep)
-        fixed[lo:at + len(item)] = False
+        fixed[lo : at + len(item)] = False
         if name + sep in (_TAGS, _UNIQ, _KEYS):
             if not value.isascii():
                 return None
@@ -289,8 +302,15 @@ def _layout(props: bytes) -> tuple[dict[bytes, tuple[int, int]], np.ndarray] | N
     return values, fixed
 
 
-def _by_layout(buf: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: np.ndarray, seeds: list[int],
-               tags: np.ndarray, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> np.ndarray:
+def _by_layout(
+    buf: np.ndarray,
+    p_lo: np.ndarray,
+    p_hi: np.ndarray,
+    topic_ids: np.ndarray,
+    seeds: list[int],
+    tags: np.ndarray,
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> np.ndarray:
     """Tag codes and key hashes of the records whose properties have the layout of another of
     the same length (a producer's batch: the same names, values of the same lengths): one
     gather of their properties as a matrix, one compare of the bytes outside the values, then
@@ -328,8 +348,9 @@ def _by_layout(buf: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: n
             hashes = np.empty(len(rows), np.int64)
             for t in np.unique(group).tolist():  # a key's hash covers its topic
                 sel = group == t
-                hashes[sel] = fmt.crc32_of_variants(zlib.crc32(matrix[sel][0, a:b].tobytes(), seeds[t]),
-                                                    matrix[sel][:, a:b])
+                hashes[sel] = fmt.crc32_of_variants(
+                    zlib.crc32(matrix[sel][0, a:b].tobytes(), seeds[t]), matrix[sel][:, a:b]
+                )
             parts.append((rows, np.zeros(len(rows), np.int64), hashes & 0x7FFFFFFF))
         if _KEYS in values:
             a, b = values[_KEYS]
@@ -343,8 +364,9 @@ def _by_layout(buf: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: n
     return np.sort(np.concatenate(left)) if left else _EMPTY
 
 
-def _properties_at(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, seps: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _properties_at(
+    buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, seps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(position, record, name window) of every property of every record: a property starts at
     its record's first properties byte or after a separator inside the properties; the window
     holds its first bytes (enough for the longest name looked for)."""
@@ -364,8 +386,9 @@ def _name_words(key: bytes) -> tuple[np.ndarray, np.ndarray]:
     return (np.frombuffer(key + bytes(pad), "<u8"), np.frombuffer(b"\xff" * len(key) + bytes(pad), "<u8"))
 
 
-def _property(at: np.ndarray, rec: np.ndarray, window: np.ndarray, seps: np.ndarray, key: bytes
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _property(
+    at: np.ndarray, rec: np.ndarray, window: np.ndarray, seps: np.ndarray, key: bytes
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(record, value start, value end) of each record's ``key`` property; None if a record has
     it twice (the per-record decode then decides, as ``decode_properties`` does)."""
     pattern, mask = _name_words(key)
@@ -378,8 +401,9 @@ def _property(at: np.ndarray, rec: np.ndarray, window: np.ndarray, seps: np.ndar
     return rec, v_lo, seps[np.searchsorted(seps, v_lo)]  # every record's properties end with a separator
 
 
-def _searched(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: np.ndarray,
-              seeds: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _searched(
+    buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.ndarray, topic_ids: np.ndarray, seeds: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """(tag codes, key records, their rank in the record, key hashes) found by looking at the
     start of every property of these records for the three names; None when the per-record
     decode must decide (a name twice in a record, a value not ASCII, which
@@ -411,13 +435,17 @@ def _searched(buf: np.ndarray, starts: np.ndarray, p_lo: np.ndarray, p_hi: np.nd
             k_rec.append(r)
             k_rank.append(1 + i)
             k_hash.append(zlib.crc32(key, seeds[topic_ids[r]]) & 0x7FFFFFFF)
-    return (codes, np.concatenate([u_rec, np.array(k_rec, np.int64)]),
-            np.concatenate([np.zeros(len(u_rec), np.int64), np.array(k_rank, np.int64)]),
-            np.concatenate([u_hash & 0x7FFFFFFF, np.array(k_hash, np.int64)]))
+    return (
+        codes,
+        np.concatenate([u_rec, np.array(k_rec, np.int64)]),
+        np.concatenate([np.zeros(len(u_rec), np.int64), np.array(k_rank, np.int64)]),
+        np.concatenate([u_hash & 0x7FFFFFFF, np.array(k_hash, np.int64)]),
+    )
 
 
-def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarray,
-          seeds: list[int]) -> np.ndarray | None:
+def _crcs(
+    buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarray, seeds: list[int]
+) -> np.ndarray | None:
     """zlib.crc32 of each span, continued from ``seeds[group[i]]``: one CRC table gather per
     (group, length) class (``crc32_of_variants``), or a zlib call per span when classes abound.
     None if a span is not ASCII."""
@@ -431,7 +459,7 @@ def _crcs(buf: np.ndarray, lo: np.ndarray, lengths: np.ndarray, group: np.ndarra
         rows = np.flatnonzero(inverse == c) if len(classes) > 1 else np.arange(len(lo))
         if len(classes) > _VARIANT_GROUPS or len(rows) < _VARIANT_MIN_ROWS:
             for i, a, k, g in zip(rows.tolist(), lo[rows].tolist(), lengths[rows].tolist(), group[rows].tolist()):
-                span = view[a:a + k]
+                span = view[a : a + k]
                 if not span.tobytes().isascii():
                     return None
                 out[i] = zlib.crc32(span, seeds[g])

@@ -17,6 +17,7 @@ in DIR/diverged/, and the cut is made crash-safe by recording the consume queues
 (queue table) and the target offset (DIR/truncating, which recovery finishes) before anything
 is removed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,16 +88,20 @@ class ReplicaAppender:
             if n == 0:
                 return []
             if offset // seg != (offset + n - 1) // seg:
-                raise ValueError(f"replica append of {n} bytes at offset {offset} crosses the end of a "
-                                 f"{seg}-byte commitlog segment")
+                raise ValueError(
+                    f"replica append of {n} bytes at offset {offset} crosses the end of a {seg}-byte commitlog segment"
+                )
             if fresh:
                 self._dispatched = offset
             touched = self._settle(offset) if self._dispatched < offset - offset % seg else []
             mf = self._segment(offset)
             pos = offset - mf.file_from_offset
             new = np.frombuffer(data, np.uint8)
-            if self._dispatched >= offset + n or self._incomplete(mf, offset + n) or \
-                    (not dispatch and offset + n - self._dispatched <= MAX_UNDISPATCHED):
+            if (
+                self._dispatched >= offset + n
+                or self._incomplete(mf, offset + n)
+                or (not dispatch and offset + n - self._dispatched <= MAX_UNDISPATCHED)
+            ):
                 self._reserve(mf, pos + n, [])  # zeros after a BLANK filler, or checked later
                 self._write(mf, pos, new, pos + n)
                 return touched
@@ -111,9 +116,9 @@ class ReplicaAppender:
         that still does not end by ``end``: a 4 MiB record in 32 KiB frames is then checked
         once, not its growing head with every frame."""
         at = self._dispatched - mf.file_from_offset
-        if at < 0 or at + 8 > mf.wrote_position or mf.view[at + 4:at + 8] != _MESSAGE_MAGIC:
+        if at < 0 or at + 8 > mf.wrote_position or mf.view[at + 4 : at + 8] != _MESSAGE_MAGIC:
             return False  # a BLANK filler is seen at once (the segment's rest is then reserved)
-        return self._dispatched + int.from_bytes(mf.view[at:at + 4], "big", signed=True) > end
+        return self._dispatched + int.from_bytes(mf.view[at : at + 4], "big", signed=True) > end
 
     def dispatch(self) -> list[tuple[str, int]]:
         """Check and dispatch what ``append(..., dispatch=False)`` left (see ``append``)."""
@@ -136,8 +141,10 @@ class ReplicaAppender:
         if self._dispatched < offset:
             at = self._dispatched
             recovery.cut_log(cl, at)
-            raise fmt.CorruptRecordError(f"replica: commitlog segment {mf.path} ends inside the record at {at}; "
-                                         f"the commitlog ends at {cl.max_offset}")
+            raise fmt.CorruptRecordError(
+                f"replica: commitlog segment {mf.path} ends inside the record at {at}; "
+                f"the commitlog ends at {cl.max_offset}"
+            )
         return touched
 
     def _process(self, mf: MappedFile, pos: int, new: np.ndarray) -> list[tuple[str, int]]:
@@ -146,7 +153,7 @@ class ReplicaAppender:
         cl = self.store.commitlog
         base = self._dispatched
         offset = mf.file_from_offset + pos
-        pending = mf.array[base - mf.file_from_offset:pos]
+        pending = mf.array[base - mf.file_from_offset : pos]
         buf = np.concatenate((pending, new)) if len(pending) and len(new) else (new if len(new) else pending)
         found = scan(buf, base, mf.file_to_offset - base)
         keep = len(new) if found.error is None else max(0, base + found.end - offset)
@@ -179,8 +186,11 @@ class ReplicaAppender:
         ent = np.flatnonzero((f.sysflag & _HIDDEN) == 0)
         keys_ts = ts[found.key_records]
         if not len(ent):
-            return [DispatchRequest([], [], [], phys, sizes, found.tags_codes, int(ts[-1]), found.key_hashes,
-                                    found.key_records, keys_ts)]
+            return [
+                DispatchRequest(
+                    [], [], [], phys, sizes, found.tags_codes, int(ts[-1]), found.key_hashes, found.key_records, keys_ts
+                )
+            ]
         groups, gid, rank, rows = group_by_queue(found.topic_ids, qids, ent)
         firsts = np.array([qoffs[r[0]] for r in rows], np.int64)
         if not np.array_equal(qoffs[ent], firsts[gid] + rank):  # a gap or a step back inside a queue
@@ -188,8 +198,20 @@ class ReplicaAppender:
             decoded = ((base + s, fmt.decode_record(data, s)) for s in found.starts.tolist())
             return list(requests_from_log(decoded, store._queue))
         cqs = [store._queue(found.topics[t], q) for t, q in groups]
-        return [DispatchRequest(cqs, rows, firsts.tolist(), phys, sizes, found.tags_codes, int(ts[-1]),
-                                found.key_hashes, found.key_records, keys_ts)]
+        return [
+            DispatchRequest(
+                cqs,
+                rows,
+                firsts.tolist(),
+                phys,
+                sizes,
+                found.tags_codes,
+                int(ts[-1]),
+                found.key_hashes,
+                found.key_records,
+                keys_ts,
+            )
+        ]
 
     def _reserve(self, mf: MappedFile, end: int, reqs: list[DispatchRequest]) -> None:
         """Disk blocks for everything the append writes before any byte is written (as the put path)."""
@@ -211,7 +233,7 @@ class ReplicaAppender:
             if self.store.commitlog.write_through:
                 mf.write(data.data, pos)
             else:
-                mf.array[pos:pos + len(data)] = data
+                mf.array[pos : pos + len(data)] = data
         mf.wrote_position = max(mf.wrote_position, wrote_to)
         allocator = self.store.allocator
         if mf.wrote_position >= mf.warm_mark:
@@ -280,8 +302,13 @@ class ReplicaAppender:
             cl.last_store_timestamp = ts
             cl.confirmed = (offset, ts)
             self._dispatched = offset
-        log.warning("replica store truncated from %d to %d (%d bytes kept in %s)", end, offset, end - offset,
-                    self.diverged_path(offset))
+        log.warning(
+            "replica store truncated from %d to %d (%d bytes kept in %s)",
+            end,
+            offset,
+            end - offset,
+            self.diverged_path(offset),
+        )
         return end - offset
 
     def diverged_path(self, offset: int) -> str:
@@ -308,9 +335,9 @@ class ReplicaAppender:
                 mf = cl.queue.find(at)
                 assert mf is not None
                 stop = min(end, mf.file_from_offset + mf.wrote_position)
-                view = mf.view[at - mf.file_from_offset:stop - mf.file_from_offset]
+                view = mf.view[at - mf.file_from_offset : stop - mf.file_from_offset]
                 while len(view):
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 at = mf.file_to_offset
             os.fsync(fd)
         finally:

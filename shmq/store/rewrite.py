@@ -8,9 +8,10 @@ put never does. ``replace_records`` swaps rewritten records into a put and recom
 dispatch needs for them (the tag hash or, for the schedule and timer topics, the due time in
 the consume-queue tag field; the index keys under the new topic).
 """
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,10 +21,18 @@ from shmq.store.hooks import PutRequest
 _UNSET = -1
 
 
-def rewrite_record(raw: bytes | memoryview, *, topic: str | None = None, queue_id: int | None = None,
-                   set_props: Mapping[str, str] | None = None, drop_props: Sequence[str] = (),
-                   sysflag: int | None = None, reconsume_times: int | None = None,
-                   prepared_offset: int | None = None, born_timestamp: int | None = None) -> bytes:
+def rewrite_record(
+    raw: bytes | memoryview,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    set_props: Mapping[str, str] | None = None,
+    drop_props: Sequence[str] = (),
+    sysflag: int | None = None,
+    reconsume_times: int | None = None,
+    prepared_offset: int | None = None,
+    born_timestamp: int | None = None,
+) -> bytes:
     """The record ``raw`` with what is given changed; broker-owned fields (queue and physical
     offsets, store time and host) are left for the store to fill. CorruptRecordError if ``raw``
     is not a record; ValueError (BadTopicError) for a bad topic or properties."""
@@ -34,13 +43,18 @@ def rewrite_record(raw: bytes | memoryview, *, topic: str | None = None, queue_i
     if set_props:
         props.update(set_props)
     return fmt.encode_message(
-        rec.topic if topic is None else topic, bytes(rec.body),
-        queue_id=rec.queue_id if queue_id is None else queue_id, flag=rec.flag, properties=props,
+        rec.topic if topic is None else topic,
+        bytes(rec.body),
+        queue_id=rec.queue_id if queue_id is None else queue_id,
+        flag=rec.flag,
+        properties=props,
         sysflag=rec.sysflag if sysflag is None else sysflag,
-        born_timestamp=rec.born_timestamp if born_timestamp is None else born_timestamp, born_host=rec.born_host,
+        born_timestamp=rec.born_timestamp if born_timestamp is None else born_timestamp,
+        born_host=rec.born_host,
         reconsume_times=rec.reconsume_times if reconsume_times is None else reconsume_times,
         prepared_tx_offset=rec.prepared_tx_offset if prepared_offset is None else prepared_offset,
-        crc=rec.body_crc)
+        crc=rec.body_crc,
+    )
 
 
 def dispatch_fields(record: bytes, topic: str, tags_code: int | None = None) -> tuple[int, list[int]]:
@@ -51,8 +65,14 @@ def dispatch_fields(record: bytes, topic: str, tags_code: int | None = None) -> 
     return code, fmt.record_key_hashes(topic, rec.uniq_key, rec.properties.get(fmt.PROPERTY_KEYS))
 
 
-def replace_records(req: PutRequest, rows: Sequence[int], records: Sequence[bytes], topics: Sequence[str],
-                    queue_ids: Sequence[int], tags_codes: Sequence[int | None]) -> None:
+def replace_records(
+    req: PutRequest,
+    rows: Sequence[int],
+    records: Sequence[bytes],
+    topics: Sequence[str],
+    queue_ids: Sequence[int],
+    tags_codes: Sequence[int | None],
+) -> None:
     """Put ``records[k]`` in place of record ``rows[k]`` of ``req``, stored under ``topics[k]`` /
     ``queue_ids[k]`` (``tags_codes[k]`` None: the record's tag hash). The batch is packed anew
     (this is the rare path) and what hooks measured is dropped, so later hooks measure again."""

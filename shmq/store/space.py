@@ -8,6 +8,7 @@ before anything is written. ``DiskSpace`` holds the resulting state: puts check 
 only while writes are refused is the disk measured again (statvfs, at most every
 ``PROBE_INTERVAL``), so writes resume by themselves once space is freed.
 """
+
 from __future__ import annotations
 
 import errno
@@ -50,7 +51,7 @@ def write_zeros(path: str, start: int, stop: int) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
         while start < stop:
-            start += os.pwrite(fd, _ZEROS[:min(len(_ZEROS), stop - start)], start)
+            start += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), stop - start)], start)
     except OSError as e:
         if e.errno in _NO_SPACE:
             err = DiskFullError(f"no space left for {path} ({stop - start} bytes at {start})")
@@ -90,8 +91,10 @@ class DiskSpace:
         self.reason = ""
 
     def error(self) -> DiskFullError:
-        return DiskFullError(f"{DISK_FULL}: {self.reason}; writes are refused until space is freed on the disk of "
-                             f"{self.path} (reads go on)")
+        return DiskFullError(
+            f"{DISK_FULL}: {self.reason}; writes are refused until space is freed on the disk of "
+            f"{self.path} (reads go on)"
+        )
 
     def _set(self, full: bool, reason: str) -> None:
         if full != self.full:

@@ -7,11 +7,13 @@ before the commitlog's end is known, cut back to that end, checked against the q
 entries they lost, and only then filled again from the log, damaged queues rebuilt from its
 start. The steps themselves are in ``shmq.store.recovery``.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError
@@ -45,8 +47,7 @@ def load_and_recover(store: MessageStore) -> None:
         store.index = IndexService(index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
         store.index.before_new_file = store.space.check_new_file
         store.dispatchers.append(IndexDispatcher(store.index))
-    end = recovery.recover_commitlog(store.commitlog, abnormal,
-                                     store.checkpoint.min_timestamp(store.index is not None))
+    end = recovery.recover_commitlog(store.commitlog, abnormal, store.checkpoint.min_timestamp(store.index is not None))
     for cq in queues.values():
         cq.recover()
         cq.truncate_dirty(end)
@@ -56,8 +57,14 @@ def load_and_recover(store: MessageStore) -> None:
         store.index.truncate(end)
     expected = recovery.expected_queue_ends(store.store_dir, store.commitlog)
     damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in queues.items()}, expected))
-    start = recovery.redispatch_start(store.commitlog, queues.values(), store.index, store.checkpoint, abnormal,
-                                      cq_lost or (store.index is not None and index_lost))
+    start = recovery.redispatch_start(
+        store.commitlog,
+        queues.values(),
+        store.index,
+        store.checkpoint,
+        abnormal,
+        cq_lost or (store.index is not None and index_lost),
+    )
     try:
         damaged.update(redispatch(store.commitlog, start, store._queue, store._dispatch))
         if damaged:
@@ -70,9 +77,12 @@ def load_and_recover(store: MessageStore) -> None:
     except DiskFullError as e:  # start anyway: reads serve what is dispatched, writes wait for space
         store.space.refused(e)
         store._redispatch_from = start
-        log.error("disk full during recovery (%s): consume queues and index are not complete past commitlog "
-                  "offset %d; the store starts refusing writes and finishes recovery once space is freed", e,
-                  start)
+        log.error(
+            "disk full during recovery (%s): consume queues and index are not complete past commitlog "
+            "offset %d; the store starts refusing writes and finishes recovery once space is freed",
+            e,
+            start,
+        )
     for cq in queues.values():
         cq.delete_expired(store.commitlog.min_offset)
     store.queue_table.write(store.consume_queues(), force=True)
@@ -98,8 +108,13 @@ def _load_consume_queues(store: MessageStore, cq_dir: str) -> set[QueueKey]:
     return damaged
 
 
-def redispatch(commitlog: CommitLog, start: int, queue: Callable[[str, int], ConsumeQueue],
-               dispatch: Callable[[DispatchRequest], None], only: set[QueueKey] | None = None) -> set[QueueKey]:
+def redispatch(
+    commitlog: CommitLog,
+    start: int,
+    queue: Callable[[str, int], ConsumeQueue],
+    dispatch: Callable[[DispatchRequest], None],
+    only: set[QueueKey] | None = None,
+) -> set[QueueKey]:
     """Dispatch the records from ``start`` (only those of the queues ``only``); returns the
     queues that had a gap: a record past the queue's end although the log before ``start``
     is dispatched, so the queue lost entries (from the log's min offset a gap is normal:

@@ -6,11 +6,13 @@ code; every index entry must point at a record with a key hashing to the entry's
 checks of one entry are pure functions (``cq_entry_problem``, ``index_entry_problem``); the
 walk maps every file with ACCESS_READ and never writes a byte, not even the lock file.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,9 +51,20 @@ class Report:
     """Counts of what was checked and the problems found (the first ``MAX_PROBLEMS`` kept)."""
 
     store: str
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("commitlog_segments", "records", "record_bytes", "consume_queues", "cq_entries", "index_files",
-         "index_entries"), 0))
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "commitlog_segments",
+                "records",
+                "record_bytes",
+                "consume_queues",
+                "cq_entries",
+                "index_files",
+                "index_entries",
+            ),
+            0,
+        )
+    )
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
 
@@ -65,14 +78,21 @@ class Report:
         return self.problem_count == 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"store": self.store, "ok": self.ok, "counts": self.counts, "problem_count": self.problem_count,
-                "problems": [vars(p) for p in self.problems]}
+        return {
+            "store": self.store,
+            "ok": self.ok,
+            "counts": self.counts,
+            "problem_count": self.problem_count,
+            "problems": [vars(p) for p in self.problems],
+        }
 
 
 # --------------------------------------------------------------------------- pure checks
 
-def cq_entry_problem(topic: str, queue_id: int, queue_offset: int, entry_size: int, entry_tags_code: int,
-                     rec: RecordInfo | None) -> str | None:
+
+def cq_entry_problem(
+    topic: str, queue_id: int, queue_offset: int, entry_size: int, entry_tags_code: int, rec: RecordInfo | None
+) -> str | None:
     """Why a consume-queue entry does not match the record it points at; None if it does."""
     if rec is None:
         return "points at no record"
@@ -102,6 +122,7 @@ def index_entry_problem(key_hash: int, prev: int, number: int, rec: RecordInfo |
 
 # --------------------------------------------------------------------------- walking the files
 
+
 def check_unlocked(store_dir: str) -> None:
     """StoreLockedError if a broker holds the store's lock: its files change under a check.
     The lock file is opened read-only and never created or locked here."""
@@ -115,8 +136,10 @@ def check_unlocked(store_dir: str) -> None:
         os.close(fd)
     if holders:
         who = ", ".join(f"pid {pid}" for pid, _ in holders)
-        raise StoreLockedError(f"store {store_dir} is open by a broker ({who}): stop it first, "
-                               "a running broker's files change under the check")
+        raise StoreLockedError(
+            f"store {store_dir} is open by a broker ({who}): stop it first, "
+            "a running broker's files change under the check"
+        )
 
 
 def _segments(directory: str) -> Iterator[ReadOnlySegment]:
@@ -143,8 +166,11 @@ def iter_records(store_dir: str, report: Report | None = None, start: int = 0) -
     segment's records (in the last segment that is the log's end if only zeros follow).
     Segments that end at or below ``start`` are skipped."""
     directory = os.path.join(store_dir, "commitlog")
-    segs = sorted(n for n in os.listdir(directory) if fmt.parse_offset_file_name(n) is not None) \
-        if os.path.isdir(directory) else []
+    segs = (
+        sorted(n for n in os.listdir(directory) if fmt.parse_offset_file_name(n) is not None)
+        if os.path.isdir(directory)
+        else []
+    )
     for i, seg in enumerate(_segments(directory)):
         if seg.end <= start:
             continue
@@ -159,11 +185,19 @@ def iter_records(store_dir: str, report: Report | None = None, start: int = 0) -
             elif status == fmt.RECORD_OK:
                 yield fmt.decode_record(buf, pos)
             elif status == fmt.RECORD_DAMAGED and report is not None:
-                report.add(rel, pos, f"damaged bytes at commitlog offset {seg.start + pos} ({size} bytes, valid "
-                                     "records after them): a start skips them and keeps every record after them")
+                report.add(
+                    rel,
+                    pos,
+                    f"damaged bytes at commitlog offset {seg.start + pos} ({size} bytes, valid "
+                    "records after them): a start skips them and keeps every record after them",
+                )
             elif status == fmt.RECORD_END and report is not None and (i < len(segs) - 1 or seg.array[pos:].any()):
-                report.add(rel, pos, f"unreadable bytes at commitlog offset {seg.start + pos} "
-                                     f"(records after it in this segment cannot be checked)")
+                report.add(
+                    rel,
+                    pos,
+                    f"unreadable bytes at commitlog offset {seg.start + pos} "
+                    f"(records after it in this segment cannot be checked)",
+                )
         del buf  # the segment is unmapped when the next one is taken
 
 
@@ -173,7 +207,7 @@ def _check_consume_queues(store_dir: str, records: dict[int, RecordInfo], log_mi
         for qid in sorted((q for q in os.listdir(os.path.join(root, topic)) if q.isdigit()), key=int):
             report.counts["consume_queues"] += 1
             for seg in _segments(os.path.join(root, topic, qid)):
-                entries = seg.array[:seg.size // fmt.CQ_ENTRY_SIZE * fmt.CQ_ENTRY_SIZE].view(fmt.CQ_DTYPE)
+                entries = seg.array[: seg.size // fmt.CQ_ENTRY_SIZE * fmt.CQ_ENTRY_SIZE].view(fmt.CQ_DTYPE)
                 zero = np.flatnonzero(entries["size"] == 0)
                 end = int(zero[0]) if len(zero) else len(entries)
                 rel = os.path.relpath(seg.path, store_dir)
@@ -193,8 +227,7 @@ def _check_consume_queues(store_dir: str, records: dict[int, RecordInfo], log_mi
 
 def _check_index(store_dir: str, records: dict[int, RecordInfo], log_min: int, report: Report) -> None:
     directory = os.path.join(store_dir, "index")
-    names = sorted(n for n in os.listdir(directory) if len(n) == 17 and n.isdigit()) \
-        if os.path.isdir(directory) else []
+    names = sorted(n for n in os.listdir(directory) if len(n) == 17 and n.isdigit()) if os.path.isdir(directory) else []
     for name in names:
         f = IndexFileReader.open(os.path.join(directory, name))
         if f is None:
@@ -216,7 +249,9 @@ def _check_index(store_dir: str, records: dict[int, RecordInfo], log_min: int, r
                 report.counts["index_entries"] += 1
                 why = index_entry_problem(key_hash, prev, n, records.get(phys))
                 if why is not None:
-                    report.add(rel, g.entry_base + n * fmt.INDEX_ENTRY_SIZE, f"entry {n} -> commitlog offset {phys}: {why}")
+                    report.add(
+                        rel, g.entry_base + n * fmt.INDEX_ENTRY_SIZE, f"entry {n} -> commitlog offset {phys}: {why}"
+                    )
             del entries
         finally:
             f.close()
@@ -235,9 +270,15 @@ def verify_store(store_dir: str) -> Report:
             log_min = rec.physical_offset
         props = rec.properties
         hashes = frozenset(fmt.record_key_hashes(rec.topic, rec.uniq_key, props.get(fmt.PROPERTY_KEYS)))
-        records[rec.physical_offset] = RecordInfo(rec.topic, rec.queue_id, rec.queue_offset, rec.total_size,
-                                                  consume_queue_tags_code(rec), hashes,
-                                                  fmt.enters_consume_queue(rec.sysflag))
+        records[rec.physical_offset] = RecordInfo(
+            rec.topic,
+            rec.queue_id,
+            rec.queue_offset,
+            rec.total_size,
+            consume_queue_tags_code(rec),
+            hashes,
+            fmt.enters_consume_queue(rec.sysflag),
+        )
         report.counts["records"] += 1
         report.counts["record_bytes"] += rec.total_size
     log_min = max(log_min, 0)

@@ -9,6 +9,7 @@ another reason, and once when it works again (a write already spaced by its own 
 the committed offsets are, skips ``due`` and uses only the logging). The clock is the
 caller's (``now``, monotonic seconds), so the policy is tested without waiting.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,7 @@ class WriteRetry:
         state = _DIGITS.sub("#", str(error))
         if state != self._state:
             self._state = state
-            self.log.error("%s failed: %s; the broker goes on, tries again and logs when it works",
-                           self.what, error)
+            self.log.error("%s failed: %s; the broker goes on, tries again and logs when it works", self.what, error)
 
     def succeeded(self) -> None:
         """A try worked: logged if it had been failing; the next failure is logged again."""

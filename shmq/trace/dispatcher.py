@@ -13,6 +13,7 @@ in Python: every hand-over of the GIL between the user's thread and this one cos
 user's thread time. A trace message that cannot be stored is logged and its records counted
 in ``failed``; the user's traffic is never affected.
 """
+
 from __future__ import annotations
 
 import collections
@@ -20,8 +21,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from shmq.codec import record as fmt
 from shmq.model.message import Message
@@ -59,9 +61,16 @@ class AsyncTraceDispatcher:
     """Trace records to ``topic``, sent by ``producer`` (the client's internal one, not started
     yet, with no hooks: its own sends are not traced; compression off keeps bodies plain JSON)."""
 
-    def __init__(self, producer: Producer, topic: str = TRACE_TOPIC, *, buffer_size: int = BUFFER_SIZE,
-                 max_records: int = MAX_RECORDS, max_body_bytes: int = MAX_BODY_BYTES,
-                 flush_interval: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        topic: str = TRACE_TOPIC,
+        *,
+        buffer_size: int = BUFFER_SIZE,
+        max_records: int = MAX_RECORDS,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        flush_interval: float = FLUSH_INTERVAL_S,
+    ) -> None:
         self.topic = topic
         self.buffer_size = buffer_size
         self.max_records = max_records
@@ -79,7 +88,7 @@ class AsyncTraceDispatcher:
         self._dropped_logged_at = 0.0
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "AsyncTraceDispatcher":
+    def start(self) -> AsyncTraceDispatcher:
         self.producer.start()
         self._thread = threading.Thread(target=self._run, name=f"shmq-trace-{self.producer.group}", daemon=True)
         self._thread.start()
@@ -93,8 +102,12 @@ class AsyncTraceDispatcher:
             now = time.monotonic()
             if now - self._dropped_logged_at >= LOG_INTERVAL_S:
                 self._dropped_logged_at = now
-                log.warning("trace buffer of %r full (%d events): %d trace records dropped so far",
-                            self.producer.group, self.buffer_size, self.dropped)
+                log.warning(
+                    "trace buffer of %r full (%d events): %d trace records dropped so far",
+                    self.producer.group,
+                    self.buffer_size,
+                    self.dropped,
+                )
             return False
         events.append((build, args, records))
         if len(events) == self.buffer_size // 2:  # wake early only when the buffer fills: fewer, bigger drains

@@ -4,6 +4,7 @@ Each hook only appends the context to the dispatcher's buffer; the records are b
 dispatcher's thread. Messages of the trace topic itself are not traced (a consumer reading
 trace records with ``trace=True`` would otherwise trace its own reading without end).
 """
+
 from __future__ import annotations
 
 import itertools

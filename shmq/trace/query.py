@@ -5,6 +5,7 @@ body lines that mention the id are returned as text. No JSON is parsed here: the
 is writable by every client, so what its bodies hold is parsed and checked by the admin
 client, not by the broker. Limits keep one query's cost and reply small.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -18,8 +19,9 @@ MAX_BODY = fmt.MAX_MESSAGE_SIZE  # a compressed body is read up to this many byt
 
 
 class Lookup(Protocol):
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
-                      end_ts: int | None = None) -> list[fmt.StoredRecord]: ...
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0, end_ts: int | None = None
+    ) -> list[fmt.StoredRecord]: ...
 
 
 def _body(rec: fmt.StoredRecord) -> bytes | None:

@@ -8,6 +8,7 @@ they are about, so the index finds the trace of a message by its id (``Admin.vie
 
 Pure: building and (de)serialising records; the dispatcher and hooks do the I/O.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,15 +62,19 @@ class TraceRecord:
     client_pid: int = 0
 
     @classmethod
-    def from_json(cls, line: str) -> "TraceRecord | None":
+    def from_json(cls, line: str) -> TraceRecord | None:
         """A record from one line; None for a line that is not one (the trace topic is writable
         by any client, so its lines are checked, never trusted)."""
         try:
             d = json.loads(line)
         except ValueError:
             return None
-        if not isinstance(d, dict) or d.get("type") not in TYPES or type(d.get("timestamp")) is not int \
-                or not all(isinstance(d.get(k), str) for k in ("group", "topic", "msg_id")):
+        if (
+            not isinstance(d, dict)
+            or d.get("type") not in TYPES
+            or type(d.get("timestamp")) is not int
+            or not all(isinstance(d.get(k), str) for k in ("group", "topic", "msg_id"))
+        ):
             return None
         try:
             return cls(**{k: v for k, v in d.items() if k in _NAMES})
@@ -109,28 +114,44 @@ def pub_records(ctx: SendMessageContext) -> list[Line]:
     sent = _sent(ctx.message)
     ids = r.msg_id.split(",") if len(sent) > 1 else [r.msg_id]
     offset_ids = r.offset_msg_id.split(",") if len(sent) > 1 else [r.offset_msg_id]
-    head = (f'{{"type":"{PUB}","timestamp":{ctx.begin_timestamp},"group":{_str(ctx.group)},'
-            f'"queue_id":{r.queue.queue_id},"store_time":{r.store_timestamp},"cost_ms":{round(ctx.cost_ms, 3)},'
-            f'"status":"{r.status.value}","success":true,"batch":{len(sent)},{_client()}')
+    head = (
+        f'{{"type":"{PUB}","timestamp":{ctx.begin_timestamp},"group":{_str(ctx.group)},'
+        f'"queue_id":{r.queue.queue_id},"store_time":{r.store_timestamp},"cost_ms":{round(ctx.cost_ms, 3)},'
+        f'"status":"{r.status.value}","success":true,"batch":{len(sent)},{_client()}'
+    )
     qoff = r.queue_offset
-    return [(ids[i], f'{head},"topic":{_str(topic)},"msg_id":{_str(ids[i])},"offset_msg_id":{_str(offset_ids[i])},'
-                     f'"queue_offset":{qoff + i},"body_length":{length}{_opt("tags", tags)}{_opt("keys", keys)}}}\n')
-            for i, (topic, tags, keys, length) in enumerate(sent[:len(ids)])]
+    return [
+        (
+            ids[i],
+            f'{head},"topic":{_str(topic)},"msg_id":{_str(ids[i])},"offset_msg_id":{_str(offset_ids[i])},'
+            f'"queue_offset":{qoff + i},"body_length":{length}{_opt("tags", tags)}{_opt("keys", keys)}}}\n',
+        )
+        for i, (topic, tags, keys, length) in enumerate(sent[: len(ids)])
+    ]
 
 
 def sub_records(ctx: ConsumeMessageContext, request_id: str, before: bool) -> list[Line]:
     """SubBefore records (``before``) or SubAfter records of one listener call, one per message."""
-    head = (f'{{"type":"{SUB_BEFORE if before else SUB_AFTER}",'
-            f'"timestamp":{ctx.begin_timestamp if before else ctx.end_timestamp},"group":{_str(ctx.group)},'
-            f'"request_id":{_str(request_id)},{_client()}')
+    head = (
+        f'{{"type":"{SUB_BEFORE if before else SUB_AFTER}",'
+        f'"timestamp":{ctx.begin_timestamp if before else ctx.end_timestamp},"group":{_str(ctx.group)},'
+        f'"request_id":{_str(request_id)},{_client()}'
+    )
     if not before:
-        head += (f',"cost_ms":{round(ctx.cost_ms, 3)},"success":{"true" if ctx.success else "false"},'
-                 f'"batch":{len(ctx.messages)}{_opt("status", ctx.status.value if ctx.status else None)}')
-    return [(m.msg_id, f'{head},"topic":{_str(m.topic)},"msg_id":{_str(m.msg_id)},'
-                       f'"offset_msg_id":{_str(m.offset_msg_id)},"queue_id":{m.queue_id},"queue_offset":{m.queue_offset},'
-                       f'"store_time":{m.store_timestamp},"born_time":{m.born_timestamp},"body_length":{len(m.body)},'
-                       f'"reconsume_times":{m.reconsume_times}{_opt("tags", m.tags)}{_opt("keys", m.keys)}}}\n')
-            for m in ctx.messages]
+        head += (
+            f',"cost_ms":{round(ctx.cost_ms, 3)},"success":{"true" if ctx.success else "false"},'
+            f'"batch":{len(ctx.messages)}{_opt("status", ctx.status.value if ctx.status else None)}'
+        )
+    return [
+        (
+            m.msg_id,
+            f'{head},"topic":{_str(m.topic)},"msg_id":{_str(m.msg_id)},'
+            f'"offset_msg_id":{_str(m.offset_msg_id)},"queue_id":{m.queue_id},"queue_offset":{m.queue_offset},'
+            f'"store_time":{m.store_timestamp},"born_time":{m.born_timestamp},"body_length":{len(m.body)},'
+            f'"reconsume_times":{m.reconsume_times}{_opt("tags", m.tags)}{_opt("keys", m.keys)}}}\n',
+        )
+        for m in ctx.messages
+    ]
 
 
 def _client() -> str:

@@ -13,6 +13,7 @@ messages are listed. `overwrite` replaces only the (topic, day) partitions this 
 (dynamic partition overwrite: other topics and older days stay), `append` adds files, so
 appending a snapshot twice shows up as a mismatch (every message twice).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,9 +72,11 @@ def _within(df: Any, ranges: Any) -> Any:
     """The rows of `df` inside the snapshot: per queue, offsets [lo, hi)."""
     from pyspark.sql import functions as F
 
-    return (df.join(F.broadcast(ranges), ["topic", "queue_id"])
-            .where((F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi")))
-            .drop("lo", "hi"))
+    return (
+        df.join(F.broadcast(ranges), ["topic", "queue_id"])
+        .where((F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi")))
+        .drop("lo", "hi")
+    )
 
 
 def _checks(F: Any) -> list[Any]:  # noqa: N803 - pyspark.sql.functions by its usual name
@@ -87,8 +90,12 @@ def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[I
     from pyspark.sql import Window
 
     ident = ["topic", "queue_id", "queue_offset", "msg_id"]
-    net = (source.select(*ident, F.lit(1).alias("n")).unionByName(written.select(*ident, F.lit(-1).alias("n")))
-           .groupBy(*ident).agg(F.sum("n").alias("n")))
+    net = (
+        source.select(*ident, F.lit(1).alias("n"))
+        .unionByName(written.select(*ident, F.lit(-1).alias("n")))
+        .groupBy(*ident)
+        .agg(F.sum("n").alias("n"))
+    )
     first = Window.partitionBy(F.signum("n")).orderBy(*ident)
     rows = net.where("n != 0").withColumn("k", F.row_number().over(first)).where(f"k <= {SHOWN_DIFFERENCES}")
     found = sorted(rows.collect(), key=lambda r: tuple(r[:4]))
@@ -108,18 +115,25 @@ def export(spark: Any, store: str, out: str, topics: list[str] | None, mode: str
     extents = [e for e in queue_extents(store, topics, ScanBounds()) if e.end > e.start]
     if not extents:
         return ExportResult(out, 0, 0, True)
-    ranges = spark.createDataFrame([(e.topic, e.queue_id, e.start, e.end) for e in extents],
-                                   "topic string, queue_id int, lo long, hi long")
+    ranges = spark.createDataFrame(
+        [(e.topic, e.queue_id, e.start, e.end) for e in extents], "topic string, queue_id int, lo long, hi long"
+    )
     source = _within(spark.read.format("shmq").options(**topic_option(topics)).load(store), ranges)
     rows = source.withColumn("day", day_column())
     seen = Observation("shmq_export")
-    (rows.observe(seen, *_checks(F)).write.mode(mode).option("partitionOverwriteMode", "dynamic")
-     .partitionBy("topic", "day").parquet(out))
+    (
+        rows.observe(seen, *_checks(F))
+        .write.mode(mode)
+        .option("partitionOverwriteMode", "dynamic")
+        .partitionBy("topic", "day")
+        .parquet(out)
+    )
     src = seen.get
     written = _within(read_export(spark, out).where(F.col("topic").isin(sorted({e.topic for e in extents}))), ranges)
     days = written.groupBy("topic", "day").agg(*_checks(F)).orderBy("topic", "day").collect()
-    result = ExportResult(out, int(src["rows"]), sum(r["rows"] for r in days),
-                          src["checksum"] == sum(r["checksum"] for r in days))
+    result = ExportResult(
+        out, int(src["rows"]), sum(r["rows"] for r in days), src["checksum"] == sum(r["checksum"] for r in days)
+    )
     result.partitions = [(r["topic"], r["day"].isoformat(), r["rows"]) for r in days]
     if not result.ok:
         result.missing, result.extra = _differences(F, source, written)
@@ -134,23 +148,38 @@ def print_result(console: Console, r: ExportResult) -> None:
         t.add_row(topic, day, f"{n:,}")
     console.print(t)
     if r.ok:
-        console.print(f"[bold green]verified[/]: {r.written_rows:,} messages read back from {r.out}, the same "
-                      f"(topic, queue, offset, msg_id) as the {r.source_rows:,} read from the store")
+        console.print(
+            f"[bold green]verified[/]: {r.written_rows:,} messages read back from {r.out}, the same "
+            f"(topic, queue, offset, msg_id) as the {r.source_rows:,} read from the store"
+        )
         return
-    console.print(f"[bold red]MISMATCH[/]: {r.source_rows:,} messages read from the store, {r.written_rows:,} "
-                  f"read back from {r.out}" + ("" if r.checksums_equal else " (msg_id checksums differ)"))
-    for label, rows in (("missing from the export", r.missing),
-                        ("more often in the export than in the store", r.extra)):
+    console.print(
+        f"[bold red]MISMATCH[/]: {r.source_rows:,} messages read from the store, {r.written_rows:,} "
+        f"read back from {r.out}" + ("" if r.checksums_equal else " (msg_id checksums differ)")
+    )
+    for label, rows in (
+        ("missing from the export", r.missing),
+        ("more often in the export than in the store", r.extra),
+    ):
         for topic, qid, offset, msg_id in rows:
             console.print(f"  {label}: {topic}/{qid} offset {offset} msg_id {msg_id}")
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = job_parser("export.py", (
-        "Write a shmq store's messages as Parquet partitioned by topic and day (UTC), then read them back "
-        "and check them against the store."), with_out=True)
-    ap.add_argument("--mode", choices=("overwrite", "append"), default="overwrite",
-                    help="overwrite (default) replaces the topic/day partitions written; append adds to them")
+    ap = job_parser(
+        "export.py",
+        (
+            "Write a shmq store's messages as Parquet partitioned by topic and day (UTC), then read them back "
+            "and check them against the store."
+        ),
+        with_out=True,
+    )
+    ap.add_argument(
+        "--mode",
+        choices=("overwrite", "append"),
+        default="overwrite",
+        help="overwrite (default) replaces the topic/day partitions written; append adds to them",
+    )
     return ap
 
 

@@ -8,6 +8,7 @@ the committed offset counted no lower than the queue's first offset (older messa
 deleted by cleanup and cannot be consumed) and no higher than its end. A queue of the topic the
 group never committed on counts from its first offset, as RocketMQ's consumerProgress does.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """scan.py's output from collected rows: rich tables for people, JSON for programs. Pure."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -17,7 +18,7 @@ def utc_iso(ms: int | None) -> str | None:
     """Epoch milliseconds as ISO 8601 UTC with milliseconds (`Z`)."""
     if ms is None:
         return None
-    when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -50,8 +51,9 @@ def _size(n: int) -> str:
 
 def _span(first_ms: int, last_ms: int) -> str:
     """Two lines, first and last, to the millisecond: narrow enough for an 80-column terminal."""
-    return "\n".join(dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-                     for ms in (first_ms, last_ms))
+    return "\n".join(
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for ms in (first_ms, last_ms)
+    )
 
 
 def tables(store: str, topics: list[TopicSummary], lags: list[GroupLag]) -> list[Table]:
@@ -61,12 +63,23 @@ def tables(store: str, topics: list[TopicSummary], lags: list[GroupLag]) -> list
         t.add_column(col, justify="left" if col == "topic" else "right")
     t.add_column("stored first - last (UTC)", no_wrap=True)
     for s in topics:
-        t.add_row(s.topic, f"{s.messages:,}", str(s.queues), _size(s.stored_bytes), _size(s.body_bytes),
-                  _span(s.first_store_ms, s.last_store_ms))
+        t.add_row(
+            s.topic,
+            f"{s.messages:,}",
+            str(s.queues),
+            _size(s.stored_bytes),
+            _size(s.body_bytes),
+            _span(s.first_store_ms, s.last_store_ms),
+        )
     if len(topics) > 1:
-        t.add_row("[bold]all", f"[bold]{sum(s.messages for s in topics):,}", str(sum(s.queues for s in topics)),
-                  _size(sum(s.stored_bytes for s in topics)), _size(sum(s.body_bytes for s in topics)),
-                  _span(min(s.first_store_ms for s in topics), max(s.last_store_ms for s in topics)))
+        t.add_row(
+            "[bold]all",
+            f"[bold]{sum(s.messages for s in topics):,}",
+            str(sum(s.queues for s in topics)),
+            _size(sum(s.stored_bytes for s in topics)),
+            _size(sum(s.body_bytes for s in topics)),
+            _span(min(s.first_store_ms for s in topics), max(s.last_store_ms for s in topics)),
+        )
     k = Table(title="top tags and keys")
     for col in ("topic", "tags (messages)", "keys (messages)"):
         k.add_column(col)
@@ -76,13 +89,21 @@ def tables(store: str, topics: list[TopicSummary], lags: list[GroupLag]) -> list
     for col in ("group", "topic", "queues", "behind", "broker offset", "consumer offset", "lag"):
         g.add_column(col, justify="left" if col in ("group", "topic") else "right")
     for lag in lags:
-        g.add_row(lag.group, lag.topic, str(lag.queues), str(lag.behind), f"{lag.broker_offset:,}",
-                  f"{lag.consumer_offset:,}", f"{lag.lag:,}")
+        g.add_row(
+            lag.group,
+            lag.topic,
+            str(lag.queues),
+            str(lag.behind),
+            f"{lag.broker_offset:,}",
+            f"{lag.consumer_offset:,}",
+            f"{lag.lag:,}",
+        )
     return [t, k, g]
 
 
-def print_report(console: Console, store: str, topics: list[TopicSummary], lags: list[GroupLag],
-                 problems: list[str]) -> None:
+def print_report(
+    console: Console, store: str, topics: list[TopicSummary], lags: list[GroupLag], problems: list[str]
+) -> None:
     for table in tables(store, topics, lags):
         console.print(table)
     if not topics:

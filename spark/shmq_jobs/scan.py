@@ -1,4 +1,5 @@
 """scan.py: what a store holds, per topic, and how far behind each consumer group is."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,17 +7,22 @@ from typing import Any
 
 from rich.console import Console
 
+from shmq.spark.layout import check_store, parse_topic_option
 from shmq_jobs import render
 from shmq_jobs.lag import lag_for_store
-from shmq.spark.layout import check_store, parse_topic_option
 from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 from shmq_jobs.summary import topic_summaries
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = job_parser("scan.py", (
-        "Per-topic counts, bytes, store time range, top tags and keys of a shmq store (read with Spark, "
-        "no broker needed), and the consumer lag of every group that committed offsets."), with_out=False)
+    ap = job_parser(
+        "scan.py",
+        (
+            "Per-topic counts, bytes, store time range, top tags and keys of a shmq store (read with Spark, "
+            "no broker needed), and the consumer lag of every group that committed offsets."
+        ),
+        with_out=False,
+    )
     ap.add_argument("--top", type=int, default=5, help="tags and keys shown per topic (default 5)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     return ap

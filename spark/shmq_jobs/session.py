@@ -1,11 +1,13 @@
 """The SparkSession a job runs in, and the `shmq` source registered on it."""
+
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from rich.console import Console
 
@@ -24,8 +26,11 @@ def job_session(app_name: str, master: str | None, spark: Any = None) -> Iterato
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python must have shmq
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
-               .config("spark.ui.showConsoleProgress", "false"))
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     if master:
         builder = builder.master(master)
     session = builder.getOrCreate()
@@ -61,8 +66,10 @@ def job_parser(prog: str, description: str, with_out: bool) -> argparse.Argument
     ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker or replica was started with")
     if with_out:
         ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
-    ap.add_argument("--topic", help="comma list of topics (default: every user topic; system topics "
-                                    "such as %%RETRY%%group only when named)")
+    ap.add_argument(
+        "--topic",
+        help="comma list of topics (default: every user topic; system topics such as %%RETRY%%group only when named)",
+    )
     ap.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
     return ap
 

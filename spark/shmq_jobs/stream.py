@@ -7,6 +7,7 @@ journaled in the checkpoint, and the file sink records each micro-batch's files 
 OUT/_spark_metadata, so a query stopped at any point and started again with the same
 checkpoint and OUT neither loses nor repeats a message. A new checkpoint is a new query.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,29 @@ from shmq_jobs.export import day_column
 from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 
 
-def start_query(spark: Any, store: str, out: str, checkpoint: str, topics: list[str] | None,
-                trigger_seconds: float | None, max_records: int | None, starting: str) -> Any:
+def start_query(
+    spark: Any,
+    store: str,
+    out: str,
+    checkpoint: str,
+    topics: list[str] | None,
+    trigger_seconds: float | None,
+    max_records: int | None,
+    starting: str,
+) -> Any:
     """Start the query (`trigger_seconds` None: Trigger.AvailableNow, stops at the end it saw)."""
     options = {**topic_option(topics), "startingOffsets": starting}
     if max_records:
         options["maxRecordsPerTrigger"] = str(max_records)
     df = spark.readStream.format("shmq").options(**options).load(store)
-    writer = (df.withColumn("day", day_column()).writeStream.format("parquet").partitionBy("topic", "day")
-              .option("path", out).option("checkpointLocation", checkpoint).outputMode("append"))
+    writer = (
+        df.withColumn("day", day_column())
+        .writeStream.format("parquet")
+        .partitionBy("topic", "day")
+        .option("path", out)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("append")
+    )
     if trigger_seconds is None:
         writer = writer.trigger(availableNow=True)
     else:
@@ -56,16 +71,28 @@ def follow(query: Any, console: Console) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = job_parser("stream.py", (
-        "Follow a shmq store and append its new messages to Parquet partitioned by topic and day (UTC), "
-        "exactly once across restarts with the same checkpoint."), with_out=True)
+    ap = job_parser(
+        "stream.py",
+        (
+            "Follow a shmq store and append its new messages to Parquet partitioned by topic and day (UTC), "
+            "exactly once across restarts with the same checkpoint."
+        ),
+        with_out=True,
+    )
     ap.add_argument("--checkpoint", required=True, help="the query's checkpoint directory (keep it with OUT)")
     ap.add_argument("--trigger", type=float, default=10.0, help="seconds between micro-batches (default 10)")
-    ap.add_argument("--available-now", action="store_true",
-                    help="read what the store holds now, in micro-batches, then stop (for cron-style runs)")
+    ap.add_argument(
+        "--available-now",
+        action="store_true",
+        help="read what the store holds now, in micro-batches, then stop (for cron-style runs)",
+    )
     ap.add_argument("--max-records", type=int, help="at most this many messages per micro-batch")
-    ap.add_argument("--starting", choices=("earliest", "latest"), default="earliest",
-                    help="where a new query (no checkpoint yet) starts")
+    ap.add_argument(
+        "--starting",
+        choices=("earliest", "latest"),
+        default="earliest",
+        help="where a new query (no checkpoint yet) starts",
+    )
     return ap
 
 
@@ -75,8 +102,16 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
     store = check_store(args.store)
     out = console or wide_console()
     with job_session("shmq-stream", args.master, spark) as session:
-        query = start_query(session, store, args.out, args.checkpoint, topics,
-                            None if args.available_now else args.trigger, args.max_records, args.starting)
+        query = start_query(
+            session,
+            store,
+            args.out,
+            args.checkpoint,
+            topics,
+            None if args.available_now else args.trigger,
+            args.max_records,
+            args.starting,
+        )
         rows = follow(query, out)
     out.print(f"{rows} messages written to {args.out}")
     return 0

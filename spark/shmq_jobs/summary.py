@@ -4,6 +4,7 @@ One scan feeds two small aggregations (totals; tags and keys ranked together): t
 cached once (no bodies, only their lengths), so the store is read once however many
 aggregations follow. Times leave Spark as epoch milliseconds, free of any time zone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,23 +31,49 @@ def topic_summaries(df: Any, top: int) -> list[TopicSummary]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    slim = df.select("topic", "queue_id", "size", "tags", "keys", F.length("body").alias("body_len"),
-                     F.unix_millis("store_timestamp").alias("store_ms")).cache()
+    slim = df.select(
+        "topic",
+        "queue_id",
+        "size",
+        "tags",
+        "keys",
+        F.length("body").alias("body_len"),
+        F.unix_millis("store_timestamp").alias("store_ms"),
+    ).cache()
     try:
-        totals = slim.groupBy("topic").agg(
-            F.count(F.lit(1)).alias("messages"), F.countDistinct("queue_id").alias("queues"),
-            F.sum("size").alias("stored_bytes"), F.sum("body_len").alias("body_bytes"),
-            F.min("store_ms").alias("first"), F.max("store_ms").alias("last")).collect()
-        by_topic = {r["topic"]: TopicSummary(r["topic"], r["messages"], r["queues"], r["stored_bytes"],
-                                             r["body_bytes"], r["first"], r["last"]) for r in totals}
+        totals = (
+            slim.groupBy("topic")
+            .agg(
+                F.count(F.lit(1)).alias("messages"),
+                F.countDistinct("queue_id").alias("queues"),
+                F.sum("size").alias("stored_bytes"),
+                F.sum("body_len").alias("body_bytes"),
+                F.min("store_ms").alias("first"),
+                F.max("store_ms").alias("last"),
+            )
+            .collect()
+        )
+        by_topic = {
+            r["topic"]: TopicSummary(
+                r["topic"], r["messages"], r["queues"], r["stored_bytes"], r["body_bytes"], r["first"], r["last"]
+            )
+            for r in totals
+        }
         if top > 0:
-            names = (slim.select("topic", F.lit("top_tags").alias("kind"), F.col("tags").alias("name"))
-                     .unionByName(slim.select("topic", F.lit("top_keys").alias("kind"),
-                                              F.explode(F.split("keys", " ")).alias("name")))
-                     .where(F.col("name").isNotNull() & (F.col("name") != "")))
+            names = (
+                slim.select("topic", F.lit("top_tags").alias("kind"), F.col("tags").alias("name"))
+                .unionByName(
+                    slim.select("topic", F.lit("top_keys").alias("kind"), F.explode(F.split("keys", " ")).alias("name"))
+                )
+                .where(F.col("name").isNotNull() & (F.col("name") != ""))
+            )
             rank = Window.partitionBy("topic", "kind").orderBy(F.desc("n"), F.asc("name"))
-            ranked = (names.groupBy("topic", "kind", "name").agg(F.count(F.lit(1)).alias("n"))
-                      .withColumn("rank", F.row_number().over(rank)).where(F.col("rank") <= top))
+            ranked = (
+                names.groupBy("topic", "kind", "name")
+                .agg(F.count(F.lit(1)).alias("n"))
+                .withColumn("rank", F.row_number().over(rank))
+                .where(F.col("rank") <= top)
+            )
             for r in sorted(ranked.collect(), key=lambda r: (r["topic"], r["kind"], r["rank"])):
                 getattr(by_topic[r["topic"]], r["kind"]).append((r["name"], r["n"]))
         return [by_topic[t] for t in sorted(by_topic)]

@@ -3,6 +3,7 @@
 A hand edit of the page, or a JSON replaced without regenerating the page, fails here. The
 page's reproduce commands are checked against the suite's own options and workload names.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,13 +31,25 @@ def test_the_committed_page_is_the_one_the_committed_json_makes() -> None:
 
 def test_check_tells_a_stale_page_apart(tmp_path) -> None:
     """`--check` exits 0 on the committed page and 1 on a page with one figure changed."""
-    ok = subprocess.run([sys.executable, "-m", "tools.bench.docs_page", "--check"], capture_output=True, text=True,
-                        check=False, cwd=docs_page.ROOT, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "tools.bench.docs_page", "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=docs_page.ROOT,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     edited = tmp_path / "BENCHMARKS.md"
     edited.write_text(docs_page.PAGE_PATH.read_text().replace("| shmq |", "| shmq (edited) |", 1))
-    stale = subprocess.run([sys.executable, "-m", "tools.bench.docs_page", "--check", "--out", str(edited)],
-                           capture_output=True, text=True, check=False, cwd=docs_page.ROOT, timeout=60)
+    stale = subprocess.run(
+        [sys.executable, "-m", "tools.bench.docs_page", "--check", "--out", str(edited)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=docs_page.ROOT,
+        timeout=60,
+    )
     assert stale.returncode == 1 and "run it" in stale.stdout, stale.stdout + stale.stderr
 
 

@@ -1,4 +1,5 @@
 """tools/bench/floors.py: every wake is measured, delays are sane, nothing is left behind."""
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,10 @@ def test_each_submitted_call_is_timed():
 
 def test_python_costs_name_each_step_with_a_positive_time():
     costs = floors.python_costs()
-    assert set(costs) == {"future made, resolved, read", "object with 10 slots",
-                          "zlib.crc32 of 100 B", "100 B bytes copy"}
+    assert set(costs) == {
+        "future made, resolved, read",
+        "object with 10 slots",
+        "zlib.crc32 of 100 B",
+        "100 B bytes copy",
+    }
     assert all(v > 0 for v in costs.values())

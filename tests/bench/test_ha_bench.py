@@ -1,4 +1,5 @@
 """tools/bench/ha_bench.py: its lag arithmetic, and one short real run on two hosts (needs root)."""
+
 from __future__ import annotations
 
 import json
@@ -60,9 +61,24 @@ def test_only_the_samples_while_the_master_moves_count():
 def test_a_short_run_on_two_hosts_measures_every_row(tmp_path):
     """Keep-up, catch-up and both sender rows, each on a fresh host pair over a veth (about 30 s)."""
     out = tmp_path / "ha.json"
-    proc = subprocess.Popen([sys.executable, "tools/bench/ha_bench.py", "--reps", "1", "--seconds", "3",
-                             "--catchup-mib", "16", "--out", str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "tools/bench/ha_bench.py",
+            "--reps",
+            "1",
+            "--seconds",
+            "3",
+            "--catchup-mib",
+            "16",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         log, _ = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
@@ -80,6 +96,9 @@ def test_a_short_run_on_two_hosts_measures_every_row(tmp_path):
         r = res[f"senders {role}"]
         assert r["msgs_s"] > 0 and 0 < r["p50_us"] <= r["p99_us"], role
     assert res["sync_over_async"] > 0
-    pid_ns = [line for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
-              if f"-{proc.pid}-" in line]
+    pid_ns = [
+        line
+        for line in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()
+        if f"-{proc.pid}-" in line
+    ]
     assert not pid_ns, f"namespaces left behind: {pid_ns}"

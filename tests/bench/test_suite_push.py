@@ -1,5 +1,6 @@
 """The suite's send -> push listener latency workload: a short run gives a latency per send API,
 and the report renders it (or the reason it failed)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,9 +32,13 @@ def test_push_latency_workload_measures_every_message(tmp_path):
 
 def test_report_renders_the_push_rows():
     run = {"p50_us": 410.0, "p99_us": 2100.0, "p999_us": 4000.0, "rounds": 3000}
-    res = {"results": {}, "extras": {
-        "shmq": {"push": {api: {"runs": [run], "rate": 1000, **run} for api in PUSH_APIS}, "queues": {}},
-        "zmq ipc": {"push": {"error": "RunError: boom"}}}}
+    res = {
+        "results": {},
+        "extras": {
+            "shmq": {"push": {api: {"runs": [run], "rate": 1000, **run} for api in PUSH_APIS}, "queues": {}},
+            "zmq ipc": {"push": {"error": "RunError: boom"}},
+        },
+    }
     tables = report.rows(res)
     (title,) = [t for t in tables if "listener latency" in t]
     rows = tables[title][1:]

@@ -5,6 +5,7 @@ master/replica pairs on loopback, the SYNC_FLUSH and plain brokers the adapter a
 Regression: the SYNC_MASTER pair was named ``bench<pid>s``, the SYNC_FLUSH broker's name, so its
 master refused to start ("already running") and the sync row only ever said "failed".
 """
+
 from __future__ import annotations
 
 import glob
@@ -32,9 +33,24 @@ def test_workload_words_select_by_substring_and_none_selects_all():
 
 
 def test_replicated_rows_alone_give_shmq_numbers_for_both_roles(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.suite", "--quick", "--only", "shmq",
-                             "--workloads", "replicated", "--out", str(tmp_path)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tools.bench.suite",
+            "--quick",
+            "--only",
+            "shmq",
+            "--workloads",
+            "replicated",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:

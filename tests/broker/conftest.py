@@ -1,8 +1,9 @@
 """The broker core driven directly: a real store in tmp_path, frames in, answers out, no process."""
+
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -13,8 +14,12 @@ from shmq.codec import frames as P
 from shmq.config import BrokerConfig
 from shmq.store.message_store import MessageStore
 
-SMALL = {"mappedFileSizeCommitLog": 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 1024,
-         "maxHashSlotNum": 1009, "maxIndexNum": 4000}
+SMALL = {
+    "mappedFileSizeCommitLog": 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 1024,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 4000,
+}
 
 
 @pytest.fixture
@@ -42,8 +47,10 @@ def answers(peer: Peer) -> list[tuple[int, object]]:
     while peer.out:
         kind, payload = peer.out.popleft()
         if kind == PACKED:
-            out.extend((P.SEND_RESULT, P.decode_send_result(row.tobytes()[8:]))
-                       for row in np.frombuffer(payload, P.RESULT_FRAME))
+            out.extend(
+                (P.SEND_RESULT, P.decode_send_result(row.tobytes()[8:]))
+                for row in np.frombuffer(payload, P.RESULT_FRAME)
+            )
         elif kind == P.SEND_RESULT:
             out.append((kind, P.decode_send_result(payload)))
         elif kind == P.SEND_MULTI_RESULT:

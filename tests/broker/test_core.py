@@ -1,4 +1,5 @@
 """The broker core without a process: sends, errors, topics, long polling, offsets, group commit."""
+
 from __future__ import annotations
 
 import json
@@ -10,20 +11,29 @@ import pytest
 
 from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
-from shmq.model.perm import PERM_READ
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
 from shmq.errors import CorruptFrameError
+from shmq.model.perm import PERM_READ
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
 
 from .conftest import answers, serve
 
 
-def send(req_id: int, topic: str, body: bytes, queue_id: int = -1, flags: int = 0, record: bytes | None = None,
-         tags: str | None = None) -> tuple[int, bytes]:
-    rec = record if record is not None else fmt.encode_message(topic, body, properties=fmt.message_properties(tags=tags))
+def send(
+    req_id: int,
+    topic: str,
+    body: bytes,
+    queue_id: int = -1,
+    flags: int = 0,
+    record: bytes | None = None,
+    tags: str | None = None,
+) -> tuple[int, bytes]:
+    rec = (
+        record if record is not None else fmt.encode_message(topic, body, properties=fmt.message_properties(tags=tags))
+    )
     return P.SEND, P.encode_send(req_id, time.monotonic_ns(), queue_id, flags, fmt.tags_code(tags), topic, [], rec)
 
 
@@ -42,8 +52,9 @@ def topics_on_disk(core: BrokerCore) -> dict:
 def test_a_pass_of_sends_is_stored_and_answered_in_order(core):
     peer = Peer(1)
     got = serve(core, peer, *[send(i, "T", b"m%d" % i, queue_id=i % 2) for i in range(10)])  # 10: packed answers
-    assert [(k, r.req_id, r.status, r.queue_id, r.queue_offset) for k, r in got] == \
-        [(P.SEND_RESULT, i, P.SEND_OK, i % 2, i // 2) for i in range(10)]
+    assert [(k, r.req_id, r.status, r.queue_id, r.queue_offset) for k, r in got] == [
+        (P.SEND_RESULT, i, P.SEND_OK, i % 2, i // 2) for i in range(10)
+    ]
     assert bodies(core, "T", 0) == [b"m%d" % i for i in range(0, 10, 2)]
     got = serve(core, peer, send(20, "T", b"one", queue_id=1))  # a single send: a plain SEND_RESULT
     assert got[0][1].queue_offset == 5 and bodies(core, "T", 1)[-1] == b"one"
@@ -55,8 +66,16 @@ def test_a_refused_send_fails_alone(core):
     core.update_topic("ReadOnly", perm=PERM_READ)
     bad = bytearray(fmt.encode_message("T", b"bad"))
     bad[fmt.OFF_MAGIC] ^= 0xFF
-    got = serve(core, Peer(1), send(1, "T", b"a", 0), send(2, "T", b"", 0, record=bytes(bad)), send(3, "T", b"c", 0),
-                send(4, "ReadOnly", b"d"), send(5, "T", b"e", 9), send(6, "bad name", b"", record=fmt.encode_message("T", b"f")))
+    got = serve(
+        core,
+        Peer(1),
+        send(1, "T", b"a", 0),
+        send(2, "T", b"", 0, record=bytes(bad)),
+        send(3, "T", b"c", 0),
+        send(4, "ReadOnly", b"d"),
+        send(5, "T", b"e", 9),
+        send(6, "bad name", b"", record=fmt.encode_message("T", b"f")),
+    )
     by_id = {r.req_id: (k, r) for k, r in got}
     assert {i for i, (k, _) in by_id.items() if k == P.SEND_RESULT} == {1, 3}
     assert by_id[2][1].code == P.MESSAGE_ILLEGAL and "magic" in by_id[2][1].message
@@ -73,9 +92,15 @@ def test_a_send_alone_in_its_pass_gets_the_same_answers(core):
     bad = bytearray(fmt.encode_message("T", b"bad"))
     bad[fmt.OFF_MAGIC] ^= 0xFF
     peer = Peer(1)
-    cases = [send(1, "T", b"a", 0), send(2, "T", b"", 0, record=bytes(bad)), send(3, "ReadOnly", b"d"),
-             send(4, "T", b"e", 9), send(5, "bad name", b"", record=fmt.encode_message("T", b"f")),
-             send(6, "T", b"b", 0, flags=P.FLAG_ONEWAY), send(7, "Fresh", b"c")]
+    cases = [
+        send(1, "T", b"a", 0),
+        send(2, "T", b"", 0, record=bytes(bad)),
+        send(3, "ReadOnly", b"d"),
+        send(4, "T", b"e", 9),
+        send(5, "bad name", b"", record=fmt.encode_message("T", b"f")),
+        send(6, "T", b"b", 0, flags=P.FLAG_ONEWAY),
+        send(7, "Fresh", b"c"),
+    ]
     got = [serve(core, peer, frame) for frame in cases]
     assert [len(g) for g in got] == [1, 1, 1, 1, 1, 0, 1]
     by_id = {r.req_id: (k, r) for k, r in (g[0] for g in got if g)}
@@ -96,8 +121,9 @@ def test_auto_created_topics_are_durable_when_the_pass_ends(core):
     """The loop writes a pass's answers only after ``end_pass``: by then topics created in the
     pass are in topics.json (one write for all of them)."""
     peer = Peer(1)
-    core.handle(peer, [(k, memoryview(p)) for k, p in (send(1, "New1", b"x"), send(2, "New2", b"y"))],
-                time.monotonic_ns())
+    core.handle(
+        peer, [(k, memoryview(p)) for k, p in (send(1, "New1", b"x"), send(2, "New2", b"y"))], time.monotonic_ns()
+    )
     assert core.topics.dirty and "New1" not in topics_on_disk(core)
     core.end_pass()
     assert not core.topics.dirty and {"New1", "New2"} <= set(topics_on_disk(core))
@@ -135,10 +161,11 @@ def test_send_batch_is_all_or_nothing(core):
 
 
 def test_send_multi_answers_each_record(core):
-    batch = fmt.concat_batches([fmt.encode_batch("A", [b"a"]), fmt.encode_batch("B", [b"b"]),
-                                fmt.encode_batch("A", [b"a2"])])
+    batch = fmt.concat_batches(
+        [fmt.encode_batch("A", [b"a"]), fmt.encode_batch("B", [b"b"]), fmt.encode_batch("A", [b"a2"])]
+    )
     frame = P.encode_send_multi(1, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1, 0]), np.array([1, 7, 1]), batch)
-    (kind, r), = serve(core, Peer(1), (P.SEND_MULTI, frame))
+    ((kind, r),) = serve(core, Peer(1), (P.SEND_MULTI, frame))
     assert kind == P.SEND_MULTI_RESULT and r.statuses.tolist() == [P.SEND_OK, -P.SYSTEM_ERROR, P.SEND_OK]
     assert r.queue_offsets.tolist() == [0, -1, 1] and bodies(core, "A", 1) == [b"a", b"a2"]
 
@@ -155,8 +182,15 @@ def test_long_poll_woken_by_a_put_or_timed_out(core):
 
 
 def test_commit_offset_and_heartbeat(core):
-    assert serve(core, Peer(1), (P.COMMIT_OFFSET, P.encode_commit_offset(1, "cg", "T", 3, 42)),
-                 (P.HEARTBEAT, P.encode_heartbeat(2))) == []
+    assert (
+        serve(
+            core,
+            Peer(1),
+            (P.COMMIT_OFFSET, P.encode_commit_offset(1, "cg", "T", 3, 42)),
+            (P.HEARTBEAT, P.encode_heartbeat(2)),
+        )
+        == []
+    )
     assert core.offsets.query("cg", "T", 3) == 42 and core.offsets.dirty
 
 

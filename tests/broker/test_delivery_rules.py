@@ -1,6 +1,7 @@
 """Delivery rules in the broker core: delays parked under SCHEDULE_TOPIC_XXXX and delivered when
 due, delivery times parked under the timer topic, transaction halves under the half topic, and
 system topics closed to clients. Driven without a process: a real store, frames in, answers out."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ def config(config: dict) -> dict:
     return dict(config, messageDelayLevel="50ms 100ms 150ms", timerMaxDelaySec=60)
 
 
-def send(req_id: int, topic: str, body: bytes, props: dict[str, str], queue_id: int = 0, sysflag: int = 0,
-         flags: int = P.FLAG_INSPECT) -> tuple[int, bytes]:
+def send(
+    req_id: int,
+    topic: str,
+    body: bytes,
+    props: dict[str, str],
+    queue_id: int = 0,
+    sysflag: int = 0,
+    flags: int = P.FLAG_INSPECT,
+) -> tuple[int, bytes]:
     rec = fmt.encode_message(topic, body, properties={fmt.PROPERTY_UNIQ_KEY: f"U{req_id}", **props}, sysflag=sysflag)
     return P.SEND, P.encode_send(req_id, time.monotonic_ns(), queue_id, flags, 0, topic, [], rec)
 
@@ -62,20 +70,27 @@ def test_a_delayed_send_waits_in_its_level_queue_and_reaches_its_topic_when_due(
 
 
 def test_levels_above_the_last_use_the_last_and_unflagged_records_are_not_read(core):
-    serve(core, Peer(1), send(1, "T", b"far", {fmt.PROPERTY_DELAY: "40"}),
-          send(2, "T", b"plain", {fmt.PROPERTY_DELAY: "1"}, flags=0))
+    serve(
+        core,
+        Peer(1),
+        send(1, "T", b"far", {fmt.PROPERTY_DELAY: "40"}),
+        send(2, "T", b"plain", {fmt.PROPERTY_DELAY: "1"}, flags=0),
+    )
     assert [bytes(m.body) for m in stored(core, st.SCHEDULE_TOPIC, 2)] == [b"far"]
     assert [bytes(m.body) for m in stored(core, "T", 0)] == [b"plain"]  # not flagged: stored as sent
 
 
 def test_delivery_times_park_under_the_timer_topic_and_past_or_too_far_ones_do_not(core):
     now = int(time.time() * 1000)
-    got = serve(core, Peer(1),
-                send(1, "T", b"at", {fmt.PROPERTY_TIMER_DELIVER_MS: str(now + 5000)}),
-                send(2, "T", b"after", {fmt.PROPERTY_TIMER_DELAY_MS: "2000"}),
-                send(3, "T", b"past", {fmt.PROPERTY_TIMER_DELIVER_MS: str(now - 10)}),
-                send(4, "T", b"too far", {fmt.PROPERTY_TIMER_DELAY_MS: str(61_000)}),
-                send(5, "T", b"junk", {fmt.PROPERTY_DELAY: "x"}))
+    got = serve(
+        core,
+        Peer(1),
+        send(1, "T", b"at", {fmt.PROPERTY_TIMER_DELIVER_MS: str(now + 5000)}),
+        send(2, "T", b"after", {fmt.PROPERTY_TIMER_DELAY_MS: "2000"}),
+        send(3, "T", b"past", {fmt.PROPERTY_TIMER_DELIVER_MS: str(now - 10)}),
+        send(4, "T", b"too far", {fmt.PROPERTY_TIMER_DELAY_MS: str(61_000)}),
+        send(5, "T", b"junk", {fmt.PROPERTY_DELAY: "x"}),
+    )
     by_id = {r.req_id: (k, r) for k, r in got}  # errors are answered before stored sends
     assert [by_id[i][0] for i in range(1, 6)] == [P.SEND_RESULT] * 3 + [P.ERROR] * 2
     assert "timerMaxDelaySec" in by_id[4][1].message and "DELAY" in by_id[5][1].message
@@ -89,9 +104,12 @@ def test_delivery_times_park_under_the_timer_topic_and_past_or_too_far_ones_do_n
 
 
 def test_a_transaction_half_is_hidden_in_the_half_topic_and_cannot_be_delayed(core):
-    got = serve(core, Peer(1),
-                send(1, "T", b"half", {fmt.PROPERTY_PGROUP: "tpg"}, queue_id=2, sysflag=fmt.TRANSACTION_PREPARED),
-                send(2, "T", b"both", {fmt.PROPERTY_DELAY: "1"}, sysflag=fmt.TRANSACTION_PREPARED))
+    got = serve(
+        core,
+        Peer(1),
+        send(1, "T", b"half", {fmt.PROPERTY_PGROUP: "tpg"}, queue_id=2, sysflag=fmt.TRANSACTION_PREPARED),
+        send(2, "T", b"both", {fmt.PROPERTY_DELAY: "1"}, sysflag=fmt.TRANSACTION_PREPARED),
+    )
     by_id = {r.req_id: (k, r) for k, r in got}
     assert by_id[1][0] == P.SEND_RESULT and by_id[2][0] == P.ERROR and "cannot also be delayed" in by_id[2][1].message
     [half] = stored(core, st.TRANS_HALF_TOPIC, 0)
@@ -101,8 +119,13 @@ def test_a_transaction_half_is_hidden_in_the_half_topic_and_cannot_be_delayed(co
 
 
 def test_clients_cannot_send_to_system_topics_but_to_the_trace_topic(core):
-    got = serve(core, Peer(1), send(1, st.SCHEDULE_TOPIC, b"x", {}, flags=0), send(2, "%RETRY%g", b"x", {}, flags=0),
-                send(3, st.TRACE_TOPIC, b"t", {}, flags=0))
+    got = serve(
+        core,
+        Peer(1),
+        send(1, st.SCHEDULE_TOPIC, b"x", {}, flags=0),
+        send(2, "%RETRY%g", b"x", {}, flags=0),
+        send(3, st.TRACE_TOPIC, b"t", {}, flags=0),
+    )
     by_id = {r.req_id: (k, r) for k, r in got}
     assert [by_id[i][0] for i in (1, 2, 3)] == [P.ERROR, P.ERROR, P.SEND_RESULT]
     assert by_id[1][1].code == P.NO_PERMISSION and "system topic" in by_id[1][1].message
@@ -119,12 +142,25 @@ def test_put_internal_stores_counts_and_can_park(core):
 
 
 def test_rewrite_keeps_what_it_is_not_told_to_change():
-    raw = fmt.encode_message("T", b"body", queue_id=1, flag=7, properties={"a": "1", "b": "2"}, born_timestamp=5,
-                             born_host=9, reconsume_times=2)
-    out = fmt.decode_record(rewrite_record(raw, topic="U", set_props={"c": "3"}, drop_props=("a",),
-                                           reconsume_times=3))
-    assert (out.topic, bytes(out.body), out.flag, out.born_timestamp, out.born_host, out.reconsume_times) == \
-        ("U", b"body", 7, 5, 9, 3)
+    raw = fmt.encode_message(
+        "T",
+        b"body",
+        queue_id=1,
+        flag=7,
+        properties={"a": "1", "b": "2"},
+        born_timestamp=5,
+        born_host=9,
+        reconsume_times=2,
+    )
+    out = fmt.decode_record(rewrite_record(raw, topic="U", set_props={"c": "3"}, drop_props=("a",), reconsume_times=3))
+    assert (out.topic, bytes(out.body), out.flag, out.born_timestamp, out.born_host, out.reconsume_times) == (
+        "U",
+        b"body",
+        7,
+        5,
+        9,
+        3,
+    )
     assert out.properties == {"b": "2", "c": "3"} and out.body_crc == fmt.body_crc(b"body")
 
 
@@ -147,5 +183,6 @@ def test_a_failing_timed_service_is_tried_every_tick_but_logged_once_a_minute(co
         for _ in range(50):
             core.tick(time.monotonic_ns())
     assert Broken.ticks == 50
-    assert [r.getMessage() for r in caplog.records if "Broken failed" in r.getMessage()] == \
-        ["Broken failed (0 more failures since the last report; tried again every tick)"]
+    assert [r.getMessage() for r in caplog.records if "Broken failed" in r.getMessage()] == [
+        "Broken failed (0 more failures since the last report; tried again every tick)"
+    ]

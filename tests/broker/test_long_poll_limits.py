@@ -1,5 +1,6 @@
 """What one client may hold in long polls (PULL_WAIT): capped per queue and in all, with answers
 that say so, and nothing of it left once the client goes."""
+
 from __future__ import annotations
 
 import time
@@ -40,8 +41,10 @@ def test_past_the_per_queue_cap_the_clients_oldest_wait_there_is_answered(core):
 def test_past_the_per_client_cap_a_new_wait_is_refused_busy(core):
     hog = Peer(1)
     assert serve(core, hog, *[poll(i, qid=i) for i in range(40)]) == []
-    (kind, err), = serve(core, hog, poll(99, qid=99))
-    assert kind == P.ERROR and err.req_id == 99 and err.code == P.SYSTEM_BUSY and "maxPullWaitersPerClient" in err.message
+    ((kind, err),) = serve(core, hog, poll(99, qid=99))
+    assert (
+        kind == P.ERROR and err.req_id == 99 and err.code == P.SYSTEM_BUSY and "maxPullWaitersPerClient" in err.message
+    )
     other = Peer(2)
     assert serve(core, other, poll(1, qid=3)) == [], "the cap is per client"
     serve(core, Peer(3), send(1, "W", b"m", 3))

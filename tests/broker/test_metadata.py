@@ -2,12 +2,13 @@
 core over a real store: every value is checked, what cannot be read is logged as an error with
 what was done instead, topics are rebuilt from the store, and offsets are never silently reset
 (the previous copy, or a refused start)."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import json
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +21,8 @@ from shmq.errors import MetadataError
 from shmq.ha import protocol
 from shmq.model.perm import PERM_READ, PERM_RW
 from shmq.model.system_topics import is_system_topic
-from shmq.store.hooks import PutRequest
 from shmq.procs.replica import ReplicaInbox
+from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
 
 from .conftest import serve
@@ -108,16 +109,20 @@ def test_garbage_topics_json_without_backup_rebuilds_every_topic(store_dir, conf
     assert "no readable copy" in caplog.text and "rebuilt 2" in caplog.text
 
 
-@pytest.mark.parametrize("entry", [
-    {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 0, "perm": 6},
-    {"topicName": "New", "readQueueNums": "4", "writeQueueNums": 4, "perm": 6},
-    {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 4, "perm": [6]},
-    {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 4, "perm": 99},
-    {"topicName": "New", "readQueueNums": True, "writeQueueNums": 4, "perm": 6},
-    {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 10**9, "perm": 6},
-    {"topicName": "Other", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
-    ["not", "an", "object"],
-], ids=["write0", "str", "list-perm", "perm-bits", "bool", "huge", "name", "list"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 0, "perm": 6},
+        {"topicName": "New", "readQueueNums": "4", "writeQueueNums": 4, "perm": 6},
+        {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 4, "perm": [6]},
+        {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 4, "perm": 99},
+        {"topicName": "New", "readQueueNums": True, "writeQueueNums": 4, "perm": 6},
+        {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 10**9, "perm": 6},
+        {"topicName": "Other", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
+        ["not", "an", "object"],
+    ],
+    ids=["write0", "str", "list-perm", "perm-bits", "bool", "huge", "name", "list"],
+)
 def test_a_bad_topic_entry_is_dropped_and_rebuilt(store_dir, config, caplog, entry):
     """Regression: writeQueueNums 0 loaded and the first send died (ZeroDivisionError); wrong
     types raised at load (a traceback at broker start)."""
@@ -163,17 +168,21 @@ def test_garbage_offsets_take_the_backup_loudly(store_dir, config, caplog):
     assert os.path.exists(config_path(store_dir, "consumerOffset.json.damaged"))
 
 
-@pytest.mark.parametrize("text", [
-    "{{{{",
-    json.dumps({"offsetTable": {"New@g": {"3": 2**70}}}),
-    json.dumps({"offsetTable": {"New@g": {"3": "7"}}}),
-    json.dumps({"offsetTable": {"New@g": {"x": 7}}}),
-    json.dumps({"offsetTable": {"New": {"3": 7}}}),
-    json.dumps({"offsetTable": {"bad topic@g": {"3": 7}}}),
-    json.dumps({"offsetTable": {"New@g": {"3": -5}}}),
-    json.dumps({"offsetTable": []}),
-    json.dumps([]),
-], ids=["garbage", "2^70", "str", "qid", "no-group", "topic", "negative", "list-table", "list"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{{{{",
+        json.dumps({"offsetTable": {"New@g": {"3": 2**70}}}),
+        json.dumps({"offsetTable": {"New@g": {"3": "7"}}}),
+        json.dumps({"offsetTable": {"New@g": {"x": 7}}}),
+        json.dumps({"offsetTable": {"New": {"3": 7}}}),
+        json.dumps({"offsetTable": {"bad topic@g": {"3": 7}}}),
+        json.dumps({"offsetTable": {"New@g": {"3": -5}}}),
+        json.dumps({"offsetTable": []}),
+        json.dumps([]),
+    ],
+    ids=["garbage", "2^70", "str", "qid", "no-group", "topic", "negative", "list-table", "list"],
+)
 def test_offsets_without_a_valid_copy_refuse_the_start(store_dir, config, text):
     """Regression: these loaded as no offsets (or raised a TypeError/OverflowError later): a
     LAST_OFFSET group would skip messages. Now the start is refused with one clear error."""
@@ -198,8 +207,14 @@ def test_a_good_offset_file_loads_unchanged(store_dir, config, caplog):
 
 NESTED = "[" * 200_000  # past the JSON decoder's recursion limit: RecursionError inside json.loads
 
-LOADED_AT_START = ["topics.json", "consumerOffset.json", "delayOffset.json", "timerCheckpoint.json",
-                   "transactionCheck.json", "dlqResend.json"]
+LOADED_AT_START = [
+    "topics.json",
+    "consumerOffset.json",
+    "delayOffset.json",
+    "timerCheckpoint.json",
+    "transactionCheck.json",
+    "dlqResend.json",
+]
 
 
 @pytest.mark.parametrize("name", LOADED_AT_START)
@@ -226,8 +241,11 @@ def test_deeply_nested_offsets_without_a_valid_copy_refuse_the_start_in_one_line
     assert "\n" not in str(e.value) and "remove it" in str(e.value)
 
 
-@pytest.mark.parametrize("kind", [protocol.META_TOPICS, protocol.META_OFFSETS, protocol.META_DELAY_OFFSETS],
-                         ids=["topics", "offsets", "progress"])
+@pytest.mark.parametrize(
+    "kind",
+    [protocol.META_TOPICS, protocol.META_OFFSETS, protocol.META_DELAY_OFFSETS],
+    ids=["topics", "offsets", "progress"],
+)
 def test_a_replica_refuses_deeply_nested_metadata_from_its_master_in_one_line(tmp_path, config, caplog, kind):
     """Regression: the master's topics.json, consumerOffset.json or a progress file nested past
     the JSON decoder's limit raised RecursionError in the replica's broker loop."""

@@ -1,5 +1,6 @@
 """Offset reset in the broker core (a real store, no process): the new offsets per mode, what
 members are told, and the fence that drops their commits of old positions until they ack."""
+
 from __future__ import annotations
 
 import time
@@ -66,8 +67,7 @@ def test_by_timestamp_and_explicit_offset(core):
     r = handle(core, 99, "reset_offset", {"group": "cg", "topic": "T", "timestamp": stamps[3]})
     assert 2 <= r["offsets"]["0"] <= 3  # the first message stored at or after it (ms resolution)
     assert handle(core, 99, "reset_offset", {"group": "cg", "topic": "T", "offset": 4})["offsets"] == {"0": 4, "1": 4}
-    assert handle(core, 99, "reset_offset", {"group": "cg", "topic": "T", "offset": 999})["offsets"] == \
-        {"0": 6, "1": 6}
+    assert handle(core, 99, "reset_offset", {"group": "cg", "topic": "T", "offset": 999})["offsets"] == {"0": 6, "1": 6}
 
 
 def test_member_commits_are_dropped_until_it_acks(core):
@@ -78,15 +78,20 @@ def test_member_commits_are_dropped_until_it_acks(core):
     m.out.clear()
     # a commit of the old position written before the member applied the reset: dropped
     serve(core, m, (P.COMMIT_OFFSET, P.encode_commit_offset(1, "cg", "T", 0, 6)))
-    assert handle(core, m.client_id, "commit_offset", {"group": "cg", "topic": "T", "queue_id": 1, "offset": 6}) \
-        == {"dropped": "a reset of this queue is not applied by this member yet"}
+    assert handle(core, m.client_id, "commit_offset", {"group": "cg", "topic": "T", "queue_id": 1, "offset": 6}) == {
+        "dropped": "a reset of this queue is not applied by this member yet"
+    }
     assert core.offsets.query("cg", "T", 0) == 0 and core.offsets.query("cg", "T", 1) == 0
     # a commit from outside the group (an operator's tool) is not fenced
     handle(core, 99, "commit_offset", {"group": "cg", "topic": "T", "queue_id": 1, "offset": 1})
     assert core.offsets.query("cg", "T", 1) == 1
     # after the ack (on the same ring, behind the old commits) its commits count again
-    serve(core, m, (P.RESET_OFFSET_ACK, encode_reset_offset_ack(frame.req_id)),
-          (P.COMMIT_OFFSET, P.encode_commit_offset(2, "cg", "T", 0, 2)))
+    serve(
+        core,
+        m,
+        (P.RESET_OFFSET_ACK, encode_reset_offset_ack(frame.req_id)),
+        (P.COMMIT_OFFSET, P.encode_commit_offset(2, "cg", "T", 0, 2)),
+    )
     assert core.offsets.query("cg", "T", 0) == 2
 
 
@@ -97,11 +102,19 @@ def test_an_older_ack_does_not_lift_a_newer_fence(core):
     handle(core, 99, "reset_offset", {"group": "cg", "topic": "T", "to": "last"})
     first, second = _reset_frames(m)
     assert second.req_id > first.req_id
-    serve(core, m, (P.RESET_OFFSET_ACK, encode_reset_offset_ack(first.req_id)),
-          (P.COMMIT_OFFSET, P.encode_commit_offset(2, "cg", "T", 0, 1)))
+    serve(
+        core,
+        m,
+        (P.RESET_OFFSET_ACK, encode_reset_offset_ack(first.req_id)),
+        (P.COMMIT_OFFSET, P.encode_commit_offset(2, "cg", "T", 0, 1)),
+    )
     assert core.offsets.query("cg", "T", 0) == 6
-    serve(core, m, (P.RESET_OFFSET_ACK, encode_reset_offset_ack(second.req_id)),
-          (P.COMMIT_OFFSET, P.encode_commit_offset(3, "cg", "T", 0, 5)))
+    serve(
+        core,
+        m,
+        (P.RESET_OFFSET_ACK, encode_reset_offset_ack(second.req_id)),
+        (P.COMMIT_OFFSET, P.encode_commit_offset(3, "cg", "T", 0, 5)),
+    )
     assert core.offsets.query("cg", "T", 0) == 5
 
 
@@ -122,15 +135,18 @@ def test_group_without_members_just_commits(core):
     assert core.offsets.query("cg", "T", 0) == 2
 
 
-@pytest.mark.parametrize("args, error", [
-    ({"to": "first", "offset": 1}, "exactly one"),
-    ({}, "exactly one"),
-    ({"to": "middle"}, "first"),
-    ({"offset": -1}, "offset must be"),
-    ({"timestamp": "yesterday"}, "timestamp must be"),
-    ({"topic": "Nope", "to": "first"}, "does not exist"),
-    ({"group": "nobody", "to": "first"}, "unknown"),
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        ({"to": "first", "offset": 1}, "exactly one"),
+        ({}, "exactly one"),
+        ({"to": "middle"}, "first"),
+        ({"offset": -1}, "offset must be"),
+        ({"timestamp": "yesterday"}, "timestamp must be"),
+        ({"topic": "Nope", "to": "first"}, "does not exist"),
+        ({"group": "nobody", "to": "first"}, "unknown"),
+    ],
+)
 def test_bad_arguments_are_refused(core, args, error):
     _setup(core)
     with pytest.raises(ValueError, match=error):

@@ -1,9 +1,10 @@
 """SYNC_MASTER answers without a process: ``ReplicaWaits`` alone, and the broker core with a real
 store whose acked offsets come from a table the test sets (the HA segment's part in the process)."""
+
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -48,8 +49,21 @@ def statuses(peer: Peer) -> list[tuple[int, int]]:
 
 def test_groups_are_released_in_log_order_as_the_ack_moves():
     acks = Acks(0)
-    w = ReplicaWaits(300, dict.fromkeys(("replica_waits", "replica_acked", "replica_timeouts", "slave_not_available",
-                                         "replica_dropped", "replica_wait_ns"), 0), acks)
+    w = ReplicaWaits(
+        300,
+        dict.fromkeys(
+            (
+                "replica_waits",
+                "replica_acked",
+                "replica_timeouts",
+                "slave_not_available",
+                "replica_dropped",
+                "replica_wait_ns",
+            ),
+            0,
+        ),
+        acks,
+    )
     a, b = Peer(1), Peer(2)
     w.hold([(a, [result(1)]), (b, [result(2)])], end=100, now=0)
     w.hold([(a, [result(3)])], end=200, now=1 * MS)
@@ -124,8 +138,16 @@ def test_packed_and_multi_results_get_the_status_but_refused_records_keep_theirs
     w = ReplicaWaits(300, dict.fromkeys(("slave_not_available",), 0), acks)
     peer = Peer(1)
     packed = P.pack_send_results([1, 2], [0, 0], 0, 0, [10, 20], 0, 0)
-    multi = P.SendMultiResultFrame(3, 0, 0, np.array([P.SEND_OK, -P.SYSTEM_ERROR]), np.zeros(2, np.int64),
-                                   np.zeros(2, np.int64), np.zeros(2, np.int64), "why")
+    multi = P.SendMultiResultFrame(
+        3,
+        0,
+        0,
+        np.array([P.SEND_OK, -P.SYSTEM_ERROR]),
+        np.zeros(2, np.int64),
+        np.zeros(2, np.int64),
+        np.zeros(2, np.int64),
+        "why",
+    )
     w.hold([(peer, packed), (peer, [multi])], end=100, now=0)
     got = answers(peer)
     assert [(r.req_id, r.status) for _, r in got[:2]] == [(1, P.SLAVE_NOT_AVAILABLE), (2, P.SLAVE_NOT_AVAILABLE)]
@@ -157,8 +179,11 @@ def test_core_holds_sync_batch_and_multi_sends_until_their_end_is_acked(sync_mas
     first_end = core.store.commitlog.max_offset
     batch = fmt.encode_batch("T", [b"a", b"b"])
     multi = fmt.concat_batches([fmt.encode_batch("A", [b"x"]), fmt.encode_batch("T", [b"y"])])
-    frames = [send(2, "T", b"two", 1), (P.SEND_BATCH, P.encode_send_batch(3, now, 2, 0, "T", batch)),
-              (P.SEND_MULTI, P.encode_send_multi(4, now, 0, ["A", "T"], np.array([0, 1]), np.array([0, 3]), multi))]
+    frames = [
+        send(2, "T", b"two", 1),
+        (P.SEND_BATCH, P.encode_send_batch(3, now, 2, 0, "T", batch)),
+        (P.SEND_MULTI, P.encode_send_multi(4, now, 0, ["A", "T"], np.array([0, 1]), np.array([0, 3]), multi)),
+    ]
     core.handle(peer, [(k, memoryview(p)) for k, p in frames], now)
     core.end_pass()
     assert not peer.out and len(core.replica.groups) == 2 and core.stats["replica_waits"] == 4
@@ -177,8 +202,9 @@ def test_core_holds_sync_batch_and_multi_sends_until_their_end_is_acked(sync_mas
 def test_core_without_replica_stores_and_answers_slave_not_available(sync_master):
     core, _ = sync_master
     peer = Peer(1)
-    core.handle(peer, [(k, memoryview(p)) for k, p in [send(i, "T", b"m%d" % i, 0) for i in range(10)]],
-                time.monotonic_ns())
+    core.handle(
+        peer, [(k, memoryview(p)) for k, p in [send(i, "T", b"m%d" % i, 0) for i in range(10)]], time.monotonic_ns()
+    )
     assert core.end_pass() == 10
     assert statuses(peer) == [(i, P.SLAVE_NOT_AVAILABLE) for i in range(10)]
     assert [bytes(m.body) for m in core.store.get_message("T", 0, 0, 100).messages] == [b"m%d" % i for i in range(10)]
@@ -199,8 +225,9 @@ def test_sync_flush_and_sync_master_flush_first_then_wait(tmp_path, config):
         acks = FlushWatchingAcks(0)
         core.replica.source = acks
         peer = Peer(1)
-        core.handle(peer, [(k, memoryview(p)) for k, p in [send(i, "S", b"d%d" % i, 0) for i in range(3)]],
-                    time.monotonic_ns())
+        core.handle(
+            peer, [(k, memoryview(p)) for k, p in [send(i, "S", b"d%d" % i, 0) for i in range(3)]], time.monotonic_ns()
+        )
         assert core.end_pass() == 0 and not peer.out
         end = store.commitlog.max_offset
         assert flushed_at_ack[0] >= end and core.stats["group_commits"] == 1

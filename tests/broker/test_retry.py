@@ -1,5 +1,6 @@
 """The retry records (pure): where a message sent back goes, with which properties, and the DLQ
 resend progress."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,11 +12,14 @@ from shmq.codec.ids import offset_msg_id
 
 
 def _stored(topic: str = "T", reconsume: int = 0, props: dict | None = None, phys: int = 0) -> bytes:
-    raw = bytearray(fmt.encode_message(topic, b"body", properties={"TAGS": "A", "UNIQ_KEY": "U1", **(props or {})},
-                                       reconsume_times=reconsume))
+    raw = bytearray(
+        fmt.encode_message(
+            topic, b"body", properties={"TAGS": "A", "UNIQ_KEY": "U1", **(props or {})}, reconsume_times=reconsume
+        )
+    )
     # what the store fills in: physical offset, store time
-    raw[fmt.OFF_PHYSICALOFFSET:fmt.OFF_PHYSICALOFFSET + 8] = phys.to_bytes(8, "big")
-    raw[fmt.OFF_STORETIMESTAMP:fmt.OFF_STORETIMESTAMP + 8] = (1).to_bytes(8, "big")
+    raw[fmt.OFF_PHYSICALOFFSET : fmt.OFF_PHYSICALOFFSET + 8] = phys.to_bytes(8, "big")
+    raw[fmt.OFF_STORETIMESTAMP : fmt.OFF_STORETIMESTAMP + 8] = (1).to_bytes(8, "big")
     return bytes(raw)
 
 
@@ -29,16 +33,24 @@ def test_first_send_back_goes_to_the_retry_topic_with_level_3():
     topic, rec = _send_back(_stored(phys=4096), level=0)
     assert topic == "%RETRY%g" and rec.topic == "%RETRY%g" and rec.queue_id == 0 and rec.reconsume_times == 1
     p = rec.properties
-    assert (p["DELAY"], p["RETRY_TOPIC"], p["MAX_RECONSUME_TIMES"], p["UNIQ_KEY"], p["TAGS"]) == \
-        ("3", "T", "16", "U1", "A")
+    assert (p["DELAY"], p["RETRY_TOPIC"], p["MAX_RECONSUME_TIMES"], p["UNIQ_KEY"], p["TAGS"]) == (
+        "3",
+        "T",
+        "16",
+        "U1",
+        "A",
+    )
     assert p["ORIGIN_MESSAGE_ID"] == offset_msg_id(0, 4096)
     assert bytes(rec.body) == b"body"
 
 
 def test_a_retry_keeps_its_first_topic_and_origin_and_waits_longer():
     _, rec = _send_back(_stored("%RETRY%g", 4, {"RETRY_TOPIC": "T", "ORIGIN_MESSAGE_ID": "X", "DELAY": "6"}))
-    assert (rec.properties["RETRY_TOPIC"], rec.properties["ORIGIN_MESSAGE_ID"], rec.properties["DELAY"]) == \
-        ("T", "X", "7")
+    assert (rec.properties["RETRY_TOPIC"], rec.properties["ORIGIN_MESSAGE_ID"], rec.properties["DELAY"]) == (
+        "T",
+        "X",
+        "7",
+    )
     assert rec.reconsume_times == 5
 
 
@@ -71,8 +83,9 @@ def test_a_record_not_at_the_offset_is_refused():
 
 
 def test_resent_record_goes_back_fresh():
-    topic, raw = resent_record(memoryview(_stored("%DLQ%g", 17, {"RETRY_TOPIC": "T", "MAX_RECONSUME_TIMES": "16",
-                                                                 "ORIGIN_MESSAGE_ID": "X"})))
+    topic, raw = resent_record(
+        memoryview(_stored("%DLQ%g", 17, {"RETRY_TOPIC": "T", "MAX_RECONSUME_TIMES": "16", "ORIGIN_MESSAGE_ID": "X"}))
+    )
     rec = fmt.decode_record(raw)
     assert topic == "T" == rec.topic and rec.reconsume_times == 0
     assert "RETRY_TOPIC" not in rec.properties and "MAX_RECONSUME_TIMES" not in rec.properties

@@ -1,13 +1,14 @@
 """The timer and delay-level services in the broker core, across restarts: due messages reach
 their topics, a restart after any tick neither loses nor re-delivers beyond the tick in flight,
 and damaged progress files, changed levels and rebuilt queues are survived."""
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -114,13 +115,17 @@ def test_a_kill_between_the_put_and_the_checkpoint_redelivers_that_tick_only(cor
 def test_a_rebuilt_timer_queue_gets_its_due_times_back_from_the_records(cores):
     now = int(time.time() * 1000)
     serve(cores.core, Peer(1), at(1, now + 60_000 - 1000), send(2, "T", b"d", {fmt.PROPERTY_DELAY: "3"}))
-    want = [int(cores.core.store.find_consume_queue(t, q).get_range(0, 1)["tags_code"][0])
-            for t, q in ((st.TIMER_TOPIC, 0), (st.SCHEDULE_TOPIC, 2))]
+    want = [
+        int(cores.core.store.find_consume_queue(t, q).get_range(0, 1)["tags_code"][0])
+        for t, q in ((st.TIMER_TOPIC, 0), (st.SCHEDULE_TOPIC, 2))
+    ]
     cores.core.store.shutdown()
     shutil.rmtree(os.path.join(cores.path, "consumequeue"))  # rebuilt from the commitlog at start
     cores.core = cores.open(cores.config)
-    got = [int(cores.core.store.find_consume_queue(t, q).get_range(0, 1)["tags_code"][0])
-           for t, q in ((st.TIMER_TOPIC, 0), (st.SCHEDULE_TOPIC, 2))]
+    got = [
+        int(cores.core.store.find_consume_queue(t, q).get_range(0, 1)["tags_code"][0])
+        for t, q in ((st.TIMER_TOPIC, 0), (st.SCHEDULE_TOPIC, 2))
+    ]
     assert got == want and cores.core.timer.pending() == 1
 
 
@@ -146,8 +151,12 @@ def test_a_damaged_timer_checkpoint_uses_its_backup_else_redelivers_loudly(cores
 
 
 def test_delay_levels_survive_a_changed_level_list_and_a_progress_past_the_queue_end(cores, config, caplog):
-    serve(cores.core, Peer(1), send(1, "T", b"L3", {fmt.PROPERTY_DELAY: "3"}),
-          send(2, "T", b"L1", {fmt.PROPERTY_DELAY: "1"}))
+    serve(
+        cores.core,
+        Peer(1),
+        send(1, "T", b"L3", {fmt.PROPERTY_DELAY: "3"}),
+        send(2, "T", b"L1", {fmt.PROPERTY_DELAY: "1"}),
+    )
     core = cores.restart(dict(config, messageDelayLevel="50ms"))  # level 3 no longer configured
     assert "no longer in messageDelayLevel" in caplog.text and core.delay.pending() == 2
     tick_until(core, lambda: len(bodies(core, "T")) == 2)
@@ -196,9 +205,13 @@ def test_damaged_delay_offsets_without_backup_are_set_aside_and_parked_messages_
 
 
 def test_garbage_timer_properties_are_refused_with_the_property_named(cores):
-    got = serve(cores.core, Peer(1), send(1, "T", b"a", {fmt.PROPERTY_TIMER_DELIVER_MS: "soon"}),
-                send(2, "T", b"b", {fmt.PROPERTY_TIMER_DELAY_MS: "1_000"}),
-                send(3, "T", b"c", {fmt.PROPERTY_TIMER_DELIVER_MS: "9" * 30}))
+    got = serve(
+        cores.core,
+        Peer(1),
+        send(1, "T", b"a", {fmt.PROPERTY_TIMER_DELIVER_MS: "soon"}),
+        send(2, "T", b"b", {fmt.PROPERTY_TIMER_DELAY_MS: "1_000"}),
+        send(3, "T", b"c", {fmt.PROPERTY_TIMER_DELIVER_MS: "9" * 30}),
+    )
     by_id = {r.req_id: (k, r) for k, r in got}
     assert [by_id[i][0] for i in (1, 2, 3)] == [P.ERROR] * 3
     assert "TIMER_DELIVER_MS" in by_id[1][1].message and "TIMER_DELAY_MS" in by_id[2][1].message
@@ -209,10 +222,18 @@ def test_garbage_timer_properties_are_refused_with_the_property_named(cores):
 def test_parked_records_cleanup_removed_are_skipped_and_the_rest_delivered(cores, monkeypatch, caplog):
     core = cores.core
     now = int(time.time() * 1000)
-    serve(core, Peer(1), send(1, "T", b"gone", {fmt.PROPERTY_DELAY: "1"}),
-          send(2, "T", b"kept", {fmt.PROPERTY_DELAY: "1"}), at(3, now + 30), at(4, now + 30))
-    first = {int(core.store.find_consume_queue(t, 0).get_range(0, 1)["offset"][0])
-             for t in (st.SCHEDULE_TOPIC, st.TIMER_TOPIC)}
+    serve(
+        core,
+        Peer(1),
+        send(1, "T", b"gone", {fmt.PROPERTY_DELAY: "1"}),
+        send(2, "T", b"kept", {fmt.PROPERTY_DELAY: "1"}),
+        at(3, now + 30),
+        at(4, now + 30),
+    )
+    first = {
+        int(core.store.find_consume_queue(t, 0).get_range(0, 1)["offset"][0])
+        for t in (st.SCHEDULE_TOPIC, st.TIMER_TOPIC)
+    }
     data = core.store.commitlog.data
     monkeypatch.setattr(core.store.commitlog, "data", lambda off, size: None if off in first else data(off, size))
     tick_until(core, lambda: len(bodies(core, "T")) == 2)

@@ -1,5 +1,6 @@
 """The timer structure's pure logic: pending keys in sorted runs come out in (due, offset) order,
 and the checkpoint's formula is exactly the set delivered, whatever the tick in which it is cut."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -99,7 +100,13 @@ def test_the_checkpoint_counts_exactly_what_was_delivered_when_cut_after_any_tic
 def test_checkpoint_json_round_trip_and_refusals():
     ck = TimerCheckpoint(10, 1234, 7, 3)
     assert TimerCheckpoint.from_json(ck.to_json()) == ck
-    for bad in ([], {"enqueueOffset": "1"}, {**ck.to_json(), "scanFrom": 11}, {**ck.to_json(), "cursorOffset": 10},
-                {**ck.to_json(), "enqueueOffset": True}, {**ck.to_json(), "cursorDueMs": -2}):
+    for bad in (
+        [],
+        {"enqueueOffset": "1"},
+        {**ck.to_json(), "scanFrom": 11},
+        {**ck.to_json(), "cursorOffset": 10},
+        {**ck.to_json(), "enqueueOffset": True},
+        {**ck.to_json(), "cursorDueMs": -2},
+    ):
         with pytest.raises(ValueError):
             TimerCheckpoint.from_json(bad)

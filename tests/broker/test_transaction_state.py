@@ -1,4 +1,5 @@
 """TransactionState alone: resolutions, progress over the settled prefix, what a restart reads."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,8 +38,12 @@ def test_cleanup_and_gone_halves_settle_too():
 def test_json_round_trip_and_damaged_files():
     s = TransactionState(4, 2, {5: 3})
     assert parse_state(s.to_json()) == (4, 2, {5: 3})
-    for bad in ([], {"halfOffset": -1, "opOffset": 0}, {"halfOffset": 1, "opOffset": True},
-                {"halfOffset": 1, "opOffset": 1, "checkTimes": {"x": 1}}, {"halfOffset": 1, "opOffset": 1,
-                                                                         "checkTimes": []}):
+    for bad in (
+        [],
+        {"halfOffset": -1, "opOffset": 0},
+        {"halfOffset": 1, "opOffset": True},
+        {"halfOffset": 1, "opOffset": 1, "checkTimes": {"x": 1}},
+        {"halfOffset": 1, "opOffset": 1, "checkTimes": []},
+    ):
         with pytest.raises(ValueError):
             parse_state(bad)

@@ -3,6 +3,7 @@ one put), rolls back (op record alone) or changes nothing for a settled half; th
 asks a live transaction producer of the half's group and discards after transactionCheckMax;
 a restart rebuilds what is settled from the op queue and repairs a commit cut after its op
 record. Driven without a process: a real store, frames in, answers out."""
+
 from __future__ import annotations
 
 import json
@@ -37,21 +38,41 @@ def producer(core: BrokerCore, client_id: int = 1, group: str = "tpg") -> Peer:
     return peer
 
 
-def half(core: BrokerCore, peer: Peer, req_id: int, body: bytes, topic: str = "T", queue_id: int = 1,
-         group: str = "tpg") -> P.SendResultFrame:
-    rec = fmt.encode_message(topic, body, properties={fmt.PROPERTY_UNIQ_KEY: f"U{req_id}", fmt.PROPERTY_PGROUP: group,
-                                                      fmt.PROPERTY_TAGS: "A"},
-                             sysflag=fmt.TRANSACTION_PREPARED)
-    [(kind, r)] = serve(core, peer, (P.SEND, P.encode_send(req_id, time.monotonic_ns(), queue_id, P.FLAG_INSPECT, 0,
-                                                           topic, [], rec)))
+def half(
+    core: BrokerCore, peer: Peer, req_id: int, body: bytes, topic: str = "T", queue_id: int = 1, group: str = "tpg"
+) -> P.SendResultFrame:
+    rec = fmt.encode_message(
+        topic,
+        body,
+        properties={fmt.PROPERTY_UNIQ_KEY: f"U{req_id}", fmt.PROPERTY_PGROUP: group, fmt.PROPERTY_TAGS: "A"},
+        sysflag=fmt.TRANSACTION_PREPARED,
+    )
+    [(kind, r)] = serve(
+        core, peer, (P.SEND, P.encode_send(req_id, time.monotonic_ns(), queue_id, P.FLAG_INSPECT, 0, topic, [], rec))
+    )
     assert kind == P.SEND_RESULT
     return r  # type: ignore[return-value]
 
 
-def end(core: BrokerCore, peer: Peer, r: P.SendResultFrame, kind: int, req_id: int = 99, from_check: bool = False,
-        oneway: bool = False, msg_id: str | None = None) -> list:
-    e = EndTransaction(req_id, r.phys_offset, r.queue_offset, P.FLAG_ONEWAY if oneway else 0, kind, from_check,
-                       f"U{r.req_id}" if msg_id is None else msg_id)
+def end(
+    core: BrokerCore,
+    peer: Peer,
+    r: P.SendResultFrame,
+    kind: int,
+    req_id: int = 99,
+    from_check: bool = False,
+    oneway: bool = False,
+    msg_id: str | None = None,
+) -> list:
+    e = EndTransaction(
+        req_id,
+        r.phys_offset,
+        r.queue_offset,
+        P.FLAG_ONEWAY if oneway else 0,
+        kind,
+        from_check,
+        f"U{r.req_id}" if msg_id is None else msg_id,
+    )
     return serve(core, peer, (P.END_TRANSACTION, encode_end_transaction(e)))
 
 
@@ -71,8 +92,10 @@ def bodies(core: BrokerCore, topic: str = "T", qid: int = 1) -> list[bytes]:
 
 
 def ops(core: BrokerCore) -> list[tuple[int, str]]:
-    return [(int(bytes(m.body)), m.properties[PROPERTY_TRAN_OP])
-            for m in core.store.get_message(st.TRANS_OP_HALF_TOPIC, 0, 0, 1000).messages]
+    return [
+        (int(bytes(m.body)), m.properties[PROPERTY_TRAN_OP])
+        for m in core.store.get_message(st.TRANS_OP_HALF_TOPIC, 0, 0, 1000).messages
+    ]
 
 
 def test_commit_writes_the_op_then_the_real_message_once(core):
@@ -142,8 +165,11 @@ def test_the_check_asks_a_live_producer_of_the_group_then_discards_after_the_max
         [(kind, payload)] = list(p.out)
         p.out.clear()
         c = decode_check_transaction(payload)
-        assert kind == P.CHECK_TRANSACTION and (c.half_phys_offset, c.half_queue_offset, c.check_times) == \
-            (r.phys_offset, 0, n)
+        assert kind == P.CHECK_TRANSACTION and (c.half_phys_offset, c.half_queue_offset, c.check_times) == (
+            r.phys_offset,
+            0,
+            n,
+        )
         assert fmt.decode_record(c.record).body == b"open"
     assert not other.out
     check_round(core)

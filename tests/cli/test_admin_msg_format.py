@@ -1,4 +1,5 @@
 """`shmq admin msg`'s pure parts: times, body previews, rows."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,18 @@ def test_tracks_consumed_when_the_offset_is_past_the_message() -> None:
 
 
 def test_rows_and_detail() -> None:
-    m = MessageExt("T", b"xyz", tags="A", keys="k1", properties={"UNIQ_KEY": "ID", "TAGS": "A", "KEYS": "k1"},
-                   queue_id=1, queue_offset=7, store_timestamp=1700000000000, msg_id="ID", offset_msg_id="O")
+    m = MessageExt(
+        "T",
+        b"xyz",
+        tags="A",
+        keys="k1",
+        properties={"UNIQ_KEY": "ID", "TAGS": "A", "KEYS": "k1"},
+        queue_id=1,
+        queue_offset=7,
+        store_timestamp=1700000000000,
+        msg_id="ID",
+        offset_msg_id="O",
+    )
     row = message_row(m)
     assert (row["msg_id"], row["queue_offset"], row["tags"], row["keys"], row["body_size"]) == ("ID", 7, "A", "k1", 3)
     d = message_detail(m, [MessageTrack("g", CONSUMED, 8)])

@@ -1,7 +1,8 @@
 """`shmq admin offset reset` without a broker: timestamps as people type them, rows, argument rules."""
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,10 +12,8 @@ from shmq.cli.main import main
 
 def test_timestamp_epoch_ms_or_iso_8601() -> None:
     assert parse_timestamp("1764000000000") == 1764000000000
-    assert parse_timestamp("2026-11-24T05:00:00Z") == \
-        int(datetime(2026, 11, 24, 5, tzinfo=timezone.utc).timestamp() * 1000)
-    assert parse_timestamp("2026-11-24 05:00:00+01:00") == \
-        int(datetime(2026, 11, 24, 4, tzinfo=timezone.utc).timestamp() * 1000)
+    assert parse_timestamp("2026-11-24T05:00:00Z") == int(datetime(2026, 11, 24, 5, tzinfo=UTC).timestamp() * 1000)
+    assert parse_timestamp("2026-11-24 05:00:00+01:00") == int(datetime(2026, 11, 24, 4, tzinfo=UTC).timestamp() * 1000)
     assert parse_timestamp("2026-11-24T05:00:00") == int(datetime(2026, 11, 24, 5).timestamp() * 1000)  # local
     with pytest.raises(ValueError, match="epoch milliseconds or an ISO 8601"):
         parse_timestamp("yesterday")

@@ -1,4 +1,5 @@
 """The pure parts of `shmq admin`: state-segment readers over a plain buffer, and rows from data."""
+
 from __future__ import annotations
 
 from shmq.broker.admin_status import MASK, config_properties
@@ -44,8 +45,10 @@ def test_topics_from_the_state_segment() -> None:
 def test_clients_and_dead_letters_from_the_state_segment() -> None:
     v = _view()
     cs = admin_state.clients(v)
-    assert [(c.client_id, c.pid, c.role, c.group) for c in cs] == [(1000, 41, "producer", None),
-                                                                   (1001, 42, "consumer", "cg")]
+    assert [(c.client_id, c.pid, c.role, c.group) for c in cs] == [
+        (1000, 41, "producer", None),
+        (1001, 42, "consumer", "cg"),
+    ]
     assert (cs[0].response_fill, cs[1].request_fill) == (128, 64)
     assert admin_state.dead_letters(v) == [admin_state.DlqInfo("cg", "%DLQ%cg", 1, 3)]
 
@@ -72,19 +75,43 @@ def test_lag_counts_from_the_committed_offset_or_the_queue_start() -> None:
 
 
 def test_group_rows_join_subscriptions_of_all_members() -> None:
-    g = GroupInfo.from_json("cg", {"model": "CLUSTERING", "version": 4, "members": [2, 1], "subscriptions": {
-        "1": {"B": "TagA"}, "2": {"A": {"type": "SQL92", "expression": "a > 1"}}}})
+    g = GroupInfo.from_json(
+        "cg",
+        {
+            "model": "CLUSTERING",
+            "version": 4,
+            "members": [2, 1],
+            "subscriptions": {"1": {"B": "TagA"}, "2": {"A": {"type": "SQL92", "expression": "a > 1"}}},
+        },
+    )
     assert g.subscriptions == {"A": "SQL92: a > 1", "B": "TagA"}
-    assert group_cmd.group_rows([group_cmd.group_data(g)]) == [["cg", "CLUSTERING", 2, 4,
-                                                                "A (SQL92: a > 1), B (TagA)"]]
+    assert group_cmd.group_rows([group_cmd.group_data(g)]) == [["cg", "CLUSTERING", 2, 4, "A (SQL92: a > 1), B (TagA)"]]
 
 
 def _status(**over: object) -> dict:
-    d = {"name": "b", "version": "0.1.0", "role": "ASYNC_MASTER", "pid": 7, "store_dir": "/s", "uptime_s": 3.0,
-         "cpu_percent": 1.5, "rss_bytes": 3 * 1024 * 1024, "commitlog_min_offset": 0, "commitlog_max_offset": 500,
-         "flushed_offset": 400, "disk_used_ratio": 0.5, "disk_max_used_space_ratio": 0.75,
-         "disk_space_warning_level_ratio": 0.9, "disk_full": False, "clients": 2, "msgs_in": 5, "bytes_in": 500,
-         "busy_rejections": 1, "replicas": None, "config": {"brokerRole": "ASYNC_MASTER", "brokerName": None}}
+    d = {
+        "name": "b",
+        "version": "0.1.0",
+        "role": "ASYNC_MASTER",
+        "pid": 7,
+        "store_dir": "/s",
+        "uptime_s": 3.0,
+        "cpu_percent": 1.5,
+        "rss_bytes": 3 * 1024 * 1024,
+        "commitlog_min_offset": 0,
+        "commitlog_max_offset": 500,
+        "flushed_offset": 400,
+        "disk_used_ratio": 0.5,
+        "disk_max_used_space_ratio": 0.75,
+        "disk_space_warning_level_ratio": 0.9,
+        "disk_full": False,
+        "clients": 2,
+        "msgs_in": 5,
+        "bytes_in": 500,
+        "busy_rejections": 1,
+        "replicas": None,
+        "config": {"brokerRole": "ASYNC_MASTER", "brokerName": None},
+    }
     d.update(over)
     return d
 
@@ -95,10 +122,18 @@ def test_broker_summary_rows_spell_out_alerts() -> None:
     assert rows["replicas"] == "- (no HA segment)" and rows["disk used"].startswith("50.0%  (")
     assert "cleanup deletes early" in dict(broker_cmd.summary_rows(_status(disk_used_ratio=0.8)))["disk used"]
     assert "WRITES REFUSED" in dict(broker_cmd.summary_rows(_status(disk_full=True)))["disk used"]
-    replica = {"address": "127.0.0.1:5", "name": "r1", "acked_offset": 450, "streaming": True, "lag_bytes": 50,
-               "connected_ms": 0}
-    assert dict(broker_cmd.summary_rows(_status(replicas=[replica])))["replica r1"] == \
-        "acked 450 (50 bytes behind, streaming)"
+    replica = {
+        "address": "127.0.0.1:5",
+        "name": "r1",
+        "acked_offset": 450,
+        "streaming": True,
+        "lag_bytes": 50,
+        "connected_ms": 0,
+    }
+    assert (
+        dict(broker_cmd.summary_rows(_status(replicas=[replica])))["replica r1"]
+        == "acked 450 (50 bytes behind, streaming)"
+    )
     assert broker_cmd.config_rows(_status()["config"]) == [["brokerName", ""], ["brokerRole", "ASYNC_MASTER"]]
 
 
@@ -106,8 +141,9 @@ def test_client_and_dlq_rows() -> None:
     c = clients_cmd.client_data(admin_state.clients(_view())[1])
     row = clients_cmd.client_rows([c])[0]
     assert row[:4] == [1001, 42, "consumer", "cg"] and row[5:] == [64, 0]
-    assert dlq_cmd.dlq_rows([{"group": "cg", "topic": "%DLQ%cg", "queues": 1, "messages": 3}]) == \
-        [["cg", "%DLQ%cg", 1, 3]]
+    assert dlq_cmd.dlq_rows([{"group": "cg", "topic": "%DLQ%cg", "queues": 1, "messages": 3}]) == [
+        ["cg", "%DLQ%cg", 1, 3]
+    ]
 
 
 def test_config_properties_use_rocketmq_names_and_mask_secrets() -> None:

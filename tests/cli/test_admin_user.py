@@ -1,5 +1,6 @@
 """`shmq admin` as a newcomer meets it: a real broker, the command run as a process (through a
 pipe, and in an 80-column terminal), ids copied from one command into the next."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,12 @@ from tests.ipc_tracking import IpcTracker
 from tests.process.broker.test_ha_supervisor import alive
 from tests.waiting import wait_for
 
-SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
-         "maxHashSlotNum": 1009, "maxIndexNum": 4000}
+SMALL = {
+    "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 4000,
+}
 TOPIC = "OrdersOfTheNewcomerWithALongName"
 KEY = "order-[2026]-000042"  # brackets: rich would take "[2026]" for markup
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -34,8 +39,13 @@ MSG_ID = re.compile(r"\b[0-9A-F]{32}\b")
 
 def shmq_cmd(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
     """`shmq ARGS` through a pipe, as a script or `| less` runs it."""
-    return subprocess.run([sys.executable, "-m", "shmq", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "COLUMNS": str(columns)})
+    return subprocess.run(
+        [sys.executable, "-m", "shmq", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
 
 
 def in_terminal(*args: str, columns: int = 80) -> str:
@@ -121,13 +131,18 @@ def test_admin_refusals_read_as_plain_words(broker) -> None:
     name, _ = broker
     done = shmq_cmd("admin", "offset", "reset", "--group", "nogroup", "--topic", TOPIC, "--to", "first", "--name", name)
     assert done.returncode == 1
-    assert done.stderr == ("shmq admin offset reset: error: consumer group 'nogroup' is unknown: no live member "
-                           "and no committed offset\n")
-    done = shmq_cmd("admin", "offset", "reset", "--group", "nogroup", "--topic", TOPIC, "--to", "first",
-                    "--name", name, "--json")
+    assert done.stderr == (
+        "shmq admin offset reset: error: consumer group 'nogroup' is unknown: no live member and no committed offset\n"
+    )
+    done = shmq_cmd(
+        "admin", "offset", "reset", "--group", "nogroup", "--topic", TOPIC, "--to", "first", "--name", name, "--json"
+    )
     assert done.returncode == 1
-    assert json.loads(done.stdout) == {"error": "consumer group 'nogroup' is unknown: no live member and no "
-                                                "committed offset", "code": 0, "code_name": "ADMIN_REFUSED"}
+    assert json.loads(done.stdout) == {
+        "error": "consumer group 'nogroup' is unknown: no live member and no committed offset",
+        "code": 0,
+        "code_name": "ADMIN_REFUSED",
+    }
     for args in (["topic", "create", "bad name!"], ["topic", "create", "%DLQ%x"], ["msg", "trace", "a b"]):
         done = shmq_cmd("admin", *args, "--name", name)
         assert done.returncode == 1 and done.stderr.startswith(f"shmq admin {args[0]} {args[1]}: error: "), done
@@ -140,11 +155,20 @@ def test_send_refusals_read_as_plain_words(broker) -> None:
     admin = Admin(name)
     admin.create_topic("ReadOnly", queues=1, perm=4)
     with Producer("pg", broker=name, retry_times_when_send_failed=0) as p:
-        cases = [(Message(TOPIC, b"x", delay=10 * 86400), 13,
-                  "delivery time is 10 days from now; the limit is timerMaxDelaySec = 3 days (259200 s)"),
-                 (Message("ReadOnly", b"x"), 16, "topic 'ReadOnly' is not writable (perm 4): allow writes with "
-                                                 "`shmq admin topic update ReadOnly --perm 6`"),
-                 (Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x"), 16, None)]
+        cases = [
+            (
+                Message(TOPIC, b"x", delay=10 * 86400),
+                13,
+                "delivery time is 10 days from now; the limit is timerMaxDelaySec = 3 days (259200 s)",
+            ),
+            (
+                Message("ReadOnly", b"x"),
+                16,
+                "topic 'ReadOnly' is not writable (perm 4): allow writes with "
+                "`shmq admin topic update ReadOnly --perm 6`",
+            ),
+            (Message("RMQ_SYS_TRANS_HALF_TOPIC", b"x"), 16, None),
+        ]
         for msg, code, text in cases:
             with pytest.raises(shmq.BrokerError) as e:
                 p.send(msg)
@@ -156,13 +180,16 @@ def test_send_refusals_read_as_plain_words(broker) -> None:
 
 def test_topic_not_exist_reads_as_plain_words(ipc_tracker: IpcTracker, tmp_path) -> None:
     name = ipc_tracker.name("cli")
-    with shmq.Broker(ipc_tracker.store(str(tmp_path / "store")), name, {**SMALL, "autoCreateTopicEnable": False}):
-        with Producer("pg", broker=name, retry_times_when_send_failed=0) as p:
-            with pytest.raises(shmq.BrokerError) as e:
-                p.send(Message("Nope", b"x"))
+    with (
+        shmq.Broker(ipc_tracker.store(str(tmp_path / "store")), name, {**SMALL, "autoCreateTopicEnable": False}),
+        Producer("pg", broker=name, retry_times_when_send_failed=0) as p,
+        pytest.raises(shmq.BrokerError) as e,
+    ):
+        p.send(Message("Nope", b"x"))
     assert e.value.code == 17 and e.value.code_name == "TOPIC_NOT_EXIST"
-    assert str(e.value) == ("topic 'Nope' does not exist (autoCreateTopicEnable is false): create it with "
-                            "`shmq admin topic create Nope`")
+    assert str(e.value) == (
+        "topic 'Nope' does not exist (autoCreateTopicEnable is false): create it with `shmq admin topic create Nope`"
+    )
 
 
 def test_no_broker_gives_the_start_hint(ipc_tracker: IpcTracker) -> None:
@@ -171,8 +198,9 @@ def test_no_broker_gives_the_start_hint(ipc_tracker: IpcTracker) -> None:
     for args in (["topic", "list"], ["msg", "query", "--topic", "T", "--key", "k"], ["broker", "status"]):
         done = shmq_cmd("admin", *args, "--name", name)
         assert done.returncode == 1
-        assert done.stderr == (f"shmq admin {args[0]} {args[1]}: error: no broker named {name!r} is running "
-                               f"(no state segment); {hint}\n"), done.stderr
+        assert done.stderr == (
+            f"shmq admin {args[0]} {args[1]}: error: no broker named {name!r} is running (no state segment); {hint}\n"
+        ), done.stderr
     with pytest.raises(BrokerNotFoundError, match=re.escape(hint)):
         Admin(name).topics()
     with pytest.raises(BrokerNotFoundError, match=re.escape(hint)):
@@ -188,8 +216,14 @@ def test_promote_json(ipc_tracker: IpcTracker, tmp_path) -> None:
     d = json.loads(done.stdout)
     pid = d["pid"]
     try:
-        assert d == {"store": os.path.realpath(store), "name": name, "role": "ASYNC_MASTER", "pid": pid,
-                     "replica_pid_stopped": None, "log": os.path.join(os.path.realpath(store), "broker.log")}
+        assert d == {
+            "store": os.path.realpath(store),
+            "name": name,
+            "role": "ASYNC_MASTER",
+            "pid": pid,
+            "replica_pid_stopped": None,
+            "log": os.path.join(os.path.realpath(store), "broker.log"),
+        }
         assert Admin(name).broker_status()["pid"] == pid
         again = shmq_cmd("admin", "promote", "--store", store, "--name", name, "--json")
         assert again.returncode == 1
@@ -206,7 +240,7 @@ def _commands(parser: argparse.ArgumentParser, words: list[str]) -> Iterator[lis
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for word, sub in action.choices.items():
-                yield from _commands(sub, words + [word])
+                yield from _commands(sub, [*words, word])
 
 
 def test_every_help_fits_80_columns(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,10 +1,10 @@
 """`shmq exporter` as a user runs it: a real process scraped over HTTP, a real broker stopped and restarted."""
+
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,16 +17,24 @@ from tests.ipc_tracking import IpcTracker
 from tests.monitor.test_prometheus import parse
 from tests.waiting import wait_for
 
-SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
-         "maxHashSlotNum": 1009, "maxIndexNum": 4000}
+SMALL = {
+    "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 4000,
+}
 
 
 @pytest.fixture
 def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
     """(broker name, metrics URL) of an exporter process on a free port; it must exit on SIGTERM."""
     name = ipc_tracker.name("x")
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", name, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmq", "exporter", "--name", name, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         expected = f"serving broker {name!r} on http://127.0.0.1:"
@@ -94,15 +102,20 @@ def test_port_in_use_is_one_error_line() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "shmq", "exporter", "--port", str(port)],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, "-m", "shmq", "exporter", "--port", str(port)], capture_output=True, text=True, timeout=30
+        )
     assert done.returncode == 1
     assert done.stderr == f"shmq exporter: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
 
 
 def test_non_loopback_address_warns() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", "nobody-here", "--port", "0",
-                             "--address", "0.0.0.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmq", "exporter", "--name", "nobody-here", "--port", "0", "--address", "0.0.0.0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert line.startswith("serving broker 'nobody-here' on http://0.0.0.0:"), line

@@ -1,4 +1,5 @@
 """What a user of an installed package meets first: the `shmq` console script (the wheel: tests/package)."""
+
 from __future__ import annotations
 
 import os
@@ -42,11 +43,37 @@ def test_demo_runs_from_the_console_script(tmp_path, ipc_tracker) -> None:
     it passes its own checks, reports both measured phases with figures, and leaves its store
     where --store says. No figure is compared with a speed: only that each is there."""
     store = ipc_tracker.store(str(tmp_path / "store"))
-    p = subprocess.Popen([SHMQ, "demo", "--producers", "2", "--messages", "200", "--orders", "4", "--steps", "3",
-                          "--bulk-messages", "3000", "--batch", "64", "--latency-messages", "200", "--rate", "500",
-                          "--timeout", "60", "--store", store],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
-                         env={**os.environ, "COLUMNS": "400"})  # one line per summary row
+    p = subprocess.Popen(
+        [
+            SHMQ,
+            "demo",
+            "--producers",
+            "2",
+            "--messages",
+            "200",
+            "--orders",
+            "4",
+            "--steps",
+            "3",
+            "--bulk-messages",
+            "3000",
+            "--batch",
+            "64",
+            "--latency-messages",
+            "200",
+            "--rate",
+            "500",
+            "--timeout",
+            "60",
+            "--store",
+            store,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(tmp_path),
+        env={**os.environ, "COLUMNS": "400"},
+    )  # one line per summary row
     ipc_tracker.names.append(f"demo{p.pid}")  # the demo names its broker after its process
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr
@@ -57,8 +84,10 @@ def test_demo_runs_from_the_console_script(tmp_path, ipc_tracker) -> None:
     assert re.match(r"[\d,]+ msgs/s, [\d,.]+ MB/s: 6,000 messages of 100 B from 2 producers", rows["throughput: sends"])
     assert re.match(r"[\d,]+ msgs/s, [\d,.]+ MB/s: 2 pull consumers", rows["throughput: consumes"])
     assert rows["throughput: arrived"] == "6,000 of 6,000 sent"
-    assert re.match(r"p50 [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms: 200 messages sent one at a time, 500 per second",
-                    rows["latency: send → listener"])
+    assert re.match(
+        r"p50 [\d.]+ ms, p99 [\d.]+ ms, max [\d.]+ ms: 200 messages sent one at a time, 500 per second",
+        rows["latency: send → listener"],
+    )
     assert rows["latency: arrived"] == "200 of 200 sent"
     assert rows["clustering group (2 members)"].startswith("400 distinct, 0 lost")
     assert rows["ordered steps"] == "12 of 12, in order per order id: True"
@@ -74,9 +103,25 @@ def test_demo_refuses_a_phase_of_nothing() -> None:
 def test_demo_options_parse_the_same_as_tools_demo() -> None:
     """`make demo DEMO_ARGS=...` and `shmq demo ...` take the same options."""
     cli = _shmq("demo", "--help")
-    tool = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo.py"), "--help"],
-                          capture_output=True, text=True, timeout=30, cwd=ROOT)
+    tool = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "demo.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
     assert cli.returncode == 0 and tool.returncode == 0, cli.stderr + tool.stderr
-    for option in ("--producers", "--messages", "--orders", "--steps", "--batch", "--bulk-messages",
-                   "--latency-messages", "--rate", "--timeout", "--keep", "--store"):
+    for option in (
+        "--producers",
+        "--messages",
+        "--orders",
+        "--steps",
+        "--batch",
+        "--bulk-messages",
+        "--latency-messages",
+        "--rate",
+        "--timeout",
+        "--keep",
+        "--store",
+    ):
         assert option in cli.stdout and option in tool.stdout

@@ -1,4 +1,5 @@
 """`shmq top`'s key map (pure) and its one-frame mode without a broker."""
+
 from __future__ import annotations
 
 import subprocess
@@ -36,7 +37,11 @@ def test_a_toggles_system_topics() -> None:
 
 
 def test_one_frame_on_a_pipe_when_the_broker_is_down() -> None:
-    out = subprocess.run([sys.executable, "-m", "shmq", "top", "--name", "nobody-runs-this", "--interval", "0.1"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "shmq", "top", "--name", "nobody-runs-this", "--interval", "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1
     assert "broker down - waiting for it" in out.stdout and "nobody-runs-this" in out.stdout

@@ -1,4 +1,5 @@
 """Pure parts of hooks, trace and function filters: no broker."""
+
 from __future__ import annotations
 
 from concurrent.futures import Future
@@ -35,7 +36,9 @@ class Raising:
 
 def _result(n: int = 1) -> SendResult:
     ids = ",".join(f"{i:032X}" for i in range(n))
-    return SendResult(SendStatus.SEND_OK, ids, None, MessageQueue("T", "b", 2), 10, 1234, n, list(range(0, 100 * n, 100)))
+    return SendResult(
+        SendStatus.SEND_OK, ids, None, MessageQueue("T", "b", 2), 10, 1234, n, list(range(0, 100 * n, 100))
+    )
 
 
 def test_hooked_call_runs_hooks_around_and_survives_a_raising_hook():
@@ -83,8 +86,16 @@ def test_trace_lines_parse_back_and_garbage_is_skipped():
     r = TraceRecord.from_json(line)  # every string a user chose is escaped
     assert r is not None and (msg_id, r.msg_id, r.tags, r.group, r.keys) == ('M"1', 'M"1', m.tags, "c\tg", "k")
     assert r.cost_ms is None and '"cost_ms"' not in line  # fields a record has not are left out
-    for bad in ("{}", "not json", "[1]", '{"type": "Pub", "nope": 1}', '{"type": "Other"}', "\udcff" + line,
-                line.replace('"timestamp":', '"timestamp":"1"+'), line.replace('"group":', '"group":1,"x":')):
+    for bad in (
+        "{}",
+        "not json",
+        "[1]",
+        '{"type": "Pub", "nope": 1}',
+        '{"type": "Other"}',
+        "\udcff" + line,
+        line.replace('"timestamp":', '"timestamp":"1"+'),
+        line.replace('"group":', '"group":1,"x":'),
+    ):
         assert TraceRecord.from_json(bad) is None, bad
 
 
@@ -93,8 +104,10 @@ def test_pub_records_of_a_batch_one_per_message():
     ctx = SendMessageContext("g", msgs, SYNC)
     hooked_call([], ctx, lambda: _result(2))
     records = [TraceRecord.from_json(line) for _, line in pub_records(ctx)]
-    assert [(t.type, t.msg_id, t.keys, t.body_length, t.queue_offset, t.batch) for t in records] == \
-        [("Pub", f"{0:032X}", "k1", 1, 10, 2), ("Pub", f"{1:032X}", None, 3, 11, 2)]
+    assert [(t.type, t.msg_id, t.keys, t.body_length, t.queue_offset, t.batch) for t in records] == [
+        ("Pub", f"{0:032X}", "k1", 1, 10, 2),
+        ("Pub", f"{1:032X}", None, 3, 11, 2),
+    ]
     failed = SendMessageContext("g", msgs[0], SYNC)
     assert pub_records(failed) == []  # no answer, no id to find it by
 
@@ -117,7 +130,7 @@ def test_dispatcher_drops_and_counts_when_full():
             raise AssertionError("not started: nothing is sent")
 
     d = AsyncTraceDispatcher(NoProducer(), buffer_size=3)  # type: ignore[arg-type]
-    assert [d.append(lambda: [], (), 2) for _ in range(5)] == [True, True, True, False, False]
+    assert [d.append(list, (), 2) for _ in range(5)] == [True, True, True, False, False]
     assert d.dropped == 4 and d.pending == 3
 
 

@@ -6,33 +6,57 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.errors import BadPropertiesError, BadTopicError, MessageTooLargeError
 
 topics = st.from_regex(r"[%|a-zA-Z0-9_-]{1,127}", fullmatch=True)
 prop_text = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=30)
 props = st.dictionaries(prop_text.filter(bool), prop_text, max_size=6)
 
 
-@given(topic=topics, body=st.binary(max_size=2048), properties=props, queue_id=st.integers(0, 2**31 - 1),
-       flag=st.integers(-2**31, 2**31 - 1), sysflag=st.sampled_from([0, 1, 2, 4, 8, 12]),
-       born=st.integers(0, 2**62), host=st.integers(-2**63, 2**63 - 1), reconsume=st.integers(0, 1000))
+@given(
+    topic=topics,
+    body=st.binary(max_size=2048),
+    properties=props,
+    queue_id=st.integers(0, 2**31 - 1),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    sysflag=st.sampled_from([0, 1, 2, 4, 8, 12]),
+    born=st.integers(0, 2**62),
+    host=st.integers(-(2**63), 2**63 - 1),
+    reconsume=st.integers(0, 1000),
+)
 def test_record_round_trip(topic, body, properties, queue_id, flag, sysflag, born, host, reconsume):
-    raw = fmt.encode_message(topic, body, queue_id=queue_id, flag=flag, properties=properties, sysflag=sysflag,
-                             born_timestamp=born, born_host=host, reconsume_times=reconsume)
+    raw = fmt.encode_message(
+        topic,
+        body,
+        queue_id=queue_id,
+        flag=flag,
+        properties=properties,
+        sysflag=sysflag,
+        born_timestamp=born,
+        born_host=host,
+        reconsume_times=reconsume,
+    )
     assert len(raw) == fmt.record_size(len(body), len(topic), len(fmt.encode_properties(properties)))
     rec = fmt.decode_record(raw)
     assert (rec.topic, bytes(rec.body), rec.properties) == (topic, body, properties)
-    assert (rec.queue_id, rec.flag, rec.sysflag, rec.born_timestamp, rec.born_host, rec.reconsume_times) == \
-        (queue_id, flag, sysflag, born, host, reconsume)
+    assert (rec.queue_id, rec.flag, rec.sysflag, rec.born_timestamp, rec.born_host, rec.reconsume_times) == (
+        queue_id,
+        flag,
+        sysflag,
+        born,
+        host,
+        reconsume,
+    )
     assert rec.body_crc == fmt.body_crc(body) and rec.total_size == len(raw)
     assert rec.physical_offset == 0 and rec.store_timestamp == 0  # the store's to fill
 
 
 def test_field_offsets_follow_rocketmq_order():
-    raw = fmt.encode_message("T", b"abc", queue_id=7, flag=9, born_timestamp=11, born_host=13, reconsume_times=3,
-                             prepared_tx_offset=17)
+    raw = fmt.encode_message(
+        "T", b"abc", queue_id=7, flag=9, born_timestamp=11, born_host=13, reconsume_times=3, prepared_tx_offset=17
+    )
     assert struct.unpack_from(">i", raw, fmt.OFF_TOTALSIZE)[0] == 91 + 3 + 1
     assert struct.unpack_from(">I", raw, fmt.OFF_MAGIC)[0] == 0xDAA320A7
     assert struct.unpack_from(">i", raw, fmt.OFF_QUEUEID)[0] == 7
@@ -41,7 +65,7 @@ def test_field_offsets_follow_rocketmq_order():
     assert struct.unpack_from(">q", raw, fmt.OFF_BORNHOST)[0] == 13
     assert struct.unpack_from(">i", raw, fmt.OFF_RECONSUMETIMES)[0] == 3
     assert struct.unpack_from(">q", raw, fmt.OFF_PREPAREDTXOFFSET)[0] == 17
-    assert raw[fmt.OFF_BODY:fmt.OFF_BODY + 3] == b"abc" and raw[fmt.OFF_BODY + 3] == 1
+    assert raw[fmt.OFF_BODY : fmt.OFF_BODY + 3] == b"abc" and raw[fmt.OFF_BODY + 3] == 1
 
 
 @pytest.mark.parametrize("topic", ["", "a b", "x" * 128, "t/opic", "中文", None])
@@ -118,26 +142,45 @@ def _stored(body: bytes, phys: int) -> bytearray:
 def test_scan_keeps_bad_crc_record_only_when_followed_by_a_good_one():
     a = _stored(b"first", 0)
     b = _stored(b"second", len(a))
-    b[fmt.OFF_BODYCRC:fmt.OFF_BODYCRC + 4] = bytes([0, 0, 0, 1])  # a client's wrong CRC
+    b[fmt.OFF_BODYCRC : fmt.OFF_BODYCRC + 4] = bytes([0, 0, 0, 1])  # a client's wrong CRC
     c = _stored(b"third", len(a) + len(b))
     buf = a + b + c + bytearray(32)
     got = [(st, p) for st, p, _ in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
-    assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_BAD_CRC, len(a)), (fmt.RECORD_OK, len(a) + len(b)),
-                   (fmt.RECORD_END, len(buf) - 32)]
+    assert got == [
+        (fmt.RECORD_OK, 0),
+        (fmt.RECORD_BAD_CRC, len(a)),
+        (fmt.RECORD_OK, len(a) + len(b)),
+        (fmt.RECORD_END, len(buf) - 32),
+    ]
     tail = a + b + bytearray(32)  # the bad record is last: a torn tail, cut there
     got = [(st, p) for st, p, _ in fmt.scan_segment(tail, 0, len(tail), 0, verify_crc=True)]
     assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_END, len(a))]
 
 
-@given(st.lists(st.tuples(st.binary(max_size=200), props), min_size=1, max_size=20),
-       st.integers(0, 2**40), st.integers(-2**63, 2**63 - 1))
+@given(
+    st.lists(st.tuples(st.binary(max_size=200), props), min_size=1, max_size=20),
+    st.integers(0, 2**40),
+    st.integers(-(2**63), 2**63 - 1),
+)
 def test_pack_records_equals_encode_message(items, born, host):
     bodies = [b for b, _ in items]
     encoded_props = [fmt.encode_properties(p) for _, p in items]
-    buf, starts = fmt.pack_records(b"Topic", bodies, encoded_props, [fmt.body_crc(b) for b in bodies],
-                                   [7] * len(items), [fmt.FLAG_COMPRESSED] * len(items), born, host)
-    singles = [fmt.encode_message("Topic", b, properties=p, flag=7, sysflag=fmt.FLAG_COMPRESSED,
-                                  born_timestamp=born, born_host=host) for b, p in items]
+    buf, starts = fmt.pack_records(
+        b"Topic",
+        bodies,
+        encoded_props,
+        [fmt.body_crc(b) for b in bodies],
+        [7] * len(items),
+        [fmt.FLAG_COMPRESSED] * len(items),
+        born,
+        host,
+    )
+    singles = [
+        fmt.encode_message(
+            "Topic", b, properties=p, flag=7, sysflag=fmt.FLAG_COMPRESSED, born_timestamp=born, born_host=host
+        )
+        for b, p in items
+    ]
     assert buf == b"".join(singles)
     assert starts.tolist() == np.cumsum([0] + [len(r) for r in singles[:-1]]).tolist()
 
@@ -149,13 +192,15 @@ def test_uniq_key_blocks_continue_the_sequence():
     assert all(len(k) == 32 and k == k.upper() and k[:24] == keys[0][:24] for k in keys)
 
 
-@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=20), st.integers(-2**63, 2**63 - 1))
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=20), st.integers(-(2**63), 2**63 - 1))
 def test_offset_msg_ids_match_the_single_form(offsets, host):
     assert ids.offset_msg_ids(host, np.array(offsets, np.int64)) == [ids.offset_msg_id(host, o) for o in offsets]
 
 
-@given(st.binary(max_size=40), st.integers(1, 12).flatmap(
-    lambda k: st.lists(st.binary(min_size=k, max_size=k), min_size=1, max_size=20)))
+@given(
+    st.binary(max_size=40),
+    st.integers(1, 12).flatmap(lambda k: st.lists(st.binary(min_size=k, max_size=k), min_size=1, max_size=20)),
+)
 def test_crc32_of_variants_equals_zlib(prefix, suffixes):
     first = zlib.crc32(prefix + suffixes[0])
     rows = np.frombuffer(b"".join(suffixes), np.uint8).reshape(len(suffixes), -1)
@@ -182,9 +227,9 @@ def test_decode_record_of_any_bytes_is_a_record_or_corrupt_record_error(raw, pos
 def test_decode_record_of_a_record_with_one_field_changed_or_cut(body, p, data):
     raw = bytearray(fmt.encode_message("Topic", body, properties=p))
     field, code = data.draw(st.sampled_from([(fmt.OFF_TOTALSIZE, ">i"), (fmt.OFF_BODYLEN, ">i")]))
-    struct.pack_into(code, raw, field, data.draw(st.integers(-2**31, 2**31 - 1)))
+    struct.pack_into(code, raw, field, data.draw(st.integers(-(2**31), 2**31 - 1)))
     _decodes_or_refuses(raw)
-    _decodes_or_refuses(bytes(raw[:data.draw(st.integers(0, len(raw)))]))
+    _decodes_or_refuses(bytes(raw[: data.draw(st.integers(0, len(raw)))]))
 
 
 def test_decode_record_names_the_damaged_length():
@@ -205,11 +250,17 @@ def test_scan_skips_damage_with_a_valid_record_after_it_and_ends_at_a_torn_tail(
         struct.pack_into(">i", bad, field, value)
         buf = a + bad + c + bytearray(32)
         got = [(st_, p, n) for st_, p, n in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
-        assert got == [(fmt.RECORD_OK, 0, len(a)), (fmt.RECORD_DAMAGED, len(a), len(b)),
-                       (fmt.RECORD_OK, len(a) + len(b), len(c)), (fmt.RECORD_END, len(buf) - 32, 0)], field
+        assert got == [
+            (fmt.RECORD_OK, 0, len(a)),
+            (fmt.RECORD_DAMAGED, len(a), len(b)),
+            (fmt.RECORD_OK, len(a) + len(b), len(c)),
+            (fmt.RECORD_END, len(buf) - 32, 0),
+        ], field
         tail = a + bad + bytearray(64)  # nothing valid after it: a torn tail
-        assert [s for s, _, _ in fmt.scan_segment(tail, 0, len(tail), 0, verify_crc=True)] == \
-            [fmt.RECORD_OK, fmt.RECORD_END]
+        assert [s for s, _, _ in fmt.scan_segment(tail, 0, len(tail), 0, verify_crc=True)] == [
+            fmt.RECORD_OK,
+            fmt.RECORD_END,
+        ]
     moved = _stored(b"second", len(a) + 5)  # a valid record, but not at its own offset: never a resync point
     buf = a + moved + bytearray(32)
     assert fmt.resync(buf, len(a), len(buf), 0) == -1
@@ -226,5 +277,10 @@ def test_a_changed_totalsize_pointing_at_a_later_record_skips_only_the_damaged_o
     struct.pack_into(">i", bad, fmt.OFF_TOTALSIZE, 2 * size)
     buf = recs[0] + bad + recs[2] + recs[3] + bytearray(16)
     got = [(st_, p) for st_, p, _ in fmt.scan_segment(buf, 0, len(buf), 0, verify_crc=True)]
-    assert got == [(fmt.RECORD_OK, 0), (fmt.RECORD_DAMAGED, size), (fmt.RECORD_OK, 2 * size),
-                   (fmt.RECORD_OK, 3 * size), (fmt.RECORD_END, 4 * size)]
+    assert got == [
+        (fmt.RECORD_OK, 0),
+        (fmt.RECORD_DAMAGED, size),
+        (fmt.RECORD_OK, 2 * size),
+        (fmt.RECORD_OK, 3 * size),
+        (fmt.RECORD_END, 4 * size),
+    ]

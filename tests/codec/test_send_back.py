@@ -1,4 +1,5 @@
 """The SEND_BACK codec: round trip, and nothing but CorruptFrameError for a malformed frame."""
+
 from __future__ import annotations
 
 import struct
@@ -19,18 +20,21 @@ def test_round_trip():
     assert sb.delay_levels.tolist() == [-1, 0]
 
 
-@pytest.mark.parametrize("bad", [
-    b"",
-    b"\0" * 10,
-    encode_send_back(1, 0, "g", 16, [0], [100], [0])[:-1],  # truncated
-    encode_send_back(1, 0, "g", 16, [0], [100], [0]) + b"\0",  # trailing bytes
-    encode_send_back(1, 0, "g", 16, [0], [100], [-2]),  # a delay level below -1
-    encode_send_back(1, 0, "g", -1, [0], [100], [0]),  # a negative max
-    struct.pack("<QqiIH6x", 1, 0, 16, 0, 1) + b"g" + b"\0" * 7,  # no messages
-    struct.pack("<QqiIH6x", 1, 0, 16, MAX_SEND_BACK + 1, 1) + b"g" + b"\0" * 7,  # too many
-    struct.pack("<QqiIH6x", 1, 0, 16, 1, 0) + b"\0" * 16,  # no group
-    struct.pack("<QqiIH6x", 1, 0, 16, 1, 2) + b"\xff\xfe" + b"\0" * 6 + b"\0" * 16,  # not ASCII
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"",
+        b"\0" * 10,
+        encode_send_back(1, 0, "g", 16, [0], [100], [0])[:-1],  # truncated
+        encode_send_back(1, 0, "g", 16, [0], [100], [0]) + b"\0",  # trailing bytes
+        encode_send_back(1, 0, "g", 16, [0], [100], [-2]),  # a delay level below -1
+        encode_send_back(1, 0, "g", -1, [0], [100], [0]),  # a negative max
+        struct.pack("<QqiIH6x", 1, 0, 16, 0, 1) + b"g" + b"\0" * 7,  # no messages
+        struct.pack("<QqiIH6x", 1, 0, 16, MAX_SEND_BACK + 1, 1) + b"g" + b"\0" * 7,  # too many
+        struct.pack("<QqiIH6x", 1, 0, 16, 1, 0) + b"\0" * 16,  # no group
+        struct.pack("<QqiIH6x", 1, 0, 16, 1, 2) + b"\xff\xfe" + b"\0" * 6 + b"\0" * 16,  # not ASCII
+    ],
+)
 def test_malformed_frames_raise_corrupt_frame_error(bad):
     with pytest.raises(CorruptFrameError):
         decode_send_back(bad)

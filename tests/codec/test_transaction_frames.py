@@ -1,5 +1,6 @@
 """END_TRANSACTION / CHECK_TRANSACTION codecs: round trips, and nothing but CorruptFrameError
 out of any bytes."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from shmq.codec import record as fmt
-from shmq.codec.transaction_frames import (CheckTransaction, EndTransaction, decode_check_transaction,
-                                           decode_end_transaction, encode_check_transaction, encode_end_transaction)
+from shmq.codec.transaction_frames import (
+    CheckTransaction,
+    EndTransaction,
+    decode_check_transaction,
+    decode_end_transaction,
+    encode_check_transaction,
+    encode_end_transaction,
+)
 from shmq.errors import CorruptFrameError
 
 
@@ -22,8 +29,13 @@ def test_round_trips():
 
 def test_bad_fields_are_refused():
     good = encode_end_transaction(EndTransaction(7, 1, 2, 0, fmt.TRANSACTION_COMMIT, False, "id"))
-    for bad, why in ((good[:10], "shorter"), (good + b"x", "fields say"), (good[:28] + b"\x05" + good[29:], "type"),
-                     (good[:29] + b"\x02" + good[30:], "from_check"), (good[:-2] + b"\xff\xfe", "ASCII")):
+    for bad, why in (
+        (good[:10], "shorter"),
+        (good + b"x", "fields say"),
+        (good[:28] + b"\x05" + good[29:], "type"),
+        (good[:29] + b"\x02" + good[30:], "from_check"),
+        (good[:-2] + b"\xff\xfe", "ASCII"),
+    ):
         with pytest.raises(CorruptFrameError, match=why):
             decode_end_transaction(bad)
     with pytest.raises(ValueError):

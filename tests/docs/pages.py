@@ -12,6 +12,7 @@ HTML comments set what a page or a block needs:
 Lines of ```sh / ```console blocks that start with ``shmq `` (after a ``$ `` prompt) are
 parsed by the command's own argparse parser, not run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ _OPERATOR = re.compile(r"^[();<>|&]+$")
 class Block:
     """One fenced code block: its language tag, the page line of its first code line, its code,
     the heading it is under and whether the line before its fence says ``snippet: skip``."""
+
     lang: str
     line: int
     code: str
@@ -76,8 +78,9 @@ def parse_page(path: str, root: Path = ROOT) -> Page:
         end = i + 1
         while end < len(lines) and not lines[end].strip().startswith("```"):
             end += 1
-        code = "\n".join(line[indent:] if line.startswith(" " * indent) else line.lstrip(" ")
-                         for line in lines[i + 1:end])  # a fence indented in a list item
+        code = "\n".join(
+            line[indent:] if line.startswith(" " * indent) else line.lstrip(" ") for line in lines[i + 1 : end]
+        )  # a fence indented in a list item
         blocks.append(Block(lang, i + 2, code + "\n", heading, skip))
         i = end + 1
     return Page(path, tuple(blocks), frozenset(markers))
@@ -122,6 +125,7 @@ def parse_error(command: str) -> str | None:
     """Why ``shmq``'s parser refuses ``command`` (its own error line), None if it parses.
     --help and --version print and exit 0: they parse."""
     from shmq.cli.main import build_parser
+
     err = io.StringIO()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):

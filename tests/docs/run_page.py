@@ -5,6 +5,7 @@ Each block is compiled under the page's name with its page line numbers, so a tr
 into the page. Before each block a marker line goes to stdout and stderr, so the runner can
 tell which block printed what.
 """
+
 from __future__ import annotations
 
 import builtins

@@ -1,5 +1,6 @@
 """Runs a page's python blocks in a fresh process (run_page.py) and collects what each block
 printed; whatever the page started is ended with it, whether it finished or timed out."""
+
 from __future__ import annotations
 
 import json
@@ -49,9 +50,16 @@ def run_page(page: Page, tmp: str, broker_name: str, store_dir: str) -> PageRun:
     spec = os.path.join(tmp, ".snippets.json")
     with open(spec, "w", encoding="utf-8") as f:
         json.dump([page.path, [[b.line, b.code] for b in page.python]], f)
-    proc = subprocess.Popen([sys.executable, DRIVER, spec], cwd=tmp, env=page_env(tmp, broker_name),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, DRIVER, spec],
+        cwd=tmp,
+        env=page_env(tmp, broker_name),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=SPARK_TIMEOUT_S if "spark" in page.markers else TIMEOUT_S)
         code: int | None = proc.returncode

@@ -1,4 +1,5 @@
 """docs/architecture.md maps every module under shmq/: a new module without its line fails here."""
+
 from __future__ import annotations
 
 import pathlib
@@ -9,8 +10,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_every_module_is_on_the_architecture_map() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     package = ROOT / "shmq"
-    modules = sorted(str(p.relative_to(package)) for pattern in ("*.py", "*.pyx") for p in package.rglob(pattern)
-                     if "__pycache__" not in p.parts)
+    modules = sorted(
+        str(p.relative_to(package))
+        for pattern in ("*.py", "*.pyx")
+        for p in package.rglob(pattern)
+        if "__pycache__" not in p.parts
+    )
     assert len(modules) > 100
     assert [m for m in modules if f"| `{m}` |" not in text] == []
 

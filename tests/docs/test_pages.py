@@ -1,4 +1,5 @@
 """The snippet convention as the runner reads it, on a made-up page."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,9 +43,11 @@ def test_blocks_markers_and_skips(tmp_path: Path) -> None:
     assert page.markers == frozenset({"broker"})
     assert [(b.line, b.code) for b in page.python] == [(5, "x = 1\n")]
     assert [b.skip for b in page.blocks if b.lang == "python"] == [False, True]
-    assert shmq_command_lines(page) == [(16, "shmq admin topic list --json | jq .   # a pipe ends the command"),
-                                        (17, "shmq broker --store store  --name orders"),
-                                        (19, "shmq brokr --store store")]
+    assert shmq_command_lines(page) == [
+        (16, "shmq admin topic list --json | jq .   # a pipe ends the command"),
+        (17, "shmq broker --store store  --name orders"),
+        (19, "shmq brokr --store store"),
+    ]
 
 
 def test_command_lines_parse_with_shmqs_own_parser() -> None:

@@ -1,6 +1,7 @@
 """The docs site builds with `mkdocs build --strict` (broken links, anchors and docstrings fail
 it), every page of the nav is built, and the configuration reference lists every key the code
 accepts or refuses."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,7 @@ def _nav_pages(nav: Any) -> list[str]:
 
 def _built_path(site: pathlib.Path, page: str) -> pathlib.Path:
     """Where mkdocs writes a page with directory URLs: a.md -> a/index.html, index.md -> index.html."""
-    stem = page[:-len(".md")]
+    stem = page[: -len(".md")]
     if stem == "index" or stem.endswith("/index"):
         return site / (stem + ".html")
     return site / stem / "index.html"
@@ -41,8 +42,15 @@ def _built_path(site: pathlib.Path, page: str) -> pathlib.Path:
 def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return out
 
@@ -84,6 +92,10 @@ def test_user_pages_describe_the_project_as_it_is() -> None:
     import re
 
     banned = re.compile(r"\bissue[ -]\d+|DESIGN\.md|OPERATIONS\.md|/work/|/tmp/scratch")
-    hits = [f"{p.name}: {m.group(0)}" for p in sorted((ROOT / "docs").rglob("*.md")) if p.name != "BENCHMARKS.md"
-            for m in banned.finditer(p.read_text())]
+    hits = [
+        f"{p.name}: {m.group(0)}"
+        for p in sorted((ROOT / "docs").rglob("*.md"))
+        if p.name != "BENCHMARKS.md"
+        for m in banned.finditer(p.read_text())
+    ]
     assert hits == []

@@ -5,6 +5,7 @@ The convention is in pages.py: a page's ```python blocks run in order in one fre
 traceback on stderr; `shmq ...` lines of shell blocks must parse. A page's processes, its
 broker's IPC objects, its client semaphores and its temp dir are gone when its test ends.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -33,8 +34,11 @@ def _spark_missing() -> str | None:
 @pytest.mark.parametrize("path", page_paths())
 def test_page_snippets_run(path: str, ipc_tracker: IpcTracker, monkeypatch: pytest.MonkeyPatch) -> None:
     page = parse_page(path)
-    refused = [f"{path}:{line}: `{cmd}`: {why}" for line, cmd in shmq_command_lines(page)
-               if (why := parse_error(cmd)) is not None]
+    refused = [
+        f"{path}:{line}: `{cmd}`: {why}"
+        for line, cmd in shmq_command_lines(page)
+        if (why := parse_error(cmd)) is not None
+    ]
     assert not refused, "shmq refuses these command lines:\n" + "\n".join(refused)
     if not page.python:
         return

@@ -1,12 +1,13 @@
 """HA tests run real brokers and replicas on loopback TCP (``pair``: a master and a replica's
 names and stores, on this host) or on two hosts linked only by TCP (``ha_hosts``, tests/ha/hosts.py);
 each test gets unique names and must leave no IPC object behind."""
+
 from __future__ import annotations
 
 import os
 import signal
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,10 +19,21 @@ from tests.ha.fake_master import TOKEN, FakeMaster
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 
 SEGMENT = 1024 * 1024
-BASE = {"mappedFileSizeCommitLog": SEGMENT, "mappedFileSizeConsumeQueue": 20 * 4096, "maxHashSlotNum": 1009,
-        "maxIndexNum": 40000, "haListenPort": 0, "flushConsumerOffsetInterval": 100}
-REPLICA = {**BASE, "brokerRole": "SLAVE", "haReconnectInterval": 100, "haSendHeartbeatInterval": 200,
-           "haAuthToken": TOKEN}
+BASE = {
+    "mappedFileSizeCommitLog": SEGMENT,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+    "haListenPort": 0,
+    "flushConsumerOffsetInterval": 100,
+}
+REPLICA = {
+    **BASE,
+    "brokerRole": "SLAVE",
+    "haReconnectInterval": 100,
+    "haSendHeartbeatInterval": 200,
+    "haAuthToken": TOKEN,
+}
 
 
 class Pair:

@@ -6,6 +6,7 @@ master whose log ends earlier), ``epochs`` is the history it announces, and ``ba
 the stream after WELCOME by a hostile frame (for the replica's checks). It records every
 offset the replica reported and how many connections it saw.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.codec import record as fmt
 from shmq.errors import HAProtocolError
@@ -25,10 +26,19 @@ TOKEN = "fake-master-token"  # what replicas of the tests are given (conftest.RE
 
 
 class FakeMaster:
-    def __init__(self, store_dir: str, segment_size: int, max_offset: Callable[[], int], token: bytes = TOKEN.encode(),
-                 epochs: list[Epoch] | None = None, limit: int | None = None,
-                 bad: Callable[[int], bytes] | None = None, close_after: int | None = None, port: int = 0,
-                 trust_any: bool = False) -> None:
+    def __init__(
+        self,
+        store_dir: str,
+        segment_size: int,
+        max_offset: Callable[[], int],
+        token: bytes = TOKEN.encode(),
+        epochs: list[Epoch] | None = None,
+        limit: int | None = None,
+        bad: Callable[[int], bytes] | None = None,
+        close_after: int | None = None,
+        port: int = 0,
+        trust_any: bool = False,
+    ) -> None:
         self.store_dir = store_dir
         self.segment_size = segment_size
         self.max_offset = max_offset
@@ -49,7 +59,7 @@ class FakeMaster:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "FakeMaster":
+    def __enter__(self) -> FakeMaster:
         return self
 
     def __exit__(self, *exc: object) -> None:

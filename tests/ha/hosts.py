@@ -16,6 +16,7 @@ namespaces (the veth dies with them), also when the body raised; namespaces left
 that was itself SIGKILLed are swept by the next ``pair()`` (their names carry the creator's pid).
 Needs root; ``unavailable()`` says why not, and the pytest fixture skips with that reason.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "shmq-"
@@ -118,9 +120,25 @@ class Host:
 
     def _start_holder(self) -> None:
         self.holder = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, "unshare", "--ipc", "--mount", "--propagation", "private", "--",
-             "sh", "-c", "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sleep infinity"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.netns,
+                "unshare",
+                "--ipc",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sleep infinity",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # ip, unshare and sh all exec: the pid ends up as sleep
             if self.holder.poll() is not None:
@@ -136,8 +154,16 @@ class Host:
     def argv(self, argv: Sequence[str], cwd: str | os.PathLike | None = None) -> list[str]:
         """``argv`` wrapped to run inside this host (cwd kept: entering a mount namespace resets it)."""
         assert self.holder is not None
-        return ["nsenter", f"--target={self.holder.pid}", "--net", "--ipc", "--mount",
-                f"--wd={os.fspath(cwd) if cwd is not None else ROOT}", "--", *map(os.fspath, argv)]
+        return [
+            "nsenter",
+            f"--target={self.holder.pid}",
+            "--net",
+            "--ipc",
+            "--mount",
+            f"--wd={os.fspath(cwd) if cwd is not None else ROOT}",
+            "--",
+            *map(os.fspath, argv),
+        ]
 
     def popen(self, argv: Sequence[str], cwd: str | os.PathLike | None = None, **kw: Any) -> subprocess.Popen:
         """Start ``argv`` in this host (nsenter execs it: the pid is the program's own).
@@ -154,8 +180,9 @@ class Host:
         self._procs.append(proc)
         return proc
 
-    def run(self, argv: Sequence[str], timeout: float = 30, cwd: str | os.PathLike | None = None,
-            **kw: Any) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: Sequence[str], timeout: float = 30, cwd: str | os.PathLike | None = None, **kw: Any
+    ) -> subprocess.CompletedProcess:
         """Run ``argv`` in this host to completion, output captured as text."""
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
@@ -303,7 +330,7 @@ def pair(names: tuple[str, str] = ("master", "replica")) -> Iterator[tuple[Host,
                 h.close()
             except Exception as e:  # noqa: BLE001 - the other host is still cleaned up
                 errors.append(f"{h}: {e}")
-        for ns in netns[len(hosts):]:
+        for ns in netns[len(hosts) :]:
             _delete_netns(ns)
         if errors:
             raise RuntimeError("host cleanup failed: " + "; ".join(errors))

@@ -4,15 +4,16 @@ Each host runs the real commands (`shmq broker`, `shmq replica`, `shmq admin pro
 client programs; what a program learns (acknowledged keys, messages read) goes to files in
 its host's directory, the only thing the test reads besides the store files.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.ha.hosts import Host
 
@@ -20,9 +21,14 @@ HA_PORT = 10912
 SEGMENT = 1 << 20  # 1 MiB commitlog segments: replication crosses many segment ends
 
 # no haAuthToken: the master generates STORE/config/ha.token, the replica gets a copy (docs/HA.md)
-COMMON = {"mappedFileSizeCommitLog": SEGMENT, "haSendHeartbeatInterval": 300,
-          "haHousekeepingInterval": 2000, "haConnectTimeout": 1000, "haReconnectInterval": 200,
-          "syncFlushTimeout": 1000}
+COMMON = {
+    "mappedFileSizeCommitLog": SEGMENT,
+    "haSendHeartbeatInterval": 300,
+    "haHousekeepingInterval": 2000,
+    "haConnectTimeout": 1000,
+    "haReconnectInterval": 200,
+    "syncFlushTimeout": 1000,
+}
 
 WAIT_SERVING = """
 import sys, time
@@ -104,11 +110,26 @@ def wait_serving(host: Host, name: str, timeout: float = 30) -> None:
 
 
 def start_master(host: Host, role: str = "SYNC_MASTER", **extra: object) -> subprocess.Popen:
-    conf = write_conf(host, "master", {**COMMON, "brokerRole": role, "haListenAddress": host.ip,
-                                       "haListenPort": HA_PORT, **extra})
+    conf = write_conf(
+        host, "master", {**COMMON, "brokerRole": role, "haListenAddress": host.ip, "haListenPort": HA_PORT, **extra}
+    )
     with open(os.path.join(host.dir, "broker.err"), "ab") as err:  # the broker has its own copy
-        proc = host.popen([sys.executable, "-m", "shmq", "broker", "--store", os.path.join(host.dir, "store"),
-                           "--name", "m", "--config", conf], stdout=subprocess.DEVNULL, stderr=err)
+        proc = host.popen(
+            [
+                sys.executable,
+                "-m",
+                "shmq",
+                "broker",
+                "--store",
+                os.path.join(host.dir, "store"),
+                "--name",
+                "m",
+                "--config",
+                conf,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     wait_serving(host, "m")
     return proc
 
@@ -121,9 +142,24 @@ def start_replica(host: Host, master: Host, **extra: object) -> subprocess.Popen
         shutil.copy2(os.path.join(master.dir, "store", "config", "ha.token"), token)
     conf = write_conf(host, "replica", {**COMMON, **extra})
     with open(os.path.join(host.dir, "replica.err"), "ab") as err:  # the replica has its own copy
-        proc = host.popen([sys.executable, "-m", "shmq", "replica", "--store", replica_store(host), "--name", "r",
-                           "--master", f"{master.ip}:{HA_PORT}", "--config", conf], stdout=subprocess.DEVNULL,
-                          stderr=err)
+        proc = host.popen(
+            [
+                sys.executable,
+                "-m",
+                "shmq",
+                "replica",
+                "--store",
+                replica_store(host),
+                "--name",
+                "r",
+                "--master",
+                f"{master.ip}:{HA_PORT}",
+                "--config",
+                conf,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     wait_serving(host, "r")
     return proc
 
@@ -199,14 +235,19 @@ def failover_round(master: Host, replica: Host, min_acked: int, kill_after: floa
     start_replica(replica, master)
     acked_path, status_path = os.path.join(master.dir, "acked"), os.path.join(master.dir, "status")
     master.python(PRODUCE, "m", "T", acked_path, status_path)
-    wait_until(lambda: os.path.exists(acked_path) and len(acked(acked_path)) >= min_acked, 60,
-               f"{min_acked} acknowledged sends")
+    wait_until(
+        lambda: os.path.exists(acked_path) and len(acked(acked_path)) >= min_acked,
+        60,
+        f"{min_acked} acknowledged sends",
+    )
     time.sleep(kill_after)
     master.kill_all()  # the broker, its HA sender and the producer die together: the host is gone
     done = acked(acked_path)
     conf = write_conf(replica, "promoted", {"mappedFileSizeCommitLog": SEGMENT, "haListenPort": 0})
-    out = replica.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", replica_store(replica),
-                       "--config", conf], timeout=90)  # it keeps the name "r" its clients know
+    out = replica.run(
+        [sys.executable, "-m", "shmq", "admin", "promote", "--store", replica_store(replica), "--config", conf],
+        timeout=90,
+    )  # it keeps the name "r" its clients know
     assert out.returncode == 0, out.stdout + out.stderr
     wait_serving(replica, "r")
     got = read_all(replica, "r", "after-promote.json")

@@ -1,15 +1,16 @@
 """A real master (broker + `shmq ha` process) and a small real TCP replica for the sender's tests."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
+from pathlib import Path
 
 import shmq
 from shmq.config import BrokerConfig
@@ -19,8 +20,14 @@ from tests.waiting import wait_for
 
 TOKEN = "t0ken"
 SEGMENT = 65536
-MASTER_CONFIG = {"mappedFileSizeCommitLog": SEGMENT, "mappedFileSizeConsumeQueue": 20 * 4096,
-                 "maxHashSlotNum": 1009, "maxIndexNum": 40000, "haListenPort": 0, "maxMessageSize": 16384}
+MASTER_CONFIG = {
+    "mappedFileSizeCommitLog": SEGMENT,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+    "haListenPort": 0,
+    "maxMessageSize": 16384,
+}
 
 
 def free_port() -> int:
@@ -82,8 +89,9 @@ def running_master(store: str, name: str, tmp: str, extra: dict | None = None) -
     ha = None
     try:
         with open(log_path, "ab") as log:
-            sender = subprocess.Popen(sender_command(store, name, conf), stdout=log, stderr=log,
-                                      stdin=subprocess.DEVNULL)
+            sender = subprocess.Popen(
+                sender_command(store, name, conf), stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            )
         ha = HASegment.open(name, read_only=True)
         assert wait_for(lambda: int(ha.header["listen_port"][0]) == port or sender.poll() is not None, 15)
         assert sender.poll() is None, Path(log_path).read_text()
@@ -172,7 +180,7 @@ class Replica:
                 assert time.monotonic() < deadline, "condition not met in time"
                 try:
                     self._read_once()
-                except socket.timeout:
+                except TimeoutError:
                     pass
         finally:
             self.sock.settimeout(5)

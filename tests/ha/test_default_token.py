@@ -1,6 +1,7 @@
 """HA is closed by default: a master started with no haAuthToken (the default config, which runs an
 HA sender) admits no peer that lacks its generated token, a replica refuses to run without the
 token and refuses a master that cannot prove it, and a pair set up as docs/HA.md says works."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,8 +38,9 @@ class DefaultMaster:
     def __init__(self, store: str, name: str, tmp: str) -> None:
         self.store, self.name, self.tmp = store, name, tmp
         self.port = free_port()
-        self.broker = shmq.Broker(store, name, {**BASE, "brokerRole": "SYNC_MASTER", "haListenPort": self.port,
-                                                "syncFlushTimeout": 1000})
+        self.broker = shmq.Broker(
+            store, name, {**BASE, "brokerRole": "SYNC_MASTER", "haListenPort": self.port, "syncFlushTimeout": 1000}
+        )
         self.ha = HASegment.open(name, read_only=True)
         assert wait_for(lambda: int(self.ha.header["listen_port"][0]) == self.port, 20), self.ha_log()
 
@@ -114,7 +116,7 @@ def test_a_default_master_gives_a_peer_without_its_token_nothing(master: Default
     assert wait_for(lambda: master.ha.replicas() == [], 10)  # the last handshakes were cut off by the stop
     for got in received:  # HELLO, then at most a refusal (auth): no WELCOME, no metadata, no log
         assert got[:4] == b"SQHM" and b"SQHW" not in got and b"Secret" not in got and b"body-nobody" not in got
-        rest = got[P.HELLO.size:]
+        rest = got[P.HELLO.size :]
         assert rest == b"" or (rest[:4] == b"SQHX" and int.from_bytes(rest[6:8], "big") == P.REFUSE_AUTH)
     log = master.ha_log()
     assert "did not prove haAuthToken" in log and "proved" not in log.replace("did not prove", "")
@@ -148,9 +150,25 @@ def test_a_replica_without_a_token_does_not_start(pair: Pair) -> None:
     conf = os.path.join(pair.tmp, "no-token.conf")
     with open(conf, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in DOCUMENTED_REPLICA.items()))
-    out = subprocess.run([sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name",
-                          pair.replica_name, "--master", impostor.address, "--config", conf],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shmq",
+            "replica",
+            "--store",
+            pair.replica_store,
+            "--name",
+            pair.replica_name,
+            "--master",
+            impostor.address,
+            "--config",
+            conf,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs its master's HA token" in lines[0] and "haAuthTokenFile" in lines[0], lines

@@ -3,6 +3,7 @@
 Each test runs real processes inside the hosts (nsenter into the holder's namespaces) and checks
 what they see; the faults (link down, loss) are checked by the effect on real connections.
 """
+
 from __future__ import annotations
 
 import os
@@ -144,16 +145,20 @@ def test_shm_and_sysv_objects_are_private_to_their_host(ha_hosts):
     master, replica = ha_hosts
     shm_name = f"shmq-hosttest-{secrets.token_hex(4)}"
     key = 0x5E000000 + secrets.randbelow(1 << 20)
-    make = (f"import os, sysv_ipc\n"
-            f"fd = os.open('/dev/shm/{shm_name}', os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)\n"
-            f"os.ftruncate(fd, 4096)\n"
-            f"sysv_ipc.MessageQueue({key}, sysv_ipc.IPC_CREX).send(b'hello')\n")
+    make = (
+        f"import os, sysv_ipc\n"
+        f"fd = os.open('/dev/shm/{shm_name}', os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)\n"
+        f"os.ftruncate(fd, 4096)\n"
+        f"sysv_ipc.MessageQueue({key}, sysv_ipc.IPC_CREX).send(b'hello')\n"
+    )
     r = master.run_python(make)
     assert r.returncode == 0, r.stderr
-    look = (f"import os, sysv_ipc\n"
-            f"try:\n    q = sysv_ipc.MessageQueue({key}); print('q', q.current_messages)\n"
-            f"except sysv_ipc.ExistentialError:\n    print('q none')\n"
-            f"print('shm', os.path.exists('/dev/shm/{shm_name}'))\n")
+    look = (
+        f"import os, sysv_ipc\n"
+        f"try:\n    q = sysv_ipc.MessageQueue({key}); print('q', q.current_messages)\n"
+        f"except sysv_ipc.ExistentialError:\n    print('q none')\n"
+        f"print('shm', os.path.exists('/dev/shm/{shm_name}'))\n"
+    )
     assert master.run_python(look).stdout.split() == ["q", "1", "shm", "True"]  # they outlive their maker
     assert replica.run_python(look).stdout.split() == ["q", "none", "shm", "False"]
     assert not os.path.exists(f"/dev/shm/{shm_name}")
@@ -239,15 +244,18 @@ def test_nothing_is_left_after_a_pair_even_when_the_body_raises():
     if reason:
         pytest.skip(reason)
     seen: dict[str, object] = {}
-    with pytest.raises(KeyError):
-        with hosts.pair() as (master, replica):
-            procs = [h.popen(["sleep", "300"]) for h in (master, replica)]
-            master.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
-            seen.update(netns=[master.netns, replica.netns], devs=[end[1] for end in master.link.ends],
-                        holders=[master.holder.pid, replica.holder.pid], dirs=[master.dir, replica.dir],
-                        pids=master.pids() + replica.pids())
-            assert len(seen["pids"]) == 3
-            raise KeyError("the test body failed")
+    with pytest.raises(KeyError), hosts.pair() as (master, replica):
+        procs = [h.popen(["sleep", "300"]) for h in (master, replica)]
+        master.run(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
+        seen.update(
+            netns=[master.netns, replica.netns],
+            devs=[end[1] for end in master.link.ends],
+            holders=[master.holder.pid, replica.holder.pid],
+            dirs=[master.dir, replica.dir],
+            pids=master.pids() + replica.pids(),
+        )
+        assert len(seen["pids"]) == 3
+        raise KeyError("the test body failed")
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(ns in listed for ns in seen["netns"]), listed
     assert not any(os.path.exists(f"/sys/class/net/{d}") for d in seen["devs"])

@@ -8,6 +8,7 @@
   FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE within the timeout, never hang, never say OK for
   what the replica lacks; once the link heals replication resumes by itself.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,6 +68,10 @@ def test_partition_under_sync_master_times_out_then_heals(ha_hosts, fault):
     prod.wait()
     # no OK was ever given for a message the replica lacks
     rstore = S.replica_store(replica)
-    S.wait_until(lambda: S.log_end(rstore) == S.log_end(os.path.join(master.dir, "store")), 30,
-                 "the replica to catch up", step=0.2)
+    S.wait_until(
+        lambda: S.log_end(rstore) == S.log_end(os.path.join(master.dir, "store")),
+        30,
+        "the replica to catch up",
+        step=0.2,
+    )
     S.check_acked_on(S.read_all(replica, "r", "replica.json"), S.acked(acked_path))

@@ -1,5 +1,6 @@
 """A replica keeps the master's timed-service progress (delayOffset.json and the like), so a
 promoted replica does not deliver again every delayed message the master already delivered."""
+
 from __future__ import annotations
 
 import json

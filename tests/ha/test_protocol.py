@@ -1,4 +1,5 @@
 """The HA protocol as a pure state machine: handshake, token proof both ways, frames, limits, epochs."""
+
 from __future__ import annotations
 
 import pytest
@@ -68,7 +69,7 @@ def test_frames_byte_by_byte_and_limits():
     stream = H.frame_header(0, 5) + b"hello" + H.frame_header(5, 0) + H.encode_metadata(H.META_TOPICS, b"{}")
     events = []
     for i in range(len(stream)):
-        events += r.receive(stream[i:i + 1])
+        events += r.receive(stream[i : i + 1])
     assert events == [H.Data(0, b"hello"), H.Data(5, b""), H.Metadata(H.META_TOPICS, b"{}")]
     with pytest.raises(HAProtocolError, match="4294967295 bytes"):
         r.receive(H.frame_header(5, 0xFFFFFFFF))
@@ -88,21 +89,28 @@ def test_refusal_reaches_the_replica():
     assert r.receive(H.encode_refuse(H.REFUSE_AUTH, "bad token")) == [H.Refused(H.REFUSE_AUTH, "bad token")]
 
 
-E1, E2, E2B, E3 = (H.Epoch(1, 0, b"1" * 16), H.Epoch(2, 100, b"2" * 16), H.Epoch(2, 100, b"x" * 16),
-                   H.Epoch(3, 250, b"3" * 16))
+E1, E2, E2B, E3 = (
+    H.Epoch(1, 0, b"1" * 16),
+    H.Epoch(2, 100, b"2" * 16),
+    H.Epoch(2, 100, b"x" * 16),
+    H.Epoch(3, 250, b"3" * 16),
+)
 
 
-@pytest.mark.parametrize("replica, rmax, master, mmax, want", [
-    ([], 0, [E1], 500, 0),  # a fresh replica
-    ([E1], 80, [E1, E2], 300, 80),  # behind: keeps all
-    ([E1, E2], 300, [E1, E2, E3], 400, 250),  # the old master wrote 250..300 alone after epoch 3 began
-    ([E1], 150, [E1, E2], 300, 100),  # wrote past where the new master's epoch starts
-    ([E1, E2B], 180, [E1, E2], 300, 100),  # two masters opened epoch 2 at the same offset
-    ([E1, E2], 400, [E1, E2], 300, 300),  # ahead of the master in the same epoch
-    ([E1, E2B], 100, [E1, E2], 300, 100),  # an empty epoch 2 replaced at the same offset
-    ([H.Epoch(1, 0, b"x" * 16)], 0, [E1], 300, 0),  # adopted a master's empty first epoch, then the
-    # master died before its first write and came back with another first epoch: nothing to cut
-])
+@pytest.mark.parametrize(
+    "replica, rmax, master, mmax, want",
+    [
+        ([], 0, [E1], 500, 0),  # a fresh replica
+        ([E1], 80, [E1, E2], 300, 80),  # behind: keeps all
+        ([E1, E2], 300, [E1, E2, E3], 400, 250),  # the old master wrote 250..300 alone after epoch 3 began
+        ([E1], 150, [E1, E2], 300, 100),  # wrote past where the new master's epoch starts
+        ([E1, E2B], 180, [E1, E2], 300, 100),  # two masters opened epoch 2 at the same offset
+        ([E1, E2], 400, [E1, E2], 300, 300),  # ahead of the master in the same epoch
+        ([E1, E2B], 100, [E1, E2], 300, 100),  # an empty epoch 2 replaced at the same offset
+        ([H.Epoch(1, 0, b"x" * 16)], 0, [E1], 300, 0),  # adopted a master's empty first epoch, then the
+        # master died before its first write and came back with another first epoch: nothing to cut
+    ],
+)
 def test_consistent_offset(replica, rmax, master, mmax, want):
     assert H.consistent_offset(replica, rmax, master, mmax) == want
 
@@ -118,8 +126,13 @@ def test_no_shared_history_is_refused():
 
 def test_epoch_json_round_trip_and_validation():
     assert H.Epoch.from_json(E2.to_json()) == E2
-    for bad in ({}, {"epoch": 0, "startOffset": 0, "id": "00" * 16}, {"epoch": 1, "startOffset": -1, "id": "00" * 16},
-                {"epoch": "1", "startOffset": 0, "id": "00" * 16}, [1, 2]):
+    for bad in (
+        {},
+        {"epoch": 0, "startOffset": 0, "id": "00" * 16},
+        {"epoch": 1, "startOffset": -1, "id": "00" * 16},
+        {"epoch": "1", "startOffset": 0, "id": "00" * 16},
+        [1, 2],
+    ):
         with pytest.raises(ValueError):
             H.Epoch.from_json(bad)
 

@@ -1,15 +1,16 @@
 """The replica daemon against a master made of protocol.MasterSession over a real socket that
 streams a real master store's commitlog: mirroring, serving consumers, refusing producers,
 reconnecting, refusing hostile input, truncating a diverged tail, and promotion."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -52,8 +53,8 @@ def _fill(pair: Pair, n: int = 450) -> dict[int, list[bytes]]:
 def _record_starts(data: bytes) -> list[int]:
     starts, pos = [], 0
     while pos + 8 <= len(data):
-        size = int.from_bytes(data[pos:pos + 4], "big")
-        if int.from_bytes(data[pos + 4:pos + 8], "big") == fmt.BLANK_MAGIC or size <= 0:
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if int.from_bytes(data[pos + 4 : pos + 8], "big") == fmt.BLANK_MAGIC or size <= 0:
             pos = (pos // SEGMENT + 1) * SEGMENT
             continue
         starts.append(pos)
@@ -90,8 +91,7 @@ def test_replica_mirrors_the_master_and_serves_consumers(pair: Pair) -> None:
             assert got == sent[mq.queue_id]
         # long polling on the replica: woken when the client thread appends what the master took
         result: list = []
-        waiter = threading.Thread(target=lambda: result.append(
-            c.pull(queues[1], offset=len(sent[1]), timeout=60.0)))
+        waiter = threading.Thread(target=lambda: result.append(c.pull(queues[1], offset=len(sent[1]), timeout=60.0)))
         waiter.start()
         time.sleep(0.2)
         t = time.monotonic()
@@ -165,9 +165,12 @@ def test_hostile_frames_close_the_connection_and_append_nothing(pair: Pair, bad)
     assert set(fake.reports) == {0}
     replica.stop()
     assert "closed" in replica.log()
-    assert not any(os.path.getsize(os.path.join(d, f)) and any(_head(os.path.join(d, f)))
-                   for d in [os.path.join(pair.replica_store, "commitlog")] if os.path.isdir(d)
-                   for f in os.listdir(d))
+    assert not any(
+        os.path.getsize(os.path.join(d, f)) and any(_head(os.path.join(d, f)))
+        for d in [os.path.join(pair.replica_store, "commitlog")]
+        if os.path.isdir(d)
+        for f in os.listdir(d)
+    )
 
 
 def test_a_master_without_the_token_feeds_nothing(pair: Pair) -> None:
@@ -229,8 +232,24 @@ def test_promote_turns_the_replica_into_a_master(pair: Pair) -> None:
     assert wait_reports(fake, pair.master_end())
     fake.close()
     conf = pair.config_file(fake.address)  # no brokerName in it, and no --name: the name the replica served under
-    out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", pair.replica_store,
-                          "--config", conf, "--timeout", "20"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shmq",
+            "admin",
+            "promote",
+            "--store",
+            pair.replica_store,
+            "--config",
+            conf,
+            "--timeout",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("\n") == 1 and "ASYNC_MASTER" in out.stdout and repr(pair.replica_name) in out.stdout
     pid = int(out.stdout.split("(pid ")[1].split(";")[0])
@@ -260,6 +279,7 @@ def test_shmq_broker_with_role_slave_runs_the_replica(pair: Pair) -> None:
 
 def _replica_conf() -> dict:
     from tests.ha.conftest import REPLICA
+
     return dict(REPLICA)
 
 
@@ -287,16 +307,35 @@ def test_a_master_with_another_segment_size_is_not_followed(pair: Pair) -> None:
 
 def test_shmq_replica_command(pair: Pair) -> None:
     """`shmq replica --master` follows that address; without one it is refused in one line."""
-    out = subprocess.run([sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name",
-                          pair.replica_name], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name", pair.replica_name],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2 and out.stderr.startswith("shmq replica: error:") and "haMasterAddress" in out.stderr
     _fill(pair, 20)
     fake = pair.fake()
     conf = pair.config_file("127.0.0.1:1")  # overridden by --master
     with open(os.path.join(pair.tmp, "replica-cli.log"), "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", pair.replica_store, "--name",
-                                 pair.replica_name, "--config", conf, "--master", fake.address],
-                                stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "shmq",
+                "replica",
+                "--store",
+                pair.replica_store,
+                "--name",
+                pair.replica_name,
+                "--config",
+                conf,
+                "--master",
+                fake.address,
+            ],
+            stdout=log,
+            stderr=log,
+        )
     try:
         assert wait_reports(fake, pair.master_end(), 20)
     finally:
@@ -353,18 +392,37 @@ def test_promote_without_a_name_needs_one_recorded(pair: Pair, tmp_path) -> None
     """A store no replica ever served records no name: promote asks for --name instead of
     starting a broker under a name no client uses."""
     store = str(tmp_path / "never-a-replica")
-    out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", store, "--timeout", "5"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shmq", "admin", "promote", "--store", store, "--timeout", "5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and "records no replica name" in out.stderr and "--name" in out.stderr
 
 
 def test_promote_refuses_a_master(pair: Pair) -> None:
-    out = subprocess.run([sys.executable, "-m", "shmq", "admin", "promote", "--store", pair.master_store,
-                          "--name", pair.master_name, "--timeout", "5"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shmq",
+            "admin",
+            "promote",
+            "--store",
+            pair.master_store,
+            "--name",
+            pair.master_name,
+            "--timeout",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1 and "is a master already" in out.stderr
     assert pair.master.process.poll() is None
-
 
 
 def test_a_bad_record_deep_in_a_burst_is_cut_and_never_reported(pair: Pair) -> None:
@@ -375,11 +433,13 @@ def test_a_bad_record_deep_in_a_burst_is_cut_and_never_reported(pair: Pair) -> N
     fake = pair.fake()
     seg = fake._read(0, SEGMENT)
     bad = next(s for s in _record_starts(seg) if s > SEGMENT // 2)
-    size = int.from_bytes(seg[bad:bad + 4], "big")
+    size = int.from_bytes(seg[bad : bad + 4], "big")
     corrupt = bytearray(seg)
     corrupt[bad + size - 60] ^= 1  # inside its body: the body CRC fails
-    frames = b"".join(protocol.frame_header(at, len(corrupt[at:at + 32768])) + corrupt[at:at + 32768]
-                      for at in range(0, SEGMENT, 32768))
+    frames = b"".join(
+        protocol.frame_header(at, len(corrupt[at : at + 32768])) + corrupt[at : at + 32768]
+        for at in range(0, SEGMENT, 32768)
+    )
     fake.bad = lambda at: frames if at == 0 else b""
     replica = pair.replica(fake.address)
     assert wait_for(lambda: bad in fake.reports and fake.connections >= 2, 10)  # cut, reconnected from there

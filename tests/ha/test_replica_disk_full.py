@@ -1,5 +1,6 @@
 """A replica whose disk is full: it keeps serving what it has, says so once (not once per
 reconnect), and catches up by itself once space is freed. Needs root (a small tmpfs)."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Slave read: consumers given ``replica=`` read from it while their broker is down, resuming from
 the offsets committed there (the master's, mirrored), and go back once the broker is up."""
+
 from __future__ import annotations
 
 import threading
@@ -36,8 +37,10 @@ def test_pull_consumer_reads_the_replica_while_the_master_is_down(pair: Pair) ->
         assert r.status is PullStatus.FOUND and [m.body for m in r.messages] == sent[1]
         assert c.fetch_consume_offset(shmq.MessageQueue("Orders", pair.master_name, 0), from_store=True) == 5
         pair.master = shmq.Broker(pair.master_store, pair.master_name, BASE)
-        assert wait_for(lambda: c.max_offset(mq) >= 0 and c._conn.session is not None
-                        and c._conn.session.name == pair.master_name, 30)
+        assert wait_for(
+            lambda: c.max_offset(mq) >= 0 and c._conn.session is not None and c._conn.session.name == pair.master_name,
+            30,
+        )
         r = c.pull(mq, offset=0, max_nums=64, timeout=0)
         assert [m.body for m in r.messages] == sent[1]
 
@@ -54,8 +57,7 @@ def test_push_consumer_fails_over_to_the_replica_from_committed_offsets(pair: Pa
                 got[m.queue_id].append(m.body)
         return ConsumeResult.SUCCESS
 
-    pc = PushConsumer("pcg", broker=pair.master_name, replica=pair.replica_name,
-                      consume_from=ConsumeFrom.FIRST_OFFSET)
+    pc = PushConsumer("pcg", broker=pair.master_name, replica=pair.replica_name, consume_from=ConsumeFrom.FIRST_OFFSET)
     pc.subscribe("Orders", "*")
     pc.register_listener(listener, orderly=True)
     pc.start()

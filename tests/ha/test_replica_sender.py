@@ -1,4 +1,5 @@
 """The replica daemon against the real HA sender (`shmq ha`) of a real master broker."""
+
 from __future__ import annotations
 
 import os
@@ -23,16 +24,21 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
     mname, rname = ipc_tracker.name("m"), ipc_tracker.name("r")
     mstore, rstore = ipc_tracker.store(str(tmp_path / "master")), ipc_tracker.store(str(tmp_path / "replica"))
     mconf = conf_file(str(tmp_path / "master.conf"), {**BASE, "haListenPort": port, "haAuthToken": token})
-    rconf = conf_file(str(tmp_path / "replica.conf"), {**REPLICA, "haMasterAddress": f"127.0.0.1:{port}",
-                                                   "haAuthToken": token})
+    rconf = conf_file(
+        str(tmp_path / "replica.conf"), {**REPLICA, "haMasterAddress": f"127.0.0.1:{port}", "haAuthToken": token}
+    )
     sender = None
     with shmq.Broker(mstore, mname, mconf) as master:
         ha = HASegment.open(mname, read_only=True)
         try:
             if not wait_for(lambda: int(ha.header["sender_pid"][0]) != 0, 10):  # the broker did not start one
                 log = open(os.path.join(mstore, "ha.log"), "ab")  # noqa: SIM115 - the sender process writes it
-                sender = subprocess.Popen([sys.executable, "-m", "shmq", "ha", "--store", mstore, "--name", mname,
-                                           "--config", mconf], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                sender = subprocess.Popen(
+                    [sys.executable, "-m", "shmq", "ha", "--store", mstore, "--name", mname, "--config", mconf],
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                )
                 log.close()
             Admin(mname).create_topic("Orders", queues=2)
             with Producer("pg", broker=mname) as p:
@@ -41,8 +47,10 @@ def test_replica_follows_the_real_sender(tmp_path, ipc_tracker: IpcTracker) -> N
             with shmq.Broker(rstore, rname, rconf) as replica:
                 end = ha.master_offset
                 assert end > SEGMENT
-                assert wait_for(lambda: any(r.acked_offset == end for r in ha.replicas()), 20), \
-                    (ha.replicas(), replica.log())
+                assert wait_for(lambda: any(r.acked_offset == end for r in ha.replicas()), 20), (
+                    ha.replicas(),
+                    replica.log(),
+                )
                 assert commitlog_bytes(rstore, SEGMENT, end) == commitlog_bytes(mstore, SEGMENT, end)
                 assert [r.name for r in ha.replicas()] == [rname]
                 with Producer("pg", broker=mname) as p:  # live: streamed as it is written

@@ -1,4 +1,5 @@
 """The HA sender as a process: a real broker, `python -m shmq ha`, real TCP replicas."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,12 @@ import posix_ipc
 import pytest
 
 import shmq
-
 from shmq.ha import protocol as P
 from shmq.ha.shared import STREAMING, HASegment, wake_address
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.state import StateReader
 from shmq.store.epochs import EpochFile
-from tests.ha.sender_support import (SEGMENT, TOKEN, Master, Replica, running_master, send_bytes,
-                                     sender_command)
+from tests.ha.sender_support import SEGMENT, TOKEN, Master, Replica, running_master, send_bytes, sender_command
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 from tests.waiting import wait_for
 
@@ -74,8 +73,12 @@ def test_replica_gets_the_masters_exact_bytes_across_segment_rolls(start, broker
         end2 = _master_offset(m)
         r.follow(0, end2)
         assert bytes(r.data) == m.commitlog(0, end2)
-        assert wait_for(lambda: [(x.state, x.acked_offset, x.sent_offset, x.name) for x in m.ha.replicas()]
-                        == [(STREAMING, end2, end2, "r1")])
+        assert wait_for(
+            lambda: (
+                [(x.state, x.acked_offset, x.sent_offset, x.name) for x in m.ha.replicas()]
+                == [(STREAMING, end2, end2, "r1")]
+            )
+        )
         assert m.ha.replicas()[0].report_ms > 0
     finally:
         r.close()
@@ -208,8 +211,13 @@ def test_hostile_clients_are_closed_with_a_reason_while_a_good_replica_streams(s
         good.follow(0, _master_offset(m))
         assert bytes(good.data) == m.commitlog(0, _master_offset(m))
         log = m.log()
-        for reason in ("did not prove haAuthToken", "speaks HA protocol version 7", "expected the replica's AUTH",
-                       "handshake not done within haConnectTimeout=500 ms", "past the master's end"):
+        for reason in (
+            "did not prove haAuthToken",
+            "speaks HA protocol version 7",
+            "expected the replica's AUTH",
+            "handshake not done within haConnectTimeout=500 ms",
+            "past the master's end",
+        ):
             assert reason in log, (reason, log)
         assert m.sender.poll() is None
         assert [x.name for x in m.ha.replicas()] == ["good"]
@@ -286,16 +294,16 @@ def test_sigterm_releases_slots_and_the_pid(start):
 
 def test_a_second_sender_for_the_same_broker_is_refused(start, store_dir, broker_name, tmp_path):
     m = start()
-    out = subprocess.run(sender_command(store_dir, broker_name, str(tmp_path / "ha.conf")), capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        sender_command(store_dir, broker_name, str(tmp_path / "ha.conf")), capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 2
     assert f"another HA sender (pid {m.sender.pid}) serves broker" in out.stderr
     assert m.sender.poll() is None
 
 
 def test_shmq_ha_without_a_running_broker_exits_2(store_dir, broker_name):
-    out = subprocess.run(sender_command(store_dir, broker_name, os.devnull), capture_output=True, text=True,
-                         timeout=30)
+    out = subprocess.run(sender_command(store_dir, broker_name, os.devnull), capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert out.stderr.strip() == f"shmq ha: error: no broker named {broker_name!r} is running (no state segment)"
 

@@ -1,4 +1,5 @@
 """The sender's read-only commitlog reader over real segment files."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,7 @@ def _segments(store: str, count: int, first: int = 0) -> bytes:
     data = os.urandom(SEG * count)
     for i in range(count):
         with open(os.path.join(store, "commitlog", f"{(first + i) * SEG:020d}"), "wb") as f:
-            f.write(data[i * SEG:(i + 1) * SEG])
+            f.write(data[i * SEG : (i + 1) * SEG])
     return data
 
 
@@ -25,8 +26,8 @@ def test_chunks_stop_at_the_batch_the_segment_end_and_the_published_end(tmp_path
     r = HALogReader(store, SEG)
     try:
         assert bytes(r.chunk(100, 3 * SEG, 1000)) == data[100:1100]
-        assert bytes(r.chunk(SEG - 10, 3 * SEG, 1000)) == data[SEG - 10:SEG]  # never across a segment
-        assert bytes(r.chunk(SEG, SEG + 5, 1000)) == data[SEG:SEG + 5]  # never past master_offset
+        assert bytes(r.chunk(SEG - 10, 3 * SEG, 1000)) == data[SEG - 10 : SEG]  # never across a segment
+        assert bytes(r.chunk(SEG, SEG + 5, 1000)) == data[SEG : SEG + 5]  # never past master_offset
         with pytest.raises(TypeError):
             r.chunk(0, SEG, 10)[0:1] = b"x"  # read-only mapping: nothing can be written through it
     finally:

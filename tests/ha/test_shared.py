@@ -1,4 +1,5 @@
 """The HA segment: created by the broker, slots written by the sender, read by the broker."""
+
 from __future__ import annotations
 
 import uuid

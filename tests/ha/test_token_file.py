@@ -1,4 +1,5 @@
 """Where each HA side gets its token (shmq.ha.token) and that no session takes an empty one."""
+
 from __future__ import annotations
 
 import os
@@ -51,11 +52,14 @@ def test_a_replica_is_never_given_a_token_it_was_not_told(tmp_path) -> None:
     assert replica_token(store, BrokerConfig()).secret == "copied"
 
 
-@pytest.mark.parametrize("content, mode, message", [
-    ("tok\n", 0o644, "readable by other users \\(mode 0644\\): chmod 600"),
-    ("tok\n", 0o640, "readable by other users"),
-    (" \n", 0o600, "is empty"),
-])
+@pytest.mark.parametrize(
+    "content, mode, message",
+    [
+        ("tok\n", 0o644, "readable by other users \\(mode 0644\\): chmod 600"),
+        ("tok\n", 0o640, "readable by other users"),
+        (" \n", 0o600, "is empty"),
+    ],
+)
 def test_unusable_token_files_are_refused_in_one_line(tmp_path, content: str, mode: int, message: str) -> None:
     f = tmp_path / "t"
     f.write_text(content)

@@ -1,12 +1,13 @@
 """MessageExt and SendResult make some fields on first use; they must read as if made up front."""
+
 from __future__ import annotations
 
 import pytest
 
-from shmq.model.message import MessageQueue, SendResult, SendStatus
-from shmq.model.message_ext import MessageExt
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.model.message import MessageQueue, SendResult, SendStatus
+from shmq.model.message_ext import MessageExt
 
 
 def _stored(props: dict[str, str]) -> MessageExt:
@@ -18,8 +19,23 @@ def test_stored_message_decodes_properties_on_first_use():
     assert m.tags == "TagA" and m.keys == "k1 k2" and m.key_list == ["k1", "k2"]
     assert m.msg_id == "AB" * 16 and m.properties["color"] == "red"
     assert m.offset_msg_id == ids.offset_msg_id(0x7F000001, 4096)
-    eager = MessageExt("T", b"body", "TagA", "k1 k2", dict(m.properties), 2, 7, 4096, 11, 12, 0, "AB" * 16,
-                       ids.offset_msg_id(0x7F000001, 4096), 180, 0)
+    eager = MessageExt(
+        "T",
+        b"body",
+        "TagA",
+        "k1 k2",
+        dict(m.properties),
+        2,
+        7,
+        4096,
+        11,
+        12,
+        0,
+        "AB" * 16,
+        ids.offset_msg_id(0x7F000001, 4096),
+        180,
+        0,
+    )
     assert m == eager and repr(m) == repr(eager)
     m.tags = "TagB"
     assert m.tags == "TagB" and m != eager
@@ -46,6 +62,7 @@ def test_send_result_ids_on_first_use():
     def make_ids() -> str:
         calls.append(1)
         return "A,B"
+
     mq = MessageQueue("T", "b", 0)
     r = SendResult(SendStatus.SEND_OK, make_ids, None, mq, 5, 0, 2, [100, 200], store_host=9)
     assert r.msg_id == "A,B" and r.msg_id == "A,B" and len(calls) == 1

@@ -1,4 +1,5 @@
 """Message checks its input at construction (issue 9 A6): keys as a collection, delay_level in range."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The everyday objects a snippet prints show as one readable line: the fields that are set,
 a body cut to its first 60 bytes and its size (a 100 KB body printed in full fills a screen)."""
+
 from __future__ import annotations
 
 from shmq import (
@@ -23,17 +24,26 @@ def test_everyday_objects_print_readably() -> None:
     assert repr(Message("Orders", b"hi")) == "Message(topic='Orders', body=b'hi')"
     big = Message("Orders", bytes(range(256)) * 400, tags="TagA", keys=["a", "b"], properties={"n": "1"})
     text = repr(big)
-    assert text == (f"Message(topic='Orders', body={bytes(range(60))!r}… (102400 bytes), tags='TagA', "
-                    "keys='a b', properties={'n': '1'})")
-    ext = MessageExt("Orders", memoryview(b"x" * 61), tags="TagA", queue_id=3, queue_offset=7, msg_id="ID1",
-                     reconsume_times=2)
-    assert repr(ext) == (f"MessageExt(topic='Orders', queue_id=3, queue_offset=7, msg_id='ID1', tags='TagA', "
-                         f"body={b'x' * 60!r}… (61 bytes), reconsume_times=2)")
+    assert text == (
+        f"Message(topic='Orders', body={bytes(range(60))!r}… (102400 bytes), tags='TagA', "
+        "keys='a b', properties={'n': '1'})"
+    )
+    ext = MessageExt(
+        "Orders", memoryview(b"x" * 61), tags="TagA", queue_id=3, queue_offset=7, msg_id="ID1", reconsume_times=2
+    )
+    assert repr(ext) == (
+        f"MessageExt(topic='Orders', queue_id=3, queue_offset=7, msg_id='ID1', tags='TagA', "
+        f"body={b'x' * 60!r}… (61 bytes), reconsume_times=2)"
+    )
     sent = SendResult(SendStatus.SEND_OK, "ID1", None, mq, 41, 7, 1, [4096], 0)
-    assert repr(sent) == ("SendResult(status=SEND_OK, msg_id='ID1', queue=MessageQueue(topic='Orders', "
-                          "broker_name='b1', queue_id=3), queue_offset=41)")
-    assert repr(TransactionSendResult(sent, TransactionStatus.COMMIT)) == \
-        repr(sent).replace("SendResult(", "TransactionSendResult(")[:-1] + ", local_transaction_state=COMMIT)"
+    assert repr(sent) == (
+        "SendResult(status=SEND_OK, msg_id='ID1', queue=MessageQueue(topic='Orders', "
+        "broker_name='b1', queue_id=3), queue_offset=41)"
+    )
+    assert (
+        repr(TransactionSendResult(sent, TransactionStatus.COMMIT))
+        == repr(sent).replace("SendResult(", "TransactionSendResult(")[:-1] + ", local_transaction_state=COMMIT)"
+    )
 
 
 def test_a_big_resend_prints_its_first_ids_and_counts() -> None:

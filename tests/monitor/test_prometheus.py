@@ -1,14 +1,15 @@
 """Prometheus exposition of hand-made snapshots: golden text, escaping, and the text parsed back."""
+
 from __future__ import annotations
 
 import re
 from dataclasses import replace
 
-from shmq.monitor.prometheus import down_exposition, escape_label, exposition, format_value
 from shmq.client.admin_state import ClientInfo, QueueStatus, TopicStatus
+from shmq.monitor.prometheus import down_exposition, escape_label, exposition, format_value
 from shmq.monitor.snapshot import BrokerRow, GroupRow, ProcessRow, Snapshot
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
 
 
@@ -50,22 +51,46 @@ def parse(text: str) -> tuple[dict[str, str], dict[tuple[str, frozenset[tuple[st
 
 def _snapshot(process: ProcessRow = ProcessRow(12.5, 50_000_000, 9, 3.25)) -> Snapshot:
     broker = BrokerRow(
-        pid=4242, started_ms=1_700_000_000_000, store_dir="/srv/store", role="SYNC_MASTER", version="0.14.0",
-        health_ms=1_700_000_060_000, msgs_in=103, bytes_in=10_300, busy_rejections=2, min_phy_offset=0,
-        max_phy_offset=5000, flush_offset=4000, disk_used_ratio=0.5, disk_warning_ratio=0.9, disk_clean_ratio=0.85,
-        delay_backlog=4, timer_backlog=5, half_backlog=1, dlq_messages=3, replicas=1, replicas_in_sync=1,
-        replica_offset=4500, master_offset=-1)
+        pid=4242,
+        started_ms=1_700_000_000_000,
+        store_dir="/srv/store",
+        role="SYNC_MASTER",
+        version="0.14.0",
+        health_ms=1_700_000_060_000,
+        msgs_in=103,
+        bytes_in=10_300,
+        busy_rejections=2,
+        min_phy_offset=0,
+        max_phy_offset=5000,
+        flush_offset=4000,
+        disk_used_ratio=0.5,
+        disk_warning_ratio=0.9,
+        disk_clean_ratio=0.85,
+        delay_backlog=4,
+        timer_backlog=5,
+        half_backlog=1,
+        dlq_messages=3,
+        replicas=1,
+        replicas_in_sync=1,
+        replica_offset=4500,
+        master_offset=-1,
+    )
     orders = TopicStatus("Orders", 6, 2, 2, False, 100, 10_000, [QueueStatus(0, 10, 60), QueueStatus(1, 0, 40)])
     dlq = TopicStatus("%DLQ%cg", 6, 1, 1, True, 3, 300, [QueueStatus(0, 0, 3)])
-    cg = GroupRow('we"ird\\g\nx', False, 2, 7, {("Orders", 0): 50, ("Orders", 1): 40},
-                  {("Orders", 0): 10, ("Orders", 1): 0})
-    clients = (ClientInfo(1, 999, "consumer", cg.name, 0, 64, 0), ClientInfo(2, 998, "producer", None, 0, 0, 128),
-               ClientInfo(3, 997, "producer", None, 0, 512, 0))
-    return Snapshot("b1", 1_700_000_061_500, 1.0, broker, {t.topic: t for t in (orders, dlq)}, {cg.name: cg}, clients,
-                    process)
+    cg = GroupRow(
+        'we"ird\\g\nx', False, 2, 7, {("Orders", 0): 50, ("Orders", 1): 40}, {("Orders", 0): 10, ("Orders", 1): 0}
+    )
+    clients = (
+        ClientInfo(1, 999, "consumer", cg.name, 0, 64, 0),
+        ClientInfo(2, 998, "producer", None, 0, 0, 128),
+        ClientInfo(3, 997, "producer", None, 0, 512, 0),
+    )
+    return Snapshot(
+        "b1", 1_700_000_061_500, 1.0, broker, {t.topic: t for t in (orders, dlq)}, {cg.name: cg}, clients, process
+    )
 
 
-GOLDEN = r'''# HELP shmq_up 1 when the broker's state segment was read, 0 when the broker is down or starting
+GOLDEN = r"""# HELP shmq_up 1 when the broker's state segment was read, 0 when the broker is down or starting
 # TYPE shmq_up gauge
 shmq_up{broker="b1"} 1
 # HELP shmq_broker_info The broker's role and version (value always 1)
@@ -177,7 +202,7 @@ shmq_client_ring_used_bytes_max{broker="b1",role="consumer",ring="request"} 64
 shmq_client_ring_used_bytes_max{broker="b1",role="consumer",ring="response"} 0
 shmq_client_ring_used_bytes_max{broker="b1",role="producer",ring="request"} 512
 shmq_client_ring_used_bytes_max{broker="b1",role="producer",ring="response"} 128
-'''
+"""
 
 
 def test_golden_text() -> None:
@@ -199,8 +224,14 @@ def test_unreported_values_are_left_out() -> None:
     snap = replace(snap, broker=replace(b, flush_offset=-1, disk_used_ratio=-1.0, replicas=0, health_ms=0))
     _, samples = parse(exposition(snap))
     names = {name for name, _ in samples}
-    for gone in ("shmq_flush_lag_bytes", "shmq_disk_used_ratio", "shmq_disk_warning_ratio", "shmq_replica_lag_bytes",
-                 "shmq_broker_cpu_seconds_total", "shmq_broker_resident_memory_bytes"):
+    for gone in (
+        "shmq_flush_lag_bytes",
+        "shmq_disk_used_ratio",
+        "shmq_disk_warning_ratio",
+        "shmq_replica_lag_bytes",
+        "shmq_broker_cpu_seconds_total",
+        "shmq_broker_resident_memory_bytes",
+    ):
         assert gone not in names
     assert "shmq_dlq_messages" in names
 
@@ -220,5 +251,11 @@ def test_down_is_only_up_zero() -> None:
 
 def test_escaping_and_values() -> None:
     assert escape_label('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
-    assert [format_value(v) for v in (3, 0.25, float("nan"), float("inf"), -float("inf"), True)] == \
-        ["3", "0.25", "NaN", "+Inf", "-Inf", "1"]
+    assert [format_value(v) for v in (3, 0.25, float("nan"), float("inf"), -float("inf"), True)] == [
+        "3",
+        "0.25",
+        "NaN",
+        "+Inf",
+        "-Inf",
+        "1",
+    ]

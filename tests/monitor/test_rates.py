@@ -1,4 +1,5 @@
 """Rates between hand-made snapshots: per topic in/out, per group consume and lag trend, restarts."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -34,8 +35,10 @@ def test_lag_shrinking_when_consumers_catch_up() -> None:
 
 def _catching_up() -> list:
     t = topic("Orders", [100, 100])
-    return [snapshot(s, [t], [group("cg", {"Orders": t}, {("Orders", 0): 10 * s, ("Orders", 1): 10 * s})])
-            for s in range(1, 5)]
+    return [
+        snapshot(s, [t], [group("cg", {"Orders": t}, {("Orders", 0): 10 * s, ("Orders", 1): 10 * s})])
+        for s in range(1, 5)
+    ]
 
 
 def test_one_snapshot_has_zero_rates() -> None:

@@ -1,4 +1,5 @@
 """Snapshot parsing over hand-made state tables (no broker)."""
+
 from __future__ import annotations
 
 from shmq.monitor.snapshot import snapshot_of

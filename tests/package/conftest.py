@@ -6,6 +6,7 @@ every source file (the same rule make uses). The dependencies are downloaded onc
 into a wheelhouse, so each venv installs offline (``--no-index``) and no test builds anything
 from source behind our back.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -21,8 +22,12 @@ from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture: the d
 
 ROOT = Path(__file__).resolve().parents[2]
 # what pip says when no registry answers (the build's isolated env and `pip download` need one)
-_UNREACHABLE = ("No matching distribution found", "Could not find a version that satisfies",
-                "Failed to establish a new connection", "Temporary failure in name resolution")
+_UNREACHABLE = (
+    "No matching distribution found",
+    "Could not find a version that satisfies",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,13 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dists]:
     for module in ("build", "auditwheel"):
         pytest.importorskip(module, reason="building the wheel needs the wheel extra (make .venv/.installed-wheel)")
     out_dir = tmp_path_factory.mktemp("dist")
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "build_wheel.py"), str(out_dir)],
-                         check=False, capture_output=True, text=True, timeout=1500)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "build_wheel.py"), str(out_dir)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     if out.returncode:
         _skip_if_unreachable(out, "cannot build the wheel")
         pytest.fail(f"tools/build_wheel.py failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -83,8 +93,23 @@ def wheelhouse(dists: Dists, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """shmq's sdist and wheel, and binary wheels of its dependencies and of two extras (dev, wheel);
     removed at the end of the session."""
     house = tmp_path_factory.mktemp("wheelhouse")
-    out = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(house),
-                          f"{dists.wheel}[dev,wheel]"], check=False, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "-d",
+            str(house),
+            f"{dists.wheel}[dev,wheel]",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if out.returncode:
         _skip_if_unreachable(out, "cannot download shmq's dependencies")
         pytest.fail(f"pip download failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")

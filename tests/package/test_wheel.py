@@ -4,6 +4,7 @@ The wheel must carry the compiled paths (a user's machine need not have gcc or t
 headers), and adding an extra to an installed shmq, by pip or by make, must install the
 extra's requirements only, never rebuild shmq.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ class Venv:
         return env
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(args), check=False, capture_output=True, text=True, timeout=timeout,
-                              env=self.env(), cwd=str(self.root))
+        return subprocess.run(
+            list(args), check=False, capture_output=True, text=True, timeout=timeout, env=self.env(), cwd=str(self.root)
+        )
 
     def speedups(self) -> dict[str, int]:
         """The compiled modules pip installed, with their modification times (ns)."""
@@ -58,8 +60,17 @@ def venv(dists: Dists, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactor
     (removed after the module: with numpy and mypy it weighs some 200 MB)."""
     v = Venv(tmp_path_factory.mktemp("fresh") / "venv")
     subprocess.run([sys.executable, "-m", "venv", str(v.root)], check=True, timeout=300)
-    out = v.run(v.python, "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
-                "--only-binary=:all:", str(dists.wheel))
+    out = v.run(
+        v.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(wheelhouse),
+        "--only-binary=:all:",
+        str(dists.wheel),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Building" not in out.stdout + out.stderr
     yield v
@@ -108,9 +119,29 @@ def test_the_wheel_installs_and_runs_without_a_compiler(venv: Venv, dists: Dists
     assert version.stdout.strip() == f"shmq {shmq.__version__} (compiled paths: on)"
 
     store = ipc_tracker.store(str(venv.root.parent / "store"))
-    p = subprocess.Popen([str(venv.root / "bin" / "shmq"), "demo", "--producers", "1", "--messages", "200",
-                          "--orders", "4", "--steps", "3", "--timeout", "60", "--store", store],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(venv.root))
+    p = subprocess.Popen(
+        [
+            str(venv.root / "bin" / "shmq"),
+            "demo",
+            "--producers",
+            "1",
+            "--messages",
+            "200",
+            "--orders",
+            "4",
+            "--steps",
+            "3",
+            "--timeout",
+            "60",
+            "--store",
+            store,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(venv.root),
+    )
     ipc_tracker.names.append(f"demo{p.pid}")  # the demo names its broker after its process
     stdout, stderr = p.communicate(timeout=120)
     assert p.returncode == 0, stdout + stderr
@@ -135,8 +166,14 @@ def test_make_adds_an_extra_without_reinstalling_shmq(venv: Venv, wheelhouse: Pa
     (venv.root / ".installed").touch()  # `make install` done: the venv has shmq (the wheel's)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS")}
     env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse), CC="/bin/false")
-    out = subprocess.run(["make", "-C", str(ROOT), f"VENV={venv.root}", f"{venv.root}/.installed-dev"],
-                         check=False, capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run(
+        ["make", "-C", str(ROOT), f"VENV={venv.root}", f"{venv.root}/.installed-dev"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert (venv.root / ".installed-dev").exists()
     where = venv.run(venv.python, "-c", "import shmq, pytest, hypothesis; print(shmq.__file__)")

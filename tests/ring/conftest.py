@@ -1,4 +1,5 @@
 """Every ring test gets unique broker names and must leave no IPC object behind."""
+
 from __future__ import annotations
 
 import pytest

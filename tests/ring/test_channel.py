@@ -1,4 +1,5 @@
 """Channels across processes: ordered delivery with parking on both sides, ping-pong, cleanup."""
+
 from __future__ import annotations
 
 import functools
@@ -39,6 +40,7 @@ def broker_side(broker_name):
         ch = Channel.create(broker_name, client_id, ring_bytes, bell, secret=client_id + 7)
         channels.append(ch)
         return ch
+
     yield make, bell
     for ch in channels:
         ch.close()
@@ -107,8 +109,8 @@ def _scribble(broker: str, client_id: int) -> None:
     ch = Channel.open(broker, client_id)
     assert ch.requests.try_write(16, b"good")
     start = 64 + 320 + 16
-    ch.segment.buf[start:start + 8] = (10_000).to_bytes(4, "little") + (16).to_bytes(4, "little")
-    ch.segment.buf[64 + 64:64 + 72] = (32).to_bytes(8, "little")
+    ch.segment.buf[start : start + 8] = (10_000).to_bytes(4, "little") + (16).to_bytes(4, "little")
+    ch.segment.buf[64 + 64 : 64 + 72] = (32).to_bytes(8, "little")
     ch.close()
 
 

@@ -1,4 +1,5 @@
 """Control-queue codecs and request/reply between processes."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,14 @@ from shmq.ring.control import Admin, Attach, ControlQueue, Detach, Reply
 ctx = mp.get_context("fork")
 
 
-@pytest.mark.parametrize("req", [
-    Attach(5, 1, 1234, 99, 65536, {"role": "producer", "group": "pg"}),
-    Detach(2**31 - 1, 2, 2**64 - 1),
-    Admin(300, 3, "create_topic", {"topic": "Orders", "queues": 4}, 12345),
-])
+@pytest.mark.parametrize(
+    "req",
+    [
+        Attach(5, 1, 1234, 99, 65536, {"role": "producer", "group": "pg"}),
+        Detach(2**31 - 1, 2, 2**64 - 1),
+        Admin(300, 3, "create_topic", {"topic": "Orders", "queues": 4}, 12345),
+    ],
+)
 def test_request_roundtrip(req):
     assert control.decode_request(control.encode_request(req)) == req
 
@@ -54,35 +58,41 @@ def _request(op: int, body: dict, client_id: int = 300) -> bytes:
 _ATTACH = {"pid": 1234, "alive_key": 99, "ring_bytes": 65536, "info": {"role": "producer"}}
 
 
-@pytest.mark.parametrize("data,reason", [
-    (_request(control.OP_ATTACH, {**_ATTACH, "pid": 2**40}), "pid"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "pid": "1"}), "pid"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "alive_key": True}), "alive_key"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "ring_bytes": 1.5}), "ring_bytes"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "info": {"role": "admin"}}), "role"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "info": {"group": 7}}), "group"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "info": {"x": 1}}), "info"),
-    (_request(control.OP_ATTACH, {**_ATTACH, "info": []}), "info"),
-    (_request(control.OP_DETACH, {"secret": 2**70}), "secret"),
-    (_request(control.OP_DETACH, {}, client_id=2**40), "client id"),
-    (_request(control.OP_ADMIN, {"command": 5}), "command"),
-    (_request(control.OP_ADMIN, {"command": "x" * 65}), "command"),
-    (_request(control.OP_ADMIN, {"command": "list_topics", "args": [1]}), "args"),
-    (_request(control.OP_ADMIN, {"command": "list_topics", "secret": -1}), "secret"),
-])
+@pytest.mark.parametrize(
+    "data,reason",
+    [
+        (_request(control.OP_ATTACH, {**_ATTACH, "pid": 2**40}), "pid"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "pid": "1"}), "pid"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "alive_key": True}), "alive_key"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "ring_bytes": 1.5}), "ring_bytes"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "info": {"role": "admin"}}), "role"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "info": {"group": 7}}), "group"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "info": {"x": 1}}), "info"),
+        (_request(control.OP_ATTACH, {**_ATTACH, "info": []}), "info"),
+        (_request(control.OP_DETACH, {"secret": 2**70}), "secret"),
+        (_request(control.OP_DETACH, {}, client_id=2**40), "client id"),
+        (_request(control.OP_ADMIN, {"command": 5}), "command"),
+        (_request(control.OP_ADMIN, {"command": "x" * 65}), "command"),
+        (_request(control.OP_ADMIN, {"command": "list_topics", "args": [1]}), "args"),
+        (_request(control.OP_ADMIN, {"command": "list_topics", "secret": -1}), "secret"),
+    ],
+)
 def test_request_fields_checked(data, reason):
     with pytest.raises(ControlProtocolError, match=reason):
         control.decode_request(data)
 
 
-@pytest.mark.parametrize("data,reason", [
-    (b"\x01\x02", "shorter"),
-    (b"\x01\x01" + bytes(22) + b"{}", "version"),
-    (_request(9, {}), "unknown control request op"),
-    (_request(1, {})[:-2] + b"{nope", "not JSON"),
-    (_request(1, {})[:-2] + b"[1]", "not a JSON object"),
-    (_request(1, {}), "pid"),
-])
+@pytest.mark.parametrize(
+    "data,reason",
+    [
+        (b"\x01\x02", "shorter"),
+        (b"\x01\x01" + bytes(22) + b"{}", "version"),
+        (_request(9, {}), "unknown control request op"),
+        (_request(1, {})[:-2] + b"{nope", "not JSON"),
+        (_request(1, {})[:-2] + b"[1]", "not a JSON object"),
+        (_request(1, {}), "pid"),
+    ],
+)
 def test_bad_requests(data, reason):
     with pytest.raises(ControlProtocolError, match=reason):
         control.decode_request(data)

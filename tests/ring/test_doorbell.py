@@ -1,5 +1,6 @@
 """Doorbells stay doorbells under spurious posts: a flood costs the waiter one wake, a post on a
 full semaphore is not an error."""
+
 from __future__ import annotations
 
 import posix_ipc
@@ -9,7 +10,6 @@ from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.doorbell import DRAIN_MAX, FLOOD_VALUE, Doorbell, FollowingBell, RotatingBell
 from shmq.ring.shm import ipc_name
-
 from tools.bench.wakeup_bench import flood
 
 
@@ -55,8 +55,9 @@ def test_a_flooded_rotating_bell_moves_to_a_new_generation_that_followers_post(b
         published.append(gen)
 
     bell = RotatingBell.create_rotating(lambda gen: broker_bell_name(broker_name, gen), on_rotate)
-    follower = FollowingBell.open(lambda gen: broker_bell_name(broker_name, gen),
-                                  lambda: int.from_bytes(header, "little"))
+    follower = FollowingBell.open(
+        lambda gen: broker_bell_name(broker_name, gen), lambda: int.from_bytes(header, "little")
+    )
     flooder = posix_ipc.Semaphore(broker_bell_name(broker_name))
     try:
         for _ in range(DRAIN_MAX + FLOOD_VALUE // 2):
@@ -83,16 +84,19 @@ def test_rotation_skips_a_taken_name_and_followers_refuse_an_untrusted_one(broke
     whose owner check fails keeps posting its old handle (the waiter's park timeout covers it)."""
     header = bytearray(8)
     squat = Doorbell.create(broker_bell_name(broker_name, 1))
-    bell = RotatingBell.create_rotating(lambda gen: broker_bell_name(broker_name, gen),
-                                        lambda gen: header.__setitem__(slice(None), gen.to_bytes(8, "little")))
+    bell = RotatingBell.create_rotating(
+        lambda gen: broker_bell_name(broker_name, gen),
+        lambda gen: header.__setitem__(slice(None), gen.to_bytes(8, "little")),
+    )
     refused: list[str] = []
 
     def distrust(name: str) -> None:
         refused.append(name)
         raise ForeignOwnerError(f"{name} is not ours")
 
-    follower = FollowingBell.open(lambda gen: broker_bell_name(broker_name, gen),
-                                  lambda: int.from_bytes(header, "little"), distrust)
+    follower = FollowingBell.open(
+        lambda gen: broker_bell_name(broker_name, gen), lambda: int.from_bytes(header, "little"), distrust
+    )
     try:
         assert bell.rotate() and bell.gen == 2 and int.from_bytes(header, "little") == 2
         follower.ring()

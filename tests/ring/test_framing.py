@@ -1,4 +1,5 @@
 """Pure ring framing: writes, reads, wraps, batches, reservations and corrupt input."""
+
 from __future__ import annotations
 
 import struct
@@ -6,11 +7,20 @@ from collections import deque
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq.errors import CorruptFrameError
 from shmq.ring.framing import (
-    CONSUMER, FIRST_USER_KIND, HEADER_BYTES, KIND_WRAP, PRODUCER, Ring, RingLayout, frame_bytes)
+    CONSUMER,
+    FIRST_USER_KIND,
+    HEADER_BYTES,
+    KIND_WRAP,
+    PRODUCER,
+    Ring,
+    RingLayout,
+    frame_bytes,
+)
 
 
 def make(capacity: int = 256) -> tuple[Ring, Ring, np.ndarray]:
@@ -109,16 +119,19 @@ def _raw_frame(buf: np.ndarray, at: int, length: int, kind: int, head: int) -> N
     buf[64:72].view("<u8")[0] = head
 
 
-@pytest.mark.parametrize("length,kind,head,reason", [
-    (8, 0, 16, "unknown frame kind 0"),
-    (8, 5, 16, "unknown frame kind 5"),
-    (8, 0x10000, 16, "unknown frame kind"),
-    (1000, 16, 256, "overruns the end of the data area"),
-    (100, 16, 16, "overruns the written area"),
-    (4, KIND_WRAP, 256, "wrap marker with length"),
-    (8, 16, 12, "not 8-byte aligned"),
-    (8, 16, 1024, "more than a ring ahead"),
-])
+@pytest.mark.parametrize(
+    "length,kind,head,reason",
+    [
+        (8, 0, 16, "unknown frame kind 0"),
+        (8, 5, 16, "unknown frame kind 5"),
+        (8, 0x10000, 16, "unknown frame kind"),
+        (1000, 16, 256, "overruns the end of the data area"),
+        (100, 16, 16, "overruns the written area"),
+        (4, KIND_WRAP, 256, "wrap marker with length"),
+        (8, 16, 12, "not 8-byte aligned"),
+        (8, 16, 1024, "more than a ring ahead"),
+    ],
+)
 def test_corrupt_frames_raise(length, kind, head, reason):
     _, c, buf = make(256)
     _raw_frame(buf, 0, length, kind, head)
@@ -135,13 +148,18 @@ def test_head_going_backwards_is_corrupt():
         c.read()
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("write"), st.integers(0, 130)),
-    st.tuples(st.just("batch"), st.lists(st.integers(0, 60), max_size=6)),
-    st.tuples(st.just("reserve"), st.integers(0, 120), st.integers(0, 120)),
-    st.tuples(st.just("read"), st.integers(1, 5)),
-    st.tuples(st.just("release"),),
-), max_size=120)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(0, 130)),
+        st.tuples(st.just("batch"), st.lists(st.integers(0, 60), max_size=6)),
+        st.tuples(st.just("reserve"), st.integers(0, 120), st.integers(0, 120)),
+        st.tuples(st.just("read"), st.integers(1, 5)),
+        st.tuples(
+            st.just("release"),
+        ),
+    ),
+    max_size=120,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -179,7 +197,7 @@ def test_matches_reference_queue(ops):
             kind, data = payload(op[2])
             view = p.reserve(kind, max(op[1], op[2]))
             if view is not None:
-                view[:len(data)] = data
+                view[: len(data)] = data
                 p.commit(len(data))
                 pending.append((kind, data))
         elif op[0] == "read":
@@ -205,7 +223,7 @@ def _packed(kind: int, payload_len: int, count: int, seed: int) -> bytes:
     for i in range(count):
         frame = bytearray(size)
         struct.pack_into("<II", frame, 0, payload_len, kind)
-        frame[8:8 + payload_len] = bytes((seed + i + j) % 251 for j in range(payload_len))
+        frame[8 : 8 + payload_len] = bytes((seed + i + j) % 251 for j in range(payload_len))
         out += frame
     return bytes(out)
 
@@ -218,19 +236,26 @@ def test_write_packed_wraps_and_stops_when_full():
     frames = _packed(17, 56, 10, 0)
     assert p.write_packed(frames, 64) == 3  # 48..240 holds 3, the 4th needs a wrap and room
     got = c.read_batch(10)
-    assert [(k, bytes(v)) for k, v in got] == [(17, frames[i * 64 + 8:(i + 1) * 64]) for i in range(3)]
+    assert [(k, bytes(v)) for k, v in got] == [(17, frames[i * 64 + 8 : (i + 1) * 64]) for i in range(3)]
     c.release()
     assert p.write_packed(frames[192:], 64) == 3  # wrap marker (16 bytes), then 3 frames from offset 0
     got = c.read_batch(10)
-    assert [bytes(v) for _, v in got] == [frames[i * 64 + 8:(i + 1) * 64] for i in range(3, 6)]
+    assert [bytes(v) for _, v in got] == [frames[i * 64 + 8 : (i + 1) * 64] for i in range(3, 6)]
     with pytest.raises(ValueError):
         p.write_packed(frames, 60)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.tuples(st.just("packed"), st.integers(0, 6), st.sampled_from([0, 8, 24, 56])),
-                          st.tuples(st.just("write"), st.integers(0, 60)),
-                          st.tuples(st.just("read"), st.integers(1, 8))), max_size=80))
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("packed"), st.integers(0, 6), st.sampled_from([0, 8, 24, 56])),
+            st.tuples(st.just("write"), st.integers(0, 60)),
+            st.tuples(st.just("read"), st.integers(1, 8)),
+        ),
+        max_size=80,
+    )
+)
 def test_write_packed_matches_reference_queue(ops):
     p, c, _ = make(256)
     pending: deque[tuple[int, bytes]] = deque()
@@ -240,7 +265,7 @@ def test_write_packed_matches_reference_queue(ops):
             frames = _packed(20, n, count, seed)
             size = frame_bytes(n)
             done = p.write_packed(frames, size)
-            pending.extend((20, frames[i * size + 8:i * size + 8 + n]) for i in range(done))
+            pending.extend((20, frames[i * size + 8 : i * size + 8 + n]) for i in range(done))
         elif op[0] == "write":
             data = bytes((seed + j) % 251 for j in range(op[1]))
             if p.try_write(21, data):

@@ -1,4 +1,5 @@
 """Liveness semaphores survive nothing: a SIGKILLed holder reads as dead at once."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -1,4 +1,5 @@
 """Whose IPC objects a client trusts, and the owners the kernel reports (issue 10, B7)."""
+
 from __future__ import annotations
 
 import os

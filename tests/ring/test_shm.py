@@ -1,4 +1,5 @@
 """Segment naming, mapping, read-only opens and leftover removal."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """State segment: pure layout, writer/reader, and seqlock consistency across processes."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -9,8 +10,7 @@ import numpy as np
 import pytest
 
 from shmq.errors import BrokerGoneError, BrokerNotFoundError, StateLayoutError
-from shmq.ring.state import (
-    HEADER_BYTES, StateLayout, StateReader, StateView, StateWriter, format_state, read_layout)
+from shmq.ring.state import HEADER_BYTES, StateLayout, StateReader, StateView, StateWriter, format_state, read_layout
 
 ctx = mp.get_context("fork")
 
@@ -43,7 +43,7 @@ def test_bad_segments_rejected():
     buf = bytearray(layout.size)
     format_state(buf, layout, "/x", 1, 2, 3)
     with pytest.raises(StateLayoutError, match="smaller"):
-        read_layout(buf[:HEADER_BYTES + 8])
+        read_layout(buf[: HEADER_BYTES + 8])
     buf[8] = 9
     with pytest.raises(StateLayoutError, match="version"):
         read_layout(buf)
@@ -52,7 +52,9 @@ def test_bad_segments_rejected():
 def test_reader_treats_a_state_being_created_as_no_broker_yet(broker_name):
     """shm_open, ftruncate and the header are three steps; a reader between them sees no broker."""
     import posix_ipc
+
     from shmq.ring.state import state_name
+
     shm = posix_ipc.SharedMemory(state_name(broker_name), posix_ipc.O_CREX, size=0)
     try:
         with pytest.raises(BrokerNotFoundError):  # named, not sized
@@ -121,6 +123,7 @@ def _write_forever(broker: str, ready, stop) -> None:
 def _attach_writer(broker):
     from shmq.ring.shm import Segment
     from shmq.ring.state import read_layout, state_name
+
     segment = Segment.open(state_name(broker))
     return segment, read_layout(segment.buf)
 
@@ -138,10 +141,15 @@ def test_seqlock_readers_never_see_torn_tables(broker_name):
         seen = set()
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
-            snap = reader.read(lambda v: (v.topics[["msgs_in", "bytes_in", "msgs_out", "bytes_out"]].copy(),
-                                          v.queues[["min_offset", "max_offset"]].copy()))
-            values = np.concatenate([snap[0][f].astype(np.int64) for f in snap[0].dtype.names]
-                                    + [snap[1][f] for f in snap[1].dtype.names])
+            snap = reader.read(
+                lambda v: (
+                    v.topics[["msgs_in", "bytes_in", "msgs_out", "bytes_out"]].copy(),
+                    v.queues[["min_offset", "max_offset"]].copy(),
+                )
+            )
+            values = np.concatenate(
+                [snap[0][f].astype(np.int64) for f in snap[0].dtype.names] + [snap[1][f] for f in snap[1].dtype.names]
+            )
             assert (values == values[0]).all(), "torn read under the seqlock"
             seen.add(int(values[0]))
         assert len(seen) > 3

@@ -5,12 +5,13 @@ The session is created on first use, so a run that selects no Spark test never s
 Without pyspark/pyarrow or a Java runtime these tests skip and say why (`make test` installs
 both).
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,8 +21,12 @@ from tests.process.broker.conftest import broker_name, store_dir  # noqa: F401 (
 pytest.importorskip("pyspark", reason="the spark extra is not installed (make .venv/.installed-spark)")
 pytest.importorskip("pyarrow", reason="the spark extra is not installed (make .venv/.installed-spark)")
 
-SMALL = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 1024,
-         "maxHashSlotNum": 1009, "maxIndexNum": 40000}
+SMALL = {
+    "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 1024,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+}
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +40,16 @@ def spark() -> Iterator[object]:
 
     import shmq.spark
 
-    session = (SparkSession.builder.master("local[2]").appName("shmq-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.python.filterPushdown.enabled", "true")
-               .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("shmq-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(shmq.spark.ShmqDataSource)
     try:

@@ -4,13 +4,13 @@ Live, synchronously, one by one and every tenth time as a batch of 8 (all to one
 the file STOP exists or the broker is gone; after each SEND_OK it appends ``msg_id queue_id
 queue_offset`` per message to ACKED (line-buffered: what was acknowledged is on disk before the
 next send)."""
+
 from __future__ import annotations
 
 import os
 import sys
 
 import shmq
-
 
 BATCH = 8
 
@@ -38,13 +38,15 @@ def main(broker: str, acked_path: str, stop_path: str) -> None:
                 if n == 1:
                     r = p.send(message(i), selector=lambda qs, m, a: qs[queue_of(a)], arg=i)
                 else:
-                    r = p.send_batch([message(i + k) for k in range(n)], selector=lambda qs, m, a: qs[queue_of(a)],
-                                     arg=i)
+                    r = p.send_batch(
+                        [message(i + k) for k in range(n)], selector=lambda qs, m, a: qs[queue_of(a)], arg=i
+                    )
             except shmq.ShmqError:
                 break  # the broker died (the crash test)
             if r.status is shmq.SendStatus.SEND_OK:
-                acked.write("".join(f"{m} {r.queue.queue_id} {r.queue_offset + k}\n"
-                                    for k, m in enumerate(r.msg_id.split(","))))
+                acked.write(
+                    "".join(f"{m} {r.queue.queue_id} {r.queue_offset + k}\n" for k, m in enumerate(r.msg_id.split(",")))
+                )
             i += n
     try:
         p.shutdown()

@@ -5,6 +5,7 @@ A fresh DataFrame per query, not one reused: Spark 4.3 keeps the partitions of t
 pushed-down plan on the relation, and a later query of the same DataFrame with no pushable
 filter runs on them (see docs/SPARK.md); the tests check the source, not that Spark bug.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,7 +15,7 @@ from typing import Any
 from shmq import Message, Producer, SendResult
 
 _groups = itertools.count()
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def load(spark: Any, store_dir: str, **options: str) -> Any:
@@ -51,9 +52,18 @@ def expected_rows(msg: Message, r: SendResult, msg_id: str, queue_offset: int, p
     if msg.keys is not None:
         props["KEYS"] = msg.keys
     props["UNIQ_KEY"] = msg_id
-    return {"topic": msg.topic, "queue_id": r.queue.queue_id, "queue_offset": queue_offset,
-            "commitlog_offset": phys, "tags": msg.tags, "keys": msg.keys, "msg_id": msg_id,
-            "store_ms": r.store_timestamp, "properties": props, "body": bytes(msg.body)}
+    return {
+        "topic": msg.topic,
+        "queue_id": r.queue.queue_id,
+        "queue_offset": queue_offset,
+        "commitlog_offset": phys,
+        "tags": msg.tags,
+        "keys": msg.keys,
+        "msg_id": msg_id,
+        "store_ms": r.store_timestamp,
+        "properties": props,
+        "body": bytes(msg.body),
+    }
 
 
 def send(p: Producer, msg: Message, **kw: Any) -> dict:

@@ -1,6 +1,7 @@
 """Arrow batches of a scan, without Spark: the columnar build equals a per-row decode of the
 same records on varied stores, and damaged or torn stores give a clear error or the valid
 prefix. Stores are written with MessageStore directly (real files, small segments)."""
+
 from __future__ import annotations
 
 import os
@@ -34,23 +35,44 @@ def per_row_reference(b: PulledBatch) -> pa.Table:
     offset_ids = ids.offset_msg_ids(b.store_host, b.commit_log_offset)
     for i in range(len(b)):
         props = b.properties(i)
-        rows.append({
-            "topic": b.topic, "queue_id": b.queue_id, "queue_offset": int(b.queue_offset[i]),
-            "commitlog_offset": int(b.commit_log_offset[i]), "size": int(b.size[i]),
-            "tags": props.get(fmt.PROPERTY_TAGS), "keys": props.get(fmt.PROPERTY_KEYS),
-            "msg_id": props.get(fmt.PROPERTY_UNIQ_KEY) or offset_ids[i],
-            "born_timestamp": int(b.born_timestamp[i]) * 1000, "store_timestamp": int(b.store_timestamp[i]) * 1000,
-            "reconsume_times": int(b.reconsume_times[i]), "sys_flag": int(b.sysflag[i]),
-            "properties": list(props.items()), "body": bytes(b.body(i)),
-        })
+        rows.append(
+            {
+                "topic": b.topic,
+                "queue_id": b.queue_id,
+                "queue_offset": int(b.queue_offset[i]),
+                "commitlog_offset": int(b.commit_log_offset[i]),
+                "size": int(b.size[i]),
+                "tags": props.get(fmt.PROPERTY_TAGS),
+                "keys": props.get(fmt.PROPERTY_KEYS),
+                "msg_id": props.get(fmt.PROPERTY_UNIQ_KEY) or offset_ids[i],
+                "born_timestamp": int(b.born_timestamp[i]) * 1000,
+                "store_timestamp": int(b.store_timestamp[i]) * 1000,
+                "reconsume_times": int(b.reconsume_times[i]),
+                "sys_flag": int(b.sysflag[i]),
+                "properties": list(props.items()),
+                "body": bytes(b.body(i)),
+            }
+        )
     return pa.Table.from_pylist(rows, schema=ARROW_SCHEMA)
 
 
-def put_raw(store: MessageStore, topic: str, queue_id: int, bodies: list[bytes], props: list[bytes],
-            sysflags: list[int] | None = None) -> None:
+def put_raw(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    bodies: list[bytes],
+    props: list[bytes],
+    sysflags: list[int] | None = None,
+) -> None:
     """Records with these exact property bytes (odd ones included) and sysflags."""
-    buf, starts = fmt.pack_records(fmt.check_topic(topic), bodies, props, [fmt.body_crc(x) for x in bodies],
-                                   sysflags=sysflags, born_timestamp=1_700_000_000_000)
+    buf, starts = fmt.pack_records(
+        fmt.check_topic(topic),
+        bodies,
+        props,
+        [fmt.body_crc(x) for x in bodies],
+        sysflags=sysflags,
+        born_timestamp=1_700_000_000_000,
+    )
     n = len(bodies)
     batch = fmt.EncodedBatch(buf, starts, np.zeros(n, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     store.put(PutRequest(batch, [topic], None, queue_id), wait_flush=False)
@@ -71,9 +93,13 @@ def write_varied(store_dir: str) -> dict[tuple[str, int], list[bytes]]:
             bodies = [rng.bytes(int(x)) for x in rng.integers(0, 400, n)] if k % 4 else [rng.bytes(100)] * n
             props = [props_of(tags=f"t{k}", keys=f"k{i} kk{i}", uniq_key=f"{k:08X}{i:024X}") for i in range(n)]
             if k == 2:  # no properties, no tags, unicode, an empty UNIQ_KEY
-                props = [b"", props_of(keys="only-keys"), fmt.encode_properties({"名前": "värde ✓", "e": ""}),
-                         b"UNIQ_KEY\x01\x02"] * (n // 4)
-                bodies = bodies[:len(props)]
+                props = [
+                    b"",
+                    props_of(keys="only-keys"),
+                    fmt.encode_properties({"名前": "värde ✓", "e": ""}),
+                    b"UNIQ_KEY\x01\x02",
+                ] * (n // 4)
+                bodies = bodies[: len(props)]
             if k == 5:  # compressed bodies among plain ones
                 flags = [fmt.FLAG_COMPRESSED if i % 3 == 0 else 0 for i in range(n)]
                 plain = [b"payload %d " % i * (i % 50) for i in range(n)]
@@ -81,8 +107,13 @@ def write_varied(store_dir: str) -> dict[tuple[str, int], list[bytes]]:
                 sent.setdefault((topic, qid), []).extend(plain)
                 continue
             if k == 7:  # a name twice, not UTF-8, no value, a second \x01, long names, empty items
-                odd = [b"TAGS\x01a\x02TAGS\x01b\x02", b"x\x01\xff\xfe\x02", b"lonely\x02k\x01v\x01w\x02",
-                       b"a_very_long_property_name_1\x01v\x02a_very_long_property_name_2\x01w\x02", b"\x02\x02k\x01\x01v\x02"]
+                odd = [
+                    b"TAGS\x01a\x02TAGS\x01b\x02",
+                    b"x\x01\xff\xfe\x02",
+                    b"lonely\x02k\x01v\x01w\x02",
+                    b"a_very_long_property_name_1\x01v\x02a_very_long_property_name_2\x01w\x02",
+                    b"\x02\x02k\x01\x01v\x02",
+                ]
                 props = [odd[i % len(odd)] for i in range(n)]
             put_raw(store, topic, qid, bodies, props)
             sent.setdefault((topic, qid), []).extend(bodies)
@@ -116,7 +147,9 @@ def test_columnar_batches_equal_the_per_row_decode(tmp_path) -> None:
         assert got.schema == ARROW_SCHEMA
         assert got.equals(want), [c for c in ARROW_SCHEMA.names if not got[c].equals(want[c])]
     for (topic, qid), bodies in sent.items():  # and the reference is what was sent
-        rows = want.filter(pa.compute.and_(pa.compute.equal(want["topic"], topic), pa.compute.equal(want["queue_id"], qid)))
+        rows = want.filter(
+            pa.compute.and_(pa.compute.equal(want["topic"], topic), pa.compute.equal(want["queue_id"], qid))
+        )
         assert rows["body"].to_pylist() == bodies
         assert rows["queue_offset"].to_pylist() == list(range(len(bodies)))
     assert want["msg_id"].null_count == 0

@@ -3,6 +3,7 @@
 The jobs' logic is imported and run with the shared session (`main(argv, spark=...)`); one
 test runs `python spark/scan.py` as a user would, in its own JVM.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -87,8 +88,11 @@ def test_lag_counts_from_the_first_offset_and_stays_within_the_queue() -> None:
     # g/T: q0 10-4, q1 below its first offset counts from 5: 8-5, q2 never committed: 4-0,
     # q3 committed but gone from the store: nothing. h/T: q0 and q1 never committed (10 + 3),
     # q2 committed past its end: nothing
-    assert lags == [GroupLag("g", "T", 4, 3, 22, 9, 13), GroupLag("h", "T", 3, 2, 22, 9, 13),
-                    GroupLag("h", "U", 1, 1, 7, 0, 7)]
+    assert lags == [
+        GroupLag("g", "T", 4, 3, 22, 9, 13),
+        GroupLag("h", "T", 3, 2, 22, 9, 13),
+        GroupLag("h", "U", 1, 1, 7, 0, 7),
+    ]
     assert [lag.topic for lag in group_lags(committed, extents, ["U"])] == ["U"]
 
 
@@ -131,10 +135,25 @@ def test_scan_and_export_of_a_store(spark, store_dir, broker_name, config, tmp_p
     behind = per_queue[0] - 3 + per_queue[2] + per_queue[3]
     audit_queues = Counter(r.queue.queue_id for r, _, _ in sent["Audit"])
     assert doc["consumer_lag"] == [
-        {"group": "audit-cg", "topic": "Audit", "queues": 4, "behind": len(audit_queues), "broker_offset": 10,
-         "consumer_offset": len(audit_queues), "lag": 10 - len(audit_queues)},
-        {"group": "cg", "topic": "Orders", "queues": 4, "behind": 3, "broker_offset": 60,
-         "consumer_offset": 60 - behind, "lag": behind}]
+        {
+            "group": "audit-cg",
+            "topic": "Audit",
+            "queues": 4,
+            "behind": len(audit_queues),
+            "broker_offset": 10,
+            "consumer_offset": len(audit_queues),
+            "lag": 10 - len(audit_queues),
+        },
+        {
+            "group": "cg",
+            "topic": "Orders",
+            "queues": 4,
+            "behind": 3,
+            "broker_offset": 60,
+            "consumer_offset": 60 - behind,
+            "lag": behind,
+        },
+    ]
     assert doc["problems"] == []
 
     # the tables are made from the same rows
@@ -147,13 +166,13 @@ def test_scan_and_export_of_a_store(spark, store_dir, broker_name, config, tmp_p
     dest = str(tmp_path / "parquet")
     result = export_job.export(spark, store_dir, dest, None, "overwrite")
     assert result.ok and result.source_rows == result.written_rows == 70
-    days = {dt.datetime.fromtimestamp(r.store_timestamp / 1000, dt.timezone.utc).date().isoformat()
-            for r, _, _ in orders}
+    days = {dt.datetime.fromtimestamp(r.store_timestamp / 1000, dt.UTC).date().isoformat() for r, _, _ in orders}
     assert {d for t, d, _ in result.partitions if t == "Orders"} == days
     assert os.path.isdir(os.path.join(dest, "topic=Orders", f"day={min(days)}"))
     back = export_job.read_export(spark, dest).select("topic", "msg_id", "queue_offset", "body").collect()
-    assert sorted((r["topic"], r["msg_id"], r["queue_offset"], bytes(r["body"])) for r in back) == \
-        sorted((t, r.msg_id, r.queue_offset, b) for t in sent for r, b, _ in sent[t])
+    assert sorted((r["topic"], r["msg_id"], r["queue_offset"], bytes(r["body"])) for r in back) == sorted(
+        (t, r.msg_id, r.queue_offset, b) for t in sent for r, b, _ in sent[t]
+    )
 
     # appending the same snapshot again: every Audit message twice, found and reported
     out = _console()
@@ -164,8 +183,10 @@ def test_scan_and_export_of_a_store(spark, store_dir, broker_name, config, tmp_p
     out = _console()
     assert export_job.main([store_dir, dest, "--topic", "Audit"], spark=spark, console=out) == 0
     assert "verified: 10 messages" in out.file.getvalue()
-    assert Counter(r["topic"] for r in export_job.read_export(spark, dest).select("topic").collect()) == \
-        {"Orders": 60, "Audit": 10}
+    assert Counter(r["topic"] for r in export_job.read_export(spark, dest).select("topic").collect()) == {
+        "Orders": 60,
+        "Audit": 10,
+    }
 
 
 def _summaries_from(doc: dict) -> list:
@@ -175,16 +196,27 @@ def _summaries_from(doc: dict) -> list:
     def ms(iso: str) -> int:
         return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
-    return [TopicSummary(t["topic"], t["messages"], t["queues"], t["stored_bytes"], t["body_bytes"],
-                         ms(t["first_store_time"]), ms(t["last_store_time"]),
-                         [(x["tag"], x["count"]) for x in t["top_tags"]],
-                         [(x["key"], x["count"]) for x in t["top_keys"]]) for t in doc["topics"]]
+    return [
+        TopicSummary(
+            t["topic"],
+            t["messages"],
+            t["queues"],
+            t["stored_bytes"],
+            t["body_bytes"],
+            ms(t["first_store_time"]),
+            ms(t["last_store_time"]),
+            [(x["tag"], x["count"]) for x in t["top_tags"]],
+            [(x["key"], x["count"]) for x in t["top_keys"]],
+        )
+        for t in doc["topics"]
+    ]
 
 
 def test_scan_script_end_to_end(store_dir, broker_name, config, tmp_path) -> None:
     """`python spark/scan.py` in its own JVM: tables on stdout; a wrong path is one line, exit 2."""
-    if not os.environ.get("JAVA_HOME") and not any(os.access(os.path.join(d, "java"), os.X_OK)
-                                                   for d in os.environ.get("PATH", "").split(os.pathsep)):
+    if not os.environ.get("JAVA_HOME") and not any(
+        os.access(os.path.join(d, "java"), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep)
+    ):
         pytest.skip("no Java runtime (make test installs openjdk-17-jre-headless)")
     with shmq.Broker(store_dir, name=broker_name, config=config):
         p = Producer("pg", broker=broker_name).start()
@@ -195,19 +227,26 @@ def test_scan_script_end_to_end(store_dir, broker_name, config, tmp_path) -> Non
             p.shutdown()
     script = os.path.join(REPO, "spark", "scan.py")
     env = dict(os.environ, COLUMNS="160", SPARK_LOCAL_IP="127.0.0.1")
-    bad = subprocess.run([sys.executable, script, str(tmp_path / "nowhere")], capture_output=True, text=True,
-                         timeout=60, env=env)
+    bad = subprocess.run(
+        [sys.executable, script, str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60, env=env
+    )
     assert bad.returncode == 2 and "is not a shmq store" in bad.stderr and "Traceback" not in bad.stderr
-    done = subprocess.run([sys.executable, script, store_dir, "--master", "local[1]"], capture_output=True,
-                          text=True, timeout=240, env=env)
+    done = subprocess.run(
+        [sys.executable, script, store_dir, "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     row = next(line for line in done.stdout.splitlines() if "Script" in line and "topics of" not in line)
     assert row.split("│")[2].strip() == "5"  # messages
     assert "T1 (5)" in done.stdout and "no consumer group has committed" in done.stdout
 
 
-def test_stream_job_appends_new_messages_exactly_once_across_runs(spark, store_dir, broker_name, config,
-                                                                   tmp_path) -> None:
+def test_stream_job_appends_new_messages_exactly_once_across_runs(
+    spark, store_dir, broker_name, config, tmp_path
+) -> None:
     """Two runs of stream.py on one checkpoint, the broker sending in between (and during the
     second run's start): OUT holds every message once, partitioned as export.py does."""
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")

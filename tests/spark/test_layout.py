@@ -1,5 +1,6 @@
 """Store discovery and scan planning alone (no Spark): real store files written by MessageStore,
 then changed the way a broker in the middle of a write, or a crash, leaves them."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,7 @@ def _entries(store_dir: str, topic: str, qid: int) -> tuple[str, np.ndarray]:
 def _store_times(store_dir: str, entries: np.ndarray) -> list[int]:
     with open(os.path.join(store_dir, "commitlog", fmt.offset_file_name(0)), "rb") as f:
         log = f.read()
-    return [int.from_bytes(log[int(e["offset"]) + fmt.OFF_STORETIMESTAMP:][:8], "big") for e in entries]
+    return [int.from_bytes(log[int(e["offset"]) + fmt.OFF_STORETIMESTAMP :][:8], "big") for e in entries]
 
 
 def test_an_entry_ahead_of_its_record_ends_the_queue(tmp_path: Any) -> None:
@@ -61,10 +62,13 @@ def test_time_bounds_become_the_offsets_where_store_times_cross(tmp_path: Any) -
     assert times == sorted(times) and times[0] < times[-1]
     t = times[100]
     lo, hi = times.index(t), len(times) - times[::-1].index(t)  # the run of records stored in that millisecond
-    for bounds, want in [(ScanBounds(time_lo_ms=t), (lo, 200)), (ScanBounds(time_hi_ms=t), (0, lo)),
-                         (ScanBounds(time_lo_ms=t, time_hi_ms=t + 1), (lo, hi)),
-                         (ScanBounds(time_lo_ms=times[-1] + 1), (200, 200)),
-                         (ScanBounds(time_lo_ms=t, offset_lo=150, offset_hi=160), (max(lo, 150), 160))]:
+    for bounds, want in [
+        (ScanBounds(time_lo_ms=t), (lo, 200)),
+        (ScanBounds(time_hi_ms=t), (0, lo)),
+        (ScanBounds(time_lo_ms=t, time_hi_ms=t + 1), (lo, hi)),
+        (ScanBounds(time_lo_ms=times[-1] + 1), (200, 200)),
+        (ScanBounds(time_lo_ms=t, offset_lo=150, offset_hi=160), (max(lo, 150), 160)),
+    ]:
         [ext] = queue_extents(store, None, bounds)
         assert (ext.start, ext.end) == want, bounds
     assert queue_extents(store, None, ScanBounds(offset_lo=5, offset_hi=5)) == []  # empty: nothing planned
@@ -78,7 +82,8 @@ def test_one_record_over_the_limit_is_a_slice_of_its_own(tmp_path: Any) -> None:
     slices = split_extent(store, ext, 1000)
     assert [(s.start, s.end) for s in slices] == [(0, 1), (1, 2), (2, 4)]
     assert slices[1].nbytes > 5000 and sum(s.nbytes for s in slices) == sum(
-        s.nbytes for s in split_extent(store, ext, 1 << 30))
+        s.nbytes for s in split_extent(store, ext, 1 << 30)
+    )
 
 
 def test_topics_of_a_scan(tmp_path: Any) -> None:

@@ -1,13 +1,15 @@
 """The `shmq` source on stores that are being written or were left by a crash or a replica: a
 scan returns a consistent prefix of each queue (never a torn, duplicated or skipped row), takes
 no lock, and sees every acknowledged message."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -15,10 +17,10 @@ import shmq
 from shmq import Message, Producer
 from shmq.client.admin import Admin
 from shmq.ha.shared import HASegment
+from tests.ha.sender_support import conf_file, free_port
 from tests.ipc_tracking import IpcTracker
 from tests.spark.live_producer import body, queue_of
 from tests.spark.support import as_dict, load, run, with_ms
-from tests.ha.sender_support import conf_file, free_port
 from tests.waiting import wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,8 +36,12 @@ class LiveProducer:
     def __init__(self, broker: str, tmp: str) -> None:
         self.acked_path = os.path.join(tmp, "acked")
         self.stop_path = os.path.join(tmp, "stop")
-        self.proc = subprocess.Popen([sys.executable, PRODUCER, broker, self.acked_path, self.stop_path], cwd=ROOT,
-                                     env={**os.environ, "PYTHONPATH": ROOT}, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, PRODUCER, broker, self.acked_path, self.stop_path],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+            stdin=subprocess.DEVNULL,
+        )
 
     def acked(self) -> list[tuple[str, int, int]]:
         try:
@@ -65,6 +71,7 @@ def producer(broker_name: str, tmp_path: Any) -> Iterator[LiveProducer]:
         nonlocal p
         p = LiveProducer(broker_name, str(tmp_path))
         return p
+
     yield start  # type: ignore[misc]
     if p is not None:
         p.stop()
@@ -90,8 +97,9 @@ def _has_all(got: dict[tuple[int, int], dict], acked: list[tuple[str, int, int]]
     assert not missing, (len(missing), missing[:3])
 
 
-def test_scans_while_a_producer_sends_only_grow(spark: Any, store_dir: str, broker_name: str, config: dict,
-                                                producer: Any) -> None:
+def test_scans_while_a_producer_sends_only_grow(
+    spark: Any, store_dir: str, broker_name: str, config: dict, producer: Any
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config={**config, **ROLLING}):
         p = producer()
         p.wait_acked(400)
@@ -114,8 +122,9 @@ def test_scans_while_a_producer_sends_only_grow(spark: Any, store_dir: str, brok
     assert len(os.listdir(os.path.join(store_dir, "consumequeue", "Live", "0"))) > 1
 
 
-def test_a_crashed_store_reads_without_a_lock(spark: Any, store_dir: str, broker_name: str, config: dict,
-                                             producer: Any) -> None:
+def test_a_crashed_store_reads_without_a_lock(
+    spark: Any, store_dir: str, broker_name: str, config: dict, producer: Any
+) -> None:
     broker = shmq.Broker(store_dir, name=broker_name, config={**config, **ROLLING})
     try:
         p = producer()
@@ -142,17 +151,32 @@ def test_a_replica_store_reads_as_its_master(spark: Any, tmp_path: Any, ipc_trac
     mname, rname = ipc_tracker.name("m"), ipc_tracker.name("r")
     mstore, rstore = ipc_tracker.store(str(tmp_path / "master")), ipc_tracker.store(str(tmp_path / "replica"))
     mconf = conf_file(str(tmp_path / "m.conf"), {**config, "haListenPort": port, "haAuthToken": token})
-    rconf = conf_file(str(tmp_path / "r.conf"), {**config, "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{port}",
-                                             "haAuthToken": token, "haReconnectInterval": 100,
-                                             "haSendHeartbeatInterval": 200})
+    rconf = conf_file(
+        str(tmp_path / "r.conf"),
+        {
+            **config,
+            "brokerRole": "SLAVE",
+            "haMasterAddress": f"127.0.0.1:{port}",
+            "haAuthToken": token,
+            "haReconnectInterval": 100,
+            "haSendHeartbeatInterval": 200,
+        },
+    )
     with shmq.Broker(mstore, mname, mconf):
         ha = HASegment.open(mname, read_only=True)
         try:
             Admin(mname).create_topic("Orders", queues=3)
             with Producer("pg", broker=mname) as prod:
                 for i in range(150):
-                    prod.send(Message("Orders" if i % 5 else "Pay", b"r%05d" % i + bytes(i % 300), tags=f"t{i % 4}",
-                                      keys=f"k{i}", properties={"i": str(i)}))
+                    prod.send(
+                        Message(
+                            "Orders" if i % 5 else "Pay",
+                            b"r%05d" % i + bytes(i % 300),
+                            tags=f"t{i % 4}",
+                            keys=f"k{i}",
+                            properties={"i": str(i)},
+                        )
+                    )
             with shmq.Broker(rstore, rname, rconf) as replica:
                 end = ha.master_offset
                 assert wait_for(lambda: any(r.acked_offset == end for r in ha.replicas()), 30), replica.log()

@@ -2,12 +2,14 @@
 compressed, batched, ordered, over several topics and queues), Spark reads the store files,
 and the DataFrame must equal what was sent; pushed-down filters must give the answers Spark
 gives without pushdown while planning only the partitions that can match."""
+
 from __future__ import annotations
 
 import datetime as dt
 import itertools
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -28,15 +30,35 @@ def _fill(broker: str) -> list[dict]:
     Admin(broker).create_topic("Pay", queues=3)
     sent = []
     with Producer("pg", broker=broker) as p:
-        sent.extend(send(p, Message("Orders", b"plain-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}", f"o{i % 5}", "all"],
-                                    properties={"n": str(i), "città": "Zürich ✓ 東京"})) for i in range(40))
+        sent.extend(
+            send(
+                p,
+                Message(
+                    "Orders",
+                    b"plain-%d" % i,
+                    tags=f"t{i % 3}",
+                    keys=[f"k{i}", f"o{i % 5}", "all"],
+                    properties={"n": str(i), "città": "Zürich ✓ 東京"},
+                ),
+            )
+            for i in range(40)
+        )
         # over compressMsgBodyOverHowmuch (4096) and compressible: stored zlib'd
-        sent.extend(send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")) for i in range(6))
-        sent += send_batch(p, [Message("Pay", b"batch-%d" % i, tags="b", keys=f"b{i}", properties={"i": str(i)})
-                               for i in range(10)])
+        sent.extend(
+            send(p, Message("Pay", (b"compress me %d " % i) * 600, tags="big", keys=f"big{i}")) for i in range(6)
+        )
+        sent += send_batch(
+            p, [Message("Pay", b"batch-%d" % i, tags="b", keys=f"b{i}", properties={"i": str(i)}) for i in range(10)]
+        )
         for i in range(12):  # ordered: each order's messages to one queue
-            sent.append(send(p, Message("Orders", b"ordered-%d" % i, tags="ord"),
-                             selector=lambda qs, m, a: qs[a % len(qs)], arg=i // 4))
+            sent.append(
+                send(
+                    p,
+                    Message("Orders", b"ordered-%d" % i, tags="ord"),
+                    selector=lambda qs, m, a: qs[a % len(qs)],
+                    arg=i // 4,
+                )
+            )
         sent.append(send(p, Message("Audit", b"no tags, no keys")))
     return sent
 
@@ -82,11 +104,13 @@ def _queries(sent: list[dict]) -> list[tuple[str, Callable[[dict], bool], bool]]
         ("topic IN ('Pay', 'Audit')", lambda r: r["topic"] in ("Pay", "Audit"), True),
         ("queue_id = 2", lambda r: r["queue_id"] == 2, True),
         ("queue_offset >= 8", lambda r: r["queue_offset"] >= 8, True),
-        ("topic = 'Orders' AND queue_id IN (1, 3) AND queue_offset BETWEEN 2 AND 6",
-         lambda r: r["topic"] == "Orders" and r["queue_id"] in (1, 3) and 2 <= r["queue_offset"] <= 6, True),
+        (
+            "topic = 'Orders' AND queue_id IN (1, 3) AND queue_offset BETWEEN 2 AND 6",
+            lambda r: r["topic"] == "Orders" and r["queue_id"] in (1, 3) and 2 <= r["queue_offset"] <= 6,
+            True,
+        ),
         (f"store_timestamp >= {_ts(mid)}", lambda r: r["store_ms"] >= mid, True),
-        (f"store_timestamp > {_ts(mid)} AND store_timestamp < {_ts(late)}",
-         lambda r: mid < r["store_ms"] < late, True),
+        (f"store_timestamp > {_ts(mid)} AND store_timestamp < {_ts(late)}", lambda r: mid < r["store_ms"] < late, True),
         (f"store_timestamp >= {_ts(mid, 500)}", lambda r: r["store_ms"] > mid, True),  # sub-millisecond literals
         (f"store_timestamp <= {_ts(mid, 500)}", lambda r: r["store_ms"] <= mid, True),
         (f"store_timestamp < {_ts(mid, 500)}", lambda r: r["store_ms"] <= mid, True),
@@ -99,7 +123,8 @@ def _queries(sent: list[dict]) -> list[tuple[str, Callable[[dict], bool], bool]]
 
 
 def test_pushdown_answers_as_spark_does_and_plans_only_matching_queues(
-        spark: Any, stored: tuple[str, list[dict]]) -> None:
+    spark: Any, stored: tuple[str, list[dict]]
+) -> None:
     store, sent = stored
     queues = {(w["topic"], w["queue_id"]) for w in sent}
     for sql, pred, exact in _queries(sent):
@@ -134,19 +159,30 @@ def test_pushdown_reader_plans_the_pushed_ranges(stored: tuple[str, list[dict]])
     from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
 
     from shmq.spark.source import ScanOptions, ShmqPushdownReader
+
     store, sent = stored
     reader = ShmqPushdownReader(ScanOptions({"path": store}))
     tags = StringStartsWith(("tags",), "t")
-    rest = reader.pushFilters([In(("topic",), ("Orders", "Pay")), EqualTo(("queue_id",), 1), tags,
-                               GreaterThanOrEqual(("queue_offset",), 2), LessThan(("queue_offset",), 5)])
+    rest = reader.pushFilters(
+        [
+            In(("topic",), ("Orders", "Pay")),
+            EqualTo(("queue_id",), 1),
+            tags,
+            GreaterThanOrEqual(("queue_offset",), 2),
+            LessThan(("queue_offset",), 5),
+        ]
+    )
     assert rest == [tags]
     planned = [(p.slice.topic, p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()]
-    ends = {t: 1 + max(w["queue_offset"] for w in sent if w["topic"] == t and w["queue_id"] == 1)
-            for t in ("Orders", "Pay")}
+    ends = {
+        t: 1 + max(w["queue_offset"] for w in sent if w["topic"] == t and w["queue_id"] == 1) for t in ("Orders", "Pay")
+    }
     assert planned == [(t, 1, 2, min(5, ends[t])) for t in ("Orders", "Pay") if ends[t] > 2] and planned
-    pay_ends = {q: 1 + max(w["queue_offset"] for w in sent if w["topic"] == "Pay" and w["queue_id"] == q)
-                for q in range(3)}
+    pay_ends = {
+        q: 1 + max(w["queue_offset"] for w in sent if w["topic"] == "Pay" and w["queue_id"] == q) for q in range(3)
+    }
     reader = ShmqPushdownReader(ScanOptions({"path": store, "TOPIC": "Pay"}))  # option names ignore case
     assert reader.pushFilters([GreaterThanOrEqual(("queue_offset",), 2)]) == []
-    assert [(p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()] == \
-        [(q, 2, end) for q, end in pay_ends.items() if end > 2]
+    assert [(p.slice.queue_id, p.slice.start, p.slice.end) for p in reader.partitions()] == [
+        (q, 2, end) for q, end in pay_ends.items() if end > 2
+    ]

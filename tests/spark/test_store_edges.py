@@ -2,8 +2,10 @@
 paths and options that are wrong, damaged consume queues and commitlog tails, and queues big
 enough to be cut into several partitions. Errors must reach the Spark user as the exception's
 own text, naming what is wrong and where."""
+
 from __future__ import annotations
 
+import itertools
 import os
 from collections import Counter
 from typing import Any
@@ -20,7 +22,6 @@ from shmq.spark.pushdown import ScanBounds
 from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
 from tests.spark.support import load, run
-import itertools
 
 SYSTEM = ("%RETRY%cg", "%DLQ%cg", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")
 
@@ -57,16 +58,18 @@ def test_system_topics_only_when_named(spark: Any, store_dir: str, broker_name: 
     assert tasks == 4 + len(SYSTEM)  # Orders' four queues and one queue of each system topic
 
 
-def test_bad_paths_and_options_fail_with_their_reason(spark: Any, store_dir: str, broker_name: str,
-                                                     config: dict, tmp_path: Any) -> None:
+def test_bad_paths_and_options_fail_with_their_reason(
+    spark: Any, store_dir: str, broker_name: str, config: dict, tmp_path: Any
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         _send(broker_name, "Orders", 4)
-    cases = [(lambda: load(spark, str(tmp_path)),
-              "is not a shmq store: it has no commitlog/ directory nor checkpoint file"),
-             (lambda: load(spark, str(tmp_path / "nowhere")), "is not a shmq store: no such directory"),
-             (lambda: load(spark, store_dir, maxPartitionBytes="-1"), "option maxPartitionBytes must be a positive"),
-             (lambda: load(spark, store_dir, maxpartitionbytes="lots"), "option maxPartitionBytes must be a positive"),
-             (lambda: load(spark, store_dir, topic="Orders,no spaces"), "topic 'no spaces' has characters outside")]
+    cases = [
+        (lambda: load(spark, str(tmp_path)), "is not a shmq store: it has no commitlog/ directory nor checkpoint file"),
+        (lambda: load(spark, str(tmp_path / "nowhere")), "is not a shmq store: no such directory"),
+        (lambda: load(spark, store_dir, maxPartitionBytes="-1"), "option maxPartitionBytes must be a positive"),
+        (lambda: load(spark, store_dir, maxpartitionbytes="lots"), "option maxPartitionBytes must be a positive"),
+        (lambda: load(spark, store_dir, topic="Orders,no spaces"), "topic 'no spaces' has characters outside"),
+    ]
     for df, text in cases:
         with pytest.raises(Exception) as e:
             df().count()
@@ -89,8 +92,9 @@ def _write_at(path: str, pos: int, data: bytes) -> None:
         f.write(data)
 
 
-def test_corrupt_consume_queue_entry_is_named_in_the_error(spark: Any, store_dir: str, broker_name: str,
-                                                         config: dict) -> None:
+def test_corrupt_consume_queue_entry_is_named_in_the_error(
+    spark: Any, store_dir: str, broker_name: str, config: dict
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         _send(broker_name, "Orders", 40, queue=1)
     entries = _cq_entries(store_dir, "Orders", 1)
@@ -101,7 +105,7 @@ def test_corrupt_consume_queue_entry_is_named_in_the_error(spark: Any, store_dir
         load(spark, store_dir).count()
     text = str(e.value)
     assert "topic Orders queue 1 queue offset 17 is damaged" in text, text[-3000:]
-    assert f"belongs to queue 1 offset 16" in text
+    assert "belongs to queue 1 offset 16" in text
     assert "CorruptRecordError" in text
 
 
@@ -122,8 +126,9 @@ def test_garbage_tails_give_the_valid_prefix(spark: Any, store_dir: str, broker_
     assert got == {"Orders": list(range(40)), "Pay": list(range(24))}
 
 
-def test_max_partition_bytes_cuts_a_queue_into_exact_slices(spark: Any, store_dir: str, broker_name: str,
-                                                           config: dict) -> None:
+def test_max_partition_bytes_cuts_a_queue_into_exact_slices(
+    spark: Any, store_dir: str, broker_name: str, config: dict
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         _send(broker_name, "Big", 300, size=1000, queue=3)
         _send(broker_name, "Big", 5, size=10, queue=0)
@@ -135,7 +140,7 @@ def test_max_partition_bytes_cuts_a_queue_into_exact_slices(spark: Any, store_di
     assert all(a.end == b.start for a, b in itertools.pairwise(slices))  # no gap, no overlap
     assert all(0 < s.nbytes <= 20_000 for s in slices)
     sizes = _cq_entries(store_dir, "Big", 3)["size"][:300].astype(np.int64)
-    assert all(s.nbytes == int(sizes[s.start:s.end].sum()) for s in slices)
+    assert all(s.nbytes == int(sizes[s.start : s.end].sum()) for s in slices)
     assert all(s.nbytes + int(sizes[s.end]) > 20_000 for s in slices[:-1])  # each as full as it may be
     plan = plan_scan(store_dir, None, ScanBounds(), 20_000)
     rows, tasks = run(spark, load(spark, store_dir, maxPartitionBytes="20000").select("queue_id", "queue_offset"))

@@ -1,6 +1,7 @@
 """Streaming from a store: real broker, real Spark (the shared session), real checkpoint and
 Parquet sink. The source is read while the broker writes, a query is stopped mid-way and
 restarted from its checkpoint, and the sink must hold every sent message exactly once."""
+
 from __future__ import annotations
 
 import os
@@ -37,12 +38,19 @@ def _start(spark, store: str, ckpt: str, out: str, **options: str):
     reader = spark.readStream.format("shmq")
     for k, v in options.items():
         reader = reader.option(k, v)
-    return (reader.load(store).writeStream.format("parquet").option("checkpointLocation", ckpt)
-            .option("path", out).trigger(processingTime="300 milliseconds").start())
+    return (
+        reader.load(store)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", ckpt)
+        .option("path", out)
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
 
 
-def test_stream_restarted_from_its_checkpoint_holds_every_message_once(spark, store_dir, broker_name, config,
-                                                                         tmp_path) -> None:
+def test_stream_restarted_from_its_checkpoint_holds_every_message_once(
+    spark, store_dir, broker_name, config, tmp_path
+) -> None:
     ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
     sent: Sent = {}
     with shmq.Broker(store_dir, name=broker_name, config=config):
@@ -89,8 +97,9 @@ def test_stream_restarted_from_its_checkpoint_holds_every_message_once(spark, st
     assert all(p["numInputRows"] <= 150 for p in progress)
 
 
-def test_available_now_reads_to_the_end_it_saw_in_rate_limited_batches(spark, store_dir, broker_name, config,
-                                                                      tmp_path) -> None:
+def test_available_now_reads_to_the_end_it_saw_in_rate_limited_batches(
+    spark, store_dir, broker_name, config, tmp_path
+) -> None:
     sent: Sent = {}
     with shmq.Broker(store_dir, name=broker_name, config=config):
         producer = Producer("pg", broker=broker_name).start()
@@ -101,9 +110,16 @@ def test_available_now_reads_to_the_end_it_saw_in_rate_limited_batches(spark, st
         finally:
             producer.shutdown()
     out = str(tmp_path / "out")
-    q = (spark.readStream.format("shmq").option("maxRecordsPerTrigger", "100").load(store_dir)
-         .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ckpt")).option("path", out)
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("shmq")
+        .option("maxRecordsPerTrigger", "100")
+        .load(store_dir)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .option("path", out)
+        .trigger(availableNow=True)
+        .start()
+    )
     assert q.awaitTermination(120)
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sizes == [100, 100, 100, 70]
@@ -117,8 +133,12 @@ def _reader(store: str, **options: str) -> ShmqStreamReader:
 def test_cleanup_past_the_checkpoint_fails_clearly_or_skips_when_asked(store_dir, broker_name, config) -> None:
     """No Spark needed: the planning methods are plain calls on a store whose oldest commitlog
     segment cleanup deleted (every hour is a delete hour, nothing is kept)."""
-    config.update(fileReservedTime=0, deleteWhen=";".join(f"{h:02d}" for h in range(24)),
-                  cleanResourceInterval=200, defaultTopicQueueNums=1)
+    config.update(
+        fileReservedTime=0,
+        deleteWhen=";".join(f"{h:02d}" for h in range(24)),
+        cleanResourceInterval=200,
+        defaultTopicQueueNums=1,
+    )
     with shmq.Broker(store_dir, name=broker_name, config=config):
         producer = Producer("pg", broker=broker_name).start()
         try:

@@ -1,12 +1,20 @@
 """The streaming source's offset arithmetic, alone (no Spark, no store)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from shmq.spark.stream_offsets import (QueueRange, fair_split, next_end, parse_queue_key, plan_ranges, queue_key,
-                                       sorted_offset)
+from shmq.spark.stream_offsets import (
+    QueueRange,
+    fair_split,
+    next_end,
+    parse_queue_key,
+    plan_ranges,
+    queue_key,
+    sorted_offset,
+)
 
 
 def test_queue_key_round_trip_and_rejects_garbage() -> None:
@@ -32,7 +40,7 @@ def test_fair_split_gives_equal_shares_and_redistributes_what_small_queues_leave
 
 def test_fair_split_never_exceeds_budget_or_backlog() -> None:
     avail = {f"q{i}": (i * 37) % 11 for i in range(9)}
-    for budget in range(0, 60):
+    for budget in range(60):
         got = fair_split(avail, budget)
         assert sum(got.values()) == min(budget, sum(avail.values()))
         assert all(0 <= got[k] <= avail[k] for k in avail)

@@ -5,6 +5,7 @@ Each test runs a user's script in a fresh Python with its own local[1] JVM (the 
 of conftest.py has long imported shmq.spark). `python3` on the script's PATH, pyspark's default
 worker, is this Python without its site-packages: it cannot import shmq's dependencies.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,9 @@ def test_session_first_then_import_reads_the_store(store_dir, broker_name, confi
                 p.send(Message("Usual", b"m%d" % i))
         finally:
             p.shutdown()
-    done = subprocess.run([sys.executable, SCRIPT, store_dir], capture_output=True, text=True, timeout=240,
-                          env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, store_dir], capture_output=True, text=True, timeout=240, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "7"
 
@@ -53,10 +55,20 @@ def test_session_first_then_import_reads_the_store(store_dir, broker_name, confi
 def test_chosen_python_without_shmq_is_refused_in_one_line(tmp_path) -> None:
     env = _user_env(tmp_path)
     env["PYSPARK_PYTHON"] = str(tmp_path / "bin" / "python3")
-    done = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "unused")], capture_output=True, text=True,
-                          timeout=240, env=env, check=False)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, str(tmp_path / "unused")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 3, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"Spark's Python workers run {env['PYSPARK_PYTHON']} (PYSPARK_PYTHON), which cannot "
-                           "import shmq") and f"PYSPARK_PYTHON={sys.executable}" in last
+    assert (
+        last.startswith(
+            f"Spark's Python workers run {env['PYSPARK_PYTHON']} (PYSPARK_PYTHON), which cannot import shmq"
+        )
+        and f"PYSPARK_PYTHON={sys.executable}" in last
+    )
     assert "Traceback" not in done.stderr and "Py4J" not in done.stderr

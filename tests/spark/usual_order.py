@@ -1,6 +1,7 @@
 """A newcomer's script, in the usual order: create the SparkSession, then import shmq.spark and
 register the source. ``python usual_order.py STORE_DIR`` prints the store's message count;
 when registering is refused it prints the reason on stderr and exits 3."""
+
 from __future__ import annotations
 
 import sys

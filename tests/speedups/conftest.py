@@ -3,6 +3,7 @@
 They skip when the extension is not built, except where ``SHMQ_REQUIRE_EXTENSIONS=1`` (set by
 ``make test``, so CI cannot pass while silently testing only the Python paths).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,12 +1,14 @@
 """Compiled ``accumulate`` / ``accumulate_oneway`` / ``Batch`` against the Python reference:
 the same messages taken (the rest left to the general path), the same batches, futures and
 errors, on plain messages and on every kind the fast path must decline."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.client.producer import accumulator as A
@@ -25,10 +27,22 @@ def _odd_messages() -> list[object]:
     """Messages the fast path declines (the general path checks them and raises or batches)."""
     m = Message("T", b"x")
     m.flag = 3  # taken: the flag is the encoder's to check, as in the reference
-    return [Message("T", b"x", tags="a"), Message("T", b"x", keys="k"), Message("T", b"x", properties={"a": "b"}),
-            Message("T", b"x", delay_level=2), Message("T", b"x", delay=1.0), Message("T", b"x", deliver_at=5.0),
-            Message("T", bytearray(b"x")), Message("T", b"x" * (LIMIT + 1)), Message("bad topic!", b"x"),
-            Message("", b"x"), Message(5, b"x"), Sub("T", b"x"), "not a message", m]  # type: ignore[arg-type]
+    return [
+        Message("T", b"x", tags="a"),
+        Message("T", b"x", keys="k"),
+        Message("T", b"x", properties={"a": "b"}),
+        Message("T", b"x", delay_level=2),
+        Message("T", b"x", delay=1.0),
+        Message("T", b"x", deliver_at=5.0),
+        Message("T", bytearray(b"x")),
+        Message("T", b"x" * (LIMIT + 1)),
+        Message("bad topic!", b"x"),
+        Message("", b"x"),
+        Message(5, b"x"),
+        Sub("T", b"x"),
+        "not a message",
+        m,
+    ]  # type: ignore[arg-type]
 
 
 def _accumulators(monkeypatch, compiled_batch):
@@ -39,8 +53,10 @@ def _accumulators(monkeypatch, compiled_batch):
 
 
 def _snapshot(acc: A.ProduceAccumulator) -> list[tuple]:
-    return [(key, [(m.topic, m.body) for m in b.msgs], [f is None for f in b.futures], b.size, b.sent)
-            for key, b in acc._batches.items()]
+    return [
+        (key, [(m.topic, m.body) for m in b.msgs], [f is None for f in b.futures], b.size, b.sent)
+        for key, b in acc._batches.items()
+    ]
 
 
 @pytest.fixture()
@@ -63,8 +79,10 @@ def test_odd_messages_are_declined_alike(pair) -> None:
 
 # fresh accumulators per example
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["T", "U", "V_1"]), st.binary(max_size=LIMIT + 8), st.booleans()),
-                max_size=40), st.integers(200, 4000))
+@given(
+    st.lists(st.tuples(st.sampled_from(["T", "U", "V_1"]), st.binary(max_size=LIMIT + 8), st.booleans()), max_size=40),
+    st.integers(200, 4000),
+)
 def test_batches_and_futures_are_the_same(pair, sends, max_bytes) -> None:
     (ref, ref_ow), (fast, fast_ow), batch, monkeypatch = pair
     racc, facc = _accumulators(monkeypatch, batch)
@@ -72,7 +90,8 @@ def test_batches_and_futures_are_the_same(pair, sends, max_bytes) -> None:
     for acc, side in ((racc, 0), (facc, 1)):
         acc.max_bytes = max_bytes
         acc._flush = lambda groups, out=sent[side]: out.append(
-            [(t, q, [m.body for m in msgs], [f is None for f in fs]) for t, q, msgs, fs in groups])
+            [(t, q, [m.body for m in msgs], [f is None for f in fs]) for t, q, msgs, fs in groups]
+        )
     for topic, body, oneway in sends:
         m = Message(topic, body)
         if oneway:

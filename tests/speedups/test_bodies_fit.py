@@ -1,10 +1,12 @@
 """Compiled ``bodies_fit`` (the batch encoder's check that every body is stored as it is)
 against the reference, on bodies of every accepted type, other types and lengths around the limit."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import MessageBatch, _speedups
 from shmq.client.producer import encoder as E
@@ -28,10 +30,13 @@ _body = st.one_of(
     st.binary(max_size=40),
     st.binary(max_size=40).map(bytearray),
     st.binary(max_size=40).map(memoryview),
-    st.binary(min_size=8, max_size=40).map(lambda b: memoryview(b).cast("Q", (len(b) // 8,)) if len(b) % 8 == 0
-                                            else memoryview(b)),
+    st.binary(min_size=8, max_size=40).map(
+        lambda b: memoryview(b).cast("Q", (len(b) // 8,)) if len(b) % 8 == 0 else memoryview(b)
+    ),
     st.binary(max_size=40).map(_Bytes),
-    st.text(max_size=10), st.integers(), st.none(),
+    st.text(max_size=10),
+    st.integers(),
+    st.none(),
 )
 
 

@@ -5,6 +5,7 @@ The same store bytes give the same columns, the same buffers, the same ``missing
 Store batches cover several segments, cleaned-up heads, compressed bodies, records without
 properties, tag filters with hash collisions and properties that do not start with TAGS.
 """
+
 from __future__ import annotations
 
 import struct
@@ -12,10 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec import columns, record as fmt
+from shmq.codec import columns
+from shmq.codec import record as fmt
 from shmq.filter.sql import SqlFilter
 from shmq.filter.tags import TagFilter
 from shmq.store.hooks import PutRequest
@@ -39,8 +42,15 @@ def outcome(fn, *args) -> tuple:
         return ("error", type(e), str(e))
     cols = {name: getattr(b, name) for name in COLUMNS}
     assert all(c.dtype == np.int64 and c.flags.c_contiguous for c in cols.values())
-    return ("ok", b.topic, b.queue_id, b.next_offset, b.missing, {k: c.tolist() for k, c in cols.items()},
-            [id(x) for x in b.buffers])
+    return (
+        "ok",
+        b.topic,
+        b.queue_id,
+        b.next_offset,
+        b.missing,
+        {k: c.tolist() for k, c in cols.items()},
+        [id(x) for x in b.buffers],
+    )
 
 
 def test_the_read_path_uses_the_compiled_function_unless_disabled() -> None:
@@ -63,15 +73,25 @@ def _put_mixed(store) -> None:
             props = fmt.message_properties(tags=("TagA", "TagB", "TagC")[i % 3], keys="a b")
         body = bytes([i % 256]) * (40 + i * 13 % 700)
         sysflag = fmt.FLAG_COMPRESSED if i % 11 == 0 else 0
-        recs.append(fmt.encode_message("T", body, properties=props, sysflag=sysflag, reconsume_times=i % 4,
-                                       born_host=i))
+        recs.append(
+            fmt.encode_message("T", body, properties=props, sysflag=sysflag, reconsume_times=i % 4, born_host=i)
+        )
         if len(recs) == 12:
             store.put(PutRequest.of_records("T", 0, recs))
             recs = []
 
 
-EXPRESSIONS = [None, "*", "TagA", "TagB || TagC", "TagA || TagB || TagC", COLLIDING[0], COLLIDING[1],
-               " || ".join(COLLIDING), "Nothing"]
+EXPRESSIONS = [
+    None,
+    "*",
+    "TagA",
+    "TagB || TagC",
+    "TagA || TagB || TagC",
+    COLLIDING[0],
+    COLLIDING[1],
+    " || ".join(COLLIDING),
+    "Nothing",
+]
 
 
 @pytest.mark.parametrize("expression", EXPRESSIONS)
@@ -111,8 +131,9 @@ def test_sql_filters_and_skips_go_to_the_reference(pair, store, reader) -> None:
     skip = np.zeros(len(rng.entries), bool)
     skip[::3] = True
     for expr, sk in ((sql, None), (TagFilter("TagB"), skip)):
-        assert outcome(compiled, reader.commitlog, "T", 0, rng, expr, sk) == \
-            outcome(reference, reader.commitlog, "T", 0, rng, expr, sk)
+        assert outcome(compiled, reader.commitlog, "T", 0, rng, expr, sk) == outcome(
+            reference, reader.commitlog, "T", 0, rng, expr, sk
+        )
 
 
 # --------------------------------------------------------------------------- garbage
@@ -176,8 +197,11 @@ def damaged_store(draw):
         segments.append(FakeSegment(start, np.frombuffer(bytes(buf), np.uint8)))
         start += max(len(buf), 1)
     for _ in range(draw(st.integers(0, 3))):  # garbage entries anywhere in the list
-        entry = (draw(st.integers(-2**40, 2**40)), draw(st.sampled_from([0, 1, 91, 150, 0x7FFFFFFF, -5])),
-                 draw(st.integers(-2**63, 2**63 - 1)))
+        entry = (
+            draw(st.integers(-(2**40), 2**40)),
+            draw(st.sampled_from([0, 1, 91, 150, 0x7FFFFFFF, -5])),
+            draw(st.integers(-(2**63), 2**63 - 1)),
+        )
         entries.insert(draw(st.integers(0, len(entries))), entry)
     arr = np.array(entries, dtype=[("offset", np.int64), ("size", np.int32), ("tags_code", np.int64)])
     cq = np.empty(len(entries), fmt.CQ_DTYPE)
@@ -217,7 +241,6 @@ def test_healthy_ranges_are_decoded_by_the_compiled_code(pair, store, reader, mo
 
     monkeypatch.setitem(_speedups._references, "_consumer.decode_batch", no_fallback)
     assert outcome(compiled, reader.commitlog, "T", 0, rng, expr) == want
-
 
 
 class ClosedSegment:

@@ -5,16 +5,19 @@ still unmade), and the same exception for columns that do not fit their buffers 
 do not decompress. Batches come from a real store (several segments, compressed bodies, tag
 filters) and from hypothesis (garbage buffers and columns, torn positions and lengths).
 """
+
 from __future__ import annotations
 
 import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec import columns, record as fmt
+from shmq.codec import columns
+from shmq.codec import record as fmt
 from shmq.codec.columns import PulledBatch, read_batch
 from shmq.filter.tags import TagFilter
 from shmq.model.message import UNSET
@@ -23,8 +26,21 @@ from shmq.store.hooks import PutRequest
 from tests.client.consumer.conftest import put_many, reader, store  # noqa: F401 - fixtures
 from tests.speedups.conftest import compiled_or_skip
 
-COLUMNS = ("queue_offset", "commit_log_offset", "size", "store_timestamp", "born_timestamp", "sysflag",
-           "reconsume_times", "store_host", "body_pos", "body_len", "props_pos", "props_len", "segment")
+COLUMNS = (
+    "queue_offset",
+    "commit_log_offset",
+    "size",
+    "store_timestamp",
+    "born_timestamp",
+    "sysflag",
+    "reconsume_times",
+    "store_host",
+    "body_pos",
+    "body_len",
+    "props_pos",
+    "props_len",
+    "segment",
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +64,7 @@ def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_consumer", "batch_messages")
     import shmq._speedups._consumer as c
     from shmq.store.consume_queue import BLANK_SIZE
+
     for name, value in c.LAYOUT.items():
         assert (BLANK_SIZE if name == "BLANK_SIZE" else getattr(fmt, name)) == value, name
     assert set(c.SLOTS) == set(MessageExt.__slots__)
@@ -66,11 +83,18 @@ def _put_mixed(store, n: int) -> list[bytes]:
         for i in range(a, min(n, a + 16)):
             body = f"{i}:".encode().ljust(50 + i * 7 % 900, b"z")
             bodies.append(body)
-            props = fmt.message_properties(tags=("TagA", "TagB", None)[i % 3], keys=f"k{i} j{i}" if i % 4 else None,
-                                           uniq_key=f"{i:032X}" if i % 5 else None, user={"u": "\u00e9" * (i % 3)})
+            props = fmt.message_properties(
+                tags=("TagA", "TagB", None)[i % 3],
+                keys=f"k{i} j{i}" if i % 4 else None,
+                uniq_key=f"{i:032X}" if i % 5 else None,
+                user={"u": "\u00e9" * (i % 3)},
+            )
             if i % 7 == 0:
-                recs.append(fmt.encode_message("T", zlib.compress(body), properties=props,
-                                               sysflag=fmt.FLAG_COMPRESSED, reconsume_times=i % 3))
+                recs.append(
+                    fmt.encode_message(
+                        "T", zlib.compress(body), properties=props, sysflag=fmt.FLAG_COMPRESSED, reconsume_times=i % 3
+                    )
+                )
             else:
                 recs.append(fmt.encode_message("T", body, properties=props, born_host=i))
         store.put(PutRequest.of_records("T", 1, recs))
@@ -102,8 +126,13 @@ def test_built_messages_behave_like_the_reference(pair, store, reader) -> None:
     put_many(store, "T", 0, 10)
     b = read_batch(reader, "T", 0, 0, 10, store.get_max_offset_in_queue("T", 0))
     m, r = compiled(b)[3], reference(b)[3]
-    assert (m.tags, m.keys, m.msg_id, m.offset_msg_id, m.properties) == \
-        (r.tags, r.keys, r.msg_id, r.offset_msg_id, r.properties)
+    assert (m.tags, m.keys, m.msg_id, m.offset_msg_id, m.properties) == (
+        r.tags,
+        r.keys,
+        r.msg_id,
+        r.offset_msg_id,
+        r.properties,
+    )
     again = m.redelivered()
     assert again.reconsume_times == m.reconsume_times + 1 and again.body == m.body
     m.tags = "X"
@@ -138,7 +167,7 @@ def _random_batch(data: st.DataObject) -> PulledBatch:
         elif name == "sysflag":
             gen = st.sampled_from([0, 1, 2, 3, 8])
         else:
-            gen = st.integers(-2**63, 2**63 - 1)
+            gen = st.integers(-(2**63), 2**63 - 1)
         cols[name] = np.array(data.draw(st.lists(gen, min_size=n, max_size=n)), np.int64)
     if data.draw(st.booleans()) and nbuf:  # a well-formed one: every position inside its buffer
         cols["segment"] = np.array(data.draw(st.lists(st.integers(0, nbuf - 1), min_size=n, max_size=n)), np.int64)

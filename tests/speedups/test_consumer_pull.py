@@ -5,14 +5,17 @@ The same store gives the same next offset and the same objects (every slot), or 
 ranges over two consume-queue files, cleaned-up records, tag filters and damaged entries or
 records are handed to the reference and so agree by construction, which these tests check too.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec import columns, record as fmt
+from shmq.codec import columns
+from shmq.codec import record as fmt
 from shmq.filter.tags import TagFilter
 from shmq.store.reader import ConsumeQueueReader
 from tests.client.consumer.conftest import delete_commitlog_head, put_many, reader, store  # noqa: F401 - fixtures
@@ -55,19 +58,18 @@ def test_store_pulls_give_the_same_objects(pair, store, reader, expression) -> N
 
 
 @pytest.mark.parametrize("expression", [None, "*"])
-def test_healthy_ranges_in_one_file_are_read_by_the_compiled_code(pair, store, reader, monkeypatch,
-                                                                  expression) -> None:
+def test_healthy_ranges_in_one_file_are_read_by_the_compiled_code(pair, store, reader, monkeypatch, expression) -> None:
     compiled, reference = pair
     _put_mixed(store)
     expr = None if expression is None else TagFilter(expression)
     mx = store.get_max_offset_in_queue("T", 0)
-    want = [outcome(reference, reader, "T", 0, off, 4, mx, expr) for off in range(0, 124)]
+    want = [outcome(reference, reader, "T", 0, off, 4, mx, expr) for off in range(124)]
 
     def no_fallback(*args):
         raise AssertionError("the compiled pull_messages fell back to the reference")
 
     monkeypatch.setitem(_speedups._references, "_consumer.pull_messages", no_fallback)
-    assert [outcome(compiled, reader, "T", 0, off, 4, mx, expr) for off in range(0, 124)] == want
+    assert [outcome(compiled, reader, "T", 0, off, 4, mx, expr) for off in range(124)] == want
     assert sum(len(w[2]) for w in want if w[0] == "ok") > 300  # (every 11th body is flagged compressed but is not)
 
 
@@ -79,8 +81,9 @@ def test_cleaned_up_records_agree(pair, store, reader) -> None:
     reader.refresh()
     for offset in range(0, mx, 37):
         for expr in (None, TagFilter("TagA")):
-            assert outcome(compiled, reader, "T", 0, offset, 32, mx, expr) == \
-                outcome(reference, reader, "T", 0, offset, 32, mx, expr)
+            assert outcome(compiled, reader, "T", 0, offset, 32, mx, expr) == outcome(
+                reference, reader, "T", 0, offset, 32, mx, expr
+            )
 
 
 # --------------------------------------------------------------------------- garbage
@@ -108,10 +111,17 @@ class FakeReader:
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(damaged_store(), st.sampled_from([None, "*", "TagA"]), st.integers(0, 20), st.integers(0, 40),
-       st.integers(-3, 40), st.sampled_from([0, 20, 37]))
-def test_damaged_entries_and_records_pull_the_same_or_fail_the_same(pair, data, expression, offset, max_num,
-                                                                     top, shift) -> None:
+@given(
+    damaged_store(),
+    st.sampled_from([None, "*", "TagA"]),
+    st.integers(0, 20),
+    st.integers(0, 40),
+    st.integers(-3, 40),
+    st.sampled_from([0, 20, 37]),
+)
+def test_damaged_entries_and_records_pull_the_same_or_fail_the_same(
+    pair, data, expression, offset, max_num, top, shift
+) -> None:
     compiled, reference = pair
     log, rng = data
     cq = ConsumeQueueReader.__new__(ConsumeQueueReader)
@@ -122,8 +132,9 @@ def test_damaged_entries_and_records_pull_the_same_or_fail_the_same(pair, data, 
     max_offset = rng.start + top
     start = rng.start + offset
     fake = FakeReader(cq, log)
-    assert outcome(compiled, fake, "T", 3, start, max_num, max_offset, expr) == \
-        outcome(reference, fake, "T", 3, start, max_num, max_offset, expr)
+    assert outcome(compiled, fake, "T", 3, start, max_num, max_offset, expr) == outcome(
+        reference, fake, "T", 3, start, max_num, max_offset, expr
+    )
 
 
 @pytest.mark.parametrize("delta", [-1, 1, -3, 0x70000000, -0x7FFFFFFF])

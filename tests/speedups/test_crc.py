@@ -6,12 +6,13 @@ folding and the table finish each start at different lengths (32, 80, and the ta
 lengths run over all of 0..4 KB. The folding constants come from tools/crc32_constants.py,
 whose bit-exact model is checked here too.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import os
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Forces one path for the test, then restores the one chosen at import."""
     compiled_or_skip("_crc", "checksum")
     from shmq._speedups import _crc
+
     if request.param not in _crc.paths():
         pytest.skip(f"this CPU has no {request.param} path")
     before = _crc.path()
@@ -37,6 +39,7 @@ def path(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def checksum(data: bytes | memoryview, value: int = 0) -> int:
     from shmq._speedups import _crc
+
     return int(_crc.checksum(data, value))
 
 
@@ -45,17 +48,19 @@ BLOB = os.urandom(4096 + 64)
 
 def test_every_length_and_alignment_up_to_4k(path: str) -> None:
     for offset in range(16):
-        for n in range(0, 4097 - offset if offset else 4097):
-            view = memoryview(BLOB)[offset:offset + n]
+        for n in range(4097 - offset if offset else 4097):
+            view = memoryview(BLOB)[offset : offset + n]
             assert checksum(view) == zlib.crc32(view), (path, offset, n)
 
 
 @settings(max_examples=400, deadline=None)
-@given(data=st.binary(max_size=4096), seed=st.integers(0, 2**32 - 1), offset=st.integers(0, 15),
-       split=st.integers(0, 4096))
+@given(
+    data=st.binary(max_size=4096), seed=st.integers(0, 2**32 - 1), offset=st.integers(0, 15), split=st.integers(0, 4096)
+)
 def test_seed_alignment_and_continuation(data: bytes, seed: int, offset: int, split: int) -> None:
     compiled_or_skip("_crc", "checksum")
     from shmq._speedups import _crc
+
     before = _crc.path()
     try:
         for p in _crc.paths():
@@ -79,6 +84,7 @@ def test_known_values(path: str) -> None:
 def test_buffers_and_errors(path: str) -> None:
     assert checksum(bytearray(b"abc" * 50)) == zlib.crc32(b"abc" * 50)
     import numpy as np
+
     a = np.arange(100, dtype=np.int32)
     assert checksum(memoryview(a)) == zlib.crc32(a.tobytes())
     with pytest.raises(TypeError):
@@ -88,6 +94,7 @@ def test_buffers_and_errors(path: str) -> None:
 def test_unknown_path_is_refused() -> None:
     compiled_or_skip("_crc", "checksum")
     from shmq._speedups import _crc
+
     with pytest.raises(ValueError, match="not available"):
         _crc.set_path("slow")
     assert _crc.path() in _crc.paths()
@@ -95,6 +102,7 @@ def test_unknown_path_is_refused() -> None:
 
 def test_the_constants_model_matches_zlib() -> None:
     from tools import crc32_constants as k
+
     for n in (16, 31, 32, 79, 80, 100, 143, 144, 1000):
         data = os.urandom(n)
         assert k.model(0x12345678, data) == zlib.crc32(data, 0x12345678)

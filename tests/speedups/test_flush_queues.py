@@ -1,12 +1,14 @@
 """Compiled ``flush_queues`` (the consume-queue flush round) against the reference: the same
 queues flushed (same flushed positions after the round) for any written and flushed positions,
 least-pages rule on or off, and queues of other types handed their own ``flush``."""
+
 from __future__ import annotations
 
 import tempfile
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.store import consume_queue as C
@@ -51,8 +53,9 @@ POSITION = st.integers(0, FILE_SIZE)
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(st.lists(st.tuples(POSITION, POSITION), max_size=3), min_size=1, max_size=6),
-       st.sampled_from([0, 1, 2, 3]))
+@given(
+    st.lists(st.lists(st.tuples(POSITION, POSITION), max_size=3), min_size=1, max_size=6), st.sampled_from([0, 1, 2, 3])
+)
 def test_compiled_flush_queues_matches_the_reference(pair, layout, least_pages) -> None:
     compiled, reference = pair
     assert _round(compiled, layout, least_pages) == _round(reference, layout, least_pages)

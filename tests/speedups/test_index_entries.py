@@ -1,13 +1,15 @@
 """Compiled ``put_entries`` (the index inserts of a batch) against the reference: same file bytes,
 same slots-used growth, same errors for bounds that do not fit."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec.record import INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ENTRY_SIZE
+from shmq.codec.record import INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, INDEX_SLOT_SIZE
 from shmq.store import index_file
 from tests.speedups.conftest import compiled_or_skip
 
@@ -20,6 +22,7 @@ def pair():
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_store", "put_entries")
     import shmq._speedups._store as c
+
     for name, value in c.LAYOUT.items():
         assert getattr(index_file, name) == value, name
 
@@ -36,15 +39,24 @@ def _run(fn, buf: bytearray, *args):
         return (type(e), str(e)), bytes(buf)
 
 
-batches = st.integers(1, 300).flatmap(lambda n: st.tuples(
-    st.lists(st.one_of(st.integers(0, 2**31 - 1), st.integers(-2**40, 2**40)), min_size=n, max_size=n),
-    st.lists(st.integers(0, 2**50), min_size=n, max_size=n),
-    st.lists(st.integers(-10**7, 10**13), min_size=n, max_size=n)))
+batches = st.integers(1, 300).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.one_of(st.integers(0, 2**31 - 1), st.integers(-(2**40), 2**40)), min_size=n, max_size=n),
+        st.lists(st.integers(0, 2**50), min_size=n, max_size=n),
+        st.lists(st.integers(-(10**7), 10**13), min_size=n, max_size=n),
+    )
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 64), st.integers(1, 40), batches, st.integers(-10**7, 10**13), st.binary(max_size=64),
-       st.integers(0, 2**31 - 1))
+@given(
+    st.integers(1, 64),
+    st.integers(1, 40),
+    batches,
+    st.integers(-(10**7), 10**13),
+    st.binary(max_size=64),
+    st.integers(0, 2**31 - 1),
+)
 def test_batches_write_the_same_bytes(pair, slot_num, first, batch, begin_ts, noise, seed) -> None:
     compiled, reference = pair
     hashes, phys, ts = (np.array(x, np.int64) for x in batch)
@@ -54,22 +66,30 @@ def test_batches_write_the_same_bytes(pair, slot_num, first, batch, begin_ts, no
     start = bytearray(size)
     heads = rng.integers(-5, first, slot_num, dtype=np.int32) * rng.integers(0, 2, slot_num, dtype=np.int32)
     start[INDEX_HEADER_SIZE:entry_base] = heads.astype(">i4").tobytes()
-    start[size - len(noise):] = noise
+    start[size - len(noise) :] = noise
     a, b = bytearray(start), bytearray(start)
-    assert _run(compiled, a, slot_num, entry_base, first, begin_ts, hashes, phys, ts) == \
-        _run(reference, b, slot_num, entry_base, first, begin_ts, hashes, phys, ts)
+    assert _run(compiled, a, slot_num, entry_base, first, begin_ts, hashes, phys, ts) == _run(
+        reference, b, slot_num, entry_base, first, begin_ts, hashes, phys, ts
+    )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(-3, 2**62), st.integers(-3, 2**62), st.integers(-3, 2**62), st.integers(0, 400),
-       st.integers(0, 5), st.integers(0, 5))
+@given(
+    st.integers(-3, 2**62),
+    st.integers(-3, 2**62),
+    st.integers(-3, 2**62),
+    st.integers(0, 400),
+    st.integers(0, 5),
+    st.integers(0, 5),
+)
 def test_bounds_refused_the_same(pair, slot_num, entry_base, first, size, n, n_other) -> None:
     compiled, reference = pair
     hashes, other = np.arange(n, dtype=np.int64), np.arange(n_other, dtype=np.int64)
     for args in ((hashes, hashes, hashes), (hashes, other, hashes), (hashes, hashes, other)):
         a, b = bytearray(size), bytearray(size)
-        assert _run(compiled, a, slot_num, entry_base, first, 0, *args) == \
-            _run(reference, b, slot_num, entry_base, first, 0, *args)
+        assert _run(compiled, a, slot_num, entry_base, first, 0, *args) == _run(
+            reference, b, slot_num, entry_base, first, 0, *args
+        )
 
 
 def test_strided_and_readonly_inputs(pair) -> None:
@@ -86,8 +106,10 @@ def test_an_index_file_written_both_ways_reads_the_same(tmp_path, pair, monkeypa
     """Through IndexFile.put_batch: several batches, then queries along the chains."""
     compiled, reference = pair
     rng = np.random.default_rng(7)
-    batches = [(rng.integers(0, 2**31, n), np.arange(n) * 100 + i * 10**6, np.full(n, 10**12 + i * 1500))
-               for i, n in enumerate((1, 5, 300, 2048, 17))]
+    batches = [
+        (rng.integers(0, 2**31, n), np.arange(n) * 100 + i * 10**6, np.full(n, 10**12 + i * 1500))
+        for i, n in enumerate((1, 5, 300, 2048, 17))
+    ]
     files = []
     for fn, name in ((compiled, "c"), (reference, "r")):
         monkeypatch.setattr(index_file, "put_entries", fn)

@@ -1,6 +1,7 @@
 """Compiled ``MessageFields.__init__`` against the Python reference ``_Fields.__init__``: the
 same stored fields (keys joined, times as float) and the same errors for every argument mix,
 plain or not; and Message keeps its dataclass and pickle behaviour on the compiled base."""
+
 from __future__ import annotations
 
 import copy
@@ -9,7 +10,8 @@ import math
 import pickle
 from typing import Any
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq.model import message as M
 from shmq.model.message import Message
@@ -21,9 +23,16 @@ FIELDS = M._Fields.__slots__
 class Sub(Message):
     """A subclass has a ``__dict__`` for its own attributes."""
 
-_values = st.one_of(st.none(), st.integers(-3, 70), st.booleans(), st.floats(allow_nan=True),
-                    st.sampled_from([0, 0.0, "", "k", "a b", b"k", ["a", "b"], ("b", "a"), {"z", "y"}, [1], ["a b"],
-                                     math.inf, -1.5, 2**70]))
+
+_values = st.one_of(
+    st.none(),
+    st.integers(-3, 70),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.sampled_from(
+        [0, 0.0, "", "k", "a b", b"k", ["a", "b"], ("b", "a"), {"z", "y"}, [1], ["a b"], math.inf, -1.5, 2**70]
+    ),
+)
 
 
 def _outcome(cls: type, args: tuple, kwargs: dict[str, Any]) -> tuple:
@@ -40,9 +49,15 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.sampled_from(["tags", "keys", "properties", "flag", "delay_level", "deliver_at", "delay"]),
-                       _values, max_size=4),
-       st.one_of(st.just("T"), st.integers()), st.one_of(st.just(b"x"), st.none()))
+@given(
+    st.dictionaries(
+        st.sampled_from(["tags", "keys", "properties", "flag", "delay_level", "deliver_at", "delay"]),
+        _values,
+        max_size=4,
+    ),
+    st.one_of(st.just("T"), st.integers()),
+    st.one_of(st.just(b"x"), st.none()),
+)
 def test_init_same_as_reference(kwargs: dict[str, Any], topic: Any, body: Any) -> None:
     compiled = compiled_or_skip("_message", "MessageFields")
     ref = _outcome(M._Fields, (topic, body), kwargs)

@@ -2,13 +2,15 @@
 same messages, fixed UNIQ_KEY prefix and counter and timestamps, identical topic table, record
 bytes, starts, tag codes, key hashes, UNIQ_KEYs, the same UNIQ_KEYs taken, and identical errors
 (type and message) for messages the reference refuses."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.client.producer import encoder as E
@@ -50,16 +52,33 @@ def _outcome(fn, msgs, first: int, compress_over: int | None, born: tuple) -> tu
     except Exception as e:  # noqa: BLE001 - the error itself is what is compared
         return ("error", type(e), str(e), enc.uniq._counter)
     b = r.batch
-    return ("ok", r.topics_b, r.topic_idx.dtype, r.topic_idx.tolist(), bytes(b.buf), b.starts.dtype, b.starts.tolist(),
-            b.tags_codes.dtype, b.tags_codes.tolist(), b.key_hashes.dtype, b.key_hashes.tolist(),
-            b.key_records.dtype, b.key_records.tolist(), r.uniq_keys, enc.uniq._counter)
+    return (
+        "ok",
+        r.topics_b,
+        r.topic_idx.dtype,
+        r.topic_idx.tolist(),
+        bytes(b.buf),
+        b.starts.dtype,
+        b.starts.tolist(),
+        b.tags_codes.dtype,
+        b.tags_codes.tolist(),
+        b.key_hashes.dtype,
+        b.key_hashes.tolist(),
+        b.key_records.dtype,
+        b.key_records.tolist(),
+        r.uniq_keys,
+        enc.uniq._counter,
+    )
 
 
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_mixed", "encode_mixed")
     import shmq._speedups._mixed as c
+
     for name, value in c.LAYOUT.items():
-        assert {"UNIQ_LEN": E._UNIQ_LEN, "UNIQ_COUNTER": E._UNIQ_COUNTER}.get(name, getattr(fmt, name, None)) == value, name
+        assert {"UNIQ_LEN": E._UNIQ_LEN, "UNIQ_COUNTER": E._UNIQ_COUNTER}.get(
+            name, getattr(fmt, name, None)
+        ) == value, name
 
 
 def test_the_encoder_uses_the_compiled_function_unless_disabled() -> None:
@@ -73,29 +92,57 @@ TEXT = st.one_of(st.none(), st.sampled_from(["", "TagA", "k1 k2", "\u00e9t\u00e9
 
 @st.composite
 def messages(draw) -> Message:
-    body = draw(st.one_of(st.binary(max_size=300), st.binary(min_size=5000, max_size=5100),
-                          st.just(bytearray(b"ba")), st.just(memoryview(b"mv")), st.just("text")))
-    flag = draw(st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(-2**64, 2**64), st.just(True)))
-    m = Message(draw(TOPICS), b"", draw(TEXT), draw(st.one_of(TEXT, st.just(["k1", "k2"]))),
-                draw(st.one_of(st.none(), st.just({}), st.just({"p": "v"}))), 0,
-                draw(st.sampled_from([0, 0, 0, 3])))
+    body = draw(
+        st.one_of(
+            st.binary(max_size=300),
+            st.binary(min_size=5000, max_size=5100),
+            st.just(bytearray(b"ba")),
+            st.just(memoryview(b"mv")),
+            st.just("text"),
+        )
+    )
+    flag = draw(st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**64), 2**64), st.just(True)))
+    m = Message(
+        draw(TOPICS),
+        b"",
+        draw(TEXT),
+        draw(st.one_of(TEXT, st.just(["k1", "k2"]))),
+        draw(st.one_of(st.none(), st.just({}), st.just({"p": "v"}))),
+        0,
+        draw(st.sampled_from([0, 0, 0, 3])),
+    )
     m.body = body  # type: ignore[assignment]  # hostile values on purpose
     m.flag = flag
     return m
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(messages(), max_size=12), st.integers(0, 2**32 - 1), st.sampled_from([None, 4096]),
-       st.sampled_from([(0, 0), (1_700_000_000_000, 0x7F000001_0000_1F90), (2**63, 0), (-1, -2**63)]))
+@given(
+    st.lists(messages(), max_size=12),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([None, 4096]),
+    st.sampled_from([(0, 0), (1_700_000_000_000, 0x7F000001_0000_1F90), (2**63, 0), (-1, -(2**63))]),
+)
 def test_compiled_encode_mixed_matches_the_reference(pair, msgs, first, compress_over, born) -> None:
     compiled, reference = pair
     assert _outcome(compiled, msgs, first, compress_over, born) == _outcome(reference, msgs, first, compress_over, born)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.binary(max_size=200), st.sampled_from([None, "TagA", "TagB"]),
-                          st.sampled_from([None, "", "order-1", "a b c"]), st.integers(-2**63, 2**63 - 1)),
-                min_size=1, max_size=300), st.integers(0, 2**32 - 1))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.binary(max_size=200),
+            st.sampled_from([None, "TagA", "TagB"]),
+            st.sampled_from([None, "", "order-1", "a b c"]),
+            st.integers(-(2**63), 2**63 - 1),
+        ),
+        min_size=1,
+        max_size=300,
+    ),
+    st.integers(0, 2**32 - 1),
+)
 def test_the_usual_frames_match_the_reference(pair, rows, first) -> None:
     """Many topics, valid messages (what the accumulator sends): the compiled path itself, not its fallback."""
     compiled, reference = pair
@@ -122,12 +169,14 @@ def test_a_subclass_or_odd_message_takes_the_reference(pair) -> None:
 
 def test_records_decode_as_the_messages(pair) -> None:
     compiled, _ = pair
-    msgs = [Message(f"T{i % 3}", bytes([i]) * i, "tg" if i % 2 else None, f"key{i}" if i % 4 == 0 else None)
-            for i in range(20)]
+    msgs = [
+        Message(f"T{i % 3}", bytes([i]) * i, "tg" if i % 2 else None, f"key{i}" if i % 4 == 0 else None)
+        for i in range(20)
+    ]
     r = compiled(_encoder(0, 4096), msgs, 1234, 5678)
     for i, m in enumerate(msgs):
         end = r.batch.starts[i + 1] if i + 1 < len(msgs) else len(r.batch.buf)
-        rec = fmt.decode_record(bytes(r.batch.buf[r.batch.starts[i]:end]))
+        rec = fmt.decode_record(bytes(r.batch.buf[r.batch.starts[i] : end]))
         assert (rec.topic, rec.body, rec.born_timestamp) == (m.topic, m.body, 1234)
         assert rec.properties[fmt.PROPERTY_UNIQ_KEY] == r.uniq_keys[i]
     assert np.array_equal(r.topic_idx, [i % 3 for i in range(20)])

@@ -4,6 +4,7 @@ same commitlog, consume-queue and index bytes, the same results and refusals, an
 errors. The puts are drawn to reach every way out of the plain put: damaged records, missing
 body CRCs, hidden transaction records, other topics, segment, queue-file and index-file rolls,
 new queues, user batches over maxMessageSize, a hook that acts."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,8 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from shmq.codec import record as fmt
 from shmq.store import plain_put
@@ -22,8 +24,15 @@ from shmq.store.mapped_file import NEVER
 from shmq.store.message_store import MessageStore
 from tests.speedups.conftest import compiled_or_skip
 
-_CONFIG = {"mappedFileSizeCommitLog": 16384, "mappedFileSizeConsumeQueue": 20 * 64, "maxHashSlotNum": 31,
-           "maxIndexNum": 90, "maxMessageSize": 3000, "warmMappedFileEnable": False, "flushDiskType": "ASYNC_FLUSH"}
+_CONFIG = {
+    "mappedFileSizeCommitLog": 16384,
+    "mappedFileSizeConsumeQueue": 20 * 64,
+    "maxHashSlotNum": 31,
+    "maxIndexNum": 90,
+    "maxMessageSize": 3000,
+    "warmMappedFileEnable": False,
+    "flushDiskType": "ASYNC_FLUSH",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -34,32 +43,45 @@ def _built() -> None:
 def test_layout_constants_match_the_reference() -> None:
     import shmq._speedups._store as c
     from shmq.store import index_file
-    expect = {"MIN_BLANK": fmt.MIN_BLANK, "CQ_ENTRY_SIZE": fmt.CQ_ENTRY_SIZE, "TRANSACTION_MASK": fmt.TRANSACTION_MASK,
-              "HIDDEN_TX": 0x4, "_H_BEGIN_TS": index_file._H_BEGIN_TS, "_H_END_TS": index_file._H_END_TS,
-              "_H_BEGIN_PHYS": index_file._H_BEGIN_PHYS, "_H_END_PHYS": index_file._H_END_PHYS,
-              "_H_SLOTS_USED": index_file._H_SLOTS_USED}
-    assert c.PUT_LAYOUT == expect
+
+    expect = {
+        "MIN_BLANK": fmt.MIN_BLANK,
+        "CQ_ENTRY_SIZE": fmt.CQ_ENTRY_SIZE,
+        "TRANSACTION_MASK": fmt.TRANSACTION_MASK,
+        "HIDDEN_TX": 0x4,
+        "_H_BEGIN_TS": index_file._H_BEGIN_TS,
+        "_H_END_TS": index_file._H_END_TS,
+        "_H_BEGIN_PHYS": index_file._H_BEGIN_PHYS,
+        "_H_END_PHYS": index_file._H_END_PHYS,
+        "_H_SLOTS_USED": index_file._H_SLOTS_USED,
+    }
+    assert expect == c.PUT_LAYOUT
     from shmq.store import message_store
-    assert message_store._HIDDEN_TX_BIT == c.PUT_LAYOUT["HIDDEN_TX"]
+
+    assert c.PUT_LAYOUT["HIDDEN_TX"] == message_store._HIDDEN_TX_BIT
 
 
-record = st.fixed_dictionaries({
-    "body": st.binary(max_size=200),
-    "keys": st.sampled_from([None, "k1", "k1 k2", "a b c"]),
-    "tags": st.sampled_from([None, "TagA", "TagB"]),
-    "sysflag": st.sampled_from([0, 0, 0, 0x4, 0x8, 0x1]),
-    "crc0": st.sampled_from([False] * 6 + [True]),
-    "topic": st.sampled_from(["T1"] * 8 + ["T2"]),
-})
-put = st.fixed_dictionaries({
-    "records": st.lists(record, min_size=1, max_size=12),
-    "queue": st.sampled_from([0, 0, 0, 0, 0, 1, 2]),
-    "user_batch": st.booleans(),
-    "damage": st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=2),
-    "damage_often": st.sampled_from([False, False, True]),
-    "starts": st.sampled_from([None] * 8 + ["swap", "shift"]),
-    "clean": st.sampled_from([True, True, False]),  # every record valid: the plain put's case
-})
+record = st.fixed_dictionaries(
+    {
+        "body": st.binary(max_size=200),
+        "keys": st.sampled_from([None, "k1", "k1 k2", "a b c"]),
+        "tags": st.sampled_from([None, "TagA", "TagB"]),
+        "sysflag": st.sampled_from([0, 0, 0, 0x4, 0x8, 0x1]),
+        "crc0": st.sampled_from([False] * 6 + [True]),
+        "topic": st.sampled_from(["T1"] * 8 + ["T2"]),
+    }
+)
+put = st.fixed_dictionaries(
+    {
+        "records": st.lists(record, min_size=1, max_size=12),
+        "queue": st.sampled_from([0, 0, 0, 0, 0, 1, 2]),
+        "user_batch": st.booleans(),
+        "damage": st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=2),
+        "damage_often": st.sampled_from([False, False, True]),
+        "starts": st.sampled_from([None] * 8 + ["swap", "shift"]),
+        "clean": st.sampled_from([True, True, False]),  # every record valid: the plain put's case
+    }
+)
 
 
 def _request(p: dict, topic: str = "T1") -> PutRequest:
@@ -73,8 +95,16 @@ def _request(p: dict, topic: str = "T1") -> PutRequest:
             props[fmt.PROPERTY_KEYS] = r["keys"]
         if r["tags"]:
             props[fmt.PROPERTY_TAGS] = r["tags"]
-        recs.append(fmt.encode_message(r["topic"], r["body"], properties=props, sysflag=r["sysflag"], born_timestamp=1,
-                                       crc=0 if r["crc0"] else None))
+        recs.append(
+            fmt.encode_message(
+                r["topic"],
+                r["body"],
+                properties=props,
+                sysflag=r["sysflag"],
+                born_timestamp=1,
+                crc=0 if r["crc0"] else None,
+            )
+        )
     req = PutRequest.of_records(topic, p["queue"], recs)
     b = req.batch
     buf = bytearray(b.buf)
@@ -98,19 +128,38 @@ def _outcome(store: MessageStore, req: PutRequest) -> tuple:
         r = store.put(req, wait_flush=False)
     except Exception as e:  # noqa: BLE001 - type and message compared
         return type(e).__name__, str(e)
-    return (r.status, r.wrote_offset, r.wrote_bytes, r.queue_offset, r.msg_num, r.store_timestamp,
-            r.phys_offsets.tolist(), r.queue_offsets.tolist(),
-            None if r.refused is None else r.refused.tolist(), list(r.refusals))
+    return (
+        r.status,
+        r.wrote_offset,
+        r.wrote_bytes,
+        r.queue_offset,
+        r.msg_num,
+        r.store_timestamp,
+        r.phys_offsets.tolist(),
+        r.queue_offsets.tolist(),
+        None if r.refused is None else r.refused.tolist(),
+        list(r.refusals),
+    )
 
 
 def _state(store: MessageStore) -> tuple:
-    queues = sorted((k, cq.max_offset, cq.max_phys_end, cq.min_offset, [f.wrote_position for f in cq.queue.files])
-                    for k, cq in store._queues.items())
+    queues = sorted(
+        (k, cq.max_offset, cq.max_phys_end, cq.min_offset, [f.wrote_position for f in cq.queue.files])
+        for k, cq in store._queues.items()
+    )
     assert store.index is not None
-    index = [(f.index_count, f.begin_timestamp, f.end_timestamp, f.begin_phys_offset, f.end_phys_offset,
-              f._slots_used) for f in store.index.files]
-    return (queues, index, store.commitlog.confirmed, store.commitlog.max_offset, store._dispatched_ts,
-            [f.wrote_position for f in store.commitlog.queue.files])
+    index = [
+        (f.index_count, f.begin_timestamp, f.end_timestamp, f.begin_phys_offset, f.end_phys_offset, f._slots_used)
+        for f in store.index.files
+    ]
+    return (
+        queues,
+        index,
+        store.commitlog.confirmed,
+        store.commitlog.max_offset,
+        store._dispatched_ts,
+        [f.wrote_position for f in store.commitlog.queue.files],
+    )
 
 
 def _files(root: str) -> dict[str, bytes]:
@@ -167,8 +216,9 @@ class _Acting:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(put, min_size=1, max_size=14), st.booleans())
-def test_same_store_bytes_results_and_errors(monkeypatch: pytest.MonkeyPatch, puts: list[dict],
-                                             extra_hook: bool) -> None:
+def test_same_store_bytes_results_and_errors(
+    monkeypatch: pytest.MonkeyPatch, puts: list[dict], extra_hook: bool
+) -> None:
     ref, ref_files, none = _run(puts, False, monkeypatch, extra_hook)
     new, new_files, taken = _run(puts, True, monkeypatch, extra_hook)
     assert none == 0
@@ -183,8 +233,9 @@ def test_same_store_bytes_results_and_errors(monkeypatch: pytest.MonkeyPatch, pu
 
 def test_the_usual_batch_takes_the_plain_put(monkeypatch: pytest.MonkeyPatch) -> None:
     clean = {"body": b"x" * 40, "keys": "k", "tags": "TagA", "sysflag": 0, "crc0": False, "topic": "T1"}
-    puts = [{"records": [clean] * 5, "queue": 0, "user_batch": True, "damage": [], "damage_often": False,
-             "starts": None}] * 30
+    puts = [
+        {"records": [clean] * 5, "queue": 0, "user_batch": True, "damage": [], "damage_often": False, "starts": None}
+    ] * 30
     ref, ref_files, _ = _run(puts, False, monkeypatch, False)
     new, new_files, taken = _run(puts, True, monkeypatch, False)
     assert new == ref and new_files == ref_files
@@ -199,12 +250,52 @@ def test_put_plain_refuses_bad_arguments_without_writing() -> None:
     z = np.zeros(2, np.int64)
     e = np.empty(0, np.int64)
     cl, cq = bytearray(4096), bytearray(400)
-    args = [buf, starts, z, e, e, b"T1", 100, -1, False, cl, 0, 0, 4000, 0, 0, 1, 2, cq, 0, 400,
-            None, 0, 0, 0, 0, 0, 0, -1, np.empty(2, np.int64)]
-    assert fn(*args) == 0 and cl[:len(buf)] != buf  # patched copy
-    for k, bad in [(9, bytes(4096)), (10, 4000), (10, -1), (12, 10), (18, 390), (19, 500), (1, starts[::-1].copy()),
-                   (2, np.zeros(3, np.int64)), (28, np.empty(3, np.int64)), (3, np.zeros(1, np.int64)),
-                   (6, 2), (5, b"T2")]:
+    args = [
+        buf,
+        starts,
+        z,
+        e,
+        e,
+        b"T1",
+        100,
+        -1,
+        False,
+        cl,
+        0,
+        0,
+        4000,
+        0,
+        0,
+        1,
+        2,
+        cq,
+        0,
+        400,
+        None,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        -1,
+        np.empty(2, np.int64),
+    ]
+    assert fn(*args) == 0 and cl[: len(buf)] != buf  # patched copy
+    for k, bad in [
+        (9, bytes(4096)),
+        (10, 4000),
+        (10, -1),
+        (12, 10),
+        (18, 390),
+        (19, 500),
+        (1, starts[::-1].copy()),
+        (2, np.zeros(3, np.int64)),
+        (28, np.empty(3, np.int64)),
+        (3, np.zeros(1, np.int64)),
+        (6, 2),
+        (5, b"T2"),
+    ]:
         cl2, cq2 = bytearray(4096), bytearray(400)
         a = list(args)
         a[9], a[17] = cl2, cq2
@@ -217,8 +308,13 @@ def test_reservations_ahead_keep_every_put_plain(monkeypatch: pytest.MonkeyPatch
     """A long run of usual batches: the files' next reserve steps are made in the allocator's
     thread (keep_reserved) before the writer needs them, so no put after the queue's first
     falls back to the reference path to reserve; bytes and results stay the reference's."""
-    config = {"mappedFileSizeCommitLog": 4 << 20, "maxHashSlotNum": 1000, "maxIndexNum": 100_000,
-              "warmMappedFileEnable": False, "flushDiskType": "ASYNC_FLUSH"}
+    config = {
+        "mappedFileSizeCommitLog": 4 << 20,
+        "maxHashSlotNum": 1000,
+        "maxIndexNum": 100_000,
+        "warmMappedFileEnable": False,
+        "flushDiskType": "ASYNC_FLUSH",
+    }
     recs = [{"body": b"y" * 60, "keys": "k", "tags": "TagA", "sysflag": 0, "crc0": False, "topic": "T1"}] * 50
     p = {"records": recs, "queue": 0, "user_batch": True, "damage": [], "damage_often": False, "starts": None}
 

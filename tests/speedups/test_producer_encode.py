@@ -1,6 +1,7 @@
 """Compiled ``pack_uniform`` (the producer's batch records) against the reference, and the
 encoder with either: identical bytes, ids, hashes and errors for the same messages and fixed
 UNIQ_KEY prefix, counter and timestamps."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,8 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.client.producer import encoder as E
@@ -41,6 +43,7 @@ def _fns(which: str) -> dict:
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_producer", "pack_uniform")
     import shmq._speedups._producer as c
+
     reference = {"UNIQ_LEN": E._UNIQ_LEN, "UNIQ_COUNTER": E._UNIQ_COUNTER}
     for name, value in c.LAYOUT.items():
         assert reference.get(name, getattr(fmt, name, None)) == value, name
@@ -52,12 +55,17 @@ def test_the_encoder_uses_the_compiled_functions_unless_disabled() -> None:
         assert (getattr(E, name) is fn) != _speedups.DISABLED
 
 
-text = st.text(st.characters(min_codepoint=32, blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12)
+text = st.text(
+    st.characters(min_codepoint=32, blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=12
+)
 topics = st.text(st.sampled_from("abcXYZ019_-%|"), min_size=1, max_size=fmt.MAX_TOPIC_LENGTH)
-bodies = st.lists(st.binary(max_size=300).flatmap(lambda b: st.sampled_from([b, bytearray(b), memoryview(b)])),
-                  min_size=1, max_size=40)
+bodies = st.lists(
+    st.binary(max_size=300).flatmap(lambda b: st.sampled_from([b, bytearray(b), memoryview(b)])),
+    min_size=1,
+    max_size=40,
+)
 prefixes = st.binary(min_size=12, max_size=12).map(lambda b: b.hex().upper().encode())
-int32s = st.integers(-2**31, 2**31 - 1)
+int32s = st.integers(-(2**31), 2**31 - 1)
 
 
 def _same(a, b) -> None:
@@ -67,9 +75,21 @@ def _same(a, b) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(topics, bodies, st.none() | text, st.none() | text, prefixes, st.integers(0, 2**32 + 5),
-       int32s | st.lists(int32s, min_size=40, max_size=40), st.booleans(), st.integers(0, 2**62), st.integers(-2**63, 2**63 - 1))
-def test_same_records_ids_and_hashes(pair, topic, bs, tags, keys, prefix, first, flags, with_sysflags, ts, host) -> None:
+@given(
+    topics,
+    bodies,
+    st.none() | text,
+    st.none() | text,
+    prefixes,
+    st.integers(0, 2**32 + 5),
+    int32s | st.lists(int32s, min_size=40, max_size=40),
+    st.booleans(),
+    st.integers(0, 2**62),
+    st.integers(-(2**63), 2**63 - 1),
+)
+def test_same_records_ids_and_hashes(
+    pair, topic, bs, tags, keys, prefix, first, flags, with_sysflags, ts, host
+) -> None:
     compiled, reference = pair
     topic_b = topic.encode()
     head, end = E._tail_parts(topic_b, tags or None, keys or None)
@@ -87,14 +107,16 @@ def test_records_are_those_of_the_record_codec(pair) -> None:
     assert uniq.tolist() == [b"A" * 24 + b"FFFFFFFF", b"A" * 24 + b"00000000", b"A" * 24 + b"00000001"]
     for i, body in enumerate([b"one", b"", b"three"]):
         key = uniq[i].decode()
-        expected = fmt.encode_message("T", body, flag=7, born_timestamp=5, born_host=6,
-                                      properties=fmt.message_properties("tg", "a b", key))
-        assert buf[starts[i]:starts[i] + len(expected)] == expected
+        expected = fmt.encode_message(
+            "T", body, flag=7, born_timestamp=5, born_host=6, properties=fmt.message_properties("tg", "a b", key)
+        )
+        assert buf[starts[i] : starts[i] + len(expected)] == expected
         assert hashes[i] == fmt.index_key_hash("T", key)
 
 
-@pytest.mark.parametrize("bad", [{"flags": 2**31}, {"flags": -2**31 - 1}, {"bodies": [b"a", "text"]},
-                                 {"bodies": [b"a", 3]}, {"ts": 2**63}])
+@pytest.mark.parametrize(
+    "bad", [{"flags": 2**31}, {"flags": -(2**31) - 1}, {"bodies": [b"a", "text"]}, {"bodies": [b"a", 3]}, {"ts": 2**63}]
+)
 def test_same_errors(pair, bad) -> None:
     compiled, reference = pair
     kw = {"bodies": [b"a", b"b"], "flags": 0, "ts": 1}
@@ -127,12 +149,25 @@ def _encode(which: str, msgs):
         except Exception as e:  # noqa: BLE001 - the type and text are compared
             return type(e), str(e)
     b = out.batch
-    return (out.topic_b, b.buf, b.starts.tolist(), b.tags_codes.tolist(), b.key_hashes.tolist(),
-            b.key_records.tolist(), out.uniq_keys.tolist())
+    return (
+        out.topic_b,
+        b.buf,
+        b.starts.tolist(),
+        b.tags_codes.tolist(),
+        b.key_hashes.tolist(),
+        b.key_records.tolist(),
+        out.uniq_keys.tolist(),
+    )
 
 
-messages = st.builds(Message, st.just("Topic"), st.binary(max_size=700), tags=st.none() | st.just("t"),
-                     keys=st.none() | st.just("k1 k2"), flag=st.integers(0, 3))
+messages = st.builds(
+    Message,
+    st.just("Topic"),
+    st.binary(max_size=700),
+    tags=st.none() | st.just("t"),
+    keys=st.none() | st.just("k1 k2"),
+    flag=st.integers(0, 3),
+)
 
 
 class SubMessage(Message):
@@ -145,10 +180,25 @@ def _odd(m: Message, what: int) -> object:
         return SubMessage(m.topic, m.body, m.tags, m.keys)
     if what == 1:
         return Message("Other", m.body, m.tags, m.keys)
-    changes = [{"body": bytearray(b"abc")}, {"body": b"x" * 800}, {"tags": "u"}, {"keys": "k9"},
-               {"properties": {"a": "b"}}, {"properties": {}}, {"delay_level": 3}, {"delay": 1.0},
-               {"deliver_at": 5.0}, {"flag": True}, {"flag": 1.0}, {"flag": 2**63}, {"flag": -2**63},
-               {"flag": 2**40}, {"body": "text"}, {"tags": ["t"]}, {"topic": 5}]
+    changes = [
+        {"body": bytearray(b"abc")},
+        {"body": b"x" * 800},
+        {"tags": "u"},
+        {"keys": "k9"},
+        {"properties": {"a": "b"}},
+        {"properties": {}},
+        {"delay_level": 3},
+        {"delay": 1.0},
+        {"deliver_at": 5.0},
+        {"flag": True},
+        {"flag": 1.0},
+        {"flag": 2**63},
+        {"flag": -(2**63)},
+        {"flag": 2**40},
+        {"body": "text"},
+        {"tags": ["t"]},
+        {"topic": 5},
+    ]
     m2 = Message(m.topic, m.body, m.tags, m.keys)
     for k, v in changes[(what - 2) % len(changes)].items():
         setattr(m2, k, v)
@@ -156,8 +206,11 @@ def _odd(m: Message, what: int) -> object:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(messages, min_size=1, max_size=10), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30)),
-                                                              max_size=2), st.booleans())
+@given(
+    st.lists(messages, min_size=1, max_size=10),
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30)), max_size=2),
+    st.booleans(),
+)
 def test_uniform_columns_are_identical(columns, msgs, changes, uniform) -> None:
     compiled, reference = columns
     if uniform:
@@ -185,16 +238,19 @@ def test_encoder_batches_are_identical(pair, msgs, uniform) -> None:
     assert _encode(COMPILED, batch) == _encode(REFERENCE, batch)
 
 
-@pytest.mark.parametrize("msgs", [
-    MessageBatch("Topic", [b"x" * 1001]),  # too large
-    MessageBatch("bad topic", [b"x"]),
-    MessageBatch("T" * 200, [b"x"]),
-    MessageBatch("Topic", [b"x"], properties={"a\x01": "b"}),
-    MessageBatch("Topic", [b"x"], properties={"a": 1}),  # type: ignore[dict-item]
-    MessageBatch("Topic", [b"x", "text"]),  # type: ignore[list-item]
-    MessageBatch("Topic", [b"x"], flag=2**40),
-    [Message("Topic", b"x"), Message("Other", b"y")],
-])
+@pytest.mark.parametrize(
+    "msgs",
+    [
+        MessageBatch("Topic", [b"x" * 1001]),  # too large
+        MessageBatch("bad topic", [b"x"]),
+        MessageBatch("T" * 200, [b"x"]),
+        MessageBatch("Topic", [b"x"], properties={"a\x01": "b"}),
+        MessageBatch("Topic", [b"x"], properties={"a": 1}),  # type: ignore[dict-item]
+        MessageBatch("Topic", [b"x", "text"]),  # type: ignore[list-item]
+        MessageBatch("Topic", [b"x"], flag=2**40),
+        [Message("Topic", b"x"), Message("Other", b"y")],
+    ],
+)
 def test_encoder_errors_are_identical(pair, msgs) -> None:
     _compiled, _reference = pair
     got = _encode(COMPILED, msgs)

@@ -1,11 +1,13 @@
 """Compiled ``gather_header_fields`` and ``patch_owned_fields`` (the put path's per-record
 header work) against the reference: same values gathered, same bytes patched, same errors, on
 valid records, garbage and positions outside the buffer."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import record as fmt
@@ -25,6 +27,7 @@ def patch():
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_store", "gather_header_fields")
     import shmq._speedups._store as c
+
     for name, value in c.RECORD_LAYOUT.items():
         assert getattr(fmt, name) == value, name
 
@@ -63,23 +66,33 @@ def test_gather_of_real_records(gather) -> None:
     assert np.array_equal(compiled(src, starts[::3]), reference(src, starts[::3]))  # strided
 
 
-per_queue = st.one_of(st.integers(-2**31, 2**31 - 1), st.integers(-2**40, 2**40))
+per_queue = st.one_of(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**40), 2**40))
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.integers(0, 1500), positions, st.booleans(), per_queue, st.integers(-2**63, 2**63 - 1),
-       st.integers(-2**63, 2**63 - 1), st.booleans(), st.integers(-2**40, 2**40), st.integers(0, 2**50),
-       st.integers(0, 2**31 - 1))
+@given(
+    st.integers(0, 1500),
+    positions,
+    st.booleans(),
+    per_queue,
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.integers(0, 2**50),
+    st.integers(0, 2**31 - 1),
+)
 def test_patched_bytes_are_the_same(patch, size, at, per_record, qid, ts, host, per_qoff, qoff, phys, seed) -> None:
     compiled, reference = patch
     rng = np.random.default_rng(seed)
     start = rng.integers(0, 256, size, dtype=np.uint8)
     pos = np.array(sorted(set(at)), np.int64)
-    qids = rng.integers(-2**33, 2**33, len(pos)) if per_record else qid
+    qids = rng.integers(-(2**33), 2**33, len(pos)) if per_record else qid
     qoffs = rng.integers(0, 2**40, len(pos)) if per_qoff else qoff
     a, b = start.copy(), start.copy()
-    assert _outcome(compiled, a, pos, qids, ts, host, qoffs, phys) == \
-        _outcome(reference, b, pos, qids, ts, host, qoffs, phys)
+    assert _outcome(compiled, a, pos, qids, ts, host, qoffs, phys) == _outcome(
+        reference, b, pos, qids, ts, host, qoffs, phys
+    )
     assert np.array_equal(a, b)
 
 
@@ -88,8 +101,10 @@ def test_patch_of_a_batch_as_the_commitlog_does(patch) -> None:
     recs = [fmt.encode_message("T", b"x" * (i * 7 % 100)) for i in range(300)]
     buf = np.frombuffer(b"".join(recs), np.uint8)
     at = np.cumsum([0] + [len(r) for r in recs[:-1]]).astype(np.int64)
-    for args in ((3, 1_700_000_000_000, 0x7F000001_0000_2A00, 1000, 5 << 30),
-                 (np.arange(300, dtype=np.int64) % 4, 1, 2, np.arange(300, dtype=np.int64) * 3, 0)):
+    for args in (
+        (3, 1_700_000_000_000, 0x7F000001_0000_2A00, 1000, 5 << 30),
+        (np.arange(300, dtype=np.int64) % 4, 1, 2, np.arange(300, dtype=np.int64) * 3, 0),
+    ):
         a, b = buf.copy(), buf.copy()
         compiled(a, at, args[0], args[1], args[2], args[3], args[4])
         reference(b, at, args[0], args[1], args[2], args[3], args[4])

@@ -1,5 +1,6 @@
 """Compiled ``put_rows`` (consume-queue entries of a put over many queues) against the reference:
 same file bytes, same queue and file state, same errors, across file ends, gaps and re-dispatch."""
+
 from __future__ import annotations
 
 import os
@@ -7,7 +8,8 @@ import tempfile
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import record as fmt
@@ -26,6 +28,7 @@ def pair():
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_queues", "put_rows")
     import shmq._speedups._queues as c
+
     assert c.LAYOUT == {"CQ_ENTRY_SIZE": fmt.CQ_ENTRY_SIZE}
 
 
@@ -64,13 +67,19 @@ def _run(fn, puts: list, nq: int, as_list: bool) -> tuple:
 
 
 def _puts(nq: int):
-    record = st.tuples(st.integers(0, 2**40), st.integers(1, 5000), st.integers(-2**63, 2**63 - 1))
-    one = st.integers(1, 12).flatmap(lambda n: st.tuples(
-        st.lists(st.lists(st.integers(-2, n + 1), max_size=4), min_size=nq, max_size=nq),
-        st.lists(st.sampled_from([0, 0, 0, 0, 1, 3, -1]), min_size=nq, max_size=nq),
-        st.lists(record, min_size=n, max_size=n)))
-    return st.lists(one.map(lambda t: (t[0], t[1], [r[0] for r in t[2]], [r[1] for r in t[2]],
-                                       [r[2] for r in t[2]])), min_size=1, max_size=12)
+    record = st.tuples(st.integers(0, 2**40), st.integers(1, 5000), st.integers(-(2**63), 2**63 - 1))
+    one = st.integers(1, 12).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.lists(st.integers(-2, n + 1), max_size=4), min_size=nq, max_size=nq),
+            st.lists(st.sampled_from([0, 0, 0, 0, 1, 3, -1]), min_size=nq, max_size=nq),
+            st.lists(record, min_size=n, max_size=n),
+        )
+    )
+    return st.lists(
+        one.map(lambda t: (t[0], t[1], [r[0] for r in t[2]], [r[1] for r in t[2]], [r[2] for r in t[2]])),
+        min_size=1,
+        max_size=12,
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -96,6 +105,7 @@ def reserve_pair():
 
 def test_the_store_reserves_with_the_compiled_function_unless_disabled() -> None:
     from shmq.store import consume_queue
+
     fn = compiled_or_skip("_queues", "reserve_each")
     assert (consume_queue.reserve_each is fn) != _speedups.DISABLED
 
@@ -114,10 +124,21 @@ def _reserve_run(fn, steps: list, nq: int) -> tuple:
                     out.append((type(e), str(e)))
                 for q, c in zip(queues, counts):
                     if isinstance(c, int) and c > 0:
-                        q.put_batch(np.arange(c, dtype=np.int64), np.full(c, 10, np.int64), np.zeros(c, np.int64),
-                                    q.max_offset)
-                out.append([(q.max_offset, [(mf.file_from_offset, mf.reserved_position, mf.wrote_position)
-                                            for mf in q.queue.files + q.queue.spares]) for q in queues])
+                        q.put_batch(
+                            np.arange(c, dtype=np.int64), np.full(c, 10, np.int64), np.zeros(c, np.int64), q.max_offset
+                        )
+                out.append(
+                    [
+                        (
+                            q.max_offset,
+                            [
+                                (mf.file_from_offset, mf.reserved_position, mf.wrote_position)
+                                for mf in q.queue.files + q.queue.spares
+                            ],
+                        )
+                        for q in queues
+                    ]
+                )
             return out, _state(root, queues)
         finally:
             for q in queues:
@@ -125,9 +146,16 @@ def _reserve_run(fn, steps: list, nq: int) -> tuple:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda nq: st.tuples(st.just(nq), st.lists(
-    st.lists(st.one_of(st.integers(0, 20), st.just(-1)), min_size=nq, max_size=nq),
-    min_size=1, max_size=10))))
+@given(
+    st.integers(1, 4).flatmap(
+        lambda nq: st.tuples(
+            st.just(nq),
+            st.lists(
+                st.lists(st.one_of(st.integers(0, 20), st.just(-1)), min_size=nq, max_size=nq), min_size=1, max_size=10
+            ),
+        )
+    )
+)
 def test_reserve_each_matches_the_reference(reserve_pair, case) -> None:
     compiled, reference = reserve_pair
     nq, steps = case

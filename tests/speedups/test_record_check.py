@@ -1,15 +1,16 @@
 """Compiled ``check_record`` against the reference on valid, damaged and random bytes."""
+
 from __future__ import annotations
 
 import struct
 
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import record as fmt
 from tests.speedups.conftest import compiled_or_skip
-
-import pytest
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +28,15 @@ def _stored(body: bytes, phys: int, props: dict[str, str] | None = None, topic: 
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_record", "check_record")
     import shmq._speedups._record as c
+
     for name, value in c.LAYOUT.items():
         assert getattr(fmt, name) == value, name
-    assert (c.RECORD_OK, c.RECORD_BLANK, c.RECORD_END, c.RECORD_BAD_CRC) == \
-        (fmt.RECORD_OK, fmt.RECORD_BLANK, fmt.RECORD_END, fmt.RECORD_BAD_CRC)
+    assert (c.RECORD_OK, c.RECORD_BLANK, c.RECORD_END, c.RECORD_BAD_CRC) == (
+        fmt.RECORD_OK,
+        fmt.RECORD_BLANK,
+        fmt.RECORD_END,
+        fmt.RECORD_BAD_CRC,
+    )
 
 
 def test_the_codec_uses_the_compiled_function_unless_disabled() -> None:
@@ -38,13 +44,27 @@ def test_the_codec_uses_the_compiled_function_unless_disabled() -> None:
     assert (fmt.check_record is fn) != _speedups.DISABLED
 
 
-records = st.builds(lambda body, tags, phys, lead: (bytearray(lead) + _stored(body, phys, {"TAGS": tags} if tags else None), lead, phys),
-                    st.binary(max_size=300), st.text(st.characters(min_codepoint=32, blacklist_categories=("Cs",)), max_size=20), st.integers(0, 2**40), st.integers(0, 64))
+records = st.builds(
+    lambda body, tags, phys, lead: (
+        bytearray(lead) + _stored(body, phys, {"TAGS": tags} if tags else None),
+        lead,
+        phys,
+    ),
+    st.binary(max_size=300),
+    st.text(st.characters(min_codepoint=32, blacklist_categories=("Cs",)), max_size=20),
+    st.integers(0, 2**40),
+    st.integers(0, 64),
+)
 
 
 @settings(max_examples=400, deadline=None)
-@given(records, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
-       st.integers(0, 400), st.booleans(), st.integers(-2, 2))
+@given(
+    records,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    st.integers(0, 400),
+    st.booleans(),
+    st.integers(-2, 2),
+)
 def test_damaged_records_classify_the_same(pair, rec, flips, cut, verify, offset_skew) -> None:
     compiled, reference = pair
     buf, pos, phys = rec

@@ -1,10 +1,12 @@
 """Compiled ``records_pass`` (the put hook's checks of a batch) against the reference: the same
 verdict on valid, damaged and random records, and so the same refusals through RecordCheck."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import record as fmt
@@ -23,8 +25,10 @@ def test_the_hook_uses_the_compiled_function_unless_disabled() -> None:
 
 
 def _batch(topics: list[str], ids: list[int], bodies: list[bytes], props: list[bool]) -> tuple[bytearray, np.ndarray]:
-    recs = [fmt.encode_message(topics[i], body, properties={"TAGS": "t" * len(body)} if p else None)
-            for i, body, p in zip(ids, bodies, props)]
+    recs = [
+        fmt.encode_message(topics[i], body, properties={"TAGS": "t" * len(body)} if p else None)
+        for i, body, p in zip(ids, bodies, props)
+    ]
     return bytearray(b"".join(recs)), np.cumsum([0] + [len(r) for r in recs[:-1]]).astype(np.int64)
 
 
@@ -37,14 +41,24 @@ def _args(buf, starts, ids, topics, max_body, max_record):
 
 
 names = st.from_regex(r"[a-zA-Z0-9_%|-]{1,12}", fullmatch=True)
-batches = st.lists(names, min_size=1, max_size=4, unique=True).flatmap(lambda topics: st.tuples(
-    st.just(topics),
-    st.lists(st.tuples(st.integers(0, len(topics) - 1), st.binary(max_size=60), st.booleans()), min_size=1, max_size=30)))
+batches = st.lists(names, min_size=1, max_size=4, unique=True).flatmap(
+    lambda topics: st.tuples(
+        st.just(topics),
+        st.lists(
+            st.tuples(st.integers(0, len(topics) - 1), st.binary(max_size=60), st.booleans()), min_size=1, max_size=30
+        ),
+    )
+)
 
 
 @settings(max_examples=500, deadline=None)
-@given(batches, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
-       st.integers(0, 80), st.sampled_from([-1, 150, 400]), st.integers(-1, 3))
+@given(
+    batches,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(0, 80),
+    st.sampled_from([-1, 150, 400]),
+    st.integers(-1, 3),
+)
 def test_damaged_batches_get_the_same_verdict(pair, batch, flips, max_body, max_record, renamed) -> None:
     compiled, reference = pair
     topics, rows = batch
@@ -53,7 +67,7 @@ def test_damaged_batches_get_the_same_verdict(pair, batch, flips, max_body, max_
     for where, value in flips:
         buf[where % len(buf)] = value
     if 0 <= renamed < len(topics):  # a record's topic field that names another topic
-        topics = [*topics[:renamed], topics[renamed] + "x", *topics[renamed + 1:]]
+        topics = [*topics[:renamed], topics[renamed] + "x", *topics[renamed + 1 :]]
     args = _args(buf, starts, ids, topics, max_body, max_record)
     assert compiled(*args) == reference(*args)
     if not flips and renamed < 0 and max_record < 0:
@@ -61,8 +75,11 @@ def test_damaged_batches_get_the_same_verdict(pair, batch, flips, max_body, max_
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(min_size=0, max_size=600), st.lists(st.integers(0, 700), min_size=1, max_size=6, unique=True),
-       st.lists(names, min_size=1, max_size=3))
+@given(
+    st.binary(min_size=0, max_size=600),
+    st.lists(st.integers(0, 700), min_size=1, max_size=6, unique=True),
+    st.lists(names, min_size=1, max_size=3),
+)
 def test_garbage_gets_the_same_verdict(pair, data, at, topics) -> None:
     compiled, reference = pair
     starts = np.array(sorted(a for a in at if a + 88 <= len(data)) or [0], np.int64)

@@ -1,13 +1,15 @@
 """Compiled ``decode_send_batch`` (the broker's decode of a SEND_BATCH frame) against the
 reference: the same SendBatch for valid frames, the same CorruptFrameError text for damaged
 frames and garbage, whatever buffer type the frame arrives in."""
+
 from __future__ import annotations
 
 import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import frames as P
@@ -23,7 +25,8 @@ def decoders():
 def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_put", "decode_send_batch")
     import shmq._speedups._put as c
-    assert c.LAYOUT == {"_BATCH.size": P._BATCH.size, "MAX_TOPIC_LENGTH": fmt.MAX_TOPIC_LENGTH}
+
+    assert {"_BATCH.size": P._BATCH.size, "MAX_TOPIC_LENGTH": fmt.MAX_TOPIC_LENGTH} == c.LAYOUT
 
 
 def test_the_codec_uses_the_compiled_decoder_unless_disabled() -> None:
@@ -55,12 +58,22 @@ def _frame(draw) -> bytes:
     buf = draw(st.binary(min_size=sum(sizes), max_size=sum(sizes)))
     starts = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
     n = len(sizes)
-    keys = draw(st.lists(st.tuples(st.integers(-2**63, 2**63 - 1), st.integers(0, n - 1)), max_size=10))
-    batch = fmt.EncodedBatch(buf, starts, np.array(draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n,
-                                                                    max_size=n)), np.int64),
-                             np.array([k for k, _ in keys], np.int64), np.array([r for _, r in keys], np.int64))
-    return P.encode_send_batch(draw(st.integers(0, 2**64 - 1)), draw(st.integers(-2**63, 2**63 - 1)),
-                               draw(st.integers(-2**31, 2**31 - 1)), draw(st.integers(0, 2**32 - 1)), topic, batch)
+    keys = draw(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(0, n - 1)), max_size=10))
+    batch = fmt.EncodedBatch(
+        buf,
+        starts,
+        np.array(draw(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=n, max_size=n)), np.int64),
+        np.array([k for k, _ in keys], np.int64),
+        np.array([r for _, r in keys], np.int64),
+    )
+    return P.encode_send_batch(
+        draw(st.integers(0, 2**64 - 1)),
+        draw(st.integers(-(2**63), 2**63 - 1)),
+        draw(st.integers(-(2**31), 2**31 - 1)),
+        draw(st.integers(0, 2**32 - 1)),
+        topic,
+        batch,
+    )
 
 
 @st.composite
@@ -76,13 +89,16 @@ def test_valid_frames_decode_the_same(decoders, payload) -> None:
 
 
 @settings(max_examples=600, deadline=None)
-@given(frames(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(-40, 40))
+@given(
+    frames(),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(-40, 40),
+)
 def test_damaged_frames_fail_the_same(decoders, payload, flips, resize) -> None:
     raw = bytearray(payload)
     for at, value in flips:
         raw[at % len(raw)] = value
-    raw = raw[:len(raw) + resize] if resize < 0 else raw + bytes(resize)
+    raw = raw[: len(raw) + resize] if resize < 0 else raw + bytes(resize)
     _same(decoders, bytes(raw))
 
 
@@ -93,19 +109,32 @@ def test_garbage_fails_the_same(decoders, payload) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 200),
-       st.binary(max_size=200))
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 200),
+    st.binary(max_size=200),
+)
 def test_header_fields_of_any_size_fail_the_same(decoders, count, n, blen, t, tail) -> None:
     """Counts near 2**32 must not overflow the size check or read past the copy."""
     head = struct.pack("<QqiIHHIII", 1, 2, 3, 4, t, 0, count, n, blen)
     _same(decoders, head + tail)
 
 
-@pytest.mark.parametrize("starts,key_records,why", [
-    ([1, 100], [], "starts"), ([0, 0], [], "starts"), ([0, 50, 40], [], "starts"), ([0, 500], [], "starts"),
-    ([0, -2**63 + 1], [], "starts"), ([0, 50], [2], "key record"), ([0, 50], [-1], "key record"),
-    ([5, 50], [9], "key record"),
-])
+@pytest.mark.parametrize(
+    "starts,key_records,why",
+    [
+        ([1, 100], [], "starts"),
+        ([0, 0], [], "starts"),
+        ([0, 50, 40], [], "starts"),
+        ([0, 500], [], "starts"),
+        ([0, -(2**63) + 1], [], "starts"),
+        ([0, 50], [2], "key record"),
+        ([0, 50], [-1], "key record"),
+        ([5, 50], [9], "key record"),
+    ],
+)
 def test_each_check_fails_the_same(decoders, starts, key_records, why) -> None:
     count, n, blen = len(starts), len(key_records), 200
     head = struct.pack("<QqiIHHIII", 1, 2, 3, 4, 5, 0, count, n, blen) + b"Topic\0\0\0"

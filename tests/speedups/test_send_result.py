@@ -2,12 +2,14 @@
 Python reference ``_ResultFields``. The same attributes, repr, equality, pickle state and
 copies either way (this file runs with and without extensions), and the compiled base holds
 exactly the reference's slots."""
+
 from __future__ import annotations
 
 import copy
 import pickle
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq.client.producer.transaction import TransactionSendResult, TransactionStatus
 from shmq.codec import ids
@@ -32,8 +34,13 @@ def test_compiled_base_has_the_reference_slots() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.text(max_size=40), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**63 - 1),
-       st.sampled_from(list(SendStatus)))
+@given(
+    st.text(max_size=40),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from(list(SendStatus)),
+)
 def test_pickle_copy_and_equality(uniq: str, phys: int, offset: int, host: int, status: SendStatus) -> None:
     r = split_results(SendResult, status, [uniq], MQ, offset, 7, [phys], host)[0]
     made = SendResult(status, uniq, None, MQ, offset, 7, 1, [phys], host)
@@ -41,9 +48,18 @@ def test_pickle_copy_and_equality(uniq: str, phys: int, offset: int, host: int, 
     for other in (pickle.loads(pickle.dumps(r)), copy.copy(r), copy.deepcopy(r)):
         assert other == r and _fields(other) == _fields(r)
     state = r.__getstate__()
-    assert state == {"status": status, "queue": MQ, "queue_offset": offset, "store_timestamp": 7, "count": 1,
-                     "phys_offsets": [phys], "store_host": host, "_msg_id": uniq, "_make_msg_id": None,
-                     "_offset_msg_id": ids.offset_msg_id(host, phys)}
+    assert state == {
+        "status": status,
+        "queue": MQ,
+        "queue_offset": offset,
+        "store_timestamp": 7,
+        "count": 1,
+        "phys_offsets": [phys],
+        "store_host": host,
+        "_msg_id": uniq,
+        "_make_msg_id": None,
+        "_offset_msg_id": ids.offset_msg_id(host, phys),
+    }
 
 
 def test_a_batch_result_pickles_with_its_ids_made() -> None:
@@ -62,6 +78,7 @@ def test_transaction_result_and_subclass_attributes() -> None:
 
     class WithDict(SendResult):
         pass
+
     w = WithDict(SendStatus.SEND_OK, "U", None, MQ, 5)
     w.note = "kept"
     assert copy.copy(w).note == "kept" and copy.copy(w) == w
@@ -70,9 +87,23 @@ def test_transaction_result_and_subclass_attributes() -> None:
 def test_state_pickled_before_the_base_moved_is_read() -> None:
     """The default pickle of the all-Python slotted SendResult gave (None, slots)."""
     r = SendResult.__new__(SendResult)
-    r.__setstate__((None, {"status": SendStatus.SEND_OK, "queue": MQ, "queue_offset": 1, "store_timestamp": 2,
-                           "count": 1, "phys_offsets": [3], "store_host": 4, "_msg_id": "U", "_make_msg_id": None,
-                           "_offset_msg_id": "X"}))
+    r.__setstate__(
+        (
+            None,
+            {
+                "status": SendStatus.SEND_OK,
+                "queue": MQ,
+                "queue_offset": 1,
+                "store_timestamp": 2,
+                "count": 1,
+                "phys_offsets": [3],
+                "store_host": 4,
+                "_msg_id": "U",
+                "_make_msg_id": None,
+                "_offset_msg_id": "X",
+            },
+        )
+    )
     assert r == SendResult(SendStatus.SEND_OK, "U", "X", MQ, 1, 2, 1, [3], 4)
 
 

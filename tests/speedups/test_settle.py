@@ -1,13 +1,15 @@
 """Compiled ``settle_shared`` against the Python reference: the same futures finished (results,
 exceptions, the error for all, futures not RUNNING left alone), waiters told, the same futures
 returned for their callbacks, and None with nothing done when the Conditions differ."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
 from concurrent.futures._base import RUNNING
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq.client.producer import accumulator as A
 from tests.speedups.conftest import compiled_or_skip
@@ -37,15 +39,27 @@ def _futures(kinds: list[str], cond: threading.Condition) -> list:
 
 
 def _seen(futures: list, finished: list | None) -> tuple:
-    state = [None if f is None else (f._state, f._result, repr(f._exception),
-                                     [(len(w.finished_futures)) for w in f.__dict__.get("_waiters", ())])
-             for f in futures]
+    state = [
+        None
+        if f is None
+        else (
+            f._state,
+            f._result,
+            repr(f._exception),
+            [(len(w.finished_futures)) for w in f.__dict__.get("_waiters", ())],
+        )
+        for f in futures
+    ]
     return state, None if finished is None else [futures.index(f) for f in finished]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["oneway", "pending", "running", "waiter", "callback"]), max_size=12),
-       st.booleans(), st.booleans(), st.integers(0, 11))
+@given(
+    st.lists(st.sampled_from(["oneway", "pending", "running", "waiter", "callback"]), max_size=12),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 11),
+)
 def test_same_as_reference(kinds: list[str], fail_all: bool, two_conditions: bool, bad: int) -> None:
     compiled = compiled_or_skip("_accumulator", "settle_shared")
     results: list = [f"r{i}" for i in range(len(kinds))]

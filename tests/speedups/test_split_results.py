@@ -1,8 +1,10 @@
 """Compiled ``split_results`` against the Python reference: the same SendResults (fields, lazy
 ids, equality) for the messages of an answered batch, and the reference path for a subclass."""
+
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shmq.model import message as M
 from shmq.model.message import MessageQueue, SendResult, SendStatus
@@ -10,13 +12,31 @@ from tests.speedups.conftest import compiled_or_skip
 
 
 def _seen(results: list) -> list:
-    return [(type(r), r.status, r.msg_id, r.offset_msg_id, r.queue, r.queue_offset, r.store_timestamp, r.count,
-             r.phys_offsets, r.store_host) for r in results]
+    return [
+        (
+            type(r),
+            r.status,
+            r.msg_id,
+            r.offset_msg_id,
+            r.queue,
+            r.queue_offset,
+            r.store_timestamp,
+            r.count,
+            r.phys_offsets,
+            r.store_host,
+        )
+        for r in results
+    ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.text(max_size=40), st.integers(0, 2**62)), max_size=40),
-       st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**63 - 1), st.sampled_from(list(SendStatus)))
+@given(
+    st.lists(st.tuples(st.text(max_size=40), st.integers(0, 2**62)), max_size=40),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from(list(SendStatus)),
+)
 def test_same_as_reference(items: list, first: int, ts: int, host: int, status: SendStatus) -> None:
     compiled = compiled_or_skip("_message", "split_results")
     uniqs, phys = [u for u, _ in items], [p for _, p in items]

@@ -36,12 +36,15 @@ def put_one(store: MessageStore, topic: str, queue_id: int, rec: bytes, wait_flu
     return store.put(PutRequest.of_records(topic, queue_id, [rec]), wait_flush)
 
 
-def put_batch(store: MessageStore, topic: str, queue_id: int, batch: fmt.EncodedBatch,
-              wait_flush: bool = True) -> PutMessageResult:
+def put_batch(
+    store: MessageStore, topic: str, queue_id: int, batch: fmt.EncodedBatch, wait_flush: bool = True
+) -> PutMessageResult:
     """Put a user's MessageBatch (all or nothing)."""
     return store.put(PutRequest(batch, [topic], None, queue_id, user_batch=True), wait_flush)
 
 
-def put_multi(store: MessageStore, topics: list[str], queue_ids: list[int], batch: fmt.EncodedBatch) -> PutMessageResult:
+def put_multi(
+    store: MessageStore, topics: list[str], queue_ids: list[int], batch: fmt.EncodedBatch
+) -> PutMessageResult:
     """Put separate records of several topics and queues together."""
     return store.put(PutRequest.of_routes(topics, queue_ids, batch))

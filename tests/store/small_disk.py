@@ -1,11 +1,12 @@
 """A small tmpfs or loop-mounted ext4 for disk-full tests (root only; skipped otherwise)."""
+
 from __future__ import annotations
 
 import contextlib
 import os
 import subprocess
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

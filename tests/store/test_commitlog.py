@@ -16,8 +16,12 @@ def _log(tmp_path, size=4096, allocator=None, write_through=False):
 
 def _open_segment_fds(tmp_path) -> int:
     d = str(tmp_path / "commitlog")
-    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(d) for fd in os.listdir("/proc/self/fd")
-               if os.path.exists(f"/proc/self/fd/{fd}"))
+    return sum(
+        os.readlink(f"/proc/self/fd/{fd}").startswith(d)
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    )
+
 
 WRITE_MODES = pytest.mark.parametrize("write_through", [False, True], ids=["mapped", "pwrite"])
 
@@ -77,7 +81,7 @@ def test_store_fills_missing_crc(tmp_path, write_through):
     batch = fmt.encode_batch("T", [b"one", b"two"])
     buf = bytearray(batch.buf)
     for s in batch.starts:
-        buf[s + fmt.OFF_BODYCRC:s + fmt.OFF_BODYCRC + 4] = bytes(4)
+        buf[s + fmt.OFF_BODYCRC : s + fmt.OFF_BODYCRC + 4] = bytes(4)
     sizes = np.diff(np.append(batch.starts, len(buf)))
     res = log.append_batch(bytes(buf), batch.starts, sizes, 1, 0, 6, missing_crc=np.arange(2))
     assert [log.read(p).body_crc for p in res.phys_offsets.tolist()] == [fmt.body_crc(b"one"), fmt.body_crc(b"two")]
@@ -105,12 +109,13 @@ def test_truncate_zeroes_tail(tmp_path):
     assert log.max_offset == cut
     assert [mf.file_from_offset + p for mf, p, _ in log.iter_records(0)] == offs[:12]
     mf = log.queue.find(cut)
-    assert not np.any(mf.array[cut - mf.file_from_offset:])
+    assert not np.any(mf.array[cut - mf.file_from_offset :])
     log.close()
 
 
 def test_warm_fills_a_new_segment_and_never_touches_existing_data(tmp_path):
     from shmq.store.mapped_file import MappedFile
+
     path = str(tmp_path / fmt.offset_file_name(0))
     mf = MappedFile(path, 4 << 20)
     mf.warm()
@@ -124,11 +129,11 @@ def test_warm_fills_a_new_segment_and_never_touches_existing_data(tmp_path):
     again.close()
 
 
-
 def test_synced_warm_rests_after_each_chunk(tmp_path):
     """SYNC_FLUSH stores warm in synced chunks with a pause after each, so the writer's own
     fdatasyncs do not queue behind a stream of zero pages."""
     from shmq.store.mapped_file import MappedFile
+
     mf = MappedFile(str(tmp_path / fmt.offset_file_name(0)), 8 << 20)
     rests: list[float] = []
     mf.warm(sync=True, rest=rests.append)
@@ -140,6 +145,7 @@ def test_synced_warm_rests_after_each_chunk(tmp_path):
 
 def test_a_writer_waiting_for_a_segment_hurries_the_synced_warm(tmp_path):
     import time
+
     alloc = AllocateMappedFileService(warm=True, sync_warm=True)
     path = str(tmp_path / fmt.offset_file_name(0))
     alloc.request(path, 64 << 20)

@@ -1,5 +1,6 @@
 """config_files: every way a metadata file's text can be damaged is one ValueError (or a
 fallback) for its loader, never an exception it does not expect."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,6 +39,7 @@ def test_a_deep_file_falls_back_to_its_backup(tmp_path):
 def test_a_deep_queue_table_is_read_as_damaged(tmp_path):
     """The queue table (recovery after a crash) loads through the same reader: damaged, not raised."""
     from shmq.store import queue_table
+
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "queueMaxOffsets.json").write_text(DEEP)
     table, problems = queue_table.read(str(tmp_path))

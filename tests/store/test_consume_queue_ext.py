@@ -1,5 +1,6 @@
 """The filter bitmap's consume-queue extension files: cleanup follows the queue's head, also for
 files an earlier broker run wrote (regression: only files the running broker had open went)."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,5 @@ def test_files_below_the_queue_head_go_whoever_wrote_them(tmp_path):
     new = ConsumeQueueExt(store, "T", 0, entries_per_file=10)  # a restarted broker: nothing open yet
     _fill(new, 35, 5)
     new.delete_below(25)  # files 0 and 1 hold only entries below 25
-    assert sorted(os.listdir(ext_dir(store, "T", 0))) == sorted(
-        os.path.basename(new._path(i)) for i in (2, 3))
+    assert sorted(os.listdir(ext_dir(store, "T", 0))) == sorted(os.path.basename(new._path(i)) for i in (2, 3))
     new.close()

@@ -5,6 +5,7 @@ continues. The child and the checker are in tools/chaos/crash_child.py (shared w
 
 Set SHMQ_CRASH_SEED to replay a run's random choices (kill timing is still the scheduler's).
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import shutil
 import pytest
 
 from shmq.codec import record as fmt
-from tools.chaos.crash_child import CONFIG, CrashHarness, raw_scan, seq_of, segment_path
+from tools.chaos.crash_child import CONFIG, CrashHarness, raw_scan, segment_path, seq_of
 
 SEG = CONFIG["mappedFileSizeCommitLog"]
 KILL_ROUNDS = 22
@@ -55,8 +56,10 @@ def test_sigkill_rounds(harness):
     st = h.stats
     assert st.rounds == KILL_ROUNDS
     assert st.acked_checked > 1000, st
-    print(f"rounds={st.rounds} acked_checked={st.acked_checked} unacked_recovered={st.recovered_unacked} "
-          f"records={st.records_in_store} max_recovery_ms={st.max_recovery_ms:.0f}")
+    print(
+        f"rounds={st.rounds} acked_checked={st.acked_checked} unacked_recovered={st.recovered_unacked} "
+        f"records={st.records_in_store} max_recovery_ms={st.max_recovery_ms:.0f}"
+    )
 
 
 def test_sigkill_rounds_async_flush(harness, monkeypatch):
@@ -94,6 +97,7 @@ def _nothing_after(store_dir: str, path: str, offset: int) -> None:
 def _cut_at_most(limit: int):
     def check(store):
         assert store.commitlog.max_offset <= limit, (store.commitlog.max_offset, limit)
+
     return check
 
 
@@ -167,7 +171,7 @@ def test_rebuild_lost_folder(harness, folder):
     h = harness
     warm_up(h, 3)
     info = kill(h)
-    for name in (["consumequeue", "index"] if folder == "both" else [folder]):
+    for name in ["consumequeue", "index"] if folder == "both" else [folder]:
         shutil.rmtree(os.path.join(h.store_dir, name))
     h.reopen_and_verify(info, query_all=True)
     h.kill_round()  # and the rebuilt store survives the next crash too

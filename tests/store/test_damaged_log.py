@@ -6,6 +6,7 @@ intact record after it: the damaged bytes stay in place (a copy goes to DIR/dama
 skipped and logged, consume-queue entries that pointed at them become blanks, and a consumer
 reads everything else and steps over the skipped record instead of failing on it forever.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,8 @@ import struct
 
 import pytest
 
-from shmq.codec import columns, record as fmt
+from shmq.codec import columns
+from shmq.codec import record as fmt
 from shmq.store import verify
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore
@@ -93,10 +95,12 @@ def test_one_damaged_header_field_keeps_every_record_after_it(tmp_path, config, 
     assert len(os.listdir(os.path.join(store_dir, "commitlog"))) == 2
     victim = record_at_or_after(where, 925)
     v_topic, v_qoff = where[victim]
-    change = {"bodylen": (fmt.OFF_BODYLEN, ">i", 0x70000000 - 8),
-              "totalsize": (fmt.OFF_TOTALSIZE, ">i", 0x0000FFFF),
-              "magic": (fmt.OFF_MAGIC, ">I", 0x12345678),
-              "physical_offset": (fmt.OFF_PHYSICALOFFSET, ">q", victim + 4096)}[field]
+    change = {
+        "bodylen": (fmt.OFF_BODYLEN, ">i", 0x70000000 - 8),
+        "totalsize": (fmt.OFF_TOTALSIZE, ">i", 0x0000FFFF),
+        "magic": (fmt.OFF_MAGIC, ">I", 0x12345678),
+        "physical_offset": (fmt.OFF_PHYSICALOFFSET, ">q", victim + 4096),
+    }[field]
     damaged_bytes = patch(store_dir, victim, *change)
     report = verify.verify_store(store_dir)  # names the range and checks every record after it
     assert not report.ok and report.counts["records"] == 2 * PER_TOPIC - 1
@@ -113,7 +117,7 @@ def test_one_damaged_header_field_keeps_every_record_after_it(tmp_path, config, 
         copy = os.path.join(store_dir, "damaged", f"{fmt.offset_file_name(victim)}.bin")
         with open(copy, "rb") as f:
             saved = f.read()
-        assert saved.startswith(damaged_bytes[:ranges[0][1]][:len(saved)]) and len(saved) == ranges[0][1]
+        assert saved.startswith(damaged_bytes[: ranges[0][1]][: len(saved)]) and len(saved) == ranges[0][1]
         assert any(f"commitlog damaged at offset {victim}" in r.message for r in caplog.records)
         assert not any("valid data ends at 925" in r.message for r in caplog.records)
         entry = store.find_consume_queue(v_topic, 0).entry(v_qoff)
@@ -187,8 +191,10 @@ def test_a_copy_that_cannot_be_saved_does_not_stop_the_start(tmp_path, config, c
     store = MessageStore(store_dir, config).start()
     try:
         assert store.commitlog.max_offset == where[-1][1]
-        assert any(f"commitlog damaged at offset {victim}" in r.message and "no copy saved" in r.message
-                   for r in caplog.records)
+        assert any(
+            f"commitlog damaged at offset {victim}" in r.message and "no copy saved" in r.message
+            for r in caplog.records
+        )
     finally:
         store.shutdown()
 

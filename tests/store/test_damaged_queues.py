@@ -2,6 +2,7 @@
 the wrong size must not hide stored messages or restart the queue at offset 0: recovery checks
 every queue against the queue table (config/queueMaxOffsets.json) and the commitlog tail, and
 rebuilds the damaged ones from the commitlog, after a clean shutdown as after a crash."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """The store on a full disk (issue 10 C9), in-process: puts fail whole with DiskFullError
 instead of faulting, and a recovery cut short by the disk completes by itself once space is freed."""
+
 from __future__ import annotations
 
 import os

@@ -1,9 +1,10 @@
 """EpochFile: config/epochs.json written atomically, validated on load, master epochs opened."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -46,18 +47,24 @@ def test_save_is_atomic_and_checked(tmp_path):
     assert f.entries == entries  # the refused list was never written
 
 
-@pytest.mark.parametrize("text, why", [
-    ("{not json", "not valid JSON"),
-    ("[" * 200_000, "nested too deeply"),  # was a RecursionError traceback
-    ('{"epochs": ' * 200_000, "nested too deeply"),
-    ('{"epochs": 3}', "epochs"),
-    ('[1, 2]', "epochs"),
-    ('{"epochs": [{"epoch": 1, "startOffset": 0}]}', "keys"),
-    ('{"epochs": [{"epoch": 0, "startOffset": 0, "id": "' + "00" * 16 + '"}]}', "out of range"),
-    ('{"epochs": [{"epoch": 1, "startOffset": 0, "id": "xyz"}]}', "out of range"),
-    ('{"epochs": [{"epoch": 2, "startOffset": 9, "id": "' + "00" * 16 + '"}, '
-     '{"epoch": 1, "startOffset": 10, "id": "' + "11" * 16 + '"}]}', "out of order"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{not json", "not valid JSON"),
+        ("[" * 200_000, "nested too deeply"),  # was a RecursionError traceback
+        ('{"epochs": ' * 200_000, "nested too deeply"),
+        ('{"epochs": 3}', "epochs"),
+        ("[1, 2]", "epochs"),
+        ('{"epochs": [{"epoch": 1, "startOffset": 0}]}', "keys"),
+        ('{"epochs": [{"epoch": 0, "startOffset": 0, "id": "' + "00" * 16 + '"}]}', "out of range"),
+        ('{"epochs": [{"epoch": 1, "startOffset": 0, "id": "xyz"}]}', "out of range"),
+        (
+            '{"epochs": [{"epoch": 2, "startOffset": 9, "id": "' + "00" * 16 + '"}, '
+            '{"epoch": 1, "startOffset": 10, "id": "' + "11" * 16 + '"}]}',
+            "out of order",
+        ),
+    ],
+)
 def test_garbage_is_a_clear_error(tmp_path, text, why):
     f = EpochFile(str(tmp_path))
     os.makedirs(os.path.dirname(f.path))
@@ -83,6 +90,7 @@ def test_an_epoch_that_cannot_be_written_holds_writes_back_until_it_is(tmp_path)
     an epoch the history does not name: puts are refused as DiskFullError until it is written."""
     from shmq.errors import DiskFullError
     from shmq.store.epochs import open_master_epoch
+
     (tmp_path / "config").write_text("not a folder: every write below it fails like a full disk")
     pending = open_master_epoch(str(tmp_path), 700)
     assert pending is not None

@@ -1,11 +1,12 @@
 """IndexFile / IndexService against a pure-Python model: a list of (hash, phys, ts) records."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import os
 import struct
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,8 +70,9 @@ def test_put_and_put_batch_round_trip(tmp_path):
 @HYPO
 @given(
     slot_num=st.integers(1, 4),
-    batches=st.lists(st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=12), st.booleans()),
-                     min_size=1, max_size=8),
+    batches=st.lists(
+        st.tuples(st.lists(st.integers(0, 9), min_size=1, max_size=12), st.booleans()), min_size=1, max_size=8
+    ),
 )
 def test_colliding_chains_match_model(slot_num, batches):
     """Tiny slot tables: keys share slots within one batch and across batches, scalar and vector."""
@@ -249,7 +251,7 @@ def test_service_rolls_and_queries_across_files(tmp_path):
     svc = IndexService(d, 3, 11)  # 10 entries a file
     records, _ = service_records(95)
     for i in range(0, 95, 7):
-        svc.put_batch(*arrays(records[i:i + 7]))
+        svc.put_batch(*arrays(records[i : i + 7]))
     assert len(svc.files) == 10 and sorted(os.listdir(d)) == [os.path.basename(f.path) for f in svc.files]
     assert all(len(n) == 17 and n.isdigit() for n in os.listdir(d))
     for key in KEYS:
@@ -265,11 +267,15 @@ def test_service_rolls_and_queries_across_files(tmp_path):
 
 @HYPO
 @given(
-    ops=st.lists(st.one_of(
-        st.tuples(st.just("put"), st.integers(1, 25)),
-        st.tuples(st.just("truncate"), st.integers(0, 100)),  # percent of the log kept
-        st.tuples(st.just("reopen"), st.just(0)),
-    ), min_size=1, max_size=10),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("put"), st.integers(1, 25)),
+            st.tuples(st.just("truncate"), st.integers(0, 100)),  # percent of the log kept
+            st.tuples(st.just("reopen"), st.just(0)),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
 )
 def test_service_matches_model_through_truncate_and_reopen(ops):
     with tempfile.TemporaryDirectory() as d:
@@ -333,7 +339,7 @@ def test_timing_printout(tmp_path, capsys):
     f = IndexFile(str(tmp_path / "a"), 5_000_000, 20_000_000)
     start = time.perf_counter()
     for i in range(0, n, 256):
-        f.put_batch(hashes[i:i + 256], phys[i:i + 256], ts[i:i + 256])
+        f.put_batch(hashes[i : i + 256], phys[i : i + 256], ts[i : i + 256])
     batch_rate = n / (time.perf_counter() - start)
     g = IndexFile(str(tmp_path / "b"), 5_000_000, 20_000_000)
     hl, pl, tl = hashes.tolist(), phys.tolist(), ts.tolist()

@@ -1,10 +1,11 @@
 """IndexReader (read-only, another process's index) against the writer's own IndexService.query."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import os
 import random
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,7 +118,6 @@ def test_detect_rejects_garbage() -> None:
 def test_reads_while_the_writer_puts(tmp_path) -> None:
     """Queries racing a writer thread see only entries of their key, never an error, and at the
     end everything (the geometry is found even while puts land between count and end)."""
-    import threading
 
     svc = IndexService(os.path.join(tmp_path, "index"), 1009, 40000)
     done = threading.Event()

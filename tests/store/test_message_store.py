@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from shmq.broker.groups import ConsumerOffsetManager
-from shmq.errors import DiskFullError, StoreLockedError
 from shmq.codec import ids
 from shmq.codec import record as fmt
+from shmq.errors import DiskFullError, StoreLockedError
 from shmq.store.hooks import MESSAGE_ILLEGAL, PutRequest
 from shmq.store.lookup import GetStatus
 from shmq.store.message_store import MessageStore, PutMessageResult, PutStatus
@@ -34,8 +34,7 @@ def test_put_get_statuses_and_tag_filter(store):
 def test_batch_put_and_queries(store):
     gen = ids.UniqKeyGenerator()
     uniq = [gen.next() for _ in range(100)]
-    props = [fmt.message_properties(tags=f"T{i % 3}", keys=f"order-{i} shared", uniq_key=uniq[i])
-             for i in range(100)]
+    props = [fmt.message_properties(tags=f"T{i % 3}", keys=f"order-{i} shared", uniq_key=uniq[i]) for i in range(100)]
     r = put_batch(store, "Pay", 2, fmt.encode_batch("Pay", [b"p%d" % i for i in range(100)], props))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 100 and r.queue_offset == 0
     assert store.get_max_offset_in_queue("Pay", 2) == 100
@@ -111,20 +110,27 @@ def test_bad_input_refused_store_unharmed(store):
     _refused(put_one(store, "T", 0, record("T", b"x")[:-3]), "")
     _refused(put_one(store, "T", 0, os.urandom(200)), "")
     big = bytearray(record("T", b"x"))
-    big[fmt.OFF_BODYLEN:fmt.OFF_BODYLEN + 4] = (5 * 2**20).to_bytes(4, "big")
+    big[fmt.OFF_BODYLEN : fmt.OFF_BODYLEN + 4] = (5 * 2**20).to_bytes(4, "big")
     _refused(put_one(store, "T", 0, bytes(big)), "")
     batch = fmt.encode_batch("T", [b"a", b"b", b"c"])
     garbled = bytearray(batch.buf)
     garbled[batch.starts[1] + fmt.OFF_MAGIC] ^= 0xFF
-    garbled_batch = fmt.EncodedBatch(bytes(garbled), batch.starts, batch.tags_codes, batch.key_hashes,
-                                     batch.key_records)
+    garbled_batch = fmt.EncodedBatch(
+        bytes(garbled), batch.starts, batch.tags_codes, batch.key_hashes, batch.key_records
+    )
     _refused(put_batch(store, "T", 0, garbled_batch), "magic")  # a user's batch: all or nothing
     _refused(put_batch(store, "U", 0, batch), "topic")
     short = fmt.EncodedBatch(batch.buf[:-1], batch.starts, batch.tags_codes, batch.key_hashes, batch.key_records)
     _refused(put_batch(store, "T", 0, short), "")
     with pytest.raises(fmt.CorruptRecordError):  # record starts that do not fit: the whole put
-        store.put(PutRequest(fmt.EncodedBatch(batch.buf[:40], batch.starts, batch.tags_codes, batch.key_hashes,
-                                              batch.key_records), ["T"], None, 0))
+        store.put(
+            PutRequest(
+                fmt.EncodedBatch(batch.buf[:40], batch.starts, batch.tags_codes, batch.key_hashes, batch.key_records),
+                ["T"],
+                None,
+                0,
+            )
+        )
     assert store.get_max_offset_in_queue("T", 0) == 1
     assert put_one(store, "T", 0, record("T", b"still fine")).queue_offset == 1
     assert [bytes(m.body) for m in store.get_message("T", 0, 0).messages] == [b"ok", b"still fine"]
@@ -220,8 +226,13 @@ def test_cleanup_deletes_expired_segments_and_queues(tmp_path, small_config):
 
 
 def test_forcible_cleanup_over_ratio_with_the_rocketmq_key_logs_what_it_deletes(tmp_path, small_config, caplog):
-    small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
-                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=3, cleanFileForciblyEnable=True)
+    small_config.update(
+        diskSpaceCleanForciblyRatio=0.0001,
+        diskMaxUsedSpaceRatio=1,
+        deleteCommitLogFilesInterval=0,
+        deleteFileBatchMax=3,
+        cleanFileForciblyEnable=True,
+    )
     with MessageStore(str(tmp_path / "s"), small_config) as s:
         for _i in range(300):
             put_one(s, "T", 0, record("T", b"z" * 600))
@@ -236,8 +247,12 @@ def test_forcible_cleanup_over_ratio_with_the_rocketmq_key_logs_what_it_deletes(
 
 def test_forcible_cleanup_keeps_what_a_group_has_not_consumed_by_default(tmp_path, small_config):
     """Regression (issue 10 C10): forced cleanup deleted acknowledged, unconsumed messages."""
-    small_config.update(diskSpaceCleanForciblyRatio=0.0001, diskMaxUsedSpaceRatio=1,
-                        deleteCommitLogFilesInterval=0, deleteFileBatchMax=10)
+    small_config.update(
+        diskSpaceCleanForciblyRatio=0.0001,
+        diskMaxUsedSpaceRatio=1,
+        deleteCommitLogFilesInterval=0,
+        deleteFileBatchMax=10,
+    )
     d = str(tmp_path / "s")
     with MessageStore(d, small_config) as s:
         for _i in range(300):
@@ -288,8 +303,10 @@ def test_multi_queue_put_keeps_each_queue_in_order(store):
     put_one(store, "A", 0, record("A", b"before"))
     gen = ids.UniqKeyGenerator()
     spec = [("A", 0), ("B", 1), ("A", 0), ("C", 3), ("A", 1), ("B", 1), ("A", 0)]
-    recs = [(t, b"%s%d-%d" % (t.encode(), q, i),
-             fmt.message_properties(tags=f"T{i}", keys=f"key-{i}", uniq_key=gen.next())) for i, (t, q) in enumerate(spec)]
+    recs = [
+        (t, b"%s%d-%d" % (t.encode(), q, i), fmt.message_properties(tags=f"T{i}", keys=f"key-{i}", uniq_key=gen.next()))
+        for i, (t, q) in enumerate(spec)
+    ]
     r = put_multi(store, [t for t, _ in spec], [q for _, q in spec], _mixed(recs))
     assert r.status is PutStatus.PUT_OK and r.msg_num == 7
     assert r.queue_offsets.tolist() == [1, 0, 2, 0, 0, 1, 3]
@@ -300,8 +317,7 @@ def test_multi_queue_put_keeps_each_queue_in_order(store):
         assert got.topic == t and got.queue_id == q and got.physical_offset == r.phys_offsets[i]
         assert [bytes(m.body) for m in store.query_message(t, f"key-{i}")] == [recs[i][1]]
     assert store.get_max_offset_in_queue("A", 0) == 4 and store.get_max_offset_in_queue("C", 3) == 1
-    assert [bytes(m.body) for m in store.get_message("A", 0, 0, 10).messages] == [b"before", b"A0-0", b"A0-2",
-                                                                                  b"A0-6"]
+    assert [bytes(m.body) for m in store.get_message("A", 0, 0, 10).messages] == [b"before", b"A0-0", b"A0-2", b"A0-6"]
 
 
 def test_multi_queue_put_refuses_a_record_of_another_topic(store):

@@ -1,5 +1,6 @@
 """The store is as private as the IPC: folders 0700 and files 0600 whatever the umask, or
 02750/0640 and the `shmGroup` group, checked on the modes and by reading as another user."""
+
 from __future__ import annotations
 
 import grp
@@ -93,7 +94,9 @@ def test_shm_group_store_is_group_readable(tmp_path, any_umask):
     paths = _fill(str(tmp_path / "store"), config)
     modes = _modes(paths)
     lock = os.path.join(str(tmp_path / "store"), "lock")  # never group-readable: a reader could hold its flock
-    wrong = {p: oct(m) for p, (is_dir, m) in modes.items() if m != (0o2750 if is_dir else 0o600 if p == lock else 0o640)}
+    wrong = {
+        p: oct(m) for p, (is_dir, m) in modes.items() if m != (0o2750 if is_dir else 0o600 if p == lock else 0o640)
+    }
     assert wrong == {}
     assert {os.stat(p).st_gid for p in modes} == {gid}
 
@@ -127,10 +130,10 @@ def users() -> Iterator[tuple[str, str, str]]:
 
 def _read_as(user: str, path: str) -> str:
     """What happens when `user` opens `path` to read: "ok" or the exception's class name."""
-    code = (f"try:\n    open({path!r}, 'rb').read(1)\n    print('ok')\n"
-            f"except OSError as e:\n    print(type(e).__name__)\n")
-    out = subprocess.run(["runuser", "-u", user, "--", PYTHON, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        f"try:\n    open({path!r}, 'rb').read(1)\n    print('ok')\nexcept OSError as e:\n    print(type(e).__name__)\n"
+    )
+    out = subprocess.run(["runuser", "-u", user, "--", PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
     return out.stdout.strip() or out.stderr.strip()
 
 
@@ -155,24 +158,33 @@ def test_shm_group_members_read_the_store_and_no_one_else(shared_tmp, users):
     _fill(store_dir, dict(SMALL, shmGroup=group))
     assert os.stat(store_dir).st_gid == grp.getgrnam(group).gr_gid
     cq_dir = os.path.join(store_dir, "consumequeue", "A", "0")
-    for path in (_segment(store_dir), os.path.join(cq_dir, sorted(os.listdir(cq_dir))[0]),
-                 os.path.join(store_dir, "config", "topics.json")):
+    for path in (
+        _segment(store_dir),
+        os.path.join(cq_dir, sorted(os.listdir(cq_dir))[0]),
+        os.path.join(store_dir, "config", "topics.json"),
+    ):
         assert _read_as(member, path) == "ok"
         assert _read_as(outsider, path) == "PermissionError"
 
 
-_HOLD = ("import fcntl, sys, time\n"
-         "try:\n    f = open(sys.argv[1], 'rb')\n    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
-         "except OSError as e:\n    print(type(e).__name__, flush=True)\n    sys.exit()\n"
-         "print('held', flush=True)\ntime.sleep(60)\n")
+_HOLD = (
+    "import fcntl, sys, time\n"
+    "try:\n    f = open(sys.argv[1], 'rb')\n    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+    "except OSError as e:\n    print(type(e).__name__, flush=True)\n    sys.exit()\n"
+    "print('held', flush=True)\ntime.sleep(60)\n"
+)
 
 
 @contextmanager
 def _holding(user: str, path: str) -> Iterator[str]:
     """`user` tries to hold a shared flock on `path` (read-only, as any reader could); yields
     "held" or the error it got, and ends the holder afterwards."""
-    p = subprocess.Popen(["runuser", "-u", user, "--", PYTHON, "-c", _HOLD, path], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        ["runuser", "-u", user, "--", PYTHON, "-c", _HOLD, path],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         yield p.stdout.readline().strip()  # type: ignore[union-attr]
     finally:
@@ -216,7 +228,6 @@ def test_a_foreign_lock_holder_is_named(shared_tmp, users):
             MessageStore(store_dir, dict(SMALL)).start()
     assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
     MessageStore(store_dir, dict(SMALL)).start().shutdown()
-
 
 
 def test_folders_named_relative_to_the_working_directory_are_made_private(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """What the put hooks checked is what the store keeps: a put over a buffer someone else can write
 (a client's request ring) is checked and stored from one private copy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ class _Flip:
 
     def before_put(self, req: PutRequest) -> None:
         for s in self.starts:
-            self.source[s + 4:s + 8] = b"\xde\xad\xbe\xef"
+            self.source[s + 4 : s + 8] = b"\xde\xad\xbe\xef"
             self.source[s + fmt.OFF_BODY + 1] ^= 0xFF
 
 
@@ -30,8 +31,9 @@ def test_records_changed_after_the_checks_are_stored_as_checked(store, n):
     source = bytearray(b"".join(records))
     starts = np.cumsum([0] + [len(r) for r in records[:-1]]).astype(np.int64)
     req = PutRequest.of_records("T", 0, records)
-    req.batch = fmt.EncodedBatch(memoryview(source), starts, req.batch.tags_codes, req.batch.key_hashes,
-                                 req.batch.key_records)
+    req.batch = fmt.EncodedBatch(
+        memoryview(source), starts, req.batch.tags_codes, req.batch.key_hashes, req.batch.key_records
+    )
     store.put_hooks.append(_Flip(source, starts.tolist()))
     r = store.put(req)
     assert r.refused is None and r.msg_num == n

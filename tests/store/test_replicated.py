@@ -2,8 +2,10 @@
 small segments so that records straddle segment ends), checked byte for byte and entry for
 entry; corrupt input refused with nothing of it kept; truncation; a replica SIGKILLed
 mid-append; a replica store reopened as a master."""
+
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -20,7 +22,6 @@ from shmq.store import replica_scan
 from shmq.store.message_store import MessageStore
 from shmq.store.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
-import itertools
 
 SEG = SMALL["mappedFileSizeCommitLog"]
 FRAME = 32 * 1024
@@ -51,8 +52,9 @@ def feed(master: MessageStore, rng: random.Random, rounds: int = 60, first: int 
     return keys
 
 
-def stream(master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None,
-           defer: bool = False) -> None:
+def stream(
+    master: MessageStore, replica: ReplicaAppender, rng: random.Random, upto: int | None = None, defer: bool = False
+) -> None:
     """The master's log from the replica's end to ``upto`` in random chunks that never cross a
     segment; ``defer``: most of them with dispatch=False, as an HA client with frames queued."""
     end = master.commitlog.max_offset if upto is None else upto
@@ -69,7 +71,7 @@ def segment_bytes(store: MessageStore, upto: int) -> dict[str, bytes]:
     out = {}
     for mf in store.commitlog.queue.files:
         if mf.file_from_offset < upto:
-            out[os.path.basename(mf.path)] = bytes(mf.view[:min(mf.size, upto - mf.file_from_offset)])
+            out[os.path.basename(mf.path)] = bytes(mf.view[: min(mf.size, upto - mf.file_from_offset)])
     return out
 
 
@@ -136,14 +138,14 @@ def test_deferred_corrupt_record_cut_at_dispatch(pair):
     run = bytearray(cl.data(0, cl.max_offset))
     run[10 * size + fmt.OFF_BODY + 3] ^= 1  # record 10's body: its CRC fails
     app = ReplicaAppender(replica)
-    app.append(0, bytes(run[:5 * size + 7]), dispatch=False)
-    app.append(5 * size + 7, bytes(run[5 * size + 7:]), dispatch=False)
+    app.append(0, bytes(run[: 5 * size + 7]), dispatch=False)
+    app.append(5 * size + 7, bytes(run[5 * size + 7 :]), dispatch=False)
     assert app.max_offset == len(run)  # written, not yet checked
     assert replica.get_max_offset_in_queue("TopicA", 0) == 0
     with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {10 * size}: body CRC"):
         app.dispatch()
     assert app.max_offset == 10 * size and replica.get_max_offset_in_queue("TopicA", 0) == 10
-    assert not replica.commitlog.queue.files[0].array[10 * size:len(run)].any()
+    assert not replica.commitlog.queue.files[0].array[10 * size : len(run)].any()
 
 
 def test_one_byte_frames_and_blank_tails(pair):
@@ -203,13 +205,13 @@ def test_corrupt_records_refused_nothing_kept(pair, case):
         run[first + fmt.OFF_BODY + 55] ^= 0x40  # inside its body (past the first frame): the CRC fails
     else:
         _, _, at, repl = next(c for c in _corrupt_cases(master) if c[0] == case)
-        run[at:at + len(repl)] = repl
+        run[at : at + len(repl)] = repl
     app = ReplicaAppender(replica)
     if case == "split":
-        touched = app.append(0, bytes(run[:first + 50]))
+        touched = app.append(0, bytes(run[: first + 50]))
         assert touched == [("TopicA", 0)] and app.max_offset == first + 50
         with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {first}: body CRC"):
-            app.append(first + 50, bytes(run[first + 50:]))
+            app.append(first + 50, bytes(run[first + 50 :]))
     else:
         with pytest.raises(fmt.CorruptRecordError, match=f"offset {first}"):
             app.append(0, bytes(run))
@@ -217,7 +219,7 @@ def test_corrupt_records_refused_nothing_kept(pair, case):
     assert replica.get_max_offset_in_queue("TopicA", 0) == 1
     assert replica.get_max_offset_in_queue("TopicA", 1) == 0
     mf = replica.commitlog.queue.files[0]
-    assert not mf.array[first:first + 4096].any()  # the refused bytes are not in the file
+    assert not mf.array[first : first + 4096].any()  # the refused bytes are not in the file
     app.append(first, bytes(cl.data(first, cl.max_offset - first)))  # the true bytes then go on
     assert_same(master, replica, [("TopicA", f"key{i}") for i in range(20)], cl.max_offset)
 
@@ -311,8 +313,13 @@ def test_sigkill_mid_append_recovers(tmp_path):
     for round_ in range(3):
         rdir = str(tmp_path / f"replica{round_}")
         stop = rng.randrange(end // 4, end - 4096)
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, mdir, rdir, str(round_), str(stop)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, mdir, rdir, str(round_), str(stop)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=os.getcwd(),
+        )
         try:
             start_at = int(child.stdout.readline())
             assert child.stdout.readline().strip() == "go"
@@ -348,8 +355,9 @@ def test_fresh_replica_starts_at_a_segment_start(pair):
     app.append(stream_from, bytes(data))
     stream(master, app, rng)
     assert replica.commitlog.min_offset == SEG
-    assert segment_bytes(replica, master.commitlog.max_offset) == \
-        {k: v for k, v in segment_bytes(master, master.commitlog.max_offset).items() if int(k) >= SEG}
+    assert segment_bytes(replica, master.commitlog.max_offset) == {
+        k: v for k, v in segment_bytes(master, master.commitlog.max_offset).items() if int(k) >= SEG
+    }
 
 
 _TRUNCATE_CHILD = r"""
@@ -425,8 +433,9 @@ def test_odd_records_dispatch_like_recovery(pair):
         elif kind == 3:
             props = f"X\x01TAGS\x01no\x02UNIQ_KEY\x01{i:032X}\x02TAGS\x01{'a' * (i % 5 + 1)}\x02".encode()
         else:
-            props = fmt.encode_properties({"TAGS": rng.choice(["A", "BB"]), "UNIQ_KEY": f"{i:032X}",
-                                           **({"KEYS": f"q{i}"} if kind == 4 else {})})
+            props = fmt.encode_properties(
+                {"TAGS": rng.choice(["A", "BB"]), "UNIQ_KEY": f"{i:032X}", **({"KEYS": f"q{i}"} if kind == 4 else {})}
+            )
         body = rng.randbytes(rng.choice([0, 3, 40]))
         if i == 200:  # a body that mimics a record at its own position (magic + PHYSICALOFFSET)
             at = master.commitlog.max_offset + fmt.OFF_BODY
@@ -449,10 +458,18 @@ def test_odd_records_dispatch_like_recovery(pair):
     app = ReplicaAppender(replica)
     app.append(0, data)
     assert_same(master, replica, [], end)
-    for topic, key in [("TopicA", "k\u00fc0"), ("TopicB", "k\u00fc0"), ("TopicA", "b1"), ("TopicB", "b1"),
-                       ("TopicA", "s2"), ("TopicB", "t2"), ("TopicA", "q4")]:
-        assert [r.physical_offset for r in replica.query_message(topic, key)] == \
-            [r.physical_offset for r in master.query_message(topic, key)]
+    for topic, key in [
+        ("TopicA", "k\u00fc0"),
+        ("TopicB", "k\u00fc0"),
+        ("TopicA", "b1"),
+        ("TopicB", "b1"),
+        ("TopicA", "s2"),
+        ("TopicB", "t2"),
+        ("TopicA", "q4"),
+    ]:
+        assert [r.physical_offset for r in replica.query_message(topic, key)] == [
+            r.physical_offset for r in master.query_message(topic, key)
+        ]
 
 
 def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
@@ -505,7 +522,7 @@ def test_a_dispatching_append_behind_deferred_frames_checks_all_in_place(pair, b
         assert app.append(a, bytes(run[a:b]), dispatch=False) == []
     assert replica.get_max_offset_in_queue("TopicA", 0) == 0  # nothing checked yet
     with pytest.raises(fmt.CorruptRecordError, match=f"record at offset {bad}: body CRC"):
-        app.append(cuts[-2], bytes(run[cuts[-2]:]))
+        app.append(cuts[-2], bytes(run[cuts[-2] :]))
     assert app.max_offset == bad
     n = at.index(bad)
     assert replica.get_max_offset_in_queue("TopicA", 0) + replica.get_max_offset_in_queue("TopicA", 1) == n

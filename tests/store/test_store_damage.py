@@ -7,6 +7,7 @@ then only the records of that queue after it are not read.
 
 Set SHMQ_DAMAGE_SEED to replay a run.
 """
+
 from __future__ import annotations
 
 import os

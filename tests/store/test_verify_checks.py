@@ -1,4 +1,5 @@
 """The pure checks of `store verify` and the row of `store dump`."""
+
 from __future__ import annotations
 
 import base64
@@ -9,8 +10,22 @@ from shmq.store.dump import record_row
 from shmq.store.verify import MAX_PROBLEMS, RecordInfo, Report, cq_entry_problem, index_entry_problem
 
 # DESIGN.md section 5's Spark columns (shmq.spark.schema needs the spark extra)
-COLUMNS = ("topic", "queue_id", "queue_offset", "commitlog_offset", "size", "tags", "keys", "msg_id",
-           "born_timestamp", "store_timestamp", "reconsume_times", "sys_flag", "properties", "body")
+COLUMNS = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "size",
+    "tags",
+    "keys",
+    "msg_id",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+    "sys_flag",
+    "properties",
+    "body",
+)
 REC = RecordInfo("T", 1, 5, 120, fmt.tags_code("A"), frozenset({11, 22}), True)
 
 

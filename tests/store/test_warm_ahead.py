@@ -1,5 +1,6 @@
 """Warming stays a bounded distance ahead of the commitlog writer: a prepared segment takes
 `ahead` bytes of disk, not its whole size, and the warmed end follows the writer."""
+
 from __future__ import annotations
 
 import os
@@ -8,13 +9,13 @@ import threading
 import numpy as np
 
 from shmq.codec import record as fmt
-from shmq.store.commitlog import CommitLog
 from shmq.codec.record import INDEX_ENTRY_SIZE
+from shmq.store.commitlog import CommitLog
 from shmq.store.index_file import _RESERVE_ENTRIES, IndexFile
 from shmq.store.mapped_file import NEVER, AllocateMappedFileService, MappedFile
+from tests.waiting import wait_for
 
 from .conftest import record
-from tests.waiting import wait_for
 
 SEGMENT = 8 << 20
 AHEAD = 1 << 20
@@ -85,13 +86,13 @@ def test_keep_reserved_reserves_the_next_step_in_the_background_below_no_data(tm
     alloc.keep_reserved(mf, None)
     assert mf.reserve_mark == step // 2 and not mf.reserve_due()  # not due yet: nothing asked
     data = bytes(range(256)) * 160
-    mf.view[:len(data)] = data
+    mf.view[: len(data)] = data
     mf.wrote_position = len(data)
     alloc.keep_reserved(mf)
     _drain(alloc)
     assert mf.reserved_position == 2 * step and mf.reserve_mark == 2 * step - step // 2  # one step past the end
     assert _allocated(mf.path) >= mf.reserved_position
-    assert bytes(mf.view[:len(data)]) == data and not mf.array[len(data):].any()
+    assert bytes(mf.view[: len(data)]) == data and not mf.array[len(data) :].any()
     mf.wrote_position = mf.size - 100  # near the end: the last step stops at the file's size
     alloc.keep_reserved(mf)
     _drain(alloc)
@@ -114,7 +115,7 @@ def test_keep_reserved_on_an_index_file_and_after_close(tmp_path):
     assert f.reserve_mark == NEVER  # one request in flight
     _drain(alloc)
     assert f._reserved == first + _RESERVE_ENTRIES * INDEX_ENTRY_SIZE and not f.reserve_due()
-    assert bytes(f._mm[:first]) == before and not any(f._mm[first:f._reserved])
+    assert bytes(f._mm[:first]) == before and not any(f._mm[first : f._reserved])
     assert f.query(int(hashes[-1]), 0, 1 << 62, 10)[0] == phys[-1]
     f.reserve_mark = 0
     f.close()

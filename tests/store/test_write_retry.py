@@ -1,4 +1,5 @@
 """WriteRetry: the retry delay of a failing metadata write and its once-per-state log lines."""
+
 from __future__ import annotations
 
 import logging

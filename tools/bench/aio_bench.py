@@ -10,16 +10,17 @@ Medians over ``--rounds`` runs.
 
     .venv/bin/python tools/bench/aio_bench.py [--seconds S] [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import asyncio
+import os
 import statistics
+import sys
 import tempfile
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import shmq
 import shmq.aio
@@ -28,7 +29,7 @@ from shmq import Message
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from tools.bench.windowed import send_async_for  # noqa: E402
+from tools.bench.windowed import send_async_for
 
 BROKER = "aio_bench"
 BODY = b"x" * 100
@@ -50,6 +51,7 @@ async def _tasks(p: shmq.aio.Producer, seconds: float) -> int:
             await p.send(msg)
             n += 1
         return n
+
     return sum(await asyncio.gather(*(worker() for _ in range(WINDOW))))
 
 
@@ -76,6 +78,7 @@ def throughput(kind: str, seconds: float) -> float:
                 await fn(ap, 0.3)
                 start = time.perf_counter()
                 return await fn(ap, seconds) / (time.perf_counter() - start)
+
         return asyncio.run(run())
 
 
@@ -87,6 +90,7 @@ def latencies(count: int) -> dict[str, float]:
     """p50 microseconds of one send at a time, per way of sending."""
     msg = Message("Bench", BODY)
     with tempfile.TemporaryDirectory() as d, shmq.Broker(d + "/store", BROKER, CONFIG):
+
         async def run() -> dict[str, float]:
             async with shmq.aio.Producer("bench", broker=BROKER) as ap:
                 p = ap.sync
@@ -106,11 +110,15 @@ def latencies(count: int) -> dict[str, float]:
                         await fn()
                         samples.append(time.perf_counter() - t)
                     return _p50_us(samples)
+
                 await atimed(lambda: ap.send(msg))  # warm up
-                return {"send": timed(lambda: p.send(msg)),
-                        "send_async().result()": timed(lambda: p.send_async(msg).result()),
-                        "await wrap_future(send_async())": await atimed(lambda: asyncio.wrap_future(p.send_async(msg))),
-                        "await aio.send": await atimed(lambda: ap.send(msg))}
+                return {
+                    "send": timed(lambda: p.send(msg)),
+                    "send_async().result()": timed(lambda: p.send_async(msg).result()),
+                    "await wrap_future(send_async())": await atimed(lambda: asyncio.wrap_future(p.send_async(msg))),
+                    "await aio.send": await atimed(lambda: ap.send(msg)),
+                }
+
         return asyncio.run(run())
 
 

@@ -7,6 +7,7 @@ and its USS are sampled. Reports the first and last samples and the growth.
 
     .venv/bin/python tools/bench/backlog_memory.py [--messages 10000000] [--every 1000000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,10 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=1_000_000)
     args = ap.parse_args()
     samples = []
-    with tempfile.TemporaryDirectory(prefix="shmq-backlog-") as d, \
-            shmq.Broker(d, f"backlog{int(time.time()) % 100000}", CONFIG) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="shmq-backlog-") as d,
+        shmq.Broker(d, f"backlog{int(time.time()) % 100000}", CONFIG) as broker,
+    ):
         proc = psutil.Process(broker.pid)
         batch = MessageBatch("Backlog", [BODY] * BATCH)
         with Producer("backlog", broker=broker.name) as p:
@@ -49,9 +52,11 @@ def main() -> None:
             while sent < args.messages:
                 if sent >= next_sample:
                     samples.append((sent, rss_anon_mib(broker.pid), proc.memory_full_info().uss / 2**20))
-                    print(f"{sent:>12,} messages  broker RssAnon {samples[-1][1]:8.1f} MiB  "
-                          f"USS {samples[-1][2]:8.1f} MiB",
-                          flush=True)
+                    print(
+                        f"{sent:>12,} messages  broker RssAnon {samples[-1][1]:8.1f} MiB  "
+                        f"USS {samples[-1][2]:8.1f} MiB",
+                        flush=True,
+                    )
                     next_sample += args.every
                 in_flight.append(p.send_batch_async(batch))
                 sent += BATCH
@@ -63,8 +68,10 @@ def main() -> None:
         samples.append((sent, rss_anon_mib(broker.pid), proc.memory_full_info().uss / 2**20))
     first, last = samples[1] if len(samples) > 2 else samples[0], samples[-1]
     print(f"{sent:,} messages in {elapsed:.1f} s ({sent / elapsed:,.0f} msgs/s)")
-    print(f"broker RssAnon after {first[0]:,}: {first[1]:.1f} MiB; after {last[0]:,}: {last[1]:.1f} MiB "
-          f"(growth {last[1] - first[1]:+.1f} MiB); USS (includes mapped store pages) {first[2]:.0f} -> {last[2]:.0f} MiB")
+    print(
+        f"broker RssAnon after {first[0]:,}: {first[1]:.1f} MiB; after {last[0]:,}: {last[1]:.1f} MiB "
+        f"(growth {last[1] - first[1]:+.1f} MiB); USS (includes mapped store pages) {first[2]:.0f} -> {last[2]:.0f} MiB"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ requests served per busy pass and the parks per request.
 
     .venv/bin/python tools/bench/broker_bench.py [--seconds S] [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -186,8 +187,11 @@ def run_round(seconds: float) -> dict[str, float]:
 
 def _loop_stats(log_text: str) -> dict[str, int] | None:
     """The serving-loop counters the broker logs when it stops."""
-    m = re.search(r"loop: (\d+) frames in (\d+) busy passes, (\d+) parks \((\d+) timed out\), (\d+) spins "
-                  r"that found work, (\d+) client doorbell posts", log_text)
+    m = re.search(
+        r"loop: (\d+) frames in (\d+) busy passes, (\d+) parks \((\d+) timed out\), (\d+) spins "
+        r"that found work, (\d+) client doorbell posts",
+        log_text,
+    )
     if m is None:
         return None
     return dict(zip(("frames", "busy_passes", "parks", "park_timeouts", "spin_hits", "posts"), map(int, m.groups())))

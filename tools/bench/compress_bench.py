@@ -8,6 +8,7 @@ stored bytes per message are printed as one table.
 
     .venv/bin/python tools/bench/compress_bench.py [--sends N] [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse

@@ -13,6 +13,7 @@ side can take when the producer is not the bottleneck. Each scenario runs
 
     .venv/bin/python tools/bench/consume_bench.py [--batch-messages N] [--messages N] [--rounds R]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,9 @@ def _push(name: str, count: int, done_at, ready, start_at=None) -> None:
         return ConsumeResult.SUCCESS
 
     drain = start_at is not None
-    c = PushConsumer("bench-push", broker=name,
-                     consume_from=ConsumeFrom.FIRST_OFFSET if drain else ConsumeFrom.LAST_OFFSET)
+    c = PushConsumer(
+        "bench-push", broker=name, consume_from=ConsumeFrom.FIRST_OFFSET if drain else ConsumeFrom.LAST_OFFSET
+    )
     c.subscribe(TOPIC)
     c.register_listener(listener)
     if drain:
@@ -111,8 +113,9 @@ def run(count: int, batch: bool, drain: bool = False) -> float:
                     p.send(Message(TOPIC, BODY), selector=lambda queues, msg, arg: queues[arg], arg=qid)
             start_at, done_at, ready = ctx.Value("d", 0.0), ctx.Value("d", 0.0), ctx.Event()
             producer = ctx.Process(target=_produce, args=(name, count, True if drain else batch, start_at, ready))
-            consumer = ctx.Process(target=_pull if batch else _push,
-                                   args=(name, count, done_at, ready) + ((start_at,) if drain else ()))
+            consumer = ctx.Process(
+                target=_pull if batch else _push, args=(name, count, done_at, ready) + ((start_at,) if drain else ())
+            )
             if drain:
                 ready.set()
                 producer.start()
@@ -135,13 +138,18 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    for label, count, batch, drain in (("send_batch -> pull_batch", args.batch_messages, True, False),
-                                       ("send_oneway -> PushConsumer", args.messages, False, False),
-                                       ("drain backlog: pull_batch", args.batch_messages, True, True),
-                                       ("drain backlog: PushConsumer", args.messages, False, True)):
+    for label, count, batch, drain in (
+        ("send_batch -> pull_batch", args.batch_messages, True, False),
+        ("send_oneway -> PushConsumer", args.messages, False, False),
+        ("drain backlog: pull_batch", args.batch_messages, True, True),
+        ("drain backlog: PushConsumer", args.messages, False, True),
+    ):
         rates = [run(count, batch, drain) for _ in range(args.rounds)]
-        print(f"{label:30s} median {statistics.median(rates):>12,.0f} msgs/s   "
-              f"rounds: {', '.join(f'{r:,.0f}' for r in rates)}", flush=True)
+        print(
+            f"{label:30s} median {statistics.median(rates):>12,.0f} msgs/s   "
+            f"rounds: {', '.join(f'{r:,.0f}' for r in rates)}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ delivery window; RssAnon (anonymous memory) before parking and with everything p
 
     .venv/bin/python tools/bench/delay_bench.py [--messages 1000000] [--rate 10000] [--producers 2] [--runs 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,8 +96,10 @@ def lateness(broker: str, n: int, timeout: float) -> np.ndarray:
 
 def run(n: int, rate: float, producers: int, seed: int) -> dict[str, float]:
     window = n / rate
-    with tempfile.TemporaryDirectory(prefix="shmq-delay-") as d, \
-            shmq.Broker(d, f"delay{int(time.time() * 1000) % 100000}", CONFIG) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="shmq-delay-") as d,
+        shmq.Broker(d, f"delay{int(time.time() * 1000) % 100000}", CONFIG) as broker,
+    ):
         proc = psutil.Process(broker.pid)
         rss0, cpu0, t0 = rss_anon(broker.pid), cpu(proc), time.time()
         # calibrate: parking speed decides when the window can start
@@ -116,10 +119,19 @@ def run(n: int, rate: float, producers: int, seed: int) -> dict[str, float]:
         cpu_deliver = cpu(proc) - cpu1
         late = lateness(broker.name, n - probe, timeout=120)
     p50, p99, pmax = np.percentile(late, [50, 99, 100]) if len(late) else (np.nan,) * 3
-    return {"messages": n, "delivered": len(late), "rate": rate, "p50_ms": float(p50), "p99_ms": float(p99),
-            "max_ms": float(pmax), "park_us": cpu_park / n * 1e6, "deliver_us": cpu_deliver / (n - probe) * 1e6,
-            "park_s": parked_at - t0, "rss_pending_mib": (rss_pending - rss0) / 2**20,
-            "rss_bytes_per_msg": (rss_pending - rss0) / n}
+    return {
+        "messages": n,
+        "delivered": len(late),
+        "rate": rate,
+        "p50_ms": float(p50),
+        "p99_ms": float(p99),
+        "max_ms": float(pmax),
+        "park_us": cpu_park / n * 1e6,
+        "deliver_us": cpu_deliver / (n - probe) * 1e6,
+        "park_s": parked_at - t0,
+        "rss_pending_mib": (rss_pending - rss0) / 2**20,
+        "rss_bytes_per_msg": (rss_pending - rss0) / n,
+    }
 
 
 def main() -> None:
@@ -133,8 +145,10 @@ def main() -> None:
     for i in range(args.runs):
         r = run(args.messages, args.rate, args.producers, seed=100 * i)
         results.append(r)
-        print(f"run {i + 1}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in r.items()), flush=True)
+        print(
+            f"run {i + 1}: " + ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()),
+            flush=True,
+        )
     if len(results) > 1:
         keys = [k for k in results[0] if k not in ("messages", "rate")]
         print("median: " + ", ".join(f"{k}={statistics.median(r[k] for r in results):.1f}" for k in keys))

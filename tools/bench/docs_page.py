@@ -9,6 +9,7 @@ page from the real one. Every figure row names the suite command that measures i
 other benchmark tools are listed with their commands, without figures (nothing keeps them
 current).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,19 @@ PATH = re.compile(r"(?<![\w.])(/[\w.+-]+){2,}/?")  # an absolute path: a run's t
 # The tools beside the suite: what each measures and how to run it. No figures: none of them
 # writes to the JSON this page is made from.
 TOOLS: list[tuple[str, str, str]] = [
-    ("store_bench.py", "appends/s and MB/s of the message store against a plain mmap copy, and reads",
-     "make bench-store"),
-    ("broker_bench.py", ("one producer process against a broker: batch, oneway, async and sync sends, "
-                        "8 sync senders on a SYNC_FLUSH broker"), ""),
+    (
+        "store_bench.py",
+        "appends/s and MB/s of the message store against a plain mmap copy, and reads",
+        "make bench-store",
+    ),
+    (
+        "broker_bench.py",
+        (
+            "one producer process against a broker: batch, oneway, async and sync sends, "
+            "8 sync senders on a SYNC_FLUSH broker"
+        ),
+        "",
+    ),
     ("consume_bench.py", "producer -> broker -> consumer end to end, batch (columns) and per message", ""),
     ("read_bench.py", "records/s of the consumer's batch read path over a store", "--quick"),
     ("ring_bench.py", "frames/s of a shared-memory channel and its doorbell round trip", ""),
@@ -55,13 +65,19 @@ TOOLS: list[tuple[str, str, str]] = [
     ("floors.py", "what the machine charges for the steps no broker avoids (wake-ups, copies, syncs)", ""),
     ("sync_floor.py", "the cost of one durable sync of a small range: the floor of a SYNC_FLUSH send", ""),
     ("flush_faults.py", "page faults of a writer while a flusher syncs nothing, the whole file or the range", ""),
-    ("ha_bench.py", ("a master and a replica on two network namespaces: keep-up, catch-up, sync senders "
-                    "(needs root and iproute2)"), ""),
+    (
+        "ha_bench.py",
+        ("a master and a replica on two network namespaces: keep-up, catch-up, sync senders (needs root and iproute2)"),
+        "",
+    ),
     ("ha_catchup_bench.py", "MB/s of a fresh replica following a backlog over loopback", "--mib 256"),
     ("ha_stream_bench.py", "how fast the HA sender hands a backlog to one replica", ""),
     ("replica_append_bench.py", "MB/s of the replica's append path fed a master's commitlog", ""),
-    ("spark_bench.py", "rows/s of the Spark data source against Spark's Parquet reader (needs the spark extra)",
-     "--messages 1000000"),
+    (
+        "spark_bench.py",
+        "rows/s of the Spark data source against Spark's Parquet reader (needs the spark extra)",
+        "--messages 1000000",
+    ),
     ("spark_stream_bench.py", "end-to-end latency and sustained rate of the Spark streaming source", ""),
 ]
 
@@ -114,22 +130,41 @@ def machine(res: dict[str, Any]) -> list[str]:
     run = "the QUICK (smoke) run" if res["quick"] else "the full run"
     reps = res["reps"] - res.get("skipped_reps", 0)
     return [
-        "## The machine and the run", "",
-        (f"- finished {res['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
-        f"Linux {m['kernel']} ({m['os']}), {m['implementation']} {m['python']}"),
-        (f"- load average (1 min) {m.get('load_average_1m_at_start', '?')} at the start, "
-        f"{m.get('load_average_1m', '?')} at the end: above about 0.5, other work shared the cores "
-        "and every figure is lower than an idle machine's"),
-        (f"- {run} of `make bench`: each figure is the median of {reps} interleaved runs "
-        f"(min–max where shown); the suite took {res['seconds']:.0f} s"),
+        "## The machine and the run",
+        "",
+        (
+            f"- finished {res['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
+            f"Linux {m['kernel']} ({m['os']}), {m['implementation']} {m['python']}"
+        ),
+        (
+            f"- load average (1 min) {m.get('load_average_1m_at_start', '?')} at the start, "
+            f"{m.get('load_average_1m', '?')} at the end: above about 0.5, other work shared the cores "
+            "and every figure is lower than an idle machine's"
+        ),
+        (
+            f"- {run} of `make bench`: each figure is the median of {reps} interleaved runs "
+            f"(min–max where shown); the suite took {res['seconds']:.0f} s"
+        ),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in sorted(res["versions"].items())),
-        ("- shmq × is shmq's ratio to the peer, oriented so that above 1 shmq is better "
-        "(throughput: shmq / peer; latency: peer / shmq)"), ""]
+        (
+            "- shmq × is shmq's ratio to the peer, oriented so that above 1 shmq is better "
+            "(throughput: shmq / peer; latency: peer / shmq)"
+        ),
+        "",
+    ]
 
 
 def systems(res: dict[str, Any]) -> list[str]:
-    body = [[n, s["persistence"], "yes" if s["broker"] else "no", s.get("how", ""),
-             PATH.sub("…", res["unavailable"].get(n, s["note"]))] for n, s in res["systems"].items()]
+    body = [
+        [
+            n,
+            s["persistence"],
+            "yes" if s["broker"] else "no",
+            s.get("how", ""),
+            PATH.sub("…", res["unavailable"].get(n, s["note"])),
+        ]
+        for n, s in res["systems"].items()
+    ]
     return ["## What is compared", "", *table(["system", "persistence", "broker", "how it is driven", "note"], body)]
 
 
@@ -139,8 +174,7 @@ def throughput(res: dict[str, Any], api: str) -> list[str]:
         return []
     title = "per-message API" if api == "msg" else "batch API"
     header = ["producers → consumers, body", "shmq msg/s (min–max)", "shmq MB/s"]
-    header += [f"{n} msg/s (shmq ×)" for n in peers(res)] + [
-        "reproduce"]
+    header += [f"{n} msg/s (shmq ×)" for n in peers(res)] + ["reproduce"]
     body = []
     capped = False
     for key in keys:
@@ -152,24 +186,44 @@ def throughput(res: dict[str, Any], api: str) -> list[str]:
         if mine is None:
             row += [missing(me), ""]
         else:
-            row += [f"{short_rate(mine)} ({short_rate(me['msgs_s']['min'])}–{short_rate(me['msgs_s']['max'])})"
-                    + ("*" if me.get("capped") else ""), f"{me['mb_s']['median']:.1f}"]
+            row += [
+                f"{short_rate(mine)} ({short_rate(me['msgs_s']['min'])}–{short_rate(me['msgs_s']['max'])})"
+                + ("*" if me.get("capped") else ""),
+                f"{me['mb_s']['median']:.1f}",
+            ]
         capped = capped or bool(me.get("capped"))
         for n in peers(res):
             e = got.get(n, {})
             v = median(e, "msgs_s")
             capped = capped or bool(e.get("capped") and v is not None)
-            row.append(missing(e) if v is None else
-                       f"{short_rate(v)}{'*' if e.get('capped') else ''} ({ratio(mine, v)})")
+            row.append(
+                missing(e) if v is None else f"{short_rate(v)}{'*' if e.get('capped') else ''} ({ratio(mine, v)})"
+            )
         row.append(command(words=[key]))
         body.append(row)
-    note = [("\\* time-capped: the run reached its deadline before its message count; the rate is of what "
-            "was sent and received in that time."), ""] if capped else []
-    what = ("one message per call" if api == "msg" else
-            f"batches of {res['settings']['batch_size']} messages per call")
-    return [f"## Throughput, {title}", "",
-            (f"Producers → consumers, {what}, end to end: a run ends when the consumers have received "
-            "(and, where the system acks, acked) every message sent."), "", *table(header, body), *note]
+    note = (
+        [
+            (
+                "\\* time-capped: the run reached its deadline before its message count; the rate is of what "
+                "was sent and received in that time."
+            ),
+            "",
+        ]
+        if capped
+        else []
+    )
+    what = "one message per call" if api == "msg" else f"batches of {res['settings']['batch_size']} messages per call"
+    return [
+        f"## Throughput, {title}",
+        "",
+        (
+            f"Producers → consumers, {what}, end to end: a run ends when the consumers have received "
+            "(and, where the system acks, acked) every message sent."
+        ),
+        "",
+        *table(header, body),
+        *note,
+    ]
 
 
 def latency(res: dict[str, Any]) -> list[str]:
@@ -184,13 +238,23 @@ def latency(res: dict[str, Any]) -> list[str]:
         if median(e, "p50_us") is None:
             body.append([n, missing(e), "", "", "", command([n], [key])])
             continue
-        body.append([n, micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]), micros(e["p999_us"]["median"]),
-                     "—" if n == REF else ratio(mine, e["p50_us"]["median"], lower_better=True),
-                     command(sorted({REF, n}), [key])])
-    return ["## Round trip", "",
-            (f"One synchronous send at a time ({key.split()[1]} bodies), from the call to its answer, "
-            "in microseconds."), "",
-            *table(["system", "p50 µs", "p99 µs", "p99.9 µs", "shmq × (p50)", "reproduce"], body)]
+        body.append(
+            [
+                n,
+                micros(e["p50_us"]["median"]),
+                micros(e["p99_us"]["median"]),
+                micros(e["p999_us"]["median"]),
+                "—" if n == REF else ratio(mine, e["p50_us"]["median"], lower_better=True),
+                command(sorted({REF, n}), [key]),
+            ]
+        )
+    return [
+        "## Round trip",
+        "",
+        (f"One synchronous send at a time ({key.split()[1]} bodies), from the call to its answer, in microseconds."),
+        "",
+        *table(["system", "p50 µs", "p99 µs", "p99.9 µs", "shmq × (p50)", "reproduce"], body),
+    ]
 
 
 def senders(res: dict[str, Any], kind: str) -> list[list[str]]:
@@ -208,8 +272,18 @@ def senders(res: dict[str, Any], kind: str) -> list[list[str]]:
                     body.append([*mode, n, missing(e), "", "", "", "", command([n], [key])])
                 continue
             how = res["systems"][n]["replicated_note" if kind == "replicated" else "durable_note"]
-            body.append([*mode, n, short_rate(v), micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]),
-                                "—" if n == REF else ratio(mine, v), how, command(sorted({REF, n}), [key])])
+            body.append(
+                [
+                    *mode,
+                    n,
+                    short_rate(v),
+                    micros(e["p50_us"]["median"]),
+                    micros(e["p99_us"]["median"]),
+                    "—" if n == REF else ratio(mine, v),
+                    how,
+                    command(sorted({REF, n}), [key]),
+                ]
+            )
     return body
 
 
@@ -218,10 +292,16 @@ def durability(res: dict[str, Any]) -> list[str]:
     if not body:
         return []
     s = res["settings"]
-    return ["## Durability", "",
-            (f"{s['durable_senders']} sender processes, each sending one 100 B message at a time, each acked "
-            "only once it is on disk. The systems without persistence are left out."), "",
-            *table(["system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body)]
+    return [
+        "## Durability",
+        "",
+        (
+            f"{s['durable_senders']} sender processes, each sending one 100 B message at a time, each acked "
+            "only once it is on disk. The systems without persistence are left out."
+        ),
+        "",
+        *table(["system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body),
+    ]
 
 
 def replication(res: dict[str, Any]) -> list[str]:
@@ -231,10 +311,16 @@ def replication(res: dict[str, Any]) -> list[str]:
     sync = {}
     for row in body:
         sync.setdefault(row[1], {})[row[0]] = row[2]
-    lines = ["## Replication", "",
-             (f"The same {res['settings']['durable_senders']} senders against a master with one replica: "
-             "`sync` acks once the replica has the message, `async` once the master has it. "
-             "The systems without replication are left out."), ""]
+    lines = [
+        "## Replication",
+        "",
+        (
+            f"The same {res['settings']['durable_senders']} senders against a master with one replica: "
+            "`sync` acks once the replica has the message, `async` once the master has it. "
+            "The systems without replication are left out."
+        ),
+        "",
+    ]
     lines += table(["ack", "system", "msg/s", "p50 µs", "p99 µs", "shmq ×", "mode", "reproduce"], body)
     ratios = []
     pairs = [(k, k.replace(" sync ", " async ")) for k in res["results"] if k.startswith("replicated sync")]
@@ -264,22 +350,46 @@ def extras(res: dict[str, Any]) -> list[str]:
                 body.append([n, missing({"errors": [v["error"]]}), "", ""])
                 continue
             spread = f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}"
-            body.append([f"{int(n):,}", short_rate(v["median"]), spread,
-                         f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""])
-        lines += [("Send throughput of one producer round-robining over topics of 8 queues each, "
-                  f"100 B bodies, by the number of queues (reproduce: {cmd})."), ""]
+            body.append(
+                [
+                    f"{int(n):,}",
+                    short_rate(v["median"]),
+                    spread,
+                    f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else "",
+                ]
+            )
+        lines += [
+            (
+                "Send throughput of one producer round-robining over topics of 8 queues each, "
+                f"100 B bodies, by the number of queues (reproduce: {cmd})."
+            ),
+            "",
+        ]
         lines += table(["queues", "msg/s (median)", "min–max", "ratio to 8 queues"], body)
     else:
         lines += [f"Queue-count scaling: {missing({'errors': [q.get('error', 'not run')]})}.", ""]
     b = x.get("backlog", {})
     if b and "error" not in b:
-        lines += [(f"A backlog of 100 B messages written with nobody consuming, then drained by one consumer "
-                  f"(reproduce: {cmd})."), ""]
-        lines += table(["written", "write msg/s", "first 10 %", "last 10 %", "last / first", "drain msg/s"],
-                       [[f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""),
-                         short_rate(b["write_msgs_s"]), short_rate(b["first_tenth_msgs_s"]),
-                         short_rate(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}",
-                         short_rate(b["drain_msgs_s"])]])
+        lines += [
+            (
+                f"A backlog of 100 B messages written with nobody consuming, then drained by one consumer "
+                f"(reproduce: {cmd})."
+            ),
+            "",
+        ]
+        lines += table(
+            ["written", "write msg/s", "first 10 %", "last 10 %", "last / first", "drain msg/s"],
+            [
+                [
+                    f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""),
+                    short_rate(b["write_msgs_s"]),
+                    short_rate(b["first_tenth_msgs_s"]),
+                    short_rate(b["last_tenth_msgs_s"]),
+                    f"{b['last_vs_first']:.2f}",
+                    short_rate(b["drain_msgs_s"]),
+                ]
+            ],
+        )
     else:
         lines += [f"Backlog: {missing({'errors': [b.get('error', 'not run')]})}.", ""]
     body = []
@@ -291,54 +401,100 @@ def extras(res: dict[str, Any]) -> list[str]:
             body.append([n, missing({"errors": [push["error"]]}), "", "", "", "", command([n], ["extras"])])
             continue
         for api, v in push.items():
-            body.append([n, f"`{api}`", micros(v["p50_us"]), micros(v["p99_us"]), micros(v["p999_us"]),
-                         f"{v['runs'][0]['rounds']:,}", command([n], ["extras"])])
+            body.append(
+                [
+                    n,
+                    f"`{api}`",
+                    micros(v["p50_us"]),
+                    micros(v["p99_us"]),
+                    micros(v["p999_us"]),
+                    f"{v['runs'][0]['rounds']:,}",
+                    command([n], ["extras"]),
+                ]
+            )
     if body:
-        lines += ["## Send → listener latency", "",
-                  ("One sender at 1,000 msgs/s of 100 B, a receiver in another process parked between messages "
-                  "(shmq: a PushConsumer listener; the peers: their blocking receive); the time from just "
-                  "before the send call to the listener, in microseconds."), ""]
+        lines += [
+            "## Send → listener latency",
+            "",
+            (
+                "One sender at 1,000 msgs/s of 100 B, a receiver in another process parked between messages "
+                "(shmq: a PushConsumer listener; the peers: their blocking receive); the time from just "
+                "before the send call to the listener, in microseconds."
+            ),
+            "",
+        ]
         lines += table(["system", "send API", "p50 µs", "p99 µs", "p99.9 µs", "messages per run", "reproduce"], body)
     return lines
 
 
 def tools() -> list[str]:
-    body = [[f"`{t}`", what, f"`{extra}`" if extra.startswith("make ") else
-             f"`python tools/bench/{t}{' ' + extra if extra else ''}`"] for t, what, extra in TOOLS]
-    return ["## The other benchmark tools", "",
-            ("Each measures one part alone and prints its figures; `--help` gives its options. Their figures "
-            "are not kept here: run the tool on the machine you care about."), "",
-            *table(["tool", "what it measures", "command"], body)]
+    body = [
+        [
+            f"`{t}`",
+            what,
+            f"`{extra}`" if extra.startswith("make ") else f"`python tools/bench/{t}{' ' + extra if extra else ''}`",
+        ]
+        for t, what, extra in TOOLS
+    ]
+    return [
+        "## The other benchmark tools",
+        "",
+        (
+            "Each measures one part alone and prints its figures; `--help` gives its options. Their figures "
+            "are not kept here: run the tool on the machine you care about."
+        ),
+        "",
+        *table(["tool", "what it measures", "command"], body),
+    ]
 
 
 def render(res: dict[str, Any]) -> str:
     """The whole page; the same JSON gives the same bytes."""
-    lines = ["# Benchmarks", "",
-             "<!-- Made by `make bench-docs` from docs/benchmarks/results.json; edits by hand are lost. -->", "",
-             ("shmq against the messaging options a Python program on one Linux host would pick instead, "
-             "measured by the benchmark suite (`make bench`). Each table's last column is the command that "
-             "measures that row again (from the repository root, after `make install`, with the project's "
-             "virtual environment active). `make bench` runs everything; `make bench QUICK=1` is a "
-             "one-minute smoke run whose figures are not comparable with these."), ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        "<!-- Made by `make bench-docs` from docs/benchmarks/results.json; edits by hand are lost. -->",
+        "",
+        (
+            "shmq against the messaging options a Python program on one Linux host would pick instead, "
+            "measured by the benchmark suite (`make bench`). Each table's last column is the command that "
+            "measures that row again (from the repository root, after `make install`, with the project's "
+            "virtual environment active). `make bench` runs everything; `make bench QUICK=1` is a "
+            "one-minute smoke run whose figures are not comparable with these."
+        ),
+        "",
+    ]
     lines += machine(res) + systems(res)
     lines += throughput(res, "msg") + throughput(res, "batch") + latency(res)
     lines += durability(res) + replication(res) + extras(res) + tools()
-    lines += ["## Making this page", "",
-              ("`make bench` writes `bench/results/<date>-<host>.json`; "
-              "`make bench-docs RESULTS=bench/results/<date>-<host>.json` copies it to "
-              "`docs/benchmarks/results.json` and renders this page from it (`make bench-docs` alone renders "
-              "the page again from the JSON already there)."), ""]
+    lines += [
+        "## Making this page",
+        "",
+        (
+            "`make bench` writes `bench/results/<date>-<host>.json`; "
+            "`make bench-docs RESULTS=bench/results/<date>-<host>.json` copies it to "
+            "`docs/benchmarks/results.json` and renders this page from it (`make bench-docs` alone renders "
+            "the page again from the JSON already there)."
+        ),
+        "",
+    ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.bench.docs_page", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tools.bench.docs_page",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--json", default=str(JSON_PATH), help="the suite's results JSON")
     ap.add_argument("--out", default=str(PAGE_PATH), help="the page to write")
-    ap.add_argument("--publish", metavar="RESULTS",
-                    help="first copy this results JSON of `make bench` to --json (without its run log, which "
-                         "names the run's temporary directories)")
+    ap.add_argument(
+        "--publish",
+        metavar="RESULTS",
+        help="first copy this results JSON of `make bench` to --json (without its run log, which "
+        "names the run's temporary directories)",
+    )
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page differs")
     a = ap.parse_args(argv)
     if a.publish:

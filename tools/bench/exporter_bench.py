@@ -12,6 +12,7 @@ more than the effect measured, while the exporter's CPU says what it takes from 
 
     .venv/bin/python tools/bench/exporter_bench.py [--seconds S] [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ from shmq import Message, Producer
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from tools.bench.windowed import send_async_for  # noqa: E402
+from tools.bench.windowed import send_async_for
 
 BODY = b"x" * 100
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmAheadSize": 256 * 1024 * 1024}
@@ -92,15 +93,19 @@ def main() -> None:
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     times: list[float] = []
     with tempfile.TemporaryDirectory() as store, shmq.Broker(store, broker, CONFIG):
-        exporter = subprocess.Popen([sys.executable, "-m", "shmq", "exporter", "--name", broker, "--port", "0"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "shmq", "exporter", "--name", broker, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             url = exporter.stdout.readline().rsplit(" ", 1)[1].strip()  # type: ignore[union-attr]
             watched = psutil.Process(exporter.pid)
             _run(broker, args.seconds, url, None, [])  # warm-up (page cache, first commitlog pages): not counted
             order = list(VARIANTS)
             for r in range(args.rounds):
-                for variant in order[r % len(order):] + order[:r % len(order)]:  # rotate: no variant always first
+                for variant in order[r % len(order) :] + order[: r % len(order)]:  # rotate: no variant always first
                     before, t0 = _cpu(watched), time.perf_counter()
                     rates[variant].append(_run(broker, args.seconds, url, VARIANTS[variant], times))
                     cpu[variant].append(100 * (_cpu(watched) - before) / (time.perf_counter() - t0))
@@ -108,15 +113,20 @@ def main() -> None:
             exporter.terminate()
             exporter.wait(10)
     base = statistics.median(rates["none"])
-    print(json.dumps({
-        "seconds": args.seconds, "rounds": args.rounds,
-        "msgs_per_s": {v: round(statistics.median(r)) for v, r in rates.items()},
-        "ratio": {v: round(statistics.median(r) / base, 4) for v, r in rates.items() if v != "none"},
-        "runs": {v: [round(x) for x in r] for v, r in rates.items()},
-        "scrape_ms_p50": round(1000 * statistics.median(times), 2) if times else None,
-        "scrapes": len(times),
-        "exporter_cpu_pct": {v: round(statistics.median(c), 2) for v, c in cpu.items()},
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+                "msgs_per_s": {v: round(statistics.median(r)) for v, r in rates.items()},
+                "ratio": {v: round(statistics.median(r) / base, 4) for v, r in rates.items() if v != "none"},
+                "runs": {v: [round(x) for x in r] for v, r in rates.items()},
+                "scrape_ms_p50": round(1000 * statistics.median(times), 2) if times else None,
+                "scrapes": len(times),
+                "exporter_cpu_pct": {v: round(statistics.median(c), 2) for v, c in cpu.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ machine" and "our code":
 The SYNC_FLUSH floor (one sync of a small dirty range) is tools/bench/sync_floor.py's.
 Medians and p99 in microseconds (wake, chain) or nanoseconds (python).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,9 @@ import posix_ipc
 STAMP = struct.Struct("<q")
 
 
-def _sleeper(bell: posix_ipc.Semaphore, shared: mmap.mmap, rounds: int,
-             forward: posix_ipc.Semaphore, last: bool) -> None:
+def _sleeper(
+    bell: posix_ipc.Semaphore, shared: mmap.mmap, rounds: int, forward: posix_ipc.Semaphore, last: bool
+) -> None:
     """Child: wait ``rounds`` posts. The last of a chain writes each wake's delay (ns) after the
     post time at offset 0 and then posts ``forward`` (the driver's ack); the others pass the
     post on to ``forward`` (the next sleeper)."""
@@ -109,6 +111,7 @@ def thread_handoff(rounds: int, gap_s: float) -> list[float]:
 
 def python_costs() -> dict[str, float]:
     """ns per call of what a per-message Python API does at least once per message."""
+
     class Result:
         __slots__ = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 

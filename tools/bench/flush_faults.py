@@ -6,6 +6,7 @@ also cleans the warmed pages ahead of the writer, so each of them faults once wh
 
     .venv/bin/python tools/bench/flush_faults.py [--dir DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,13 +42,14 @@ def run(directory: str, mode: str) -> tuple[float, float]:
                 elif mode == "msync" and mf.wrote_position:
                     sync_range(mf._address, mf.wrote_position)
                 flushes.append(time.perf_counter() - t)
+
         th = threading.Thread(target=flusher)
         th.start()
         copies = []
         pos = 0
         while pos + CHUNK < SIZE:
             t = time.perf_counter()
-            mf.array[pos:pos + CHUNK] = src
+            mf.array[pos : pos + CHUNK] = src
             copies.append(time.perf_counter() - t)
             pos += CHUNK
             mf.wrote_position = pos

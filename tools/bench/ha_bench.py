@@ -19,6 +19,7 @@ Needs root (namespaces) and a shmq with HA (``shmq replica``).
 
     .venv/bin/python tools/bench/ha_bench.py [--reps 3] [--seconds 30] [--catchup-mib 1024] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,9 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.ha import hosts  # noqa: E402
-from tools.bench.suite import core  # noqa: E402
-from tools.bench.suite.peers.shmqha import FixedPair, wait_streaming  # noqa: E402
+from tests.ha import hosts
+from tools.bench.suite import core
+from tools.bench.suite.peers.shmqha import FixedPair, wait_streaming
 
 PORT = 10912  # each master host has its own network namespace
 MASTER, REPLICA = "hab", "habr"  # and its own IPC namespace: fixed broker names cannot collide
@@ -48,6 +49,7 @@ SAMPLE = 0.005
 
 
 # ---------------------------------------------------------------- pure: lag from samples
+
 
 def lag_stats(t: np.ndarray, master: np.ndarray, acked: np.ndarray) -> dict:
     """Lag figures from samples (monotonic seconds, master end, best acked offset; -1 = none yet).
@@ -66,25 +68,31 @@ def lag_stats(t: np.ndarray, master: np.ndarray, acked: np.ndarray) -> dict:
     lag_b = np.clip(master[lo:hi] - acked[lo:hi], 0, None)
     thirds = np.array_split(lag_b, 3)
     ms_thirds = np.array_split(lag_ms, 3) if len(lag_ms) >= 3 else None
-    return {"lag_bytes_p50": float(np.percentile(lag_b, 50)), "lag_bytes_p99": float(np.percentile(lag_b, 99)),
-            "lag_ms_p50": float(np.percentile(lag_ms, 50)) if len(lag_ms) else None,
-            "lag_ms_p99": float(np.percentile(lag_ms, 99)) if len(lag_ms) else None,
-            "lag_bytes_p50_first_third": float(np.median(thirds[0])),
-            "lag_bytes_p50_last_third": float(np.median(thirds[-1])),
-            "lag_ms_p50_first_third": float(np.median(ms_thirds[0])) if ms_thirds else None,
-            "lag_ms_p50_last_third": float(np.median(ms_thirds[-1])) if ms_thirds else None,
-            "ingest_mb_s": float((master[hi - 1] - master[lo]) / max(t[hi - 1] - t[lo], 1e-9) / 1e6),
-            "seconds": float(t[hi - 1] - t[lo]), "samples": int(hi - lo),
-            "samples_never_acked": int((~done).sum())}
+    return {
+        "lag_bytes_p50": float(np.percentile(lag_b, 50)),
+        "lag_bytes_p99": float(np.percentile(lag_b, 99)),
+        "lag_ms_p50": float(np.percentile(lag_ms, 50)) if len(lag_ms) else None,
+        "lag_ms_p99": float(np.percentile(lag_ms, 99)) if len(lag_ms) else None,
+        "lag_bytes_p50_first_third": float(np.median(thirds[0])),
+        "lag_bytes_p50_last_third": float(np.median(thirds[-1])),
+        "lag_ms_p50_first_third": float(np.median(ms_thirds[0])) if ms_thirds else None,
+        "lag_ms_p50_last_third": float(np.median(ms_thirds[-1])) if ms_thirds else None,
+        "ingest_mb_s": float((master[hi - 1] - master[lo]) / max(t[hi - 1] - t[lo], 1e-9) / 1e6),
+        "seconds": float(t[hi - 1] - t[lo]),
+        "samples": int(hi - lo),
+        "samples_never_acked": int((~done).sum()),
+    }
 
 
 # ---------------------------------------------------------------- worker: inside the master host
+
 
 def load(broker: str, size: int, seconds: float, max_bytes: int) -> None:
     """One producer at full speed: batches of 100 with 4 in flight, until the time or the bytes are used."""
     import collections
 
     import shmq
+
     p = shmq.Producer(f"hab-load-{os.getpid()}", broker=broker)
     p.start()
     batch = shmq.MessageBatch("HaBench", [os.urandom(size)] * BATCH)
@@ -104,6 +112,7 @@ def load(broker: str, size: int, seconds: float, max_bytes: int) -> None:
 def _run_load(broker: str, size: int, seconds: float, max_bytes: int, sample: bool) -> dict:
     """Run ``load`` in a child; with ``sample``, the lag figures over the run."""
     from shmq.ha.shared import STREAMING, HASegment
+
     proc = core.SPAWN.Process(target=load, args=(broker, size, seconds, max_bytes), daemon=True)
     proc.start()
     seg = HASegment.open(broker, read_only=True)
@@ -126,6 +135,7 @@ def _run_load(broker: str, size: int, seconds: float, max_bytes: int, sample: bo
 def _catch_up(broker: str, timeout: float = 900.0) -> dict:
     """After the backlog: ask for the replica, then time it from its connection to the master's end."""
     from shmq.ha.shared import HASegment
+
     seg = HASegment.open(broker, read_only=True)
     try:
         end = seg.master_offset
@@ -136,8 +146,11 @@ def _catch_up(broker: str, timeout: float = 900.0) -> dict:
             if live and max(r.acked_offset for r in live) >= end:
                 done_ms = time.time() * 1e3
                 conn_ms = min(r.connected_ms for r in live)
-                return {"backlog_mb": end / 1e6, "catchup_s": (done_ms - conn_ms) / 1e3,
-                        "catchup_mb_s": end / 1e6 / max((done_ms - conn_ms) / 1e3, 1e-9)}
+                return {
+                    "backlog_mb": end / 1e6,
+                    "catchup_s": (done_ms - conn_ms) / 1e3,
+                    "catchup_mb_s": end / 1e6 / max((done_ms - conn_ms) / 1e3, 1e-9),
+                }
             time.sleep(0.002)
     finally:
         seg.close()
@@ -146,6 +159,7 @@ def _catch_up(broker: str, timeout: float = 900.0) -> dict:
 
 def _senders(broker: str, seconds: float, sync: bool) -> dict:
     import shmq
+
     p = shmq.Producer("hab-warm", broker=broker)
     p.start()
     p.send(shmq.Message("HaSenders", b"w"))  # creates the topic
@@ -157,6 +171,7 @@ def _senders(broker: str, seconds: float, sync: bool) -> dict:
 
 def worker(a: argparse.Namespace) -> None:
     import shmq
+
     config = {"brokerRole": a.role, "haListenPort": PORT, "haListenAddress": a.address, "default_topic_queue_nums": 8}
     broker = shmq.Broker(a.store, name=MASTER, config=config)
     try:
@@ -177,11 +192,25 @@ def worker(a: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------- orchestrator: root namespace
 
+
 def phase(name: str, role: str, a: argparse.Namespace) -> dict:
     """One measurement on a fresh host pair: the worker in the master host, the replica on its cue."""
     with hosts.pair() as (master, replica):
-        argv = [str(Path(__file__).resolve()), "worker", name, "--role", role, "--address", master.ip, "--store", f"{master.dir}/store",
-                "--seconds", a.seconds, "--bytes", a.catchup_mib << 20]
+        argv = [
+            str(Path(__file__).resolve()),
+            "worker",
+            name,
+            "--role",
+            role,
+            "--address",
+            master.ip,
+            "--store",
+            f"{master.dir}/store",
+            "--seconds",
+            a.seconds,
+            "--bytes",
+            a.catchup_mib << 20,
+        ]
         w = master.python(*map(str, argv), stdout=subprocess.PIPE, text=True)
         watchdog = threading.Timer(a.seconds * 4 + 1200, w.kill)
         watchdog.start()
@@ -192,23 +221,45 @@ def phase(name: str, role: str, a: argparse.Namespace) -> dict:
                     os.makedirs(f"{replica.dir}/store/config", mode=0o700, exist_ok=True)
                     shutil.copy2(f"{master.dir}/store/config/ha.token", f"{replica.dir}/store/config/ha.token")
                     with open(f"{replica.dir}/replica.log", "ab") as log:
-                        replica.popen([sys.executable, "-m", "shmq", "replica", "--store", f"{replica.dir}/store",
-                                       "--name", REPLICA, "--master", f"{master.ip}:{PORT}"], stdout=log, stderr=log)
+                        replica.popen(
+                            [
+                                sys.executable,
+                                "-m",
+                                "shmq",
+                                "replica",
+                                "--store",
+                                f"{replica.dir}/store",
+                                "--name",
+                                REPLICA,
+                                "--master",
+                                f"{master.ip}:{PORT}",
+                            ],
+                            stdout=log,
+                            stderr=log,
+                        )
                 elif line.startswith("result "):
-                    result = json.loads(line[len("result "):])
+                    result = json.loads(line[len("result ") :])
             w.wait()
         finally:
             watchdog.cancel()
         if result is None:
-            tail = Path(f"{replica.dir}/replica.log").read_text(errors="replace")[-2000:] \
-                if Path(f"{replica.dir}/replica.log").exists() else ""
-            raise RuntimeError(f"{name} ({role}): the worker exited {w.returncode} without a result; replica log: {tail}")
+            tail = (
+                Path(f"{replica.dir}/replica.log").read_text(errors="replace")[-2000:]
+                if Path(f"{replica.dir}/replica.log").exists()
+                else ""
+            )
+            raise RuntimeError(
+                f"{name} ({role}): the worker exited {w.returncode} without a result; replica log: {tail}"
+            )
         return result
 
 
 def medians(runs: list[dict]) -> dict:
-    return {k: float(np.median([r[k] for r in runs if r.get(k) is not None]))
-            for k in runs[0] if any(r.get(k) is not None for r in runs)}
+    return {
+        k: float(np.median([r[k] for r in runs if r.get(k) is not None]))
+        for k in runs[0]
+        if any(r.get(k) is not None for r in runs)
+    }
 
 
 def main() -> int:

@@ -17,9 +17,9 @@ past it: the replica's promptness with frames that trickle in one by one), p50/p
 
 ``--profile`` records the replica with py-spy (--threads, raw) into CACHE/replica-<body>.txt.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import json
 import os
@@ -30,14 +30,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
+from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
 
 BATCH = 256
 
@@ -56,8 +57,7 @@ def build(path: str, mib: int, body: int) -> int:
         while store.commitlog.max_offset < mib << 20:
             topic = topics[i % 4]
             props = [fmt.message_properties(tags="TagA", uniq_key=f"{i:016X}{j:016X}") for j in range(BATCH)]
-            store.put(PutRequest(fmt.encode_batch(topic, payloads, props), [topic], None, i % 16 // 4,
-                                 user_batch=True))
+            store.put(PutRequest(fmt.encode_batch(topic, payloads, props), [topic], None, i % 16 // 4, user_batch=True))
             i += 1
         end = store.commitlog.max_offset
     with open(done, "w") as f:
@@ -91,6 +91,7 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
     """One catch-up: master broker on the backlog, a fresh replica; seconds and MB/s."""
     import shmq
     from shmq.ha.shared import HASegment
+
     port = free_port()
     master, replica = f"cum{tag}", f"cur{tag}"
     store = os.path.join(work, "replica")
@@ -103,24 +104,58 @@ def run(backlog: str, work: str, tag: str, profile: str | None, timeout: float =
             t0 = time.time()
             give_token(backlog, store)
             log = open(os.path.join(work, "replica.log"), "ab")  # noqa: SIM115 - the replica process writes it
-            proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", store, "--name", replica,
-                                     "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "shmq",
+                    "replica",
+                    "--store",
+                    store,
+                    "--name",
+                    replica,
+                    "--master",
+                    f"127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=REPO,
+            )
             log.close()
             if profile:
-                spy = subprocess.Popen([shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy", "record", "-p",
-                                        str(proc.pid), "-f", "raw", "--threads", "-o", profile, "-r", "100"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                spy = subprocess.Popen(
+                    [
+                        shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy",
+                        "record",
+                        "-p",
+                        str(proc.pid),
+                        "-f",
+                        "raw",
+                        "--threads",
+                        "-o",
+                        profile,
+                        "-r",
+                        "100",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 live = [r for r in seg.replicas() if r.acked_offset >= 0]
                 if live and max(r.acked_offset for r in live) >= end:
                     done = time.time()
                     conn = min(r.connected_ms for r in live) / 1e3
-                    return {"mb": end / 1e6, "s": done - t0, "mb_s": end / 1e6 / (done - t0),
-                            "mb_s_conn": end / 1e6 / max(done - conn, 1e-9),
-                            "mb_per_cpu_s": end / 1e6 / cpu_seconds(proc.pid),
-                            "thread_cpu_s": sorted((cpu_seconds(proc.pid, int(t)) for t in
-                                                    os.listdir(f"/proc/{proc.pid}/task")), reverse=True)[:4]}
+                    return {
+                        "mb": end / 1e6,
+                        "s": done - t0,
+                        "mb_s": end / 1e6 / (done - t0),
+                        "mb_s_conn": end / 1e6 / max(done - conn, 1e-9),
+                        "mb_per_cpu_s": end / 1e6 / cpu_seconds(proc.pid),
+                        "thread_cpu_s": sorted(
+                            (cpu_seconds(proc.pid, int(t)) for t in os.listdir(f"/proc/{proc.pid}/task")), reverse=True
+                        )[:4],
+                    }
                 if proc.poll() is not None:
                     raise RuntimeError(f"the replica exited {proc.returncode}")
                 time.sleep(0.002)
@@ -147,14 +182,31 @@ def sync_rtt(sends: int) -> dict:
     import numpy as np
 
     import shmq
+
     work = tempfile.mkdtemp(prefix="ha-sync-")
     port, tag = free_port(), f"{os.getpid()}"
-    broker = shmq.Broker(os.path.join(work, "master"), name=f"csm{tag}",
-                         config={"brokerRole": "SYNC_MASTER", "haListenPort": port})
+    broker = shmq.Broker(
+        os.path.join(work, "master"), name=f"csm{tag}", config={"brokerRole": "SYNC_MASTER", "haListenPort": port}
+    )
     give_token(os.path.join(work, "master"), os.path.join(work, "replica"))
     log = open(os.path.join(work, "replica.log"), "ab")  # noqa: SIM115 - the replica process writes it
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "replica", "--store", os.path.join(work, "replica"),
-                             "--name", f"csr{tag}", "--master", f"127.0.0.1:{port}"], stdout=log, stderr=log, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shmq",
+            "replica",
+            "--store",
+            os.path.join(work, "replica"),
+            "--name",
+            f"csr{tag}",
+            "--master",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=log,
+        cwd=REPO,
+    )
     log.close()
     p = shmq.Producer(f"csp{tag}", broker=f"csm{tag}")
     try:
@@ -171,8 +223,11 @@ def sync_rtt(sends: int) -> dict:
             rtt.append(time.perf_counter() - t)
             assert r.status == shmq.SendStatus.SEND_OK, r.status
         us = np.array(rtt) * 1e6
-        return {"p50_us": float(np.percentile(us, 50)), "p99_us": float(np.percentile(us, 99)),
-                "mean_us": float(us.mean())}
+        return {
+            "p50_us": float(np.percentile(us, 50)),
+            "p99_us": float(np.percentile(us, 99)),
+            "mean_us": float(us.mean()),
+        }
     finally:
         p.shutdown()
         proc.terminate()
@@ -209,11 +264,13 @@ def main() -> int:
                     runs.append(run(backlog, work, f"{os.getpid()}x{r}", prof))
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
-                print(f"{body} B records, run {r + 1}: " + json.dumps(runs[-1]),
-                      flush=True)
+                print(f"{body} B records, run {r + 1}: " + json.dumps(runs[-1]), flush=True)
             out[f"{body}B"] = {k: statistics.median(x[k] for x in runs) for k in runs[0] if k != "thread_cpu_s"}
-            print(f"{body} B records: median {out[f'{body}B']['mb_s']:.0f} MB/s from the replica's start, "
-                  f"{out[f'{body}B']['mb_s_conn']:.0f} MB/s from its connection", flush=True)
+            print(
+                f"{body} B records: median {out[f'{body}B']['mb_s']:.0f} MB/s from the replica's start, "
+                f"{out[f'{body}B']['mb_s_conn']:.0f} MB/s from its connection",
+                flush=True,
+            )
     finally:
         if not a.keep:
             shutil.rmtree(a.cache, ignore_errors=True)

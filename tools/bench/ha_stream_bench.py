@@ -13,9 +13,9 @@ Each run is a new connection from offset 0; the figure is log bytes / seconds fr
 report to the last byte, median (min-max) of the runs. The replica's own store append is not
 part of this figure (see the replica's benchmark).
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import argparse
 import os
 import shutil
@@ -27,24 +27,29 @@ import sys
 import tempfile
 import time
 import zlib
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import shmq  # noqa: E402
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.ha import protocol as P  # noqa: E402
-from shmq.ha.shared import HASegment  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
+import shmq
+from shmq.codec import record as fmt
+from shmq.ha import protocol as P
+from shmq.ha.shared import HASegment
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
 
 TOKEN = "bench"
 SEGMENT = 128 * 1024 * 1024
-CONFIG = {"mappedFileSizeCommitLog": SEGMENT, "messageIndexEnable": False, "flushDiskType": "ASYNC_FLUSH",
-          "haListenPort": 0}
+CONFIG = {
+    "mappedFileSizeCommitLog": SEGMENT,
+    "messageIndexEnable": False,
+    "flushDiskType": "ASYNC_FLUSH",
+    "haListenPort": 0,
+}
 REPORT_EVERY = 4 << 20
 
 
@@ -55,7 +60,7 @@ def fill(store_dir: str, target: int) -> int:
         rng = np.random.default_rng(1)
         blob = rng.integers(0, 256, 256 * 100 + 100, dtype=np.uint8).tobytes()
         props = [fmt.message_properties(tags="TagA") for _ in range(256)]
-        batch = fmt.encode_batch("HaBench", [blob[i:i + 100] for i in range(256)], props)
+        batch = fmt.encode_batch("HaBench", [blob[i : i + 100] for i in range(256)], props)
         while store.commitlog.max_offset < target:
             store.put(PutRequest(batch, ["HaBench"], None, 0, user_batch=True))
         return store.commitlog.max_offset
@@ -106,13 +111,13 @@ def receive(port: int, end: int) -> tuple[float, int]:
             if body_left:
                 take = min(body_left, have - pos)
                 if is_data:
-                    crc = zlib.crc32(view[pos:pos + take], crc)
+                    crc = zlib.crc32(view[pos : pos + take], crc)
                     offset += take
                 body_left -= take
                 pos += take
                 continue
             if have - pos < P.FRAME.size:
-                buf[:have - pos] = buf[pos:have]
+                buf[: have - pos] = buf[pos:have]
                 have -= pos
                 pos = 0
                 break
@@ -149,12 +154,17 @@ def main(argv: list[str] | None = None) -> int:
             port = s.getsockname()[1]
         conf = os.path.join(tmp, "ha.conf")
         with open(conf, "w") as f:
-            f.write(f"mappedFileSizeCommitLog={SEGMENT}\nhaListenPort={port}\nhaAuthToken={TOKEN}\n"
-                    f"haTransferBatchSize={args.batch}\n")
+            f.write(
+                f"mappedFileSizeCommitLog={SEGMENT}\nhaListenPort={port}\nhaAuthToken={TOKEN}\n"
+                f"haTransferBatchSize={args.batch}\n"
+            )
         with shmq.Broker(store_dir, name, CONFIG):
             with open(os.path.join(tmp, "ha.log"), "wb") as log:
-                sender = subprocess.Popen([sys.executable, "-m", "shmq", "ha", "--store", store_dir, "--name", name,
-                                           "--config", conf], stdout=log, stderr=log)
+                sender = subprocess.Popen(
+                    [sys.executable, "-m", "shmq", "ha", "--store", store_dir, "--name", name, "--config", conf],
+                    stdout=log,
+                    stderr=log,
+                )
             try:
                 ha = HASegment.open(name, read_only=True)
                 deadline = time.monotonic() + 15
@@ -173,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 sender.send_signal(signal.SIGTERM)
                 sender.wait(10)
-        print(f"HA sender streaming (loopback, 100 B records, haTransferBatchSize={args.batch}): median "
-              f"{statistics.median(rates):.0f} MiB/s (min {min(rates):.0f}, max {max(rates):.0f}, {args.runs} runs); "
-              "goal >= 200 MB/s")
+        print(
+            f"HA sender streaming (loopback, 100 B records, haTransferBatchSize={args.batch}): median "
+            f"{statistics.median(rates):.0f} MiB/s (min {min(rates):.0f}, max {max(rates):.0f}, {args.runs} runs); "
+            "goal >= 200 MB/s"
+        )
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

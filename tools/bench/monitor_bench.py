@@ -16,16 +16,17 @@ observer (an exporter with a scraper, several tops) is one ``--observer`` comman
     .venv/bin/python tools/bench/monitor_bench.py [--seconds 3] [--rounds 3] [--intervals 1,0.2]
         [--observer '{python} -m shmq exporter --name {name} ...']
 """
+
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import io
 import json
+import os
 import shlex
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -34,7 +35,7 @@ import psutil
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from tools.bench.windowed import send_async_for  # noqa: E402
+from tools.bench.windowed import send_async_for
 
 SAMPLER = "{python} " + __file__ + " --sample --name {name} --interval {interval}"
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
@@ -69,8 +70,14 @@ def _cpu(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def measure(p, broker: psutil.Process, name: str, seconds: float,  # type: ignore[no-untyped-def]
-            observer: str | None, interval: float) -> tuple[float, float, float]:
+def measure(
+    p,
+    broker: psutil.Process,
+    name: str,
+    seconds: float,  # type: ignore[no-untyped-def]
+    observer: str | None,
+    interval: float,
+) -> tuple[float, float, float]:
     """(msgs/s, broker CPU us per message, observer CPU % of one core) of one run, with
     ``observer`` (a command template) running at ``interval`` if given. The CPU figures hold
     on a busy machine where the rate swings: the observer shares no lock with the broker, so
@@ -121,18 +128,29 @@ def main() -> None:
             produce(p, 0.5)  # warm up: attach, topic creation, first segment
             for _ in range(args.rounds):
                 for mode, interval in modes:
-                    runs[mode].append(measure(p, broker, args.name, args.seconds,
-                                              args.observer if interval else None, interval))
+                    runs[mode].append(
+                        measure(p, broker, args.name, args.seconds, args.observer if interval else None, interval)
+                    )
     base = statistics.median(r[0] for r in runs["off"])
-    print(f"{'observer':10} {'msgs/s (median)':>16} {'vs off':>7} {'broker CPU us/msg':>18} {'observer CPU %':>15}  rates")
+    print(
+        f"{'observer':10} {'msgs/s (median)':>16} {'vs off':>7} {'broker CPU us/msg':>18} {'observer CPU %':>15}  rates"
+    )
     result = {}
     for mode, _ in modes:
         rate, cpu, used = (statistics.median(r[k] for r in runs[mode]) for k in range(3))
-        result[mode] = {"median": round(rate), "ratio": round(rate / base, 4), "broker_cpu_us": round(cpu, 2),
-                        "observer_cpu_pct": round(used, 2), "runs": [round(r[0]) for r in runs[mode]]}
-        print(f"{mode:10} {rate:16,.0f} {rate / base:7.3f} {cpu:18.2f} {used:15.2f}  "
-              f"{', '.join(f'{r[0]:,.0f}' for r in runs[mode])}")
+        result[mode] = {
+            "median": round(rate),
+            "ratio": round(rate / base, 4),
+            "broker_cpu_us": round(cpu, 2),
+            "observer_cpu_pct": round(used, 2),
+            "runs": [round(r[0]) for r in runs[mode]],
+        }
+        print(
+            f"{mode:10} {rate:16,.0f} {rate / base:7.3f} {cpu:18.2f} {used:15.2f}  "
+            f"{', '.join(f'{r[0]:,.0f}' for r in runs[mode])}"
+        )
     print(json.dumps({"bench": "monitor", "observer": args.observer, "seconds": args.seconds, **result}))
+
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,7 @@ The first query (cold mappings) is timed too.
 
     .venv/bin/python tools/bench/query_bench.py [--messages 10000000] [--queries 200] [--dir D]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,14 +83,24 @@ def main() -> None:
             times.append((time.perf_counter() - t0) * 1000)
             right += len(found) == 1 and found[0].keys == key
         q = statistics.quantiles(times, n=100)
-        print(json.dumps({
-            "messages": a.messages, "build_s": round(built, 1), "build_msgs_per_s": round(a.messages / built),
-            "index_wait_s": round(indexed - sent, 1),
-            "index_mb_on_disk": round(_du(d + "/store/index") / 2**20),
-            "commitlog_mb": round(_du(d + "/store/commitlog") / 2**20),
-            "queries": a.queries, "found_exactly_one": right,
-            "first_ms": round(times[0], 2), "p50_ms": round(statistics.median(times), 2),
-            "p99_ms": round(q[98], 2), "max_ms": round(max(times), 2)}))
+        print(
+            json.dumps(
+                {
+                    "messages": a.messages,
+                    "build_s": round(built, 1),
+                    "build_msgs_per_s": round(a.messages / built),
+                    "index_wait_s": round(indexed - sent, 1),
+                    "index_mb_on_disk": round(_du(d + "/store/index") / 2**20),
+                    "commitlog_mb": round(_du(d + "/store/commitlog") / 2**20),
+                    "queries": a.queries,
+                    "found_exactly_one": right,
+                    "first_ms": round(times[0], 2),
+                    "p50_ms": round(statistics.median(times), 2),
+                    "p99_ms": round(q[98], 2),
+                    "max_ms": round(max(times), 2),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ load, CPU per message much less.
 
     .venv/bin/python tools/bench/queues_bench.py --reps 3 --queues 8 1000 10000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.getcwd())
 
-from tools.bench.suite.peers.shmqpeer import STORE_LAYOUT, WINDOW, warm  # noqa: E402
+from tools.bench.suite.peers.shmqpeer import STORE_LAYOUT, WINDOW, warm
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -45,6 +46,7 @@ def producer(broker: str, topics: list[str], seconds: float, size: int, ready, g
     import collections
 
     import shmq
+
     p = shmq.Producer(f"qbench-{os.getpid()}", broker=broker)
     p.start()
     data = b"x" * size
@@ -68,32 +70,76 @@ def producer(broker: str, topics: list[str], seconds: float, size: int, ready, g
         f.result(60)
     elapsed = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
-    out.put({"sent": sent, "elapsed": elapsed,
-             "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
-             "minflt": r1.ru_minflt - r0.ru_minflt})
+    out.put(
+        {
+            "sent": sent,
+            "elapsed": elapsed,
+            "cpu": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+            "minflt": r1.ru_minflt - r0.ru_minflt,
+        }
+    )
     p.shutdown()
 
 
 def spy(pid: int, seconds: float, path: str) -> subprocess.Popen:
     """py-spy (next to this interpreter) sampling ``pid`` for ``seconds`` into a flamegraph-input file."""
     exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return subprocess.Popen([exe, "record", "-r", "250", "-d", str(max(1, int(seconds))), "-f", "raw", "--nonblocking",
-                             "-o", path, "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            exe,
+            "record",
+            "-r",
+            "250",
+            "-d",
+            str(max(1, int(seconds))),
+            "-f",
+            "raw",
+            "--nonblocking",
+            "-o",
+            path,
+            "--pid",
+            str(pid),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
-def one_run(broker, topics: list[str], seconds: float, size: int, profile: str | None = None,
-            perf: str | None = None) -> dict:
+def one_run(
+    broker, topics: list[str], seconds: float, size: int, profile: str | None = None, perf: str | None = None
+) -> dict:
     ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
     proc = SPAWN.Process(target=producer, args=(broker.name, topics, seconds, size, ready, go, out), daemon=True)
     proc.start()
     ready.wait(60)
     spies = []
     if profile:
-        spies = [spy(broker.pid, seconds - 1, f"{profile}.broker.txt"), spy(proc.pid, seconds - 1, f"{profile}.producer.txt")]
+        spies = [
+            spy(broker.pid, seconds - 1, f"{profile}.broker.txt"),
+            spy(proc.pid, seconds - 1, f"{profile}.producer.txt"),
+        ]
     if perf:
-        spies += [subprocess.Popen(["perf", "record", "-F", "999", *os.environ.get("PERF_CG", "-g").split(), "-o", f"{perf}.{who}.data", "-p", str(pid), "--",
-                                    "sleep", str(max(1, int(seconds - 1)))], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL) for who, pid in (("broker", broker.pid), ("producer", proc.pid))]
+        spies += [
+            subprocess.Popen(
+                [
+                    "perf",
+                    "record",
+                    "-F",
+                    "999",
+                    *os.environ.get("PERF_CG", "-g").split(),
+                    "-o",
+                    f"{perf}.{who}.data",
+                    "-p",
+                    str(pid),
+                    "--",
+                    "sleep",
+                    str(max(1, int(seconds - 1))),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for who, pid in (("broker", broker.pid), ("producer", proc.pid))
+        ]
     b0 = proc_times(broker.pid)
     go.set()
     r = out.get(timeout=seconds + 120)
@@ -102,8 +148,13 @@ def one_run(broker, topics: list[str], seconds: float, size: int, profile: str |
     b1 = proc_times(broker.pid)
     proc.join(30)
     n = r["sent"]
-    return {"msgs_s": n / r["elapsed"], "producer_us": r["cpu"] / n * 1e6, "broker_us": (b1[0] - b0[0]) / n * 1e6,
-            "producer_flt": r["minflt"] / n, "broker_flt": (b1[1] - b0[1]) / n}
+    return {
+        "msgs_s": n / r["elapsed"],
+        "producer_us": r["cpu"] / n * 1e6,
+        "broker_us": (b1[0] - b0[0]) / n * 1e6,
+        "producer_flt": r["minflt"] / n,
+        "broker_flt": (b1[1] - b0[1]) / n,
+    }
 
 
 def main() -> None:
@@ -112,10 +163,15 @@ def main() -> None:
     ap.add_argument("--queues", type=int, nargs="*", default=[8, 1000, 10000])
     ap.add_argument("--seconds", type=float, default=1.5, help="timed sending per run (the suite's run_deadline)")
     ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--profile", help="py-spy both processes in each run's timed part into PROFILE.<queues>.<rep>.*.txt")
-    ap.add_argument("--perf", help="`perf record -g` both processes in each run's timed part into PERF.<queues>.<rep>.*.data")
+    ap.add_argument(
+        "--profile", help="py-spy both processes in each run's timed part into PROFILE.<queues>.<rep>.*.txt"
+    )
+    ap.add_argument(
+        "--perf", help="`perf record -g` both processes in each run's timed part into PERF.<queues>.<rep>.*.data"
+    )
     a = ap.parse_args()
     import shmq
+
     workdir = tempfile.mkdtemp(prefix="shmq-qbench.")
     name = f"qbench{os.getpid()}"
     broker = shmq.Broker(workdir, name=name, config=dict(STORE_LAYOUT, default_topic_queue_nums=8))
@@ -138,8 +194,7 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     load1 = os.getloadavg()[0]
     base = None
-    out = {"load": [round(load0, 2), round(load1, 2)],
-           "extensions": os.environ.get("SHMQ_NO_EXTENSIONS") != "1"}
+    out = {"load": [round(load0, 2), round(load1, 2)], "extensions": os.environ.get("SHMQ_NO_EXTENSIONS") != "1"}
     for q in a.queues:
         med = {k: float(np.median([r[k] for r in rows[q]])) for k in rows[q][0]}
         base = base or med["msgs_s"]

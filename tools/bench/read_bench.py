@@ -17,6 +17,7 @@ consumer process reads the broker's files) with `consumer_batch.read_batch` in r
 is timed --runs times after one untimed warm-up; the median and min-max are shown (the
 machine is shared and noisy). Goal: >= 1,000,000 records/s delivered.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +28,18 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from shmq.codec.columns import PulledBatch, read_batch  # noqa: E402
-from shmq.filter.tags import TagFilter  # noqa: E402
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
-from shmq.store.reader import StoreReader  # noqa: E402
+from shmq.codec import record as fmt
+from shmq.codec.columns import PulledBatch, read_batch
+from shmq.filter.tags import TagFilter
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
+from shmq.store.reader import StoreReader
 
 GOAL = 1_000_000
 TOPIC = "ReadBench"
@@ -50,15 +51,24 @@ def fill(store: MessageStore, topic: str, body_size: int, n: int) -> int:
     body = os.urandom(body_size)
     for start in range(0, n, BATCH):
         k = min(BATCH, n - start)
-        props = [fmt.message_properties(tags="TagA" if (start + i) % 2 else "TagB", uniq_key=f"{start + i:032X}")
-                 for i in range(k)]
-        store.put(PutRequest(fmt.encode_batch(topic, [body] * k, props), [topic], None, 0, user_batch=True),
-                  wait_flush=False)
+        props = [
+            fmt.message_properties(tags="TagA" if (start + i) % 2 else "TagB", uniq_key=f"{start + i:032X}")
+            for i in range(k)
+        ]
+        store.put(
+            PutRequest(fmt.encode_batch(topic, [body] * k, props), [topic], None, 0, user_batch=True), wait_flush=False
+        )
     return store.get_max_offset_in_queue(topic, 0)
 
 
-def read_all(reader: StoreReader, topic: str, max_offset: int, step: int, expression: TagFilter,
-             use: Callable[[PulledBatch], object] | None) -> int:
+def read_all(
+    reader: StoreReader,
+    topic: str,
+    max_offset: int,
+    step: int,
+    expression: TagFilter,
+    use: Callable[[PulledBatch], object] | None,
+) -> int:
     """One pass over the queue; returns records delivered."""
     offset = delivered = 0
     while offset < max_offset:
@@ -94,8 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="shmq-read-bench-", dir=args.dir)
     rows = []
     try:
-        store = MessageStore(tmp, {"mappedFileSizeCommitLog": 256 * 1024 * 1024, "warmAheadSize": 256 * 1024 * 1024,
-                                    "messageIndexEnable": False}).start()
+        store = MessageStore(
+            tmp,
+            {
+                "mappedFileSizeCommitLog": 256 * 1024 * 1024,
+                "warmAheadSize": 256 * 1024 * 1024,
+                "messageIndexEnable": False,
+            },
+        ).start()
         reader = StoreReader(tmp)
         try:
             for size in (int(s) for s in args.sizes.split(",")):
@@ -103,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
                 t = time.perf_counter()
                 mx = fill(store, topic, size, args.records)
                 print(f"{size} B bodies: wrote {mx:,} records in {time.perf_counter() - t:.1f} s", flush=True)
-                cases = [('"*", columns', TagFilter("*"), None),
-                         ("TagA, columns", TagFilter("TagA"), None),
-                         ('"*", + bodies()', TagFilter("*"), PulledBatch.bodies)]
+                cases = [
+                    ('"*", columns', TagFilter("*"), None),
+                    ("TagA, columns", TagFilter("TagA"), None),
+                    ('"*", + bodies()', TagFilter("*"), PulledBatch.bodies),
+                ]
                 for name, expr, use in cases:
-                    times, delivered = timed(functools.partial(read_all, reader, topic, mx, args.range, expr, use), args.runs)
+                    times, delivered = timed(
+                        functools.partial(read_all, reader, topic, mx, args.range, expr, use), args.runs
+                    )
                     med = statistics.median(times)
-                    rows.append((size, name, mx / med, delivered / med, delivered / max(times),
-                                 delivered / min(times)))
+                    rows.append((size, name, mx / med, delivered / med, delivered / max(times), delivered / min(times)))
                     print(f"  {name:18} delivered {delivered / med:>12,.0f}/s", flush=True)
         finally:
             reader.close()

@@ -13,6 +13,7 @@ the frames it has queued with dispatch=False, then dispatches once). Prints per 
 median: MB/s by wall clock and per CPU second of the appending thread (what the code costs on
 a shared machine), and a profile of the last run with --profile.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,10 +30,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
-from shmq.store.replicated import ReplicaAppender  # noqa: E402
+from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
+from shmq.store.replicated import ReplicaAppender
 
 CONFIG = {"mappedFileSizeCommitLog": 32 << 20, "flushDiskType": "ASYNC_FLUSH"}
 
@@ -49,8 +50,9 @@ def fill(master: MessageStore, mib: int, body: int) -> None:
         i += 1
 
 
-def run(master: MessageStore, directory: str, frame: int, every: int,
-        profile: cProfile.Profile | None) -> tuple[float, float]:
+def run(
+    master: MessageStore, directory: str, frame: int, every: int, profile: cProfile.Profile | None
+) -> tuple[float, float]:
     """(MB/s by wall clock, MB/s per CPU second of the appending thread): on a shared machine
     the second is what the code costs."""
     replica = MessageStore(directory, CONFIG).start()
@@ -85,8 +87,12 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--body", type=int, default=100)
     ap.add_argument("--frame", type=int, default=32 * 1024)
-    ap.add_argument("--every", type=int, default=1, help="dispatch every N frames (append(dispatch=False) "
-                    "between: an HA client with N frames queued)")
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="dispatch every N frames (append(dispatch=False) between: an HA client with N frames queued)",
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
@@ -101,9 +107,11 @@ def main() -> None:
                 wall, cpu = rates[-1]
                 print(f"run {r + 1}: {wall:.0f} MB/s wall, {cpu:.0f} MB/s per CPU second", flush=True)
             walls, cpus = [w for w, _ in rates], [c for _, c in rates]
-            print(f"replica append, {args.body} B bodies, {args.frame} B frames, dispatch every {args.every}, "
-                  f"{args.mib} MiB: median {statistics.median(walls):.0f} MB/s wall (max {max(walls):.0f}), "
-                  f"{statistics.median(cpus):.0f} MB/s per CPU second of the appending thread")
+            print(
+                f"replica append, {args.body} B bodies, {args.frame} B frames, dispatch every {args.every}, "
+                f"{args.mib} MiB: median {statistics.median(walls):.0f} MB/s wall (max {max(walls):.0f}), "
+                f"{statistics.median(cpus):.0f} MB/s per CPU second of the appending thread"
+            )
             if prof is not None:
                 pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
     finally:

@@ -11,6 +11,7 @@ Each scenario runs ``--rounds`` times on a fresh store; medians are reported.
 
     .venv/bin/python tools/bench/retry_bench.py [--messages N] [--rounds R]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,7 +21,7 @@ import threading
 import time
 
 import shmq
-from shmq import ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PushConsumer
+from shmq import ConsumeFrom, ConsumeResult, MessageBatch, Producer, PushConsumer
 
 BODY = b"x" * 100
 TOPIC = "RetryBench"
@@ -71,8 +72,10 @@ def main() -> None:
     args = ap.parse_args()
     for label, retry in (("consume, SUCCESS at once", False), ("RECONSUME_LATER -> retry topic -> redelivery", True)):
         rates = [args.messages / _run(args.messages, retry) for _ in range(args.rounds)]
-        print(f"{label:48s} median {statistics.median(rates):9,.0f} msg/s   "
-              f"(runs: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print(
+            f"{label:48s} median {statistics.median(rates):9,.0f} msg/s   "
+            f"(runs: {', '.join(f'{r:,.0f}' for r in rates)})"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ no spin so every wait really sleeps on the semaphore).
 
     .venv/bin/python tools/bench/ring_bench.py [--frames N] [--rounds N] [--ring-bytes N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ def _produce(broker: str, client_id: int, frames: int, batch: int) -> None:
         if batch == 1:
             done = 1 if ring.try_write(KIND, payload) else 0
         else:
-            done = ring.write_batch(batch_frames[:frames - sent])
+            done = ring.write_batch(batch_frames[: frames - sent])
         if done:
             sent += done
             wake(ring, CONSUMER, ch.broker_bell)
@@ -100,7 +101,7 @@ def round_trip(broker: str, bell: Doorbell, rounds: int, spin: float) -> tuple[f
     proc.join()
     ch.close()
     ch.unlink()
-    warm = times[rounds // 10:] * 1e6
+    warm = times[rounds // 10 :] * 1e6
     return float(np.percentile(warm, 50)), float(np.percentile(warm, 99))
 
 

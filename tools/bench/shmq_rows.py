@@ -8,6 +8,7 @@ scaling rows for the given queue counts. Run it from the tree to measure; it pri
 
     .venv/bin/python tools/bench/shmq_rows.py --reps 3 --queues 8 10000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, os.getcwd())
 
-from tools.bench.suite import core  # noqa: E402
-from tools.bench.suite.peers.shmqpeer import Shmq  # noqa: E402
-from tools.bench.suite.settings import settings  # noqa: E402
+from tools.bench.suite import core
+from tools.bench.suite.peers.shmqpeer import Shmq
+from tools.bench.suite.settings import settings
 
 
 def main() -> None:
@@ -38,8 +39,13 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="shmq-rows.")
     system.start(workdir)
     try:
-        tput = [core.run_tput(system, core.TputSpec(1, 1, a.size, "msg", s.msg_count, s.batch_size, s.run_deadline,
-                                                     f"rows{r}x{os.getpid()}"))["msgs_s"] for r in range(a.reps)]
+        tput = [
+            core.run_tput(
+                system,
+                core.TputSpec(1, 1, a.size, "msg", s.msg_count, s.batch_size, s.run_deadline, f"rows{r}x{os.getpid()}"),
+            )["msgs_s"]
+            for r in range(a.reps)
+        ]
         scaling = system._scaling(s) if a.queues else {}
     finally:
         system.stop()

@@ -22,6 +22,7 @@ TAGS, KEYS and UNIQ_KEY, like a producer's send with tags and keys). Then, on lo
 Each timed figure is the median of --runs runs after one untimed warm-up. Goal (issue 12):
 >= 1,000,000 rows/s and >= 50 % of the Parquet rate. The machine is shared: see min-max.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -40,14 +41,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import shmq.spark  # noqa: E402 (sets PYSPARK_PYTHON before a session starts)
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.datasource import DataSourceReader, EqualTo, InputPartition  # noqa: E402
-from pyspark.sql.types import StructType  # noqa: E402
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.spark.source import ShmqDataSource, ScanOptions, ShmqPushdownReader, ShmqScanReader, SlicePartition  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSourceReader, EqualTo, InputPartition
+from pyspark.sql.types import StructType
+
+import shmq.spark
+from shmq.codec import record as fmt
+from shmq.spark.source import ScanOptions, ShmqDataSource, ShmqPushdownReader, ShmqScanReader, SlicePartition
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
 
 TOPICS, QUEUES, BATCH, BODY = 10, 4, 1024, 100
 # distinct batches per topic (bodies, tags, keys, ids), put in turn: encoding 10 M records costs more than the scan
@@ -67,9 +69,15 @@ def fill(store_dir: str, messages: int) -> float:
             key = (topic_no, n, k // (TOPICS * QUEUES) % TEMPLATES)
             batch = templates.get(key)
             if batch is None:
-                props: list[Mapping[str, str] | None] = [fmt.message_properties(tags=f"Tag{i % 5}", keys=f"order-{key[2]}-{i}",
-                                                 uniq_key=f"{topic_no:08X}{key[2]:08X}{i:016X}") for i in range(n)]
-                batch = templates[key] = fmt.encode_batch(f"Bench{topic_no}", [rng.bytes(BODY) for _ in range(n)], props)
+                props: list[Mapping[str, str] | None] = [
+                    fmt.message_properties(
+                        tags=f"Tag{i % 5}", keys=f"order-{key[2]}-{i}", uniq_key=f"{topic_no:08X}{key[2]:08X}{i:016X}"
+                    )
+                    for i in range(n)
+                ]
+                batch = templates[key] = fmt.encode_batch(
+                    f"Bench{topic_no}", [rng.bytes(BODY) for _ in range(n)], props
+                )
             store.put(PutRequest(batch, [f"Bench{topic_no}"], None, queue_id, user_batch=True), wait_flush=False)
     return time.perf_counter() - t
 
@@ -121,17 +129,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=10_000_000)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--dir", default=None,
-                    help="keep the store and the Parquet copy here (reused when it holds --messages rows); "
-                         "default: a temporary directory, removed")
+    ap.add_argument(
+        "--dir",
+        default=None,
+        help="keep the store and the Parquet copy here (reused when it holds --messages rows); "
+        "default: a temporary directory, removed",
+    )
     args = ap.parse_args(argv)
     base = args.dir or tempfile.mkdtemp(prefix="shmq-spark-bench-")
     store_dir, parquet_dir = os.path.join(base, "store"), os.path.join(base, "parquet")
-    spark = (SparkSession.builder.master("local[2]").appName("shmq-spark-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.memory", "4g")
-             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("shmq-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(shmq.spark.ShmqDataSource)
     spark.dataSource.register(CeilingSource)
@@ -149,11 +165,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote the Parquet copy in {time.perf_counter() - t:.1f} s", flush=True)
         cases = [
             ("shmq scan", rows, lambda: df.write.format("noop").mode("overwrite").save()),
-            ("parquet scan", rows, lambda: spark.read.parquet(parquet_dir).write.format("noop").mode("overwrite").save()),
-            ("arrow ceiling", rows, lambda: spark.read.format("shmq_ceiling").load(store_dir)
-             .write.format("noop").mode("overwrite").save()),
-            ("shmq one topic", None,
-             lambda: df.where("topic = 'Bench3'").write.format("noop").mode("overwrite").save()),
+            (
+                "parquet scan",
+                rows,
+                lambda: spark.read.parquet(parquet_dir).write.format("noop").mode("overwrite").save(),
+            ),
+            (
+                "arrow ceiling",
+                rows,
+                lambda: spark.read.format("shmq_ceiling").load(store_dir).write.format("noop").mode("overwrite").save(),
+            ),
+            (
+                "shmq one topic",
+                None,
+                lambda: df.where("topic = 'Bench3'").write.format("noop").mode("overwrite").save(),
+            ),
         ]
         results = {}
         for name, n, fn in cases:
@@ -173,12 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     print("| query | rows | rows/s (median) | min-max | seconds |")
     print("|---|---:|---:|---:|---:|")
     for name, (n, times) in results.items():
-        print(f"| {name} | {n:,} | {n / statistics.median(times):,.0f} | {n / max(times):,.0f} - {n / min(times):,.0f} "
-              f"| {statistics.median(times):.2f} |")
+        print(
+            f"| {name} | {n:,} | {n / statistics.median(times):,.0f} | {n / max(times):,.0f} - {n / min(times):,.0f} "
+            f"| {statistics.median(times):.2f} |"
+        )
     ratio = shmq_rate / parquet_rate
     print(f"\nshmq / parquet: {ratio:.0%} (goal >= {GOAL_RATIO:.0%}); shmq rows/s goal >= {GOAL_ROWS:,}")
-    print(f"one topic plans {one_parts} partitions, {one_bytes:,} commitlog bytes; the whole store {all_parts} "
-          f"partitions, {all_bytes:,} bytes ({one_bytes / all_bytes:.1%})")
+    print(
+        f"one topic plans {one_parts} partitions, {one_bytes:,} commitlog bytes; the whole store {all_parts} "
+        f"partitions, {all_bytes:,} bytes ({one_bytes / all_bytes:.1%})"
+    )
     return 0 if shmq_rate >= GOAL_ROWS and ratio >= GOAL_RATIO else 1
 
 

@@ -11,6 +11,7 @@ Sustained rate: a backlog of --drain messages is stored first, then an Available
 
     .venv/bin/python tools/bench/spark_stream_bench.py [--rates 1000,10000] [--seconds 20] [--drain N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,9 +82,16 @@ def latency_run(spark, store: str, name: str, rate: int, seconds: float, warmup:
     # the topic exists before the query starts (one send), so the query's first trigger has it
     with Producer("bench-init", broker=name) as p:
         p.send_batch(MessageBatch(topic, [struct.pack(">d", time.time()) + BODY_PAD]))
-    q = (spark.readStream.format("shmq").option("topic", topic).option("startingOffsets", "latest").load(store)
-         .writeStream.foreachBatch(sink).option("checkpointLocation", os.path.join(store, "..", f"ck{rate}"))
-         .trigger(processingTime="1 second").start())
+    q = (
+        spark.readStream.format("shmq")
+        .option("topic", topic)
+        .option("startingOffsets", "latest")
+        .load(store)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", os.path.join(store, "..", f"ck{rate}"))
+        .trigger(processingTime="1 second")
+        .start()
+    )
     time.sleep(3)  # the first micro-batches start the Python workers
     proc = mp.get_context("spawn").Process(target=_produce, args=(name, rate, seconds, topic))
     t_send = time.time()
@@ -95,11 +103,17 @@ def latency_run(spark, store: str, name: str, rate: int, seconds: float, warmup:
     rows = sum(p["numInputRows"] for p in q.recentProgress)
     durations = [p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress if p["numInputRows"]]
     with lock:
-        steady = lat[int(len(lat) * warmup / seconds):]
-    return {"rate": rate, "rows": rows, "sent_rate": round(rows / (t_end - t_send)),
-            "p50_ms": round(_pct(steady, 0.5) * 1000), "p99_ms": round(_pct(steady, 0.99) * 1000),
-            "max_ms": round(max(steady) * 1000), "batch_ms_median": statistics.median(durations) if durations else 0,
-            "wall_s": round(time.time() - started, 1)}
+        steady = lat[int(len(lat) * warmup / seconds) :]
+    return {
+        "rate": rate,
+        "rows": rows,
+        "sent_rate": round(rows / (t_end - t_send)),
+        "p50_ms": round(_pct(steady, 0.5) * 1000),
+        "p99_ms": round(_pct(steady, 0.99) * 1000),
+        "max_ms": round(max(steady) * 1000),
+        "batch_ms_median": statistics.median(durations) if durations else 0,
+        "wall_s": round(time.time() - started, 1),
+    }
 
 
 def drain_run(spark, store: str, name: str, count: int, batch: int) -> dict:
@@ -108,14 +122,25 @@ def drain_run(spark, store: str, name: str, count: int, batch: int) -> dict:
     proc.start()
     proc.join()
     t0 = time.time()
-    q = (spark.readStream.format("shmq").option("topic", topic).option("maxRecordsPerTrigger", str(batch))
-         .load(store).writeStream.format("noop").option("checkpointLocation", os.path.join(store, "..", "ckd"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("shmq")
+        .option("topic", topic)
+        .option("maxRecordsPerTrigger", str(batch))
+        .load(store)
+        .writeStream.format("noop")
+        .option("checkpointLocation", os.path.join(store, "..", "ckd"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     wall = time.time() - t0
     rows = sum(p["numInputRows"] for p in q.recentProgress)
-    return {"rows": rows, "batches": sum(1 for p in q.recentProgress if p["numInputRows"]),
-            "wall_s": round(wall, 1), "rows_per_s": round(rows / wall)}
+    return {
+        "rows": rows,
+        "batches": sum(1 for p in q.recentProgress if p["numInputRows"]),
+        "wall_s": round(wall, 1),
+        "rows_per_s": round(rows / wall),
+    }
 
 
 def main() -> None:
@@ -130,8 +155,14 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("shmq-stream-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("shmq-stream-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(shmq.spark.ShmqDataSource)
     root = tempfile.mkdtemp(prefix="shmq-stream-bench-")

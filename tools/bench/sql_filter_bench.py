@@ -13,6 +13,7 @@ Each figure is the median of ``--rounds`` runs on a fresh store.
 
     .venv/bin/python tools/bench/sql_filter_bench.py [--messages 1000000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,16 @@ BATCH = 256
 
 def _messages(n: int) -> list[list[Message]]:
     body = b"x" * 100
-    msgs = [Message(TOPIC, body, tags="T", properties={"a": str(i % 100), "region": "eu" if i % 2 else "us",
-                                                        "kind": f"k{i % 5}"}) for i in range(n)]
-    return [msgs[i:i + BATCH] for i in range(0, n, BATCH)]
+    msgs = [
+        Message(
+            TOPIC,
+            body,
+            tags="T",
+            properties={"a": str(i % 100), "region": "eu" if i % 2 else "us", "kind": f"k{i % 5}"},
+        )
+        for i in range(n)
+    ]
+    return [msgs[i : i + BATCH] for i in range(0, n, BATCH)]
 
 
 def _scan(name: str, group: str) -> tuple[float, int]:
@@ -55,8 +63,10 @@ def _scan(name: str, group: str) -> tuple[float, int]:
 def run(n: int, bitmap: bool, batches: list[list[Message]]) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         name = f"sqlbench{int(time.time() * 1000) % 100000}"
-        with shmq.Broker(d + "/store", name, dict(CONFIG, enableCalcFilterBitMap=bitmap)), \
-                Producer("pg", broker=name) as p:
+        with (
+            shmq.Broker(d + "/store", name, dict(CONFIG, enableCalcFilterBitMap=bitmap)),
+            Producer("pg", broker=name) as p,
+        ):
             p.send(Message(TOPIC, b"warm"))
             # the group joins first: its filter reaches the broker (and, bitmap on, the dispatcher);
             # it consumes the 1 % that match while the backlog is written
@@ -85,10 +95,12 @@ def main() -> None:
     for bitmap in (False, True):
         runs = [run(args.messages, bitmap, batches) for _ in range(args.rounds)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"enableCalcFilterBitMap={str(bitmap).lower():5s} put {med['put']:>10,.0f} msg/s   "
-              f"consume (group with bitmap) {med['consume_bitmap_group']:>12,.0f} msg/s   "
-              f"consume (exact) {med['consume_exact']:>10,.0f} msg/s   (median of {args.rounds}, "
-              f"{args.messages:,} messages, 1 % match)")
+        print(
+            f"enableCalcFilterBitMap={str(bitmap).lower():5s} put {med['put']:>10,.0f} msg/s   "
+            f"consume (group with bitmap) {med['consume_bitmap_group']:>12,.0f} msg/s   "
+            f"consume (exact) {med['consume_exact']:>10,.0f} msg/s   (median of {args.rounds}, "
+            f"{args.messages:,} messages, 1 % match)"
+        )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ ASYNC_FLUSH in a temporary directory that is removed at the end.
 
 Output: a rich table, a markdown table (for docs), and JSON in bench/results/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,22 +50,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from shmq.codec.columns import read_batch  # noqa: E402
-from shmq.filter.tags import TagFilter  # noqa: E402
 from shmq.codec import ids
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
-from shmq.store.reader import StoreReader  # noqa: E402
+from shmq.codec import record as fmt
+from shmq.codec.columns import read_batch
+from shmq.filter.tags import TagFilter
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
+from shmq.store.reader import StoreReader
 
 TOPIC = "BenchTopic"
 BATCH = 256
@@ -105,13 +106,17 @@ class SizePlan:
 
 def plans(quick: bool, scale: float) -> list[SizePlan]:
     if quick:
-        base = [SizePlan(100, 4096, 20_000, 200_000, 200_000, 20_000),
-                SizePlan(1024, 2048, 10_000, 60_000, 200_000, 20_000)]
+        base = [
+            SizePlan(100, 4096, 20_000, 200_000, 200_000, 20_000),
+            SizePlan(1024, 2048, 10_000, 60_000, 200_000, 20_000),
+        ]
     else:
         # batch: ~300 MiB of records per run, so every run rolls a 256 MiB segment; single:
         # ~1/3 of that; reads: 2 M / 300 k entries.
-        base = [SizePlan(100, 65_536, 400_000, 1_245_184, 2_000_000, 300_000),
-                SizePlan(1024, 32_768, 100_000, 268_288, 2_000_000, 300_000)]
+        base = [
+            SizePlan(100, 65_536, 400_000, 1_245_184, 2_000_000, 300_000),
+            SizePlan(1024, 32_768, 100_000, 268_288, 2_000_000, 300_000),
+        ]
     for p in base:
         for f in ("single", "batch", "read_batch", "read_get"):
             setattr(p, f, max(BATCH, int(getattr(p, f) * scale)))
@@ -150,8 +155,14 @@ class Measurement:
 
     def summary(self) -> dict:
         r, m = self.rates, self.mbps
-        return {"rec_s_median": statistics.median(r), "rec_s_min": min(r), "rec_s_max": max(r),
-                "mb_s_median": statistics.median(m), "mb_s_min": min(m), "mb_s_max": max(m)}
+        return {
+            "rec_s_median": statistics.median(r),
+            "rec_s_min": min(r),
+            "rec_s_max": max(r),
+            "mb_s_median": statistics.median(m),
+            "mb_s_min": min(m),
+            "mb_s_max": max(m),
+        }
 
 
 # --------------------------------------------------------------------------- input (client side)
@@ -161,12 +172,12 @@ def encode_pool(body_size: int, n_records: int, seed: int) -> tuple[list[fmt.Enc
     """What producers hand the broker: batches of 256 encoded records. Returns (batches, seconds)."""
     rng = np.random.default_rng(seed)
     blob = rng.integers(0, 256, n_records + body_size, dtype=np.uint8).tobytes()
-    bodies = [blob[i:i + body_size] for i in range(n_records)]  # distinct bodies, distinct CRCs
+    bodies = [blob[i : i + body_size] for i in range(n_records)]  # distinct bodies, distinct CRCs
     gen = ids.UniqKeyGenerator()
     t0 = time.perf_counter()
     out = []
     for b in range(0, n_records, BATCH):
-        chunk = bodies[b:b + BATCH]
+        chunk = bodies[b : b + BATCH]
         props = [fmt.message_properties(tags=TAGS[(b + i) & 1], uniq_key=gen.next()) for i in range(len(chunk))]
         out.append(fmt.encode_batch(TOPIC, chunk, props))
     return out, time.perf_counter() - t0
@@ -186,12 +197,15 @@ def singles_from(batches: list[fmt.EncodedBatch]) -> list[tuple[fmt.EncodedBatch
 
 
 def open_store(path: str, segment_size: int, index: bool) -> MessageStore:
-    store = MessageStore(path, {
-        "flushDiskType": "ASYNC_FLUSH",
-        "mappedFileSizeCommitLog": segment_size,
-        "warmAheadSize": segment_size,  # whole segments warmed ahead, whatever the default
-        "messageIndexEnable": index,
-    }).start()
+    store = MessageStore(
+        path,
+        {
+            "flushDiskType": "ASYNC_FLUSH",
+            "mappedFileSizeCommitLog": segment_size,
+            "warmAheadSize": segment_size,  # whole segments warmed ahead, whatever the default
+            "messageIndexEnable": index,
+        },
+    ).start()
     # A running broker always writes into a segment the allocator warmed ahead of time; warm the
     # very first one too so a fresh store does not pay page faults a steady-state one never sees.
     mf = store.commitlog.queue.last_file()
@@ -207,8 +221,13 @@ class Runner:
         self.max_s = args.max_seconds
         self.profiles: dict[str, str] = {}
 
-    def timed(self, m: Measurement, fn: Callable[[float], tuple[int, int, bool]], warmup: bool = True,
-              profile_key: str | None = None) -> None:
+    def timed(
+        self,
+        m: Measurement,
+        fn: Callable[[float], tuple[int, int, bool]],
+        warmup: bool = True,
+        profile_key: str | None = None,
+    ) -> None:
         """fn(deadline) -> (records, bytes, capped); one untimed warm-up run, then --runs timed."""
         if warmup:
             fn(time.perf_counter() + self.max_s)
@@ -241,13 +260,14 @@ def bench_single(store: MessageStore, singles, qid: int, target: int):
         while done < target:
             start = done % n_pool
             k = min(1024, target - done, n_pool - start)
-            for one, size in singles[start:start + k]:
+            for one, size in singles[start : start + k]:
                 put(PutRequest(one, [TOPIC], None, qid))
                 nbytes += size
             done += k
             if clock() > deadline:
                 return done, nbytes, done < target
         return done, nbytes, False
+
     return run
 
 
@@ -267,6 +287,7 @@ def bench_batch(store: MessageStore, batches, qid: int, target: int):
             if (j & 7) == 0 and clock() > deadline:
                 return done, nbytes, done < target
         return done, nbytes, False
+
     return run
 
 
@@ -287,7 +308,7 @@ def bench_plain_copy(path: str, size: int, batches, target: int):
             n = len(s)
             if pos + n > size:
                 pos = 0  # "roll": wrap into the same warm file
-            dst[pos:pos + n] = s
+            dst[pos : pos + n] = s
             pos += n
             nbytes += n
             done += BATCH
@@ -300,6 +321,7 @@ def bench_plain_copy(path: str, size: int, batches, target: int):
         mm.close()
         os.close(fd)
         os.unlink(path)
+
     return run, close
 
 
@@ -323,6 +345,7 @@ def bench_read_batch(store: MessageStore, qid: int, range_size: int, target: int
             if clock() > deadline:
                 break
         return done, int(done * avg_size), done < target
+
     return run, reader
 
 
@@ -347,6 +370,7 @@ def bench_read_get(store: MessageStore, qid: int, target: int, avg_size: float):
             if clock() > deadline:
                 break
         return done, int(done * avg_size), done < target
+
     return run
 
 
@@ -371,8 +395,10 @@ def run_size(runner: Runner, plan: SizePlan, tmp: str, seg: int, results: list[M
         m.add(dt, plan.pool, sum(len(b.buf) for b in batches), False)
     results.append(m)
     rec_size = sum(len(b.buf) for b in batches) / plan.pool
-    say(f"[{label}] record size {rec_size:.0f} B, pool {plan.pool} records; "
-        f"client encode {human(statistics.median(m.rates))} rec/s")
+    say(
+        f"[{label}] record size {rec_size:.0f} B, pool {plan.pool} records; "
+        f"client encode {human(statistics.median(m.rates))} rec/s"
+    )
     singles = singles_from(batches)
 
     # single appends
@@ -446,8 +472,10 @@ def goals(results: list[Measurement]) -> dict[tuple[str, str], tuple[str, bool]]
         med = statistics.median(m.rates)
         if m.name == N_BATCH and m.size == "100 B":
             ratio = m.extra.get("vs_plain_copy", 0.0)
-            out[(m.size, m.name)] = (f">= 3.0 M/s and >= 50 % of plain copy ({ratio:.1%})",
-                                     med >= GOAL_BATCH_RATE and ratio >= GOAL_BATCH_VS_COPY)
+            out[(m.size, m.name)] = (
+                f">= 3.0 M/s and >= 50 % of plain copy ({ratio:.1%})",
+                med >= GOAL_BATCH_RATE and ratio >= GOAL_BATCH_VS_COPY,
+            )
         elif m.name == N_BATCH:
             out[(m.size, m.name)] = (f"({m.extra.get('vs_plain_copy', 0):.1%} of plain copy)", None)
         elif m.name == N_SINGLE:
@@ -463,6 +491,7 @@ def git_info() -> dict:
             return subprocess.run(["git", "-C", REPO, *a], capture_output=True, text=True, timeout=10).stdout.strip()
         except Exception:
             return ""
+
     status = git("status", "--porcelain")
     return {"commit": git("rev-parse", "HEAD"), "dirty_files": len(status.splitlines())}
 
@@ -479,58 +508,90 @@ def cpu_model() -> str:
 
 
 def markdown(results: list[Measurement], g: dict, meta: dict) -> str:
-    lines = [f"Store benchmark, {meta['date']} on {meta['host']} ({meta['cpus']} CPUs, {meta['cpu']}), "
-             f"Python {meta['python']}, numpy {meta['numpy']}, ASYNC_FLUSH, commitlog segments "
-             f"{meta['segment_mib']} MiB, median of {meta['runs']} runs (min-max); load average "
-             f"{meta['loadavg_start'][0]:.2f} at start, {meta['loadavg_end'][0]:.2f} at end.",
-             "",
-             "| body | measurement | records/s | MB/s | goal | |",
-             "|---|---|---:|---:|---|---|"]
+    lines = [
+        f"Store benchmark, {meta['date']} on {meta['host']} ({meta['cpus']} CPUs, {meta['cpu']}), "
+        f"Python {meta['python']}, numpy {meta['numpy']}, ASYNC_FLUSH, commitlog segments "
+        f"{meta['segment_mib']} MiB, median of {meta['runs']} runs (min-max); load average "
+        f"{meta['loadavg_start'][0]:.2f} at start, {meta['loadavg_end'][0]:.2f} at end.",
+        "",
+        "| body | measurement | records/s | MB/s | goal | |",
+        "|---|---|---:|---:|---|---|",
+    ]
     for m in results:
         s = m.summary()
         gt, ok = g.get((m.size, m.name), ("", None))
         mark = "" if ok is None else ("pass" if ok else "**miss**")
         cap = " †" if m.capped else ""
-        lines.append(f"| {m.size} | {m.name}{cap} | {s['rec_s_median']:,.0f} ({s['rec_s_min']:,.0f}-{s['rec_s_max']:,.0f}) "
-                     f"| {s['mb_s_median']:,.1f} ({s['mb_s_min']:,.1f}-{s['mb_s_max']:,.1f}) | {gt} | {mark} |")
-    lines += ["", "MB = 10^6 bytes of encoded records (header + body + topic + properties). Read rates count "
-              "consume-queue entries scanned; half of them match the tag filter and are decoded. "
-              "Client encode is the producer's work (not part of any store figure)."]
+        lines.append(
+            f"| {m.size} | {m.name}{cap} | {s['rec_s_median']:,.0f} ({s['rec_s_min']:,.0f}-{s['rec_s_max']:,.0f}) "
+            f"| {s['mb_s_median']:,.1f} ({s['mb_s_min']:,.1f}-{s['mb_s_max']:,.1f}) | {gt} | {mark} |"
+        )
+    lines += [
+        "",
+        "MB = 10^6 bytes of encoded records (header + body + topic + properties). Read rates count "
+        "consume-queue entries scanned; half of them match the tag filter and are decoded. "
+        "Client encode is the producer's work (not part of any store figure).",
+    ]
     if any(m.capped for m in results):
-        lines.append(f"† stopped at the {meta['max_seconds']} s cap before its fixed amount of data; "
-                     "the rate is over what it did.")
+        lines.append(
+            f"† stopped at the {meta['max_seconds']} s cap before its fixed amount of data; "
+            "the rate is over what it did."
+        )
     return "\n".join(lines)
 
 
 def rich_table(results: list[Measurement], g: dict, meta: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     t = Table(title=f"shmq store benchmark - {meta['host']}, {meta['cpus']} CPUs, median of {meta['runs']} runs")
-    for col, just in (("body", "left"), ("measurement", "left"), ("records/s", "right"), ("min-max", "right"),
-                      ("MB/s", "right"), ("goal", "left"), ("", "left")):
+    for col, just in (
+        ("body", "left"),
+        ("measurement", "left"),
+        ("records/s", "right"),
+        ("min-max", "right"),
+        ("MB/s", "right"),
+        ("goal", "left"),
+        ("", "left"),
+    ):
         t.add_column(col, justify=just)
     for m in results:
         s = m.summary()
         gt, ok = g.get((m.size, m.name), ("", None))
         mark = "" if ok is None else ("[green]pass[/]" if ok else "[bold red]miss[/]")
-        t.add_row(m.size, m.name + (" †" if m.capped else ""), f"{s['rec_s_median']:,.0f}",
-                  f"{human(s['rec_s_min'])}-{human(s['rec_s_max'])}", f"{s['mb_s_median']:,.1f}", gt, mark)
+        t.add_row(
+            m.size,
+            m.name + (" †" if m.capped else ""),
+            f"{s['rec_s_median']:,.0f}",
+            f"{human(s['rec_s_min'])}-{human(s['rec_s_max'])}",
+            f"{s['mb_s_median']:,.1f}",
+            gt,
+            mark,
+        )
     Console(width=max(150, shutil.get_terminal_size((150, 40)).columns)).print(t)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="small amounts, 32 MiB segments: a ~10 s smoke run")
     ap.add_argument("--runs", type=int, default=None, help="timed runs per measurement (default 5, quick 2)")
-    ap.add_argument("--segment-mib", type=int, default=None, help="mappedFileSizeCommitLog in MiB (default 256, quick 32)")
+    ap.add_argument(
+        "--segment-mib", type=int, default=None, help="mappedFileSizeCommitLog in MiB (default 256, quick 32)"
+    )
     ap.add_argument("--max-seconds", type=float, default=None, help="cap per run (default 3, quick 0.2)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every amount of data")
     ap.add_argument("--read-range", type=int, default=1024, help="consume-queue entries per range read (batch form)")
     ap.add_argument("--sizes", default="100,1024", help="body sizes in bytes, comma-separated (100 and/or 1024)")
     ap.add_argument("--dir", default=None, help="parent of the temporary store directory (default: system temp)")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/store-<date>-<host>.json)")
-    ap.add_argument("--profile", default="", help="cProfile the first timed run of these measurements "
-                    "(comma-separated: single,batch,batch-noindex,read-batch,read-get) and print the hot spots")
+    ap.add_argument(
+        "--profile",
+        default="",
+        help="cProfile the first timed run of these measurements "
+        "(comma-separated: single,batch,batch-noindex,read-batch,read-get) and print the hot spots",
+    )
     ap.add_argument("--profile-top", type=int, default=25)
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = ap.parse_args(argv)
@@ -545,16 +606,29 @@ def main(argv: list[str] | None = None) -> int:
     runner.say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     now = datetime.datetime.now()
     meta = {
-        "date": now.isoformat(timespec="seconds"), "host": socket.gethostname(), "cpus": os.cpu_count(),
-        "cpu": cpu_model(), "kernel": platform.release(), "python": platform.python_version(),
-        "numpy": np.__version__, "runs": args.runs, "segment_mib": args.segment_mib, "quick": args.quick,
-        "max_seconds": args.max_seconds, "batch": BATCH, "read_range": args.read_range,
-        "flush_disk_type": "ASYNC_FLUSH", "argv": sys.argv[1:], "git": git_info(),
+        "date": now.isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "runs": args.runs,
+        "segment_mib": args.segment_mib,
+        "quick": args.quick,
+        "max_seconds": args.max_seconds,
+        "batch": BATCH,
+        "read_range": args.read_range,
+        "flush_disk_type": "ASYNC_FLUSH",
+        "argv": sys.argv[1:],
+        "git": git_info(),
     }
     meta["loadavg_start"] = os.getloadavg()
     if meta["loadavg_start"][0] > 0.5:
-        runner.say(f"warning: load average {meta['loadavg_start'][0]:.2f} at start: other processes share "
-                   f"these {meta['cpus']} CPUs, figures will be noisy")
+        runner.say(
+            f"warning: load average {meta['loadavg_start'][0]:.2f} at start: other processes share "
+            f"these {meta['cpus']} CPUs, figures will be noisy"
+        )
     t_start = time.perf_counter()
     results: list[Measurement] = []
     tmp = tempfile.mkdtemp(prefix="shmq-store-bench-", dir=args.dir)
@@ -577,16 +651,31 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in runner.profiles.items():
         print(f"\n--- cProfile: {k} (first timed run) ---\n{v}")
 
-    out = args.out or os.path.join(REPO, "bench", "results",
-                                   f"store-{now.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}.json")
+    out = args.out or os.path.join(
+        REPO, "bench", "results", f"store-{now.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}.json"
+    )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    doc = {"meta": meta, "plans": [asdict(p) for p in plans(args.quick, args.scale) if p.body in sizes],
-           "results": [{"body": m.size, "measurement": m.name, **m.summary(), "capped": m.capped,
-                        "goal": g.get((m.size, m.name), ("", None))[0], "goal_met": g.get((m.size, m.name), ("", None))[1],
-                        "runs": [{"seconds": s, "records": r, "bytes": b, "cpu_seconds": c} for s, r, b, c in
-                                 zip(m.runs_s, m.runs_records, m.runs_bytes, m.runs_cpu_s)], **m.extra}
-                       for m in results],
-           "markdown": md}
+    doc = {
+        "meta": meta,
+        "plans": [asdict(p) for p in plans(args.quick, args.scale) if p.body in sizes],
+        "results": [
+            {
+                "body": m.size,
+                "measurement": m.name,
+                **m.summary(),
+                "capped": m.capped,
+                "goal": g.get((m.size, m.name), ("", None))[0],
+                "goal_met": g.get((m.size, m.name), ("", None))[1],
+                "runs": [
+                    {"seconds": s, "records": r, "bytes": b, "cpu_seconds": c}
+                    for s, r, b, c in zip(m.runs_s, m.runs_records, m.runs_bytes, m.runs_cpu_s)
+                ],
+                **m.extra,
+            }
+            for m in results
+        ],
+        "markdown": md,
+    }
     with open(out, "w") as f:
         json.dump(doc, f, indent=2)
     print(f"\nJSON: {os.path.relpath(out, os.getcwd())}  (wall {meta['wall_seconds']} s)")

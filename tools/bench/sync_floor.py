@@ -14,6 +14,7 @@ and pwritev2 with RWF_DSYNC on the last record (write and sync in one call; its 
 the writes). ``--dir``: the filesystem to measure (default: the temporary directory, where
 the benchmark suite keeps its stores). Each variant runs twice, interleaved; median and p99.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SIZE = 64 << 20
 RECORD = b"x" * 200
@@ -92,17 +93,25 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=8, help="records appended before each sync")
     a = ap.parse_args()
     fs = os.statvfs(a.dir)
-    print(f"{a.dir}: {a.rounds} rounds of {a.records} x {len(RECORD)} B then one sync "
-          f"(block size {fs.f_bsize}); load average {os.getloadavg()[0]:.2f}")
-    variants: list[tuple[str, Sync | None]] = [("fdatasync", _fdatasync), ("msync range", _msync_range),
-                                               ("fsync", _fsync), ("pwritev2 RWF_DSYNC", None)]
+    print(
+        f"{a.dir}: {a.rounds} rounds of {a.records} x {len(RECORD)} B then one sync "
+        f"(block size {fs.f_bsize}); load average {os.getloadavg()[0]:.2f}"
+    )
+    variants: list[tuple[str, Sync | None]] = [
+        ("fdatasync", _fdatasync),
+        ("msync range", _msync_range),
+        ("fsync", _fsync),
+        ("pwritev2 RWF_DSYNC", None),
+    ]
     results: dict[str, list[int]] = {name: [] for name, _ in variants}
     for _ in range(2):
         for name, sync in variants:
             results[name] += measure(a.dir, sync, a.rounds, a.records)
     for name, ns in results.items():
         ns.sort()
-        print(f"  {name:20s} median {statistics.median(ns) / 1000:7.1f} us   p99 {ns[int(len(ns) * .99)] / 1000:8.1f} us")
+        print(
+            f"  {name:20s} median {statistics.median(ns) / 1000:7.1f} us   p99 {ns[int(len(ns) * 0.99)] / 1000:8.1f} us"
+        )
     print(f"  load average at the end {os.getloadavg()[0]:.2f}")
 
 

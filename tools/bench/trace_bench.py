@@ -11,12 +11,13 @@ records dropped (buffer full) and stored.
 
     .venv/bin/python tools/bench/trace_bench.py [--seconds S] [--rounds N]
 """
+
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import statistics
+import sys
 import tempfile
 import time
 
@@ -26,7 +27,7 @@ from shmq import Message, Producer
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
-from tools.bench.windowed import send_async_for  # noqa: E402
+from tools.bench.windowed import send_async_for
 
 BODY = b"x" * 100
 CONFIG = {"mappedFileSizeCommitLog": 256 * 1024 * 1024}
@@ -83,15 +84,19 @@ def main() -> None:
     ap.add_argument("--kinds", default="sync,async")
     ap.add_argument("--modes", default="off,hook,trace")
     args = ap.parse_args()
-    print(f"{'kind':6} {'mode':6} {'msgs/s (median)':>16} {'vs off':>7} {'CPU us/msg':>10} {'dropped':>9} {'stored':>9}")
+    print(
+        f"{'kind':6} {'mode':6} {'msgs/s (median)':>16} {'vs off':>7} {'CPU us/msg':>10} {'dropped':>9} {'stored':>9}"
+    )
     for kind in args.kinds.split(","):
         base = None
         for mode in args.modes.split(","):
             runs = [run(mode, kind, args.seconds) for _ in range(args.rounds)]
             rate, cpu, dropped, stored = (statistics.median(r[k] for r in runs) for k in range(4))
             base = base or rate
-            print(f"{kind:6} {mode:6} {rate:16,.0f} {rate / base:7.2f} {cpu:10.1f} {dropped:9,.0f} {stored:9,.0f}",
-                  flush=True)
+            print(
+                f"{kind:6} {mode:6} {rate:16,.0f} {rate / base:7.2f} {cpu:10.1f} {dropped:9,.0f} {stored:9,.0f}",
+                flush=True,
+            )
         time.sleep(0.1)
 
 

@@ -7,6 +7,7 @@ reported, and each round checks that exactly the committed messages became visib
 
     .venv/bin/python tools/bench/tx_bench.py [--seconds 3] [--rounds 3] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,6 +33,7 @@ def _loop(send, seconds: float, threads: int) -> int:
         while time.monotonic() < end:
             send()
             counts[i] += 1
+
     ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
@@ -42,8 +44,9 @@ def _loop(send, seconds: float, threads: int) -> int:
 
 def _visible(name: str) -> int:
     with PullConsumer("bench-watch", broker=name) as c:
-        return sum(c.max_offset(MessageQueue(TOPIC, name, q)) - c.min_offset(MessageQueue(TOPIC, name, q))
-                   for q in range(4))
+        return sum(
+            c.max_offset(MessageQueue(TOPIC, name, q)) - c.min_offset(MessageQueue(TOPIC, name, q)) for q in range(4)
+        )
 
 
 def one_round(seconds: float, threads: int) -> tuple[float, float]:
@@ -79,8 +82,10 @@ def main() -> None:
         print(f"round {i}: {tx:,.0f} committed transactions/s, {send:,.0f} sync sends/s")
     tx = statistics.median(r[0] for r in rounds)
     send = statistics.median(r[1] for r in rounds)
-    print(f"median of {args.rounds} ({args.threads} thread(s), {len(BODY)}-byte bodies): {tx:,.0f} committed "
-          f"transactions/s, {send:,.0f} sync sends/s ({tx / send:.2f} of a sync send)")
+    print(
+        f"median of {args.rounds} ({args.threads} thread(s), {len(BODY)}-byte bodies): {tx:,.0f} committed "
+        f"transactions/s, {send:,.0f} sync sends/s ({tx / send:.2f} of a sync send)"
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ can tell apart from a 20 ms timeout (so the bounds live here, not in the test su
 
 Prints one line per figure (median over rounds) and exits 1 if a goal is missed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,12 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import shmq  # noqa: E402
-from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer, SendStatus  # noqa: E402
-from shmq.ring.channel import broker_bell_name  # noqa: E402
+import shmq
+from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer, SendStatus
+from shmq.ring.channel import broker_bell_name
 
-GOALS_MS = {"control": 8.0, "sync send, early producer": 5.0, "sync send, late producer": 5.0,
-            "push delivery": 10.0}
+GOALS_MS = {"control": 8.0, "sync send, early producer": 5.0, "sync send, late producer": 5.0, "push delivery": 10.0}
 PAUSE_S = 0.03  # longer than the broker's spin: each request finds it parked
 
 

@@ -4,6 +4,7 @@ A window (256 by default) is how a real asynchronous sender behaves: it keeps th
 without queueing without bound; the clock is read once per burst so the loop measures the
 client, not ``perf_counter``.
 """
+
 from __future__ import annotations
 
 import time

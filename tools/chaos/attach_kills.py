@@ -8,6 +8,7 @@ Each client is a forked process that attaches and detaches in a loop (``Producer
 recorded (``Liveness.hold`` is wrapped before the forks), so the count is exact whatever else
 runs on the machine. Leftovers are reported, then removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ def _record_holds(log_path: str) -> None:
         with open(log_path, "a") as f:
             f.write(f"{token.key}\n")
         return token
+
     Liveness.hold = classmethod(recording)  # type: ignore[method-assign, assignment]
 
 
@@ -85,8 +87,10 @@ def main() -> int:
             lines = f.read().split()
         keys, holds = {int(k) for k in lines}, len(lines)
         left = _left(keys)
-        print(f"{args.kills} clients killed in {time.monotonic() - t0:.0f} s, {holds} liveness semaphores "
-              f"taken, {len(left)} left after the broker stopped ({100 * len(left) / args.kills:.1f} % of kills)")
+        print(
+            f"{args.kills} clients killed in {time.monotonic() - t0:.0f} s, {holds} liveness semaphores "
+            f"taken, {len(left)} left after the broker stopped ({100 * len(left) / args.kills:.1f} % of kills)"
+        )
         for k in left:
             try:
                 sysv_ipc.Semaphore(k).remove()

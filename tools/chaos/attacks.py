@@ -15,6 +15,7 @@ failed sends, the broker's CPU during the attack and in the second after it, and
 attack itself saw. At the end: messages acknowledged vs read by the consumer (goal: equal),
 and crashes (goal: 0). Exit status 1 when either goal is missed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,9 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-import shmq  # noqa: E402
-from tools.chaos.hostile import ATTACKS  # noqa: E402
-from tools.chaos.steady import TOPIC  # noqa: E402
+import shmq
+from tools.chaos.hostile import ATTACKS
+from tools.chaos.steady import TOPIC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,8 +82,12 @@ class Run:
             time.sleep(seconds)
             seen: dict[str, Any] = {}
         else:
-            r = subprocess.run([sys.executable, os.path.join(HERE, "hostile.py"), what, self.name, self.store,
-                                str(seconds)], capture_output=True, text=True, timeout=seconds * 10 + 60)
+            r = subprocess.run(
+                [sys.executable, os.path.join(HERE, "hostile.py"), what, self.name, self.store, str(seconds)],
+                capture_output=True,
+                text=True,
+                timeout=seconds * 10 + 60,
+            )
             lines = r.stdout.strip().splitlines()
             seen = json.loads(lines[-1]) if lines else {"attack output": r.stderr.strip()[-300:]}
         t1 = time.monotonic()
@@ -90,9 +95,15 @@ class Run:
         time.sleep(1.0)
         cpu2 = _cpu(proc)
         alive = self.broker_alive(what)
-        return {"attack": what, "t0": t0, "t1": t1, "alive": alive, "seen": seen,
-                "cpu_during": None if cpu1 is None or cpu0 is None else (cpu1 - cpu0) / (t1 - t0) * 100,
-                "cpu_after": None if cpu2 is None or cpu1 is None else (cpu2 - cpu1) * 100}
+        return {
+            "attack": what,
+            "t0": t0,
+            "t1": t1,
+            "alive": alive,
+            "seen": seen,
+            "cpu_during": None if cpu1 is None or cpu0 is None else (cpu1 - cpu0) / (t1 - t0) * 100,
+            "cpu_after": None if cpu2 is None or cpu1 is None else (cpu2 - cpu1) * 100,
+        }
 
     def finish(self, drain_s: float = 30.0) -> tuple[dict[str, Any], dict[str, Any]]:
         """Stop the producer, let the consumer read everything acknowledged, stop it, load both reports."""
@@ -137,34 +148,55 @@ def window_stats(sends: list[list[float]], t0: float, t1: float) -> dict[str, An
     """Latency percentiles (us) and failures of the steady sends started in [t0, t1)."""
     rows = [s for s in sends if t0 <= s[0] < t1]
     lat = np.array([s[1] for s in rows if s[2] >= 0])
-    return {"sends": len(rows), "failed": sum(1 for s in rows if s[2] < 0),
-            "p50_us": float(np.percentile(lat, 50)) if len(lat) else None,
-            "p99_us": float(np.percentile(lat, 99)) if len(lat) else None,
-            "max_us": float(lat.max()) if len(lat) else None}
+    return {
+        "sends": len(rows),
+        "failed": sum(1 for s in rows if s[2] < 0),
+        "p50_us": float(np.percentile(lat, 50)) if len(lat) else None,
+        "p99_us": float(np.percentile(lat, 99)) if len(lat) else None,
+        "max_us": float(lat.max()) if len(lat) else None,
+    }
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
-    return "-" if v is None else (f"{v / 1000:.1f} ms" if unit == "us" and v >= 1000 else
-                                  f"{v:.0f} us" if unit == "us" else f"{v:.0f}{unit}")
+    return (
+        "-"
+        if v is None
+        else (
+            f"{v / 1000:.1f} ms" if unit == "us" and v >= 1000 else f"{v:.0f} us" if unit == "us" else f"{v:.0f}{unit}"
+        )
+    )
 
 
-def report(windows: list[dict[str, Any]], produced: dict[str, Any], consumed: dict[str, Any],
-           crashes: list[str]) -> dict[str, Any]:
-    print(f"{'window':<15} {'broker':<7} {'sends':>6} {'failed':>6} {'p50':>9} {'p99':>9} {'max':>9} "
-          f"{'cpu':>5} {'after':>5}  what the attack saw")
+def report(
+    windows: list[dict[str, Any]], produced: dict[str, Any], consumed: dict[str, Any], crashes: list[str]
+) -> dict[str, Any]:
+    print(
+        f"{'window':<15} {'broker':<7} {'sends':>6} {'failed':>6} {'p50':>9} {'p99':>9} {'max':>9} "
+        f"{'cpu':>5} {'after':>5}  what the attack saw"
+    )
     for w in windows:
         st = w["stats"] = window_stats(produced["sends"], w["t0"], w["t1"])
-        print(f"{w['attack']:<15} {'alive' if w['alive'] else 'DIED':<7} {st['sends']:>6} {st['failed']:>6} "
-              f"{_fmt(st['p50_us'], 'us'):>9} {_fmt(st['p99_us'], 'us'):>9} {_fmt(st['max_us'], 'us'):>9} "
-              f"{_fmt(w['cpu_during'], '%'):>5} {_fmt(w['cpu_after'], '%'):>5}  {json.dumps(w['seen'])[:150]}")
+        print(
+            f"{w['attack']:<15} {'alive' if w['alive'] else 'DIED':<7} {st['sends']:>6} {st['failed']:>6} "
+            f"{_fmt(st['p50_us'], 'us'):>9} {_fmt(st['p99_us'], 'us'):>9} {_fmt(st['max_us'], 'us'):>9} "
+            f"{_fmt(w['cpu_during'], '%'):>5} {_fmt(w['cpu_after'], '%'):>5}  {json.dumps(w['seen'])[:150]}"
+        )
     acked = {s[2] for s in produced["sends"] if s[2] >= 0}
     read = set(consumed["read"])
     missing = sorted(acked - read)
-    summary = {"acknowledged": len(acked), "read": len(read & acked), "missing": len(missing),
-               "first_missing": missing[:20], "crashes": len(crashes), "crash_logs": crashes,
-               "producer_errors": produced["errors"]}
-    print(f"\nacknowledged {len(acked)}, read {len(read & acked)}, missing {len(missing)}"
-          f"{' ' + str(missing[:20]) if missing else ''}; broker crashes {len(crashes)}")
+    summary = {
+        "acknowledged": len(acked),
+        "read": len(read & acked),
+        "missing": len(missing),
+        "first_missing": missing[:20],
+        "crashes": len(crashes),
+        "crash_logs": crashes,
+        "producer_errors": produced["errors"],
+    }
+    print(
+        f"\nacknowledged {len(acked)}, read {len(read & acked)}, missing {len(missing)}"
+        f"{' ' + str(missing[:20]) if missing else ''}; broker crashes {len(crashes)}"
+    )
     for c in crashes:
         print("  crash:", c)
     if produced["errors"]:
@@ -186,8 +218,9 @@ def main() -> int:
     attacks = list(a.only or ATTACKS)
     if a.disk_mib:
         os.makedirs(os.path.join(work, "store"))
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.disk_mib}m", "tmpfs", os.path.join(work, "store")],
-                       check=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={a.disk_mib}m", "tmpfs", os.path.join(work, "store")], check=True
+        )
         mounted = True
         config = {"mapped_file_size_commit_log": 4 << 20, "mapped_file_size_consume_queue": 20 * 6000}
         attacks.append("disk-fill")

@@ -16,23 +16,24 @@ queues.
 The shared helpers (`CONFIG`, `body_for`, `ROUTES`) are imported by the parent and by
 tools/chaos/store_crash.py, so child and checker agree by construction.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import hashlib
 import os
 import random
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from shmq.codec import ids
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
+from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
 
 # Small segments so commitlog, consume-queue and index files all roll often. The flush mode
 # comes from SHMQ_CHAOS_FLUSH (store_crash.py --flush): SYNC_FLUSH by default; ASYNC_FLUSH
@@ -93,12 +94,21 @@ def main(argv: list[str]) -> int:
         if kind >= 0.75:
             n = rng.randint(1, 32)
             routes = [rng.choice(ROUTES) for _ in range(n)]
-            batch = fmt.concat_batches([fmt.encode_batch(t, [body_for(s)], [props_for(s, uniq)])
-                                        for s, (t, _) in zip(range(seq, seq + n), routes)])
+            batch = fmt.concat_batches(
+                [
+                    fmt.encode_batch(t, [body_for(s)], [props_for(s, uniq)])
+                    for s, (t, _) in zip(range(seq, seq + n), routes)
+                ]
+            )
             res = store.put(PutRequest.of_routes([t for t, _ in routes], [q for _, q in routes], batch))
             if res.status == PutStatus.PUT_OK:  # one line per record, all in one write
-                os.write(ack_fd, "".join(f"A {seq + i} 1 {t} {q} {int(qoff)} {int(p)}\n" for i, ((t, q), qoff, p)
-                                         in enumerate(zip(routes, res.queue_offsets, res.phys_offsets))).encode())
+                os.write(
+                    ack_fd,
+                    "".join(
+                        f"A {seq + i} 1 {t} {q} {int(qoff)} {int(p)}\n"
+                        for i, ((t, q), qoff, p) in enumerate(zip(routes, res.queue_offsets, res.phys_offsets))
+                    ).encode(),
+                )
             else:
                 sys.stderr.write(f"child: put of seq {seq} returned {res.status}\n")
             seq += n
@@ -127,8 +137,7 @@ def main(argv: list[str]) -> int:
                 sys.stderr.write(f"child: batch of {n} at {res.wrote_offset}, consume queue has {phys[:3]}...\n")
                 return 3
         if res.status == PutStatus.PUT_OK:
-            os.write(ack_fd, (f"A {seq} {n} {topic} {qid} {res.queue_offset} "
-                              f"{','.join(map(str, phys))}\n").encode())
+            os.write(ack_fd, (f"A {seq} {n} {topic} {qid} {res.queue_offset} {','.join(map(str, phys))}\n").encode())
         else:
             sys.stderr.write(f"child: put of seq {seq} returned {res.status}\n")
         seq += n
@@ -136,7 +145,6 @@ def main(argv: list[str]) -> int:
     store.shutdown()
     os.write(ack_fd, b"S\n")
     return 0
-
 
 
 # =========================================================================== parent side
@@ -198,8 +206,16 @@ def parse_acks(path: str) -> tuple[list[Ack], bool, float, bool]:
         elif parts[0] == "S":
             clean = True
         elif parts[0] == "A":
-            acks.append(Ack(int(parts[1]), int(parts[2]), parts[3], int(parts[4]), int(parts[5]),
-                            [int(x) for x in parts[6].split(",")]))
+            acks.append(
+                Ack(
+                    int(parts[1]),
+                    int(parts[2]),
+                    parts[3],
+                    int(parts[4]),
+                    int(parts[5]),
+                    [int(x) for x in parts[6].split(",")],
+                )
+            )
     return acks, started, rec_ms, clean
 
 
@@ -267,8 +283,13 @@ class CrashHarness:
 
     # ------------------------------------------------------------------ child
 
-    def run_child(self, run_ms: float | None = None, kill_at_spawn_ms: float | None = None,
-                  max_puts: int | None = None, timeout: float = 30.0) -> RoundInfo:
+    def run_child(
+        self,
+        run_ms: float | None = None,
+        kill_at_spawn_ms: float | None = None,
+        max_puts: int | None = None,
+        timeout: float = 30.0,
+    ) -> RoundInfo:
         """Start the child; SIGKILL it `run_ms` after it opened the store (or `kill_at_spawn_ms`
         after spawning it, which may land inside its recovery); or let it do `max_puts` and exit."""
         import signal
@@ -277,8 +298,14 @@ class CrashHarness:
         self.round_no += 1
         ack_path = os.path.join(self.work_dir, f"acks-{self.round_no}")
         start_seq = self.next_seq
-        cmd = [sys.executable, os.path.abspath(__file__), self.store_dir, str(start_seq),
-               str(self.rng.randrange(1 << 30)), ack_path]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            self.store_dir,
+            str(start_seq),
+            str(self.rng.randrange(1 << 30)),
+            ack_path,
+        ]
         if max_puts is not None:
             cmd += ["--max-puts", str(max_puts)]
         err_path = ack_path + ".err"
@@ -295,8 +322,9 @@ class CrashHarness:
                 else:
                     while True:  # wait for the R line
                         if proc.poll() is not None:
-                            raise CrashCheckError(f"child died early ({proc.returncode}): "
-                                                  f"{Path(err_path).read_text()[-2000:]}")
+                            raise CrashCheckError(
+                                f"child died early ({proc.returncode}): {Path(err_path).read_text()[-2000:]}"
+                            )
                         if os.path.exists(ack_path) and os.path.getsize(ack_path) > 0:
                             break
                         if time.monotonic() - t_spawn > timeout:
@@ -304,8 +332,10 @@ class CrashHarness:
                         time.sleep(0.002)
                     deadline = time.monotonic() + run_ms / 1000
                 time.sleep(max(0.0, deadline - time.monotonic()))
-                _ck(proc.poll() is None, f"child exited by itself ({proc.returncode}): "
-                                         f"{Path(err_path).read_text()[-2000:]}")
+                _ck(
+                    proc.poll() is None,
+                    f"child exited by itself ({proc.returncode}): {Path(err_path).read_text()[-2000:]}",
+                )
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
         finally:
@@ -336,9 +366,16 @@ class CrashHarness:
 
     # ------------------------------------------------------------------ reopen + verify
 
-    def reopen_and_verify(self, info: RoundInfo, lost: set[int] = frozenset(), expect_abnormal: bool | None = None,
-                          query_all: bool = False, append: bool = True, expect_unchanged: bool = False,
-                          on_open=None):
+    def reopen_and_verify(
+        self,
+        info: RoundInfo,
+        lost: set[int] = frozenset(),
+        expect_abnormal: bool | None = None,
+        query_all: bool = False,
+        append: bool = True,
+        expect_unchanged: bool = False,
+        on_open=None,
+    ):
         from shmq.store.message_store import MessageStore
 
         abort = os.path.join(self.store_dir, "abort")
@@ -348,8 +385,10 @@ class CrashHarness:
         unreported = expect_abnormal is None and not info.started and not info.clean
         if expect_abnormal is None:
             expect_abnormal = info.started and not info.clean
-        _ck(unreported or os.path.exists(abort) == expect_abnormal,
-            f"abort file {'missing' if expect_abnormal else 'present'} before reopen")
+        _ck(
+            unreported or os.path.exists(abort) == expect_abnormal,
+            f"abort file {'missing' if expect_abnormal else 'present'} before reopen",
+        )
         before = {}
         if expect_unchanged:
             before = {d: tree_digest(os.path.join(self.store_dir, d)) for d in ("commitlog", "consumequeue", "index")}
@@ -360,8 +399,11 @@ class CrashHarness:
             if expect_unchanged:
                 for d, digest in before.items():
                     after = tree_digest(os.path.join(self.store_dir, d))
-                    _ck(after == digest, f"normal recovery changed {d}/: "
-                        f"{sorted(k for k in set(after) | set(digest) if after.get(k) != digest.get(k))[:10]}")
+                    _ck(
+                        after == digest,
+                        f"normal recovery changed {d}/: "
+                        f"{sorted(k for k in set(after) | set(digest) if after.get(k) != digest.get(k))[:10]}",
+                    )
             if on_open is not None:
                 on_open(store)
             self.verify(store, info, lost, query_all)
@@ -406,16 +448,19 @@ class CrashHarness:
                     # full decode and body bytes for a random sample below
                     h = fmt.HEADER.unpack_from(mf.view, pos)
                     _, qid, qoff, phys = self.model[old_seq]
-                    _ck(h[6] == phys and h[3] == qid and h[5] == qoff,
-                        f"record {old_seq} at {phys}: header changed {h}")
-                    _ck(zlib.crc32(mf.view[pos + fmt.OFF_BODY:pos + fmt.OFF_BODY + h[14]]) & 0x7FFFFFFF == h[2],
-                        f"bad body CRC at {phys} (record {old_seq})")
+                    _ck(
+                        h[6] == phys and h[3] == qid and h[5] == qoff, f"record {old_seq} at {phys}: header changed {h}"
+                    )
+                    _ck(
+                        zlib.crc32(mf.view[pos + fmt.OFF_BODY : pos + fmt.OFF_BODY + h[14]]) & 0x7FFFFFFF == h[2],
+                        f"bad body CRC at {phys} (record {old_seq})",
+                    )
                     _ck(old_seq not in found, f"record {old_seq} appears twice")
                     found[old_seq] = self.model[old_seq]
                     sizes[old_seq] = size
                     pos += size
                     continue
-                rec = fmt.decode_record(mf.view[pos:pos + size])
+                rec = fmt.decode_record(mf.view[pos : pos + size])
                 _ck(rec.physical_offset == off + pos, f"record at {off + pos} says phys {rec.physical_offset}")
                 _ck(zlib.crc32(rec.body) & 0x7FFFFFFF == rec.body_crc, f"bad body CRC at {off + pos}")
                 seq = seq_of(rec)
@@ -429,8 +474,10 @@ class CrashHarness:
                 found[seq] = where
                 sizes[seq] = size
                 pos += size
-            _ck(pos == limit or i < len(files) - 1 and pos == mf.size,
-                f"segment {mf.path}: walk ended at {pos}, write position {limit}")
+            _ck(
+                pos == limit or (i < len(files) - 1 and pos == mf.size),
+                f"segment {mf.path}: walk ended at {pos}, write position {limit}",
+            )
             if i < len(files) - 1:
                 _ck(limit == mf.size, f"segment {mf.path} is not full but is not the last")
             off = mf.file_to_offset
@@ -451,8 +498,10 @@ class CrashHarness:
         max_acked = max(acked, default=info.start_seq - 1)
         extra = [s for s in found if s not in self.model and s not in acked]
         for seq in extra:
-            _ck(seq > max_acked and seq >= info.start_seq,
-                f"unexpected record {seq} (round started at {info.start_seq}, last acked {max_acked})")
+            _ck(
+                seq > max_acked and seq >= info.start_seq,
+                f"unexpected record {seq} (round started at {info.start_seq}, last acked {max_acked})",
+            )
         _ck(len(extra) <= 64, f"{len(extra)} unacked records survived; at most one put (64) was in flight")
         self._sizes_now = sizes
         # 3. every queue, through get_message: exactly the found records, in order, no gaps
@@ -472,11 +521,19 @@ class CrashHarness:
         for seq in sample:
             topic, qid, qoff, phys = found[seq]
             rec = store.look_message_by_offset(phys)
-            _ck(rec is not None and bytes(rec.body) == body_for(seq) and rec.queue_offset == qoff
-                and rec.queue_id == qid and rec.topic == topic, f"look_message_by_offset({phys}) for {seq}")
+            _ck(
+                rec is not None
+                and bytes(rec.body) == body_for(seq)
+                and rec.queue_offset == qoff
+                and rec.queue_id == qid
+                and rec.topic == topic,
+                f"look_message_by_offset({phys}) for {seq}",
+            )
             hits = store.query_message(topic, str(seq))
-            _ck([r.physical_offset for r in hits] == [phys], f"query_message({topic}, {seq}) -> "
-                f"{[r.physical_offset for r in hits]}, expected [{phys}]")
+            _ck(
+                [r.physical_offset for r in hits] == [phys],
+                f"query_message({topic}, {seq}) -> {[r.physical_offset for r in hits]}, expected [{phys}]",
+            )
         for seq in sample[:50]:
             topic, _, _, phys = found[seq]
             rec = store.query_by_uniq_key(topic, store.look_message_by_offset(phys).uniq_key)
@@ -487,8 +544,9 @@ class CrashHarness:
         st.recovered_unacked += len(extra)
         self.model = found
         self.sizes = sizes
-        self.next_seq = max(self.next_seq, max(found, default=-1) + 1,
-                            info.start_seq + sum(a.n for a in info.acks) + 64)
+        self.next_seq = max(
+            self.next_seq, max(found, default=-1) + 1, info.start_seq + sum(a.n for a in info.acks) + 64
+        )
 
     def _check_queue(self, store, key, expect) -> None:
         """Consume-queue entries of the whole queue against `expect` [(qoff, seq, phys)]; get_message
@@ -497,8 +555,10 @@ class CrashHarness:
 
         topic, qid = key
         n = len(expect)
-        _ck(store.get_max_offset_in_queue(topic, qid) == n,
-            f"queue {key}: max offset {store.get_max_offset_in_queue(topic, qid)}, expected {n}")
+        _ck(
+            store.get_max_offset_in_queue(topic, qid) == n,
+            f"queue {key}: max offset {store.get_max_offset_in_queue(topic, qid)}, expected {n}",
+        )
         if n == 0:
             return
         cq = store.find_consume_queue(topic, qid)
@@ -530,8 +590,9 @@ class CrashHarness:
             exp = expect[lo:hi]
             if got != exp:
                 i = next((i for i, (g, e) in enumerate(zip(got, exp)) if g != e), min(len(got), len(exp)))
-                raise CrashCheckError(f"queue {key}: get_message [{lo}, {hi}) gave {len(got)} records, "
-                                      f"first difference at {lo + i}")
+                raise CrashCheckError(
+                    f"queue {key}: get_message [{lo}, {hi}) gave {len(got)} records, first difference at {lo + i}"
+                )
         res = store.get_message(topic, qid, n, 32)
         _ck(res.status == GetStatus.OFFSET_OVERFLOW_ONE, f"queue {key}: reading past the end gave {res.status}")
 
@@ -542,14 +603,19 @@ class CrashHarness:
         seq = self.next_seq
         topic, qid = self.rng.choice(ROUTES)
         uniq = ids.UniqKeyGenerator()
-        res = store.put(PutRequest.of_records(topic, qid, [fmt.encode_message(
-            topic, body_for(seq), queue_id=qid, properties=props_for(seq, uniq))]))
+        res = store.put(
+            PutRequest.of_records(
+                topic, qid, [fmt.encode_message(topic, body_for(seq), queue_id=qid, properties=props_for(seq, uniq))]
+            )
+        )
         _ck(res.status == PutStatus.PUT_OK, f"append after recovery: {res.status}")
         qlen = sum(1 for t, q, _, _ in self.model.values() if (t, q) == (topic, qid))
         _ck(res.queue_offset == qlen, f"append after recovery got queue offset {res.queue_offset}, expected {qlen}")
         got = store.get_message(topic, qid, res.queue_offset, 1).messages
-        _ck(len(got) == 1 and bytes(got[0].body) == body_for(seq) and got[0].physical_offset == res.wrote_offset,
-            "appended record not readable")
+        _ck(
+            len(got) == 1 and bytes(got[0].body) == body_for(seq) and got[0].physical_offset == res.wrote_offset,
+            "appended record not readable",
+        )
         hits = store.query_message(topic, str(seq))
         _ck([r.physical_offset for r in hits] == [res.wrote_offset], "appended record not found by key")
         self.model[seq] = (topic, qid, res.queue_offset, res.wrote_offset)

@@ -8,6 +8,7 @@ the queue offset the master gave it, in order per queue, none twice. Needs root.
 
     .venv/bin/python tools/chaos/ha_failover.py --rounds 20 [--seed 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.ha import hosts  # noqa: E402
-from tests.ha.pair_support import failover_round  # noqa: E402
+from tests.ha import hosts
+from tests.ha.pair_support import failover_round
 
 
 def main() -> int:
@@ -46,10 +47,15 @@ def main() -> int:
             continue
         total_acked += s["acked"]
         total_extra += s["stored"] - s["acked"]
-        print(f"round {n}: ok: {s['acked']} acknowledged, {s['stored']} stored on the promoted replica "
-              f"(killed {kill_after:.2f} s after {min_acked} acks)", flush=True)
-    print(f"{args.rounds} rounds in {time.monotonic() - t0:.0f} s: {failures} failed; {total_acked} acknowledged "
-          f"messages checked, {total_extra} stored but not acknowledged before the kill (in flight)")
+        print(
+            f"round {n}: ok: {s['acked']} acknowledged, {s['stored']} stored on the promoted replica "
+            f"(killed {kill_after:.2f} s after {min_acked} acks)",
+            flush=True,
+        )
+    print(
+        f"{args.rounds} rounds in {time.monotonic() - t0:.0f} s: {failures} failed; {total_acked} acknowledged "
+        f"messages checked, {total_extra} stored but not acknowledged before the kill (in flight)"
+    )
     return 1 if failures else 0
 
 

@@ -8,6 +8,7 @@ It runs in a process of its own (the harness, tools/chaos/attacks.py, must survi
 prints one JSON line: what it did and what the broker answered. The kernel releases what a
 killed attacker held (SEM_UNDO liveness), exactly as for a real crashed client.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,21 +19,22 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-import posix_ipc  # noqa: E402
+import posix_ipc
 
-import shmq  # noqa: E402
-from shmq.client.connection import BrokerConnection, Session, next_request_id  # noqa: E402
-from shmq.codec import frames as P  # noqa: E402
-from shmq.ring.channel import broker_bell_name  # noqa: E402
-from shmq.ring.control import Admin, ControlQueue, Detach  # noqa: E402
-from shmq.ring.doorbell import wake  # noqa: E402
-from shmq.ring.framing import CONSUMER, PRODUCER  # noqa: E402
-from shmq.ring.state import StateReader  # noqa: E402
+import shmq
+from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.codec import frames as P
+from shmq.ring.channel import broker_bell_name
+from shmq.ring.control import Admin, ControlQueue, Detach
+from shmq.ring.doorbell import wake
+from shmq.ring.framing import CONSUMER, PRODUCER
+from shmq.ring.state import StateReader
 
 HEAD, TAIL = 8, 16  # word indexes of a ring's counters (shmq/ring/framing.py)
 BIG = 1 << 63
@@ -60,15 +62,19 @@ def _attached(broker: str, client_id: int) -> bool:
 def ring_counters(broker: str, store: str, seconds: float) -> dict[str, Any]:
     """Write hostile values into each counter of a client's own rings (A1)."""
     cases: list[tuple[str, str, int, int]] = [
-        ("response tail 2^63", "responses", TAIL, BIG), ("response tail 2^64-1", "responses", TAIL, MAX),
-        ("request head 2^63", "requests", HEAD, BIG), ("request head behind tail", "requests", HEAD, MAX - 7),
-        ("request head unaligned", "requests", HEAD, 3), ("response parked 2^63", "responses", PRODUCER, BIG),
-        ("request parked 2^63", "requests", CONSUMER, BIG)]
+        ("response tail 2^63", "responses", TAIL, BIG),
+        ("response tail 2^64-1", "responses", TAIL, MAX),
+        ("request head 2^63", "requests", HEAD, BIG),
+        ("request head behind tail", "requests", HEAD, MAX - 7),
+        ("request head unaligned", "requests", HEAD, 3),
+        ("response parked 2^63", "responses", PRODUCER, BIG),
+        ("request parked 2^63", "requests", CONSUMER, BIG),
+    ]
     out = {}
     for label, ring_name, word, value in cases:
         _conn, s = _attach(broker)
         ring = getattr(s.channel, ring_name)
-        ring._c[word] = value  # noqa: SLF001 - the attack is exactly this store
+        ring._c[word] = value
         s.channel.broker_bell.ring()
         time.sleep(max(0.2, seconds / len(cases)))
         out[label] = "still attached" if _attached(broker, s.client_id) else "dropped"
@@ -86,13 +92,15 @@ def admin_values(broker: str, store: str, seconds: float) -> dict[str, Any]:
         ("update_topic", {"topic": "Chaos/../x", "write_queue_nums": 0}),
         ("update_topic", {"topic": "ChaosBig", "write_queue_nums": 1 << 40}),
         ("join_group", {"group": "g" * 10_000, "model": "NOPE"}),
-        ("no_such_command", {})]
+        ("no_such_command", {}),
+    ]
     out = {}
     for command, args in bad:
         try:
             reply = s.control.call(Admin(s.client_id, next_request_id(), command, args, s.channel.secret), 3.0)
-            out[command + " " + json.dumps(args)[:60]] = "ok (accepted!)" if reply.ok else \
-                "refused: " + str(reply.body.get("error"))[:80]
+            out[command + " " + json.dumps(args)[:60]] = (
+                "ok (accepted!)" if reply.ok else "refused: " + str(reply.body.get("error"))[:80]
+            )
         except (shmq.ShmqError, ValueError) as e:  # ValueError: the client's encoder refused it
             out[command + " " + json.dumps(args)[:60]] = f"{type(e).__name__}: {e}"[:100]
     conn.shutdown()
@@ -112,8 +120,12 @@ def stale_replies(broker: str, store: str, seconds: float) -> dict[str, Any]:
     kids = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end and kids < 60:
-        subprocess.run([sys.executable, __file__, "_ask_and_die", broker, store, "20"], timeout=30,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, __file__, "_ask_and_die", broker, store, "20"],
+            timeout=30,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         kids += 1
     t = time.monotonic()
     conn, _s = _attach(broker)
@@ -226,7 +238,7 @@ def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
     frame = bytearray(P.encode_send(next_request_id(), time.monotonic_ns(), -1, 0, 0, "ChaosMutate", (), b"x" * 300))
     stop = threading.Event()
     ring = s.channel.requests
-    data = ring._data  # noqa: SLF001 - the attacker scribbles over its own ring
+    data = ring._data
 
     def scribble() -> None:
         rng = random.Random(3)
@@ -253,7 +265,7 @@ def mutate_copy(broker: str, store: str, seconds: float) -> dict[str, Any]:
             s.liveness.release()
             _conn, s = _attach(broker, role="producer")
             ring = s.channel.requests
-            data = ring._data  # noqa: SLF001
+            data = ring._data
             stop.clear()
             t = threading.Thread(target=scribble, daemon=True)
             t.start()
@@ -285,9 +297,17 @@ def disk_fill(broker: str, store: str, seconds: float) -> dict[str, Any]:
 
 
 ATTACKS: dict[str, Callable[[str, str, float], dict[str, Any]]] = {
-    "ring-counters": ring_counters, "admin-values": admin_values, "stale-replies": stale_replies,
-    "spoof-detach": spoof_detach, "waiters": waiters, "attach-flood": attach_flood,
-    "doorbell-spam": doorbell_spam, "big-reply": big_reply, "garbage": garbage, "mutate-copy": mutate_copy}
+    "ring-counters": ring_counters,
+    "admin-values": admin_values,
+    "stale-replies": stale_replies,
+    "spoof-detach": spoof_detach,
+    "waiters": waiters,
+    "attach-flood": attach_flood,
+    "doorbell-spam": doorbell_spam,
+    "big-reply": big_reply,
+    "garbage": garbage,
+    "mutate-copy": mutate_copy,
+}
 OPTIONAL = {"disk-fill": disk_fill}  # needs a store on a file system of its own
 
 

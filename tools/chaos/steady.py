@@ -6,6 +6,7 @@ whether it was acknowledged. The consumer (a clustering ``PushConsumer``) record
 number it receives. Both write what they saw to a JSON file when told to stop (SIGTERM), so
 the harness can compare acknowledged with read and cut the latencies into attack windows.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-import shmq  # noqa: E402
+import shmq
 
 TOPIC = "ChaosSteady"
 GROUP = "chaos-steady"

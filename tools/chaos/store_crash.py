@@ -11,6 +11,7 @@ by key), checks that nothing partial is visible, appends one record and shuts do
 reopen. The store directory is replaced by a fresh one every --rounds-per-store rounds so the
 full re-verification of each round stays bounded. Exit status 1 on the first violation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from tools.chaos.crash_child import CrashCheckError, CrashHarness  # noqa: E402
+from tools.chaos.crash_child import CrashCheckError, CrashHarness
 
 
 def main() -> int:
@@ -33,8 +34,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--rounds-per-store", type=int, default=30)
     ap.add_argument("--lose-folders", action="store_true", help="sometimes delete consumequeue/ or index/")
-    ap.add_argument("--flush", choices=("SYNC_FLUSH", "ASYNC_FLUSH"), default="SYNC_FLUSH",
-                    help="the child's flushDiskType (ASYNC_FLUSH takes the fused compiled put)")
+    ap.add_argument(
+        "--flush",
+        choices=("SYNC_FLUSH", "ASYNC_FLUSH"),
+        default="SYNC_FLUSH",
+        help="the child's flushDiskType (ASYNC_FLUSH takes the fused compiled put)",
+    )
     args = ap.parse_args()
     os.environ["SHMQ_CHAOS_FLUSH"] = args.flush  # read by crash_child.CONFIG in every child
 
@@ -70,8 +75,9 @@ def main() -> int:
             h.reopen_and_verify(info)
             records = len(h.model)
             if (r + 1) % 10 == 0:
-                print(f"round {r + 1}: {records} records in the current store, "
-                      f"{time.monotonic() - t0:.0f}s", flush=True)
+                print(
+                    f"round {r + 1}: {records} records in the current store, {time.monotonic() - t0:.0f}s", flush=True
+                )
     except CrashCheckError as e:
         print(f"VIOLATION in round {r + 1} (seed {seed}, store {h.store_dir}): {e}", flush=True)
         return 1
@@ -80,8 +86,9 @@ def main() -> int:
     recovery_ms.sort()
     p50 = recovery_ms[len(recovery_ms) // 2] if recovery_ms else 0.0
     print("summary:")
-    print(f"  rounds                    {totals['rounds']} (over {totals['stores']} stores, "
-          f"{time.monotonic() - t0:.0f}s)")
+    print(
+        f"  rounds                    {totals['rounds']} (over {totals['stores']} stores, {time.monotonic() - t0:.0f}s)"
+    )
     print(f"  kills during child start  {totals['startup_kills']}")
     print(f"  folders deleted           {totals['lost_folders']}")
     print(f"  acked records checked     {totals['acked']}")

@@ -20,6 +20,7 @@ FIRST_OFFSET consumer does (``columns.read_batch``). It counts:
 The figure "intact messages that survive one flipped field" is survived / intact. Also used by
 tests/store/test_store_damage.py for a short round.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from shmq.codec import columns, record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
-from shmq.store.message_store import MessageStore  # noqa: E402
-from shmq.store.reader import StoreReader  # noqa: E402
+from shmq.codec import columns
+from shmq.codec import record as fmt
+from shmq.store.hooks import PutRequest
+from shmq.store.message_store import MessageStore
+from shmq.store.reader import StoreReader
 
 CONFIG = {
     "mappedFileSizeCommitLog": 64 * 1024,
@@ -50,14 +52,26 @@ CONFIG = {
 QUEUES = [("DmgA", 0), ("DmgA", 1), ("DmgB", 0)]
 PER_QUEUE = 300
 # (name, offset, struct code) of every header field
-FIELDS = [(name, off, code) for name, off, code in (
-    ("TOTALSIZE", fmt.OFF_TOTALSIZE, ">I"), ("MAGICCODE", fmt.OFF_MAGIC, ">I"), ("BODYCRC", fmt.OFF_BODYCRC, ">I"),
-    ("QUEUEID", fmt.OFF_QUEUEID, ">I"), ("FLAG", fmt.OFF_FLAG, ">I"), ("QUEUEOFFSET", fmt.OFF_QUEUEOFFSET, ">Q"),
-    ("PHYSICALOFFSET", fmt.OFF_PHYSICALOFFSET, ">Q"), ("SYSFLAG", fmt.OFF_SYSFLAG, ">I"),
-    ("BORNTIMESTAMP", fmt.OFF_BORNTIMESTAMP, ">Q"), ("BORNHOST", fmt.OFF_BORNHOST, ">Q"),
-    ("STORETIMESTAMP", fmt.OFF_STORETIMESTAMP, ">Q"), ("STOREHOST", fmt.OFF_STOREHOST, ">Q"),
-    ("RECONSUMETIMES", fmt.OFF_RECONSUMETIMES, ">I"), ("PREPAREDTXOFFSET", fmt.OFF_PREPAREDTXOFFSET, ">Q"),
-    ("BODYLEN", fmt.OFF_BODYLEN, ">I"))]
+FIELDS = [
+    (name, off, code)
+    for name, off, code in (
+        ("TOTALSIZE", fmt.OFF_TOTALSIZE, ">I"),
+        ("MAGICCODE", fmt.OFF_MAGIC, ">I"),
+        ("BODYCRC", fmt.OFF_BODYCRC, ">I"),
+        ("QUEUEID", fmt.OFF_QUEUEID, ">I"),
+        ("FLAG", fmt.OFF_FLAG, ">I"),
+        ("QUEUEOFFSET", fmt.OFF_QUEUEOFFSET, ">Q"),
+        ("PHYSICALOFFSET", fmt.OFF_PHYSICALOFFSET, ">Q"),
+        ("SYSFLAG", fmt.OFF_SYSFLAG, ">I"),
+        ("BORNTIMESTAMP", fmt.OFF_BORNTIMESTAMP, ">Q"),
+        ("BORNHOST", fmt.OFF_BORNHOST, ">Q"),
+        ("STORETIMESTAMP", fmt.OFF_STORETIMESTAMP, ">Q"),
+        ("STOREHOST", fmt.OFF_STOREHOST, ">Q"),
+        ("RECONSUMETIMES", fmt.OFF_RECONSUMETIMES, ">I"),
+        ("PREPAREDTXOFFSET", fmt.OFF_PREPAREDTXOFFSET, ">Q"),
+        ("BODYLEN", fmt.OFF_BODYLEN, ">I"),
+    )
+]
 
 
 def body_of(topic: str, qid: int, i: int) -> bytes:
@@ -211,10 +225,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"seed={seed} rounds={totals.rounds} intact={totals.intact} survived={totals.survived} "
-              f"({100 * totals.survival:.2f}%) rounds_losing={totals.rounds_losing} stalls={totals.stalls} "
-              f"(at the damaged record: {totals.stalls_at_damage}) silently_lost={totals.silently_lost} "
-              f"invented={totals.invented} refused={totals.refused} seconds={out['seconds']}")
+        print(
+            f"seed={seed} rounds={totals.rounds} intact={totals.intact} survived={totals.survived} "
+            f"({100 * totals.survival:.2f}%) rounds_losing={totals.rounds_losing} stalls={totals.stalls} "
+            f"(at the damaged record: {totals.stalls_at_damage}) silently_lost={totals.silently_lost} "
+            f"invented={totals.invented} refused={totals.refused} seconds={out['seconds']}"
+        )
         for name, (n, lost) in sorted(totals.by_field.items()):
             print(f"  {name:<17} rounds={n:<4} losing={lost}")
     return 0 if totals.survived == totals.intact and not totals.invented and not totals.stalls else 1

@@ -28,6 +28,7 @@ unsent, redelivered, never_consumed, committed_past, replica_diverged, replica_w
 leaked_ipc (with the objects), send statuses other than SEND_OK, seconds. Exit status 1 if an
 invariant failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,12 +46,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tools.chaos import system_check as check  # noqa: E402
-from tools.chaos.system_procs import Processes  # noqa: E402
+from tools.chaos import system_check as check
+from tools.chaos.system_procs import Processes
 
 
-def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 2,
-        progress: bool = True, max_seconds: float | None = None) -> dict[str, Any]:
+def run(
+    rounds: int,
+    seed: int,
+    work: str,
+    producers: int = 2,
+    consumers: int = 2,
+    progress: bool = True,
+    max_seconds: float | None = None,
+) -> dict[str, Any]:
     """``rounds`` kill rounds in ``work`` (a directory of its own), fewer if ``max_seconds`` pass
     first; the summary (``rounds`` says how many were run)."""
     rng = random.Random(seed)
@@ -77,21 +85,38 @@ def run(rounds: int, seed: int, work: str, producers: int = 2, consumers: int = 
             committed_past += check.committed_past_unconsumed(committed, ledger.consumed)
             done = r + 1
             if progress and (r + 1) % 10 == 0:
-                print(f"round {r + 1}: {len(ledger.acked)} acked, {sum(ledger.consumed.values())} delivered, "
-                      f"{time.monotonic() - t0:.0f}s", flush=True)
+                print(
+                    f"round {r + 1}: {len(ledger.acked)} acked, {sum(ledger.consumed.values())} delivered, "
+                    f"{time.monotonic() - t0:.0f}s",
+                    flush=True,
+                )
         stored, diverged = procs.finish()
         verdict = check.judge(procs.ledger(), stored)
     finally:
         leaked = procs.close()
     summary: dict[str, Any] = {
-        "seed": seed, "rounds": done, "kills": dict(kills), "acked": verdict.acked, "stored": verdict.stored,
-        "lost": len(verdict.lost), "unsent": len(verdict.unsent), "redelivered": verdict.redelivered,
-        "never_consumed": len(verdict.never_consumed), "committed_past": len(committed_past),
+        "seed": seed,
+        "rounds": done,
+        "kills": dict(kills),
+        "acked": verdict.acked,
+        "stored": verdict.stored,
+        "lost": len(verdict.lost),
+        "unsent": len(verdict.unsent),
+        "redelivered": verdict.redelivered,
+        "never_consumed": len(verdict.never_consumed),
+        "committed_past": len(committed_past),
         "replica_diverged": diverged,
-        "replica_wiped": procs.replica_wiped, "leaked_ipc": len(leaked), "leaked": leaked[:20],
-        "statuses": dict(procs.ledger().statuses), "seconds": round(time.monotonic() - t0, 1),
-        "examples": {"lost": verdict.lost[:5], "unsent": verdict.unsent[:5],
-                     "never_consumed": verdict.never_consumed[:5], "committed_past": committed_past[:5]},
+        "replica_wiped": procs.replica_wiped,
+        "leaked_ipc": len(leaked),
+        "leaked": leaked[:20],
+        "statuses": dict(procs.ledger().statuses),
+        "seconds": round(time.monotonic() - t0, 1),
+        "examples": {
+            "lost": verdict.lost[:5],
+            "unsent": verdict.unsent[:5],
+            "never_consumed": verdict.never_consumed[:5],
+            "committed_past": committed_past[:5],
+        },
     }
     return summary
 
@@ -110,8 +135,12 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--json", default=None, help="also write the summary to this file")
-    ap.add_argument("--max-seconds", type=float, default=None,
-                    help="start no round after this many seconds (the end checks still run)")
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="start no round after this many seconds (the end checks still run)",
+    )
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(f"seed={seed} rounds={args.rounds}", flush=True)

@@ -3,6 +3,7 @@ and what the store holds (no I/O here: tools/chaos/system.py reads, this judges)
 
 Where a message is: ``At = (queue id, queue offset)``; who made it: ``Who = (tag, seq)``.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -69,8 +70,15 @@ class Verdict:
     stored: int
 
     def violations(self) -> dict[str, int]:
-        return {k: n for k, n in (("lost", len(self.lost)), ("unsent", len(self.unsent)),
-                                  ("never_consumed", len(self.never_consumed))) if n}
+        return {
+            k: n
+            for k, n in (
+                ("lost", len(self.lost)),
+                ("unsent", len(self.unsent)),
+                ("never_consumed", len(self.never_consumed)),
+            )
+            if n
+        }
 
 
 def judge(ledger: Ledger, stored: dict[At, Who | None]) -> Verdict:

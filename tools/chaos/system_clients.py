@@ -18,6 +18,7 @@ never covers a message it has not logged. Both roles stop cleanly on SIGTERM.
 KEYS gets the key of every liveness semaphore the client takes, written before the semaphore
 exists, so the harness can count the ones left behind by a client killed at any moment.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,10 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import sysv_ipc  # noqa: E402
+import sysv_ipc
 
-import shmq  # noqa: E402
-from shmq.ring.liveness import Liveness  # noqa: E402
+import shmq
+from shmq.ring.liveness import Liveness
 
 TOPIC = "ChaosSystem"
 GROUP = "chaos-system"
@@ -85,6 +86,7 @@ def _record_liveness_keys(path: str) -> None:
                 return hold(cls, key, **kwargs)
             except sysv_ipc.ExistentialError:  # the key is taken: draw another
                 continue
+
     Liveness.hold = classmethod(recording)  # type: ignore[method-assign, assignment]
 
 
@@ -127,8 +129,7 @@ def consume(broker: str, tag: str, log_fd: int) -> None:
         os.write(log_fd, "".join(lines).encode())
         return shmq.ConsumeResult.SUCCESS
 
-    c = shmq.PushConsumer(GROUP, broker=broker, consume_from=shmq.ConsumeFrom.FIRST_OFFSET,
-                          instance_name=tag)
+    c = shmq.PushConsumer(GROUP, broker=broker, consume_from=shmq.ConsumeFrom.FIRST_OFFSET, instance_name=tag)
     c.subscribe(TOPIC, "*")
     c.register_listener(listener)
     c.start()

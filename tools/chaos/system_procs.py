@@ -5,9 +5,9 @@ The master is ``shmq.Broker`` (SYNC_MASTER, HA sender on a free port of 127.0.0.
 tools/chaos/system_clients.py. Both broker configs name ``haAuthToken``, so the run is the same
 whether or not the sender requires one by default.
 """
+
 from __future__ import annotations
 
-from pathlib import Path
 import os
 import shutil
 import signal
@@ -15,7 +15,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -30,9 +31,15 @@ from tools.chaos.system_clients import GROUP, QUEUES, TOPIC, parse_body, read_li
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "chaos-system-secret"
 SEGMENT = 1 << 20  # 1 MiB commitlog segments: the log and its replication cross many file ends
-COMMON = {"haAuthToken": TOKEN, "mappedFileSizeCommitLog": SEGMENT, "haSendHeartbeatInterval": 300,
-          "haHousekeepingInterval": 2000, "haConnectTimeout": 1000, "haReconnectInterval": 200,
-          "syncFlushTimeout": 1000}
+COMMON = {
+    "haAuthToken": TOKEN,
+    "mappedFileSizeCommitLog": SEGMENT,
+    "haSendHeartbeatInterval": 300,
+    "haHousekeepingInterval": 2000,
+    "haConnectTimeout": 1000,
+    "haReconnectInterval": 200,
+    "syncFlushTimeout": 1000,
+}
 DRAIN_S = 180.0  # the consumers' last catch-up, generous for a loaded 2-core machine
 SETTLE_S = 60.0  # after a restart, sync sends are acknowledged again within this (loaded machine)
 STUCK = "stopped following master"  # the replica's log line when it gave up on the master
@@ -113,9 +120,24 @@ class Processes:
     def _start_replica(self) -> None:
         with open(os.path.join(self.work, "replica.err"), "ab") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "shmq", "replica", "--store", self.replica_store, "--name", self.replica_name,
-                 "--master", self.master_address, "--config", self.replica_conf],
-                stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "shmq",
+                    "replica",
+                    "--store",
+                    self.replica_store,
+                    "--name",
+                    self.replica_name,
+                    "--master",
+                    self.master_address,
+                    "--config",
+                    self.replica_conf,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
         self.replica = proc
         _wait(lambda: _serving(self.replica_name) or proc.poll() is not None, 60, "the replica")
 
@@ -125,8 +147,19 @@ class Processes:
         self.incarnation[slot] += 1
         with open(os.path.join(self.work, f"{slot}.err"), "ab") as err:
             self.clients[slot] = subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "system_clients.py"), role, self.name, tag,
-                 self._log(slot), self.keys_path], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    os.path.join(HERE, "system_clients.py"),
+                    role,
+                    self.name,
+                    tag,
+                    self._log(slot),
+                    self.keys_path,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
 
     def _log(self, slot: str) -> str:
         return os.path.join(self.work, f"{slot}.log")
@@ -144,8 +177,9 @@ class Processes:
                 self._start_client(slot)
 
     def _acked(self) -> int:
-        return sum(1 for slot in self.slots if slot.startswith("p")
-                   for words in read_lines(self._log(slot)) if words[0] == "A")
+        return sum(
+            1 for slot in self.slots if slot.startswith("p") for words in read_lines(self._log(slot)) if words[0] == "A"
+        )
 
     def _replica_gave_up(self) -> bool:
         try:
@@ -160,16 +194,22 @@ class Processes:
         started again, as an operator would have to; then True."""
         before = self._acked()
         try:
-            _wait(lambda: self._acked() > before or self._replica_gave_up(), SETTLE_S,
-                  "an acknowledged send after the restart", step=0.2)
+            _wait(
+                lambda: self._acked() > before or self._replica_gave_up(),
+                SETTLE_S,
+                "an acknowledged send after the restart",
+                step=0.2,
+            )
         except RuntimeError:
             pass
         if not self._replica_gave_up():
             return False
         assert self.replica is not None
         _stop(self.replica)
-        os.replace(os.path.join(self.work, "replica.err"),
-                   os.path.join(self.work, f"replica.err.gave-up.{time.monotonic_ns()}"))
+        os.replace(
+            os.path.join(self.work, "replica.err"),
+            os.path.join(self.work, f"replica.err.gave-up.{time.monotonic_ns()}"),
+        )
         shutil.rmtree(self.replica_store)
         self._start_replica()
         self.replica_wiped += 1
@@ -244,8 +284,10 @@ class Processes:
 
         def drained() -> bool:
             progress = shmq.Admin(broker=self.name, timeout=30).consumer_progress(GROUP)
-            return all(q.committed >= q.max_offset for q in progress.queues if q.topic == TOPIC) \
-                and any(q.topic == TOPIC for q in progress.queues)
+            return all(q.committed >= q.max_offset for q in progress.queues if q.topic == TOPIC) and any(
+                q.topic == TOPIC for q in progress.queues
+            )
+
         try:
             _wait(drained, DRAIN_S, "the consumers to drain the topic", step=0.5)
         except RuntimeError:
@@ -270,7 +312,11 @@ class Processes:
         if self.broker is not None:
             self.broker.stop()
         in_shm = shm.leftovers(self.name) + shm.leftovers(self.replica_name)
-        keys = [("sem", int(k)) for k in Path(self.keys_path).read_text().split()] if os.path.exists(self.keys_path) else []
+        keys = (
+            [("sem", int(k)) for k in Path(self.keys_path).read_text().split()]
+            if os.path.exists(self.keys_path)
+            else []
+        )
         sysv = existing(store_objects(self.store) + store_objects(self.replica_store) + keys)
         shm.remove_leftovers(self.name)
         shm.remove_leftovers(self.replica_name)

@@ -17,6 +17,7 @@ end), and everything ever sent is verified through a consumer: no message twice,
 outcome is rollback, every one whose half was acknowledged and whose outcome is commit there.
 Exit status 1 on the first violation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,22 @@ from dataclasses import dataclass, field
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-import shmq  # noqa: E402
-from shmq import Message, MessageQueue, PullConsumer, PullStatus, TransactionProducer, TransactionStatus  # noqa: E402
-from shmq.codec import record as fmt  # noqa: E402
-from shmq.model.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC  # noqa: E402
+import shmq
+from shmq import Message, MessageQueue, PullConsumer, PullStatus, TransactionProducer, TransactionStatus
+from shmq.codec import record as fmt
+from shmq.model.system_topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 TOPIC = "TxChaos"
 GROUP = "txg"
-CONFIG = {"mappedFileSizeCommitLog": 4 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
-          "maxHashSlotNum": 1009, "maxIndexNum": 40000, "transactionTimeOut": 150,
-          "transactionCheckInterval": 50, "transactionCheckMax": 1000}
+CONFIG = {
+    "mappedFileSizeCommitLog": 4 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+    "transactionTimeOut": 150,
+    "transactionCheckInterval": 50,
+    "transactionCheckMax": 1000,
+}
 
 
 class TxCrashError(AssertionError):
@@ -76,8 +83,9 @@ class Totals:
 def _records_of_last_segment(store_dir: str) -> tuple[str, list[tuple[int, fmt.StoredRecord]]]:
     """(segment path, [(position, record)]) of the newest commitlog segment."""
     folder = os.path.join(store_dir, "commitlog")
-    names = [n for n in os.listdir(folder) if fmt.parse_offset_file_name(n) is not None] \
-        if os.path.isdir(folder) else []
+    names = (
+        [n for n in os.listdir(folder) if fmt.parse_offset_file_name(n) is not None] if os.path.isdir(folder) else []
+    )
     if not names:
         return "", []
     name = max(names)
@@ -87,7 +95,7 @@ def _records_of_last_segment(store_dir: str) -> tuple[str, list[tuple[int, fmt.S
     out = []
     for status, pos, size in fmt.scan_segment(buf, 0, len(buf), fmt.parse_offset_file_name(name) or 0):
         if status == fmt.RECORD_OK:
-            out.append((pos, fmt.decode_record(buf[pos:pos + size])))
+            out.append((pos, fmt.decode_record(buf[pos : pos + size])))
     return path, out
 
 
@@ -98,8 +106,11 @@ def cut_at_last_commit(store_dir: str) -> set[int] | None:
     path, recs = _records_of_last_segment(store_dir)
     for i in range(len(recs) - 1, 0, -1):
         op, msg = recs[i - 1][1], recs[i][1]
-        if op.topic == TRANS_OP_HALF_TOPIC and msg.sysflag & fmt.TRANSACTION_MASK == fmt.TRANSACTION_COMMIT \
-                and msg.prepared_tx_offset:
+        if (
+            op.topic == TRANS_OP_HALF_TOPIC
+            and msg.sysflag & fmt.TRANSACTION_MASK == fmt.TRANSACTION_COMMIT
+            and msg.prepared_tx_offset
+        ):
             break
     else:
         return None
@@ -166,8 +177,9 @@ class TxCrashHarness:
                 self.next_seq += 1
                 self.totals.sent += 1
                 try:
-                    r = tp.send_in_transaction(Message(TOPIC, b"tx-%d" % seq, keys=str(seq)),
-                                               lambda m, a: local_answer(a), arg=seq)
+                    r = tp.send_in_transaction(
+                        Message(TOPIC, b"tx-%d" % seq, keys=str(seq)), lambda m, a: local_answer(a), arg=seq
+                    )
                 except (shmq.ShmqError, TimeoutError):
                     return  # the broker is gone: its half may or may not be stored
                 if r.status is shmq.SendStatus.SEND_OK:
@@ -235,6 +247,7 @@ def main() -> int:
     store_dir = os.path.join(args.dir, "store")
     if os.path.exists(store_dir):
         import shutil
+
         shutil.rmtree(store_dir)
     os.makedirs(args.dir, exist_ok=True)
     print(f"seed={seed} rounds={args.rounds} dir={args.dir}", flush=True)
@@ -246,17 +259,23 @@ def main() -> int:
             h.round()
             t = h.totals
             if (r + 1) % 10 == 0:
-                print(f"round {r + 1}: sent {t.sent}, acked {t.acked}, visible {t.committed_visible}, "
-                      f"commits cut {t.cut_commits}, repairs logged {t.repairs_logged}", flush=True)
+                print(
+                    f"round {r + 1}: sent {t.sent}, acked {t.acked}, visible {t.committed_visible}, "
+                    f"commits cut {t.cut_commits}, repairs logged {t.repairs_logged}",
+                    flush=True,
+                )
     except TxCrashError as e:
         print(f"VIOLATION in round {h.totals.rounds + 1} (seed {seed}): {e}", flush=True)
         return 1
     finally:
         h.close()
     t = h.totals
-    print(f"ok: {t.rounds} rounds in {time.monotonic() - t0:.0f} s; {t.sent} transactions sent, {t.acked} halves "
-          f"acknowledged, {t.committed_visible} committed messages visible exactly once, none rolled back; "
-          f"commits cut after their op record: {t.cut_commits}, repaired at start: {t.repairs_logged}", flush=True)
+    print(
+        f"ok: {t.rounds} rounds in {time.monotonic() - t0:.0f} s; {t.sent} transactions sent, {t.acked} halves "
+        f"acknowledged, {t.committed_visible} committed messages visible exactly once, none rolled back; "
+        f"commits cut after their op record: {t.cut_commits}, repaired at start: {t.repairs_logged}",
+        flush=True,
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ answered with an ERROR too (its request id is the first 8 bytes) and changes not
 send END oneway; a sender that asks for an answer gets a SEND_RESULT (the commit's place, or
 offsets -1) once the put is flushed under SYNC_FLUSH, like a send.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

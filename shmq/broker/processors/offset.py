@@ -3,9 +3,10 @@ the broker's timer) and published at once into the state segment (RocketMQ's
 ConsumerManageProcessor.updateConsumerOffset). A member's commit of a queue an operator reset
 and the member has not acknowledged yet is dropped (see shmq.broker.offset_reset): it is of a
 position from before the reset."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.broker.answers import Peer
 from shmq.broker.groups import ConsumerOffsetManager
@@ -14,8 +15,12 @@ from shmq.errors import CorruptFrameError
 
 
 class CommitOffsetProcessor:
-    def __init__(self, offsets: ConsumerOffsetManager, publish: Callable[[str, str, int, int], None],
-                 allows: Callable[[int, str, str, int], bool] = lambda *_: True) -> None:
+    def __init__(
+        self,
+        offsets: ConsumerOffsetManager,
+        publish: Callable[[str, str, int, int], None],
+        allows: Callable[[int, str, str, int], bool] = lambda *_: True,
+    ) -> None:
         """``allows(client id, group, topic, queue id)``: whether that member's commit counts now."""
         self.offsets = offsets
         self._publish = publish

@@ -10,12 +10,13 @@ SYSTEM_BUSY (the consumer then polls without waiting). Deadlines sit in a heap, 
 only the waiters that are due, however many wait; waiters answered early leave their heap entry
 behind until the heap is rebuilt (when it holds twice the live waiters).
 """
+
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from shmq.broker.answers import Peer
 from shmq.codec import frames as P
@@ -62,9 +63,17 @@ class PullWaitProcessor:
                 _answer(mine[0], hi, True)
         held = self.held.get(peer, 0)
         if held >= self.per_client:
-            peer.out.append((P.ERROR, P.encode_error(
-                pw.req_id, P.SYSTEM_BUSY, f"client holds {held} long polls, the most maxPullWaitersPerClient "
-                f"allows; poll again after an answer")))
+            peer.out.append(
+                (
+                    P.ERROR,
+                    P.encode_error(
+                        pw.req_id,
+                        P.SYSTEM_BUSY,
+                        f"client holds {held} long polls, the most maxPullWaitersPerClient "
+                        f"allows; poll again after an answer",
+                    ),
+                )
+            )
             return
         w = PullWaiter(peer, pw.req_id, pw.offset, now + pw.timeout_ms * 1_000_000, key)
         if waiting is None:

@@ -7,6 +7,7 @@ queue) are gathered straight from the ring frames, no per-message objects, and s
 frames. Every frame kind takes the store's one put path, so a record that its topic or the
 store's put hooks refuse fails alone (a SEND_BATCH, a user's MessageBatch, fails whole).
 """
+
 from __future__ import annotations
 
 import logging
@@ -72,8 +73,13 @@ class SendRun:
         n = len(records)
         if n == 1:  # the sync send: no copy, no accumulate
             k = keys[0]
-            return fmt.EncodedBatch(bytes(records[0]), _ZERO_START, np.array(self.tags, np.int64),
-                                    np.array(k, np.int64) if k else _NO_KEYS, _KEY_RECORDS[len(k)])
+            return fmt.EncodedBatch(
+                bytes(records[0]),
+                _ZERO_START,
+                np.array(self.tags, np.int64),
+                np.array(k, np.int64) if k else _NO_KEYS,
+                _KEY_RECORDS[len(k)],
+            )
         starts = np.fromiter(accumulate(map(len, records), initial=0), np.int64, n + 1)[:-1]
         counts = list(map(len, keys))
         key_hashes = np.fromiter(chain.from_iterable(keys), np.int64, sum(counts))
@@ -108,8 +114,19 @@ class SendProcessor:
             return self._error(peer, b.req_id, b.flags, *r.reason(0))
         results = []
         if not b.flags & P.FLAG_ONEWAY:
-            results.append(P.SendResultFrame(b.req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset,
-                                             r.store_timestamp, self._host, r.msg_num, r.phys_offsets.tolist()))
+            results.append(
+                P.SendResultFrame(
+                    b.req_id,
+                    P.SEND_OK,
+                    qid,
+                    r.queue_offset,
+                    r.wrote_offset,
+                    r.store_timestamp,
+                    self._host,
+                    r.msg_num,
+                    r.phys_offsets.tolist(),
+                )
+            )
         self.core.count(b.topic, qid, r.msg_num, r.wrote_bytes)
         self.core.answers.add(peer, r.end_offset, results)
 
@@ -130,8 +147,12 @@ class SendProcessor:
         ts, end = 0, 0
         if len(rows):
             whole = len(rows) == n
-            req = PutRequest(m.batch if whole else fmt.select_records(m.batch, rows), list(topics),
-                             m.topic_idx if whole else m.topic_idx[rows], qids if whole else qids[rows])
+            req = PutRequest(
+                m.batch if whole else fmt.select_records(m.batch, rows),
+                list(topics),
+                m.topic_idx if whole else m.topic_idx[rows],
+                qids if whole else qids[rows],
+            )
             try:
                 r = self.store.put(req, wait_flush=False)
             except Exception as e:
@@ -144,8 +165,12 @@ class SendProcessor:
                     bad = r.refused != 0
                     status[rows[bad]] = [-r.refusals[k - 1][0] for k in r.refused[bad].tolist()]
                     message = message or r.refusals[int(r.refused[bad][0]) - 1][1]
-                queue_offsets[rows], phys[rows], ts, end = r.queue_offsets, r.phys_offsets, r.store_timestamp, \
-                    r.end_offset
+                queue_offsets[rows], phys[rows], ts, end = (
+                    r.queue_offsets,
+                    r.phys_offsets,
+                    r.store_timestamp,
+                    r.end_offset,
+                )
                 stored = np.flatnonzero(status == 0)
                 sizes = np.diff(m.batch.starts, append=len(m.batch.buf))
                 self.core.count_records(topics, tix[stored].tolist(), qids[stored].tolist(), sizes[stored].tolist())
@@ -159,16 +184,30 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ the SENDs of a pass
 
-    def put_single(self, peer: Peer, req_id: int, queue_id: int, flags: int, tags_code: int, topic_raw: bytes,
-                   keys: tuple[int, ...], record: memoryview) -> None:
+    def put_single(
+        self,
+        peer: Peer,
+        req_id: int,
+        queue_id: int,
+        flags: int,
+        tags_code: int,
+        topic_raw: bytes,
+        keys: tuple[int, ...],
+        record: memoryview,
+    ) -> None:
         """A SEND alone in its pass (the sync send's rhythm): the same route, put and answer as
         ``put_run`` without the run's per-pass lists, which cost as much as the put itself."""
         topic = P.decode_topic(topic_raw)
         qid, code, message = Routes(self.core.resolve_topic).route(topic, queue_id)
         if code:
             return self._error(peer, req_id, flags, code, message)
-        batch = fmt.EncodedBatch(bytes(record), _ZERO_START, np.array((tags_code,), np.int64),
-                                 np.array(keys, np.int64) if keys else _NO_KEYS, _KEY_RECORDS[len(keys)])
+        batch = fmt.EncodedBatch(
+            bytes(record),
+            _ZERO_START,
+            np.array((tags_code,), np.int64),
+            np.array(keys, np.int64) if keys else _NO_KEYS,
+            _KEY_RECORDS[len(keys)],
+        )
         req = PutRequest(batch, [topic], None, qid, inspect=_ZERO_START if flags & P.FLAG_INSPECT else None)
         try:
             r = self.store.put(req, wait_flush=False)
@@ -178,11 +217,22 @@ class SendProcessor:
             return self._error(peer, req_id, flags, *r.reason(0))
         # a parked message (delay, transaction half) is counted where it was stored, answered as
         # sent to its own queue (RocketMQ answers the real topic and queue too)
-        self.core.count(req.topics[0], int(req.queue_ids) if isinstance(req.queue_ids, int) else int(req.queue_ids[0]),
-                        1, r.wrote_bytes)
+        self.core.count(
+            req.topics[0],
+            int(req.queue_ids) if isinstance(req.queue_ids, int) else int(req.queue_ids[0]),
+            1,
+            r.wrote_bytes,
+        )
         if not flags & P.FLAG_ONEWAY:
-            self.core.answers.add(peer, r.end_offset, [P.SendResultFrame(
-                req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset, r.store_timestamp, self._host)])
+            self.core.answers.add(
+                peer,
+                r.end_offset,
+                [
+                    P.SendResultFrame(
+                        req_id, P.SEND_OK, qid, r.queue_offset, r.wrote_offset, r.store_timestamp, self._host
+                    )
+                ],
+            )
 
     def put_run(self, peer: Peer, run: SendRun, inspect: bool = False) -> None:
         """Store the SENDs of one pass, of any topics and queues, with one store put.
@@ -265,8 +315,11 @@ class SendProcessor:
                 return
             phys_l, qoffs_l = phys.tolist(), qoffs.tolist()
         oneway = P.FLAG_ONEWAY
-        results = [P.SendResultFrame(req_id, P.SEND_OK, first[1], qoffs_l[i], phys_l[i], ts, host)
-                   for i, (req_id, f) in enumerate(zip(req_ids, flags)) if not f & oneway]
+        results = [
+            P.SendResultFrame(req_id, P.SEND_OK, first[1], qoffs_l[i], phys_l[i], ts, host)
+            for i, (req_id, f) in enumerate(zip(req_ids, flags))
+            if not f & oneway
+        ]
         self.core.answers.add(peer, r.end_offset, results)
 
     # ------------------------------------------------------------------ errors
@@ -274,9 +327,18 @@ class SendProcessor:
     def reject_busy(self, peer: Peer, req_id: int, flags: int, waited_ns: int) -> None:
         self.core.busy += 1
         if not flags & P.FLAG_ONEWAY:
-            peer.out.append((P.ERROR, P.encode_error(
-                req_id, P.SYSTEM_BUSY, f"broker busy: the request waited {waited_ns // 1_000_000} ms in the send "
-                f"queue, over waitTimeMillsInSendQueue = {self._wait_ms} ms (TIMEOUT_CLEAN_QUEUE); send again later")))
+            peer.out.append(
+                (
+                    P.ERROR,
+                    P.encode_error(
+                        req_id,
+                        P.SYSTEM_BUSY,
+                        f"broker busy: the request waited {waited_ns // 1_000_000} ms in the send "
+                        f"queue, over waitTimeMillsInSendQueue = {self._wait_ms} ms (TIMEOUT_CLEAN_QUEUE); "
+                        "send again later",
+                    ),
+                )
+            )
 
     @staticmethod
     def _error(peer: Peer, req_id: int, flags: int, code: int, message: str) -> None:
@@ -287,4 +349,3 @@ class SendProcessor:
         if not isinstance(e, (ValueError, ShmqError)):
             log.exception("%s failed", what)  # noqa: LOG004 - called from the put's except block
         self._error(peer, req_id, flags, put_error_code(e), plain_message(e))
-

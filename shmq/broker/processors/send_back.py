@@ -8,6 +8,7 @@ a SEND_MULTI_RESULT: per message SEND_OK with where the copy went (the schedule 
 delay level, or the DLQ), or minus an error code; a frame the broker cannot take at all (not
 decodable, a bad group, a replica) gets an ERROR.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,18 +44,27 @@ class SendBackProcessor:
             sb = decode_send_back(view)
             check_group(sb.group)
         except (CorruptFrameError, ValueError) as e:  # answered, not dropped: the client may go on
-            return self._error(peer, P.request_id(P.SEND_BACK, view), P.MESSAGE_ILLEGAL,
-                               f"messages sent back for a retry were refused: {e}")
+            return self._error(
+                peer,
+                P.request_id(P.SEND_BACK, view),
+                P.MESSAGE_ILLEGAL,
+                f"messages sent back for a retry were refused: {e}",
+            )
         if not self.core.config.is_master:
-            return self._error(peer, sb.req_id, P.SERVICE_NOT_AVAILABLE,
-                               "a replica stores nothing of its own: messages to retry go to its master")
+            return self._error(
+                peer,
+                sb.req_id,
+                P.SERVICE_NOT_AVAILABLE,
+                "a replica stores nothing of its own: messages to retry go to its master",
+            )
         n = len(sb.offsets)
         status = np.zeros(n, np.int64)
         message = ""
         items, rows = [], []
         commitlog = self.core.store.commitlog
-        for i, (offset, size, level) in enumerate(zip(sb.offsets.tolist(), sb.sizes.tolist(),
-                                                      sb.delay_levels.tolist())):
+        for i, (offset, size, level) in enumerate(
+            zip(sb.offsets.tolist(), sb.sizes.tolist(), sb.delay_levels.tolist())
+        ):
             try:
                 if not fmt.FIXED_OVERHEAD <= size <= fmt.MAX_RECORD_SIZE or offset < commitlog.min_offset:
                     raise ValueError(f"no record of {size} bytes at commitlog offset {offset}")

@@ -6,6 +6,7 @@ argparse subcommands; every leaf sets ``run`` (``run(args) -> Result``) with ``s
 turns every error into one line on stderr and a non-zero status, so scripts can rely on the
 exit code and people never see a traceback for a mistake of theirs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,14 @@ FAMILIES = (
 )
 
 
-def add_admin_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_admin_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `admin` and every family's subcommands to the `shmq` parser's subcommands."""
-    a = sub.add_parser("admin", help="operations on brokers and stores (topics, groups, offsets, messages, ...)",
-                       description="Operations on a running broker (over its control queue and read-only on its "
-                                   "store files) and on stopped stores.")
+    a = sub.add_parser(
+        "admin",
+        help="operations on brokers and stores (topics, groups, offsets, messages, ...)",
+        description="Operations on a running broker (over its control queue and read-only on its "
+        "store files) and on stopped stores.",
+    )
     asub = a.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
     for family in FAMILIES:
         importlib.import_module(family).register(asub)

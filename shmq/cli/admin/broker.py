@@ -2,6 +2,7 @@
 
 ``summary_rows`` and ``config_rows`` are pure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,21 @@ def summary_rows(d: dict[str, Any]) -> list[list[Any]]:
     rss = "-" if d["rss_bytes"] is None else f"{d['rss_bytes'] / MIB:.1f} MiB"
     cpu = "-" if d["cpu_percent"] is None else f"{d['cpu_percent']:.1f} %"
     rows: list[list[Any]] = [
-        ["name", d["name"]], ["version", d["version"]], ["role", d["role"]], ["pid", d["pid"]],
-        ["store", d["store_dir"]], ["uptime", f"{d['uptime_s']:.0f} s"], ["cpu", cpu], ["rss", rss],
-        ["commitlog min offset", d["commitlog_min_offset"]], ["commitlog max offset", d["commitlog_max_offset"]],
+        ["name", d["name"]],
+        ["version", d["version"]],
+        ["role", d["role"]],
+        ["pid", d["pid"]],
+        ["store", d["store_dir"]],
+        ["uptime", f"{d['uptime_s']:.0f} s"],
+        ["cpu", cpu],
+        ["rss", rss],
+        ["commitlog min offset", d["commitlog_min_offset"]],
+        ["commitlog max offset", d["commitlog_max_offset"]],
         ["flushed offset", f"{d['flushed_offset']}  ({d['commitlog_max_offset'] - d['flushed_offset']} bytes behind)"],
-        ["disk used", disk], ["clients", d["clients"]], ["messages in", d["msgs_in"]], ["bytes in", d["bytes_in"]],
+        ["disk used", disk],
+        ["clients", d["clients"]],
+        ["messages in", d["msgs_in"]],
+        ["bytes in", d["bytes_in"]],
         ["busy rejections", d["busy_rejections"]],
     ]
     if d["replicas"] is None:
@@ -42,8 +53,12 @@ def summary_rows(d: dict[str, Any]) -> list[list[Any]]:
         rows.append(["replicas", "none connected"])
     for r in d["replicas"] or []:
         state = "streaming" if r["streaming"] else "handshake"
-        rows.append([f"replica {r['name'] or r['address']}", f"acked {r['acked_offset']} ({r['lag_bytes']} bytes "
-                                                             f"behind, {state})"])
+        rows.append(
+            [
+                f"replica {r['name'] or r['address']}",
+                f"acked {r['acked_offset']} ({r['lag_bytes']} bytes behind, {state})",
+            ]
+        )
     return rows
 
 
@@ -52,15 +67,17 @@ def config_rows(config: dict[str, Any]) -> list[list[Any]]:
 
 
 def _render(d: dict[str, Any]) -> list[FitTable]:
-    return [table(f"broker {d['name']}", ["", "value"], summary_rows(d)),
-            table("config in force", ["key", "value"], config_rows(d["config"]))]
+    return [
+        table(f"broker {d['name']}", ["", "value"], summary_rows(d)),
+        table("config in force", ["key", "value"], config_rows(d["config"])),
+    ]
 
 
 def _status(args: argparse.Namespace) -> Result:
     return Result(Admin(broker_of(args)).broker_status(), _render)
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `broker status`."""
     p = sub.add_parser("broker", help="the broker's status and the config in force")
     bsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

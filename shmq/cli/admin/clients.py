@@ -2,6 +2,7 @@
 
 ``client_data`` and ``client_rows`` are pure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,15 @@ from shmq.client.admin_state import ClientInfo
 
 
 def client_data(c: ClientInfo) -> dict[str, Any]:
-    return {"client_id": c.client_id, "pid": c.pid, "role": c.role, "group": c.group,
-            "attached_ms": c.attached_ms, "request_fill": c.request_fill, "response_fill": c.response_fill}
+    return {
+        "client_id": c.client_id,
+        "pid": c.pid,
+        "role": c.role,
+        "group": c.group,
+        "attached_ms": c.attached_ms,
+        "request_fill": c.request_fill,
+        "response_fill": c.response_fill,
+    }
 
 
 def local_time(ms: int) -> str:
@@ -23,22 +31,35 @@ def local_time(ms: int) -> str:
 
 
 def client_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[c["client_id"], c["pid"], c["role"], c["group"] or "", local_time(c["attached_ms"]),
-             c["request_fill"], c["response_fill"]] for c in data]
+    return [
+        [
+            c["client_id"],
+            c["pid"],
+            c["role"],
+            c["group"] or "",
+            local_time(c["attached_ms"]),
+            c["request_fill"],
+            c["response_fill"],
+        ]
+        for c in data
+    ]
 
 
 def _render(data: list[dict[str, Any]]) -> FitTable:
-    return table(f"{len(data)} clients attached",
-                 ["client id", "pid", "role", "group", "attached", "request ring bytes", "response ring bytes"],
-                 client_rows(data), right=["client id", "pid", "request ring bytes", "response ring bytes"],
-                 optional=["response ring bytes", "request ring bytes", "attached"])
+    return table(
+        f"{len(data)} clients attached",
+        ["client id", "pid", "role", "group", "attached", "request ring bytes", "response ring bytes"],
+        client_rows(data),
+        right=["client id", "pid", "request ring bytes", "response ring bytes"],
+        optional=["response ring bytes", "request ring bytes", "attached"],
+    )
 
 
 def _clients(args: argparse.Namespace) -> Result:
     return Result([client_data(c) for c in Admin(broker_of(args)).clients()], _render)
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `clients`."""
     p = sub.add_parser("clients", help="attached producers and consumers: pid, group, ring fill")
     add_common(p)

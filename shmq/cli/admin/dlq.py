@@ -2,6 +2,7 @@
 
 ``dlq_rows`` is pure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,23 +19,38 @@ def dlq_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
 def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
     if not data:
         return "no dead-letter topics"
-    return table("dead-letter topics", ["group", "topic", "queues", "messages"], dlq_rows(data),
-                 right=["queues", "messages"], optional=["queues", "group"])  # the topic names the group
+    return table(
+        "dead-letter topics",
+        ["group", "topic", "queues", "messages"],
+        dlq_rows(data),
+        right=["queues", "messages"],
+        optional=["queues", "group"],
+    )  # the topic names the group
 
 
 def _list(args: argparse.Namespace) -> Result:
-    return Result([{"group": d.group, "topic": d.topic, "queues": d.queues, "messages": d.messages}
-                   for d in Admin(broker_of(args)).dlq()], _render_list)
+    return Result(
+        [
+            {"group": d.group, "topic": d.topic, "queues": d.queues, "messages": d.messages}
+            for d in Admin(broker_of(args)).dlq()
+        ],
+        _render_list,
+    )
 
 
 def _resend(args: argparse.Namespace) -> Result:
     r = Admin(broker_of(args)).resend_dlq(args.group, args.msg_id, args.max)
     data = {"group": args.group, "resent": r.resent, "skipped": r.skipped, "remaining": r.remaining}
-    return Result(data, lambda d: (f"resent {len(d['resent'])} dead letters of {d['group']}; skipped "
-                                   f"{len(d['skipped'])}; {d['remaining']} not resent yet"))
+    return Result(
+        data,
+        lambda d: (
+            f"resent {len(d['resent'])} dead letters of {d['group']}; skipped "
+            f"{len(d['skipped'])}; {d['remaining']} not resent yet"
+        ),
+    )
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `dlq` and its subcommands."""
     p = sub.add_parser("dlq", help="dead-letter topics (%%DLQ%%<group>): sizes, resend")
     dsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

@@ -2,6 +2,7 @@
 
 ``*_data`` and ``*_rows`` are pure: what --json prints and the table rows made from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,40 +14,78 @@ from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 
 
 def group_data(g: GroupInfo) -> dict[str, Any]:
-    return {"group": g.group, "model": g.model, "version": g.version, "members": g.members,
-            "subscriptions": g.subscriptions}
+    return {
+        "group": g.group,
+        "model": g.model,
+        "version": g.version,
+        "members": g.members,
+        "subscriptions": g.subscriptions,
+    }
 
 
 def progress_data(p: ConsumerProgress) -> dict[str, Any]:
     """Per queue: committed offset, the queue's min and max, lag; and the totals."""
-    return {"group": p.group, "online": p.online, "model": p.model, "lag": p.lag,
-            "queues": [{"topic": q.topic, "queue_id": q.queue_id, "committed": q.committed,
-                        "min_offset": q.min_offset, "max_offset": q.max_offset, "lag": q.lag} for q in p.queues]}
+    return {
+        "group": p.group,
+        "online": p.online,
+        "model": p.model,
+        "lag": p.lag,
+        "queues": [
+            {
+                "topic": q.topic,
+                "queue_id": q.queue_id,
+                "committed": q.committed,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "lag": q.lag,
+            }
+            for q in p.queues
+        ],
+    }
 
 
 def group_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[g["group"], g["model"], len(g["members"]), g["version"],
-             ", ".join(f"{t} ({e})" for t, e in g["subscriptions"].items())] for g in data]
+    return [
+        [
+            g["group"],
+            g["model"],
+            len(g["members"]),
+            g["version"],
+            ", ".join(f"{t} ({e})" for t, e in g["subscriptions"].items()),
+        ]
+        for g in data
+    ]
 
 
 def progress_rows(data: dict[str, Any]) -> list[list[Any]]:
     """One row per queue (committed -1 shows as "-": never committed), and a total row."""
-    rows: list[list[Any]] = [[q["topic"], q["queue_id"], q["max_offset"],
-                              q["committed"] if q["committed"] >= 0 else "-", q["lag"]] for q in data["queues"]]
+    rows: list[list[Any]] = [
+        [q["topic"], q["queue_id"], q["max_offset"], q["committed"] if q["committed"] >= 0 else "-", q["lag"]]
+        for q in data["queues"]
+    ]
     rows.append(["total", "", sum(q["max_offset"] for q in data["queues"]), "", data["lag"]])
     return rows
 
 
 def _render_groups(data: list[dict[str, Any]]) -> FitTable:
-    return table("consumer groups", ["group", "model", "members", "version", "subscriptions"], group_rows(data),
-                 right=["members", "version"], optional=["version", "members"])
+    return table(
+        "consumer groups",
+        ["group", "model", "members", "version", "subscriptions"],
+        group_rows(data),
+        right=["members", "version"],
+        optional=["version", "members"],
+    )
 
 
 def _render_progress(data: dict[str, Any]) -> FitTable:
     state = "online" if data["online"] else "no consumer running"
     title = f"{data['group']} ({data['model'] or '-'}, {state})  lag {data['lag']}"
-    return table(title, ["topic", "queue", "max offset", "committed", "lag"], progress_rows(data),
-                 right=["queue", "max offset", "committed", "lag"])
+    return table(
+        title,
+        ["topic", "queue", "max offset", "committed", "lag"],
+        progress_rows(data),
+        right=["queue", "max offset", "committed", "lag"],
+    )
 
 
 def _list(args: argparse.Namespace) -> Result:
@@ -61,7 +100,7 @@ def _progress(args: argparse.Namespace) -> Result:
     return result
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `group` and its subcommands."""
     p = sub.add_parser("group", help="consumer groups and their progress (committed offsets, lag)")
     gsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

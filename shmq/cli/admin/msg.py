@@ -5,6 +5,7 @@ query and view read the store's index and commitlog files read-only in this proc
 (``Admin.query_by_key``, ``Admin.view_message``); trace asks the broker (``Admin.view_trace``).
 Turning messages into rows is pure (``message_row``, ``message_detail``, ``body_preview``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,36 +55,63 @@ def body_preview(body: bytes, limit: int = PREVIEW_BYTES) -> dict[str, Any]:
         text: str | None = head.decode("utf-8")
     except UnicodeDecodeError as e:
         cut = len(body) > limit and e.start >= len(head) - 3 and e.reason == "unexpected end of data"
-        text = head[:e.start].decode("utf-8") if cut else None
-    if text is None or any(ord(c) < 32 and c not in "\t\r\n" or 0x7F <= ord(c) < 0xA0 for c in text):
+        text = head[: e.start].decode("utf-8") if cut else None
+    if text is None or any((ord(c) < 32 and c not in "\t\r\n") or 0x7F <= ord(c) < 0xA0 for c in text):
         return {"encoding": "hex", "text": head.hex(" "), "size": len(body), "truncated": len(body) > limit}
     return {"encoding": "utf-8", "text": text, "size": len(body), "truncated": len(body) > limit}
 
 
 def message_row(m: MessageExt) -> dict[str, Any]:
     """One line of `msg query`'s table."""
-    return {"msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "queue_id": m.queue_id,
-            "queue_offset": m.queue_offset, "store_timestamp": m.store_timestamp,
-            "store_time": iso_ms(m.store_timestamp), "tags": m.tags, "keys": m.keys, "body_size": len(m.body)}
+    return {
+        "msg_id": m.msg_id,
+        "offset_msg_id": m.offset_msg_id,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "store_timestamp": m.store_timestamp,
+        "store_time": iso_ms(m.store_timestamp),
+        "tags": m.tags,
+        "keys": m.keys,
+        "body_size": len(m.body),
+    }
 
 
 def message_detail(m: MessageExt, tracks: list[MessageTrack]) -> dict[str, Any]:
     """What `msg view` shows: headers, properties, body preview, consumer groups."""
-    headers = {"topic": m.topic, "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "tags": m.tags,
-               "keys": m.keys, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-               "commit_log_offset": m.commit_log_offset, "store_size": m.store_size,
-               "born_timestamp": m.born_timestamp, "born_time": iso_ms(m.born_timestamp),
-               "store_timestamp": m.store_timestamp, "store_time": iso_ms(m.store_timestamp),
-               "reconsume_times": m.reconsume_times, "sys_flag": m.sysflag}
-    return {"headers": headers, "properties": dict(m.properties), "body": body_preview(m.body),
-            "consumers": [dataclasses.asdict(t) for t in tracks]}
+    headers = {
+        "topic": m.topic,
+        "msg_id": m.msg_id,
+        "offset_msg_id": m.offset_msg_id,
+        "tags": m.tags,
+        "keys": m.keys,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "commit_log_offset": m.commit_log_offset,
+        "store_size": m.store_size,
+        "born_timestamp": m.born_timestamp,
+        "born_time": iso_ms(m.born_timestamp),
+        "store_timestamp": m.store_timestamp,
+        "store_time": iso_ms(m.store_timestamp),
+        "reconsume_times": m.reconsume_times,
+        "sys_flag": m.sysflag,
+    }
+    return {
+        "headers": headers,
+        "properties": dict(m.properties),
+        "body": body_preview(m.body),
+        "consumers": [dataclasses.asdict(t) for t in tracks],
+    }
 
 
 def _render_query(d: dict[str, Any]) -> RenderableType:
     cols = ["msg_id", "queue_id", "queue_offset", "store_time", "tags", "keys", "body_size"]
-    return table(f"{d['topic']} key {d['key']!r}: {len(d['messages'])} message(s)", cols,
-                 ([r[c] for c in cols] for r in d["messages"]), right=["queue_id", "queue_offset", "body_size"],
-                 optional=["body_size", "queue_id", "queue_offset", "store_time"])
+    return table(
+        f"{d['topic']} key {d['key']!r}: {len(d['messages'])} message(s)",
+        cols,
+        ([r[c] for c in cols] for r in d["messages"]),
+        right=["queue_id", "queue_offset", "body_size"],
+        optional=["body_size", "queue_id", "queue_offset", "store_time"],
+    )
 
 
 def _render_detail(d: dict[str, Any]) -> list[RenderableType]:
@@ -92,11 +120,17 @@ def _render_detail(d: dict[str, Any]) -> list[RenderableType]:
     parts: list[RenderableType] = [
         table("Message", ["field", "value"], d["headers"].items()),
         table("Properties", ["name", "value"], sorted(d["properties"].items())),
-        table("Body", [f"{body['size']} bytes, {body['encoding']}{more}"], [[body["text"]]])]
+        table("Body", [f"{body['size']} bytes, {body['encoding']}{more}"], [[body["text"]]]),
+    ]
     if d["consumers"]:
-        parts.append(table("Consumer groups", ["group", "status", "committed_offset"],
-                           ([c["consumer_group"], c["track_type"], c["committed_offset"]] for c in d["consumers"]),
-                           right=["committed_offset"]))
+        parts.append(
+            table(
+                "Consumer groups",
+                ["group", "status", "committed_offset"],
+                ([c["consumer_group"], c["track_type"], c["committed_offset"]] for c in d["consumers"]),
+                right=["committed_offset"],
+            )
+        )
     else:
         parts.append("No consumer group has committed an offset on this message's queue.")
     return parts
@@ -106,11 +140,27 @@ def _render_trace(d: dict[str, Any]) -> list[RenderableType]:
     if not d["records"]:
         return []  # the note says so
     cols = ["type", "time", "group", "client_pid", "cost_ms", "status", "store_time"]
-    rows = ([r["type"], iso_ms(r["timestamp"]), r["group"], r["client_pid"], r["cost_ms"], r["status"] or
-             ("" if r["success"] is None else ("OK" if r["success"] else "FAILED")),
-             iso_ms(r["store_time"]) if r["store_time"] else None] for r in d["records"])
-    return [table(f"Trace of {d['msg_id']}", cols, rows, right=["client_pid", "cost_ms"],
-                  optional=["store_time", "client_pid", "cost_ms"])]
+    rows = (
+        [
+            r["type"],
+            iso_ms(r["timestamp"]),
+            r["group"],
+            r["client_pid"],
+            r["cost_ms"],
+            r["status"] or ("" if r["success"] is None else ("OK" if r["success"] else "FAILED")),
+            iso_ms(r["store_time"]) if r["store_time"] else None,
+        ]
+        for r in d["records"]
+    )
+    return [
+        table(
+            f"Trace of {d['msg_id']}",
+            cols,
+            rows,
+            right=["client_pid", "cost_ms"],
+            optional=["store_time", "client_pid", "cost_ms"],
+        )
+    ]
 
 
 def query(args: argparse.Namespace) -> Result:
@@ -130,9 +180,12 @@ def trace(args: argparse.Namespace) -> Result:
     return Result(data, _render_trace, notes=[] if records else [f"no trace records of {args.msg_id} (yet)"])
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("msg", help="find messages by key or id, show one, show its trace",
-                       description="Look messages up while the broker runs (read-only on its index and commitlog).")
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "msg",
+        help="find messages by key or id, show one, show its trace",
+        description="Look messages up while the broker runs (read-only on its index and commitlog).",
+    )
     msub = p.add_subparsers(dest="sub_command", required=True, metavar="COMMAND")
 
     q = msub.add_parser("query", help="messages of a topic with a key (KEYS or msg id)")
@@ -140,8 +193,9 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     q.add_argument("--key", required=True)
     q.add_argument("--begin", type=parse_time, default=0, help="stored at or after (epoch ms or ISO 8601)")
     q.add_argument("--end", type=parse_time, default=None, help="stored at or before (default: now)")
-    q.add_argument("--max", type=max_num, default=64,
-                   help=f"at most this many, newest first (1..{MAX_QUERY_NUM}, default 64)")
+    q.add_argument(
+        "--max", type=max_num, default=64, help=f"at most this many, newest first (1..{MAX_QUERY_NUM}, default 64)"
+    )
     add_common(q)
     q.set_defaults(run=query)
 

@@ -4,6 +4,7 @@ Running members of the group follow at once: they drop what they cached of the t
 and resume from the new offsets (see shmq.broker.offset_reset). ``--timestamp`` takes epoch
 milliseconds or an ISO 8601 time (without a zone: local time, as `date` prints it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,7 @@ def reset_rows(offsets: dict[str, Any]) -> list[tuple[int, int]]:
 
 def _reset(args: argparse.Namespace) -> Result:
     ts = parse_timestamp(args.timestamp) if args.timestamp is not None else None
-    offsets = Admin(broker_of(args)).reset_offset(args.group, args.topic, timestamp=ts, offset=args.offset,
-                                                  to=args.to)
+    offsets = Admin(broker_of(args)).reset_offset(args.group, args.topic, timestamp=ts, offset=args.offset, to=args.to)
     data = {"group": args.group, "topic": args.topic, "offsets": {str(q): v for q, v in sorted(offsets.items())}}
     if ts is not None:
         data["timestamp"] = ts
@@ -43,23 +43,31 @@ def _reset(args: argparse.Namespace) -> Result:
     def render(d: dict[str, Any]) -> Any:
         return table(None, ("queue", "offset"), reset_rows(d["offsets"]), right=("queue", "offset"))
 
-    return Result(data, render, notes=[f"group {args.group}, topic {args.topic}: offsets reset; running members "
-                                       f"resume from them"])
+    return Result(
+        data, render, notes=[f"group {args.group}, topic {args.topic}: offsets reset; running members resume from them"]
+    )
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    o = sub.add_parser("offset", help="consumer group offsets: reset",
-                       description="Consumer group offsets on a running broker.")
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    o = sub.add_parser(
+        "offset", help="consumer group offsets: reset", description="Consumer group offsets on a running broker."
+    )
     osub = o.add_subparsers(dest="sub_command", required=True, metavar="COMMAND")
-    p = osub.add_parser("reset", help="move a group's offsets of a topic; running members follow",
-                        description="Move GROUP's committed offsets of every queue of TOPIC. Running members "
-                                    "drop what they cached and resume from the new offsets. CLUSTERING groups "
-                                    "only (a BROADCASTING member keeps its offsets in its own file).")
+    p = osub.add_parser(
+        "reset",
+        help="move a group's offsets of a topic; running members follow",
+        description="Move GROUP's committed offsets of every queue of TOPIC. Running members "
+        "drop what they cached and resume from the new offsets. CLUSTERING groups "
+        "only (a BROADCASTING member keeps its offsets in its own file).",
+    )
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, help="topic")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--timestamp", metavar="TS", help="the first message stored at or after this time "
-                                           "(epoch ms, or ISO 8601 such as 2026-11-24T05:00:00)")
+    where.add_argument(
+        "--timestamp",
+        metavar="TS",
+        help="the first message stored at or after this time (epoch ms, or ISO 8601 such as 2026-11-24T05:00:00)",
+    )
     where.add_argument("--offset", type=int, metavar="N", help="this queue offset in every queue (clamped to min..max)")
     where.add_argument("--to", choices=("first", "last"), help="each queue's first (min) or last (max) offset")
     add_common(p)

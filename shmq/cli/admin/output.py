@@ -8,14 +8,16 @@ broker's refusal, a missing file) are ``ShmqError``, ``ValueError`` or ``OSError
 broker's refusal code, as JSON on stdout). Usage errors are argparse's
 (status 2).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
@@ -57,8 +59,14 @@ class FitTable:
     and folds what is still too wide onto more lines; rich's ellipsis is never used. Cells are
     plain text (a ``[tag]`` in a key is printed, not taken for markup)."""
 
-    def __init__(self, title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                 right: Iterable[str] = (), optional: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        title: str | None,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        right: Iterable[str] = (),
+        optional: Sequence[str] = (),
+    ) -> None:
         self.title = title
         self.columns = list(columns)
         self.rows = [["" if v is None else str(v) for v in r] for r in rows]
@@ -86,12 +94,18 @@ class FitTable:
             t = self.build(shown)
         yield t
         if left_out:
-            yield Text(f"({', '.join(left_out)} left out at this width: --json or a wider terminal shows them)",
-                       style="dim")
+            yield Text(
+                f"({', '.join(left_out)} left out at this width: --json or a wider terminal shows them)", style="dim"
+            )
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-          right: Iterable[str] = (), optional: Sequence[str] = ()) -> FitTable:
+def table(
+    title: str | None,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    right: Iterable[str] = (),
+    optional: Sequence[str] = (),
+) -> FitTable:
     """A plain table: ``right`` names the numeric columns (right-aligned), ``optional`` those
     left out, in that order, on a terminal too narrow for all (see ``FitTable``)."""
     return FitTable(title, columns, rows, right, optional)
@@ -107,8 +121,7 @@ def console_for(out: Any) -> Console:
 
 def command_name(args: argparse.Namespace) -> str:
     """`admin topic list`-style name of the parsed command, for error lines."""
-    words = ["admin"] + [str(getattr(args, k)) for k in ("admin_command", "sub_command")
-                         if getattr(args, k, None)]
+    words = ["admin"] + [str(getattr(args, k)) for k in ("admin_command", "sub_command") if getattr(args, k, None)]
     return " ".join(words)
 
 

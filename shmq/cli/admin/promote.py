@@ -8,6 +8,7 @@ STORE/broker.log, and the command returns once the new broker serves. The master
 name the replica served under (recorded in the store at the replica's start), so clients
 configured for the replica find it; ``--name`` (or ``brokerName`` in ``--config``) overrides.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,35 @@ def promote(store: str, name: str | None, config_path: str | None, role: str, ti
     if name is None and loaded[0].broker_name is None:
         name = served_name(store_dir)
         if name is None:
-            print(f"shmq admin promote: error: store {store_dir} records no replica name ({RECORD}): give the "
-                  "name clients use with --name N", file=sys.stderr)
+            print(
+                f"shmq admin promote: error: store {store_dir} records no replica name ({RECORD}): give the "
+                "name clients use with --name N",
+                file=sys.stderr,
+            )
             return 2
     else:
         name = loaded[1]
     stopped = _stop_replica(name, store_dir, timeout)  # ShmqError / OSError: one line, status 1
     pid = _start_master(store_dir, name, config_path, role, timeout)
-    return Result({"store": store_dir, "name": name, "role": role, "pid": pid, "replica_pid_stopped": stopped,
-                   "log": os.path.join(store_dir, "broker.log")}, _render)
+    return Result(
+        {
+            "store": store_dir,
+            "name": name,
+            "role": role,
+            "pid": pid,
+            "replica_pid_stopped": stopped,
+            "log": os.path.join(store_dir, "broker.log"),
+        },
+        _render,
+    )
 
 
 def _render(d: dict[str, Any]) -> str:
     was = f"replica pid {d['replica_pid_stopped']} stopped" if d["replica_pid_stopped"] else "no replica was running"
-    return (f"promoted store {d['store']}: broker {d['name']!r} serves as {d['role']} (pid {d['pid']}; {was}; "
-            f"log {d['log']})")
+    return (
+        f"promoted store {d['store']}: broker {d['name']!r} serves as {d['role']} (pid {d['pid']}; {was}; "
+        f"log {d['log']})"
+    )
 
 
 def _serving(name: str) -> tuple[int, int, str] | None:
@@ -93,8 +108,10 @@ def _stop_replica(name: str, store_dir: str, timeout: float) -> int | None:
     deadline = time.monotonic() + timeout
     while (watch is not None and watch.is_alive()) or not _store_free(store_dir):
         if time.monotonic() > deadline:
-            raise ShmqError(f"replica {name!r} (pid {pid}) did not stop within {timeout:g} s after SIGTERM; "
-                            "its store is still in use (stop it, then run `shmq broker` on the store)")
+            raise ShmqError(
+                f"replica {name!r} (pid {pid}) did not stop within {timeout:g} s after SIGTERM; "
+                "its store is still in use (stop it, then run `shmq broker` on the store)"
+            )
         time.sleep(POLL_S)
     return pid
 
@@ -155,16 +172,24 @@ def _start_master(store_dir: str, name: str, config_path: str | None, role: str,
     raise ShmqError(f"the broker (pid {proc.pid}) did not serve within {timeout:g} s (see {log_path})")
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`shmq admin promote --store DIR [--name N] [--config FILE] [--role R] [--timeout S]`."""
     p = sub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
     p.add_argument("--store", required=True, help="store directory (created if missing)")
-    p.add_argument("--name", help="broker name clients attach to (default: brokerName of the config, else the "
-                                  "name the replica served under, recorded in the store)")
+    p.add_argument(
+        "--name",
+        help="broker name clients attach to (default: brokerName of the config, else the "
+        "name the replica served under, recorded in the store)",
+    )
     p.add_argument("--config", help="TOML file or RocketMQ-style broker.conf (key=value)")
-    p.add_argument("--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER",
-                   help="role of the new master")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the replica to stop "
-                                                               "and for the broker to serve")
+    p.add_argument(
+        "--role", choices=("ASYNC_MASTER", "SYNC_MASTER"), default="ASYNC_MASTER", help="role of the new master"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the replica to stop and for the broker to serve",
+    )
     add_common(p, broker=False)
     p.set_defaults(run=lambda a: promote(a.store, a.name, a.config, a.role, a.timeout))

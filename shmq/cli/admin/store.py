@@ -5,6 +5,7 @@ verify refuses a store a broker has open, since its files change under the check
 whatever is there (records are appended whole, so a running store dumps consistently up to
 where it was when each segment was read).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,26 @@ from shmq.store.verify import verify_store
 
 
 def _render_verify(d: dict[str, Any]) -> list[RenderableType]:  # verify_store's JSON report
-    parts: list[RenderableType] = [f"Store {d['store']}",
-                                   table(None, ["checked", "count"], d["counts"].items(), right=["count"])]
+    parts: list[RenderableType] = [
+        f"Store {d['store']}",
+        table(None, ["checked", "count"], d["counts"].items(), right=["count"]),
+    ]
     if d["problems"]:
         shown = len(d["problems"])
         title = f"{d['problem_count']} problem(s)" + (f", first {shown}" if shown < d["problem_count"] else "")
-        parts.append(table(title, ["file", "position", "problem"],
-                           ([p["file"], p["position"], p["problem"]] for p in d["problems"]), right=["position"]))
-    parts.append(Text("OK: no problems found", style="green") if d["ok"] else
-                 Text(f"FAILED: {d['problem_count']} problem(s)", style="red"))
+        parts.append(
+            table(
+                title,
+                ["file", "position", "problem"],
+                ([p["file"], p["position"], p["problem"]] for p in d["problems"]),
+                right=["position"],
+            )
+        )
+    parts.append(
+        Text("OK: no problems found", style="green")
+        if d["ok"]
+        else Text(f"FAILED: {d['problem_count']} problem(s)", style="red")
+    )
     return parts
 
 
@@ -47,9 +59,12 @@ def dump(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("store", help="check or export a store folder (offline, read-only)",
-                       description="Offline tools on a store folder; they never write to it.")
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "store",
+        help="check or export a store folder (offline, read-only)",
+        description="Offline tools on a store folder; they never write to it.",
+    )
     ssub = p.add_subparsers(dest="sub_command", required=True, metavar="COMMAND")
 
     v = ssub.add_parser("verify", help="check records (CRC), consume queues and index against the commitlog")
@@ -60,7 +75,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     d = ssub.add_parser("dump", help="records as JSON lines (Spark's column names, body base64)")
     d.add_argument("dir", help="store folder")
     d.add_argument("--topic", help="only this topic's records")
-    d.add_argument("--from", dest="from_offset", type=int, default=0, metavar="OFFSET",
-                   help="first commitlog offset (default 0)")
+    d.add_argument(
+        "--from", dest="from_offset", type=int, default=0, metavar="OFFSET", help="first commitlog offset (default 0)"
+    )
     d.add_argument("--max", type=int, default=None, help="at most this many records")
     d.set_defaults(run=dump)

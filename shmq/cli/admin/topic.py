@@ -3,6 +3,7 @@ deleteTopic, topicStatus).
 
 ``data_*`` and ``*_rows`` are pure: what --json prints and the table rows made from it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,25 +24,51 @@ def perm_text(perm: int) -> str:
 
 def topic_data(t: TopicStatus) -> dict[str, Any]:
     """A topic's status as JSON: its queues with min/max offsets and the totals."""
-    return {"topic": t.topic, "system": t.system, "perm": t.perm, "read_queue_nums": t.read_queue_nums,
-            "write_queue_nums": t.write_queue_nums, "messages": t.messages, "max_offset": t.max_offset,
-            "msgs_in": t.msgs_in, "bytes_in": t.bytes_in,
-            "queues": [{"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset,
-                        "messages": q.messages} for q in t.queues]}
+    return {
+        "topic": t.topic,
+        "system": t.system,
+        "perm": t.perm,
+        "read_queue_nums": t.read_queue_nums,
+        "write_queue_nums": t.write_queue_nums,
+        "messages": t.messages,
+        "max_offset": t.max_offset,
+        "msgs_in": t.msgs_in,
+        "bytes_in": t.bytes_in,
+        "queues": [
+            {"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset, "messages": q.messages}
+            for q in t.queues
+        ],
+    }
 
 
 def info_data(t: TopicInfo) -> dict[str, Any]:
     """A topic's config (what create/update return) as JSON."""
-    return {"topic": t.name, "system": t.system, "perm": t.perm, "read_queue_nums": t.read_queue_nums,
-            "write_queue_nums": t.write_queue_nums}
+    return {
+        "topic": t.name,
+        "system": t.system,
+        "perm": t.perm,
+        "read_queue_nums": t.read_queue_nums,
+        "write_queue_nums": t.write_queue_nums,
+    }
 
 
 def list_rows(data: list[dict[str, Any]], system: bool = True) -> list[list[Any]]:
     """One row per topic (user topics first, system topics after and marked)."""
     ordered = sorted(data, key=lambda t: (t["system"], t["topic"]))
-    return [[t["topic"], SYSTEM_MARK if t["system"] else "", t["read_queue_nums"], t["write_queue_nums"],
-             perm_text(t["perm"]), t["messages"], t["max_offset"], t["msgs_in"]]
-            for t in ordered if system or not t["system"]]
+    return [
+        [
+            t["topic"],
+            SYSTEM_MARK if t["system"] else "",
+            t["read_queue_nums"],
+            t["write_queue_nums"],
+            perm_text(t["perm"]),
+            t["messages"],
+            t["max_offset"],
+            t["msgs_in"],
+        ]
+        for t in ordered
+        if system or not t["system"]
+    ]
 
 
 def queue_rows(data: dict[str, Any]) -> list[list[Any]]:
@@ -52,27 +79,42 @@ def queue_rows(data: dict[str, Any]) -> list[list[Any]]:
 
 
 def _render_list(data: list[dict[str, Any]]) -> FitTable:
-    return table("topics", ["topic", "kind", "read q", "write q", "perm", "messages", "max offset", "in (since start)"],
-                 list_rows(data), right=["read q", "write q", "messages", "max offset", "in (since start)"],
-                 optional=["in (since start)", "max offset", "write q", "read q", "kind"])
+    return table(
+        "topics",
+        ["topic", "kind", "read q", "write q", "perm", "messages", "max offset", "in (since start)"],
+        list_rows(data),
+        right=["read q", "write q", "messages", "max offset", "in (since start)"],
+        optional=["in (since start)", "max offset", "write q", "read q", "kind"],
+    )
 
 
 def status_line(data: dict[str, Any]) -> str:
     """The line above a topic's queue table."""
     kind = " (system topic)" if data["system"] else ""
-    return (f"topic {data['topic']}{kind}: perm {perm_text(data['perm'])}, {data['read_queue_nums']} read / "
-            f"{data['write_queue_nums']} write queues; stored since the broker started: {data['msgs_in']} messages, "
-            f"{data['bytes_in']} bytes")
+    return (
+        f"topic {data['topic']}{kind}: perm {perm_text(data['perm'])}, {data['read_queue_nums']} read / "
+        f"{data['write_queue_nums']} write queues; stored since the broker started: {data['msgs_in']} messages, "
+        f"{data['bytes_in']} bytes"
+    )
 
 
 def _render_status(data: dict[str, Any]) -> list[Any]:
-    return [status_line(data), table(None, ["queue", "min offset", "max offset", "messages"], queue_rows(data),
-                                     right=["queue", "min offset", "max offset", "messages"])]
+    return [
+        status_line(data),
+        table(
+            None,
+            ["queue", "min offset", "max offset", "messages"],
+            queue_rows(data),
+            right=["queue", "min offset", "max offset", "messages"],
+        ),
+    ]
 
 
 def _render_info(data: dict[str, Any]) -> str:
-    return (f"topic {data['topic']}: {data['read_queue_nums']} read / {data['write_queue_nums']} write queues, "
-            f"perm {perm_text(data['perm'])}")
+    return (
+        f"topic {data['topic']}: {data['read_queue_nums']} read / {data['write_queue_nums']} write queues, "
+        f"perm {perm_text(data['perm'])}"
+    )
 
 
 def _list(args: argparse.Namespace) -> Result:
@@ -87,8 +129,9 @@ def _status(args: argparse.Namespace) -> Result:
 
 
 def _create(args: argparse.Namespace) -> Result:
-    return Result(info_data(Admin(broker_of(args)).create_topic(args.topic, queues=args.queues, perm=args.perm)),
-                  _render_info)
+    return Result(
+        info_data(Admin(broker_of(args)).create_topic(args.topic, queues=args.queues, perm=args.perm)), _render_info
+    )
 
 
 def _update(args: argparse.Namespace) -> Result:
@@ -97,8 +140,9 @@ def _update(args: argparse.Namespace) -> Result:
     admin = Admin(broker_of(args))
     if args.topic not in admin.topics():
         raise ValueError(f"no topic {args.topic!r} (create it with `shmq admin topic create`)")
-    t = admin.update_topic(args.topic, args.queues, read_queue_nums=args.read_queues,
-                           write_queue_nums=args.write_queues, perm=args.perm)
+    t = admin.update_topic(
+        args.topic, args.queues, read_queue_nums=args.read_queues, write_queue_nums=args.write_queues, perm=args.perm
+    )
     return Result(info_data(t), _render_info)
 
 
@@ -106,8 +150,10 @@ def _delete(args: argparse.Namespace) -> Result:
     deleted = Admin(broker_of(args)).delete_topic(args.topic)
     if not deleted:
         raise ValueError(f"no topic {args.topic!r}")
-    return Result({"topic": args.topic, "deleted": True},
-                  lambda d: f"topic {d['topic']} deleted (its stored messages stay until cleanup)")
+    return Result(
+        {"topic": args.topic, "deleted": True},
+        lambda d: f"topic {d['topic']} deleted (its stored messages stay until cleanup)",
+    )
 
 
 def _positive(text: str) -> int:
@@ -117,7 +163,7 @@ def _positive(text: str) -> int:
     return n
 
 
-def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `topic` and its subcommands."""
     p = sub.add_parser("topic", help="list, create, update, delete topics and show a topic's queues")
     tsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

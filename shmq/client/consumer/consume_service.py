@@ -15,22 +15,23 @@ Orderly listeners suspend the queue (SUSPEND_CURRENT_QUEUE_A_MOMENT) and get the
 again; a message suspended ``max_reconsume_times`` times goes to the DLQ (dropped, logged, when
 broadcasting) and the queue moves on.
 """
+
 from __future__ import annotations
 
 import functools
-
 import heapq
 import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
-from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
-from shmq.model.message_ext import MessageExt
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.codec.send_back import TO_DLQ
+from shmq.model.consumer_types import ConsumeContext, ConsumeResult, MessageListener
+from shmq.model.message_ext import MessageExt
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,17 @@ class DelayScheduler:
 
 
 class _Service:
-    def __init__(self, listener: MessageListener, executor: Executor, scheduler: DelayScheduler, batch_max: int,
-                 max_reconsume_times: int, suspend: float, on_consumed: Callable[[ProcessQueue], None],
-                 send_back: SendBack | None) -> None:
+    def __init__(
+        self,
+        listener: MessageListener,
+        executor: Executor,
+        scheduler: DelayScheduler,
+        batch_max: int,
+        max_reconsume_times: int,
+        suspend: float,
+        on_consumed: Callable[[ProcessQueue], None],
+        send_back: SendBack | None,
+    ) -> None:
         """``send_back`` None: broadcasting, messages not consumed are dropped (logged)."""
         self.listener = listener
         self.executor = executor
@@ -117,8 +126,12 @@ class _Service:
         try:
             result = self.listener(msgs, ctx)
         except Exception:
-            log.exception("listener failed on %d message(s) of %s/%d; they will be delivered again",
-                          len(msgs), pq.mq.topic, pq.mq.queue_id)
+            log.exception(
+                "listener failed on %d message(s) of %s/%d; they will be delivered again",
+                len(msgs),
+                pq.mq.topic,
+                pq.mq.queue_id,
+            )
             return ConsumeResult.RECONSUME_LATER
         if not isinstance(result, ConsumeResult):
             log.warning("listener returned %r, not a ConsumeResult: delivering again", result)
@@ -138,8 +151,13 @@ class _Service:
 
     def _dropped(self, pq: ProcessQueue, msgs: list[MessageExt], why: str) -> None:
         for m in msgs:
-            log.warning("BROADCASTING: message %s of %s/%d %s; dropped (no retry topic per member)", m.msg_id,
-                        pq.mq.topic, pq.mq.queue_id, why)
+            log.warning(
+                "BROADCASTING: message %s of %s/%d %s; dropped (no retry topic per member)",
+                m.msg_id,
+                pq.mq.topic,
+                pq.mq.queue_id,
+                why,
+            )
 
 
 class ConsumeMessageConcurrentlyService(_Service):
@@ -160,7 +178,7 @@ class ConsumeMessageConcurrentlyService(_Service):
             for i in range(0, len(msgs), self.batch_max):
                 if pq.dropped:
                     return
-                chunk = msgs[i:i + self.batch_max]
+                chunk = msgs[i : i + self.batch_max]
                 ctx.delay_level_when_next_consume = 0
                 if self._invoke(pq, chunk, ctx) is ConsumeResult.SUCCESS:
                     done.extend(chunk)
@@ -186,8 +204,9 @@ class ConsumeMessageConcurrentlyService(_Service):
         settled = [m for m, ok in zip(failed, stored) if ok]
         again = [m.redelivered() for m, ok in zip(failed, stored) if not ok]
         if again:
-            self.scheduler.schedule(retry_delay(again[0].reconsume_times - 1),
-                                    functools.partial(self._redeliver, pq, again))
+            self.scheduler.schedule(
+                retry_delay(again[0].reconsume_times - 1), functools.partial(self._redeliver, pq, again)
+            )
         return settled
 
     def _redeliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:

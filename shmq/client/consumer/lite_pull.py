@@ -11,6 +11,7 @@ has none either).
 One lock serialises the puller's pass, ``poll``'s take, ``seek`` and ``commit``: the store
 reader is not thread-safe, and a client id may run one control request at a time.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,13 @@ from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import (REBALANCE_POLL_S, broker_lost, pass_failed, rebalance_if_changed,
-                                         wait_for_session)
+from shmq.client.consumer.puller import (
+    REBALANCE_POLL_S,
+    broker_lost,
+    pass_failed,
+    rebalance_if_changed,
+    wait_for_session,
+)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -42,11 +48,20 @@ log = logging.getLogger(__name__)
 
 
 class LitePullConsumer:
-    def __init__(self, group: str, broker: str | None = None, *,
-                 consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
-                 allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG", pull_batch_size: int = 32,
-                 pull_threshold_for_queue: int = 1000, auto_commit: bool = True,
-                 auto_commit_interval: float = 5.0, start_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker: str | None = None,
+        *,
+        consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG",
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        auto_commit: bool = True,
+        auto_commit_interval: float = 5.0,
+        start_timeout: float = 3.0,
+    ) -> None:
         """``pull_batch_size``: the most messages one ``poll`` returns (RocketMQ's 10 is per queue;
         here it bounds the whole poll, as Kafka's max.poll.records). ``pull_threshold_for_queue``:
         messages read ahead and held per queue for the next polls. ``auto_commit``: every
@@ -59,8 +74,10 @@ class LitePullConsumer:
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
             allocate_strategy = STRATEGIES[allocate_strategy]
-        for name, value in (("pull_batch_size", pull_batch_size),
-                            ("pull_threshold_for_queue", pull_threshold_for_queue)):
+        for name, value in (
+            ("pull_batch_size", pull_batch_size),
+            ("pull_threshold_for_queue", pull_threshold_for_queue),
+        ):
             if value < 1:
                 raise BadArgumentError(f"{name} must be at least 1, got {value}")
         if auto_commit_interval <= 0:
@@ -71,12 +88,14 @@ class LitePullConsumer:
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
         self.start_timeout = start_timeout
-        self._conn = BrokerConnection(broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response,
-                                      on_lost=self._on_lost)
+        self._conn = BrokerConnection(
+            broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response, on_lost=self._on_lost
+        )
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
-        self._offsets = QueueOffsets(self._conn, self._wrapper, group, ConsumeFrom(consume_from), consume_timestamp,
-                                     start_timeout, None)
+        self._offsets = QueueOffsets(
+            self._conn, self._wrapper, group, ConsumeFrom(consume_from), consume_timestamp, start_timeout, None
+        )
         self._rebalance = RebalanceImpl(group, self.broker_name, MessageModel.CLUSTERING, allocate_strategy, log)
         self._subscriptions: dict[str, Subscription] = {}
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
@@ -111,7 +130,7 @@ class LitePullConsumer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "LitePullConsumer":
+    def start(self) -> LitePullConsumer:
         """Attach and start the puller; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._running:
             return self
@@ -150,7 +169,7 @@ class LitePullConsumer:
         self._wrapper.wake_all()
         self._wrapper.close()
 
-    def __enter__(self) -> "LitePullConsumer":
+    def __enter__(self) -> LitePullConsumer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -294,9 +313,15 @@ class LitePullConsumer:
                 idle.append(pq)
             else:
                 if result.status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("offset %d of %s/%d is illegal (queue holds %d..%d); moving to %d", pq.next_offset,
-                                pq.mq.topic, pq.mq.queue_id, result.min_offset, result.max_offset,
-                                result.next_begin_offset)
+                    log.warning(
+                        "offset %d of %s/%d is illegal (queue holds %d..%d); moving to %d",
+                        pq.next_offset,
+                        pq.mq.topic,
+                        pq.mq.queue_id,
+                        result.min_offset,
+                        result.max_offset,
+                        result.next_begin_offset,
+                    )
                 pq.put([], result.next_begin_offset)
                 progressed = True
         return progressed, idle

@@ -8,12 +8,13 @@ COMMIT_OFFSET it wrote before: the broker drops this member's commits of the res
 that ack, so no commit of an old position can undo the reset. Resets for another group (a
 client is in one) and queues this member does not own are acknowledged without anything to do.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from shmq.client.connection import BrokerConnection
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -60,6 +61,7 @@ class ResetInbox:
             self.applied += 1
             self._unacked.append(reset.req_id)
         while self._unacked:
-            self._conn.write_frame(P.RESET_OFFSET_ACK, encode_reset_offset_ack(self._unacked[0]),
-                                   time.monotonic() + ACK_WRITE_S)
+            self._conn.write_frame(
+                P.RESET_OFFSET_ACK, encode_reset_offset_ack(self._unacked[0]), time.monotonic() + ACK_WRITE_S
+            )
             self._unacked.pop(0)

@@ -5,6 +5,7 @@ clustering consumer commits what changed (`take_dirty`) to the broker, which per
 `LocalFileOffsetStore` adds a JSON file for BROADCASTING consumers, whose offsets are their
 own (RocketMQ's LocalFileOffsetStore): `~/.shmq/offsets/<broker>/<instance>/<group>.json` by default.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ import os
 import tempfile
 import threading
 
+from shmq.codec import record as fmt
 from shmq.errors import BadArgumentError
 from shmq.store import config_files
-from shmq.codec import record as fmt
 
 QueueKey = tuple[str, int]
 MAKE_DIR_TRIES = 5  # a folder another member removes as we write in it is made again this often

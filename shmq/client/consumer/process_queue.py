@@ -5,6 +5,7 @@ message waiting for redelivery stays in process), or the pull position when none
 unconsumed is ever committed past. Messages are added in offset order, so the first key of
 the insertion-ordered dict is the smallest.
 """
+
 from __future__ import annotations
 
 import threading

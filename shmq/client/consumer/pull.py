@@ -4,35 +4,44 @@ Pulls read the store files directly up to the published max offset; with nothing
 long-polls through the broker (PULL_WAIT, then WAKE) and returns as soon as a message
 arrives, or NO_NEW_MSG at its timeout. Offsets it commits are the group's on the broker.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 
-from shmq.codec import frames as P
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
-from shmq.model.consumer_types import PullResult, PullStatus
+from shmq.client.consumer.offset_store import OffsetTable
+from shmq.client.consumer.pull_wrapper import PullAPIWrapper
+from shmq.codec import frames as P
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, Subscription, as_expression
+from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.reprs import client_repr
-from shmq.client.consumer.offset_store import OffsetTable
-from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 
 CONSUMER_RING_BYTES = 256 * 1024  # requests and answers are small: PULL_WAIT, COMMIT_OFFSET, WAKE
 
 
 class PullConsumer:
-    def __init__(self, group: str, broker: str | None = None, *, start_timeout: float = 3.0,
-                 ring_bytes: int = CONSUMER_RING_BYTES, replica: str | None = None) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker: str | None = None,
+        *,
+        start_timeout: float = 3.0,
+        ring_bytes: int = CONSUMER_RING_BYTES,
+        replica: str | None = None,
+    ) -> None:
         """``replica``: the name of a replica of ``broker`` (on this host) to read from while
         ``broker`` is down (RocketMQ's slave read); back to ``broker`` within a second of its return."""
         self.group = group
         self.start_timeout = start_timeout
-        self._conn = BrokerConnection(broker, "consumer", group, ring_bytes, self._on_response,
-                                      on_lost=self._on_lost, replica=replica)
+        self._conn = BrokerConnection(
+            broker, "consumer", group, ring_bytes, self._on_response, on_lost=self._on_lost, replica=replica
+        )
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
         self._lock = threading.Lock()  # the store reader is not thread-safe
@@ -41,7 +50,7 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "PullConsumer":
+    def start(self) -> PullConsumer:
         """Attach; ``BrokerNotFoundError`` within ``start_timeout`` if no broker of this name serves."""
         self._conn.start(self.start_timeout)
         with self._lock:
@@ -57,7 +66,7 @@ class PullConsumer:
         with self._lock:
             self._wrapper.close()
 
-    def __enter__(self) -> "PullConsumer":
+    def __enter__(self) -> PullConsumer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -108,9 +117,11 @@ class PullConsumer:
         if offset < 0:
             raise BadArgumentError(f"offset must be >= 0, got {offset}")
         self._offsets.update(mq.topic, mq.queue_id, offset)
-        self._conn.write_frame(P.COMMIT_OFFSET,
-                               P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
-                               time.monotonic() + self.start_timeout)
+        self._conn.write_frame(
+            P.COMMIT_OFFSET,
+            P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
+            time.monotonic() + self.start_timeout,
+        )
 
     def fetch_consume_offset(self, mq: MessageQueue, from_store: bool = False) -> int:
         """The group's committed offset of ``mq``, -1 if none: this consumer's last commit, else the broker's."""
@@ -118,14 +129,22 @@ class PullConsumer:
             local = self._offsets.read(mq.topic, mq.queue_id)
             if local >= 0:
                 return local
-        body = self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id},
-                                self.start_timeout)
+        body = self._conn.admin(
+            "query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id}, self.start_timeout
+        )
         return int(body["offset"])
 
     # ------------------------------------------------------------------ pulling
 
-    def pull(self, mq: MessageQueue, expression: str | Expression | Predicate = "*", *, offset: int, max_nums: int = 32,
-             timeout: float = 1.0) -> PullResult:
+    def pull(
+        self,
+        mq: MessageQueue,
+        expression: str | Expression | Predicate = "*",
+        *,
+        offset: int,
+        max_nums: int = 32,
+        timeout: float = 1.0,
+    ) -> PullResult:
         """Up to ``max_nums`` messages from ``offset``; long-polls up to ``timeout`` s when there is none.
 
         FOUND, NO_MATCHED_MSG (``next_begin_offset`` skips the mismatches), NO_NEW_MSG, or
@@ -139,8 +158,15 @@ class PullConsumer:
         result.messages  # noqa: B018 - decode now, so the caller's time is spent here and the views can go
         return result
 
-    def pull_batch(self, mq: MessageQueue, expression: str | Expression | Predicate = "*", *, offset: int,
-                   max_nums: int = 32, timeout: float = 1.0) -> PullResult:
+    def pull_batch(
+        self,
+        mq: MessageQueue,
+        expression: str | Expression | Predicate = "*",
+        *,
+        offset: int,
+        max_nums: int = 32,
+        timeout: float = 1.0,
+    ) -> PullResult:
         """As ``pull``, with the messages left in the columnar ``result.batch`` (decoded only if asked)."""
         if max_nums <= 0:
             raise BadArgumentError(f"max_nums must be positive, got {max_nums}")
@@ -157,6 +183,7 @@ class PullConsumer:
 
             def on_wake(_wake: object, woke: threading.Event = woke) -> None:  # this round's event, bound now
                 woke.set()
+
             req_id = self._wrapper.pull_wait(mq, offset, remaining, on_wake)
             if not woke.wait(remaining):
                 self._wrapper.cancel(req_id)

@@ -6,25 +6,26 @@ PULL_WAIT frame, answered by a WAKE when the queue grows (or the wait times out)
 reader and state view belong to one broker incarnation and are reopened after a restart
 (recovery may have rewritten the files). Not thread-safe: callers serialise ``bind`` and ``pull``.
 """
+
 from __future__ import annotations
 
 import functools
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from shmq.codec import frames as P
 from shmq.client.broker_state import BrokerState
-from shmq.model.perm import PERM_READ
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.process_queue import ProcessQueue
+from shmq.codec import frames as P
 from shmq.codec.columns import pull_messages, read_batch
-from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
 from shmq.filter.function import FunctionFilter
 from shmq.filter.tags import Subscription
+from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.model.message import MessageQueue
+from shmq.model.perm import PERM_READ
 from shmq.store.filter_bitmap import FilterBitmapReader
 from shmq.store.reader import StoreReader
 
@@ -34,6 +35,7 @@ WakeHandler = Callable[[P.Wake | None], None]  # None: the broker died, look aga
 
 
 LONG_POLL_S = 15.0  # brokerSuspendMaxTimeMillis: how long a PULL_WAIT may be held
+
 
 class PullAPIWrapper:
     def __init__(self, conn: BrokerConnection) -> None:
@@ -69,8 +71,9 @@ class PullAPIWrapper:
             self.bitmap.close()
         self.session = self.state = self.store = self.bitmap = None
 
-    def pull(self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int,
-             columns: bool = True) -> PullResult:
+    def pull(
+        self, mq: MessageQueue, expression: Subscription, offset: int, max_nums: int, columns: bool = True
+    ) -> PullResult:
         """One pull without waiting: FOUND, NO_MATCHED_MSG, NO_NEW_MSG or OFFSET_ILLEGAL (below the
         queue's min offset, cleaned up: ``next_begin_offset`` is the min; past the max: the max).
         ``TopicNotReadableError`` if the topic's perm lacks the read bit (RocketMQ's broker
@@ -81,8 +84,10 @@ class PullAPIWrapper:
         state, store = self.views()
         perm, lo, hi = state.pull_bounds(mq.topic, mq.queue_id)
         if not perm & PERM_READ:
-            raise TopicNotReadableError(f"topic {mq.topic!r} is not readable (perm {perm}: the read bit 4 is "
-                                        f"off); pulling from it is forbidden until its perm includes 4")
+            raise TopicNotReadableError(
+                f"topic {mq.topic!r} is not readable (perm {perm}: the read bit 4 is "
+                f"off); pulling from it is forbidden until its perm includes 4"
+            )
         if offset < lo:
             return PullResult(PullStatus.OFFSET_ILLEGAL, lo, lo, hi)
         if offset > hi:
@@ -94,11 +99,11 @@ class PullAPIWrapper:
             status = PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG
             return PullResult(status, batch.next_offset, lo, hi, batch, msgs)
         if not columns:
-            nxt, msgs = pull_messages(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
-                                      self.conn.group)
+            nxt, msgs = pull_messages(
+                store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap, self.conn.group
+            )
             return PullResult(PullStatus.FOUND if msgs else PullStatus.NO_MATCHED_MSG, nxt, lo, hi, None, msgs)
-        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap,
-                           self.conn.group)
+        batch = read_batch(store, mq.topic, mq.queue_id, offset, max_nums, hi, expression, self.bitmap, self.conn.group)
         status = PullStatus.FOUND if len(batch) else PullStatus.NO_MATCHED_MSG
         return PullResult(status, batch.next_offset, lo, hi, batch)
 
@@ -116,15 +121,23 @@ class PullAPIWrapper:
                     continue
                 pq.wait_req = req_id = next_request_id()  # set before the WAKE can come
                 try:
-                    self.pull_wait(pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id,
-                                   lazy=True)
+                    self.pull_wait(
+                        pq.mq, pq.next_offset, LONG_POLL_S, functools.partial(_woken, pq, wakeup), req_id, lazy=True
+                    )
                 except BaseException:
                     pq.wait_req = None
                     raise
         return grown
 
-    def pull_wait(self, mq: MessageQueue, offset: int, timeout: float, handler: WakeHandler,
-                  req_id: int | None = None, lazy: bool = False) -> int:
+    def pull_wait(
+        self,
+        mq: MessageQueue,
+        offset: int,
+        timeout: float,
+        handler: WakeHandler,
+        req_id: int | None = None,
+        lazy: bool = False,
+    ) -> int:
         """Ask the broker to answer when ``mq`` grows past ``offset``; ``handler`` gets the WAKE.
 
         Returns the request id (for ``cancel``; pass one in to know it before the handler can
@@ -139,10 +152,12 @@ class PullAPIWrapper:
         with self._waits_lock:
             self._waits[req_id] = handler
         try:
-            self.conn.write_frame(P.PULL_WAIT, P.encode_pull_wait(req_id, mq.topic, mq.queue_id, offset,
-                                                                  max(1, int(timeout * 1000))),
-                                  time.monotonic() + max(timeout, 1.0),
-                                  functools.partial(self._grown, mq, offset) if lazy else None)
+            self.conn.write_frame(
+                P.PULL_WAIT,
+                P.encode_pull_wait(req_id, mq.topic, mq.queue_id, offset, max(1, int(timeout * 1000))),
+                time.monotonic() + max(timeout, 1.0),
+                functools.partial(self._grown, mq, offset) if lazy else None,
+            )
         except BaseException:
             self.cancel(req_id)
             raise
@@ -174,8 +189,13 @@ class PullAPIWrapper:
                 handler(wake)
         elif kind == P.ERROR:
             err = P.decode_error(view)
-            log.warning("broker %r answered request %d with error %d: %s", self.conn.broker_name, err.req_id,
-                        err.code, err.message)
+            log.warning(
+                "broker %r answered request %d with error %d: %s",
+                self.conn.broker_name,
+                err.req_id,
+                err.code,
+                err.message,
+            )
         else:
             raise CorruptFrameError(f"frame kind {kind} is not a response a consumer expects")
 

@@ -6,6 +6,7 @@ thread sleeps between passes and the lock the lite consumer shares with its call
 each consumer; the steps here were the same lines in both. Messages go to the consumer's own
 logger (``log``), so they read as they did.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,9 @@ class Puller(GroupMember, Protocol):
     def _bind(self, deadline: float) -> Session: ...
 
 
-def wait_for_session(c: Puller, log: logging.Logger, lock: AbstractContextManager[object] | None = None) -> Session | None:
+def wait_for_session(
+    c: Puller, log: logging.Logger, lock: AbstractContextManager[object] | None = None
+) -> Session | None:
     """The live session (bound under ``lock``); None after waiting ``RECONNECT_WAIT_S`` for a
     broker that is gone or refuses, said once until a session is bound again."""
     try:
@@ -78,4 +81,3 @@ def rebalance_if_changed(c: GroupMember, me: int) -> None:
     if change is None:
         return
     c._rebalance.apply(change, c._pqs, c._drop, me)
-

@@ -22,6 +22,7 @@ Doing better than RocketMQ where its users complain:
   thresholds, a whole-consumer cap (``pull_threshold_for_consumer`` messages and
   ``pull_threshold_size_for_consumer`` MiB) bounds what is cached however many queues it owns.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -30,35 +31,44 @@ import os
 import threading
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session
-from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
-from shmq.client.producer.producer import inner_producer
-from shmq.client.consumer.consume_service import ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler
-from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
-from shmq.errors import ArgumentTypeError, BadArgumentError, ShmqError
-from shmq.filter.function import Predicate
-from shmq.filter.tags import Expression, Subscription, as_expression
-from shmq.model.message import MessageQueue
-from shmq.model.message_ext import MessageExt
-from shmq.model.reprs import client_repr
+from shmq.client.consumer.consume_service import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    DelayScheduler,
+)
 from shmq.client.consumer.offset_reset import ResetInbox
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import (REBALANCE_POLL_S, broker_lost, pass_failed, rebalance_if_changed,
-                                         wait_for_session)
+from shmq.client.consumer.puller import (
+    REBALANCE_POLL_S,
+    broker_lost,
+    pass_failed,
+    rebalance_if_changed,
+    wait_for_session,
+)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
 from shmq.client.consumer.rejoin import rejoin
+from shmq.client.consumer.send_back import SendBackClient
+from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
+from shmq.client.producer.producer import inner_producer
+from shmq.errors import ArgumentTypeError, BadArgumentError, ShmqError
+from shmq.filter.function import Predicate
+from shmq.filter.tags import Expression, Subscription, as_expression
+from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
+from shmq.model.message import MessageQueue
+from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import client_repr
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
-from shmq.client.consumer.send_back import SendBackClient
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +79,33 @@ _instances = itertools.count(1)  # default instance names: unique per consumer o
 
 
 class PushConsumer:
-    def __init__(self, group: str, broker: str | None = None, *, model: MessageModel = MessageModel.CLUSTERING,
-                 consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET, consume_timestamp: int | None = None,
-                 allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG", consume_thread_max: int = 4,
-                 consume_message_batch_max_size: int = 1, pull_batch_size: int = 256,
-                 pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
-                 pull_threshold_for_consumer: int = 10_000, pull_threshold_size_for_consumer: int = 256,
-                 consume_concurrently_max_span: int = 2000, max_reconsume_times: int = 16,
-                 suspend_current_queue_time: float = 1.0, persist_consumer_offset_interval: float = 1.0,
-                 instance_name: str | None = None, offset_store_dir: str | None = None,
-                 start_timeout: float = 3.0, replica: str | None = None, trace: bool | str = False,
-                 suspend_current_queue_time_millis: int | None = None) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker: str | None = None,
+        *,
+        model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG",
+        consume_thread_max: int = 4,
+        consume_message_batch_max_size: int = 1,
+        pull_batch_size: int = 256,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
+        pull_threshold_for_consumer: int = 10_000,
+        pull_threshold_size_for_consumer: int = 256,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        suspend_current_queue_time: float = 1.0,
+        persist_consumer_offset_interval: float = 1.0,
+        instance_name: str | None = None,
+        offset_store_dir: str | None = None,
+        start_timeout: float = 3.0,
+        replica: str | None = None,
+        trace: bool | str = False,
+        suspend_current_queue_time_millis: int | None = None,
+    ) -> None:
         """Sizes ``pull_threshold_size_*`` are in MiB, as RocketMQ's. ``pull_batch_size`` is 256, not
         RocketMQ's 32: a pull here is a local file read whose fixed cost (~0.3 ms of numpy calls)
         is worth spreading (measured: 2.2x the push throughput of 32). ``consume_thread_max`` is 4, not
@@ -99,15 +125,21 @@ class PushConsumer:
         Durations are seconds: ``suspend_current_queue_time`` is how long an orderly queue waits
         after SUSPEND_CURRENT_QUEUE_A_MOMENT (``suspend_current_queue_time_millis``: deprecated)."""
         if suspend_current_queue_time_millis is not None:
-            warnings.warn("suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time "
-                          "(seconds)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time (seconds)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             suspend_current_queue_time = suspend_current_queue_time_millis / 1000
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
             allocate_strategy = STRATEGIES[allocate_strategy]
-        for name, value in (("consume_thread_max", consume_thread_max), ("pull_batch_size", pull_batch_size),
-                            ("consume_message_batch_max_size", consume_message_batch_max_size)):
+        for name, value in (
+            ("consume_thread_max", consume_thread_max),
+            ("pull_batch_size", pull_batch_size),
+            ("consume_message_batch_max_size", consume_message_batch_max_size),
+        ):
             if value < 1:
                 raise BadArgumentError(f"{name} must be at least 1, got {value}")
         self.group = group
@@ -130,8 +162,9 @@ class PushConsumer:
         self.instance_name = f"{os.getpid()}-{next(_instances)}" if self._anonymous else str(instance_name)
         self.offset_store_dir = offset_store_dir
         self.start_timeout = start_timeout
-        self._conn = BrokerConnection(broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response,
-                                      on_lost=self._on_lost, replica=replica)
+        self._conn = BrokerConnection(
+            broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response, on_lost=self._on_lost, replica=replica
+        )
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
         self._subscriptions: dict[str, Subscription] = {}
@@ -152,8 +185,9 @@ class PushConsumer:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
             self.register_consume_hook(ConsumeTraceHook(self.tracer))
         # clustering: messages not consumed go back to the broker (retry topic, DLQ)
-        self._send_back = SendBackClient(self._conn, group, max_reconsume_times) \
-            if self.model is MessageModel.CLUSTERING else None
+        self._send_back = (
+            SendBackClient(self._conn, group, max_reconsume_times) if self.model is MessageModel.CLUSTERING else None
+        )
 
     # ------------------------------------------------------------------ configuration
 
@@ -192,7 +226,7 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "PushConsumer":
+    def start(self) -> PushConsumer:
         """Attach, join the group and start pulling; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._listener is None:
             raise ShmqError("register a listener before start()")
@@ -206,8 +240,9 @@ class PushConsumer:
         if self.model is MessageModel.BROADCASTING:
             local = LocalFileOffsetStore(self.group, self.instance_name, self.broker_name, self.offset_store_dir)
             local.load()
-        self._offsets = QueueOffsets(self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp,
-                                     self.start_timeout, local)
+        self._offsets = QueueOffsets(
+            self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp, self.start_timeout, local
+        )
         self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log)
         self._conn.start(self.start_timeout)
         try:
@@ -220,11 +255,19 @@ class PushConsumer:
         self._executor = ThreadPoolExecutor(self.consume_thread_max, thread_name_prefix=f"shmq-consume-{self.group}")
         self._scheduler = DelayScheduler(f"shmq-redeliver-{self.group}")
         service = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
-        listener = HookedListener(self._listener, self.group, self._consume_hooks) if self._consume_hooks \
-            else self._listener
-        self._service = service(listener, self._executor, self._scheduler, self.consume_message_batch_max_size,
-                                self.max_reconsume_times, self.suspend_current_queue_time, self._on_consumed,
-                                self._send_back)
+        listener = (
+            HookedListener(self._listener, self.group, self._consume_hooks) if self._consume_hooks else self._listener
+        )
+        self._service = service(
+            listener,
+            self._executor,
+            self._scheduler,
+            self.consume_message_batch_max_size,
+            self.max_reconsume_times,
+            self.suspend_current_queue_time,
+            self._on_consumed,
+            self._send_back,
+        )
         self._running = True
         self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
         self._thread.start()
@@ -262,7 +305,7 @@ class PushConsumer:
         if self.tracer is not None:
             self.tracer.shutdown()
 
-    def __enter__(self) -> "PushConsumer":
+    def __enter__(self) -> PushConsumer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -292,8 +335,7 @@ class PushConsumer:
 
     def _bind(self, deadline: float) -> Session:
         """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
-        return rejoin(self, deadline, self.model, resets_on_start=False,
-                      recommit=self.model is MessageModel.CLUSTERING)
+        return rejoin(self, deadline, self.model, resets_on_start=False, recommit=self.model is MessageModel.CLUSTERING)
 
     # ------------------------------------------------------------------ the puller thread
 
@@ -334,8 +376,13 @@ class PushConsumer:
                 pass_failed(self, e, session, log)
         self._conn.stand_down()
 
-    def _pull_pass(self, now: float, found: list[tuple[ProcessQueue, list[MessageExt]]], idle: list[ProcessQueue],
-                   skip_waiting: bool = False) -> bool:
+    def _pull_pass(
+        self,
+        now: float,
+        found: list[tuple[ProcessQueue, list[MessageExt]]],
+        idle: list[ProcessQueue],
+        skip_waiting: bool = False,
+    ) -> bool:
         """Pull each ready queue once; whether a queue has more to pull at once. Appends the
         messages pulled (for the consume service) to ``found`` and the queues found drained to
         ``idle``: a pull that reached the max offset it read needs no second pass to learn so.
@@ -381,9 +428,15 @@ class PushConsumer:
             elif status is PullStatus.NO_NEW_MSG:
                 idle.append(pq)
             else:
-                log.warning("offset %d of %s/%d is illegal (queue holds %d..%d); moving to %d", pq.next_offset,
-                            pq.mq.topic, pq.mq.queue_id, result.min_offset, result.max_offset,
-                            result.next_begin_offset)
+                log.warning(
+                    "offset %d of %s/%d is illegal (queue holds %d..%d); moving to %d",
+                    pq.next_offset,
+                    pq.mq.topic,
+                    pq.mq.queue_id,
+                    result.min_offset,
+                    result.max_offset,
+                    result.next_begin_offset,
+                )
                 pq.put([], result.next_begin_offset)
                 progressed = True
         return progressed

@@ -7,6 +7,7 @@ instead of choosing again (RocketMQ's LAST_OFFSET surprise: history replayed to 
 Commits go to the broker (RocketMQ's RemoteBrokerOffsetStore) or, broadcasting, to the member's
 own file (LocalFileOffsetStore).
 """
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,16 @@ DEFAULT_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # ConsumeFrom.TIMESTAMP without a tim
 class QueueOffsets:
     """The offsets of one consumer's queues: the group's on the broker, or ``local`` (broadcasting)."""
 
-    def __init__(self, conn: BrokerConnection, wrapper: PullAPIWrapper, group: str, consume_from: ConsumeFrom,
-                 consume_timestamp: int | None, timeout: float, local: LocalFileOffsetStore | None) -> None:
+    def __init__(
+        self,
+        conn: BrokerConnection,
+        wrapper: PullAPIWrapper,
+        group: str,
+        consume_from: ConsumeFrom,
+        consume_timestamp: int | None,
+        timeout: float,
+        local: LocalFileOffsetStore | None,
+    ) -> None:
         self._conn = conn
         self._wrapper = wrapper
         self.group = group
@@ -41,8 +50,11 @@ class QueueOffsets:
         if self.local is not None:
             offset = self.local.read(mq.topic, mq.queue_id)
         else:
-            offset = int(self._conn.admin("query_offset", {"group": self.group, "topic": mq.topic,
-                                                          "queue_id": mq.queue_id}, self.timeout)["offset"])
+            offset = int(
+                self._conn.admin(
+                    "query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id}, self.timeout
+                )["offset"]
+            )
         if offset < 0:
             state, store = self._wrapper.views()
             lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
@@ -51,10 +63,12 @@ class QueueOffsets:
             elif self.consume_from is ConsumeFrom.LAST_OFFSET:
                 offset = hi
             else:
-                ts = self.consume_timestamp if self.consume_timestamp is not None \
+                ts = (
+                    self.consume_timestamp
+                    if self.consume_timestamp is not None
                     else int(time.time() * 1000) - DEFAULT_TIMESTAMP_AGO_MS
-                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) \
-                    if hi > 0 else 0
+                )
+                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) if hi > 0 else 0
             pq.next_offset = offset
             self.commit([pq], sync=True)
         pq.next_offset = offset
@@ -72,11 +86,17 @@ class QueueOffsets:
             if self.local is not None:
                 self.local.update(mq.topic, mq.queue_id, offset)
             elif sync:
-                self._conn.admin("commit_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id,
-                                                   "offset": offset}, self.timeout)
+                self._conn.admin(
+                    "commit_offset",
+                    {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id, "offset": offset},
+                    self.timeout,
+                )
             else:
-                self._conn.write_frame(P.COMMIT_OFFSET, P.encode_commit_offset(
-                    next_request_id(), self.group, mq.topic, mq.queue_id, offset), time.monotonic() + 1.0)
+                self._conn.write_frame(
+                    P.COMMIT_OFFSET,
+                    P.encode_commit_offset(next_request_id(), self.group, mq.topic, mq.queue_id, offset),
+                    time.monotonic() + 1.0,
+                )
             pq.committed = offset
         if self.local is not None:
             self.local.persist()

@@ -5,11 +5,13 @@ list (the broker publishes the members), so the group agrees on a split without 
 The averagely and by-circle strategies give exactly RocketMQ's results
 (AllocateMessageQueueAveragely, AllocateMessageQueueAveragelyByCircle).
 """
+
 from __future__ import annotations
 
 import bisect
 import hashlib
-from typing import Callable, Hashable, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 from shmq.errors import BadArgumentError
 from shmq.model.message import MessageQueue
@@ -38,7 +40,7 @@ def allocate_averagely_by_circle(queues: Sequence[Q], members: Sequence[M], me: 
     if me not in members:
         return []
     index = members.index(me)
-    return list(queues[index::len(members)])
+    return list(queues[index :: len(members)])
 
 
 def _md5_hash(key: str) -> int:
@@ -46,8 +48,9 @@ def _md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:4], "big")
 
 
-def allocate_consistent_hash(queues: Sequence[Q], members: Sequence[M], me: M, virtual_nodes: int = 10,
-                             key: Callable[[Q], str] = str) -> list[Q]:
+def allocate_consistent_hash(
+    queues: Sequence[Q], members: Sequence[M], me: M, virtual_nodes: int = 10, key: Callable[[Q], str] = str
+) -> list[Q]:
     """Hash ring with `virtual_nodes` points per member; a member joining or leaving moves few queues.
 
     Not balanced within one queue: the price of stability.

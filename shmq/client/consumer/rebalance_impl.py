@@ -7,12 +7,13 @@ handed over, and its previous owner's final commit is still on the way. The cons
 ``Assignment`` (drops and adds process queues) and then calls ``done``; an assignment that
 fails to apply is computed again on the next check.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from shmq.client.broker_state import BrokerState
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -21,8 +22,8 @@ from shmq.model.consumer_types import MessageModel
 from shmq.model.message import MessageQueue
 from shmq.model.perm import PERM_READ
 
-
 HANDOFF_GRACE_S = 0.3  # a new owner waits this long for a live previous owner's final commit
+
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
@@ -37,8 +38,14 @@ class Assignment:
 
 
 class RebalanceImpl:
-    def __init__(self, group: str, broker_name: str, model: MessageModel, allocate: AllocateStrategy[MessageQueue, int],
-                 log: logging.Logger) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker_name: str,
+        model: MessageModel,
+        allocate: AllocateStrategy[MessageQueue, int],
+        log: logging.Logger,
+    ) -> None:
         """``log``: the consumer's logger, whose name users filter the consumer's records by."""
         self.group = group
         self.broker_name = broker_name
@@ -55,8 +62,7 @@ class RebalanceImpl:
         self._members = None
         self._seen = None
 
-    def check(self, state: BrokerState, topics: list[str], me: int, owned: Iterable[MessageQueue]
-              ) -> Assignment | None:
+    def check(self, state: BrokerState, topics: list[str], me: int, owned: Iterable[MessageQueue]) -> Assignment | None:
         """The queues of member ``me`` (client id) if members, queue counts or perms of the sorted
         ``topics`` changed since the last ``done``; None if not, or if our join is not published yet.
 
@@ -82,8 +88,12 @@ class RebalanceImpl:
             self._seen = seen  # as applied: the same answer until the broker changes something
             return None
         if blocked:
-            self._log.warning("consumer %r: topic(s) %s not readable (perm without the read bit 4): skipped until "
-                        "their perm allows reading", self.group, ", ".join(blocked))
+            self._log.warning(
+                "consumer %r: topic(s) %s not readable (perm without the read bit 4): skipped until "
+                "their perm allows reading",
+                self.group,
+                ", ".join(blocked),
+            )
         if clustering and me not in members:
             return None  # our join is not published yet
         queues = {t: [MessageQueue(t, self.broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
@@ -92,12 +102,18 @@ class RebalanceImpl:
             mine.update(self.allocate(queues[t], members, me) if clustering else queues[t])
         previous = self._members if self._members is not None else [m for m in members if m != me]
         added = sorted(mine - set(owned))
-        handed_over = {mq for mq in added
-                       if clustering and self._handed_over(queues[mq.topic], previous, mq, members, me)}
+        handed_over = {
+            mq for mq in added if clustering and self._handed_over(queues[mq.topic], previous, mq, members, me)
+        }
         return Assignment(key, seen, members, mine, added, handed_over)
 
-    def apply(self, assignment: Assignment, pqs: dict[MessageQueue, ProcessQueue],
-              drop: Callable[[ProcessQueue], None], me: int) -> None:
+    def apply(
+        self,
+        assignment: Assignment,
+        pqs: dict[MessageQueue, ProcessQueue],
+        drop: Callable[[ProcessQueue], None],
+        me: int,
+    ) -> None:
         """Bring a consumer's process queues to ``assignment``: queues no longer mine go to
         ``drop`` (the consumer's way of giving one away), new ones start unread, those another
         live member hands over after a grace for its final commit."""
@@ -108,8 +124,13 @@ class RebalanceImpl:
             pq = pqs[mq] = ProcessQueue(mq, -1)
             if mq in assignment.handed_over:
                 pq.ready_at = now + HANDOFF_GRACE_S
-        self._log.info("consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine", self.group, me,
-                       len(assignment.members), len(pqs))
+        self._log.info(
+            "consumer %r (client %d) rebalanced: %d member(s), %d queue(s) mine",
+            self.group,
+            me,
+            len(assignment.members),
+            len(pqs),
+        )
         self.done(assignment)
 
     def done(self, assignment: Assignment) -> None:
@@ -118,7 +139,8 @@ class RebalanceImpl:
         self._seen = assignment.seen
         self._members = assignment.members
 
-    def _handed_over(self, queues: Sequence[MessageQueue], previous: list[int], mq: MessageQueue,
-                     members: list[int], me: int) -> bool:
+    def _handed_over(
+        self, queues: Sequence[MessageQueue], previous: list[int], mq: MessageQueue, members: list[int], me: int
+    ) -> bool:
         """Whether another live member owned ``mq`` under the previous members (it is handing it over)."""
         return any(m != me and m in members and mq in self.allocate(queues, previous, m) for m in previous)

@@ -6,6 +6,7 @@ restart, gives a restarted broker back the commits it lost, drops the queues of 
 longer subscribes to, and starts its rebalance afresh. One function for both consumers, so the
 order of those steps (a reset before the re-commit, or the re-commit would undo it) has one home.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ class GroupMember(Protocol):
     _offsets: QueueOffsets
     _rebalance: RebalanceImpl
     _broker_wait_logged: bool
+
     def _restart(self, pq: ProcessQueue, offset: int) -> None: ...
 
     def _drop(self, pq: ProcessQueue) -> Any: ...

@@ -7,13 +7,14 @@ RocketMQ's synchronous send-back does: a message counts as consumed (its offset 
 committed past) only once its copy is stored. A message the broker did not take (broker gone,
 a replica, a timeout) is left to the caller, which delivers it again locally.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Sequence
 
 from shmq.client.connection import BrokerConnection, next_request_id
 from shmq.codec import frames as P
@@ -45,7 +46,7 @@ class SendBackClient:
         -1 or a message past ``max_reconsume_times``)."""
         out: list[bool] = []
         for i in range(0, len(msgs), MAX_SEND_BACK):
-            out += self._send(msgs[i:i + MAX_SEND_BACK], delay_level)
+            out += self._send(msgs[i : i + MAX_SEND_BACK], delay_level)
         return out
 
     def _send(self, msgs: Sequence[MessageExt], delay_level: int) -> list[bool]:
@@ -55,14 +56,21 @@ class SendBackClient:
             self._waits[req_id] = fut
         deadline = time.monotonic() + SEND_BACK_TIMEOUT_S
         try:
-            payload = encode_send_back(req_id, time.monotonic_ns(), self.group, self.max_reconsume_times,
-                                       [m.commit_log_offset for m in msgs], [m.store_size for m in msgs],
-                                       [delay_level] * len(msgs))
+            payload = encode_send_back(
+                req_id,
+                time.monotonic_ns(),
+                self.group,
+                self.max_reconsume_times,
+                [m.commit_log_offset for m in msgs],
+                [m.store_size for m in msgs],
+                [delay_level] * len(msgs),
+            )
             self.conn.write_frame(P.SEND_BACK, payload, deadline)
             return fut.result(max(0.0, deadline - time.monotonic()))
         except (ShmqError, OSError, TimeoutError) as e:
-            log.warning("group %r: sending %d message(s) back failed (%s); delivering them again here",
-                        self.group, len(msgs), e)
+            log.warning(
+                "group %r: sending %d message(s) back failed (%s); delivering them again here", self.group, len(msgs), e
+            )
             return [False] * len(msgs)
         finally:
             with self._lock:
@@ -76,8 +84,12 @@ class SendBackClient:
             if fut is None:
                 return False
             if r.message:
-                log.warning("group %r: broker refused %d message(s) sent back: %s", self.group,
-                            int((r.statuses < 0).sum()), r.message)
+                log.warning(
+                    "group %r: broker refused %d message(s) sent back: %s",
+                    self.group,
+                    int((r.statuses < 0).sum()),
+                    r.message,
+                )
             fut.set_result((r.statuses >= 0).tolist())
             return True
         if kind == P.ERROR:

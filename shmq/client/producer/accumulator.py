@@ -16,17 +16,19 @@ returns True and it is never sent); at the hand-over its future goes RUNNING thr
 ``set_running_or_notify_cancel`` (cancelled ones are dropped from the batch there, and
 ``concurrent.futures.wait`` learns of them), after which ``cancel()`` returns False.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures._base import FINISHED as _FINISHED
 from concurrent.futures._base import PENDING as _PENDING
 from concurrent.futures._base import RUNNING as _RUNNING
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence, overload
+from typing import Any, Literal, overload
 
 from shmq import _speedups
 from shmq.codec.record import check_topic
@@ -153,8 +155,9 @@ def settle(futures: Sequence[PendingSend | None], results: Sequence[Any], error:
         _run_callbacks(_settle_locked(group[0][1]._condition, group, results, error))
 
 
-def _settle_shared(futures: Sequence[PendingSend | None], results: Sequence[Any],
-                   error: BaseException | None) -> list[PendingSend] | None:
+def _settle_shared(
+    futures: Sequence[PendingSend | None], results: Sequence[Any], error: BaseException | None
+) -> list[PendingSend] | None:
     """``settle`` when every future shares one Condition (the usual case): the futures whose
     callbacks are still to run; None, having done nothing, when they do not. Compiled in
     ``_accumulator.settle_shared`` (the reader thread's loop over an answered batch)."""
@@ -170,16 +173,16 @@ def _settle_shared(futures: Sequence[PendingSend | None], results: Sequence[Any]
     return [] if cond is None else _settle_locked(cond, live, results, error)
 
 
-def _settle_locked(cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any],
-                   error: BaseException | None) -> list[PendingSend]:
+def _settle_locked(
+    cond: threading.Condition, live: list[tuple[int, PendingSend]], results: Sequence[Any], error: BaseException | None
+) -> list[PendingSend]:
     """Finish ``live`` (index, future) under ``cond``; returns those with callbacks to run."""
     finished = []
     with cond:
         for i, f in live:
             if f._state != _RUNNING:
                 continue
-            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) \
-                else None
+            failed = error if error is not None else results[i] if isinstance(results[i], BaseException) else None
             if failed is not None:
                 f._exception = failed
             else:

@@ -8,14 +8,16 @@ frames that the broker stores with one put. It writes through the producer's req
 (``_submit``, ``_write``) and reads the producer's settings at each send, so that changing
 ``send_msg_timeout`` on a running producer applies here as to single sends.
 """
+
 from __future__ import annotations
 
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Literal, Sequence, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -32,9 +34,12 @@ log = logging.getLogger(__name__)
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_CACHED_QUEUES = 65536  # MessageQueues multi_results keeps for the next answers
 MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
-SEND_STATUS = {P.SEND_OK: SendStatus.SEND_OK, P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
-               P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
-               P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+SEND_STATUS = {
+    P.SEND_OK: SendStatus.SEND_OK,
+    P.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    P.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    P.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
 
 
 def _settle(sent: Future[list[SendResult | Exception]], futures: Sequence[PendingSend | None]) -> None:
@@ -51,8 +56,14 @@ def _fail(future: PendingSend | None, error: Exception, topic: str) -> None:
         future.set_exception(error)
 
 
-def multi_results(r: P.SendMultiResultFrame, topic_idx: np.ndarray, uniq_keys: list[str], topics: list[str],
-                  broker_name: str, queues: dict[tuple[str, str, int], MessageQueue]) -> list[SendResult | Exception]:
+def multi_results(
+    r: P.SendMultiResultFrame,
+    topic_idx: np.ndarray,
+    uniq_keys: list[str],
+    topics: list[str],
+    broker_name: str,
+    queues: dict[tuple[str, str, int], MessageQueue],
+) -> list[SendResult | Exception]:
     """One SendResult (or the broker's error) per record of a SEND_MULTI answer.
 
     With 1,250 topics nearly every record of a frame is of another queue: its MessageQueue (a
@@ -62,8 +73,14 @@ def multi_results(r: P.SendMultiResultFrame, topic_idx: np.ndarray, uniq_keys: l
         queues.clear()
     out: list[SendResult | Exception] = []
     ok, ts, host = SendStatus.SEND_OK, r.store_timestamp, r.store_host
-    for st, k, q, qoff, ph, uniq in zip(r.statuses.tolist(), topic_idx.tolist(), r.queue_ids.tolist(),
-                                        r.queue_offsets.tolist(), r.phys_offsets.tolist(), uniq_keys):
+    for st, k, q, qoff, ph, uniq in zip(
+        r.statuses.tolist(),
+        topic_idx.tolist(),
+        r.queue_ids.tolist(),
+        r.queue_offsets.tolist(),
+        r.phys_offsets.tolist(),
+        uniq_keys,
+    ):
         if st < 0:
             out.append(broker_error(-st, r.message))
             continue
@@ -81,15 +98,28 @@ class BatchSender:
         self._queues: dict[tuple[str, str, int], MessageQueue] = {}  # multi_results' MessageQueues
 
     @overload
-    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: Literal[False] = False, split: bool = False) -> Future[Any]: ...
+    def submit(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        qid: int,
+        timeout: float | None,
+        oneway: Literal[False] = False,
+        split: bool = False,
+    ) -> Future[Any]: ...
 
     @overload
-    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: bool, split: bool = False) -> Future[Any] | None: ...
+    def submit(
+        self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None, oneway: bool, split: bool = False
+    ) -> Future[Any] | None: ...
 
-    def submit(self, msgs: Sequence[Message] | MessageBatch, qid: int, timeout: float | None,
-               oneway: bool = False, split: bool = False) -> Future[Any] | None:
+    def submit(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        qid: int,
+        timeout: float | None,
+        oneway: bool = False,
+        split: bool = False,
+    ) -> Future[Any] | None:
         """Encode and write one SEND_BATCH; its future gives a SendResult, or with ``split`` a list,
         one SendResult (or the broker's error) per message."""
         producer = self._producer
@@ -97,16 +127,29 @@ class BatchSender:
         batch = enc.batch
         total = len(batch.buf)
         if total > MAX_BATCH_BYTES:
-            raise MessageTooLargeError(f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
-                                       "(cut it with shmq.client.producer.producer.split_batch)")
+            raise MessageTooLargeError(
+                f"batch is {total} bytes encoded; at most {MAX_BATCH_BYTES} "
+                "(cut it with shmq.client.producer.producer.split_batch)"
+            )
         deadline = time.monotonic() + (producer.send_msg_timeout if timeout is None else timeout)
         size = P.send_batch_size(len(enc.topic_b), len(batch), len(batch.key_hashes), total)
         flags = P.FLAG_ONEWAY if oneway else 0
 
         def fill(view: memoryview, req_id: int) -> None:
-            p = P.encode_send_batch_header(view, req_id, time.monotonic_ns(), qid, flags, enc.topic_b, batch.starts,
-                                           batch.tags_codes, batch.key_hashes, batch.key_records, total)
-            view[p:p + total] = batch.buf
+            p = P.encode_send_batch_header(
+                view,
+                req_id,
+                time.monotonic_ns(),
+                qid,
+                flags,
+                enc.topic_b,
+                batch.starts,
+                batch.tags_codes,
+                batch.key_hashes,
+                batch.key_records,
+                total,
+            )
+            view[p : p + total] = batch.buf
 
         if oneway:
             producer._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
@@ -118,10 +161,28 @@ class BatchSender:
             phys = r.phys_offsets or [r.phys_offset]
             status, mq = SEND_STATUS.get(r.status, SendStatus.SEND_OK), MessageQueue(topic, broker_name, r.queue_id)
             if split:
-                return split_results(SendResult, status, enc.uniq_keys.astype(str).tolist(), mq, r.queue_offset,
-                                     r.store_timestamp, phys, r.store_host)
-            return SendResult(status, lambda: enc.msg_ids, None, mq, r.queue_offset, r.store_timestamp, r.count,
-                              list(phys), r.store_host)
+                return split_results(
+                    SendResult,
+                    status,
+                    enc.uniq_keys.astype(str).tolist(),
+                    mq,
+                    r.queue_offset,
+                    r.store_timestamp,
+                    phys,
+                    r.store_host,
+                )
+            return SendResult(
+                status,
+                lambda: enc.msg_ids,
+                None,
+                mq,
+                r.queue_offset,
+                r.store_timestamp,
+                r.count,
+                list(phys),
+                r.store_host,
+            )
+
         return producer._submit(P.SEND_BATCH, size, fill, build, deadline)
 
     def send_accumulated(self, groups: list[Group]) -> None:
@@ -146,7 +207,7 @@ class BatchSender:
         for i, (msg, _, _) in enumerate(mixed):
             size += len(msg.body) + RECORD_OVERHEAD
             if size >= MULTI_MAX_BYTES or i == len(mixed) - 1:
-                self._send_multi(mixed[start:i + 1])
+                self._send_multi(mixed[start : i + 1])
                 size, start = 0, i + 1
 
     def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
@@ -162,9 +223,17 @@ class BatchSender:
             oneway = all(f is None for f in futures)
 
             def fill(view: memoryview, req_id: int) -> None:
-                p = P.encode_send_multi_header(view, req_id, time.monotonic_ns(), P.FLAG_ONEWAY if oneway else 0,
-                                               enc.topics_b, enc.topic_idx, qid_arr, batch)
-                view[p:p + len(batch.buf)] = batch.buf
+                p = P.encode_send_multi_header(
+                    view,
+                    req_id,
+                    time.monotonic_ns(),
+                    P.FLAG_ONEWAY if oneway else 0,
+                    enc.topics_b,
+                    enc.topic_idx,
+                    qid_arr,
+                    batch,
+                )
+                view[p : p + len(batch.buf)] = batch.buf
 
             if oneway:
                 producer._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
@@ -174,6 +243,7 @@ class BatchSender:
 
             def build(r: P.SendMultiResultFrame) -> list[SendResult | Exception]:
                 return multi_results(r, enc.topic_idx, enc.uniq_keys, topics, broker_name, self._queues)
+
             sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
         except Exception as e:  # noqa: BLE001 - each future gets the error
             for m, f in zip(msgs, futures):

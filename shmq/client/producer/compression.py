@@ -8,6 +8,7 @@ is first probed: its first ``PROBE_BYTES`` at level 1 (a few microseconds). A pr
 not shrink to ``PROBE_RATIO`` of its size says the rest will not either, and the body is
 stored as it is; otherwise the whole body is compressed at ``LEVEL`` and kept if smaller.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -6,24 +6,25 @@ by column: attribute gathers, CRCs and hashes run as C-level ``map`` loops, UNIQ
 headers as numpy arrays, and the records come out of one ``bytes.join``. This is what lets one
 Python producer feed the broker at close to a million messages a second.
 """
+
 from __future__ import annotations
 
 import functools
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import Mapping, Sequence
 
 import numpy as np
 
-from shmq.client.producer.compression import compress_body, compress_threshold
-from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
-from shmq.model.message import Message, MessageBatch
 from shmq import _speedups
+from shmq.client.producer.compression import compress_body, compress_threshold
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.codec.buffers import ReadBuffer
+from shmq.errors import ArgumentTypeError, BadArgumentError, MessageTooLargeError
+from shmq.model.message import Message, MessageBatch
 
 _UNIQ_NAME = (fmt.PROPERTY_UNIQ_KEY + fmt.NAME_VALUE_SEPARATOR).encode()
 _UNIQ_LEN = 32
@@ -102,11 +103,22 @@ class MessageEncoder:
         uniq = self.uniq.next()
         props_b = fmt.encode_properties(msg.build_properties(uniq))
         keys = fmt.record_key_hashes(msg.topic, uniq, msg.keys)
-        return EncodedMessage(msg.topic, topic_b, body, props_b, sysflag, msg.flag, fmt.body_crc(body),
-                              fmt.tags_code(msg.tags), keys, uniq)
+        return EncodedMessage(
+            msg.topic,
+            topic_b,
+            body,
+            props_b,
+            sysflag,
+            msg.flag,
+            fmt.body_crc(body),
+            fmt.tags_code(msg.tags),
+            keys,
+            uniq,
+        )
 
-    def encode_batch(self, msgs: Sequence[Message] | MessageBatch, born_timestamp: int,
-                     born_host: int) -> EncodedMessages:
+    def encode_batch(
+        self, msgs: Sequence[Message] | MessageBatch, born_timestamp: int, born_host: int
+    ) -> EncodedMessages:
         """Messages of one topic as one batch (no delay levels: RocketMQ refuses them in batches too)."""
         if not len(msgs):
             raise BadArgumentError("send_batch needs at least one message")
@@ -115,17 +127,27 @@ class MessageEncoder:
             if not msgs.properties and (msgs.keys is None or isinstance(msgs.keys, str)):  # the usual batch
                 fmt.check_topic(msgs.topic)
                 bodies, sysflags = self._bodies(msgs.bodies)
-                return self._encode_uniform(msgs.topic, bodies, sysflags, msgs.tags, msgs.keys, msgs.flag,
-                                            born_timestamp, born_host)
+                return self._encode_uniform(
+                    msgs.topic, bodies, sysflags, msgs.tags, msgs.keys, msgs.flag, born_timestamp, born_host
+                )
             column = [msgs.keys] * n if msgs.keys is None or isinstance(msgs.keys, str) else list(msgs.keys)
             if len(column) != n:
                 raise BadArgumentError(f"MessageBatch has {n} bodies but {len(column)} keys")
-            return self._encode_columns(msgs.topic, msgs.bodies, [msgs.tags] * n, column, [msgs.properties] * n,
-                                        msgs.flag, born_timestamp, born_host)
+            return self._encode_columns(
+                msgs.topic,
+                msgs.bodies,
+                [msgs.tags] * n,
+                column,
+                [msgs.properties] * n,
+                msgs.flag,
+                born_timestamp,
+                born_host,
+            )
         uniform = uniform_columns(msgs, Message, self._limit())
         if uniform is not None:
-            return self._encode_uniform(uniform[0], uniform[1], None, uniform[2], uniform[3], uniform[4],
-                                        born_timestamp, born_host)
+            return self._encode_uniform(
+                uniform[0], uniform[1], None, uniform[2], uniform[3], uniform[4], born_timestamp, born_host
+            )
         if not all(map(isinstance, msgs, repeat(Message, n))):
             bad = next(m for m in msgs if not isinstance(m, Message))
             raise ArgumentTypeError(f"send_batch takes Message objects or a MessageBatch, got {type(bad).__name__}")
@@ -136,16 +158,25 @@ class MessageEncoder:
             raise BadArgumentError(f"a batch must be of one topic: {a!r} != {b!r}")
         if any(delays):
             raise BadArgumentError("delayed messages (delay_level, deliver_at, delay) cannot be sent in a batch")
-        return self._encode_columns(topics[0], bodies, tags, keys, user, np.fromiter(flags, np.int64, n),
-                                    born_timestamp, born_host)
+        return self._encode_columns(
+            topics[0], bodies, tags, keys, user, np.fromiter(flags, np.int64, n), born_timestamp, born_host
+        )
 
     def encode_mixed(self, msgs: Sequence[Message], born_timestamp: int, born_host: int) -> EncodedMixed:
         """Checked messages of any topics as one batch (auto_batch's small groups of many topics)."""
         return encode_mixed(self, msgs, born_timestamp, born_host)
 
-    def _encode_columns(self, topic: str, bodies: Sequence[ReadBuffer], tags: Sequence[str | None],
-                        keys: Sequence[str | None], user: Sequence[Mapping[str, str] | None], flags: int | np.ndarray,
-                        born_timestamp: int, born_host: int) -> EncodedMessages:
+    def _encode_columns(
+        self,
+        topic: str,
+        bodies: Sequence[ReadBuffer],
+        tags: Sequence[str | None],
+        keys: Sequence[str | None],
+        user: Sequence[Mapping[str, str] | None],
+        flags: int | np.ndarray,
+        born_timestamp: int,
+        born_host: int,
+    ) -> EncodedMessages:
         n = len(bodies)
         topic_b = fmt.check_topic(topic)
         bodies, sysflags = self._bodies(bodies)
@@ -157,24 +188,39 @@ class MessageEncoder:
         crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
         tails = [_tail(topic_b, t, k, u, uid) for t, k, u, uid in zip(tags, keys, user, uniq_list)]
         buf, starts = fmt.pack_records_with_tails(bodies, tails, crcs, flags, sysflags, born_timestamp, born_host)
-        tags_codes = np.full(n, fmt.tags_code(tags[0]), np.int64) if one_tags else \
-            np.fromiter(map(fmt.tags_code, tags), np.int64, n)
+        tags_codes = (
+            np.full(n, fmt.tags_code(tags[0]), np.int64)
+            if one_tags
+            else np.fromiter(map(fmt.tags_code, tags), np.int64, n)
+        )
         key_hashes, key_records = _key_hashes(topic, keys, _uniq_hashes(topic_b, uniq))
         return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, tags_codes, key_hashes, key_records), uniq)
 
-    def _encode_uniform(self, topic: str, bodies: Sequence[ReadBuffer], sysflags: np.ndarray | None, tags: str | None,
-                        keys: str | None, flags: int | np.ndarray, born_timestamp: int,
-                        born_host: int) -> EncodedMessages:
+    def _encode_uniform(
+        self,
+        topic: str,
+        bodies: Sequence[ReadBuffer],
+        sysflags: np.ndarray | None,
+        tags: str | None,
+        keys: str | None,
+        flags: int | np.ndarray,
+        born_timestamp: int,
+        born_host: int,
+    ) -> EncodedMessages:
         """Checked bodies of one topic, tags and keys, without user properties (see pack_uniform)."""
         n = len(bodies)
         topic_b = fmt.check_topic(topic)
         head, end = _tail_parts(topic_b, tags, keys)
         prefix, first = self.uniq.reserve(n)
-        buf, starts, uniq, uniq_hashes = pack_uniform(topic_b, bodies, head, end, prefix, first, flags, sysflags,
-                                                      born_timestamp, born_host)
+        buf, starts, uniq, uniq_hashes = pack_uniform(
+            topic_b, bodies, head, end, prefix, first, flags, sysflags, born_timestamp, born_host
+        )
         key_hashes, key_records = _key_hashes(topic, [keys] * n if keys else (), uniq_hashes)
-        return EncodedMessages(topic_b, fmt.EncodedBatch(buf, starts, np.full(n, fmt.tags_code(tags), np.int64),
-                                                         key_hashes, key_records), uniq)
+        return EncodedMessages(
+            topic_b,
+            fmt.EncodedBatch(buf, starts, np.full(n, fmt.tags_code(tags), np.int64), key_hashes, key_records),
+            uniq,
+        )
 
     def _check_body(self, body: object) -> None:
         if not isinstance(body, (bytes, bytearray, memoryview)):
@@ -207,8 +253,7 @@ class MessageEncoder:
         return out, sysflags
 
 
-def encode_mixed(encoder: MessageEncoder, msgs: Sequence[Message], born_timestamp: int,
-                 born_host: int) -> EncodedMixed:
+def encode_mixed(encoder: MessageEncoder, msgs: Sequence[Message], born_timestamp: int, born_host: int) -> EncodedMixed:
     """Checked messages of any topics as one batch (auto_batch's small groups of many topics).
 
     Per message only what differs by topic runs in Python (the tail bytes and the UNIQ_KEY
@@ -235,10 +280,16 @@ def encode_mixed(encoder: MessageEncoder, msgs: Sequence[Message], born_timestam
             more = _keys_hashes(topic, k)
             key_hashes += more
             key_records += [i] * len(more)
-    buf, starts = fmt.pack_records_with_tails(bodies, tails, crcs, np.fromiter(flags, np.int64, n), sysflags,
-                                              born_timestamp, born_host)
-    batch = fmt.EncodedBatch(buf, starts, np.fromiter(map(fmt.tags_code, tags), np.int64, n),
-                             np.array(key_hashes, np.int64), np.array(key_records, np.int64))
+    buf, starts = fmt.pack_records_with_tails(
+        bodies, tails, crcs, np.fromiter(flags, np.int64, n), sysflags, born_timestamp, born_host
+    )
+    batch = fmt.EncodedBatch(
+        buf,
+        starts,
+        np.fromiter(map(fmt.tags_code, tags), np.int64, n),
+        np.array(key_hashes, np.int64),
+        np.array(key_records, np.int64),
+    )
     return EncodedMixed(names_b, np.array(idx, np.int64), batch, [u.decode() for u in uniq_list])
 
 
@@ -254,9 +305,18 @@ def bodies_fit(bodies: Sequence[ReadBuffer], limit: int) -> bool:
 bodies_fit = _speedups.pick("_producer", "bodies_fit", bodies_fit)
 
 
-def pack_uniform(topic_b: bytes, bodies: Sequence[ReadBuffer], head: bytes, end: bytes, prefix: bytes, first: int,
-                 flags: int | np.ndarray, sysflags: np.ndarray | None, born_timestamp: int, born_host: int
-                 ) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+def pack_uniform(
+    topic_b: bytes,
+    bodies: Sequence[ReadBuffer],
+    head: bytes,
+    end: bytes,
+    prefix: bytes,
+    first: int,
+    flags: int | np.ndarray,
+    sysflags: np.ndarray | None,
+    born_timestamp: int,
+    born_host: int,
+) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
     """The records of a batch whose messages differ only in body (same topic, tags and keys, no
     user properties: every MessageBatch, and what auto_batch gathers): their bytes back to
     back, each one's start, their UNIQ_KEYs (S32, ``ids.uniq_block(prefix, first, n)``) and the
@@ -266,9 +326,9 @@ def pack_uniform(topic_b: bytes, bodies: Sequence[ReadBuffer], head: bytes, end:
     n = len(bodies)
     uniq = ids.uniq_block(prefix, first, n)
     rows = np.empty((n, len(head) + _UNIQ_LEN + len(end)), np.uint8)
-    rows[:, :len(head)] = np.frombuffer(head, np.uint8)
-    rows[:, len(head):len(head) + _UNIQ_LEN] = uniq.view(np.uint8).reshape(-1, _UNIQ_LEN)
-    rows[:, len(head) + _UNIQ_LEN:] = np.frombuffer(end, np.uint8)
+    rows[:, : len(head)] = np.frombuffer(head, np.uint8)
+    rows[:, len(head) : len(head) + _UNIQ_LEN] = uniq.view(np.uint8).reshape(-1, _UNIQ_LEN)
+    rows[:, len(head) + _UNIQ_LEN :] = np.frombuffer(end, np.uint8)
     crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, n) & 0x7FFFFFFF
     buf, starts = fmt.pack_records_with_tails(bodies, rows, crcs, flags, sysflags, born_timestamp, born_host)
     return buf, starts, uniq, _uniq_hashes(topic_b, uniq)
@@ -277,8 +337,9 @@ def pack_uniform(topic_b: bytes, bodies: Sequence[ReadBuffer], head: bytes, end:
 pack_uniform = _speedups.pick("_producer", "pack_uniform", pack_uniform)
 
 
-def uniform_columns(msgs: Sequence[Message], message_type: type[Message], limit: int
-                    ) -> tuple[str, list[bytes], str | None, str | None, np.ndarray] | None:
+def uniform_columns(
+    msgs: Sequence[Message], message_type: type[Message], limit: int
+) -> tuple[str, list[bytes], str | None, str | None, np.ndarray] | None:
     """(topic, bodies, tags, keys, flags as int64) of Message objects that pack_uniform can take
     as they are: all exactly ``message_type``, one topic, tags and keys (str or None), no user
     properties or delivery rules, ``bytes`` bodies of at most ``limit`` bytes, int flags. None
@@ -298,7 +359,7 @@ def uniform_columns(msgs: Sequence[Message], message_type: type[Message], limit:
             return None
         if m.properties or m.delay_level or m.deliver_at is not None or m.delay is not None:
             return None
-        if type(m.flag) is not int or not -2**63 <= m.flag < 2**63:
+        if type(m.flag) is not int or not -(2**63) <= m.flag < 2**63:
             return None
     return topic, [m.body for m in msgs], tags, keys, np.fromiter((m.flag for m in msgs), np.int64, len(msgs))
 

@@ -10,6 +10,7 @@ Cost per request: one dict insert and one delete; the Condition is taken only wh
 waits (the counter is read unlocked; the order of "remove, then read the counter" against
 "count yourself, then look" means a waiter never misses its wake-up).
 """
+
 from __future__ import annotations
 
 import threading

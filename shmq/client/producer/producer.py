@@ -4,35 +4,51 @@ The connection's reader thread completes futures by request id, fails them all w
 BrokerGoneError when the broker dies, and expires requests past their deadline. After a
 broker restart the next send attaches again (``shmq.client.connection.BrokerConnection``).
 """
+
 from __future__ import annotations
 
 import os
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
-from shmq.codec import frames as P
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
-from shmq.client.hooks import (ASYNC, ONEWAY, SYNC, SendMessageContext, SendMessageHook, check_hook, hooked_call,
-                               hooked_future)
-from shmq.errors import (BadArgumentError, BrokerBusyError, BrokerGoneError, CorruptFrameError,
-                         MessageTooLargeError, SendTimeoutError, ShmqError, broker_error)
-from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
-from shmq.model.reprs import client_repr
-from shmq.client.producer.encoder import MessageEncoder
+from shmq.client.hooks import (
+    ASYNC,
+    ONEWAY,
+    SYNC,
+    SendMessageContext,
+    SendMessageHook,
+    check_hook,
+    hooked_call,
+    hooked_future,
+)
 from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
+from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
+from shmq.codec import frames as P
 from shmq.codec import record as fmt
+from shmq.errors import (
+    BadArgumentError,
+    BrokerBusyError,
+    BrokerGoneError,
+    CorruptFrameError,
+    MessageTooLargeError,
+    SendTimeoutError,
+    ShmqError,
+    broker_error,
+)
+from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
+from shmq.model.reprs import client_repr
 from shmq.ring.state import StateView
-from shmq.trace.dispatcher import (INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher,
-                                   trace_topic)
+from shmq.trace.dispatcher import INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
-
 
 DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in half a ring
 SYNC_POLL_S = 300e-6  # a sync send reads its own answer at most this long, then waits for the reader thread
@@ -51,6 +67,8 @@ def recent_answer_time(recent: float, took: float) -> float:
     """The moving average of answer times (1/8 per send; one sample counts at most 2 x SYNC_POLL_S,
     so one stall does not stop the polling of the next sends)."""
     return recent + (min(took, 2 * SYNC_POLL_S) - recent) * 0.125
+
+
 DEFAULT_QUEUE_NUMS = 4  # what the broker auto-creates (defaultTopicQueueNums)
 
 Selector = Callable[[list[MessageQueue], Any, Any], "MessageQueue | int"]  # (queues, message or batch, arg)
@@ -100,12 +118,23 @@ class Producer:
 
     ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
 
-    def __init__(self, group: str, broker: str | None = None, *, send_msg_timeout: float = 3.0,
-                 retry_times_when_send_failed: int = 2, compress_msg_body_over_howmuch: int | None = 4096,
-                 max_message_size: int = fmt.MAX_MESSAGE_SIZE, ring_bytes: int = DEFAULT_RING_BYTES,
-                 start_timeout: float = 3.0, auto_batch: bool = True, batch_max_delay: float = 0.001,
-                 batch_max_bytes: int = 256 * 1024, trace: bool | str = False,
-                 batch_max_delay_ms: float | None = None) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker: str | None = None,
+        *,
+        send_msg_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        compress_msg_body_over_howmuch: int | None = 4096,
+        max_message_size: int = fmt.MAX_MESSAGE_SIZE,
+        ring_bytes: int = DEFAULT_RING_BYTES,
+        start_timeout: float = 3.0,
+        auto_batch: bool = True,
+        batch_max_delay: float = 0.001,
+        batch_max_bytes: int = 256 * 1024,
+        trace: bool | str = False,
+        batch_max_delay_ms: float | None = None,
+    ) -> None:
         """Durations are seconds (floats), as every ``timeout=`` of the API. ``auto_batch``
         (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages of one topic
         and queue into batches of up to ``batch_max_bytes``, sent at the latest ``batch_max_delay``
@@ -117,8 +146,9 @@ class Producer:
         answered send to RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see
         shmq.trace.dispatcher)."""
         if batch_max_delay_ms is not None:
-            warnings.warn("batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning,
-                          stacklevel=2)
+            warnings.warn(
+                "batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning, stacklevel=2
+            )
             batch_max_delay = batch_max_delay_ms / 1000
         self.group = group
         self.send_msg_timeout = send_msg_timeout
@@ -130,11 +160,13 @@ class Producer:
         self._answer_time = SYNC_POLL_S / 2  # recent sync answers' time: how long ``send`` polls
         self._in_flight = InFlight()  # every request until finished, retries included (flush)
         self._executor: ThreadPoolExecutor | None = None
-        self._conn = BrokerConnection(broker, self.ROLE, group, ring_bytes, self._on_response, self._expire,
-                                      self._broker_died)
+        self._conn = BrokerConnection(
+            broker, self.ROLE, group, ring_bytes, self._on_response, self._expire, self._broker_died
+        )
         self._batches = BatchSender(self)
-        self._accumulator = ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) \
-            if auto_batch else None
+        self._accumulator = (
+            ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) if auto_batch else None
+        )
         self.broker_name = self._conn.broker_name
         self._send_hooks: list[SendMessageHook] = []  # replaced, never changed in place: senders read it unlocked
         self.tracer: AsyncTraceDispatcher | None = None
@@ -151,7 +183,7 @@ class Producer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "Producer":
+    def start(self) -> Producer:
         """Attach to the broker; ``BrokerNotFoundError`` within ``start_timeout`` if none runs."""
         self._conn.start(self.start_timeout)
         if self.tracer is not None:
@@ -192,7 +224,7 @@ class Producer:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -210,19 +242,30 @@ class Producer:
         def count(v: StateView) -> int:
             slot = v.topic_slot(topic)
             return int(v.topics[slot]["write_queues"]) if slot is not None else DEFAULT_QUEUE_NUMS
+
         n = s.state.read(count)
         return [MessageQueue(topic, self.broker_name, q) for q in range(n)]
 
-    def send(self, msg: Message, selector: Selector | None = None, arg: Any = None,
-             timeout: float | None = None, *, sharding_key: str | None = None) -> SendResult:
+    def send(
+        self,
+        msg: Message,
+        selector: Selector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+        *,
+        sharding_key: str | None = None,
+    ) -> SendResult:
         """Send and wait for the broker's answer (resent after SYSTEM_BUSY within the timeout).
         ``sharding_key`` (RocketMQ 5's message group): messages with one key go to one queue, in
         order (see shmq.client.producer.selectors); not with ``selector``."""
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
-            return hooked_call(self._send_hooks, SendMessageContext(self.group, msg, SYNC),
-                               lambda: self._send(msg, selector, arg, timeout))
+            return hooked_call(
+                self._send_hooks,
+                SendMessageContext(self.group, msg, SYNC),
+                lambda: self._send(msg, selector, arg, timeout),
+            )
         return self._send(msg, selector, arg, timeout)
 
     def _send(self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None) -> SendResult:
@@ -249,14 +292,20 @@ class Producer:
         (a TransactionProducer gets checks at any time): the sync sender may keep reading the ring."""
         return not self._pending and self.ROLE == Producer.ROLE
 
-    def send_async(self, msg: Message, callback: Callable[[Any], None] | None = None,
-                   selector: Selector | None = None, arg: Any = None, timeout: float | None = None, *,
-                   sharding_key: str | None = None) -> Future[SendResult]:
+    def send_async(
+        self,
+        msg: Message,
+        callback: Callable[[Any], None] | None = None,
+        selector: Selector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+        *,
+        sharding_key: str | None = None,
+    ) -> Future[SendResult]:
         """Send without waiting; the Future gives the SendResult; ``callback(result_or_exception)`` if
         given. ``sharding_key`` as for ``send``."""
         acc = self._accumulator
-        if acc is not None and callback is None and selector is None and sharding_key is None \
-                and not self._send_hooks:
+        if acc is not None and callback is None and selector is None and sharding_key is None and not self._send_hooks:
             try:
                 queued = accumulate(acc, msg, self._encoder.max_message_size)
             except ShmqError as e:  # shut down
@@ -268,14 +317,18 @@ class Producer:
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
-            fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msg, ASYNC),
-                                lambda: self._send_async(msg, selector, arg, timeout))
+            fut = hooked_future(
+                self._send_hooks,
+                SendMessageContext(self.group, msg, ASYNC),
+                lambda: self._send_async(msg, selector, arg, timeout),
+            )
         else:
             fut = self._send_async(msg, selector, arg, timeout)
         return self._with_callback(fut, callback)
 
-    def _send_async(self, msg: Message, selector: Selector | None, arg: Any,
-                    timeout: float | None) -> Future[SendResult]:
+    def _send_async(
+        self, msg: Message, selector: Selector | None, arg: Any, timeout: float | None
+    ) -> Future[SendResult]:
         try:
             qid = self._choose_queue(msg, selector, arg)
             acc = self._accumulator_for(msg)
@@ -307,23 +360,33 @@ class Producer:
             def done(f: Future[R]) -> None:
                 outcome = CancelledError() if f.cancelled() else f.exception() or f.result()
                 executor.submit(callback, outcome)
+
             fut.add_done_callback(done)
         return fut
 
-    def send_oneway(self, msg: Message, selector: Selector | None = None, arg: Any = None, *,
-                    sharding_key: str | None = None) -> None:
+    def send_oneway(
+        self, msg: Message, selector: Selector | None = None, arg: Any = None, *, sharding_key: str | None = None
+    ) -> None:
         """Fire and forget: no answer, no retry. Bad messages still raise here; with auto_batch,
         a batch that cannot be written later (broker gone, ring full) is logged and dropped.
         ``sharding_key`` as for ``send``."""
         acc = self._accumulator
-        if acc is not None and selector is None and sharding_key is None and not self._send_hooks \
-                and accumulate_oneway(acc, msg, self._encoder.max_message_size):
+        if (
+            acc is not None
+            and selector is None
+            and sharding_key is None
+            and not self._send_hooks
+            and accumulate_oneway(acc, msg, self._encoder.max_message_size)
+        ):
             return
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if self._send_hooks:
-            hooked_call(self._send_hooks, SendMessageContext(self.group, msg, ONEWAY),
-                        lambda: self._send_oneway(msg, selector, arg))
+            hooked_call(
+                self._send_hooks,
+                SendMessageContext(self.group, msg, ONEWAY),
+                lambda: self._send_oneway(msg, selector, arg),
+            )
         else:
             self._send_oneway(msg, selector, arg)
 
@@ -336,34 +399,57 @@ class Producer:
         else:
             self._submit_one(msg, qid, None, oneway=True)
 
-    def send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None = None,
-                   arg: Any = None, timeout: float | None = None) -> SendResult:
+    def send_batch(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        selector: Selector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+    ) -> SendResult:
         """Send messages of one topic as one batch (<= 4 MiB, see ``split_batch``); one SendResult.
 
         A ``MessageBatch`` (bodies as a column, metadata shared) is the fastest form."""
         if self._send_hooks:
-            hooked: SendResult = hooked_call(self._send_hooks, SendMessageContext(self.group, msgs, SYNC),
-                                             lambda: self._send_batch(msgs, selector, arg, timeout).result())
+            hooked: SendResult = hooked_call(
+                self._send_hooks,
+                SendMessageContext(self.group, msgs, SYNC),
+                lambda: self._send_batch(msgs, selector, arg, timeout).result(),
+            )
             return hooked
         result: SendResult = self._send_batch(msgs, selector, arg, timeout).result()  # one, not split
         return result
 
-    def send_batch_async(self, msgs: Sequence[Message] | MessageBatch,
-                         callback: Callable[[Any], None] | None = None, selector: Selector | None = None,
-                         arg: Any = None, timeout: float | None = None, *,
-                         per_message: bool = False) -> Future[Any]:
+    def send_batch_async(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        callback: Callable[[Any], None] | None = None,
+        selector: Selector | None = None,
+        arg: Any = None,
+        timeout: float | None = None,
+        *,
+        per_message: bool = False,
+    ) -> Future[Any]:
         """``send_batch`` without waiting (RocketMQ's async batch send): keeps the producer encoding
         the next batch while the broker stores this one. Checks of the messages raise at once.
         ``per_message``: the Future gives a list, one SendResult per message (shmq.aio's batches)."""
         if self._send_hooks:
-            fut = hooked_future(self._send_hooks, SendMessageContext(self.group, msgs, ASYNC),
-                                lambda: self._send_batch(msgs, selector, arg, timeout, per_message))
+            fut = hooked_future(
+                self._send_hooks,
+                SendMessageContext(self.group, msgs, ASYNC),
+                lambda: self._send_batch(msgs, selector, arg, timeout, per_message),
+            )
         else:
             fut = self._send_batch(msgs, selector, arg, timeout, per_message)
         return self._with_callback(fut, callback)
 
-    def _send_batch(self, msgs: Sequence[Message] | MessageBatch, selector: Selector | None, arg: Any,
-                    timeout: float | None, per_message: bool = False) -> Future[Any]:
+    def _send_batch(
+        self,
+        msgs: Sequence[Message] | MessageBatch,
+        selector: Selector | None,
+        arg: Any,
+        timeout: float | None,
+        per_message: bool = False,
+    ) -> Future[Any]:
         self._flush_accumulated()
         first = msgs if isinstance(msgs, MessageBatch) else (msgs[0] if len(msgs) else None)
         qid = self._choose_queue(first, selector, arg) if first is not None else -1
@@ -385,8 +471,9 @@ class Producer:
             raise BadArgumentError(f"selector chose queue {qid}; topic {msg.topic!r} has {len(queues)}")
         return qid
 
-    def _submit_one(self, msg: Message, qid: int, timeout: float | None, oneway: bool,
-                    sysflag: int = 0) -> Future[SendResult]:
+    def _submit_one(
+        self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0
+    ) -> Future[SendResult]:
         """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
@@ -395,19 +482,39 @@ class Producer:
         sysflag |= e.sysflag
 
         def fill(view: memoryview, req_id: int) -> None:
-            p = P.encode_send_header(view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b,
-                                     e.key_hashes, e.record_len)
-            fmt.pack_message_into(view, p, e.topic_b, e.body, e.props_b, e.crc, flag=e.flag, sysflag=sysflag,
-                                  born_timestamp=int(time.time() * 1000), born_host=self._born_host())
+            p = P.encode_send_header(
+                view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b, e.key_hashes, e.record_len
+            )
+            fmt.pack_message_into(
+                view,
+                p,
+                e.topic_b,
+                e.body,
+                e.props_b,
+                e.crc,
+                flag=e.flag,
+                sysflag=sysflag,
+                born_timestamp=int(time.time() * 1000),
+                born_host=self._born_host(),
+            )
 
         if oneway:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
             return None  # type: ignore[return-value]
 
         def build(r: P.SendResultFrame) -> SendResult:
-            return SendResult(SEND_STATUS.get(r.status, SendStatus.SEND_OK), e.uniq, None,
-                              MessageQueue(e.topic, self.broker_name, r.queue_id), r.queue_offset, r.store_timestamp,
-                              1, [r.phys_offset], r.store_host)
+            return SendResult(
+                SEND_STATUS.get(r.status, SendStatus.SEND_OK),
+                e.uniq,
+                None,
+                MessageQueue(e.topic, self.broker_name, r.queue_id),
+                r.queue_offset,
+                r.store_timestamp,
+                1,
+                [r.phys_offset],
+                r.store_host,
+            )
+
         return self._submit(P.SEND, size, fill, build, deadline)
 
     # ------------------------------------------------------------------ requests and retries
@@ -424,6 +531,7 @@ class Producer:
             except BaseException:
                 self._pending.pop(req_id, None)
                 raise
+
         p.resend = attempt
         self._in_flight.add(p)
         try:
@@ -434,8 +542,14 @@ class Producer:
         return fut
 
     def _write(self, kind: int, size: int, fill: Fill, req_id: int, deadline: float) -> None:
-        self._conn.write(kind, size, fill, req_id, deadline, lambda: SendTimeoutError(
-            f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"))
+        self._conn.write(
+            kind,
+            size,
+            fill,
+            req_id,
+            deadline,
+            lambda: SendTimeoutError(f"the request ring stayed full for {self.send_msg_timeout} s: broker overloaded?"),
+        )
 
     def _retry(self, p: _Pending, error: Exception) -> None:
         """Retry ``p`` if it has attempts and time left, else fail it with ``error``."""
@@ -500,12 +614,16 @@ class Producer:
         # item by item can let a garbage collection (and so a thread switch) in mid-iteration
         for req_id, p in self._pending.copy().items():
             if now >= p.deadline and self._pending.pop(req_id, None) is p:
-                self._finish(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within "
-                                                 f"{self.send_msg_timeout} s"))
+                self._finish(
+                    p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within {self.send_msg_timeout} s")
+                )
 
     def _broker_died(self, s: Session, why: str) -> None:
-        self._fail_all(BrokerGoneError(f"broker {self.broker_name!r} went away ({why}); "
-                                       "the next send attaches again once it restarts"))
+        self._fail_all(
+            BrokerGoneError(
+                f"broker {self.broker_name!r} went away ({why}); the next send attaches again once it restarts"
+            )
+        )
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
@@ -517,5 +635,10 @@ def inner_producer(group: str, broker: str | None) -> Producer:
     """The producer that sends a client's trace records: RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``,
     with a small ring, no compression (trace bodies stay plain JSON in the store) and no
     accumulator (the dispatcher sends its own batches)."""
-    return Producer(INNER_PRODUCER_PREFIX + group, broker, ring_bytes=TRACE_RING_BYTES,
-                    compress_msg_body_over_howmuch=None, auto_batch=False)
+    return Producer(
+        INNER_PRODUCER_PREFIX + group,
+        broker,
+        ring_bytes=TRACE_RING_BYTES,
+        compress_msg_body_over_howmuch=None,
+        auto_batch=False,
+    )

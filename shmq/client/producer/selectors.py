@@ -11,6 +11,7 @@ the same in every process and every Python run (``hash()`` of a str is salted pe
 a key keeps its queue while the topic's queue count does not change; the key is also stored
 as the ``__SHARDINGKEY`` property (RocketMQ 5's name), for consumers and ``shmq admin msg``.
 """
+
 from __future__ import annotations
 
 import copy

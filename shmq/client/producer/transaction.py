@@ -12,13 +12,15 @@ must keep reading answers) in an END_TRANSACTION marked as from a check.
 Correlate the two with something of the message (its keys or a property): ``check`` gets the
 stored half as a MessageExt with the real topic and queue, and TRANSACTION_CHECK_TIMES.
 """
+
 from __future__ import annotations
 
 import enum
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from shmq.client.connection import next_request_id
 from shmq.client.hooks import SYNC, SendMessageContext, hooked_call
@@ -28,8 +30,8 @@ from shmq.codec import record as fmt
 from shmq.codec.transaction_frames import EndTransaction, decode_check_transaction, encode_end_transaction
 from shmq.errors import ArgumentTypeError, BadMessageError, ShmqError
 from shmq.model.message import Message, SendResult, SendStatus
-from shmq.model.reprs import Raw
 from shmq.model.message_ext import MessageExt
+from shmq.model.reprs import Raw
 
 log = logging.getLogger(__name__)
 # a half's answer waits behind the broker's work on the previous END (a commit is one put of two
@@ -47,8 +49,11 @@ class TransactionStatus(enum.Enum):
     UNKNOWN = "UNKNOW"
 
 
-_END_TYPE = {TransactionStatus.COMMIT: fmt.TRANSACTION_COMMIT, TransactionStatus.ROLLBACK: fmt.TRANSACTION_ROLLBACK,
-             TransactionStatus.UNKNOWN: fmt.TRANSACTION_NOT_TYPE}
+_END_TYPE = {
+    TransactionStatus.COMMIT: fmt.TRANSACTION_COMMIT,
+    TransactionStatus.ROLLBACK: fmt.TRANSACTION_ROLLBACK,
+    TransactionStatus.UNKNOWN: fmt.TRANSACTION_NOT_TYPE,
+}
 
 Execute = Callable[[Message, Any], TransactionStatus]
 Check = Callable[[MessageExt], TransactionStatus]
@@ -61,8 +66,17 @@ class TransactionSendResult(SendResult):
     _FIELDS = (*SendResult._FIELDS, "local_transaction_state")  # type: ignore[assignment]  # one more field
 
     def __init__(self, sent: SendResult, state: TransactionStatus) -> None:
-        super().__init__(sent.status, sent.msg_id, None, sent.queue, sent.queue_offset, sent.store_timestamp,
-                         sent.count, sent.phys_offsets, sent.store_host)
+        super().__init__(
+            sent.status,
+            sent.msg_id,
+            None,
+            sent.queue,
+            sent.queue_offset,
+            sent.store_timestamp,
+            sent.count,
+            sent.phys_offsets,
+            sent.store_host,
+        )
         self.local_transaction_state = state
 
     def _repr_parts(self) -> list[tuple[str, Any]]:
@@ -85,8 +99,9 @@ class TransactionProducer(Producer):
 
     ROLE = "transaction_producer"
 
-    def __init__(self, group: str, broker: str | None = None, *, check: Check, check_threads: int = 1,
-                 **options: Any) -> None:
+    def __init__(
+        self, group: str, broker: str | None = None, *, check: Check, check_threads: int = 1, **options: Any
+    ) -> None:
         if not callable(check):
             raise ArgumentTypeError(f"check must be a callable taking a MessageExt, got {type(check).__name__}")
         super().__init__(group, broker, **options)
@@ -97,12 +112,13 @@ class TransactionProducer(Producer):
         super().shutdown(timeout)
         self._checker.shutdown(wait=False, cancel_futures=True)
 
-    def __enter__(self) -> "TransactionProducer":
+    def __enter__(self) -> TransactionProducer:
         self.start()
         return self
 
-    def send_in_transaction(self, msg: Message, execute: Execute, arg: Any = None,
-                            timeout: float | None = None) -> TransactionSendResult:
+    def send_in_transaction(
+        self, msg: Message, execute: Execute, arg: Any = None, timeout: float | None = None
+    ) -> TransactionSendResult:
         """Send ``msg`` as a half, run ``execute(msg, arg)``, end the transaction with its answer.
 
         A half the broker did not store with SEND_OK is rolled back without running ``execute``
@@ -112,15 +128,18 @@ class TransactionProducer(Producer):
         if not callable(execute):
             raise ArgumentTypeError(f"execute must be a callable (msg, arg), got {type(execute).__name__}")
         if msg.delivery_rules:
-            raise BadMessageError("a transactional message cannot also be delayed (delay_level, deliver_at, delay): "
-                                  "RocketMQ would store it twice and check it in a loop")
+            raise BadMessageError(
+                "a transactional message cannot also be delayed (delay_level, deliver_at, delay): "
+                "RocketMQ would store it twice and check it in a loop"
+            )
         props = dict(msg.properties or {})
         props[fmt.PROPERTY_TRAN_MSG] = "true"
         props[fmt.PROPERTY_PGROUP] = self.group
         half = Message(msg.topic, msg.body, msg.tags, msg.keys, props, msg.flag)
         if self._send_hooks:  # the half is the transaction's send: send hooks (trace) see it
-            sent = hooked_call(self._send_hooks, SendMessageContext(self.group, half, SYNC),
-                               lambda: self._send_half(half, timeout))
+            sent = hooked_call(
+                self._send_hooks, SendMessageContext(self.group, half, SYNC), lambda: self._send_half(half, timeout)
+            )
         else:
             sent = self._send_half(half, timeout)
         if sent.status is not SendStatus.SEND_OK:
@@ -129,8 +148,10 @@ class TransactionProducer(Producer):
             try:
                 state = _status(execute(msg, arg), "execute")
             except Exception:
-                log.exception("the local transaction of message %s raised: its state is UNKNOWN (the broker "
-                              "will check it)", sent.msg_id)
+                log.exception(
+                    "the local transaction of message %s raised: its state is UNKNOWN (the broker will check it)",
+                    sent.msg_id,
+                )
                 state = TransactionStatus.UNKNOWN
         self._end(sent.phys_offsets[0], sent.queue_offset, sent.msg_id, state, from_check=False)
         return TransactionSendResult(sent, state)
@@ -150,13 +171,15 @@ class TransactionProducer(Producer):
     def _end(self, phys: int, queue_offset: int, msg_id: str, state: TransactionStatus, from_check: bool) -> None:
         """END_TRANSACTION, oneway. If it cannot be written (the broker went away) the half stays
         open and the broker's check asks again: logged, not raised."""
-        payload = encode_end_transaction(EndTransaction(next_request_id(), phys, queue_offset, P.FLAG_ONEWAY,
-                                                        _END_TYPE[state], from_check, msg_id))
+        payload = encode_end_transaction(
+            EndTransaction(next_request_id(), phys, queue_offset, P.FLAG_ONEWAY, _END_TYPE[state], from_check, msg_id)
+        )
         try:
             self._conn.write_frame(P.END_TRANSACTION, payload, time.monotonic() + self.send_msg_timeout)
         except (ShmqError, OSError) as e:
-            log.warning("END_TRANSACTION (%s) of message %s not sent (%s): the broker will check it",
-                        state.name, msg_id, e)
+            log.warning(
+                "END_TRANSACTION (%s) of message %s not sent (%s): the broker will check it", state.name, msg_id, e
+            )
 
     # ------------------------------------------------------------------ checks from the broker
 
@@ -165,8 +188,9 @@ class TransactionProducer(Producer):
             return super()._on_response(kind, view)
         c = decode_check_transaction(view)
         try:
-            self._checker.submit(self._answer_check, c.half_phys_offset, c.half_queue_offset, c.check_times,
-                                 bytes(c.record))
+            self._checker.submit(
+                self._answer_check, c.half_phys_offset, c.half_queue_offset, c.check_times, bytes(c.record)
+            )
         except RuntimeError:  # shut down: the broker checks again later
             pass
 
@@ -189,4 +213,3 @@ class TransactionProducer(Producer):
             log.exception("the transaction check of message %s raised: answered UNKNOWN", msg.msg_id)
             state = TransactionStatus.UNKNOWN
         self._end(phys, queue_offset, rec.uniq_key or "", state, from_check=True)
-

@@ -5,11 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shmq.codec import ids
+from shmq.codec import record as fmt
 from shmq.codec.columns import decode_batch, read_batch
 from shmq.filter.tags import TagFilter
 from shmq.model.message_ext import MessageExt
-from shmq.codec import ids
-from shmq.codec import record as fmt
 from shmq.store.hooks import PutRequest
 from shmq.store.reader import EntryRange, StoreReader
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put, put_many
@@ -20,13 +20,30 @@ COLLIDING = ("Tag29685295", "Tag32060020")
 
 def test_header_dtype_is_the_record_header():
     assert fmt.HEADER_DTYPE.itemsize == fmt.OFF_BODY
-    buf = fmt.encode_message("T", b"abc", queue_id=3, flag=9, sysflag=1, born_timestamp=123, born_host=77,
-                             reconsume_times=2, prepared_tx_offset=5)
-    h = np.frombuffer(buf[:fmt.OFF_BODY], fmt.HEADER_DTYPE)[0]
-    assert (int(h["total_size"]), int(h["magic"]), int(h["queue_id"]), int(h["flag"]), int(h["sysflag"]),
-            int(h["born_timestamp"]), int(h["born_host"]), int(h["reconsume_times"]),
-            int(h["prepared_tx_offset"]), int(h["body_len"])) == \
-        (len(buf), fmt.MESSAGE_MAGIC, 3, 9, 1, 123, 77, 2, 5, 3)
+    buf = fmt.encode_message(
+        "T",
+        b"abc",
+        queue_id=3,
+        flag=9,
+        sysflag=1,
+        born_timestamp=123,
+        born_host=77,
+        reconsume_times=2,
+        prepared_tx_offset=5,
+    )
+    h = np.frombuffer(buf[: fmt.OFF_BODY], fmt.HEADER_DTYPE)[0]
+    assert (
+        int(h["total_size"]),
+        int(h["magic"]),
+        int(h["queue_id"]),
+        int(h["flag"]),
+        int(h["sysflag"]),
+        int(h["born_timestamp"]),
+        int(h["born_host"]),
+        int(h["reconsume_times"]),
+        int(h["prepared_tx_offset"]),
+        int(h["body_len"]),
+    ) == (len(buf), fmt.MESSAGE_MAGIC, 3, 9, 1, 123, 77, 2, 5, 3)
 
 
 def batch_all(reader, topic, qid, store, expression=None, step=1000):
@@ -42,10 +59,23 @@ def test_columns_agree_with_decode_record(store, reader):
     assert len(b.buffers) > 1  # 60 KiB of records over 64 KiB segments: the batch spans segments
     for i in range(200):
         rec = store.commitlog.read(int(b.commit_log_offset[i]))
-        assert (rec.queue_offset, rec.total_size, rec.store_timestamp, rec.born_timestamp, rec.sysflag,
-                rec.reconsume_times, rec.store_host) == \
-            (int(b.queue_offset[i]), int(b.size[i]), int(b.store_timestamp[i]), int(b.born_timestamp[i]),
-             int(b.sysflag[i]), int(b.reconsume_times[i]), int(b.store_host[i]))
+        assert (
+            rec.queue_offset,
+            rec.total_size,
+            rec.store_timestamp,
+            rec.born_timestamp,
+            rec.sysflag,
+            rec.reconsume_times,
+            rec.store_host,
+        ) == (
+            int(b.queue_offset[i]),
+            int(b.size[i]),
+            int(b.store_timestamp[i]),
+            int(b.born_timestamp[i]),
+            int(b.sysflag[i]),
+            int(b.reconsume_times[i]),
+            int(b.store_host[i]),
+        )
         assert bytes(b.body(i)) == bodies[i]
         assert b.properties(i) == rec.properties
     assert [bytes(v) for v in b.bodies()] == bodies
@@ -56,9 +86,14 @@ def test_tag_filter_by_hash_then_exact(store, reader):
     tags = ["TagA", "TagB", None, COLLIDING[0], COLLIDING[1]]
     put_many(store, "T", 0, 100, tags=tags)
     by_tag = {t: [i for i in range(100) if tags[i % len(tags)] == t] for t in tags}
-    for expr, want in [("TagA", by_tag["TagA"]), ("TagA || TagB", sorted(by_tag["TagA"] + by_tag["TagB"])),
-                       (COLLIDING[0], by_tag[COLLIDING[0]]), (COLLIDING[1], by_tag[COLLIDING[1]]),
-                       ("*", list(range(100))), ("Nope", [])]:
+    for expr, want in [
+        ("TagA", by_tag["TagA"]),
+        ("TagA || TagB", sorted(by_tag["TagA"] + by_tag["TagB"])),
+        (COLLIDING[0], by_tag[COLLIDING[0]]),
+        (COLLIDING[1], by_tag[COLLIDING[1]]),
+        ("*", list(range(100))),
+        ("Nope", []),
+    ]:
         b = batch_all(reader, "T", 0, store, TagFilter(expr))
         assert b.queue_offset.tolist() == want, expr
         assert b.next_offset == 100
@@ -70,7 +105,11 @@ def test_records_whose_properties_do_not_start_with_tags(store, reader):
     store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"odd", properties=odd)]))
     put(store, "T", 0, b"normal", tags="TagA")
     store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"other", properties={"a": "1", "TAGS": "TagB"})]))
-    store.put(PutRequest.of_records("T", 0, [fmt.encode_message("T", b"collide", properties={"a": "1", "TAGS": COLLIDING[1]})]))
+    store.put(
+        PutRequest.of_records(
+            "T", 0, [fmt.encode_message("T", b"collide", properties={"a": "1", "TAGS": COLLIDING[1]})]
+        )
+    )
     b = batch_all(reader, "T", 0, store, TagFilter("TagA"))
     assert [bytes(v) for v in b.bodies()] == [b"odd", b"normal"]
     b = batch_all(reader, "T", 0, store, TagFilter(COLLIDING[0]))
@@ -101,16 +140,37 @@ def test_compressed_bodies_are_decompressed_on_access(store, reader):
 
 
 def test_to_message_ext(store, reader):
-    res = put(store, "Orders", 3, b"payload", tags="TagA", keys="k1 k2", uniq_key="AB" * 16, user={"a": "1"},
-              born_timestamp=1234, reconsume_times=2)
+    res = put(
+        store,
+        "Orders",
+        3,
+        b"payload",
+        tags="TagA",
+        keys="k1 k2",
+        uniq_key="AB" * 16,
+        user={"a": "1"},
+        born_timestamp=1234,
+        reconsume_times=2,
+    )
     b = batch_all(reader, "Orders", 3, store)
     m = b.to_message_ext(0)
     assert m == MessageExt(
-        topic="Orders", body=b"payload", tags="TagA", keys="k1 k2",
-        properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "a": "1"}, queue_id=3, queue_offset=0,
-        commit_log_offset=res.wrote_offset, born_timestamp=1234, store_timestamp=res.store_timestamp,
-        reconsume_times=2, msg_id="AB" * 16, offset_msg_id=ids.offset_msg_id(0, res.wrote_offset),
-        store_size=res.wrote_bytes, sysflag=0)
+        topic="Orders",
+        body=b"payload",
+        tags="TagA",
+        keys="k1 k2",
+        properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB" * 16, "a": "1"},
+        queue_id=3,
+        queue_offset=0,
+        commit_log_offset=res.wrote_offset,
+        born_timestamp=1234,
+        store_timestamp=res.store_timestamp,
+        reconsume_times=2,
+        msg_id="AB" * 16,
+        offset_msg_id=ids.offset_msg_id(0, res.wrote_offset),
+        store_size=res.wrote_bytes,
+        sysflag=0,
+    )
     assert m.key_list == ["k1", "k2"]
     assert MessageExt.from_record(store.commitlog.read(res.wrote_offset)) == m
     assert b.messages() == [m]
@@ -171,11 +231,14 @@ record_st = st.tuples(st.binary(max_size=3000), tag_st, st.booleans())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(record_st, min_size=1, max_size=60),
-       st.sampled_from(["*", "A", "A || B", "CC || " + COLLIDING[1], COLLIDING[0]]),
-       st.integers(1, 70))
+@given(
+    st.lists(record_st, min_size=1, max_size=60),
+    st.sampled_from(["*", "A", "A || B", "CC || " + COLLIDING[1], COLLIDING[0]]),
+    st.integers(1, 70),
+)
 def test_batches_equal_naive_decode(tmp_path_factory, records, expr, step):
     from shmq.store.message_store import MessageStore
+
     d = str(tmp_path_factory.mktemp("s"))
     with MessageStore(d, dict(SMALL)) as store, StoreReader(d) as reader:
         for body, tag, tags_first in records:

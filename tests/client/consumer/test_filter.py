@@ -3,9 +3,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shmq.codec import record as fmt
 from shmq.errors import BadExpressionError, ShmqError
 from shmq.filter.tags import Expression, TagFilter, as_expression
-from shmq.codec import record as fmt
 
 
 @pytest.mark.parametrize("expr", [None, "", "  ", "*", " * "])
@@ -39,10 +39,23 @@ def test_matches_codes_on_entries_and_arrays():
     assert TagFilter("A || B").matches_codes(entries["tags_code"]).tolist() == [True, True, False, True]
 
 
-@given(st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF, exclude_characters="|=<>()'\"!",
-                                      exclude_categories=("Zs", "Zl", "Zp", "Cc")), min_size=1,
-                        max_size=8), min_size=1, max_size=5),
-       st.lists(st.text(max_size=6), max_size=40))
+@given(
+    st.lists(
+        st.text(
+            st.characters(
+                min_codepoint=33,
+                max_codepoint=0x2FF,
+                exclude_characters="|=<>()'\"!",
+                exclude_categories=("Zs", "Zl", "Zp", "Cc"),
+            ),
+            min_size=1,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.lists(st.text(max_size=6), max_size=40),
+)
 def test_code_mask_agrees_with_isin(tags, present):
     tags = [t for t in tags if t.strip() and t.strip() != "*"]
     if not tags:
@@ -78,8 +91,10 @@ def test_sql_looking_expressions_raise_at_once(expr):
         as_expression(expr)
 
 
-@pytest.mark.parametrize("expr, why", [("TagA ||", "empty tag"), ("|| TagA", "empty tag"),
-                                       ("TagA | TagB", "not '|'"), ("TagA TagB", "whitespace")])
+@pytest.mark.parametrize(
+    "expr, why",
+    [("TagA ||", "empty tag"), ("|| TagA", "empty tag"), ("TagA | TagB", "not '|'"), ("TagA TagB", "whitespace")],
+)
 def test_malformed_tag_expressions_raise_at_once(expr, why):
     """Regression (issue 9 A6): "TagA ||" and "TagA | TagB" were accepted and matched nothing."""
     with pytest.raises(BadExpressionError, match=why):

@@ -1,4 +1,5 @@
 """A reader in this process follows a MessageStore written by a child process."""
+
 import gc
 import json
 import os
@@ -18,8 +19,9 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "writer_child.p
 
 class Writer:
     def __init__(self, store_dir: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, CHILD, store_dir], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD, store_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
 
     def send(self, cmd: str) -> dict:
         self.proc.stdin.write(cmd + "\n")

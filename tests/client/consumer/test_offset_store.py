@@ -58,7 +58,11 @@ def test_local_file_round_trip(tmp_path):
     s.update("Other", 1, 1)
     s.persist()
     with open(s.path) as f:
-        assert json.load(f) == {"group": "bg", "instance": "i1", "offsets": {"Orders": {"0": 42, "3": 7}, "Other": {"1": 1}}}
+        assert json.load(f) == {
+            "group": "bg",
+            "instance": "i1",
+            "offsets": {"Orders": {"0": 42, "3": 7}, "Other": {"1": 1}},
+        }
     again = LocalFileOffsetStore("bg", "i1", directory=str(tmp_path))
     again.load()
     assert again.snapshot() == s.snapshot()
@@ -126,6 +130,7 @@ def test_concurrent_writers_never_collide_on_a_temp_name(tmp_path):
                 s.persist()
         except BaseException as e:  # noqa: BLE001 (the assertion below reports it)
             errors.append(e)
+
     threads = [threading.Thread(target=write, args=(s, k * 1000)) for k, s in enumerate(stores)]
     for t in threads:
         t.start()

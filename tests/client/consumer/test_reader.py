@@ -17,8 +17,10 @@ def test_entries_match_the_writer(store, reader):
     assert rng.start == 0 and rng.next_offset == 300
     want = store.find_consume_queue("T", 1)
     got = [(int(e["offset"]), int(e["size"]), int(e["tags_code"])) for e in rng.entries]
-    assert got == [(int(e["offset"]), int(e["size"]), int(e["tags_code"])) for e in
-                   np.concatenate([want.get_range(o, 128) for o in range(0, 300, 128)])]
+    assert got == [
+        (int(e["offset"]), int(e["size"]), int(e["tags_code"]))
+        for e in np.concatenate([want.get_range(o, 128) for o in range(0, 300, 128)])
+    ]
 
 
 def test_max_offset_is_never_passed(store, reader):
@@ -124,12 +126,12 @@ def test_deleted_segments_stay_readable_until_released(store, reader):
     first_path = reader.commitlog.files.segments[0].path
     new_min = delete_commitlog_head(store, 2)
     assert not os.path.exists(first_path)
-    assert bytes(view[fmt.OFF_BODY:fmt.OFF_BODY + 2]) == b"0:"  # the mapping outlives the file
+    assert bytes(view[fmt.OFF_BODY : fmt.OFF_BODY + 2]) == b"0:"  # the mapping outlives the file
     assert reader.commitlog.min_offset == 0  # nothing refreshed yet
     reader.refresh()
     assert reader.commitlog.min_offset == new_min
     assert reader.commitlog.data(int(old[0]["offset"]), 4) is None
-    assert bytes(view[fmt.OFF_BODY:fmt.OFF_BODY + 2]) == b"0:"  # a view handed out keeps its pages
+    assert bytes(view[fmt.OFF_BODY : fmt.OFF_BODY + 2]) == b"0:"  # a view handed out keeps its pages
     del view
     assert not [m for m in maps_of(store.store_dir) if "(deleted)" in m]
     lo = cq.min_offset(mx)

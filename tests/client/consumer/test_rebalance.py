@@ -2,8 +2,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shmq.client.consumer.rebalance import (STRATEGIES, allocate_averagely, allocate_averagely_by_circle, allocate_by_config,
-                            allocate_consistent_hash)
+from shmq.client.consumer.rebalance import (
+    STRATEGIES,
+    allocate_averagely,
+    allocate_averagely_by_circle,
+    allocate_by_config,
+    allocate_consistent_hash,
+)
 
 
 def split(strategy, queues, members, **kw):

@@ -1,5 +1,6 @@
 """SendBackClient without a broker: the frame it writes, how answers settle it, and that a lost
 broker or an ERROR leaves the messages to local redelivery."""
+
 from __future__ import annotations
 
 import threading
@@ -44,8 +45,10 @@ def test_the_frame_and_per_message_results():
     def answer(sb):
         statuses = np.array([0, -P.MESSAGE_ILLEGAL, 0], np.int64)
         z = np.zeros(3, np.int64)
-        return P.SEND_MULTI_RESULT, P.encode_send_multi_result(P.SendMultiResultFrame(sb.req_id, 1, 0, statuses, z,
-                                                                                      z, z, "no record"))
+        return P.SEND_MULTI_RESULT, P.encode_send_multi_result(
+            P.SendMultiResultFrame(sb.req_id, 1, 0, statuses, z, z, z, "no record")
+        )
+
     c, conn = _client(answer)
     assert c.send_back(_msgs(3), delay_level=-1) == [True, False, True]
     kind, sb = conn.frames[0]

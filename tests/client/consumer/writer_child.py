@@ -13,6 +13,7 @@ Commands on stdin, one a line; after each, one JSON state line on stdout:
 Record content is a function of (queue id, queue offset) only (`body_for`, `tags_for`), so the
 reader can check every record it sees.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,14 +50,20 @@ def tags_for(qoff: int) -> str:
 def append(store: MessageStore, qid: int, n: int) -> None:
     first = store.get_max_offset_in_queue(TOPIC, qid)
     offs = range(first, first + n)
-    batch = fmt.encode_batch(TOPIC, [body_for(qid, o) for o in offs],
-                             [fmt.message_properties(tags=tags_for(o), keys=f"k{o}") for o in offs])
+    batch = fmt.encode_batch(
+        TOPIC, [body_for(qid, o) for o in offs], [fmt.message_properties(tags=tags_for(o), keys=f"k{o}") for o in offs]
+    )
     store.put(PutRequest(batch, [TOPIC], None, qid))
 
 
 def state(store: MessageStore) -> str:
-    return json.dumps({"max": [store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)],
-                       "cl_min": store.commitlog.min_offset, "segments": len(store.commitlog.queue.files)})
+    return json.dumps(
+        {
+            "max": [store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES)],
+            "cl_min": store.commitlog.min_offset,
+            "segments": len(store.commitlog.queue.files),
+        }
+    )
 
 
 def main() -> None:

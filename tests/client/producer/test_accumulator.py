@@ -1,12 +1,13 @@
 """ProduceAccumulator on its own: when batches go out, in what order, and which go together."""
+
 import threading
 import time
 
 import pytest
 
+from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, ProduceAccumulator, settle
 from shmq.errors import ShmqError
 from shmq.model.message import Message
-from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, ProduceAccumulator, settle
 
 
 class Recorder:
@@ -89,6 +90,7 @@ def test_settle_finishes_a_batch_as_futures_do():
     """One lock and one notify for a batch, and still every Future promise: results in order,
     callbacks run, concurrent.futures.wait wakes, a cancelled future stays cancelled."""
     import concurrent.futures as cf
+
     acc = ProduceAccumulator(lambda groups: None, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = [acc.add(Message("T", b"%d" % i), 0) for i in range(4)]
     seen = []
@@ -135,6 +137,7 @@ def test_settle_wakes_waiters_of_every_hand_over():
 def test_cancel_before_the_hand_over_withdraws_the_message():
     """Regression (issue 9 A3): cancel() returned True and the message was sent anyway."""
     import concurrent.futures as cf
+
     rec = Recorder()
     acc = ProduceAccumulator(rec, batch_max_delay=60.0, batch_max_bytes=1 << 20)
     futures = [acc.add(Message("T", b"%d" % i), 0) for i in range(3)]

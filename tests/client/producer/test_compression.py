@@ -1,4 +1,5 @@
 """Body compression rules (pure): threshold, off switch, the probe that skips incompressible bodies."""
+
 from __future__ import annotations
 
 import os

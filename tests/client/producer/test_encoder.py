@@ -1,4 +1,5 @@
 """The producer's batch encoder must produce exactly what encoding each message alone produces."""
+
 import zlib
 
 import numpy as np
@@ -6,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmq.errors import BadTopicError, MessageTooLargeError
-from shmq.model.message import Message, MessageBatch
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.codec import record as fmt
+from shmq.errors import BadTopicError, MessageTooLargeError
+from shmq.model.message import Message, MessageBatch
 
 words = st.text("abcXYZ09_-", min_size=1, max_size=6)
 messages = st.builds(
@@ -27,7 +28,6 @@ def _records(buf: bytes, starts: np.ndarray) -> list[fmt.StoredRecord]:
     return [fmt.decode_record(buf, int(s)) for s in starts]
 
 
-
 @settings(max_examples=150, deadline=None)
 @given(st.lists(messages, min_size=1, max_size=12), st.booleans())
 def test_batch_equals_one_by_one(msgs, uniform):
@@ -43,9 +43,16 @@ def test_batch_equals_one_by_one(msgs, uniform):
         body = zlib.decompress(r.body) if r.sysflag & fmt.FLAG_COMPRESSED else bytes(r.body)
         assert body == m.body
         assert (r.sysflag & fmt.FLAG_COMPRESSED) == (len(m.body) > 200 and len(zlib.compress(m.body, 5)) < len(m.body))
-        alone = fmt.encode_message("Orders", bytes(r.body), properties=m.build_properties(uniq[i]), flag=m.flag,
-                                   sysflag=r.sysflag, born_timestamp=1234, born_host=99)
-        assert bytes(b.buf[b.starts[i]:b.starts[i] + r.total_size]) == alone
+        alone = fmt.encode_message(
+            "Orders",
+            bytes(r.body),
+            properties=m.build_properties(uniq[i]),
+            flag=m.flag,
+            sysflag=r.sysflag,
+            born_timestamp=1234,
+            born_host=99,
+        )
+        assert bytes(b.buf[b.starts[i] : b.starts[i] + r.total_size]) == alone
         assert b.tags_codes[i] == fmt.tags_code(m.tags)
         assert b.key_hashes[b.key_records == i].tolist() == fmt.record_key_hashes("Orders", uniq[i], m.keys)
     assert (np.diff(b.key_records) >= 0).all()
@@ -63,9 +70,16 @@ def test_mixed_topics_equal_one_by_one(pairs):
     assert [enc.topics_b[k].decode() for k in enc.topic_idx.tolist()] == [m.topic for m in msgs]
     records = _records(b.buf, b.starts)
     for i, (m, r) in enumerate(zip(msgs, records)):
-        alone = fmt.encode_message(m.topic, bytes(r.body), properties=m.build_properties(enc.uniq_keys[i]), flag=m.flag,
-                                   sysflag=r.sysflag, born_timestamp=1234, born_host=99)
-        assert bytes(b.buf[b.starts[i]:b.starts[i] + r.total_size]) == alone
+        alone = fmt.encode_message(
+            m.topic,
+            bytes(r.body),
+            properties=m.build_properties(enc.uniq_keys[i]),
+            flag=m.flag,
+            sysflag=r.sysflag,
+            born_timestamp=1234,
+            born_host=99,
+        )
+        assert bytes(b.buf[b.starts[i] : b.starts[i] + r.total_size]) == alone
         assert b.tags_codes[i] == fmt.tags_code(m.tags)
         assert b.key_hashes[b.key_records == i].tolist() == fmt.record_key_hashes(m.topic, enc.uniq_keys[i], m.keys)
 
@@ -80,28 +94,35 @@ def test_single_encode_matches_the_record_layout():
     assert e.key_hashes == fmt.record_key_hashes("T", e.uniq, "a b")
 
 
-@pytest.mark.parametrize("msgs, error", [
-    ([], ValueError),
-    ([Message("A", b"1"), Message("B", b"2")], ValueError),
-    ([Message("A", b"1"), "not a message"], TypeError),
-    ([Message("A", "text body")], TypeError),
-    ([Message("A", b"1", delay_level=2)], ValueError),
-    ([Message("bad topic!", b"1")], BadTopicError),
-    ([Message("A", b"x" * 101)], MessageTooLargeError),
-])
+@pytest.mark.parametrize(
+    "msgs, error",
+    [
+        ([], ValueError),
+        ([Message("A", b"1"), Message("B", b"2")], ValueError),
+        ([Message("A", b"1"), "not a message"], TypeError),
+        ([Message("A", "text body")], TypeError),
+        ([Message("A", b"1", delay_level=2)], ValueError),
+        ([Message("bad topic!", b"1")], BadTopicError),
+        ([Message("A", b"x" * 101)], MessageTooLargeError),
+    ],
+)
 def test_bad_batches_are_refused_with_a_clear_error(msgs, error):
     with pytest.raises(error):
         MessageEncoder(max_message_size=100, compress_over=1000).encode_batch(msgs, 0, 0)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.binary(max_size=30), min_size=1, max_size=10), st.sampled_from([None, "TagA"]),
-       st.one_of(st.none(), words, st.lists(st.one_of(st.none(), words), min_size=10, max_size=10)),
-       st.one_of(st.none(), st.dictionaries(words, words, max_size=2)))
+@given(
+    st.lists(st.binary(max_size=30), min_size=1, max_size=10),
+    st.sampled_from([None, "TagA"]),
+    st.one_of(st.none(), words, st.lists(st.one_of(st.none(), words), min_size=10, max_size=10)),
+    st.one_of(st.none(), st.dictionaries(words, words, max_size=2)),
+)
 def test_message_batch_equals_the_same_messages_as_a_list(bodies, tags, keys, props):
-    per_keys = keys[:len(bodies)] if isinstance(keys, list) else [keys] * len(bodies)
-    columns = MessageBatch("Orders", bodies, tags=tags, keys=per_keys if isinstance(keys, list) else keys,
-                           properties=props, flag=3)
+    per_keys = keys[: len(bodies)] if isinstance(keys, list) else [keys] * len(bodies)
+    columns = MessageBatch(
+        "Orders", bodies, tags=tags, keys=per_keys if isinstance(keys, list) else keys, properties=props, flag=3
+    )
     listed = [Message("Orders", b, tags=tags, keys=k, properties=props, flag=3) for b, k in zip(bodies, per_keys)]
     a = MessageEncoder().encode_batch(columns, 5, 6)
     b = MessageEncoder().encode_batch(listed, 5, 6)

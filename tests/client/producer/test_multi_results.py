@@ -1,5 +1,6 @@
 """The SendResults of a SEND_MULTI answer: one per record (or the broker's error), their queues
 kept across answers without changing what the results say."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,16 @@ from shmq.model.message import MessageQueue, SendStatus
 
 def _answer(statuses: list[int], qids: list[int]) -> P.SendMultiResultFrame:
     n = len(statuses)
-    return P.SendMultiResultFrame(7, 1234, 99, np.array(statuses, np.int64), np.array(qids, np.int64),
-                                  np.arange(n, dtype=np.int64) * 10, np.arange(n, dtype=np.int64) * 100, "no")
+    return P.SendMultiResultFrame(
+        7,
+        1234,
+        99,
+        np.array(statuses, np.int64),
+        np.array(qids, np.int64),
+        np.arange(n, dtype=np.int64) * 10,
+        np.arange(n, dtype=np.int64) * 100,
+        "no",
+    )
 
 
 def test_each_record_gets_its_result_or_the_brokers_error() -> None:

@@ -1,5 +1,6 @@
 """The sync send's poll window follows the answer times: long enough for the usual answer,
 at most SYNC_POLL_S when answers are slow (SYNC_FLUSH), short again when they are fast."""
+
 from __future__ import annotations
 
 from shmq.client.producer.producer import SYNC_POLL_S, recent_answer_time, sync_poll_window

@@ -1,4 +1,5 @@
 """Client durations are seconds; the old millisecond keywords still work for a release, with a warning."""
+
 from __future__ import annotations
 
 import pytest

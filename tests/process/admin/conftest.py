@@ -1,3 +1,4 @@
 """`shmq admin` against real broker processes (leak checks of tests/process/broker)."""
-from tests.process.broker.conftest import broker_name, config, store_dir  # noqa: F401
+
 from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.process.broker.conftest import broker_name, config, store_dir  # noqa: F401

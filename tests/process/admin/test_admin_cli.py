@@ -1,4 +1,5 @@
 """`shmq admin topic / group / clients / broker status / dlq` against a real broker, --json parsed back."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -43,8 +45,9 @@ def admin_fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return lines[0]
 
 
-def test_topics_groups_clients_and_status(broker_name: str, store_dir: str, config: dict,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_topics_groups_clients_and_status(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config) as broker:
         made = admin_json(capsys, "topic", "create", "Orders", "--queues", "3", "--name", broker_name)
         assert made == {"topic": "Orders", "system": False, "perm": 6, "read_queue_nums": 3, "write_queue_nums": 3}
@@ -52,8 +55,9 @@ def test_topics_groups_clients_and_status(broker_name: str, store_dir: str, conf
         try:
             for i in range(7):
                 p.send(Message("Orders", b"m%d" % i))
-            status = admin_json_when(capsys, lambda d: d["msgs_in"] == 7, "topic", "status", "Orders",
-                                     "--name", broker_name)
+            status = admin_json_when(
+                capsys, lambda d: d["msgs_in"] == 7, "topic", "status", "Orders", "--name", broker_name
+            )
             assert [q["queue_id"] for q in status["queues"]] == [0, 1, 2]
             assert status["max_offset"] == sum(q["max_offset"] for q in status["queues"]) == 7
             assert status["messages"] == 7 and status["msgs_in"] == 7
@@ -61,8 +65,9 @@ def test_topics_groups_clients_and_status(broker_name: str, store_dir: str, conf
             listed = {t["topic"]: t for t in admin_json(capsys, "topic", "list", "--name", broker_name)}
             assert listed["Orders"]["system"] is False and listed["Orders"]["max_offset"] == 7
             assert listed["SCHEDULE_TOPIC_XXXX"]["system"] is True
-            assert [t["topic"] for t in admin_json(capsys, "topic", "list", "--no-system", "--name", broker_name)] \
-                == ["Orders"]
+            assert [t["topic"] for t in admin_json(capsys, "topic", "list", "--no-system", "--name", broker_name)] == [
+                "Orders"
+            ]
 
             updated = admin_json(capsys, "topic", "update", "Orders", "--perm", "4", "--name", broker_name)
             assert updated["perm"] == 4
@@ -88,8 +93,9 @@ def test_topics_groups_clients_and_status(broker_name: str, store_dir: str, conf
             p.shutdown()
 
 
-def test_progress_lag_after_a_consumer_commits(broker_name: str, store_dir: str, config: dict,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_lag_after_a_consumer_commits(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         shmq.Admin(broker_name).create_topic("Orders", queues=2)
         p = Producer("pg", broker=broker_name).start()
@@ -105,7 +111,10 @@ def test_progress_lag_after_a_consumer_commits(broker_name: str, store_dir: str,
             c.commit()
             online = admin_json(capsys, "group", "progress", "cg", "--name", broker_name)
             assert online["online"] is True and online["lag"] == 0
-            assert [(q["queue_id"], q["committed"], q["max_offset"]) for q in online["queues"]] == [(0, 3, 3), (1, 3, 3)]
+            assert [(q["queue_id"], q["committed"], q["max_offset"]) for q in online["queues"]] == [
+                (0, 3, 3),
+                (1, 3, 3),
+            ]
             groups = {g["group"]: g for g in admin_json(capsys, "group", "list", "--name", broker_name)}
             assert groups["cg"]["model"] == "CLUSTERING" and len(groups["cg"]["members"]) == 1
             assert groups["cg"]["subscriptions"] == {"Orders": "*"}
@@ -119,8 +128,9 @@ def test_progress_lag_after_a_consumer_commits(broker_name: str, store_dir: str,
             p.shutdown()
 
 
-def test_dlq_list_shows_sizes_and_resend(broker_name: str, store_dir: str, config: dict,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_dlq_list_shows_sizes_and_resend(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         p = Producer("pg", broker=broker_name).start()
         c = PushConsumer("failing", broker=broker_name, max_reconsume_times=0, consume_from=ConsumeFrom.FIRST_OFFSET)
@@ -145,8 +155,9 @@ def test_dlq_list_shows_sizes_and_resend(broker_name: str, store_dir: str, confi
             p.shutdown()
 
 
-def test_errors_are_one_line(broker_name: str, store_dir: str, config: dict,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_are_one_line(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert "no broker named" in admin_fails(capsys, "clients", "--name", broker_name)
     with shmq.Broker(store_dir, name=broker_name, config=config):
         assert "bad name!" in admin_fails(capsys, "topic", "create", "bad name!", "--name", broker_name)
@@ -163,14 +174,21 @@ def test_as_a_subprocess(broker_name: str, store_dir: str, config: dict) -> None
     env = dict(os.environ, SHMQ_BROKER=broker_name)
     cmd = [sys.executable, "-m", "shmq", "admin"]
     with shmq.Broker(store_dir, name=broker_name, config=config):
-        made = subprocess.run([*cmd, "topic", "create", "Jobs", "--queues", "2", "--json"], env=env,
-                              capture_output=True, text=True, timeout=30)
+        made = subprocess.run(
+            [*cmd, "topic", "create", "Jobs", "--queues", "2", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert made.returncode == 0, made.stderr
         assert json.loads(made.stdout)["read_queue_nums"] == 2
         shown = subprocess.run([*cmd, "topic", "status", "Jobs"], env=env, capture_output=True, text=True, timeout=30)
         assert shown.returncode == 0 and "total" in shown.stdout and "perm 6 (rw)" in shown.stdout
     gone = subprocess.run([*cmd, "broker", "status"], env=env, capture_output=True, text=True, timeout=30)
     assert gone.returncode == 1 and gone.stdout == ""
-    assert gone.stderr.splitlines() == [f"shmq admin broker status: error: no broker named {broker_name!r} is "
-                                        f"running (no state segment); start one with `shmq broker --store DIR "
-                                        f"--name {broker_name}`"]
+    assert gone.stderr.splitlines() == [
+        f"shmq admin broker status: error: no broker named {broker_name!r} is "
+        f"running (no state segment); start one with `shmq broker --store DIR "
+        f"--name {broker_name}`"
+    ]

@@ -1,6 +1,7 @@
 """shmq.aio consumers against a real broker: ``async for`` over a PushConsumer gets every message
 and commits what it consumed; LitePullConsumer's ``await poll`` and ``async for``, and a cancelled
 poll losing nothing."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,14 +18,17 @@ def _send(broker: str, topic: str, count: int) -> None:
 def test_push_async_for_receives_every_message_and_commits_them(store_dir, broker_name, config):
     async def consume(want: int) -> list[int]:
         got: list[int] = []
-        c = shmq.aio.PushConsumer("aio-cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET,
-                                  consume_message_batch_max_size=8)
+        c = shmq.aio.PushConsumer(
+            "aio-cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET, consume_message_batch_max_size=8
+        )
         async with c:
+
             async def loop() -> None:
                 async for m in c.messages("T"):
                     got.append(int(m.body))
                     if len(got) == want:
                         break
+
             await asyncio.wait_for(loop(), 20)
         return got
 
@@ -33,12 +37,14 @@ def test_push_async_for_receives_every_message_and_commits_them(store_dir, broke
         c = shmq.aio.PushConsumer("aio-cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
         c.subscribe("T")
         async with await c.start():
+
             async def loop() -> None:
                 async for m in c:
                     got.append(m)  # noqa: PERF401 - kept as they come: the loop only ends by its timeout
+
             try:
                 await asyncio.wait_for(loop(), 1.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return got
 
@@ -60,11 +66,13 @@ def test_push_shutdown_ends_the_iteration(store_dir, broker_name, config):
             nonlocal seen
             async for _ in c.messages("T"):
                 seen += 1
+
         task = asyncio.create_task(loop())
         await asyncio.sleep(0.5)
         await asyncio.wait_for(c.shutdown(), 5)
         await asyncio.wait_for(task, 5)  # ends by itself: no cancel needed
         return seen
+
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, "T", 20)
         assert asyncio.run(main()) == 20
@@ -72,8 +80,9 @@ def test_push_shutdown_ends_the_iteration(store_dir, broker_name, config):
 
 def test_lite_pull_poll_and_async_for(store_dir, broker_name, config):
     async def main() -> tuple[list[int], list]:
-        async with shmq.aio.LitePullConsumer("aio-lg", broker=broker_name,
-                                             consume_from=ConsumeFrom.FIRST_OFFSET, pull_batch_size=16) as c:
+        async with shmq.aio.LitePullConsumer(
+            "aio-lg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET, pull_batch_size=16
+        ) as c:
             c.subscribe("T")
             got: list[int] = []
             first = await c.poll(5)
@@ -84,6 +93,7 @@ def test_lite_pull_poll_and_async_for(store_dir, broker_name, config):
                 if len(got) == 200:
                     break
             return got, await c.poll(0.2)
+
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, "T", 200)
         got, rest = asyncio.run(main())
@@ -93,8 +103,7 @@ def test_lite_pull_poll_and_async_for(store_dir, broker_name, config):
 
 def test_lite_pull_cancelled_poll_loses_nothing(store_dir, broker_name, config):
     async def main() -> list[int]:
-        async with shmq.aio.LitePullConsumer("aio-lg", broker=broker_name,
-                                             consume_from=ConsumeFrom.FIRST_OFFSET) as c:
+        async with shmq.aio.LitePullConsumer("aio-lg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET) as c:
             c.subscribe("T")
             waiting = asyncio.create_task(c.poll(5))
             await asyncio.sleep(0.05)  # the poll thread waits for messages
@@ -106,6 +115,7 @@ def test_lite_pull_cancelled_poll_loses_nothing(store_dir, broker_name, config):
                 assert msgs, got
                 got.extend(int(m.body) for m in msgs)
             return got
+
     with shmq.Broker(store_dir, broker_name, config):
         assert sorted(asyncio.run(main())) == list(range(10))
 
@@ -117,11 +127,13 @@ def test_a_cancel_during_start_then_shutdown_leaves_nothing_attached(store_dir, 
         async def loop() -> None:
             async for _ in c.messages("T"):
                 pass
+
         task = asyncio.create_task(loop())
         await asyncio.sleep(0)  # the start runs in its thread now
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await asyncio.wait_for(c.shutdown(), 10)
         return c.sync._running
+
     with shmq.Broker(store_dir, broker_name, config):
         assert asyncio.run(main()) is False  # stopped once its start finished; the IPC tracker checks the rest

@@ -1,6 +1,7 @@
 """Leaving the README's loop, ``async for m in shmq.aio.PushConsumer(...).messages(T): break``,
 in a real process: the consumer leaves its group at once, the script's process exits when the
 script ends, and SIGTERM ends it too. Nothing is left behind (the autouse leak check)."""
+
 from __future__ import annotations
 
 import signal
@@ -9,7 +10,6 @@ import sys
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message
-
 from tests.ipc_tracking import client_semaphores
 from tests.waiting import wait_for
 
@@ -33,8 +33,9 @@ print("end of script", flush=True)
 
 
 def _run(broker: str, linger: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _SCRIPT, broker, str(linger)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, broker, str(linger)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _feed(broker: str, count: int) -> None:

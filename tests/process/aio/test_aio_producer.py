@@ -1,6 +1,7 @@
 """shmq.aio.Producer against a real broker: awaited sends, 256 at once, cancelled tasks, a broker gone.
 
 Plain ``asyncio.run`` inside sync tests: no pytest plugin needed."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,6 +25,7 @@ def test_awaited_sends_are_ok_with_distinct_ids_and_increasing_offsets(store_dir
     async def main() -> list:
         async with shmq.aio.Producer("aio-pg", broker=broker_name) as p:
             return [await p.send(Message("T", b"%d" % i)) for i in range(1000)]
+
     with shmq.Broker(store_dir, broker_name, config):
         results = asyncio.run(main())
     assert all(r.status is SendStatus.SEND_OK for r in results)
@@ -39,6 +41,7 @@ def test_256_concurrent_sends_go_out_together_and_each_gets_its_own_result(store
             # a second topic in the same iteration: batched apart, answered apart
             mixed = await asyncio.gather(*(p.send(Message("T" if i % 2 else "U", b"m%d" % i)) for i in range(256)))
             return first, mixed
+
     with shmq.Broker(store_dir, broker_name, config):
         first, mixed = asyncio.run(main())
     assert all(r.status is SendStatus.SEND_OK for r in first + mixed)
@@ -65,6 +68,7 @@ def test_cancelled_tasks_do_not_break_the_producer(store_dir, broker_name, confi
             cancelled = sum(isinstance(o, asyncio.CancelledError) for o in outcomes)
             assert all(not isinstance(o, BaseException) for o in outcomes[1::2]), outcomes
             return cancelled, after, flushed and p._unanswered == 0
+
     with shmq.Broker(store_dir, broker_name, config):
         cancelled, after, settled = asyncio.run(main())
     assert cancelled == 50
@@ -82,6 +86,7 @@ def test_a_broker_gone_fails_the_send_with_a_clear_error(store_dir, broker_name,
                 await asyncio.wait_for(p.send(Message("T", b"down")), 60)
             assert time.monotonic() - start < 30  # about its 1 s send timeout, not a hang
             assert broker_name in str(info.value)
+
     with shmq.Broker(store_dir, broker_name, config) as broker:
         asyncio.run(main(broker))
 
@@ -96,11 +101,15 @@ def test_send_batch_oneway_and_selector(store_dir, broker_name, config):
             picked = await p.send(Message("T", b"picked"), selector=lambda queues, msg, arg: queues[arg], arg=3)
             assert picked.queue.queue_id == 3
             return batch, last
+
     with shmq.Broker(store_dir, broker_name, config):
         batch, last = asyncio.run(main())
         with shmq.PullConsumer("aio-check", broker=broker_name) as pc:
-            bodies = {m.body for q in range(4)
-                      for m in pc.pull(MessageQueue("T", broker_name, q), offset=0, max_nums=64).messages}
+            bodies = {
+                m.body
+                for q in range(4)
+                for m in pc.pull(MessageQueue("T", broker_name, q), offset=0, max_nums=64).messages
+            }
     assert batch.status is SendStatus.SEND_OK and batch.count == 10
     assert last.status is SendStatus.SEND_OK
     assert bodies == {b"b%d" % i for i in range(10)} | {b"o%d" % i for i in range(20)} | {b"last", b"picked"}
@@ -111,6 +120,7 @@ def test_a_bad_message_among_a_batch_fails_alone(store_dir, broker_name, config)
         async with shmq.aio.Producer("aio-pg", broker=broker_name, max_message_size=1024) as p:
             msgs = [Message("T", b"x" * (4096 if i == 5 else 10)) for i in range(20)]
             return await asyncio.gather(*(p.send(m) for m in msgs), return_exceptions=True)
+
     with shmq.Broker(store_dir, broker_name, config):
         outcomes = asyncio.run(main())
     assert isinstance(outcomes[5], shmq.MessageTooLargeError)

@@ -1,4 +1,5 @@
 """Broker tests run real broker processes; each test gets unique names and must leave no IPC object."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,12 @@ import pytest
 from shmq.store.message_store import MessageStore
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 
-SMALL = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
-         "maxHashSlotNum": 1009, "maxIndexNum": 40000}
+SMALL = {
+    "mappedFileSizeCommitLog": 16 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+}
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ namespace where that folder is replaced by an empty tmpfs holding only the inter
 prefix, bind-mounted back in place, so every path stays the same and nothing outside the
 namespace changes. Needs root; tests skip otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,10 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+
 from tests.waiting import wait_for
 
 TOOLS = ("useradd", "userdel", "runuser", "unshare", "mount")
@@ -40,8 +42,10 @@ def _wrapper(user: str, scratch: str) -> list[str]:
     hidden = _hidden_ancestor(os.path.join(prefix, "bin"))
     if hidden is None:
         return ["runuser", "-u", user, "--"]
-    script = ('set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m tmpfs "$3"; '
-              'mkdir -p "$1"; mount --bind "$2" "$1"; shift 3; exec runuser -u "$0" -- "$@"')
+    script = (
+        'set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m tmpfs "$3"; '
+        'mkdir -p "$1"; mount --bind "$2" "$1"; shift 3; exec runuser -u "$0" -- "$@"'
+    )
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, user, prefix, scratch, hidden]
 
 
@@ -65,8 +69,13 @@ class Stranger:
 
     def popen(self, argv: list[str], **kwargs: object) -> subprocess.Popen:
         """Start ``argv`` as this user in its own session (``stop`` signals the whole group)."""
-        p = subprocess.Popen(_wrapper(self.name, self._scratch) + argv, cwd=self.home, start_new_session=True,
-                             stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+        p = subprocess.Popen(
+            _wrapper(self.name, self._scratch) + argv,
+            cwd=self.home,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            **kwargs,
+        )  # type: ignore[call-overload]
         self._procs.append(p)
         return p
 
@@ -122,5 +131,3 @@ def stranger() -> Iterator[Stranger]:
         if s is not None:
             s.close()
         subprocess.run(["userdel", "-r", name], capture_output=True)
-
-

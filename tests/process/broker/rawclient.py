@@ -1,4 +1,5 @@
 """A bare channel client for tests that speak frames directly (garbage, long polling)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ class RawClient:
         self.liveness = Liveness.hold()
         self.client_id = new_client_id()
         self._req = 0
-        reply = self.control.call(Attach(self.client_id, self._next(), os.getpid(), self.liveness.key, 65536, {"role": role}), 5)
+        reply = self.control.call(
+            Attach(self.client_id, self._next(), os.getpid(), self.liveness.key, 65536, {"role": role}), 5
+        )
         assert reply.ok, reply.body
         self.channel = Channel.open(broker, self.client_id)
 

@@ -4,6 +4,7 @@
 ring, then space is freed and it asks again. ``start``: /dev/shm is full before the broker
 starts. Prints one JSON object with what happened; removes its filler whatever happens.
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,8 +19,12 @@ from shmq.errors import ShmqError
 from shmq.ring import shm
 
 FILLER = "/dev/shm/filler"
-SMALL = {"mappedFileSizeCommitLog": 16 * 1024 * 1024, "mappedFileSizeConsumeQueue": 20 * 4096,
-         "maxHashSlotNum": 1009, "maxIndexNum": 40000}
+SMALL = {
+    "mappedFileSizeCommitLog": 16 * 1024 * 1024,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 40000,
+}
 
 
 def fill() -> None:
@@ -63,8 +68,12 @@ def attach(store: str, name: str) -> dict:
 def start(store: str, name: str) -> dict:
     fill()
     try:
-        p = subprocess.run([sys.executable, "-m", "shmq", "broker", "--store", store, "--name", name],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-m", "shmq", "broker", "--store", store, "--name", name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.unlink(FILLER)
     return {"exit": p.returncode, "stderr": p.stderr}

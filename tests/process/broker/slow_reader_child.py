@@ -4,6 +4,7 @@ future's done-callbacks, user code, run) longer than shutdown waits for the thre
 if the broker learnt that the client left while the thread was held, the channel stayed mapped
 while the thread was in it, and the thread closed it as it left.
 """
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ as the sender does. Commands on stdin, one a line: ``auto`` (ack the master's lo
 grows, the default), ``hold N`` (ack at most offset N), ``quit``. Prints ``ready SLOT`` once its
 slot streams and ``ok`` after each command.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ def main(name: str) -> None:
     while not int(ha.header["sender_pid"][0]) and time.monotonic() < deadline:
         time.sleep(0.005)
     slot = ha.claim_slot("standin", int(time.time() * 1000))
-    row = ha.slot_table[slot:slot + 1]
+    row = ha.slot_table[slot : slot + 1]
     row["name"] = b"standin"
     row["acked_offset"] = ha.master_offset
     row["state"] = STREAMING

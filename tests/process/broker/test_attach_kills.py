@@ -2,6 +2,7 @@
 no liveness semaphore once the broker stops: the ones killed before the broker read their
 attach included (the broker never heard of those keys). The autouse leak check knows every
 key the forked clients took (``Liveness.hold`` is recorded across fork)."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -13,7 +14,6 @@ import time
 import shmq
 from shmq.ring import client_keys
 from shmq.ring.control import sysv_key
-
 from tests.ipc_tracking import IpcTracker
 from tools.chaos.attach_kills import attach_forever
 
@@ -31,16 +31,16 @@ def _kill_clients(broker: str, kills: int, seed: int) -> None:
         p.join(10)
 
 
-def test_clients_killed_while_attaching_leave_no_semaphore(store_dir, broker_name, config,
-                                                          ipc_tracker: IpcTracker):
+def test_clients_killed_while_attaching_leave_no_semaphore(store_dir, broker_name, config, ipc_tracker: IpcTracker):
     with shmq.Broker(store_dir, broker_name, config):
         _kill_clients(broker_name, KILLS, seed=25)
     _, sysv = ipc_tracker.left()
     assert sysv == [], f"{len(sysv)} liveness semaphores of killed clients outlived the broker's stop"
 
 
-def test_the_next_broker_removes_what_clients_of_a_killed_broker_left(store_dir, broker_name, config,
-                                                                    ipc_tracker: IpcTracker):
+def test_the_next_broker_removes_what_clients_of_a_killed_broker_left(
+    store_dir, broker_name, config, ipc_tracker: IpcTracker
+):
     """Clients killed while their broker is SIGKILLed too: the next start on the store removes them."""
     broker = shmq.Broker(store_dir, broker_name, config)
     try:

@@ -2,6 +2,7 @@
 MiB) and removed off the broker loop, so one client attaching big rings cannot stall the
 others; the limits stay exact with attaches in flight, and a client that dies or gives up while
 its channel is made, or a broker stopped meanwhile, leaves nothing behind."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -16,8 +17,16 @@ from shmq import Message, Producer
 from shmq.ring.channel import Channel, channel_name, client_bell_name
 from shmq.ring.control import Attach, Detach, new_client_id
 from shmq.ring.liveness import Liveness
-from tests.process.broker.test_control_hostile import (_attach, _exists, _req_ids, call, client_ids, control_queue,
-                                                       send, wait_for)
+from tests.process.broker.test_control_hostile import (
+    _attach,
+    _exists,
+    _req_ids,
+    call,
+    client_ids,
+    control_queue,
+    send,
+    wait_for,
+)
 
 ctx = mp.get_context("fork")
 BIG = 64 << 20  # a 64 MiB ring: ~130 MiB of shared memory to back, ~40 ms
@@ -123,9 +132,16 @@ def test_client_gone_mid_attach_leaves_nothing(store_dir, broker_name, config, g
         p.start()
         cids, key = out.get(timeout=20)
         p.join(10)
-        assert wait_for(lambda: not any(_shm_exists(channel_name(broker_name, c))
-                                        or _sem_exists(client_bell_name(broker_name, c)) for c in cids)
-                        and not _exists(key), 5)
+        assert wait_for(
+            lambda: (
+                not any(
+                    _shm_exists(channel_name(broker_name, c)) or _sem_exists(client_bell_name(broker_name, c))
+                    for c in cids
+                )
+                and not _exists(key)
+            ),
+            5,
+        )
         assert not set(cids) & client_ids(broker_name)
         assert f"client {cids[1]} (pid {p.pid}) died or gave up while its channel was made" in broker.log()
         reply, liveness, _ = _attach(broker_name)

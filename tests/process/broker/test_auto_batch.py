@@ -1,4 +1,5 @@
 """send_async / send_oneway through the ProduceAccumulator (auto_batch): results, order, delay, errors."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,14 @@ from .conftest import open_store
 
 
 def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_bytes=16 * 1024) as p:
-        futs = [p.send_async(Message("Auto", b"m%d" % i, keys=f"key{i}"), selector=lambda qs, m, a: qs[a], arg=2)
-                for i in range(1000)]
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name, batch_max_bytes=16 * 1024) as p,
+    ):
+        futs = [
+            p.send_async(Message("Auto", b"m%d" % i, keys=f"key{i}"), selector=lambda qs, m, a: qs[a], arg=2)
+            for i in range(1000)
+        ]
         results = [f.result(5) for f in futs]
     assert all(r.status is SendStatus.SEND_OK and r.queue.queue_id == 2 and r.count == 1 for r in results)
     assert [r.queue_offset for r in results] == list(range(1000))  # in call order, across several batches
@@ -34,8 +39,7 @@ def test_async_results_are_per_message_and_in_queue_order(store_dir, broker_name
 
 
 def test_a_lone_message_is_sent_after_the_delay(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay=0.02) as p:
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, batch_max_delay=0.02) as p:
         p.send(Message("Auto", b"warm up"))
         t = time.monotonic()
         r = p.send_async(Message("Auto", b"alone")).result(60)
@@ -43,14 +47,13 @@ def test_a_lone_message_is_sent_after_the_delay(store_dir, broker_name, config):
 
 
 def test_sync_send_and_shutdown_never_leave_oneway_messages_behind(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config):
-        with Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
-            for i in range(300):
-                p.send_oneway(Message("Fence", b"%d" % i), selector=lambda qs, m, a: qs[0])
-            fence = p.send(Message("Fence", b"fence"), selector=lambda qs, m, a: qs[0])
-            assert fence.queue_offset == 300  # every oneway message was stored before it
-            for i in range(5):
-                p.send_oneway(Message("Fence", b"tail%d" % i), selector=lambda qs, m, a: qs[0])
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
+        for i in range(300):
+            p.send_oneway(Message("Fence", b"%d" % i), selector=lambda qs, m, a: qs[0])
+        fence = p.send(Message("Fence", b"fence"), selector=lambda qs, m, a: qs[0])
+        assert fence.queue_offset == 300  # every oneway message was stored before it
+        for i in range(5):
+            p.send_oneway(Message("Fence", b"tail%d" % i), selector=lambda qs, m, a: qs[0])
         # shutdown sent the tail although its delay (a minute) had not passed
     store = open_store(store_dir, config)
     try:
@@ -101,8 +104,17 @@ def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir
         futs, bad = [], p.send_async(Message("bad topic!", b"x"))
         for i in range(600):
             t = topics[i % len(topics)]
-            futs.append((t, i, p.send_async(Message(t, b"%s-%d" % (t.encode(), i), keys=f"k{i}"),
-                                            selector=lambda qs, m, a: qs[a % len(qs)], arg=i // len(topics))))
+            futs.append(
+                (
+                    t,
+                    i,
+                    p.send_async(
+                        Message(t, b"%s-%d" % (t.encode(), i), keys=f"k{i}"),
+                        selector=lambda qs, m, a: qs[a % len(qs)],
+                        arg=i // len(topics),
+                    ),
+                )
+            )
             p.send_oneway(Message(t, b"oneway-%d" % i))
         results = [(t, i, f.result(60)) for t, i, f in futs]
         with pytest.raises(BadTopicError):
@@ -118,8 +130,13 @@ def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir
             assert r.queue_offset > last.get((t, r.queue.queue_id), -1)  # call order within the queue
             last[(t, r.queue.queue_id)] = r.queue_offset
         assert store.query_message(topics[3], "k43")[0].body == b"%s-43" % topics[3].encode()
-        oneway = sum(1 for t in topics for q in range(4) for m in store.get_message(t, q, 0, 1000).messages
-                     if bytes(m.body).startswith(b"oneway"))
+        oneway = sum(
+            1
+            for t in topics
+            for q in range(4)
+            for m in store.get_message(t, q, 0, 1000).messages
+            if bytes(m.body).startswith(b"oneway")
+        )
         assert oneway == 600
     finally:
         store.shutdown()
@@ -128,26 +145,34 @@ def test_many_topics_each_sent_rarely_are_stored_together_and_in_order(store_dir
 def test_a_refused_topic_fails_only_its_own_messages_in_a_mixed_frame(store_dir, broker_name, config):
     """Small groups of several topics travel in one SEND_MULTI; a topic the broker refuses
     (not writable) fails its own messages with the broker's reason, the others are stored."""
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
         for t in ("Open1", "Open2", "Closed"):
             p.send(Message(t, b"create"))
         p._conn.admin("update_topic", {"topic": "Closed", "perm": 4})  # read only (RocketMQ's PERM_READ)
-        futs = [(t, p.send_async(Message(t, b"%s-%d" % (t.encode(), i)))) for i in range(3)
-                for t in ("Open1", "Closed", "Open2")]
+        futs = [
+            (t, p.send_async(Message(t, b"%s-%d" % (t.encode(), i))))
+            for i in range(3)
+            for t in ("Open1", "Closed", "Open2")
+        ]
         futs[0][1].result(5)  # waiting sends everything that waits, together
         for t, f in futs:
             if t == "Closed":
                 err = f.exception(5)
-                assert isinstance(err, shmq.client.connection.BrokerError) and err.code == 16 and "not writable" in str(err)
+                assert (
+                    isinstance(err, shmq.client.connection.BrokerError)
+                    and err.code == 16
+                    and "not writable" in str(err)
+                )
             else:
                 r = f.result(5)
                 assert r.status is SendStatus.SEND_OK and r.queue.topic == t
 
 
 def test_mixed_frames_are_answered_after_the_group_commit_under_sync_flush(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, dict(config, flushDiskType="SYNC_FLUSH")) as broker, \
-            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
+    with (
+        shmq.Broker(store_dir, broker_name, dict(config, flushDiskType="SYNC_FLUSH")) as broker,
+        Producer("pg", broker=broker_name, batch_max_delay=60.0) as p,
+    ):
         futs = [p.send_async(Message(f"Sync{i % 10}", b"%d" % i)) for i in range(30)]
         results = [f.result(10) for f in futs]
         assert all(r.status is SendStatus.SEND_OK for r in results)
@@ -159,8 +184,7 @@ def test_a_max_size_message_goes_through_a_mixed_frame(store_dir, broker_name, c
     """A SEND_MULTI is transport, not a user batch: each record gets the single-message size
     limit, not the 4 MiB limit of a batch's total."""
     big = os.urandom(4 * 1024 * 1024)  # maxMessageSize exactly; incompressible, so stored as is
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:
         futs = [p.send_async(Message("Big", big)), p.send_async(Message("Small", b"s"))]
         results = [f.result(10) for f in futs]
     assert all(r.status is SendStatus.SEND_OK for r in results)

@@ -1,20 +1,21 @@
 """Admin over the control queue, long-poll wake-ups, offsets persisted, the CLI with a broker.conf."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import shmq
 from shmq import Message, Producer
 from shmq.codec import frames as P
 from shmq.ring.state import StateReader
-
 from tests.waiting import wait_for
+
 from .rawclient import RawClient
 
 
@@ -72,8 +73,11 @@ def test_dead_member_leaves_group(store_dir, broker_name, config):
 def test_cli_with_broker_conf_and_sigint(store_dir, broker_name, tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("# RocketMQ style\nflushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog=4194304\n")
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", broker_name,
-                             "--config", str(conf)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", broker_name, "--config", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while f"shmq.{broker_name}.state" not in os.listdir("/dev/shm") and time.monotonic() < deadline:
@@ -96,6 +100,7 @@ def test_auto_created_topics_reach_topics_json_soon_and_at_shutdown(store_dir, b
 
     def on_disk() -> set[str]:
         return set(json.loads(Path(path).read_text())["topicConfigTable"]) if os.path.exists(path) else set()
+
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for i in range(20):
             p.send(Message(f"Auto{i}", b"x"))

@@ -1,11 +1,12 @@
 """Issue 10, A2-A6 and D14: hostile or careless control-queue clients cannot crash, wedge or
 spoof the broker. The helpers speak the control queue directly (any process on the machine can)."""
+
 from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing as mp
 import logging
+import multiprocessing as mp
 import os
 import threading
 import time
@@ -67,18 +68,32 @@ def client_ids(broker: str) -> set[int]:
 
 # ---------------------------------------------------------------------------------------- A2
 
+
 def test_bad_admin_fields_get_error_replies_and_never_persist(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
         assert admin(broker_name, "create_topic", topic="T", read_queue_nums=2, write_queue_nums=2).ok
-        for args in ({"offset": 2**70}, {"offset": -1}, {"offset": True}, {"offset": "5"}, {"queue_id": 2},
-                     {"queue_id": -1}, {"group": "bad group"}, {"group": 7}, {"topic": "no/topic"},
-                     {"extra": 1}):
-            reply = admin(broker_name, "commit_offset", **{"group": "cg", "topic": "T", "queue_id": 1, "offset": 5,
-                                                           **args})
+        for args in (
+            {"offset": 2**70},
+            {"offset": -1},
+            {"offset": True},
+            {"offset": "5"},
+            {"queue_id": 2},
+            {"queue_id": -1},
+            {"group": "bad group"},
+            {"group": 7},
+            {"topic": "no/topic"},
+            {"extra": 1},
+        ):
+            reply = admin(
+                broker_name, "commit_offset", **{"group": "cg", "topic": "T", "queue_id": 1, "offset": 5, **args}
+            )
             assert not reply.ok and "error" in reply.body, args
-        for command, args in (("create_topic", {"topic": "U", "perm": "6"}), ("join_group", {"group": "cg"}),
-                              ("search_offset", {"topic": "T", "queue_id": 0, "timestamp": 2**64}),
-                              ("queue_offsets", {"topic": "T", "queue_id": 9})):
+        for command, args in (
+            ("create_topic", {"topic": "U", "perm": "6"}),
+            ("join_group", {"group": "cg"}),
+            ("search_offset", {"topic": "T", "queue_id": 0, "timestamp": 2**64}),
+            ("queue_offsets", {"topic": "T", "queue_id": 9}),
+        ):
             assert not admin(broker_name, command, **args).ok, command
         assert admin(broker_name, "commit_offset", group="cg", topic="T", queue_id=1, offset=2**63 - 1).ok
         assert admin(broker_name, "list_topics").ok  # the broker lives
@@ -89,6 +104,7 @@ def test_bad_admin_fields_get_error_replies_and_never_persist(store_dir, broker_
 
 
 # ---------------------------------------------------------------------------------------- A3
+
 
 def _leave_without_reading(broker: str, n: int) -> None:
     """Send ``n`` requests under fresh ids, read no reply, exit."""
@@ -105,8 +121,7 @@ def _leave_without_reading(broker: str, n: int) -> None:
 def test_replies_nobody_reads_do_not_wedge_the_control_plane(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
         for i in range(60):  # ~4 KiB per list_topics reply: the 16 KiB queue holds 3
-            assert admin(broker_name, "create_topic", topic=f"Topic{i:03}", read_queue_nums=1,
-                         write_queue_nums=1).ok
+            assert admin(broker_name, "create_topic", topic=f"Topic{i:03}", read_queue_nums=1, write_queue_nums=1).ok
         procs = [ctx.Process(target=_leave_without_reading, args=(broker_name, 60)) for _ in range(4)]
         for p in procs:
             p.start()
@@ -121,6 +136,7 @@ def test_replies_nobody_reads_do_not_wedge_the_control_plane(store_dir, broker_n
 
 
 # ---------------------------------------------------------------------------------------- A4
+
 
 def _spoof(broker: str, victims: list[int], out) -> None:
     refused = []
@@ -174,12 +190,15 @@ def test_dropped_clients_attach_again_by_themselves(store_dir, broker_name, conf
 
 # ---------------------------------------------------------------------------------------- A5
 
-def _attach(broker: str, ring_bytes: int = 65536, pid: int | None = None,
-            cid: int | None = None) -> tuple[Reply, Liveness, int]:
+
+def _attach(
+    broker: str, ring_bytes: int = 65536, pid: int | None = None, cid: int | None = None
+) -> tuple[Reply, Liveness, int]:
     liveness = Liveness.hold()
     cid = new_client_id() if cid is None else cid
-    req = Attach(cid, next(_req_ids), os.getpid() if pid is None else pid, liveness.key, ring_bytes,
-                 {"role": "producer"})
+    req = Attach(
+        cid, next(_req_ids), os.getpid() if pid is None else pid, liveness.key, ring_bytes, {"role": "producer"}
+    )
     return call(broker, req), liveness, cid
 
 
@@ -240,10 +259,13 @@ def test_attach_limits_total_and_ring_bytes(store_dir, broker_name, config):
 
 # ---------------------------------------------------------------------------------------- A6
 
+
 def test_list_topics_of_any_size(store_dir, broker_name, config):
     os.makedirs(os.path.join(store_dir, "config"), exist_ok=True)
-    table = {f"Topic{i:05}": {"topicName": f"Topic{i:05}", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
-             for i in range(2000)}
+    table = {
+        f"Topic{i:05}": {"topicName": f"Topic{i:05}", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}
+        for i in range(2000)
+    }
     with open(os.path.join(store_dir, "config", "topics.json"), "w") as f:
         json.dump({"topicConfigTable": table}, f)
     with shmq.Broker(store_dir, broker_name, config):
@@ -259,6 +281,7 @@ def test_list_topics_of_any_size(store_dir, broker_name, config):
 
 
 # ---------------------------------------------------------------------------------------- D14
+
 
 def _garbage_then_exit(broker: str, out) -> None:
     liveness = Liveness.hold()
@@ -329,14 +352,19 @@ def test_group_joins_cannot_fill_the_group_table(store_dir, broker_name, config)
 
         def batch(*args: tuple[str, str]) -> list[Reply]:
             # one request in flight per client id, as a client does: sending drops that id's unread replies
-            return [call(broker_name, Admin(cid, next(_req_ids), command, {"group": group}, secret), 5.0)
-                    for command, group in args]
+            return [
+                call(broker_name, Admin(cid, next(_req_ids), command, {"group": group}, secret), 5.0)
+                for command, group in args
+            ]
+
         try:
             replies = batch(*(("join_group", f"g{i}") for i in range(17)))
             assert all(r.ok for r in replies[:16]) and "groups, the most" in replies[16].body["error"]
             for n in range(1, 21):  # 336 group names in all: more than the table's 256 rows
-                replies = batch(*(("leave_group", f"g{(n - 1) * 16 + i}") for i in range(16)),
-                                *(("join_group", f"g{n * 16 + i}") for i in range(16)))
+                replies = batch(
+                    *(("leave_group", f"g{(n - 1) * 16 + i}") for i in range(16)),
+                    *(("join_group", f"g{n * 16 + i}") for i in range(16)),
+                )
                 assert all(r.ok for r in replies), [r.body for r in replies if not r.ok][:1]
         finally:
             liveness.release()  # it dies: leaving its groups must not take the broker down

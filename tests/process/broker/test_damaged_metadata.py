@@ -2,6 +2,7 @@
 and consume queues damaged, restarted. Every acknowledged message must be readable at its
 offset, committed offsets kept, the damage logged; a start that cannot be made safe is refused
 with one line and exit status 2, leaving no IPC object (the autouse ipc_tracker checks)."""
+
 from __future__ import annotations
 
 import json
@@ -122,8 +123,12 @@ def run_cli(store_dir: str, broker_name: str, config: dict) -> subprocess.Comple
     conf = os.path.join(os.path.dirname(store_dir), "broker.conf")
     with open(conf, "w") as f:
         f.write(BrokerConfig.load(config).to_properties())
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", broker_name,
-                             "--config", conf], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", broker_name, "--config", conf],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:

@@ -1,4 +1,5 @@
 """A broker with default config fits a laptop; config keys act or are refused at start."""
+
 from __future__ import annotations
 
 import os
@@ -40,14 +41,26 @@ def test_default_broker_with_three_tiny_messages_stays_small(store_dir, broker_n
 
 
 def _cli(store_dir: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "shmq", "broker", "--store", store_dir, *args],
-                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "shmq", "broker", "--store", store_dir, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
 
 
-@pytest.mark.parametrize("role, conf_text, why", [
-    ("SLAVE", "brokerRole=SLAVE\n", "brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)"),
-    ("SYNC_MASTER", "brokerRole=SYNC_MASTER\nhaListenPort=0\n",
-     "brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through the HA sender")])
+@pytest.mark.parametrize(
+    "role, conf_text, why",
+    [
+        ("SLAVE", "brokerRole=SLAVE\n", "brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)"),
+        (
+            "SYNC_MASTER",
+            "brokerRole=SYNC_MASTER\nhaListenPort=0\n",
+            "brokerRole=SYNC_MASTER needs haListenPort > 0: replicas acknowledge sends through the HA sender",
+        ),
+    ],
+)
 def test_roles_that_cannot_keep_their_promise_are_refused(tmp_path, store_dir, broker_name, role, conf_text, why):
     conf = tmp_path / "broker.conf"
     conf.write_text(conf_text)

@@ -2,6 +2,7 @@
 (sync, async and oneway sends), 100,000 pending timers all arrive in due order with bounded
 broker memory, SIGKILLs at random points lose nothing and repeat only the tick in flight, bad
 input is refused with a clear error."""
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,10 @@ def test_each_level_and_delivery_time_arrives_on_time_whatever_the_send(store_di
             p.send(Message("D", b"L%d" % level, delay_level=level))
             due[b"L%d" % level] = t + 0.1 * level
         t = time.time()
-        futs = [p.send_async(Message("D", b"at", deliver_at=t + 0.25)),
-                p.send_async(Message("D", b"after", delay=0.35))]
+        futs = [
+            p.send_async(Message("D", b"at", deliver_at=t + 0.25)),
+            p.send_async(Message("D", b"after", delay=0.35)),
+        ]
         due[b"at"], due[b"after"] = t + 0.25, t + 0.35
         for f in futs:
             f.result(timeout=5)
@@ -82,9 +85,9 @@ def send_windowed(p: Producer, msgs, window: int = 2048) -> None:
     for m in msgs:
         inflight.append(p.send_async(m))
         if len(inflight) >= window:
-            for f in inflight[:window // 2]:
+            for f in inflight[: window // 2]:
                 f.result(timeout=30)
-            del inflight[:window // 2]
+            del inflight[: window // 2]
     for f in inflight:
         f.result(timeout=30)
 
@@ -106,8 +109,7 @@ def test_100k_pending_timers_all_arrive_in_due_order_with_bounded_memory(store_d
         # a broker short of CPU delivers seconds late, and pull_all's deadline bounds a timer that stalls
         assert late.min() >= 0, np.percentile(late, [0, 50, 99, 100])
         for q in {m.queue_id for m in got}:  # within each queue, due order exactly
-            d = [round(dues[int(m.body)] * 1000) for m in sorted(got, key=lambda m: m.queue_offset)
-                 if m.queue_id == q]
+            d = [round(dues[int(m.body)] * 1000) for m in sorted(got, key=lambda m: m.queue_offset) if m.queue_id == q]
             assert d == sorted(d)
         assert rss_pending - rss0 < 64 * 1024 * 1024, (rss0, rss_pending)
 
@@ -146,7 +148,7 @@ def test_sigkill_at_random_points_loses_nothing_and_repeats_only_the_tick_in_fli
     with shmq.Broker(store_dir, broker_name, config):
         got = pull_all(broker_name, "K", len(sent) + 1000, timeout=6)
     bodies = [m.body for m in got]
-    assert set(bodies) == set(sent), "lost: {}".format(sorted(set(sent) - set(bodies))[:5])
+    assert set(bodies) == set(sent), f"lost: {sorted(set(sent) - set(bodies))[:5]}"
     dups = {b for b in bodies if bodies.count(b) > 1}
     for b in dups:  # delivered in the tick a kill cut short: due (and delivered) just before that kill
         assert bodies.count(b) == 2

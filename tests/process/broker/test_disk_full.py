@@ -2,6 +2,7 @@
 sends get a clear disk-full error while reads go on, writes resume by themselves once space is
 freed, a restart on the full disk works, and forced cleanup keeps unconsumed messages unless
 cleanFileForciblyEnable says otherwise. Needs root (mount); skipped otherwise."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ from shmq.codec import frames as P
 from shmq.errors import BrokerError, DiskFullError
 from tests.store.small_disk import MiB, fill, small_disk
 
-CONFIG = {"mappedFileSizeCommitLog": MiB, "mappedFileSizeConsumeQueue": 20 * 4096, "maxHashSlotNum": 1009,
-          "maxIndexNum": 4000}
+CONFIG = {
+    "mappedFileSizeCommitLog": MiB,
+    "mappedFileSizeConsumeQueue": 20 * 4096,
+    "maxHashSlotNum": 1009,
+    "maxIndexNum": 4000,
+}
 BODY = 16000
 _NOISE = os.urandom(BODY)  # incompressible: the producer compresses bodies over 4 KiB
 
@@ -135,8 +140,9 @@ def test_forced_cleanup_deletes_unconsumed_messages_only_with_the_rocketmq_key(f
     """Regression (issue 10 C10): forced cleanup deleted acknowledged, unconsumed messages."""
     with small_disk("tmpfs") as mnt:
         store = ipc_tracker.store(os.path.join(mnt, "store"))
-        config = dict(CONFIG, diskSpaceCleanForciblyRatio=0.2, cleanResourceInterval=300,
-                      deleteCommitLogFilesInterval=0)
+        config = dict(
+            CONFIG, diskSpaceCleanForciblyRatio=0.2, cleanResourceInterval=300, deleteCommitLogFilesInterval=0
+        )
         if forcibly:
             config["cleanFileForciblyEnable"] = True  # else the default
         with shmq.Broker(store, broker_name, config) as broker, Producer("pg", broker=broker_name) as p:

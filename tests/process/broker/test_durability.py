@@ -1,5 +1,6 @@
 """What a broker acknowledged survives it: auto-created topics across SIGKILL, and the min
 offsets cleanup moves are published at once."""
+
 from __future__ import annotations
 
 import json
@@ -41,15 +42,22 @@ def test_auto_created_topic_survives_sigkill_right_after_the_ack(store_dir, brok
 def test_cleanup_publishes_the_new_min_offset_at_once(store_dir, broker_name, config):
     """Regression (issue 9 A5): after expired segments are deleted the published min offset of
     a queue moves without waiting for a write to that queue."""
-    config.update(mappedFileSizeCommitLog=64 * 1024, mappedFileSizeConsumeQueue=20 * 64, fileReservedTime=0,
-                  deleteWhen=";".join(str(h) for h in range(24)), cleanResourceInterval=2500,
-                  deleteCommitLogFilesInterval=0, deleteFileBatchMax=100)
+    config.update(
+        mappedFileSizeCommitLog=64 * 1024,
+        mappedFileSizeConsumeQueue=20 * 64,
+        fileReservedTime=0,
+        deleteWhen=";".join(str(h) for h in range(24)),
+        cleanResourceInterval=2500,
+        deleteCommitLogFilesInterval=0,
+        deleteFileBatchMax=100,
+    )
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for _i in range(200):  # ~4 segments, all to queue 0; nothing is written afterwards
             p.send_oneway(Message("Old", b"x" * 1000), selector=lambda qs, m, a: qs[0])
         p.send(Message("Old", b"last"), selector=lambda qs, m, a: qs[0])
         state = StateReader.open(broker_name)
         try:
+
             def published_min() -> int:
                 v = state.snapshot()
                 return int(v.topic_queues(v.topic_slot("Old"))[0]["min_offset"])

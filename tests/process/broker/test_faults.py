@@ -1,4 +1,5 @@
 """Faults: hostile frames, clients and brokers killed mid-flight, a second broker, no broker."""
+
 from __future__ import annotations
 
 import os
@@ -14,13 +15,11 @@ import pytest
 import shmq
 from shmq import Message, Producer, SendStatus
 from shmq.codec import frames as P
-from shmq.errors import BrokerStartError
-from shmq.errors import BrokerGoneError
+from shmq.codec import record as fmt
+from shmq.errors import BrokerGoneError, BrokerStartError
 from shmq.ring import shm
 from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
-from shmq.codec import record as fmt
-
 from tests.ipc_tracking import existing, store_objects
 from tests.waiting import wait_for
 
@@ -43,7 +42,9 @@ def _all_records(store, topic: str) -> list:
     return out
 
 
-@pytest.mark.parametrize("garbage", [b"\xff" * 5, P.encode_send(1, time.monotonic_ns(), 0, 0, 0, "T", [], b"short")[:-2]])
+@pytest.mark.parametrize(
+    "garbage", [b"\xff" * 5, P.encode_send(1, time.monotonic_ns(), 0, 0, 0, "T", [], b"short")[:-2]]
+)
 def test_garbage_frame_drops_only_that_channel(store_dir, broker_name, config, garbage):
     with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
         bad = RawClient(broker_name, role="producer")
@@ -84,17 +85,22 @@ def test_hostile_send_multi_is_answered_or_dropped_never_fatal(store_dir, broker
     with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as good:
         c = RawClient(broker_name, role="producer")
         batch = fmt.concat_batches([fmt.encode_batch("A", [b"a"]), fmt.encode_batch("B", [b"b"])])
-        c.write(P.SEND_MULTI, P.encode_send_multi(3, time.monotonic_ns(), 0, ["A", "C"], np.array([0, 1]),
-                                                  np.array([-1, -1]), batch))  # record 2 is of B, not C
+        c.write(
+            P.SEND_MULTI,
+            P.encode_send_multi(3, time.monotonic_ns(), 0, ["A", "C"], np.array([0, 1]), np.array([-1, -1]), batch),
+        )  # record 2 is of B, not C
         kind, r = c.read()
         assert kind == P.SEND_MULTI_RESULT and r.req_id == 3 and "topic" in r.message
         assert r.statuses.tolist() == [P.SEND_OK, -P.MESSAGE_ILLEGAL] and r.phys_offsets[1] == -1
-        c.write(P.SEND_MULTI, P.encode_send_multi(4, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]),
-                                                  np.array([0, 7]), batch))  # queue 7 of 4: only record 2 fails
+        c.write(
+            P.SEND_MULTI,
+            P.encode_send_multi(4, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]), np.array([0, 7]), batch),
+        )  # queue 7 of 4: only record 2 fails
         kind, r = c.read()
         assert r.statuses[0] == P.SEND_OK and r.statuses[1] == -P.SYSTEM_ERROR and "illegal" in r.message
-        raw = bytearray(P.encode_send_multi(5, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]),
-                                            np.array([-1, -1]), batch))
+        raw = bytearray(
+            P.encode_send_multi(5, time.monotonic_ns(), 0, ["A", "B"], np.array([0, 1]), np.array([-1, -1]), batch)
+        )
         raw[40] = 200  # the first name's length now runs past the table
         c.write(P.SEND_MULTI, bytes(raw))
         assert wait_for(lambda: f"shmq.{broker_name}.ch.{c.client_id}" not in os.listdir("/dev/shm"), 30)
@@ -168,6 +174,7 @@ def test_broker_killed_under_sync_flush_restarts_and_producer_reconnects(store_d
             assert r.status is SendStatus.SEND_OK
             with lock:
                 acked.append((body, r))
+
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
     for t in threads:
         t.start()

@@ -1,6 +1,7 @@
 """The master broker's HA sender child (``shmq ha``): started with the broker, restarted when it
 dies while sends go on, stopped with the broker, gone by itself when the broker is killed, and a
 sender that cannot bind its port only logs."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """A client writes hostile values into every counter of its channel that the broker reads: the
 broker lives, a client whose counters lie is dropped with a logged reason, others keep working."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,9 @@ from shmq.ring.doorbell import wake
 from shmq.ring.framing import CONSUMER, PRODUCER, Ring
 from shmq.ring.shm import Segment
 from shmq.ring.state import state_name
+from tests.waiting import wait_for
 
 from .rawclient import RawClient
-from tests.waiting import wait_for
 
 HEAD, TAIL = 8, 16  # word indexes of the ring counters (shmq.ring.framing's layout)
 HOSTILE = {"2^63": 1 << 63, "-1": (1 << 64) - 1, "unaligned": 4, "huge": 1 << 40}

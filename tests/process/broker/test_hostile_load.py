@@ -1,5 +1,6 @@
 """A client that piles up work for the broker: long polls past the caps, a flood of doorbell posts.
 The broker answers the excess at once and goes back to idle when the flood stops."""
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,8 @@ from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer, Se
 from shmq.codec import frames as P
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
-
 from tests.waiting import wait_for
+
 from .rawclient import RawClient
 
 PER_CLIENT_QUEUE = 16  # maxPullWaitersPerClientQueue's default
@@ -30,8 +31,9 @@ def test_long_polls_past_the_per_queue_cap_are_answered_at_once(store_dir, broke
             assert given_way == [(P.WAKE, P.Wake(100 + i, 0, True)) for i in range(4)]
             assert producer.send(Message("T", b"m"), selector=lambda queues, msg, arg: 0).status is SendStatus.SEND_OK
             assert waiter.read(10.0) == (P.WAKE, P.Wake(1, 1, False)), "another client's wait is untouched"
-            assert sorted(hog.read(10.0)[1].req_id for _ in range(PER_CLIENT_QUEUE)) == \
-                list(range(104, 104 + PER_CLIENT_QUEUE))
+            assert sorted(hog.read(10.0)[1].req_id for _ in range(PER_CLIENT_QUEUE)) == list(
+                range(104, 104 + PER_CLIENT_QUEUE)
+            )
             assert broker.process.poll() is None
         finally:
             hog.close()
@@ -73,8 +75,9 @@ def test_a_doorbell_flood_rotates_the_bell_and_leaves_the_broker_idle(store_dir,
             finally:
                 sem.close()
             rotated = ["sem." + broker_bell_name(broker_name, 1)[1:]]
-            assert wait_for(lambda: [e for e in shm.leftovers(broker_name) if ".bell" in e and ".ch." not in e]
-                            == rotated, 30), shm.leftovers(broker_name)
+            assert wait_for(
+                lambda: [e for e in shm.leftovers(broker_name) if ".bell" in e and ".ch." not in e] == rotated, 30
+            ), shm.leftovers(broker_name)
             time.sleep(0.3)
             busy = _broker_cpu(broker.pid, 0.5)  # a loaded machine gives it less CPU, never more
             assert busy < 0.1, f"the broker used {busy:.2f} s of CPU 0.3-0.8 s after the flood"

@@ -1,6 +1,7 @@
 """meta_gen: the broker raises it with every change of topic rows or groups (never for max offsets),
 and the consumer's cached reads keyed on it (``BrokerState.pull_bounds``, ``RebalanceImpl.check``)
 answer exactly what a read of the tables answers."""
+
 import logging
 import os
 import time
@@ -21,8 +22,9 @@ from shmq.ring.state import StateLayout, StateReader, StateView, StateWriter
 @pytest.fixture
 def pair():
     name = f"mg{os.getpid()}x{time.monotonic_ns() % 10**6}"
-    w = StateWriter.create(name, "/tmp", 1, 1, StateLayout(topics=8, queues=20, groups=2, members=4,
-                                                          offsets=8, clients=2))
+    w = StateWriter.create(
+        name, "/tmp", 1, 1, StateLayout(topics=8, queues=20, groups=2, members=4, offsets=8, clients=2)
+    )
     r = StateReader.open(name)
     yield StatePublisher(w), w, BrokerState(r)
     r.close()

@@ -1,12 +1,13 @@
 """A client run by another user against root's broker: one clear shmq error naming the owner,
 whether the broker's state segment is closed to that user (the default, 0600) or readable
 while its control queue and semaphores are not."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Callable
 
 import pytest
 
@@ -53,9 +54,11 @@ def root_broker(store_dir, broker_name, config):
 
 
 def _clients(broker: str) -> list[Callable[[], object]]:
-    return [lambda: shmq.Producer("pg", broker=broker, start_timeout=2).start(),
-            lambda: shmq.Admin(broker).topics(),
-            lambda: shmq.Admin(broker).create_topic("T")]
+    return [
+        lambda: shmq.Producer("pg", broker=broker, start_timeout=2).start(),
+        lambda: shmq.Admin(broker).topics(),
+        lambda: shmq.Admin(broker).create_topic("T"),
+    ]
 
 
 @pytest.mark.parametrize("which", [0, 1, 2], ids=["producer", "admin-read", "admin-call"])

@@ -1,4 +1,5 @@
 """Producer.flush and shutdown against a real broker: every send handed over is answered first."""
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,14 @@ from shmq import Message, Producer, SendStatus
 
 
 def test_flush_sends_what_waits_and_waits_for_every_answer(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p:  # nothing leaves by the delay
-        futs = [p.send_async(Message("Flush", b"m%d" % i), selector=lambda qs, m, a: qs[a % len(qs)], arg=i)
-                for i in range(2000)]
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name, batch_max_delay=60.0) as p,
+    ):  # nothing leaves by the delay
+        futs = [
+            p.send_async(Message("Flush", b"m%d" % i), selector=lambda qs, m, a: qs[a % len(qs)], arg=i)
+            for i in range(2000)
+        ]
         futs.append(p.send_batch_async([Message("Flush", b"b%d" % i) for i in range(50)]))
         assert not any(f.done() for f in futs[:10])  # they wait in the accumulator
         assert p.flush(timeout=5) is True
@@ -24,8 +29,10 @@ def test_flush_sends_what_waits_and_waits_for_every_answer(store_dir, broker_nam
 
 
 def test_flush_times_out_while_the_broker_is_stopped_then_completes(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config) as broker, \
-            Producer("pg", broker=broker_name, send_msg_timeout=30.0) as p:
+    with (
+        shmq.Broker(store_dir, broker_name, config) as broker,
+        Producer("pg", broker=broker_name, send_msg_timeout=30.0) as p,
+    ):
         p.send(Message("Flush", b"warm up"))
         os.kill(broker.pid, signal.SIGSTOP)  # hung: it answers nothing until continued
         try:

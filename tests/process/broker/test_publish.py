@@ -1,4 +1,5 @@
 """StatePublisher: topic rows are allocated before anything is written, and only changes are written."""
+
 import os
 import time
 
@@ -11,8 +12,13 @@ from shmq.ring.state import StateLayout, StateWriter
 
 @pytest.fixture
 def writer():
-    w = StateWriter.create(f"pub{os.getpid()}x{time.monotonic_ns() % 10**6}", "/tmp", 1, 1,
-                           StateLayout(topics=8, queues=20, groups=2, members=2, offsets=8, clients=2))
+    w = StateWriter.create(
+        f"pub{os.getpid()}x{time.monotonic_ns() % 10**6}",
+        "/tmp",
+        1,
+        1,
+        StateLayout(topics=8, queues=20, groups=2, members=2, offsets=8, clients=2),
+    )
     yield w
     w.close()
     w.unlink()
@@ -50,6 +56,7 @@ def test_only_changed_topics_are_rewritten(writer):
     def offsets(t, q):
         calls.append(t)
         return 0, 0
+
     pub.topics(_topics(3, 2), offsets, {})
     calls.clear()
     pub.topics(dict(_topics(3, 2), New=TopicConfig("New", 2, 2, 6)), offsets, {})
@@ -62,9 +69,14 @@ def test_counters_add_up_per_topic_and_in_total(writer):
     pub.counters({"T0": (5, 500), "T2": (1, 100), "Gone": (9, 900)}, 15, 1500, 2, 4096, 4000)
     pub.counters({"T0": (1, 10)}, 1, 10, 0, 8192, 8000)
     v = writer.view
-    by_name = {bytes(r["name"]).rstrip(b"\0").decode(): (int(r["msgs_in"]), int(r["bytes_in"])) for r in v.topics
-               if r["used"]}
+    by_name = {
+        bytes(r["name"]).rstrip(b"\0").decode(): (int(r["msgs_in"]), int(r["bytes_in"])) for r in v.topics if r["used"]
+    }
     assert by_name == {"T0": (6, 510), "T1": (0, 0), "T2": (1, 100)}
     s = v.stats[0]
-    assert (int(s["msgs_in"]), int(s["bytes_in"]), int(s["busy_rejections"]), int(s["max_phy_offset"])) == \
-        (16, 1510, 2, 8192)
+    assert (int(s["msgs_in"]), int(s["bytes_in"]), int(s["busy_rejections"]), int(s["max_phy_offset"])) == (
+        16,
+        1510,
+        2,
+        8192,
+    )

@@ -3,6 +3,7 @@ remounted read-only; root only, skipped otherwise): the broker goes on serving s
 says once that topics.json, consumerOffset.json or delayOffset.json cannot be written (not on
 every pass of its loop, tick or interval), and writes them by itself once the folder is writable
 again."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

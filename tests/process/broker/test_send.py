@@ -1,4 +1,5 @@
 """Producer -> broker -> store round trips, checked by reading the store files after the broker stops."""
+
 from __future__ import annotations
 
 import os
@@ -13,11 +14,9 @@ import pytest
 
 import shmq
 from shmq import Message, Producer, SendStatus
-from shmq.errors import BadTopicError, BrokerNotFoundError, MessageTooLargeError
 from shmq.client.producer.producer import SelectMessageQueueByHash, split_batch
-from shmq.errors import BrokerBusyError
 from shmq.codec import record as fmt
-
+from shmq.errors import BadTopicError, BrokerBusyError, BrokerNotFoundError, MessageTooLargeError
 from tests.waiting import wait_for
 
 from .conftest import open_store
@@ -34,24 +33,29 @@ def _check(store, result, body: bytes, tags: str | None = None) -> None:
 
 
 def test_sync_async_oneway_batch_round_trip(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config):
-        with Producer("pg", broker=broker_name) as p:
-            sync = [(p.send(Message("Orders", b"sync%d" % i, tags="TagA", keys=f"k{i} kk",
-                                    properties={"a": str(i)})), b"sync%d" % i) for i in range(50)]
-            called = []
-            done = threading.Event()
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        sync = [
+            (
+                p.send(Message("Orders", b"sync%d" % i, tags="TagA", keys=f"k{i} kk", properties={"a": str(i)})),
+                b"sync%d" % i,
+            )
+            for i in range(50)
+        ]
+        called = []
+        done = threading.Event()
 
-            def cb(r):
-                called.append(r)
-                if len(called) == 200:
-                    done.set()
-            futs = [(p.send_async(Message("Orders", b"async%d" % i), callback=cb), b"async%d" % i) for i in range(200)]
-            for i in range(100):
-                p.send_oneway(Message("Oneway", b"oneway%d" % i))
-            batch = p.send_batch([Message("Orders", b"batch%d" % i, tags="B") for i in range(64)])
-            async_results = [(f.result(5), body) for f, body in futs]
-            assert done.wait(5) and all(isinstance(r, shmq.SendResult) for r in called)
-            last = p.send(Message("Oneway", b"fence"))  # the oneway sends were stored before it
+        def cb(r):
+            called.append(r)
+            if len(called) == 200:
+                done.set()
+
+        futs = [(p.send_async(Message("Orders", b"async%d" % i), callback=cb), b"async%d" % i) for i in range(200)]
+        for i in range(100):
+            p.send_oneway(Message("Oneway", b"oneway%d" % i))
+        batch = p.send_batch([Message("Orders", b"batch%d" % i, tags="B") for i in range(64)])
+        async_results = [(f.result(5), body) for f, body in futs]
+        assert done.wait(5) and all(isinstance(r, shmq.SendResult) for r in called)
+        last = p.send(Message("Oneway", b"fence"))  # the oneway sends were stored before it
     assert all(r.status is SendStatus.SEND_OK for r, _ in sync + async_results) and batch.count == 64
     store = open_store(store_dir, config)
     try:
@@ -94,8 +98,10 @@ def test_hash_selector_keeps_order_in_one_queue(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         queues = p.fetch_publish_queues("Ordered")
         assert [q.queue_id for q in queues] == [0, 1, 2, 3]
-        results = [p.send(Message("Ordered", b"%d" % i), selector=SelectMessageQueueByHash(), arg="order-42")
-                   for i in range(100)]
+        results = [
+            p.send(Message("Ordered", b"%d" % i), selector=SelectMessageQueueByHash(), arg="order-42")
+            for i in range(100)
+        ]
         custom = p.send(Message("Ordered", b"c"), selector=lambda qs, m, arg: qs[arg % len(qs)], arg=7)
     assert len({r.queue.queue_id for r in results}) == 1
     assert [r.queue_offset for r in results] == list(range(results[0].queue_offset, results[0].queue_offset + 100))
@@ -134,8 +140,7 @@ def test_bad_input_raises_and_broker_keeps_serving(store_dir, broker_name, confi
 
 def test_busy_broker_rejects_after_retries(store_dir, broker_name, config):
     config["waitTimeMillsInSendQueue"] = 0  # every request has waited "too long"
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p:
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p:
         t = time.monotonic()
         with pytest.raises(BrokerBusyError, match="TIMEOUT_CLEAN_QUEUE"):
             p.send(Message("T", b"x"))
@@ -161,9 +166,14 @@ def test_shmq_broker_command_takes_its_name_from_environment(store_dir, broker_n
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=4194304\n")
     env = dict(os.environ, SHMQ_BROKER=broker_name)
-    proc = subprocess.Popen([sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--config", str(conf)],
-                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--config", str(conf)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_for(lambda: f"shmq.{broker_name}.state" in os.listdir("/dev/shm") or proc.poll() is not None, 30)
         assert proc.poll() is None, proc.stderr.read()
@@ -190,26 +200,26 @@ def test_sync_callers_reading_answers_leave_none_behind(store_dir, broker_name, 
     """Sync senders read the response ring themselves (``BrokerConnection.poll``) while async
     sends of other threads are answered on the same ring: every answer reaches its own
     future, including those that arrive just as a sync caller stops reading."""
-    with shmq.Broker(store_dir, broker_name, config):
-        with Producer("pg", broker=broker_name, auto_batch=False) as p:
-            sync: list = []
-            futures: list = []
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name, auto_batch=False) as p:
+        sync: list = []
+        futures: list = []
 
-            def sync_sender(t: int) -> None:
-                sync.extend(p.send(Message("Mixed", b"s%d-%d" % (t, i))) for i in range(300))
+        def sync_sender(t: int) -> None:
+            sync.extend(p.send(Message("Mixed", b"s%d-%d" % (t, i))) for i in range(300))
 
-            def async_sender() -> None:
-                for i in range(1000):
-                    futures.append(p.send_async(Message("Mixed", b"a%d" % i)))
-                    if i % 50 == 0:
-                        time.sleep(0.001)  # answers arrive while no sync caller reads, too
-            threads = [threading.Thread(target=sync_sender, args=(t,)) for t in range(3)]
-            threads.append(threading.Thread(target=async_sender))
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(30)
-            results = sync + [f.result(5) for f in futures]
+        def async_sender() -> None:
+            for i in range(1000):
+                futures.append(p.send_async(Message("Mixed", b"a%d" % i)))
+                if i % 50 == 0:
+                    time.sleep(0.001)  # answers arrive while no sync caller reads, too
+
+        threads = [threading.Thread(target=sync_sender, args=(t,)) for t in range(3)]
+        threads.append(threading.Thread(target=async_sender))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        results = sync + [f.result(5) for f in futures]
     assert len(results) == 1900 and all(r.status is SendStatus.SEND_OK for r in results)
     assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 1900
     assert len({r.msg_id for r in results}) == 1900

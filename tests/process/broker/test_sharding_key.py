@@ -1,4 +1,5 @@
 """send(..., sharding_key=K): one queue per key (a stable hash), the key stored as __SHARDINGKEY."""
+
 from __future__ import annotations
 
 import zlib

@@ -5,6 +5,7 @@ client that asked for a channel, or a one-line start error, never a SIGBUS. Runs
 its clients in a private mount namespace with a 16 MiB tmpfs on /dev/shm, so nothing else on
 the machine sees the full /dev/shm; needs root.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,27 @@ def _in_small_shm(store_dir: str, name: str, mode: str) -> dict:
         pytest.skip("a private /dev/shm needs root and unshare")
     script = 'mount -t tmpfs -o size=16m,mode=1777 tmpfs /dev/shm && exec "$@"'
     env = dict(os.environ, PYTHONPATH=ROOT)
-    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", sys.executable, CHILD,
-                        store_dir, name, mode], capture_output=True, text=True, timeout=120, env=env)
+    p = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            sys.executable,
+            CHILD,
+            store_dir,
+            name,
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 

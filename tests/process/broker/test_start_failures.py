@@ -1,4 +1,5 @@
 """A broker that fails to start removes every IPC object it made (issue 10, D14)."""
+
 from __future__ import annotations
 
 import os
@@ -6,13 +7,16 @@ import subprocess
 import sys
 
 from shmq.ring import shm
-
 from tests.ipc_tracking import existing, store_objects
 
 
 def _start(store_dir: str, name: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", name],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "shmq", "broker", "--store", store_dir, "--name", name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_late_start_failure_leaves_no_ipc_object(tmp_path, ipc_tracker):

@@ -1,17 +1,17 @@
 """SYNC_MASTER with a real broker process: no replica -> SLAVE_NOT_AVAILABLE at once; a stand-in
 replica (a child process writing its acked offset into the HA segment as the sender does) ->
 SEND_OK only once the ack covers a send, FLUSH_SLAVE_TIMEOUT past syncFlushTimeout."""
+
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 
@@ -34,8 +34,13 @@ class StandIn:
     """The stand-in replica child; ``hold(n)`` acks at most n, ``auto()`` follows the log end."""
 
     def __init__(self, broker: str) -> None:
-        self.p = subprocess.Popen([sys.executable, STANDIN, broker], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+        self.p = subprocess.Popen(
+            [sys.executable, STANDIN, broker],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         line = self.p.stdout.readline()
         assert line.startswith(b"ready"), line
 
@@ -63,8 +68,9 @@ class StandIn:
 
 
 @contextmanager
-def sync_master_pair(store_dir: str, broker_name: str,
-                     values: dict) -> Iterator[tuple[shmq.Broker, HASegment, StandIn]]:
+def sync_master_pair(
+    store_dir: str, broker_name: str, values: dict
+) -> Iterator[tuple[shmq.Broker, HASegment, StandIn]]:
     """A SYNC_MASTER broker of ``values`` and a stand-in replica; the broker is stopped on exit
     (its object stays usable for ``log()``)."""
     broker = shmq.Broker(store_dir, broker_name, values)
@@ -99,8 +105,10 @@ def read_all(broker: str, topic: str) -> list[bytes]:
 
 
 def test_no_replica_answers_slave_not_available_at_once_and_stores(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, sync_master_config(config, timeout_ms=10_000)), \
-            Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p:
+    with (
+        shmq.Broker(store_dir, broker_name, sync_master_config(config, timeout_ms=10_000)),
+        Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p,
+    ):
         p.send(Message("T", b"warm"))  # topic auto-created
         start = time.perf_counter()
         results = [p.send(Message("T", b"m%d" % i)) for i in range(20)]
@@ -270,8 +278,12 @@ def test_a_dead_clients_waiting_answers_are_dropped(ha_pair, broker_name):
         p.send(Message("T", b"warm"))
         standin.hold(ha.master_offset)
         start = ha.master_offset
-        child = subprocess.Popen([sys.executable, "-c", DYING_PRODUCER, broker_name], stdout=subprocess.PIPE,
-                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+        child = subprocess.Popen(
+            [sys.executable, "-c", DYING_PRODUCER, broker_name],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         try:
             assert child.stdout.readline() == b"sent\n"
             wait_grown(ha, start)
@@ -313,7 +325,7 @@ def test_end_to_end_with_the_supervised_sender_and_a_tcp_replica(store_dir, brok
                     try:
                         if replica._read_once():
                             replica.report(replica.offset)
-                    except socket.timeout:
+                    except TimeoutError:
                         pass
             except BaseException as e:  # noqa: BLE001 - the thread's error fails the test in the main thread
                 errors.append(e)

@@ -1,6 +1,7 @@
 """A sync send that misses its poll window waits reading its own response ring
 (``BrokerConnection.wait_answer``) and may stay the ring's reader between sends: nothing any
 other request waits for may stall behind that (no answer left for a reader that stood down)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ import pytest
 
 import shmq
 import shmq.client.producer.producer as producer_mod
-from shmq.client import connection
 from shmq import Message, Producer, SendStatus
+from shmq.client import connection
 
 
 @pytest.fixture
@@ -49,11 +50,13 @@ def test_sync_sends_then_an_async_send_is_answered_at_once(store_dir, broker_nam
         assert conn._idle_owner is None  # the async frame's write took the ring back
 
 
-def test_sync_sends_of_several_threads_and_async_sends_all_complete(store_dir, broker_name, flush_config, no_poll,
-                                                                   long_tick):
+def test_sync_sends_of_several_threads_and_async_sends_all_complete(
+    store_dir, broker_name, flush_config, no_poll, long_tick
+):
     took: list[float] = []
     lock = threading.Lock()
     with shmq.Broker(store_dir, broker_name, flush_config), Producer("pg", broker=broker_name) as p:
+
         def sync_sender(k: int) -> None:
             for i in range(150):
                 t = time.monotonic()
@@ -76,8 +79,11 @@ def test_sync_sends_of_several_threads_and_async_sends_all_complete(store_dir, b
 def test_a_sync_send_fails_when_the_broker_dies_while_it_waits(store_dir, broker_name, flush_config, no_poll):
     import os
     import signal
-    with shmq.Broker(store_dir, broker_name, flush_config) as broker, \
-            Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p:
+
+    with (
+        shmq.Broker(store_dir, broker_name, flush_config) as broker,
+        Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p,
+    ):
         p.send(Message("Wait", b"warm up"))
         os.kill(broker.pid, signal.SIGSTOP)
         threading.Timer(0.2, os.kill, (broker.pid, signal.SIGKILL)).start()
@@ -89,16 +95,19 @@ def test_a_sync_send_fails_when_the_broker_dies_while_it_waits(store_dir, broker
 
 def test_a_transaction_producer_gives_the_ring_back_after_each_sync_wait(store_dir, broker_name, flush_config, no_poll):
     # the broker sends it checks unasked: they must not wait for the reader's next tick
-    with shmq.Broker(store_dir, broker_name, flush_config), \
-            shmq.TransactionProducer("tpg", broker=broker_name, check=lambda m: shmq.TransactionStatus.COMMIT) as tp:
+    with (
+        shmq.Broker(store_dir, broker_name, flush_config),
+        shmq.TransactionProducer("tpg", broker=broker_name, check=lambda m: shmq.TransactionStatus.COMMIT) as tp,
+    ):
         for i in range(20):
             assert tp.send(Message("Wait", b"s%d" % i)).status is SendStatus.SEND_OK
         assert tp._conn._idle_owner is None and tp._conn._deputy is None
 
 
 @pytest.mark.parametrize("sync_sends", [0, 20])
-def test_shutdown_ends_the_reader_thread_wherever_it_waits(store_dir, broker_name, config, no_poll, long_tick,
-                                                          sync_sends):
+def test_shutdown_ends_the_reader_thread_wherever_it_waits(
+    store_dir, broker_name, config, no_poll, long_tick, sync_sends
+):
     """The reader thread waits on the client bell (idle) or on the deputy's hand-back (after sync
     sends): shutdown must end either wait, not leave the thread to its next tick (30 s here)
     while the channel it reads is closed under it."""
@@ -122,7 +131,12 @@ def test_shutdown_leaves_the_channel_mapped_until_a_slow_reader_thread_exits(sto
     child = os.path.join(os.path.dirname(__file__), "slow_reader_child.py")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     with shmq.Broker(store_dir, broker_name, config):
-        p = subprocess.run([sys.executable, child, broker_name], capture_output=True, text=True, timeout=300,
-                           env=dict(os.environ, PYTHONPATH=root))
+        p = subprocess.run(
+            [sys.executable, child, broker_name],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=root),
+        )
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
     assert p.stdout.strip() == "closed by the reader thread"

@@ -3,6 +3,7 @@ the check (commit or rollback), discarded after transactionCheckMax, a producer 
 between its half and its END (another producer of the group answers the check), broker
 SIGKILLs in the middle of transactions (tools/chaos/tx_crash.py, a few rounds), hostile
 END_TRANSACTION frames; consumers never see a half."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,16 @@ import time
 import pytest
 
 import shmq
-from shmq import (BadMessageError, Message, MessageQueue, PullConsumer, PullStatus, SendStatus, TransactionProducer,
-                  TransactionStatus)
+from shmq import (
+    BadMessageError,
+    Message,
+    MessageQueue,
+    PullConsumer,
+    PullStatus,
+    SendStatus,
+    TransactionProducer,
+    TransactionStatus,
+)
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.codec.transaction_frames import EndTransaction, encode_end_transaction
@@ -59,8 +68,8 @@ def test_commit_rollback_and_unknown_settled_by_the_check(broker_name, store_dir
         checked.append((msg.topic, msg.keys, msg.queue_id, msg.properties[fmt.PROPERTY_TRANSACTION_CHECK_TIMES]))
         return decide(msg)
 
-    with shmq.Broker(store_dir, broker_name, config), \
-            TransactionProducer("tpg", broker=broker_name, check=check) as tp:
+    with shmq.Broker(store_dir, broker_name, config), TransactionProducer("tpg", broker=broker_name, check=check) as tp:
+
         def run(body: bytes, keys: str, state: TransactionStatus) -> shmq.TransactionSendResult:
             return tp.send_in_transaction(Message("Tx", body, keys=keys), lambda m, a: a, arg=state)
 
@@ -73,6 +82,7 @@ def test_commit_rollback_and_unknown_settled_by_the_check(broker_name, store_dir
 
             def send_message_after(self, ctx) -> None:
                 self.sent.append((ctx.message.properties[fmt.PROPERTY_TRAN_MSG], ctx.result.msg_id))
+
         seen = Seen()
         tp.register_send_hook(seen)
         r = run(b"committed", "x", TransactionStatus.COMMIT)
@@ -103,8 +113,10 @@ def test_a_half_nobody_settles_is_discarded_after_the_max_checks(broker_name, st
         calls.append(msg.properties[fmt.PROPERTY_TRANSACTION_CHECK_TIMES])
         return TransactionStatus.UNKNOWN
 
-    with shmq.Broker(store_dir, broker_name, config) as broker, \
-            TransactionProducer("tpg", broker=broker_name, check=never) as tp:
+    with (
+        shmq.Broker(store_dir, broker_name, config) as broker,
+        TransactionProducer("tpg", broker=broker_name, check=never) as tp,
+    ):
         tp.send_in_transaction(Message("Tx", b"limbo"), lambda m, a: TransactionStatus.UNKNOWN)
         assert wait_for(lambda: "discarded after 3 checks" in broker.log(), timeout=5)
         assert calls == ["1", "2", "3"]
@@ -127,16 +139,21 @@ tp.send_in_transaction(shmq.Message("Tx", b"orphan", keys="yes"), die)
 
 def test_a_producer_killed_between_half_and_end_is_settled_by_another_of_its_group(broker_name, store_dir, config):
     with shmq.Broker(store_dir, broker_name, config):
-        child = subprocess.run([sys.executable, "-c", _DYING_PRODUCER, broker_name], capture_output=True, cwd=ROOT,
-                               timeout=30)
+        child = subprocess.run(
+            [sys.executable, "-c", _DYING_PRODUCER, broker_name], capture_output=True, cwd=ROOT, timeout=30
+        )
         assert child.returncode == -9 and child.stdout == b"half stored\n"
         time.sleep(0.3)  # older than transactionTimeOut, but nobody of group tpg lives: it waits
         assert visible(broker_name) == []
         view = shmq.Admin(broker_name).transactions()
         [stuck] = view["open"]
         assert (view["half_offset"], view["half_max_offset"], view["checks_sent"]) == (0, 1, 0)
-        assert (stuck["queue_offset"], stuck["topic"], stuck["producer_group"], stuck["check_times"]) == \
-            (0, "Tx", "tpg", 0) and time.time() * 1000 - stuck["store_timestamp"] >= 300
+        assert (stuck["queue_offset"], stuck["topic"], stuck["producer_group"], stuck["check_times"]) == (
+            0,
+            "Tx",
+            "tpg",
+            0,
+        ) and time.time() * 1000 - stuck["store_timestamp"] >= 300
         with TransactionProducer("tpg", broker=broker_name, check=decide):
             assert wait_for(lambda: visible(broker_name) == [b"orphan"], timeout=5)
             time.sleep(0.3)
@@ -149,6 +166,7 @@ def test_broker_sigkills_mid_transaction(store_dir, broker_name):
     """A few rounds of tools/chaos/tx_crash.py (the 60-round run is in the ops note)."""
     sys.path.insert(0, ROOT)
     from tools.chaos.tx_crash import TxCrashHarness
+
     h = TxCrashHarness(store_dir, broker_name, seed=13)
     h.start()
     try:
@@ -167,19 +185,21 @@ def test_hostile_end_transaction_frames_are_refused_and_harm_nothing(broker_name
         return decide(msg) if allow.is_set() else TransactionStatus.UNKNOWN
 
     config["transactionCheckMax"] = 1000
-    with shmq.Broker(store_dir, broker_name, config), \
-            TransactionProducer("tpg", broker=broker_name, check=check) as tp:
+    with shmq.Broker(store_dir, broker_name, config), TransactionProducer("tpg", broker=broker_name, check=check) as tp:
         r = tp.send_in_transaction(Message("Tx", b"target", keys="yes"), lambda m, a: TransactionStatus.UNKNOWN)
         raw = RawClient(broker_name, role="transaction_producer")
         try:
             phys = r.phys_offsets[0]
             frames = [
-                encode_end_transaction(EndTransaction(1, phys, r.queue_offset + 5, 0, fmt.TRANSACTION_COMMIT, False,
-                                                      r.msg_id)),
-                encode_end_transaction(EndTransaction(2, phys + 1, r.queue_offset, 0, fmt.TRANSACTION_COMMIT, False,
-                                                      r.msg_id)),
-                encode_end_transaction(EndTransaction(3, phys, r.queue_offset, 0, fmt.TRANSACTION_COMMIT, False,
-                                                      r.msg_id)),  # right half, but not this client's group
+                encode_end_transaction(
+                    EndTransaction(1, phys, r.queue_offset + 5, 0, fmt.TRANSACTION_COMMIT, False, r.msg_id)
+                ),
+                encode_end_transaction(
+                    EndTransaction(2, phys + 1, r.queue_offset, 0, fmt.TRANSACTION_COMMIT, False, r.msg_id)
+                ),
+                encode_end_transaction(
+                    EndTransaction(3, phys, r.queue_offset, 0, fmt.TRANSACTION_COMMIT, False, r.msg_id)
+                ),  # right half, but not this client's group
                 b"\x04" + b"\0" * 7 + os.urandom(40),
             ]
             for i, frame in enumerate(frames, 1):

@@ -1,5 +1,6 @@
 """A short round of the whole-system chaos run (tools/chaos/system.py): SIGKILLs of the broker,
 its HA sender, the replica, producers and consumers under sync sends, every invariant checked."""
+
 from __future__ import annotations
 
 from tools.chaos.system import failed, run

@@ -1,5 +1,6 @@
 """The whole-system chaos run's judge (tools/chaos/system_check.py): pure, so each invariant is
 shown to catch what it is for."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -9,10 +10,17 @@ from tools.chaos.system_check import Ledger, committed_past_unconsumed, judge
 
 def _ledger() -> Ledger:
     ledger = Ledger()
-    ledger.add_producer_lines([["A", "p0i0", "0", "0", "0"], ["A", "p0i0", "1", "1", "0"],
-                               ["S", "p0i0", "2", "SLAVE_NOT_AVAILABLE"]])
-    ledger.add_consumer_lines([["C", "p0i0", "0", "0", "0", "1"], ["C", "p0i0", "1", "1", "0", "1"],
-                               ["C", "p0i0", "1", "1", "0", "1"], ["C", "p0i0", "2", "0", "1", "1"]])
+    ledger.add_producer_lines(
+        [["A", "p0i0", "0", "0", "0"], ["A", "p0i0", "1", "1", "0"], ["S", "p0i0", "2", "SLAVE_NOT_AVAILABLE"]]
+    )
+    ledger.add_consumer_lines(
+        [
+            ["C", "p0i0", "0", "0", "0", "1"],
+            ["C", "p0i0", "1", "1", "0", "1"],
+            ["C", "p0i0", "1", "1", "0", "1"],
+            ["C", "p0i0", "2", "0", "1", "1"],
+        ]
+    )
     return ledger
 
 
@@ -30,8 +38,12 @@ def test_an_acked_message_missing_or_moved_is_lost():
 
 def test_a_delivery_of_something_not_sent_or_not_stored_there_is_unsent():
     ledger = _ledger()
-    ledger.add_consumer_lines([["C", "?", "-1", "2", "0", "0"],  # a body no producer made
-                               ["C", "p0i0", "7", "3", "0", "1"]])  # past what p0i0 ever tried
+    ledger.add_consumer_lines(
+        [
+            ["C", "?", "-1", "2", "0", "0"],  # a body no producer made
+            ["C", "p0i0", "7", "3", "0", "1"],
+        ]
+    )  # past what p0i0 ever tried
     stored = {(0, 0): ("p0i0", 0), (1, 0): ("p0i0", 1), (0, 1): ("p0i0", 2), (3, 0): ("p0i0", 7)}
     assert judge(ledger, stored).unsent == [(2, 0), (3, 0)]
 

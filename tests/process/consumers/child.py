@@ -8,6 +8,7 @@ A consumer appends ``<body> <queue id> <reconsume times>`` per message to OUT (f
 listener call, so a SIGKILL loses nothing it reported), prints ``ready`` once started, and
 shuts down cleanly on SIGTERM.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,10 +36,15 @@ def consume(broker: str, group: str, out_path: str, opts: dict) -> None:
             out.flush()
         return ConsumeResult.SUCCESS
 
-    c = PushConsumer(group, broker=broker, model=MessageModel(opts.get("model", "CLUSTERING")),
-                     consume_from=ConsumeFrom(opts.get("consume_from", "FIRST_OFFSET")),
-                     instance_name=opts.get("instance", "DEFAULT"), offset_store_dir=opts.get("offset_dir"),
-                     start_timeout=float(opts.get("start_timeout", 10)))
+    c = PushConsumer(
+        group,
+        broker=broker,
+        model=MessageModel(opts.get("model", "CLUSTERING")),
+        consume_from=ConsumeFrom(opts.get("consume_from", "FIRST_OFFSET")),
+        instance_name=opts.get("instance", "DEFAULT"),
+        offset_store_dir=opts.get("offset_dir"),
+        start_timeout=float(opts.get("start_timeout", 10)),
+    )
     c.subscribe(opts.get("topic", "T"), opts.get("expression", "*"))
     c.register_listener(listener, orderly=bool(opts.get("orderly")))
     c.start()

@@ -1,3 +1,4 @@
 """Consumer tests run real broker processes; the leftover checks of tests/broker apply here too."""
-from tests.process.broker.conftest import broker_name, config, store_dir  # noqa: F401
+
 from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.process.broker.conftest import broker_name, config, store_dir  # noqa: F401

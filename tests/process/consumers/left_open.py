@@ -4,6 +4,7 @@ clients alone, they are the parent's, which then sends and consumes one more mes
 ``python left_open.py BROKER broker-first STORE`` starts its own broker and stops it while the
 clients are open. Prints ``consumed N`` (messages the push consumer got), then exits; offsets
 are only committed by a shutdown (the periodic commits are an hour apart)."""
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,9 @@ def main() -> None:
     loss = LossSeen()
     logging.getLogger().addHandler(loss)
     got: list[bytes] = []
-    push = PushConsumer("cg-push", broker=name, consume_from=ConsumeFrom.FIRST_OFFSET,
-                        persist_consumer_offset_interval=HOUR)
+    push = PushConsumer(
+        "cg-push", broker=name, consume_from=ConsumeFrom.FIRST_OFFSET, persist_consumer_offset_interval=HOUR
+    )
     push.subscribe("Left", "*")
     push.register_listener(lambda msgs, ctx: got.extend(m.body for m in msgs) or ConsumeResult.SUCCESS)
     push.start()

@@ -1,4 +1,5 @@
 """Helpers for tests that run consumers and producers as separate processes."""
+
 from __future__ import annotations
 
 import json
@@ -40,5 +41,3 @@ def received(path: str) -> list[tuple[str, int, int]]:
 
 def bodies(*paths: str) -> Counter:
     return Counter(b for p in paths for b, _, _ in received(p))
-
-

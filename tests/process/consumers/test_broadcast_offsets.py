@@ -1,4 +1,5 @@
 """BROADCASTING members keep their own offsets: one file per group and instance."""
+
 from __future__ import annotations
 
 import os
@@ -6,7 +7,6 @@ import threading
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, MessageModel, Producer, PushConsumer
-
 from tests.waiting import wait_for
 
 
@@ -22,8 +22,15 @@ class Collector:
 
 
 def _member(broker: str, offsets: str, sink: Collector, **kw) -> PushConsumer:
-    c = PushConsumer("bc", broker=broker, model=MessageModel.BROADCASTING, consume_from=ConsumeFrom.FIRST_OFFSET,
-                     offset_store_dir=offsets, persist_consumer_offset_interval=0.05, **kw)
+    c = PushConsumer(
+        "bc",
+        broker=broker,
+        model=MessageModel.BROADCASTING,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        offset_store_dir=offsets,
+        persist_consumer_offset_interval=0.05,
+        **kw,
+    )
     c.subscribe("B", "*")
     c.register_listener(sink)
     return c.start()
@@ -65,8 +72,13 @@ def test_default_place_is_left_empty(store_dir, broker_name, config, tmp_path, m
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for i in range(5):
             p.send(Message("B", b"%d" % i))
-        c = PushConsumer("bc", broker=broker_name, model=MessageModel.BROADCASTING,
-                         consume_from=ConsumeFrom.FIRST_OFFSET, persist_consumer_offset_interval=0.05)
+        c = PushConsumer(
+            "bc",
+            broker=broker_name,
+            model=MessageModel.BROADCASTING,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            persist_consumer_offset_interval=0.05,
+        )
         c.subscribe("B", "*")
         c.register_listener(sink)
         c.start()

@@ -1,4 +1,5 @@
 """Offsets below a queue's min (its oldest files were cleaned up): OFFSET_ILLEGAL and a resume from the min."""
+
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,6 @@ import shmq
 from shmq import ConsumeFrom, ConsumeResult, MessageQueue, PullConsumer, PullStatus, PushConsumer
 from shmq.store.message_store import MessageStore
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put_many
-
 from tests.waiting import wait_for
 
 

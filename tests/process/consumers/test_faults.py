@@ -1,4 +1,5 @@
 """Consumers across a broker crash: SIGKILL under load with SYNC_FLUSH, restart on the same store."""
+
 from __future__ import annotations
 
 import threading
@@ -7,7 +8,6 @@ import time
 import shmq
 from shmq import Message, Producer, SendStatus
 from shmq.errors import BrokerGoneError, ShmqError
-
 from tests.waiting import wait_for
 
 from .procs import bodies, expect_line, spawn, stop
@@ -32,6 +32,7 @@ def test_broker_killed_under_load_consumers_resume_by_themselves(store_dir, brok
                     acked.append(body)
             except (BrokerGoneError, ShmqError):
                 pass
+
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(3)]
     try:
         for m in members:

@@ -1,6 +1,7 @@
 """Clients a script leaves open: at exit they shut down quietly (offsets committed, the broker
 told), not from a forked child's exit; a broker that stops first is reported in one line, not
 per client or thread."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(SCRIPT)))
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120, env=env,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
 
 
 def test_clients_left_open_shut_down_quietly_at_exit(store_dir, broker_name, config) -> None:

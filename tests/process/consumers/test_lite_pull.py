@@ -1,5 +1,6 @@
 """LitePullConsumer against a real broker: poll order and once-only delivery, auto commit and
 commit(), seek, rebalance with members joining and dying, poll's timeout."""
+
 from __future__ import annotations
 
 import signal
@@ -10,7 +11,6 @@ import pytest
 
 import shmq
 from shmq import BadArgumentError, ConsumeFrom, LitePullConsumer, Message, MessageQueue, Producer
-
 from tests.waiting import wait_for
 
 from .procs import expect_line, received, spawn, stop
@@ -48,8 +48,9 @@ def test_poll_gets_every_message_once_in_queue_order(store_dir, broker_name, con
     per_queue = defaultdict(list)
     for m in got:
         per_queue[m.queue_id].append(m.queue_offset)
-    assert all(offs == sorted(offs) and offs == list(range(offs[0], offs[0] + len(offs)))
-               for offs in per_queue.values()), per_queue
+    assert all(
+        offs == sorted(offs) and offs == list(range(offs[0], offs[0] + len(offs))) for offs in per_queue.values()
+    ), per_queue
 
 
 def test_poll_returns_at_most_pull_batch_size(store_dir, broker_name, config):
@@ -92,8 +93,10 @@ def test_auto_commit_at_shutdown_and_a_new_consumer_resumes(store_dir, broker_na
 def test_auto_commit_interval_commits_while_running(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, "T", 0, 40)
-        with _consumer(broker_name, "lg", auto_commit_interval=0.05) as c, \
-                shmq.PullConsumer("lg", broker=broker_name) as reader:
+        with (
+            _consumer(broker_name, "lg", auto_commit_interval=0.05) as c,
+            shmq.PullConsumer("lg", broker=broker_name) as reader,
+        ):
             assert len(_drain(c, 40)) == 40
             queues = sorted(c.assignment())
             assert wait_for(lambda: sum(reader.fetch_consume_offset(q) for q in queues) == 40, 30)
@@ -130,8 +133,7 @@ def test_seek_rereads_and_skips(store_dir, broker_name, config):
                 c.seek(MessageQueue("Other", broker_name, 0), 0)
 
 
-def test_members_split_queues_and_a_dead_members_queues_move_within_a_second(store_dir, broker_name, config,
-                                                                              tmp_path):
+def test_members_split_queues_and_a_dead_members_queues_move_within_a_second(store_dir, broker_name, config, tmp_path):
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, "T", 0, 4)  # the topic with its 4 queues
         with _consumer(broker_name, "lg") as c:

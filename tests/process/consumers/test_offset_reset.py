@@ -1,6 +1,7 @@
 """`offset reset` while consumers run (a real broker process, consumers in this process): push
 and lite pull members drop what they cached and resume from the new offsets, their later
 commits do not put the old positions back, and a restarted member starts from the reset."""
+
 from __future__ import annotations
 
 import threading
@@ -11,7 +12,6 @@ import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, LitePullConsumer, Message, Producer, PushConsumer
 from shmq.cli.main import main
 from shmq.errors import BrokerError
-
 from tests.waiting import wait_for
 
 
@@ -40,8 +40,13 @@ class Gated:
 
 
 def _push(broker: str, listener: Gated) -> PushConsumer:
-    c = PushConsumer("cg", broker=broker, consume_from=ConsumeFrom.FIRST_OFFSET, consume_thread_max=1,
-                     persist_consumer_offset_interval=0.05)
+    c = PushConsumer(
+        "cg",
+        broker=broker,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        consume_thread_max=1,
+        persist_consumer_offset_interval=0.05,
+    )
     c.subscribe("R", "*")
     c.register_listener(listener)
     return c.start()
@@ -152,12 +157,34 @@ def test_bad_arguments_and_unknown_names(store_dir, broker_name, config, capsys)
             admin.reset_offset("cg", "Nope", to="first")
         with pytest.raises(BrokerError, match="consumer group 'ghost' is unknown"):
             admin.reset_offset("ghost", "R", to="first")
-        assert main(["admin", "offset", "reset", "--name", broker_name, "--group", "ghost", "--topic", "R",
-                     "--to", "first"]) == 1
+        assert (
+            main(
+                ["admin", "offset", "reset", "--name", broker_name, "--group", "ghost", "--topic", "R", "--to", "first"]
+            )
+            == 1
+        )
         err = capsys.readouterr().err
         assert err.startswith("shmq admin offset reset: error: ") and "'ghost' is unknown" in err
         assert err.count("\n") == 1
-        assert main(["admin", "offset", "reset", "--name", broker_name, "--group", "cg", "--topic", "R",
-                     "--offset", "5", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "admin",
+                    "offset",
+                    "reset",
+                    "--name",
+                    broker_name,
+                    "--group",
+                    "cg",
+                    "--topic",
+                    "R",
+                    "--offset",
+                    "5",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         import json
+
         assert json.loads(capsys.readouterr().out) == {"group": "cg", "topic": "R", "offsets": {"0": 0, "1": 0}}

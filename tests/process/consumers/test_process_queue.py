@@ -1,4 +1,5 @@
 """ProcessQueue and the consume services without a broker: what may be committed, redelivery, order."""
+
 from __future__ import annotations
 
 import threading
@@ -6,8 +7,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from shmq import ConsumeResult, MessageExt, MessageQueue
-from shmq.client.consumer.consume_service import (ConsumeMessageConcurrentlyService, ConsumeMessageOrderlyService, DelayScheduler,
-                                  retry_delay)
+from shmq.client.consumer.consume_service import (
+    ConsumeMessageConcurrentlyService,
+    ConsumeMessageOrderlyService,
+    DelayScheduler,
+    retry_delay,
+)
 from shmq.client.consumer.process_queue import ProcessQueue
 
 MQ = MessageQueue("T", "b", 0)
@@ -63,8 +68,12 @@ def test_concurrently_redelivers_with_growing_reconsume_times():
     def listener(msgs, ctx):
         with lock:
             calls.append([(m.queue_offset, m.reconsume_times) for m in msgs])
-        return ConsumeResult.RECONSUME_LATER if msgs[0].reconsume_times < 2 and msgs[0].queue_offset == 0 \
+        return (
+            ConsumeResult.RECONSUME_LATER
+            if msgs[0].reconsume_times < 2 and msgs[0].queue_offset == 0
             else ConsumeResult.SUCCESS
+        )
+
     pq = _run_service(ConsumeMessageConcurrentlyService, listener, _msgs(range(4)), lambda: len(calls) >= 4)
     assert calls[0] == [(0, 0), (1, 0)] and [(0, 1), (1, 1)] in calls and [(0, 2), (1, 2)] in calls
     assert pq.commit_offset() == 4
@@ -79,6 +88,7 @@ def test_orderly_keeps_order_and_retries_the_same_messages():
         if msgs[0].queue_offset == 2 and msgs[0].reconsume_times == 0:
             return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
         return ConsumeResult.SUCCESS
+
     pq = _run_service(ConsumeMessageOrderlyService, listener, _msgs(range(6)), lambda: len(seen) >= 8)
     assert seen == [(0, 0), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1), (4, 0), (5, 0)]
     assert pq.commit_offset() == 6 and not pq.pending

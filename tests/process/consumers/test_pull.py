@@ -1,4 +1,5 @@
 """PullConsumer against a real broker: round trip, long polling, illegal offsets, tags, time search, errors."""
+
 from __future__ import annotations
 
 import threading
@@ -19,10 +20,18 @@ def _to_queue(qid: int):
 
 
 def test_pull_round_trip_commit_and_batch(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
-        sent = [p.send(Message("Orders", b"body-%d" % i, tags="TagA", keys=f"k{i} x{i}", properties={"n": str(i)}),
-                       selector=_to_queue(1)) for i in range(40)]
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
+        sent = [
+            p.send(
+                Message("Orders", b"body-%d" % i, tags="TagA", keys=f"k{i} x{i}", properties={"n": str(i)}),
+                selector=_to_queue(1),
+            )
+            for i in range(40)
+        ]
         queues = c.fetch_queues("Orders")
         assert [q.queue_id for q in queues] == [0, 1, 2, 3]
         mq = queues[1]
@@ -74,8 +83,11 @@ def test_long_poll_returns_when_a_message_arrives(store_dir, broker_name, config
 
 
 def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
         for i in range(30):
             p.send(Message("Tags", b"%d" % i, tags=("TagA", "TagB", "TagC")[i % 3]), selector=_to_queue(0))
         mq = c.fetch_queues("Tags")[0]
@@ -96,8 +108,11 @@ def test_offset_illegal_and_tag_filter(store_dir, broker_name, config):
 
 
 def test_search_offset_by_time(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
         for _i in range(5):
             p.send(Message("Time", b"early"), selector=_to_queue(0))
         time.sleep(0.05)
@@ -124,6 +139,7 @@ def test_no_broker_and_dead_broker_fail_clearly(store_dir, broker_name, config):
     broker = shmq.Broker(store_dir, broker_name, config)
     c = PullConsumer("cg", broker=broker_name, start_timeout=0.3).start()
     mq = shmq.MessageQueue("Dead", broker_name, 0)
+
     # a pull waiting when the broker dies waits for it to come back until its timeout, then fails clearly
     def pull_until_gone() -> None:
         with pytest.raises(BrokerGoneError):

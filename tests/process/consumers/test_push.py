@@ -1,5 +1,6 @@
 """PushConsumer against a real broker: groups across processes, member death, broadcasting, orderly,
 redelivery, where a new group starts."""
+
 from __future__ import annotations
 
 import signal
@@ -10,7 +11,6 @@ from collections import Counter, defaultdict
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PushConsumer
 from shmq.client.consumer import pull_wrapper
-
 from tests.waiting import wait_for
 
 from .procs import bodies, expect_line, received, spawn, stop
@@ -69,9 +69,16 @@ def test_member_killed_mid_stream_survivors_get_everything(store_dir, broker_nam
 def test_broadcasting_each_member_gets_everything(store_dir, broker_name, config, tmp_path):
     outs = [str(tmp_path / f"c{i}") for i in range(2)]
     with shmq.Broker(store_dir, broker_name, config):
-        members = [spawn("consume", broker_name, "bg", out,
-                         opts={"model": "BROADCASTING", "instance": f"i{i}", "offset_dir": str(tmp_path / "offsets")})
-                   for i, out in enumerate(outs)]
+        members = [
+            spawn(
+                "consume",
+                broker_name,
+                "bg",
+                out,
+                opts={"model": "BROADCASTING", "instance": f"i{i}", "offset_dir": str(tmp_path / "offsets")},
+            )
+            for i, out in enumerate(outs)
+        ]
         try:
             for m in members:
                 expect_line(m, "ready")
@@ -94,8 +101,9 @@ def test_orderly_listener_keeps_per_order_id_order(store_dir, broker_name, confi
         c = spawn("consume", broker_name, "og", out, opts={"orderly": True, "topic": "Ord"})
         try:
             expect_line(c, "ready")
-            producers = [spawn("produce", broker_name, "Ord", 200, opts={"order_ids": 16, "start": k * 200})
-                         for k in range(2)]
+            producers = [
+                spawn("produce", broker_name, "Ord", 200, opts={"order_ids": 16, "start": k * 200}) for k in range(2)
+            ]
             for p in producers:
                 expect_line(p, "sent")
                 stop(p)
@@ -115,6 +123,7 @@ def test_orderly_listener_keeps_per_order_id_order(store_dir, broker_name, confi
 def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, config):
     seen: list[tuple[bytes, int]] = []
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+
         def listener(msgs, ctx):
             m = msgs[0]
             seen.append((m.body, m.reconsume_times))
@@ -122,6 +131,7 @@ def test_orderly_suspend_retries_the_same_messages(store_dir, broker_name, confi
                 ctx.suspend_current_queue_time = 0.05
                 return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT
             return ConsumeResult.SUCCESS
+
         c = PushConsumer("og", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
         c.subscribe("Sus")
         c.register_listener(listener, orderly=True)
@@ -155,8 +165,9 @@ def test_reconsume_later_redelivers_and_nothing_is_lost(store_dir, broker_name, 
         return ConsumeResult.SUCCESS
 
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
-        c = _consumer(broker_name, "rg", listener, consume_from=ConsumeFrom.FIRST_OFFSET,
-                      consume_message_batch_max_size=4)
+        c = _consumer(
+            broker_name, "rg", listener, consume_from=ConsumeFrom.FIRST_OFFSET, consume_message_batch_max_size=4
+        )
         for i in range(100):
             p.send_oneway(Message("T", b"%d" % i))
         with c:
@@ -180,21 +191,29 @@ def test_consume_from_for_new_groups(store_dir, broker_name, config):
             p.send(Message("T", b"mid%d" % i))
         got: dict[str, list[bytes]] = defaultdict(list)
         consumers = []
-        for name, kw in (("first", {"consume_from": ConsumeFrom.FIRST_OFFSET}),
-                         ("last", {"consume_from": ConsumeFrom.LAST_OFFSET}),
-                         ("stamp", {"consume_from": ConsumeFrom.TIMESTAMP, "consume_timestamp": middle})):
-            c = _consumer(broker_name, name, lambda msgs, ctx, name=name: got[name].extend(m.body for m in msgs)
-                          or ConsumeResult.SUCCESS, **kw)
+        for name, kw in (
+            ("first", {"consume_from": ConsumeFrom.FIRST_OFFSET}),
+            ("last", {"consume_from": ConsumeFrom.LAST_OFFSET}),
+            ("stamp", {"consume_from": ConsumeFrom.TIMESTAMP, "consume_timestamp": middle}),
+        ):
+            c = _consumer(
+                broker_name,
+                name,
+                lambda msgs, ctx, name=name: got[name].extend(m.body for m in msgs) or ConsumeResult.SUCCESS,
+                **kw,
+            )
             consumers.append(c.start())
         admin = shmq.Admin(broker=broker_name)
 
         def started(group: str) -> bool:  # a new group's start offsets are committed as it takes its queues
             return sum(q.committed >= 0 for q in admin.consumer_progress(group).queues if q.topic == "T") == 4
+
         assert wait_for(lambda: all(started(g) for g in ("first", "last", "stamp")), 30)
         for i in range(5):
             p.send(Message("T", b"new%d" % i))
-        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 30), \
-            {k: len(v) for k, v in got.items()}
+        assert wait_for(lambda: len(got["first"]) == 35 and len(got["last"]) == 5 and len(got["stamp"]) == 15, 30), {
+            k: len(v) for k, v in got.items()
+        }
         for c in consumers:
             c.shutdown()
     assert sorted(got["last"]) == [b"new%d" % i for i in range(5)]
@@ -254,6 +273,7 @@ def test_the_parked_puller_reads_its_wakes_and_the_listeners_answers(store_dir, 
         def on_response(kind, view):
             readers[threading.current_thread().name] += 1
             original(kind, view)
+
         wrapper.on_response = on_response  # type: ignore[method-assign]
         with c:
             time.sleep(0.3)

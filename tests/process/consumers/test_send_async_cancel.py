@@ -1,4 +1,5 @@
 """Future.cancel() of send_async against a real broker: a cancelled message is really not stored."""
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -18,9 +19,11 @@ def _stored_bodies(c: PullConsumer, topic: str) -> list[bytes]:
 
 def test_a_cancelled_send_async_is_not_stored(store_dir, broker_name, config):
     """Regression (issue 9 A3): cancel() returned True and the message was stored anyway."""
-    with shmq.Broker(store_dir, broker_name, config), \
-            Producer("pg", broker=broker_name, batch_max_delay=60.0) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name, batch_max_delay=60.0) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
         withdrawn = p.send_async(Message("Cancel", b"withdrawn"))
         kept = p.send_async(Message("Cancel", b"kept"))
         assert withdrawn.cancel() and withdrawn.cancelled()

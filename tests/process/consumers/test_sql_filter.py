@@ -1,6 +1,7 @@
 """SQL92 filters end to end with a real broker: push and pull consumers get exactly the matching
 messages, with the filter bitmap off and on (and across a broker restart); bad SQL from a
 client is refused without harm."""
+
 from __future__ import annotations
 
 import threading
@@ -11,7 +12,6 @@ import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
 from shmq.errors import BrokerError, ShmqError
 from shmq.store.filter_bitmap import FilterBitmapReader
-
 from tests.waiting import wait_for
 
 EXPR = "a BETWEEN 2 AND 3 AND region = 'eu'"
@@ -38,6 +38,7 @@ def _push(broker: str, group: str, got: list[bytes], lock: threading.Lock) -> Pu
         with lock:
             got.extend(m.body for m in msgs)
         return ConsumeResult.SUCCESS
+
     c.register_listener(listener)
     return c
 
@@ -59,6 +60,7 @@ def _pull_all(broker: str, group: str, topic: str) -> list[bytes]:
 def _skipped(store_dir: str, group: str, topic: str, queues: int) -> int:
     """Entries the filter bitmap lets a consumer of ``group`` skip unread."""
     from shmq.store.reader import StoreReader
+
     n = 0
     with StoreReader(store_dir) as reader:
         bm = FilterBitmapReader(reader.store_dir)
@@ -107,13 +109,19 @@ def test_bad_sql_is_refused_at_join_and_the_broker_serves_on(store_dir, broker_n
     with shmq.Broker(store_dir, broker_name, dict(config, enableCalcFilterBitMap=True)):
         pc = PullConsumer("hg", broker=broker_name).start()
         try:
-            for bad in ({"type": "SQL92", "expression": "a >"}, {"type": "SQL92", "expression": "(" * 5000},
-                        {"type": "SQL92", "expression": 7}, {"type": "XYZ", "expression": "a"}, ["x"]):
+            for bad in (
+                {"type": "SQL92", "expression": "a >"},
+                {"type": "SQL92", "expression": "(" * 5000},
+                {"type": "SQL92", "expression": 7},
+                {"type": "XYZ", "expression": "a"},
+                ["x"],
+            ):
                 with pytest.raises(BrokerError) as e:
                     pc._conn.admin("join_group", {"group": "hg", "subscriptions": {"S": bad}}, 3)
                 assert "column" in str(e.value) or "subscription" in str(e.value)
-            ok = pc._conn.admin("join_group", {"group": "hg", "subscriptions": {
-                "S": {"type": "SQL92", "expression": "a > 1"}}}, 3)
+            ok = pc._conn.admin(
+                "join_group", {"group": "hg", "subscriptions": {"S": {"type": "SQL92", "expression": "a > 1"}}}, 3
+            )
             assert ok["members"]
             groups = pc._conn.admin("list_groups", {}, 3)["groups"]
             assert list(groups["hg"]["subscriptions"].values()) == [{"S": {"type": "SQL92", "expression": "a > 1"}}]

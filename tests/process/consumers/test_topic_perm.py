@@ -1,4 +1,5 @@
 """Topic perms through shmq.Admin, enforced on the consumer side (consumers read the files directly)."""
+
 from __future__ import annotations
 
 import logging
@@ -7,8 +8,7 @@ import threading
 import pytest
 
 import shmq
-from shmq import Admin, ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
-
+from shmq import Admin, ConsumeFrom, ConsumeResult, PullConsumer, PushConsumer
 from tests.waiting import wait_for
 
 from .procs import spawn, stop
@@ -55,8 +55,11 @@ def test_write_only_topic_is_not_readable_until_its_perm_allows(store_dir, broke
         push = PushConsumer("pushg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
         push.subscribe("WriteOnly", "*")
         push.register_listener(listener)
-        with caplog.at_level(logging.WARNING, logger="shmq.client.consumer.push"), push, \
-                PullConsumer("pullg", broker=broker_name) as pull:
+        with (
+            caplog.at_level(logging.WARNING, logger="shmq.client.consumer.push"),
+            push,
+            PullConsumer("pullg", broker=broker_name) as pull,
+        ):
             mqs = pull.fetch_queues("WriteOnly")
             assert len(mqs) == 2 and sum(pull.max_offset(mq) for mq in mqs) == 10  # stored, just not readable
             with pytest.raises(shmq.TopicNotReadableError, match="not readable"):

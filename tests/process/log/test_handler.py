@@ -1,5 +1,6 @@
 """MessageHandler: log records arrive as messages; a broker down at start is waited for; a full
 buffer drops and counts; shmq's own logging is never published; the logging call stays cheap."""
+
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,6 @@ import pytest
 
 import shmq
 from shmq import MessageHandler, PullConsumer, PullStatus
-
 from tests.waiting import wait_for
 
 
@@ -59,16 +59,22 @@ def test_records_arrive_with_body_tags_and_properties(store_dir, broker_name, co
     assert msgs[0].body == f"INFO {app_log.name}: hello world".encode()
     assert msgs[1].body.startswith(f"ERROR {app_log.name}: it failed\nTraceback".encode())
     p = msgs[0].properties
-    assert (p["logger"], p["level"], p["levelno"], p["pid"], p["thread"]) == \
-        (app_log.name, "INFO", "20", str(os.getpid()), "MainThread")
+    assert (p["logger"], p["level"], p["levelno"], p["pid"], p["thread"]) == (
+        app_log.name,
+        "INFO",
+        "20",
+        str(os.getpid()),
+        "MainThread",
+    )
     assert p["func"] == "test_records_arrive_with_body_tags_and_properties"
     assert abs(int(p["time"]) / 1000 - time.time()) < 60 and p["path"] == __file__ and int(p["line"]) > 0
     assert msgs[1].properties["exc_type"] == "ZeroDivisionError" and "exc_type" not in p
     assert (h.dropped, h.failed) == (0, 0)
 
 
-def test_broker_down_at_start_then_up_delivers_the_buffer_and_counts_the_rest(store_dir, broker_name, config, app_log,
-                                                                              capsys):
+def test_broker_down_at_start_then_up_delivers_the_buffer_and_counts_the_rest(
+    store_dir, broker_name, config, app_log, capsys
+):
     h = MessageHandler("AppLog", broker=broker_name, buffer_size=100, retry_interval=0.05)
     app_log.addHandler(h)
     costs = []

@@ -1,4 +1,5 @@
 """Admin.query_by_key / view_message / message_track and `shmq admin msg` while a broker runs."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return status, out, err
 
 
-def test_lookups_while_the_broker_runs(broker_name: str, store_dir: str, config: dict,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_lookups_while_the_broker_runs(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b = _colliding_keys()
     config = dict(config, flushConsumerOffsetInterval=100)  # groups without members: from the persisted file
     with shmq.Broker(store_dir, name=broker_name, config=config):
@@ -42,8 +44,10 @@ def test_lookups_while_the_broker_runs(broker_name: str, store_dir: str, config:
         admin.create_topic("U", queues=1)
         p = Producer("pg", broker=broker_name).start()
         try:
-            sent = [p.send(Message("T", f"m{i}".encode(), tags="A", keys=f"k{i % 4} {a if i == 5 else b}"))
-                    for i in range(20)]
+            sent = [
+                p.send(Message("T", f"m{i}".encode(), tags="A", keys=f"k{i % 4} {a if i == 5 else b}"))
+                for i in range(20)
+            ]
             other = p.send(Message("U", b"u", keys="k1"))
         finally:
             p.shutdown()
@@ -69,7 +73,10 @@ def test_lookups_while_the_broker_runs(broker_name: str, store_dir: str, config:
             admin.view_message("0" * 31 + "1")
 
         mq = MessageQueue("T", broker_name, by_id.queue_id)
-        done, behind = PullConsumer("done", broker=broker_name).start(), PullConsumer("behind", broker=broker_name).start()
+        done, behind = (
+            PullConsumer("done", broker=broker_name).start(),
+            PullConsumer("behind", broker=broker_name).start(),
+        )
         try:
             done.commit(mq, by_id.queue_offset + 1)
             behind.commit(mq, by_id.queue_offset)

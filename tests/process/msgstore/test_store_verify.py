@@ -1,4 +1,5 @@
 """`shmq admin store verify | dump` on a store a real broker wrote and was stopped."""
+
 from __future__ import annotations
 
 import base64
@@ -75,8 +76,9 @@ def test_flipped_consume_queue_byte_is_found(stopped_store, capsys: pytest.Captu
     assert f"queue offset {r.queue_offset}" in p["problem"] and "size" in p["problem"]
 
 
-def test_verify_refuses_a_store_in_use(broker_name: str, store_dir: str, config: dict,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_refuses_a_store_in_use(
+    broker_name: str, store_dir: str, config: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         assert main(["admin", "store", "verify", store_dir]) == 1
     assert "is open by a broker" in capsys.readouterr().err

@@ -1,17 +1,16 @@
 """Retry and dead letters against a real broker: RECONSUME_LATER (or an exception) sends the
 message back to %RETRY%<group>, it comes back after delay level 3 + reconsume times, after
 max_reconsume_times it goes to %DLQ%<group>, and Admin.resend_dlq puts it back on its topic."""
+
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
 import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, MessageModel, MessageQueue, Producer, PushConsumer
-
 from tests.waiting import wait_for
-import itertools
-
 
 
 def _consumer(broker: str, group: str, listener, topic: str = "T", orderly: bool = False, **kw) -> PushConsumer:
@@ -73,8 +72,10 @@ def test_failing_n_times_sees_the_message_n_plus_1_times_with_growing_delay(stor
     seen = rec.of(b"x")
     assert [m.reconsume_times for _, m in seen] == list(range(n + 1))
     # every delivery shows the message as sent: topic, id, tags, keys, properties
-    assert all(m.topic == "T" and m.msg_id == sent.msg_id and m.tags == "A" and m.keys == "k1"
-               and m.properties["a"] == "1" for _, m in seen)
+    assert all(
+        m.topic == "T" and m.msg_id == sent.msg_id and m.tags == "A" and m.keys == "k1" and m.properties["a"] == "1"
+        for _, m in seen
+    )
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(seen)]
     for k, gap in enumerate(gaps):  # level 3 + k: 60 ms, 600 ms, 1.8 s
         assert gap >= STEEP_MS[2 + k] / 1000 - 0.005, (k, gaps)
@@ -96,8 +97,13 @@ def test_after_the_max_the_dlq_holds_it_and_resend_brings_it_back(store_dir, bro
             time.sleep(0.3)  # the consumer no longer sees it
             assert [m.reconsume_times for _, m in rec.of(b"dead")] == [0, 1, 2]
             dead = _queue(broker_name, "%DLQ%dg")[0]
-            assert (dead.reconsume_times, dead.properties["RETRY_TOPIC"], dead.properties["MAX_RECONSUME_TIMES"],
-                    dead.msg_id, dead.body) == (3, "T", "2", sent.msg_id, b"dead")
+            assert (
+                dead.reconsume_times,
+                dead.properties["RETRY_TOPIC"],
+                dead.properties["MAX_RECONSUME_TIMES"],
+                dead.msg_id,
+                dead.body,
+            ) == (3, "T", "2", sent.msg_id, b"dead")
             state["fail"] = False
             admin = Admin(broker=broker_name)
             r = admin.resend_dlq("dg")
@@ -140,6 +146,7 @@ def test_an_exception_counts_as_reconsume_later(store_dir, broker_name, config):
         if msgs[0].reconsume_times == 0:
             raise RuntimeError("listener bug")
         return ConsumeResult.SUCCESS
+
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         p.send(Message("T", b"boom"))
         with _consumer(broker_name, "eg", listener):
@@ -156,6 +163,7 @@ def test_orderly_suspends_then_sends_to_the_dlq_after_the_max(store_dir, broker_
         seen.append((m.body, m.reconsume_times))
         ctx.suspend_current_queue_time = 0.02
         return ConsumeResult.SUSPEND_CURRENT_QUEUE_A_MOMENT if m.body == b"1" else ConsumeResult.SUCCESS
+
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for i in range(3):
             p.send(Message("O", b"%d" % i), selector=lambda qs, m, a: qs[0])
@@ -165,8 +173,9 @@ def test_orderly_suspends_then_sends_to_the_dlq_after_the_max(store_dir, broker_
         dead = _queue(broker_name, "%DLQ%og")
         # the queue moved on: a restarted member does not see the dead message again
         again = []
-        with _consumer(broker_name, "og", lambda msgs, ctx: again.extend(msgs) or ConsumeResult.SUCCESS, topic="O",
-                       orderly=True):
+        with _consumer(
+            broker_name, "og", lambda msgs, ctx: again.extend(msgs) or ConsumeResult.SUCCESS, topic="O", orderly=True
+        ):
             time.sleep(0.3)
     assert seen == [(b"0", 0), (b"1", 0), (b"1", 1), (b"1", 2), (b"2", 0)]
     assert [m.body for m in dead] == [b"1"] and dead[0].properties["RETRY_TOPIC"] == "O"
@@ -178,8 +187,15 @@ def test_broadcasting_drops_what_is_not_consumed(store_dir, broker_name, config,
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         for body in (b"bad", b"good"):
             p.send(Message("B", body))
-        with _consumer(broker_name, "bg", rec, topic="B", model=MessageModel.BROADCASTING,
-                       instance_name="one", offset_store_dir=str(tmp_path)):
+        with _consumer(
+            broker_name,
+            "bg",
+            rec,
+            topic="B",
+            model=MessageModel.BROADCASTING,
+            instance_name="one",
+            offset_store_dir=str(tmp_path),
+        ):
             assert wait_for(lambda: len(rec.of(b"good")) == 1, 10)
             time.sleep(0.3)
         topics = Admin(broker=broker_name).topics()
@@ -198,8 +214,9 @@ def test_offsets_move_past_messages_sent_back(store_dir, broker_name, config):
         with _consumer(broker_name, "og2", again):  # a restart replays nothing
             time.sleep(0.4)
         pc = shmq.PullConsumer("og2", broker=broker_name).start()
-        committed = {t: sum(pc.fetch_consume_offset(q, from_store=True) for q in pc.fetch_queues(t))
-                     for t in ("T", "%RETRY%og2")}
+        committed = {
+            t: sum(pc.fetch_consume_offset(q, from_store=True) for q in pc.fetch_queues(t)) for t in ("T", "%RETRY%og2")
+        }
         pc.shutdown()
     assert again.seen == []
     assert committed == {"T": 20, "%RETRY%og2": 20}

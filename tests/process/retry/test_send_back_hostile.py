@@ -1,4 +1,5 @@
 """SEND_BACK frames a buggy or hostile client writes: each gets an error, the broker serves on."""
+
 from __future__ import annotations
 
 import struct
@@ -8,7 +9,6 @@ import shmq
 from shmq import Message, Producer
 from shmq.codec import frames as P
 from shmq.codec.send_back import encode_send_back
-
 from shmq.store.reader import CommitLogReader
 from tests.process.broker.rawclient import RawClient
 from tests.waiting import wait_for
@@ -47,9 +47,11 @@ def test_hostile_send_backs_are_answered_with_errors(store_dir, broker_name, con
                 assert r.statuses.tolist() == [-P.MESSAGE_ILLEGAL] and r.message, (offsets, sizes)
             # a bad group, garbage and a truncated frame: ERROR for the frame, the channel stays
             bad_group = encode_send_back(8, 0, "no group!", 16, [phys], [size], [0])
-            for req_id, payload in ((8, bad_group),
-                                    (9, struct.pack("<Q", 9) + b"\xff" * 40),
-                                    (10, encode_send_back(10, 0, "g", 16, [phys], [size], [0])[:-3])):
+            for req_id, payload in (
+                (8, bad_group),
+                (9, struct.pack("<Q", 9) + b"\xff" * 40),
+                (10, encode_send_back(10, 0, "g", 16, [phys], [size], [0])[:-3]),
+            ):
                 kind, r = _answer(c, P.SEND_BACK, payload)
                 assert kind == P.ERROR and r.req_id == req_id and r.code == P.MESSAGE_ILLEGAL, r
             # the broker is fine: it stores and serves as before

@@ -1,4 +1,5 @@
 """The monitor's attachment follows a broker killed and restarted on the same store between two samples."""
+
 from __future__ import annotations
 
 import shmq

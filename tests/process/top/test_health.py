@@ -1,4 +1,5 @@
 """A real broker publishes its health once a second and the monitor's snapshot reads it."""
+
 from __future__ import annotations
 
 import shmq

@@ -1,4 +1,5 @@
 """`shmq top` on a pipe: one frame of a running broker, every row, and exit 0."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,13 @@ def test_one_frame_of_a_running_broker_on_a_pipe(store_dir, broker_name, config)
         with Producer("once", broker=broker_name) as p:
             for i in range(30):
                 p.send(Message(f"Piped{i:02d}", b"x"))
-        out = subprocess.run([sys.executable, "-m", "shmq", "top", "--name", broker_name, "--interval", "0.2"],
-                             capture_output=True, text=True, timeout=30, env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
+        out = subprocess.run(
+            [sys.executable, "-m", "shmq", "top", "--name", broker_name, "--interval", "0.2"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+        )
     assert out.returncode == 0, out.stderr
     assert f"shmq top - {broker_name}  ASYNC_MASTER" in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("Piped")]

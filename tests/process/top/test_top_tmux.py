@@ -1,5 +1,6 @@
 """`shmq top` driven in a real terminal (tmux, 160x50): attach, watch a send move the numbers,
 see "broker down" after a SIGKILL, reattach to the restarted broker, quit with q."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -17,8 +18,9 @@ import shmq
 from shmq import Message, Producer
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
-                                reason="tmux is not installed (make host-tools installs it as root)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (make host-tools installs it as root)"
+)
 
 
 class Tmux:
@@ -29,12 +31,27 @@ class Tmux:
         self.socket = socket
         # one command line: the option holds before the pane's program starts; with no client
         # attached tmux resizes windows to default-size, so that is the fixed size too
-        self._tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "50", command, ";",
-                   "set-option", "-g", "default-size", "160x50")
+        self._tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            "160",
+            "-y",
+            "50",
+            command,
+            ";",
+            "set-option",
+            "-g",
+            "default-size",
+            "160x50",
+        )
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout
+        return subprocess.run(
+            ["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True, timeout=10
+        ).stdout
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", "top")
@@ -54,8 +71,11 @@ def tmux_top(broker_name: str, tmp_path) -> Iterator[Tmux]:
     """top in a tmux pane; its exit status lands in ``tmp_path/status`` (tmux's own pane status
     is not dependable: tmux 3.3a at times leaves the exited program unreaped)."""
     cwd = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    t = Tmux(str(tmp_path / "tmux.sock"), f"cd {cwd} && {sys.executable} -m shmq top --name {broker_name} "
-             f"--interval 0.2; echo $? > {tmp_path / 'status'}")
+    t = Tmux(
+        str(tmp_path / "tmux.sock"),
+        f"cd {cwd} && {sys.executable} -m shmq top --name {broker_name} "
+        f"--interval 0.2; echo $? > {tmp_path / 'status'}",
+    )
     try:
         yield t
     finally:
@@ -76,6 +96,7 @@ def test_top_attaches_follows_survives_a_restart_and_quits(store_dir, broker_nam
             assert tmux_top.shows(r"(?m)^Watched\s+\d+"), tmux_top.screen()
             assert wait_for(lambda: _max_offset(tmux_top.screen(), "Watched") == 1, timeout=5.0, step=0.1)
             sent = 0
+
             # keep sending until a frame shows a non-zero in rate (frames are 0.2 s apart)
             def moving() -> bool:
                 nonlocal sent
@@ -83,6 +104,7 @@ def test_top_attaches_follows_survives_a_restart_and_quits(store_dir, broker_nam
                 sent += 50
                 row = next((ln for ln in tmux_top.screen().splitlines() if ln.startswith("Watched ")), "")
                 return bool(row) and float(row.split()[2].replace(",", "")) > 0
+
             assert wait_for(moving, timeout=10.0, step=0.05), tmux_top.screen()
             assert wait_for(lambda: _max_offset(tmux_top.screen(), "Watched") == 1 + sent, timeout=5.0, step=0.1)
         broker.kill()  # SIGKILL: the segment stays, its liveness semaphore is released
@@ -100,9 +122,11 @@ def test_top_attaches_follows_survives_a_restart_and_quits(store_dir, broker_nam
 
 def test_sigterm_restores_the_terminal(tmp_path, broker_name) -> None:
     after = tmp_path / "after"
-    t = Tmux(str(tmp_path / "tmux.sock"),
-             f"{sys.executable} -m shmq top --name {broker_name} --interval 0.2; echo status=$? > {after}; "
-             f"stty -a >> {after}; sleep 30")
+    t = Tmux(
+        str(tmp_path / "tmux.sock"),
+        f"{sys.executable} -m shmq top --name {broker_name} --interval 0.2; echo status=$? > {after}; "
+        f"stty -a >> {after}; sleep 30",
+    )
     try:
         assert t.shows("broker down - waiting for it"), t.screen()
         pane = psutil.Process(int(t._tmux("display-message", "-p", "-t", "top", "#{pane_pid}")))

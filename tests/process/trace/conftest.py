@@ -1,8 +1,9 @@
 """Hook, trace, function-filter and system-topic tests run real broker processes (leak checks of tests/broker)."""
+
 import pytest
 
-from tests.process.broker.conftest import SMALL, broker_name, store_dir  # noqa: F401
 from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.process.broker.conftest import SMALL, broker_name, store_dir  # noqa: F401
 
 
 @pytest.fixture

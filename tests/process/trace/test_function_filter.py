@@ -1,4 +1,5 @@
 """subscribe(topic, callable): a plain predicate on the message, evaluated by the consumer."""
+
 from __future__ import annotations
 
 import logging
@@ -7,19 +8,23 @@ import threading
 import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
 from shmq.filter.function import FunctionFilter
-
 from tests.waiting import wait_for
 
 
 def _send(p: Producer, n: int) -> None:
     for i in range(n):
-        p.send(Message("F", b"%d" % i, tags="even" if i % 2 == 0 else "odd", properties={"n": str(i)}),
-               selector=lambda queues, msg, arg: queues[0])
+        p.send(
+            Message("F", b"%d" % i, tags="even" if i % 2 == 0 else "odd", properties={"n": str(i)}),
+            selector=lambda queues, msg, arg: queues[0],
+        )
 
 
 def test_pull_with_a_predicate_skips_what_it_rejects(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
         _send(p, 30)
         mq = c.fetch_queues("F")[0]
         r = c.pull(mq, lambda m: int(m.properties["n"]) % 3 == 0, offset=0, max_nums=20)
@@ -42,16 +47,21 @@ def test_push_with_a_predicate_commits_past_rejected_messages(store_dir, broker_
 
     with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
         _send(p, 40)
-        c = PushConsumer("cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET,
-                         persist_consumer_offset_interval=0.05)
+        c = PushConsumer(
+            "cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET, persist_consumer_offset_interval=0.05
+        )
         c.subscribe("F", lambda m: m.tags == "even" and m.body != b"10")
         c.register_listener(listener)
         with c:
             assert wait_for(lambda: len(got) == 19, 10), got
             admin = Admin(broker=broker_name)
             # the group's offset moves past every message, matched or not: nothing is delivered again
-            assert wait_for(lambda: c._conn.admin("query_offset", {"group": "cg", "topic": "F", "queue_id": 0},
-                                                  3.0)["offset"] == 40, 10)
+            assert wait_for(
+                lambda: (
+                    c._conn.admin("query_offset", {"group": "cg", "topic": "F", "queue_id": 0}, 3.0)["offset"] == 40
+                ),
+                10,
+            )
             groups = admin._call("list_groups", {})["groups"]
             [subs] = groups["cg"]["subscriptions"].values()
             assert subs["F"] == "*"  # the broker sees "*" (besides the group's own retry topic)
@@ -64,8 +74,11 @@ def test_a_predicate_that_raises_is_no_match_and_counted(store_dir, broker_name,
             raise KeyError("boom")
         return True
 
-    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p, \
-            PullConsumer("cg", broker=broker_name) as c:
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name) as p,
+        PullConsumer("cg", broker=broker_name) as c,
+    ):
         _send(p, 6)
         f = FunctionFilter(predicate)
         with caplog.at_level(logging.ERROR, logger="shmq.filter.function"):

@@ -1,4 +1,5 @@
 """Send and consume hooks: called with the right contexts, on success and failure; a raising hook is harmless."""
+
 from __future__ import annotations
 
 import threading
@@ -9,7 +10,6 @@ import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PushConsumer, SendStatus
 from shmq.client.hooks import ASYNC, ONEWAY, SYNC, ConsumeMessageContext, SendMessageContext
 from shmq.errors import BrokerError
-
 from tests.waiting import wait_for
 
 
@@ -116,8 +116,13 @@ def test_consume_hooks_around_each_listener_call(store_dir, broker_name, config)
         afters = rec.afters()
         ok = next(a for a in afters if a.messages[0].body == b"ok")
         fails = [a for a in afters if a.messages[0].body == b"fail"]
-        assert (ok.group, ok.queue.topic, ok.queue.queue_id, ok.status, ok.success) == \
-            ("cg", "C", 0, ConsumeResult.SUCCESS, True)
+        assert (ok.group, ok.queue.topic, ok.queue.queue_id, ok.status, ok.success) == (
+            "cg",
+            "C",
+            0,
+            ConsumeResult.SUCCESS,
+            True,
+        )
         assert ok.cost_ms >= 0 and ok.end_timestamp >= ok.begin_timestamp
         assert fails[0].status is ConsumeResult.RECONSUME_LATER and isinstance(fails[0].exception, ValueError)
         assert not fails[0].success and fails[1].success

@@ -1,4 +1,5 @@
 """System topics in the admin listing: marked; users may not create or reshape them."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Message trace: records of a send and its consumes found by message id; a full buffer drops, never blocks."""
+
 from __future__ import annotations
 
 import time
@@ -6,7 +7,6 @@ import time
 import shmq
 from shmq import Admin, ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PushConsumer
 from shmq.model.system_topics import TRACE_TOPIC
-
 from tests.waiting import wait_for
 
 
@@ -39,14 +39,30 @@ def test_trace_of_a_send_and_its_consume(store_dir, broker_name, config):
         records = admin.view_trace(r.msg_id)
         assert [t.type for t in records] == ["Pub", "SubBefore", "SubAfter", "SubBefore", "SubAfter"]
         pub = records[0]
-        assert (pub.group, pub.topic, pub.msg_id, pub.tags, pub.keys, pub.status, pub.success) == \
-            ("pg", "Orders", r.msg_id, "TagA", "k1 k2", "SEND_OK", True)
-        assert (pub.offset_msg_id, pub.queue_id, pub.queue_offset, pub.store_time, pub.body_length) == \
-            (r.offset_msg_id, r.queue.queue_id, r.queue_offset, r.store_timestamp, 5)
+        assert (pub.group, pub.topic, pub.msg_id, pub.tags, pub.keys, pub.status, pub.success) == (
+            "pg",
+            "Orders",
+            r.msg_id,
+            "TagA",
+            "k1 k2",
+            "SEND_OK",
+            True,
+        )
+        assert (pub.offset_msg_id, pub.queue_id, pub.queue_offset, pub.store_time, pub.body_length) == (
+            r.offset_msg_id,
+            r.queue.queue_id,
+            r.queue_offset,
+            r.store_timestamp,
+            5,
+        )
         assert pub.cost_ms is not None and pub.cost_ms >= 0 and pub.client_host and pub.client_pid > 0
         before, after = records[1], records[2]
-        assert (before.group, before.topic, before.reconsume_times, before.store_time) == \
-            ("cg", "Orders", 0, r.store_timestamp)
+        assert (before.group, before.topic, before.reconsume_times, before.store_time) == (
+            "cg",
+            "Orders",
+            0,
+            r.store_timestamp,
+        )
         assert before.request_id == after.request_id and records[3].request_id != before.request_id
         assert (after.status, after.success, after.batch) == ("RECONSUME_LATER", False, 1)
         assert (records[4].status, records[4].success, records[3].reconsume_times) == ("SUCCESS", True, 1)
@@ -63,8 +79,9 @@ def test_trace_to_a_chosen_topic_and_of_batches(store_dir, broker_name, config):
         ids = rb.msg_id.split(",")
         assert admin.view_trace(ids[0]) == []  # not in the system trace topic
         third = admin.view_trace(ids[2], topic="MyTrace")
-        assert [(t.type, t.keys, t.body_length, t.queue_offset, t.batch) for t in third] == \
-            [("Pub", "z", 3, rb.queue_offset + 2, 3)]
+        assert [(t.type, t.keys, t.body_length, t.queue_offset, t.batch) for t in third] == [
+            ("Pub", "z", 3, rb.queue_offset + 2, 3)
+        ]
         assert admin.topics()["MyTrace"].system is False
 
 

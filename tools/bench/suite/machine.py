@@ -1,4 +1,5 @@
 """Facts about the machine a run happened on."""
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,14 @@ def facts() -> dict:
             distro = kv.get("PRETTY_NAME", "?").strip('"')
     except OSError:
         pass
-    return {"host": socket.gethostname(), "cores": os.cpu_count(), "cpu": cpu, "memory_gib": round(mem / 2**30, 1),
-            "kernel": platform.release(), "os": distro, "python": sys.version.split()[0],
-            "implementation": platform.python_implementation(),
-            "load_average_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "host": socket.gethostname(),
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem / 2**30, 1),
+        "kernel": platform.release(),
+        "os": distro,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }

@@ -1,4 +1,5 @@
 """The results as a rich table on screen, a JSON file and a markdown page."""
+
 from __future__ import annotations
 
 import json
@@ -69,33 +70,67 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 if e.get("runs"):
                     m = e["msgs_s"]
                     capped = " (time-capped: sent fewer than the count)" if e.get("capped") else ""
-                    tput.append([key.removeprefix("tput "), name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}",
-                                 f"{e['mb_s']['median']:.1f}", _ratio(res, key, name, "msgs_s"), (sysnote + capped).strip()])
+                    tput.append(
+                        [
+                            key.removeprefix("tput "),
+                            name,
+                            short_rate(m["median"]),
+                            f"{short_rate(m['min'])}–{short_rate(m['max'])}",
+                            f"{e['mb_s']['median']:.1f}",
+                            _ratio(res, key, name, "msgs_s"),
+                            (sysnote + capped).strip(),
+                        ]
+                    )
                 else:
                     tput.append([key.removeprefix("tput "), name, "—", "", "", "", note])
             elif w["kind"] == "latency":
                 if e.get("runs"):
-                    lat.append([name, micros(e["p50_us"]["median"]), micros(e["p99_us"]["median"]), micros(e["p999_us"]["median"]),
-                                f"{micros(e['p50_us']['min'])}–{micros(e['p50_us']['max'])}",
-                                _ratio(res, key, name, "p50_us", lower_better=True), sysnote])
+                    lat.append(
+                        [
+                            name,
+                            micros(e["p50_us"]["median"]),
+                            micros(e["p99_us"]["median"]),
+                            micros(e["p999_us"]["median"]),
+                            f"{micros(e['p50_us']['min'])}–{micros(e['p50_us']['max'])}",
+                            _ratio(res, key, name, "p50_us", lower_better=True),
+                            sysnote,
+                        ]
+                    )
                 else:
                     lat.append([name, "—", "", "", "", "", note])
             elif w["kind"] == "replicated":
                 mode = key.split()[1]
                 if e.get("runs"):
                     m = e["msgs_s"]
-                    rep.append([mode, name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}", micros(e["p50_us"]["median"]),
-                                micros(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
-                                _sync_ratio(res, name) if mode == "sync" else "",
-                                res["systems"][name].get("replicated_note", "")])
+                    rep.append(
+                        [
+                            mode,
+                            name,
+                            short_rate(m["median"]),
+                            f"{short_rate(m['min'])}–{short_rate(m['max'])}",
+                            micros(e["p50_us"]["median"]),
+                            micros(e["p99_us"]["median"]),
+                            _ratio(res, key, name, "msgs_s"),
+                            _sync_ratio(res, name) if mode == "sync" else "",
+                            res["systems"][name].get("replicated_note", ""),
+                        ]
+                    )
                 elif e.get("na") != "no replication":  # the peers without replication are left out
                     rep.append([mode, name, "—", "", "", "", "", "", note])
             else:
                 if e.get("runs"):
                     m = e["msgs_s"]
-                    dur.append([name, short_rate(m["median"]), f"{short_rate(m['min'])}–{short_rate(m['max'])}", micros(e["p50_us"]["median"]),
-                                micros(e["p99_us"]["median"]), _ratio(res, key, name, "msgs_s"),
-                                res["systems"][name]["durable_note"]])
+                    dur.append(
+                        [
+                            name,
+                            short_rate(m["median"]),
+                            f"{short_rate(m['min'])}–{short_rate(m['max'])}",
+                            micros(e["p50_us"]["median"]),
+                            micros(e["p99_us"]["median"]),
+                            _ratio(res, key, name, "msgs_s"),
+                            res["systems"][name]["durable_note"],
+                        ]
+                    )
                 else:
                     dur.append([name, "—", "", "", "", "", note])
     kinds = {w["kind"]: k for k, w in res["results"].items()}  # a run of some workloads (--workloads) lacks tables
@@ -113,8 +148,10 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
     x = res.get("extras", {}).get(REF, {})
     q = x.get("queues", {})
     if "error" in q or not q:
-        tables["shmq queue-count scaling (send throughput, 100 B)"] = [["queues", "msg/s", "ratio to 8"],
-                                                                         ["—", _first(q.get("error", "not run")), ""]]
+        tables["shmq queue-count scaling (send throughput, 100 B)"] = [
+            ["queues", "msg/s", "ratio to 8"],
+            ["—", _first(q.get("error", "not run")), ""],
+        ]
     else:
         t = [["queues", "msg/s (median)", "min–max", "ratio to 8 queues"]]
         for n, v in q.items():
@@ -122,18 +159,29 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 t.append([n, "—", _first(v["error"]), ""])
             else:
                 ratio = f"{v['ratio_to_8']:.2f}" if v.get("ratio_to_8") else ""
-                t.append([n, short_rate(v["median"]), f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}", ratio])
+                t.append(
+                    [n, short_rate(v["median"]), f"{short_rate(min(v['runs']))}–{short_rate(max(v['runs']))}", ratio]
+                )
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
-    tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = \
-        push_rows(res)
+    tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = push_rows(res)
     b = x.get("backlog", {})
     if "error" in b or not b:
-        tables["shmq backlog (100 B, unconsumed, then drained)"] = [["written", "result"], ["—", _first(b.get("error", "not run"))]]
+        tables["shmq backlog (100 B, unconsumed, then drained)"] = [
+            ["written", "result"],
+            ["—", _first(b.get("error", "not run"))],
+        ]
     else:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [
             ["written", "write msg/s", "first 10%", "last 10%", "last / first", "drain msg/s"],
-            [f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""), short_rate(b["write_msgs_s"]),
-             short_rate(b["first_tenth_msgs_s"]), short_rate(b["last_tenth_msgs_s"]), f"{b['last_vs_first']:.2f}", short_rate(b["drain_msgs_s"])]]
+            [
+                f"{b['messages']:,}" + (" (time-capped)" if b.get("capped") else ""),
+                short_rate(b["write_msgs_s"]),
+                short_rate(b["first_tenth_msgs_s"]),
+                short_rate(b["last_tenth_msgs_s"]),
+                f"{b['last_vs_first']:.2f}",
+                short_rate(b["drain_msgs_s"]),
+            ],
+        ]
     return tables
 
 
@@ -148,8 +196,16 @@ def push_rows(res: dict) -> list[list[str]]:
             t.append([name, "—", _first(push["error"]), "", "", ""])
             continue
         for api, v in push.items():
-            t.append([name, f"`{api}`", f"{v['p50_us']:,.0f}", f"{v['p99_us']:,.0f}", f"{v['p999_us']:,.0f}",
-                      f"{v['runs'][0]['rounds']:,}"])
+            t.append(
+                [
+                    name,
+                    f"`{api}`",
+                    f"{v['p50_us']:,.0f}",
+                    f"{v['p99_us']:,.0f}",
+                    f"{v['p999_us']:,.0f}",
+                    f"{v['runs'][0]['rounds']:,}",
+                ]
+            )
     if len(t) == 1:
         t.append(["shmq", "—", "not run", "", "", ""])
     return t
@@ -157,19 +213,24 @@ def push_rows(res: dict) -> list[list[str]]:
 
 def machine_lines(res: dict) -> list[str]:
     m = res["machine"]
-    lines = [f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']} ({m['os']}), "
-             f"Python {m['python']}; load average {m.get('load_average_1m_at_start', '?')} at start, "
-             f"{m.get('load_average_1m', '?')} at end (above ~0.5 other work shared the cores)"]
+    lines = [
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']} ({m['os']}), "
+        f"Python {m['python']}; load average {m.get('load_average_1m_at_start', '?')} at start, "
+        f"{m.get('load_average_1m', '?')} at end (above ~0.5 other work shared the cores)"
+    ]
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(res["versions"].items())))
-    lines.append(f"{'QUICK (smoke) run' if res['quick'] else 'full run'}: median of {res['reps'] - res['skipped_reps']} "
-                 f"interleaved runs; suite took {res['seconds']} s"
-                 + (f"; only the workloads matching {' / '.join(res['workloads'])}" if res.get("workloads") else ""))
+    lines.append(
+        f"{'QUICK (smoke) run' if res['quick'] else 'full run'}: median of {res['reps'] - res['skipped_reps']} "
+        f"interleaved runs; suite took {res['seconds']} s"
+        + (f"; only the workloads matching {' / '.join(res['workloads'])}" if res.get("workloads") else "")
+    )
     return lines
 
 
 def show(res: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     con = Console(width=max(Console().width, 150))
     for line in machine_lines(res):
         con.print(line)
@@ -192,8 +253,10 @@ def markdown(res: dict) -> str:
     out.append("| system | persistence | broker | how it is driven (per-message / batch API) | note |")
     out.append("|---|---|---|---|---|")
     for name, s in res["systems"].items():
-        out.append(f"| {name} | {s['persistence']} | {'yes' if s['broker'] else 'no'} | {s.get('how', '')} | "
-                   f"{res['unavailable'].get(name, s['note'])} |")
+        out.append(
+            f"| {name} | {s['persistence']} | {'yes' if s['broker'] else 'no'} | {s.get('how', '')} | "
+            f"{res['unavailable'].get(name, s['note'])} |"
+        )
     for title, t in rows(res).items():
         out += ["", f"## {title}", "", "| " + " | ".join(t[0]) + " |", "|" + "---|" * len(t[0])]
         out += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in t[1:]]

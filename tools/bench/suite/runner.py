@@ -1,11 +1,12 @@
 """Run every workload on every available system, interleaved, and gather the results."""
+
 from __future__ import annotations
 
 import shutil
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -31,17 +32,40 @@ def workloads(s: Settings) -> list[tuple[str, str, object]]:
             for api in s.apis:
                 count = s.msg_count if api == "msg" else s.batch_count
                 key = f"tput {p}->{c} {size}B {api}"
-                out.append((key, "tput", lambda rid, p=p, c=c, size=size, api=api, count=count: TputSpec(
-                    p, c, size, api, count, s.batch_size, s.run_deadline, rid)))
-    out.append((f"latency {LAT_SIZE}B", "latency",
-                lambda rid: LatencySpec(LAT_SIZE, s.latency_rounds, s.latency_deadline, rid)))
-    out.append((f"durable {s.durable_senders} senders {DUR_SIZE}B", "durable",
-                lambda rid: DurableSpec(s.durable_senders, DUR_SIZE, s.durable_count, s.durable_deadline, rid)))
+                out.append(
+                    (
+                        key,
+                        "tput",
+                        lambda rid, p=p, c=c, size=size, api=api, count=count: TputSpec(
+                            p, c, size, api, count, s.batch_size, s.run_deadline, rid
+                        ),
+                    )
+                )
+    out.append(
+        (
+            f"latency {LAT_SIZE}B",
+            "latency",
+            lambda rid: LatencySpec(LAT_SIZE, s.latency_rounds, s.latency_deadline, rid),
+        )
+    )
+    out.append(
+        (
+            f"durable {s.durable_senders} senders {DUR_SIZE}B",
+            "durable",
+            lambda rid: DurableSpec(s.durable_senders, DUR_SIZE, s.durable_count, s.durable_deadline, rid),
+        )
+    )
     # the same senders against a master with a replica: SYNC vs ASYNC
-    out.extend((f"replicated {mode} {s.durable_senders} senders {DUR_SIZE}B", "replicated",
-                lambda rid, mode=mode: ReplicatedSpec(s.durable_senders, DUR_SIZE, s.durable_count,
-                                                      s.durable_deadline, rid, mode == "sync"))
-               for mode in ("sync", "async"))
+    out.extend(
+        (
+            f"replicated {mode} {s.durable_senders} senders {DUR_SIZE}B",
+            "replicated",
+            lambda rid, mode=mode: ReplicatedSpec(
+                s.durable_senders, DUR_SIZE, s.durable_count, s.durable_deadline, rid, mode == "sync"
+            ),
+        )
+        for mode in ("sync", "async")
+    )
     return out
 
 
@@ -63,14 +87,16 @@ def selected(wl: list[tuple[str, str, object]], words: list[str] | None) -> list
     return [w for w in wl if not words or any(word in w[0] for word in words)]
 
 
-def run_suite(s: Settings, only: list[str] | None = None, budget: float | None = None,
-              words: list[str] | None = None) -> dict:
+def run_suite(
+    s: Settings, only: list[str] | None = None, budget: float | None = None, words: list[str] | None = None
+) -> dict:
     """Every selected workload (``words``: see ``selected``) on every system in ``only`` (all without)."""
     started = time.monotonic()
     load_at_start = round(__import__("os").getloadavg()[0], 2)
     budget = budget or (70.0 if s.quick else 480.0)  # the interleaved repetitions; extras come after
     install.ensure_clients()
     from .peers import all_systems
+
     systems = [x for x in all_systems() if not only or x.name in only]
     workdir = tempfile.mkdtemp(prefix="shmq-bench.")
     unavailable: dict[str, str] = {}
@@ -111,7 +137,7 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                 install.say(f"time budget of {budget:.0f} s: stopping after {rep} repetitions")
                 break
             for n, (key, kind, make) in enumerate(wl):
-                order = live[(rep + n) % len(live):] + live[:(rep + n) % len(live)] if live else []
+                order = live[(rep + n) % len(live) :] + live[: (rep + n) % len(live)] if live else []
                 for system in order:
                     entry = results[key]["systems"][system.name]
                     spec = make(f"r{rep}w{n}{system.name[:2].replace(' ', '').replace('.', '')}".lower())
@@ -122,8 +148,12 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                     t = time.monotonic()
                     ok = False
                     try:
-                        fn = {"tput": core.run_tput, "latency": core.run_latency, "durable": core.run_durable,
-                              "replicated": core.run_replicated}[kind]
+                        fn = {
+                            "tput": core.run_tput,
+                            "latency": core.run_latency,
+                            "durable": core.run_durable,
+                            "replicated": core.run_replicated,
+                        }[kind]
                         entry["runs"].append(fn(system, spec))
                         ok = True
                     except Exception as e:
@@ -132,9 +162,12 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                         install.say(f"{key} / {system.name}: {msg.splitlines()[0][:300]}")
                         if not isinstance(e, core.RunError):
                             traceback.print_exc()
-                    print(f"[bench] rep {rep + 1}/{s.reps} {key:<28} {system.name:<15} "
-                          f"{_brief(entry['runs'][-1]) if ok else 'failed'}"
-                          f" ({time.monotonic() - t:.1f}s)", flush=True)
+                    print(
+                        f"[bench] rep {rep + 1}/{s.reps} {key:<28} {system.name:<15} "
+                        f"{_brief(entry['runs'][-1]) if ok else 'failed'}"
+                        f" ({time.monotonic() - t:.1f}s)",
+                        flush=True,
+                    )
         extras = {}
         for system in live if run_extras else []:  # each extra workload is bounded by its own deadline
             x = system.extra_workloads(s)
@@ -173,13 +206,30 @@ def run_suite(s: Settings, only: list[str] | None = None, budget: float | None =
                 for p in ("p50_us", "p99_us"):
                     entry[p] = _stats([r[p] for r in runs])
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "quick": s.quick, "reps": s.reps, "skipped_reps": skipped_reps, "workloads": words or None,
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "quick": s.quick,
+        "reps": s.reps,
+        "skipped_reps": skipped_reps,
+        "workloads": words or None,
         "settings": {k: v for k, v in s.__dict__.items() if k != "extra"},
-        "machine": {**machine.facts(), "load_average_1m_at_start": load_at_start}, "versions": versions, "unavailable": unavailable,
-        "systems": {x.name: {"title": x.title, "how": x.how, "persistence": x.persistence, "broker": x.broker, "note": x.note,
-                             "durable_note": x.durable_note, "replicated_note": x.replicated_note} for x in systems},
-        "results": results, "extras": extras, "install_log": list(install.LOG),
+        "machine": {**machine.facts(), "load_average_1m_at_start": load_at_start},
+        "versions": versions,
+        "unavailable": unavailable,
+        "systems": {
+            x.name: {
+                "title": x.title,
+                "how": x.how,
+                "persistence": x.persistence,
+                "broker": x.broker,
+                "note": x.note,
+                "durable_note": x.durable_note,
+                "replicated_note": x.replicated_note,
+            }
+            for x in systems
+        },
+        "results": results,
+        "extras": extras,
+        "install_log": list(install.LOG),
         "seconds": round(time.monotonic() - started, 1),
     }
 

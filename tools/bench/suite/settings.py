@@ -1,4 +1,5 @@
 """Workload sizes for the full and the QUICK run: counts, deadlines, repetitions."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,14 +11,14 @@ class Settings:
 
     quick: bool
     reps: int
-    msg_count: int            # per-message API, messages per run (all producers together)
-    batch_count: int          # batch API, messages per run
-    batch_size: int           # messages per batch call
-    run_deadline: float       # seconds a throughput run may send for
+    msg_count: int  # per-message API, messages per run (all producers together)
+    batch_count: int  # batch API, messages per run
+    batch_size: int  # messages per batch call
+    run_deadline: float  # seconds a throughput run may send for
     latency_rounds: int
     latency_deadline: float
     durable_senders: int
-    durable_count: int        # messages per sender
+    durable_count: int  # messages per sender
     durable_deadline: float
     queue_counts: tuple[int, ...] = (8, 1000, 10000)
     scaling_count: int = 0
@@ -32,13 +33,38 @@ class Settings:
 
 def settings(quick: bool) -> Settings:
     if quick:
-        return Settings(quick=True, reps=1, msg_count=3_000, batch_count=20_000, batch_size=100,
-                        run_deadline=0.25, latency_rounds=500, latency_deadline=0.3,
-                        durable_senders=8, durable_count=100, durable_deadline=0.3,
-                        queue_counts=(8, 1000, 10000), scaling_count=20_000,
-                        backlog_count=100_000, backlog_deadline=5.0, push_count=300)
-    return Settings(quick=False, reps=3, msg_count=100_000, batch_count=400_000, batch_size=100,
-                    run_deadline=1.5, latency_rounds=10_000, latency_deadline=2.0,
-                    durable_senders=8, durable_count=2_000, durable_deadline=2.0,
-                    queue_counts=(8, 1000, 10000), scaling_count=400_000,
-                    backlog_count=10_000_000, backlog_deadline=40.0)
+        return Settings(
+            quick=True,
+            reps=1,
+            msg_count=3_000,
+            batch_count=20_000,
+            batch_size=100,
+            run_deadline=0.25,
+            latency_rounds=500,
+            latency_deadline=0.3,
+            durable_senders=8,
+            durable_count=100,
+            durable_deadline=0.3,
+            queue_counts=(8, 1000, 10000),
+            scaling_count=20_000,
+            backlog_count=100_000,
+            backlog_deadline=5.0,
+            push_count=300,
+        )
+    return Settings(
+        quick=False,
+        reps=3,
+        msg_count=100_000,
+        batch_count=400_000,
+        batch_size=100,
+        run_deadline=1.5,
+        latency_rounds=10_000,
+        latency_deadline=2.0,
+        durable_senders=8,
+        durable_count=2_000,
+        durable_deadline=2.0,
+        queue_counts=(8, 1000, 10000),
+        scaling_count=400_000,
+        backlog_count=10_000_000,
+        backlog_deadline=40.0,
+    )

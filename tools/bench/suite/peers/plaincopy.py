@@ -5,6 +5,7 @@ with no broker logic, no index, no acks. What shmq could reach if its broker cos
 Per-message API: one ring frame per message, one copy into the mmap per message. Batch API:
 one frame per batch, one copy per batch. 4 -> 2: each producer has its own ring, producer i
 feeds consumer i % 2. Latency: a ping-pong over two rings with both sides busy-polling."""
+
 from __future__ import annotations
 
 import mmap
@@ -26,8 +27,10 @@ def _seg_name(run_id: str, i: int) -> str:
 class PlainCopy(System):
     name = "plain copy"
     title = "plain copy: shm ring + numpy copy into a mmap"
-    how = ("Ring.try_write per message / one ring frame per 100-message batch; "
-           "the consumer copies each frame into a mmap'd file with numpy")
+    how = (
+        "Ring.try_write per message / one ring frame per 100-message batch; "
+        "the consumer copies each frame into a mmap'd file with numpy"
+    )
     persistence = "page cache only (never fsynced)"
     broker = False
     note = "physical reference: no broker, no index, no acks, never fsynced"
@@ -42,6 +45,7 @@ class PlainCopy(System):
     def _make(self, run_id, count):
         from shmq.ring.framing import Ring, RingLayout
         from shmq.ring.shm import Segment
+
         layout = RingLayout(RING_BYTES)
         names = []
         for i in range(count):
@@ -54,6 +58,7 @@ class PlainCopy(System):
 
     def _unlink(self, names):
         from shmq.ring.shm import unlink_segment
+
         for n in names:
             unlink_segment(n)
 
@@ -73,6 +78,7 @@ class PlainCopy(System):
 def _open(name):
     from shmq.ring.framing import Ring
     from shmq.ring.shm import Segment
+
     seg = Segment.open(name)
     return seg, Ring(seg.buf)
 
@@ -91,7 +97,7 @@ def tput_producer(ctx, spec, idx, n, sync):
             if view is None:
                 yield_()
                 continue
-            view[:] = block[:k * spec.size]
+            view[:] = block[: k * spec.size]
             view.release()
             ring.commit()
             sent += k
@@ -138,7 +144,7 @@ def tput_consumer(ctx, spec, idx, sync):
                 n = len(view)
                 if pos + n > size:
                     pos = 0
-                dst[pos:pos + n] = np.frombuffer(view, dtype=np.uint8)
+                dst[pos : pos + n] = np.frombuffer(view, dtype=np.uint8)
                 pos += n
                 k += n // msg
                 if k >= 4096:
@@ -196,6 +202,7 @@ def latency_client(ctx, spec, sync):
         req.try_write(KIND, data)
         _spin_read(rep)[1].release()
         rep.release()
+
     for _ in range(50):
         once()
     lat = timed_loop(sync, once, spec.rounds)

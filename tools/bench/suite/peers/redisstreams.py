@@ -2,6 +2,7 @@
 second; ``always`` for the durability workload); redis-py XADD (pipelined for the batch
 API) and XREADGROUP + XACK in a consumer group. The replicated rows use a second pair of
 servers, a master and its replica (``replicaof``), with ``WAIT 1 0`` after each XADD for sync."""
+
 from __future__ import annotations
 
 import os
@@ -19,16 +20,20 @@ GROUP = "g"
 class RedisStreams(System):
     name = "Redis Streams"
     title = "Redis Streams (redis-server, AOF)"
-    how = ("XADD one per call / pipelined 100 per round trip (transaction=False); "
-           "XREADGROUP COUNT 200 + one XACK per read; round trip = one XADD")
+    how = (
+        "XADD one per call / pipelined 100 per round trip (transaction=False); "
+        "XREADGROUP COUNT 200 + one XACK per read; round trip = one XADD"
+    )
     persistence = "AOF, fsync every second"
     broker = True
     note = "AOF with appendfsync everysec (a crash can lose the last second)"
     durable = True
     durable_note = "appendfsync always"
     replicated = True
-    replicated_note = ("a second redis-server with replicaof, AOF fsync everysec on both; sync: XADD + WAIT 1 0 "
-                       "pipelined in one round trip; async: XADD alone")
+    replicated_note = (
+        "a second redis-server with replicaof, AOF fsync everysec on both; sync: XADD + WAIT 1 0 "
+        "pipelined in one round trip; async: XADD alone"
+    )
 
     def install(self):
         try:
@@ -39,6 +44,7 @@ class RedisStreams(System):
 
     def versions(self):
         import redis
+
         out = subprocess.run([self.binary(), "--version"], capture_output=True, text=True).stdout.split()
         server = next((w.split("=")[1] for w in out if w.startswith("v=")), "?")
         return {"redis-server": server, "redis-py": redis.__version__}
@@ -58,13 +64,35 @@ class RedisStreams(System):
     def _server(self, workdir, prefix, *extra):
         """A redis-server on a loopback port with its own directory, kept for stop(); when it serves."""
         import redis
+
         d = tempfile.mkdtemp(prefix=prefix, dir=workdir)
         port = free_port()
         proc = subprocess.Popen(
-            [self.binary(), "--bind", "127.0.0.1", "--port", str(port), "--dir", d,
-             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-             "--protected-mode", "yes", "--logfile", os.path.join(d, "redis.log"), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                self.binary(),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dir",
+                d,
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+                "--logfile",
+                os.path.join(d, "redis.log"),
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis(host="127.0.0.1", port=port)
         self.servers.append((proc, client, d))
         for _ in range(200):
@@ -148,6 +176,7 @@ def wait_replica_online(master, timeout: float = 30.0) -> None:
 
 def _client(ctx):
     import redis
+
     return redis.Redis(host="127.0.0.1", port=ctx["port"])
 
 
@@ -230,8 +259,10 @@ def replicated_sender(ctx, spec, idx, sync):
             if pipe.execute()[1] < 1:
                 raise RuntimeError("WAIT 1 0 returned without a replica")
     else:
+
         def send():
             r.xadd(key, fields)
+
     sync.ready()
     lat = timed_loop(sync, send, spec.count, check_every=16)
     return durable_result(sync, lat)

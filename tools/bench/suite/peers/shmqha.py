@@ -5,6 +5,7 @@ A SYNC_MASTER send is acked once the replica has reported an offset past it; ASY
 once the master has it, the replica streaming meanwhile: the two rows give the ratio the issue
 asks for (goal >= 0.5). Until ``shmq replica`` exists the rows say "needs HA", no number.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..core import ReplicatedSpec, System, body, durable_result, free_port, timed_loop
 
@@ -29,13 +30,17 @@ class ReplicatedPair:
     def __init__(self, workdir: str, name: str, role: str, layout: dict = HA_LAYOUT) -> None:
         import shmq
         from shmq.config import camel
+
         self.name = name
         self.replica_name = name + "r"
         port = free_port()
         self.master_store = tempfile.mkdtemp(prefix=f"shmq-{role.lower()}.", dir=workdir)
         self.replica_store = tempfile.mkdtemp(prefix="shmq-replica.", dir=workdir)
-        self.master = shmq.Broker(self.master_store, name=name, config=dict(
-            layout, default_topic_queue_nums=8, brokerRole=role, haListenPort=port))
+        self.master = shmq.Broker(
+            self.master_store,
+            name=name,
+            config=dict(layout, default_topic_queue_nums=8, brokerRole=role, haListenPort=port),
+        )
         self.replica_log = os.path.join(workdir, f"{self.replica_name}.log")
         # the replica's store has the master's layout (the handshake refuses another segment size)
         conf = os.path.join(workdir, f"{self.replica_name}.conf")
@@ -45,9 +50,24 @@ class ReplicatedPair:
         try:
             with open(self.replica_log, "ab") as log:
                 self.replica = subprocess.Popen(
-                    [sys.executable, "-m", "shmq", "replica", "--store", self.replica_store, "--name",
-                     self.replica_name, "--master", f"127.0.0.1:{port}", "--config", conf],
-                    stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                    [
+                        sys.executable,
+                        "-m",
+                        "shmq",
+                        "replica",
+                        "--store",
+                        self.replica_store,
+                        "--name",
+                        self.replica_name,
+                        "--master",
+                        f"127.0.0.1:{port}",
+                        "--config",
+                        conf,
+                    ],
+                    stdout=log,
+                    stderr=log,
+                    stdin=subprocess.DEVNULL,
+                )
         except BaseException:
             self.master.stop()
             raise
@@ -81,6 +101,7 @@ class ReplicatedPair:
                 self.replica.wait()
         if self.replica.returncode:
             from shmq.ring.reclaim import reclaim_dead_broker
+
             reclaim_dead_broker(self.replica_name, self.replica_store)
         return f"replica {self.replica_name} stopped, exit status {self.replica.returncode}"
 
@@ -90,6 +111,7 @@ def wait_streaming(broker: str, timeout: float = SETTLE, check: Callable[[], Non
     to give up early, e.g. when the replica died)."""
     from shmq.errors import BrokerNotFoundError
     from shmq.ha.shared import STREAMING, HASegment
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         check()
@@ -123,6 +145,7 @@ class FixedPair(System):
 def replicated_sender(ctx, spec, idx, sync):
     """``Producer.send`` one at a time; only SEND_OK counts (a SLAVE_NOT_AVAILABLE ack fails the run)."""
     import shmq
+
     p = shmq.Producer(f"bench-p{os.getpid()}", broker=ctx["broker"])
     p.start()
     msg = shmq.Message(ctx["topic"], body(spec.size))
@@ -132,6 +155,7 @@ def replicated_sender(ctx, spec, idx, sync):
         status = p.send(msg).status
         if status is not ok:
             raise RuntimeError(f"send answered {status.name}")
+
     send()
     sync.ready()
     lat = timed_loop(sync, send, spec.count, check_every=16)

@@ -5,6 +5,7 @@ round trips, and a second broker with ``flushDiskType=SYNC_FLUSH`` for durabilit
 
 Until the client API has landed, ``install()`` says which part is missing and every shmq
 row of the report reads "not available yet": no number is made up."""
+
 from __future__ import annotations
 
 import collections
@@ -15,8 +16,20 @@ import time
 
 import numpy as np
 
-from ..core import (POLL, PUSH_RATE, PUSH_SETTLE_S, System, body, durable_result, paced_stamped, percentiles,
-                    run_push, run_roles, stamp_age, timed_loop)
+from ..core import (
+    POLL,
+    PUSH_RATE,
+    PUSH_SETTLE_S,
+    System,
+    body,
+    durable_result,
+    paced_stamped,
+    percentiles,
+    run_push,
+    run_roles,
+    stamp_age,
+    timed_loop,
+)
 from ..install import say
 from .shmqha import ReplicatedPair, replicated_sender  # noqa: F401  (the sender runs from this module)
 
@@ -32,6 +45,7 @@ STORE_LAYOUT = {"mapped_file_size_commit_log": 1 << 30, "warm_ahead_size": 1 << 
 
 def missing_api() -> list[str]:
     import importlib
+
     try:
         shmq = importlib.import_module("shmq")
     except Exception as e:
@@ -42,17 +56,21 @@ def missing_api() -> list[str]:
 class Shmq(System):
     name = "shmq"
     title = "shmq (broker + commitlog, ASYNC_FLUSH)"
-    how = ("Producer.send_async (window of 256 acks in flight; auto_batch on) / send_batch_async of a MessageBatch "
-           "of 100, 4 in flight; PullConsumer.pull (256, MessageExt) / pull_batch (1024, numpy columns) + commit; "
-           "Producer.send for round trips")
+    how = (
+        "Producer.send_async (window of 256 acks in flight; auto_batch on) / send_batch_async of a MessageBatch "
+        "of 100, 4 in flight; PullConsumer.pull (256, MessageExt) / pull_batch (1024, numpy columns) + commit; "
+        "Producer.send for round trips"
+    )
     persistence = "commitlog, async flush (SYNC_FLUSH for durability)"
     broker = True
     note = ""
     durable = True
     durable_note = "flushDiskType=SYNC_FLUSH"
     replicated = True
-    replicated_note = ("a master broker (sync: brokerRole=SYNC_MASTER, async: ASYNC_MASTER; ASYNC_FLUSH) and "
-                       "`shmq replica` on loopback; Producer.send, only SEND_OK counts")
+    replicated_note = (
+        "a master broker (sync: brokerRole=SYNC_MASTER, async: ASYNC_MASTER; ASYNC_FLUSH) and "
+        "`shmq replica` on loopback; Producer.send, only SEND_OK counts"
+    )
 
     def install(self):
         missing = missing_api()
@@ -67,10 +85,12 @@ class Shmq(System):
 
     def versions(self):
         import shmq
+
         return {"shmq": shmq.__version__}
 
     def start(self, workdir):
         import shmq
+
         self.workdir = workdir
         self.name_ = f"bench{os.getpid()}"
         self.brokers = []
@@ -81,14 +101,18 @@ class Shmq(System):
         # broker that has been up for a few seconds.
         self.durable_store = tempfile.mkdtemp(prefix="shmq-sync.", dir=workdir)
         self.durable_name = self.name_ + "s"
-        self._start_broker(self.durable_store, self.durable_name,
-                           dict(STORE_LAYOUT, flush_disk_type="SYNC_FLUSH", default_topic_queue_nums=8))
+        self._start_broker(
+            self.durable_store,
+            self.durable_name,
+            dict(STORE_LAYOUT, flush_disk_type="SYNC_FLUSH", default_topic_queue_nums=8),
+        )
         self.producer = shmq.Producer("bench-admin", broker=self.name_)
         self.producer.start()
         self.pairs: dict[str, ReplicatedPair] = {}  # started on first use, when this shmq has HA
 
     def _start_broker(self, store, name, config):
         import shmq
+
         broker = shmq.Broker(store, name=name, config=config)
         self.brokers.append(broker)
         return broker
@@ -116,8 +140,10 @@ class Shmq(System):
             say(f"shmq: stopping broker {broker.name}: {e}")
             return
         tail = " / ".join(broker.log().strip().splitlines()[-8:]) if status else ""
-        say(f"shmq: broker {broker.name} on {broker.store_dir} stopped, exit status {status}"
-            + (f"; log tail: {tail}" if tail else ""))
+        say(
+            f"shmq: broker {broker.name} on {broker.store_dir} stopped, exit status {status}"
+            + (f"; log tail: {tail}" if tail else "")
+        )
 
     def _topic(self, run_id, producer=None, broker=None):
         topic = "Bench" + run_id.replace(".", "_").replace("-", "_")
@@ -130,6 +156,7 @@ class Shmq(System):
     def replicated_context(self, spec):
         """The pair of this mode (started once, then kept like the other brokers), streaming, and a fresh topic."""
         import shmq
+
         role = "SYNC_MASTER" if spec.sync else "ASYNC_MASTER"
         pair = self.pairs.get(role)
         if pair is None:
@@ -154,6 +181,7 @@ class Shmq(System):
 
     def durable_context(self, spec):
         import shmq
+
         p = shmq.Producer("bench-admin-sync", broker=self.durable_name)
         p.start()
         try:
@@ -199,12 +227,17 @@ class Shmq(System):
             prefix = f"BenchQ{q}_"
             try:
                 warm(self.producer, [f"{prefix}{t}" for t in range(topics)])
-                ctx = {"broker": self.name_, "topics": [f"{prefix}{t}" for t in range(topics)],
-                       "count": settings.scaling_count, "size": 100}
+                ctx = {
+                    "broker": self.name_,
+                    "topics": [f"{prefix}{t}" for t in range(topics)],
+                    "count": settings.scaling_count,
+                    "size": 100,
+                }
                 runs = []
                 for _ in range(settings.reps):
-                    (r,) = run_roles(self, [("scaling_producer", (ctx,))], settings.run_deadline,
-                                     settings.run_deadline + 60)
+                    (r,) = run_roles(
+                        self, [("scaling_producer", (ctx,))], settings.run_deadline, settings.run_deadline + 60
+                    )
                     runs.append(r)
             except Exception as e:
                 res[str(q)] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
@@ -223,9 +256,13 @@ class Shmq(System):
     def _backlog(self, settings):
         ctx = self._topic("backlog")
         ctx.update(count=settings.backlog_count, size=100, batch=settings.batch_size)
-        (w,) = run_roles(self, [("backlog_producer", (ctx,))], settings.backlog_deadline, settings.backlog_deadline * 4 + 120)
+        (w,) = run_roles(
+            self, [("backlog_producer", (ctx,))], settings.backlog_deadline, settings.backlog_deadline * 4 + 120
+        )
         ctx["count"] = w["messages"]
-        (d,) = run_roles(self, [("backlog_consumer", (ctx,))], settings.backlog_deadline, settings.backlog_deadline * 4 + 120)
+        (d,) = run_roles(
+            self, [("backlog_consumer", (ctx,))], settings.backlog_deadline, settings.backlog_deadline * 4 + 120
+        )
         w.update(d)
         return w
 
@@ -235,12 +272,14 @@ def warm(producer, topics: list[str], queues: int = 8) -> None:
 
     The consumers skip these messages: their body is shorter than any benchmark body."""
     import shmq
+
     pending = collections.deque()
     for topic in topics:
         producer.send(shmq.Message(topic, WARMUP))
         for q in range(1, queues):
-            pending.append(producer.send_async(shmq.Message(topic, WARMUP), selector=lambda qs, m, a: qs[a % len(qs)],
-                                               arg=q))
+            pending.append(
+                producer.send_async(shmq.Message(topic, WARMUP), selector=lambda qs, m, a: qs[a % len(qs)], arg=q)
+            )
             if len(pending) >= 64:
                 pending.popleft().result(60)
     for f in pending:
@@ -249,6 +288,7 @@ def warm(producer, topics: list[str], queues: int = 8) -> None:
 
 def _producer(ctx):
     import shmq
+
     p = shmq.Producer(f"bench-p{os.getpid()}", broker=ctx["broker"])
     p.start()
     return p
@@ -256,6 +296,7 @@ def _producer(ctx):
 
 def tput_producer(ctx, spec, idx, n, sync):
     import shmq
+
     p = _producer(ctx)
     topic = ctx["topic"]
     data = body(spec.size)
@@ -291,6 +332,7 @@ def tput_producer(ctx, spec, idx, n, sync):
 def _puller(pc, size: int, columnar: bool):
     """pull (MessageExt list, the everyday API) or pull_batch (numpy columns, the batch API);
     returns a function (mq, offset, timeout) -> (messages of the benchmark's size, next offset)."""
+
     def pull(mq, offset, timeout):
         res = pc.pull(mq, "*", offset=offset, max_nums=PULL_NUMS, timeout=timeout)
         msgs = res.messages
@@ -300,15 +342,17 @@ def _puller(pc, size: int, columnar: bool):
         res = pc.pull_batch(mq, "*", offset=offset, max_nums=1024, timeout=timeout)
         b = res.batch
         return (int(np.count_nonzero(b.body_len == size)) if b is not None and len(b) else 0), res.next_offset
+
     return pull_batch if columnar and hasattr(pc, "pull_batch") else pull
 
 
 def tput_consumer(ctx, spec, idx, sync):
     import shmq
+
     pc = shmq.PullConsumer(f"bench-cg-{ctx['topic']}", broker=ctx["broker"])
     pc.start()
     queues = sorted(pc.fetch_queues(ctx["topic"]), key=lambda mq: mq.queue_id)
-    mine = queues[idx::spec.consumers]
+    mine = queues[idx :: spec.consumers]
     offsets = {mq.queue_id: 0 for mq in mine}
     pull = _puller(pc, spec.size, spec.api == "batch")
     sync.ready()
@@ -335,6 +379,7 @@ def tput_consumer(ctx, spec, idx, sync):
 
 def latency_client(ctx, spec, sync):
     import shmq
+
     p = _producer(ctx)
     msg = shmq.Message(ctx["topic"], body(spec.size))
     sync.ready()
@@ -347,6 +392,7 @@ def latency_client(ctx, spec, sync):
 
 def durable_sender(ctx, spec, idx, sync):
     import shmq
+
     p = _producer(ctx)
     msg = shmq.Message(ctx["topic"], body(spec.size))
     p.send(msg)
@@ -360,6 +406,7 @@ def push_sender(ctx, sync):
     """``Producer.send`` (api "send") or ``send_async`` without waiting (api "send_async":
     auto_batch holds a lone message up to ``batch_max_delay`` waiting for company)."""
     import shmq
+
     p = _producer(ctx)
     send = p.send if ctx["api"] == "send" else p.send_async
     topic = ctx["topic"]
@@ -372,7 +419,9 @@ def push_sender(ctx, sync):
 def push_listener(ctx, sync):
     """A PushConsumer whose listener records each message's age (warm-up bodies skipped)."""
     import threading
+
     import shmq
+
     lat = []
     done = threading.Event()
     want = ctx["count"]
@@ -382,6 +431,7 @@ def push_listener(ctx, sync):
         if len(lat) >= want:
             done.set()
         return shmq.ConsumeResult.SUCCESS
+
     c = shmq.PushConsumer(f"bench-push-{os.getpid()}", broker=ctx["broker"])
     c.subscribe(ctx["topic"])
     c.register_listener(listener)
@@ -394,6 +444,7 @@ def push_listener(ctx, sync):
 
 def scaling_producer(ctx, sync):
     import shmq
+
     p = _producer(ctx)
     data = body(ctx["size"])
     msgs = [shmq.Message(t, data) for t in ctx["topics"]]
@@ -417,6 +468,7 @@ def scaling_producer(ctx, sync):
 
 def backlog_producer(ctx, sync):
     import shmq
+
     p = _producer(ctx)
     data = body(ctx["size"])
     batch = shmq.MessageBatch(ctx["topic"], [data] * ctx["batch"])
@@ -447,13 +499,21 @@ def backlog_producer(ctx, sync):
 
     def rate(a, b):
         return (b[0] - a[0]) / max(b[1] - a[1], 1e-9)
+
     first, last = rate(marks[0], marks[1]), rate(marks[-2], marks[-1])
-    return {"messages": sent, "write_msgs_s": sent / (end - sync.t0), "first_tenth_msgs_s": first,
-            "last_tenth_msgs_s": last, "last_vs_first": last / first, "capped": sent < n}
+    return {
+        "messages": sent,
+        "write_msgs_s": sent / (end - sync.t0),
+        "first_tenth_msgs_s": first,
+        "last_tenth_msgs_s": last,
+        "last_vs_first": last / first,
+        "capped": sent < n,
+    }
 
 
 def backlog_consumer(ctx, sync):
     import shmq
+
     pc = shmq.PullConsumer(f"bench-backlog-{os.getpid()}", broker=ctx["broker"])
     pc.start()
     queues = pc.fetch_queues(ctx["topic"])

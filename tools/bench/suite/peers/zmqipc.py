@@ -1,4 +1,5 @@
 """pyzmq over ipc://: PUSH/PULL for throughput, REQ/REP for round trips (raw IPC, no broker)."""
+
 from __future__ import annotations
 
 import os
@@ -32,6 +33,7 @@ class ZmqIpc(System):
 
     def versions(self):
         import zmq
+
         return {"pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()}
 
     def start(self, workdir):
@@ -57,11 +59,12 @@ class ZmqIpc(System):
 
 def tput_producer(endpoints, spec, idx, n, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PUSH)
     for ep in endpoints:  # connect only once each consumer has bound, so PUSH spreads over all
         end = time.monotonic() + 60
-        while not os.path.exists(ep[len("ipc://"):]) and time.monotonic() < end:
+        while not os.path.exists(ep[len("ipc://") :]) and time.monotonic() < end:
             time.sleep(0.005)
         s.connect(ep)
     time.sleep(0.02)
@@ -83,6 +86,7 @@ def tput_producer(endpoints, spec, idx, n, sync):
 
 def tput_consumer(endpoints, spec, idx, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PULL)
     s.bind(endpoints[idx])
@@ -111,6 +115,7 @@ def tput_consumer(endpoints, spec, idx, sync):
 
 def latency_server(endpoint, spec, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.REP)
     s.bind(endpoint)
@@ -126,6 +131,7 @@ def latency_server(endpoint, spec, sync):
 
 def latency_client(endpoint, spec, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.REQ)
     s.connect(endpoint)
@@ -138,6 +144,7 @@ def latency_client(endpoint, spec, sync):
     def once():
         s.send(data)
         s.recv()
+
     lat = timed_loop(sync, once, spec.rounds)
     s.send(b"")
     s.recv()
@@ -148,10 +155,11 @@ def latency_client(endpoint, spec, sync):
 
 def push_sender(c, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PUSH)
     end = time.monotonic() + 60
-    while not os.path.exists(c["endpoint"][len("ipc://"):]) and time.monotonic() < end:
+    while not os.path.exists(c["endpoint"][len("ipc://") :]) and time.monotonic() < end:
         time.sleep(0.005)
     s.connect(c["endpoint"])
     n = paced_stamped(sync, c["count"], c["size"], s.send)
@@ -162,6 +170,7 @@ def push_sender(c, sync):
 
 def push_listener(c, sync):
     import zmq
+
     ctx = zmq.Context()
     s = ctx.socket(zmq.PULL)
     s.bind(c["endpoint"])
