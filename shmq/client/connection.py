@@ -32,6 +32,7 @@ from shmq.errors import (
     CorruptFrameError,
     MessageTooLargeError,
     ReplicaReadOnlyError,
+    SharedMemoryFullError,
     ShmqError,
 )
 from shmq.ring import client_keys
@@ -110,10 +111,13 @@ def _serving(name: str) -> bool:
 
 
 def _refusal(broker: str, body: dict[str, Any]) -> ShmqError:
-    """The exception for a refused attach; a replica's refusal of a producer keeps its class."""
+    """The exception for a refused attach; the refusals a program may handle keep their class
+    (a replica's refusal of a producer, no room in /dev/shm for the client's channel)."""
     error = str(body.get("error"))
     if body.get("kind") == ReplicaReadOnlyError.__name__:
         return ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, error)
+    if body.get("kind") == SharedMemoryFullError.__name__:
+        return SharedMemoryFullError(f"broker {broker!r} refused to attach: {error}")
     return ShmqError(f"broker {broker!r} refused to attach: {error}")
 
 
