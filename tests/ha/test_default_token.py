@@ -114,8 +114,12 @@ def test_a_default_master_gives_a_peer_without_its_token_nothing(master: Default
             t.join(10)
     assert statuses == [SendStatus.SLAVE_NOT_AVAILABLE] * 5
     assert wait_for(lambda: master.ha.replicas() == [], 10)  # the last handshakes were cut off by the stop
-    for got in received:  # HELLO, then at most a refusal (auth): no WELCOME, no metadata, no log
-        assert got[:4] == b"SQHM" and b"SQHW" not in got and b"Secret" not in got and b"body-nobody" not in got
+    assert any(received), "no impostor connection got the master's HELLO"
+    # each connection: HELLO, then at most a refusal (auth): no WELCOME, no metadata, no log; or
+    # nothing at all when ``stop`` cut it off before the master's HELLO arrived (at high load)
+    for got in received:
+        assert got == b"" or got[:4] == b"SQHM", got
+        assert b"SQHW" not in got and b"Secret" not in got and b"body-nobody" not in got
         rest = got[P.HELLO.size :]
         assert rest == b"" or (rest[:4] == b"SQHX" and int.from_bytes(rest[6:8], "big") == P.REFUSE_AUTH)
     log = master.ha_log()
