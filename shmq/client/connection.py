@@ -110,15 +110,21 @@ def _serving(name: str) -> bool:
         state.close()
 
 
+# The refusals a program may handle keep their class (the reply names it as ``kind``): a
+# replica's refusal of a producer, no room in /dev/shm for the client's channel.
+_REFUSALS: dict[str, Callable[[str, str], ShmqError]] = {
+    ReplicaReadOnlyError.__name__: lambda broker, error: ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, error),
+    SharedMemoryFullError.__name__: lambda broker, error: SharedMemoryFullError(
+        f"broker {broker!r} refused to attach: {error}"
+    ),
+}
+
+
 def _refusal(broker: str, body: dict[str, Any]) -> ShmqError:
-    """The exception for a refused attach; the refusals a program may handle keep their class
-    (a replica's refusal of a producer, no room in /dev/shm for the client's channel)."""
+    """The exception for a refused attach: the class ``_REFUSALS`` keeps, else ShmqError."""
     error = str(body.get("error"))
-    if body.get("kind") == ReplicaReadOnlyError.__name__:
-        return ReplicaReadOnlyError(SERVICE_NOT_AVAILABLE, error)
-    if body.get("kind") == SharedMemoryFullError.__name__:
-        return SharedMemoryFullError(f"broker {broker!r} refused to attach: {error}")
-    return ShmqError(f"broker {broker!r} refused to attach: {error}")
+    make = _REFUSALS.get(str(body.get("kind")))
+    return make(broker, error) if make else ShmqError(f"broker {broker!r} refused to attach: {error}")
 
 
 class Session:
