@@ -19,26 +19,14 @@ import logging
 import threading
 import time
 
-from shmq.client import exit_close
-from shmq.client.connection import BrokerConnection, Session
-from shmq.client.consumer.offset_reset import ResetInbox
+from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.process_queue import ProcessQueue
-from shmq.client.consumer.pull import CONSUMER_RING_BYTES
-from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import (
-    REBALANCE_POLL_S,
-    broker_lost,
-    pass_failed,
-    rebalance_if_changed,
-    wait_for_session,
-)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
-from shmq.client.consumer.rejoin import rejoin
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
-from shmq.filter.tags import Expression, Subscription, as_expression
+from shmq.filter.tags import Expression, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
@@ -47,7 +35,7 @@ from shmq.model.reprs import client_repr
 log = logging.getLogger(__name__)
 
 
-class LitePullConsumer:
+class LitePullConsumer(MQConsumerInner):
     def __init__(
         self,
         group: str,
@@ -82,32 +70,19 @@ class LitePullConsumer:
                 raise BadArgumentError(f"{name} must be at least 1, got {value}")
         if auto_commit_interval <= 0:
             raise BadArgumentError(f"auto_commit_interval must be positive, got {auto_commit_interval}")
-        self.group = group
+        super().__init__(group, broker, start_timeout, log)
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.auto_commit = auto_commit
         self.auto_commit_interval = auto_commit_interval
-        self.start_timeout = start_timeout
-        self._conn = BrokerConnection(
-            broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response, on_lost=self._on_lost
-        )
-        self.broker_name = self._conn.broker_name
-        self._wrapper = PullAPIWrapper(self._conn)
         self._offsets = QueueOffsets(
             self._conn, self._wrapper, group, ConsumeFrom(consume_from), consume_timestamp, start_timeout, None
         )
         self._rebalance = RebalanceImpl(group, self.broker_name, MessageModel.CLUSTERING, allocate_strategy, log)
-        self._subscriptions: dict[str, Subscription] = {}
-        self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._lock = threading.Lock()
+        self._pass_lock = self._lock
         self._ready = threading.Condition(self._lock)  # poll waits here for messages
-        self._wakeup = threading.Event()  # the puller waits here (WAKE, poll made room, shutdown, a reset)
-        self._resets = ResetInbox(self._conn, group, self._wakeup)
         self._rotation = itertools.count()  # which queue a poll serves first: fair across queues
-        self._session: Session | None = None
-        self._running = False
-        self._thread: threading.Thread | None = None
-        self._broker_wait_logged = False
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -134,40 +109,18 @@ class LitePullConsumer:
         """Attach and start the puller; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._running:
             return self
-        self._conn.start(self.start_timeout)
-        try:
-            with self._lock:
-                self._bind(time.monotonic() + self.start_timeout)
-        except BaseException:
-            self._conn.shutdown()
-            raise
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name=f"shmq-litepull-{self.group}", daemon=True)
-        self._thread.start()
-        exit_close.track(self)
+        self._start_session()
+        self._start_puller(f"shmq-litepull-{self.group}")
         return self
 
-    def shutdown(self) -> None:
-        """Stop the puller, commit (with ``auto_commit``) what ``poll`` returned, leave the group."""
-        if not self._running:
-            return
-        exit_close.untrack(self)
-        self._running = False
-        self._wakeup.set()
+    def _stopping(self) -> None:
         with self._ready:
             self._ready.notify_all()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        with self._lock:
-            if self.auto_commit and self._conn.reachable():
-                try:
-                    self._offsets.commit(list(self._pqs.values()), sync=True)
-                except (ShmqError, OSError) as e:
-                    log.warning("could not commit offsets at shutdown: %s", e)
-            self._pqs.clear()
-        self._conn.shutdown()
-        self._wrapper.wake_all()
-        self._wrapper.close()
+
+    def _commit_at_shutdown(self) -> None:
+        """With ``auto_commit``: what ``poll`` returned."""
+        if self.auto_commit and self._conn.reachable():
+            self._offsets.commit(list(self._pqs.values()), sync=True)
 
     def __enter__(self) -> LitePullConsumer:
         return self.start()
@@ -250,27 +203,20 @@ class LitePullConsumer:
                 break
         return out
 
-    # ------------------------------------------------------------------ connection events
+    # ------------------------------------------------------------------ joining again
 
-    def _on_response(self, kind: int, view: memoryview) -> None:
-        if not self._resets.on_response(kind, view):
-            self._wrapper.on_response(kind, view)
+    def _resets_on_start(self) -> bool:
+        return True
 
-    def _on_lost(self, _session: Session, _why: str) -> None:
-        broker_lost(self)
-        self._wrapper.wake_all()
-        self._wakeup.set()
-
-    def _bind(self, deadline: float) -> Session:
-        """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
-        return rejoin(self, deadline, MessageModel.CLUSTERING, resets_on_start=True, recommit=self.auto_commit)
+    def _recommit(self) -> bool:
+        return self.auto_commit
 
     # ------------------------------------------------------------------ the puller thread
 
     def _run(self) -> None:
         next_rebalance = next_commit = time.monotonic()
         while self._running:
-            session = wait_for_session(self, log, self._lock)
+            session = self._wait_for_session()
             if session is None:
                 continue
             try:
@@ -280,7 +226,7 @@ class LitePullConsumer:
                     self._resets.apply(self._pqs, self._restart)
                     if now >= next_rebalance:
                         next_rebalance = now + REBALANCE_POLL_S
-                        rebalance_if_changed(self, session.client_id)
+                        self._rebalance_if_changed(session.client_id)
                     progressed, idle = self._pull_pass(now)
                     if self.auto_commit and now >= next_commit:
                         next_commit = now + self.auto_commit_interval
@@ -292,7 +238,7 @@ class LitePullConsumer:
                 if not progressed and self._running:
                     self._wakeup.wait(REBALANCE_POLL_S)
             except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
-                pass_failed(self, e, session, log)
+                self._pass_failed(e, session)
 
     def _pull_pass(self, now: float) -> tuple[bool, list[ProcessQueue]]:
         """Read ahead each queue with room in its buffer once; (whether anything moved, idle queues)."""

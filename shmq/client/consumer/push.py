@@ -34,35 +34,24 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from shmq.client import exit_close
-from shmq.client.connection import BrokerConnection, Session
+from shmq.client.connection import Session
 from shmq.client.consumer.consume_service import (
     ConsumeMessageConcurrentlyService,
     ConsumeMessageOrderlyService,
     DelayScheduler,
 )
-from shmq.client.consumer.offset_reset import ResetInbox
+from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.process_queue import ProcessQueue
-from shmq.client.consumer.pull import CONSUMER_RING_BYTES
-from shmq.client.consumer.pull_wrapper import PullAPIWrapper
-from shmq.client.consumer.puller import (
-    REBALANCE_POLL_S,
-    broker_lost,
-    pass_failed,
-    rebalance_if_changed,
-    wait_for_session,
-)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
-from shmq.client.consumer.rejoin import rejoin
 from shmq.client.consumer.send_back import SendBackClient
 from shmq.client.hooks import ConsumeMessageHook, HookedListener, check_hook
 from shmq.client.producer.producer import inner_producer
 from shmq.errors import ArgumentTypeError, BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
-from shmq.filter.tags import Expression, Subscription, as_expression
+from shmq.filter.tags import Expression, as_expression
 from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
@@ -78,7 +67,7 @@ DROP_WAIT_S = 1.0  # how long a member giving a queue away waits for its running
 _instances = itertools.count(1)  # default instance names: unique per consumer object in this process
 
 
-class PushConsumer:
+class PushConsumer(MQConsumerInner):
     def __init__(
         self,
         group: str,
@@ -142,7 +131,6 @@ class PushConsumer:
         ):
             if value < 1:
                 raise BadArgumentError(f"{name} must be at least 1, got {value}")
-        self.group = group
         self.model = MessageModel(model)
         self.consume_from = ConsumeFrom(consume_from)
         self.consume_timestamp = consume_timestamp
@@ -161,23 +149,10 @@ class PushConsumer:
         self._anonymous = instance_name in (None, "DEFAULT")
         self.instance_name = f"{os.getpid()}-{next(_instances)}" if self._anonymous else str(instance_name)
         self.offset_store_dir = offset_store_dir
-        self.start_timeout = start_timeout
-        self._conn = BrokerConnection(
-            broker, "consumer", group, CONSUMER_RING_BYTES, self._on_response, on_lost=self._on_lost, replica=replica
-        )
-        self.broker_name = self._conn.broker_name
-        self._wrapper = PullAPIWrapper(self._conn)
-        self._subscriptions: dict[str, Subscription] = {}
+        super().__init__(group, broker, start_timeout, log, replica)
         self._listener: MessageListener | None = None
         self._orderly = False
-        self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._wakeup = _Wakeup(self._conn.nudge)
-        self._resets = ResetInbox(self._conn, group, self._wakeup)
-        self._running = False
         self._throttled = False
-        self._session: Session | None = None
-        self._thread: threading.Thread | None = None
-        self._broker_wait_logged = False
         self._consume_hooks: list[ConsumeMessageHook] = []
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
@@ -244,14 +219,13 @@ class PushConsumer:
             self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp, self.start_timeout, local
         )
         self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log)
-        self._conn.start(self.start_timeout)
-        try:
-            self._bind(time.monotonic() + self.start_timeout)
-            if self.tracer is not None:
+        self._start_session()
+        if self.tracer is not None:
+            try:
                 self.tracer.start()
-        except BaseException:
-            self._conn.shutdown()
-            raise
+            except BaseException:
+                self._conn.shutdown()
+                raise
         self._executor = ThreadPoolExecutor(self.consume_thread_max, thread_name_prefix=f"shmq-consume-{self.group}")
         self._scheduler = DelayScheduler(f"shmq-redeliver-{self.group}")
         service = ConsumeMessageOrderlyService if self._orderly else ConsumeMessageConcurrentlyService
@@ -268,40 +242,28 @@ class PushConsumer:
             self._on_consumed,
             self._send_back,
         )
-        self._running = True
-        self._thread = threading.Thread(target=self._run, name=f"shmq-pull-{self.group}", daemon=True)
-        self._thread.start()
-        exit_close.track(self)
+        self._start_puller(f"shmq-pull-{self.group}")
         return self
 
-    def shutdown(self) -> None:
-        """Stop pulling, let running listener calls finish, commit offsets, leave the group."""
-        if not self._running:
-            return
-        exit_close.untrack(self)
-        self._running = False
-        self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
+    def _settle(self) -> None:
         pqs = list(self._pqs.values())
         for pq in pqs:
             pq.drop()
         self._await_listeners(pqs, DROP_WAIT_S)
-        try:
-            if self._offsets.local is not None or self._conn.reachable():  # broadcasting: a local file
-                self._offsets.commit(pqs, sync=True, force=True)
-        except (ShmqError, OSError) as e:
-            log.warning("could not commit offsets at shutdown: %s", e)
+
+    def _commit_at_shutdown(self) -> None:
+        if self._offsets.local is not None or self._conn.reachable():  # broadcasting: a local file
+            self._offsets.commit(list(self._pqs.values()), sync=True, force=True)
         if self._offsets.local is not None and self._anonymous:
             self._offsets.local.delete()  # its name dies with this consumer: nobody could read it again
-        self._pqs.clear()
+
+    def _release(self) -> None:
         self._scheduler.shutdown()
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._conn.shutdown()
+
+    def _closed(self) -> None:
         if self._send_back is not None:
             self._send_back.fail_all()  # a send-back still waiting will get no answer now
-        self._wrapper.wake_all()
-        self._wrapper.close()
         if self.tracer is not None:
             self.tracer.shutdown()
 
@@ -322,20 +284,17 @@ class PushConsumer:
         if self._send_back is None or not self._send_back.on_response(kind, view):
             self._wrapper.on_response(kind, view)
 
-    def _on_lost(self, _session: Session, _why: str) -> None:
-        broker_lost(self)
+    def _on_lost(self, session: Session, why: str) -> None:
         if self._send_back is not None:
             self._send_back.fail_all()
-        self._wrapper.wake_all()
-        self._wakeup.set()
+        super()._on_lost(session, why)
 
     def _on_consumed(self, _pq: ProcessQueue) -> None:
         if self._throttled:
             self._wakeup.set()
 
-    def _bind(self, deadline: float) -> Session:
-        """The live session; on a new one (start, broker restart, new subscriptions) join the group again."""
-        return rejoin(self, deadline, self.model, resets_on_start=False, recommit=self.model is MessageModel.CLUSTERING)
+    def _new_wakeup(self) -> threading.Event:
+        return _Wakeup(self._conn.nudge)
 
     # ------------------------------------------------------------------ the puller thread
 
@@ -343,7 +302,7 @@ class PushConsumer:
         next_rebalance = next_commit = time.monotonic()
         timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
         while self._running:
-            session = wait_for_session(self, log)
+            session = self._wait_for_session()
             if session is None:
                 continue
             try:
@@ -353,7 +312,7 @@ class PushConsumer:
                 full = timed_out
                 if now >= next_rebalance:
                     next_rebalance = now + REBALANCE_POLL_S
-                    rebalance_if_changed(self, session.client_id)
+                    self._rebalance_if_changed(session.client_id)
                     full = True
                 found: list[tuple[ProcessQueue, list[MessageExt]]] = []
                 idle: list[ProcessQueue] = []
@@ -373,7 +332,7 @@ class PushConsumer:
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
             except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 self._conn.stand_down()
-                pass_failed(self, e, session, log)
+                self._pass_failed(e, session)
         self._conn.stand_down()
 
     def _pull_pass(
