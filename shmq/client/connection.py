@@ -232,12 +232,11 @@ class BrokerConnection:
         on_tick: Callable[[float], None] | None = None,
         on_lost: Callable[[Session, str], None] | None = None,
         replica: str | None = None,
-        client_id: int | None = None,
     ) -> None:
-        """``client_id``: attach under this id every time (a cluster member names itself the
-        same on every broker); None: a new id per attach."""
         self.broker_name = broker_name_or_default(broker)
-        self.client_id = client_id
+        # attach under this id every time (a cluster member names itself the same on every
+        # broker); None: a new id per attach
+        self.client_id: int | None = None
         # RocketMQ's slave read: a replica of ``broker`` served from while ``broker`` is down
         self.replica = replica
         self.role = role

@@ -27,7 +27,7 @@ from shmq.client.consumer.rebalance_impl import RebalanceImpl
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, as_expression
-from shmq.model.consumer_types import ConsumeFrom, MessageModel, PullStatus
+from shmq.model.consumer_types import ConsumeFrom, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
@@ -78,7 +78,7 @@ class LitePullConsumer(MQConsumerInner):
         self._offsets = QueueOffsets(
             self._conn, self._wrapper, group, ConsumeFrom(consume_from), consume_timestamp, start_timeout, None
         )
-        self._rebalance = RebalanceImpl(group, self.broker_name, MessageModel.CLUSTERING, allocate_strategy, log)
+        self.allocate = allocate_strategy
         self._lock = threading.Lock()
         self._pass_lock = self._lock
         self._ready = threading.Condition(self._lock)  # poll waits here for messages
@@ -109,6 +109,7 @@ class LitePullConsumer(MQConsumerInner):
         """Attach and start the puller; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._running:
             return self
+        self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log, self._scope)
         self._start_session()
         self._start_puller(f"shmq-litepull-{self.group}")
         return self

@@ -26,7 +26,7 @@ from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.client.consumer.queue_offsets import QueueOffsets
-from shmq.client.consumer.rebalance_impl import RebalanceImpl
+from shmq.client.consumer.rebalance_impl import GroupScope, RebalanceImpl
 from shmq.errors import BrokerGoneError, ShmqError
 from shmq.filter.tags import Subscription, subscription_arg
 from shmq.model.consumer_types import MessageModel
@@ -54,7 +54,6 @@ class MQConsumerInner:
         start_timeout: float,
         log: logging.Logger,
         replica: str | None = None,
-        client_id: int | None = None,
     ) -> None:
         self.group = group
         self.start_timeout = start_timeout
@@ -67,7 +66,6 @@ class MQConsumerInner:
             self._on_response,
             on_lost=self._on_lost,
             replica=replica,
-            client_id=client_id,
         )
         self.broker_name = self._conn.broker_name
         self._wrapper = PullAPIWrapper(self._conn)
@@ -80,6 +78,14 @@ class MQConsumerInner:
         self._running = False
         self._thread: threading.Thread | None = None
         self._broker_wait_logged = False
+        self._scope: GroupScope | None = None
+
+    def join_cluster(self, client_id: int, scope: GroupScope | None) -> None:
+        """Make this the part on one broker of a member of a cluster's group (before ``start``):
+        attach as ``client_id`` (the member's one id on every broker) and, clustering, take this
+        broker's share of an allocation over the whole ``scope``."""
+        self._conn.client_id = client_id
+        self._scope = scope
 
     # ------------------------------------------------------------------ what subclasses decide
 
@@ -135,6 +141,10 @@ class MQConsumerInner:
         self._rebalance.reset()
         self._broker_wait_logged = False
         return s
+
+    def start(self) -> MQConsumerInner:
+        """Attach, join the group and start the puller."""
+        raise NotImplementedError
 
     def _start_session(self) -> None:
         """Attach and bind (``BrokerNotFoundError`` within ``start_timeout``); detach again on failure."""

@@ -33,6 +33,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from shmq.client.connection import Session
 from shmq.client.consumer.consume_service import (
@@ -56,6 +57,7 @@ from shmq.model.consumer_types import ConsumeFrom, MessageListener, MessageModel
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
 
@@ -68,11 +70,22 @@ _instances = itertools.count(1)  # default instance names: unique per consumer o
 
 
 class PushConsumer(MQConsumerInner):
+    def __new__(cls, group: str, broker: str | None = None, *, namesrv: str | None = None, **kwargs: Any) -> Any:
+        """With ``namesrv`` (or ``$SHMQ_NAMESRV`` and no ``broker``): a consumer over every broker
+        of that name server's cluster (``ClusterPushConsumer``, the same methods)."""
+        ns = namesrv_or_env(namesrv, broker)
+        if ns is None:
+            return super().__new__(cls)
+        from shmq.client.consumer.cluster_push import ClusterPushConsumer
+
+        return ClusterPushConsumer(group, ns, **kwargs)
+
     def __init__(
         self,
         group: str,
         broker: str | None = None,
         *,
+        namesrv: str | None = None,
         model: MessageModel = MessageModel.CLUSTERING,
         consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
         consume_timestamp: int | None = None,
@@ -112,7 +125,9 @@ class PushConsumer(MQConsumerInner):
         ``trace``: True writes SubBefore/SubAfter trace records of every listener call to
         RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see shmq.trace.dispatcher).
         Durations are seconds: ``suspend_current_queue_time`` is how long an orderly queue waits
-        after SUSPEND_CURRENT_QUEUE_A_MOMENT (``suspend_current_queue_time_millis``: deprecated)."""
+        after SUSPEND_CURRENT_QUEUE_A_MOMENT (``suspend_current_queue_time_millis``: deprecated).
+        ``namesrv``: consume from every broker of that name server's cluster instead of ``broker``
+        (see ``__new__``)."""
         if suspend_current_queue_time_millis is not None:
             warnings.warn(
                 "suspend_current_queue_time_millis is deprecated: use suspend_current_queue_time (seconds)",
@@ -218,7 +233,7 @@ class PushConsumer(MQConsumerInner):
         self._offsets = QueueOffsets(
             self._conn, self._wrapper, self.group, self.consume_from, self.consume_timestamp, self.start_timeout, local
         )
-        self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log)
+        self._rebalance = RebalanceImpl(self.group, self.broker_name, self.model, self.allocate, log, self._scope)
         self._start_session()
         if self.tracer is not None:
             try:

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from shmq.client.broker_state import BrokerState
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -37,6 +38,40 @@ class Assignment:
     handed_over: set[MessageQueue]  # of ``added``: another live member owned them before
 
 
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    """What an allocation is computed from: every queue of the topics and the group's members."""
+
+    key: tuple[object, ...]  # equal to the last one applied: the allocation cannot differ
+    queues: dict[str, list[MessageQueue]]  # topic -> its readable queues, sorted (broker name, queue id)
+    members: list[int]  # sorted client ids ([] broadcasting)
+    blocked: list[str]  # topics skipped: their perm lacks the read bit
+
+
+class GroupScope(Protocol):
+    """Where a member's group spans more than its own broker (a cluster): the queues of every
+    broker and the members seen on any of them, one shape for all of this member's brokers."""
+
+    def seen(self, topics: list[str]) -> tuple[object, ...]:
+        """A cheap token: equal to an earlier one means ``shape`` would answer the same."""
+        ...
+
+    def shape(self, group: str, topics: list[str]) -> GroupShape: ...
+
+
+def local_shape(state: BrokerState, broker_name: str, group: str, topics: list[str], clustering: bool) -> GroupShape:
+    """The shape of a group on one broker, read from its state segment."""
+    perms = tuple(state.topic_perm(t) for t in topics)
+    blocked = [t for t, perm in zip(topics, perms) if perm is not None and not perm & PERM_READ]
+    # a topic without the read bit has no queues for us (its files are there, but reading is forbidden)
+    counts = tuple(0 if t in blocked else state.read_queue_count(t) for t in topics)
+    queues = {t: [MessageQueue(t, broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
+    if not clustering:
+        return GroupShape((counts, perms), queues, [], blocked)
+    version, members = state.group_members(group)
+    return GroupShape((version, counts, perms), queues, members, blocked)
+
+
 class RebalanceImpl:
     def __init__(
         self,
@@ -45,13 +80,17 @@ class RebalanceImpl:
         model: MessageModel,
         allocate: AllocateStrategy[MessageQueue, int],
         log: logging.Logger,
+        scope: GroupScope | None = None,
     ) -> None:
-        """``log``: the consumer's logger, whose name users filter the consumer's records by."""
+        """``log``: the consumer's logger, whose name users filter the consumer's records by.
+        ``scope``: a clustering group spread over several brokers; this member's share is computed
+        over all their queues, and this RebalanceImpl keeps the part on ``broker_name``."""
         self.group = group
         self.broker_name = broker_name
         self.model = model
         self.allocate = allocate
         self._log = log
+        self._scope = scope if model is MessageModel.CLUSTERING else None
         self._key: tuple[object, ...] | None = None
         self._members: list[int] | None = None
         self._seen: tuple[object, ...] | None = None  # ``Assignment.seen`` of the last applied (or unchanged) check
@@ -70,20 +109,17 @@ class RebalanceImpl:
         change of topic rows, groups or members) is what the last applied check read first, for the
         same topics and client id, nothing it reads can differ, and that one load answers (was ~25 us
         quiet, ~200 us under GIL contention, holding up a message that arrived meanwhile)."""
-        seen = (state, state.meta_gen(), topics, me)  # a new session's state starts its own count
+        scope = self._scope
+        # a new session's state starts its own count
+        seen = (state, state.meta_gen(), topics, me) if scope is None else (state, scope.seen(topics), me)
         if seen == self._seen:
             return None
-        perms = tuple(state.topic_perm(t) for t in topics)
-        blocked = [t for t, perm in zip(topics, perms) if perm is not None and not perm & PERM_READ]
-        # a topic without the read bit has no queues for us (its files are there, but reading is forbidden)
-        counts = tuple(0 if t in blocked else state.read_queue_count(t) for t in topics)
         clustering = self.model is MessageModel.CLUSTERING
-        if clustering:
-            version, members = state.group_members(self.group)
-            key: tuple[object, ...] = (version, counts, perms)
+        if scope is None:
+            shape = local_shape(state, self.broker_name, self.group, topics, clustering)
         else:
-            key = (counts, perms)
-            members = []
+            shape = scope.shape(self.group, topics)
+        key, queues, members, blocked = shape.key, shape.queues, shape.members, shape.blocked
         if key == self._key:
             self._seen = seen  # as applied: the same answer until the broker changes something
             return None
@@ -96,10 +132,10 @@ class RebalanceImpl:
             )
         if clustering and me not in members:
             return None  # our join is not published yet
-        queues = {t: [MessageQueue(t, self.broker_name, q) for q in range(n)] for t, n in zip(topics, counts)}
         mine: set[MessageQueue] = set()
-        for t in topics:
-            mine.update(self.allocate(queues[t], members, me) if clustering else queues[t])
+        for t in topics:  # over a cluster's queues: keep this broker's
+            share = self.allocate(queues[t], members, me) if clustering else queues[t]
+            mine.update(mq for mq in share if mq.broker_name == self.broker_name)
         previous = self._members if self._members is not None else [m for m in members if m != me]
         added = sorted(mine - set(owned))
         handed_over = {
