@@ -18,6 +18,7 @@ import itertools
 import logging
 import threading
 import time
+from typing import Any
 
 from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.process_queue import ProcessQueue
@@ -31,16 +32,28 @@ from shmq.model.consumer_types import ConsumeFrom, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
+from shmq.namesrv.routes import namesrv_or_env
 
 log = logging.getLogger(__name__)
 
 
 class LitePullConsumer(MQConsumerInner):
+    def __new__(cls, group: str, broker: str | None = None, *, namesrv: str | None = None, **kwargs: Any) -> Any:
+        """With ``namesrv`` (or ``$SHMQ_NAMESRV`` and no ``broker``): a consumer over every broker
+        of that name server's cluster (``ClusterLitePullConsumer``, the same methods)."""
+        ns = namesrv_or_env(namesrv, broker)
+        if ns is None:
+            return super().__new__(cls)
+        from shmq.client.consumer.cluster_lite import ClusterLitePullConsumer
+
+        return ClusterLitePullConsumer(group, ns, **kwargs)
+
     def __init__(
         self,
         group: str,
         broker: str | None = None,
         *,
+        namesrv: str | None = None,
         consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
         consume_timestamp: int | None = None,
         allocate_strategy: str | AllocateStrategy[MessageQueue, int] = "AVG",
@@ -57,7 +70,8 @@ class LitePullConsumer(MQConsumerInner):
         after what ``poll`` returned; with False only ``commit()`` does, and a queue rebalanced
         away is not committed (its new owner resumes from the last ``commit()``, as in Kafka).
         ``consume_from`` / ``consume_timestamp``: where a queue the group never committed starts,
-        as PushConsumer's."""
+        as PushConsumer's. ``namesrv``: consume from every broker of that name server's cluster
+        (see ``__new__``)."""
         if isinstance(allocate_strategy, str):
             if allocate_strategy not in STRATEGIES:
                 raise BadArgumentError(f"allocate_strategy must be one of {sorted(STRATEGIES)} or a callable")
@@ -83,6 +97,7 @@ class LitePullConsumer(MQConsumerInner):
         self._pass_lock = self._lock
         self._ready = threading.Condition(self._lock)  # poll waits here for messages
         self._rotation = itertools.count()  # which queue a poll serves first: fair across queues
+        self._arrived: threading.Event | None = None  # also set when messages are ready (a cluster's poll)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -113,6 +128,10 @@ class LitePullConsumer(MQConsumerInner):
         self._start_session()
         self._start_puller(f"shmq-litepull-{self.group}")
         return self
+
+    def notify_arrivals(self, event: threading.Event) -> None:
+        """Set ``event`` too whenever messages are ready to poll (one poll over several consumers)."""
+        self._arrived = event
 
     def _stopping(self) -> None:
         with self._ready:
@@ -234,6 +253,8 @@ class LitePullConsumer(MQConsumerInner):
                         self._offsets.commit(list(self._pqs.values()), sync=False)
                     if progressed:
                         self._ready.notify_all()
+                        if self._arrived is not None:
+                            self._arrived.set()
                     else:  # a queue that grew meanwhile is pulled again at once
                         progressed = self._wrapper.long_poll(idle, self._wakeup)
                 if not progressed and self._running:

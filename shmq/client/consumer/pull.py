@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -21,22 +22,35 @@ from shmq.filter.tags import Expression, Subscription, as_expression
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.reprs import client_repr
+from shmq.namesrv.routes import namesrv_or_env
 
 CONSUMER_RING_BYTES = 256 * 1024  # requests and answers are small: PULL_WAIT, COMMIT_OFFSET, WAKE
 
 
 class PullConsumer:
+    def __new__(cls, group: str, broker: str | None = None, *, namesrv: str | None = None, **kwargs: Any) -> Any:
+        """With ``namesrv`` (or ``$SHMQ_NAMESRV`` and no ``broker``): a consumer over every broker
+        of that name server's cluster (``ClusterPullConsumer``, the same methods)."""
+        ns = namesrv_or_env(namesrv, broker)
+        if ns is None:
+            return super().__new__(cls)
+        from shmq.client.consumer.cluster_pull import ClusterPullConsumer
+
+        return ClusterPullConsumer(group, ns, **kwargs)
+
     def __init__(
         self,
         group: str,
         broker: str | None = None,
         *,
+        namesrv: str | None = None,
         start_timeout: float = 3.0,
         ring_bytes: int = CONSUMER_RING_BYTES,
         replica: str | None = None,
     ) -> None:
         """``replica``: the name of a replica of ``broker`` (on this host) to read from while
-        ``broker`` is down (RocketMQ's slave read); back to ``broker`` within a second of its return."""
+        ``broker`` is down (RocketMQ's slave read); back to ``broker`` within a second of its return.
+        ``namesrv``: pull from every broker of that name server's cluster (see ``__new__``)."""
         self.group = group
         self.start_timeout = start_timeout
         self._conn = BrokerConnection(
