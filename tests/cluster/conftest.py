@@ -23,7 +23,7 @@ class Routes:
     master's broker name and an id >= 1)."""
 
     def __init__(self, tracker: IpcTracker) -> None:
-        self.namesrv = tracker.name("ns")
+        self.namesrv = tracker.namesrv("ns")
         self.writer = RouteWriter.create(self.namesrv, control_key=1)
         self.version = 0
 

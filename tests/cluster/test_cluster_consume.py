@@ -30,7 +30,7 @@ class Inbox:
         with self.lock:
             for m in msgs:
                 self.got[(ctx.message_queue.broker_name, m.body.decode())] += 1
-        return ConsumeResult.CONSUME_SUCCESS
+        return ConsumeResult.SUCCESS
 
 
 def _total(inboxes: list[Inbox]) -> Counter[tuple[str, str]]:
@@ -197,7 +197,7 @@ def test_a_message_sent_back_comes_again_from_the_broker_that_delivered_it(broke
         with lock:
             seen.extend((ctx.message_queue.topic, ctx.message_queue.broker_name, m.reconsume_times) for m in msgs)
         ctx.delay_level_when_next_consume = 1
-        return ConsumeResult.RECONSUME_LATER if msgs[0].reconsume_times == 0 else ConsumeResult.CONSUME_SUCCESS
+        return ConsumeResult.RECONSUME_LATER if msgs[0].reconsume_times == 0 else ConsumeResult.SUCCESS
 
     c = PushConsumer("rg", namesrv=routes.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
     c.subscribe("T")

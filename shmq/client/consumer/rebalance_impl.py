@@ -33,6 +33,7 @@ class Assignment:
     key: tuple[object, ...]  # what it was computed from
     seen: tuple[object, ...]  # (state, its meta_gen before reading, topics, me): equal next time = nothing changed
     members: list[int]
+    queues: dict[str, list[MessageQueue]]  # topic -> the queues it was computed over
     mine: set[MessageQueue]
     added: list[MessageQueue]  # mine and not owned before, sorted
     handed_over: set[MessageQueue]  # of ``added``: another live member owned them before
@@ -93,12 +94,14 @@ class RebalanceImpl:
         self._scope = scope if model is MessageModel.CLUSTERING else None
         self._key: tuple[object, ...] | None = None
         self._members: list[int] | None = None
+        self._queues: dict[str, list[MessageQueue]] = {}  # the queue lists of the last applied assignment
         self._seen: tuple[object, ...] | None = None  # ``Assignment.seen`` of the last applied (or unchanged) check
 
     def reset(self) -> None:
         """A new session: compute again on the next check (client ids are new after a broker restart)."""
         self._key = None
         self._members = None
+        self._queues = {}
         self._seen = None
 
     def check(self, state: BrokerState, topics: list[str], me: int, owned: Iterable[MessageQueue]) -> Assignment | None:
@@ -138,10 +141,14 @@ class RebalanceImpl:
             mine.update(mq for mq in share if mq.broker_name == self.broker_name)
         previous = self._members if self._members is not None else [m for m in members if m != me]
         added = sorted(mine - set(owned))
+        # who owned a queue before: the previous members over the previous queue list (a queue
+        # list changes too: in a cluster, a broker leaving moves the others' queues between members)
         handed_over = {
-            mq for mq in added if clustering and self._handed_over(queues[mq.topic], previous, mq, members, me)
+            mq
+            for mq in added
+            if clustering and self._handed_over(self._queues.get(mq.topic, queues[mq.topic]), previous, mq, members, me)
         }
-        return Assignment(key, seen, members, mine, added, handed_over)
+        return Assignment(key, seen, members, queues, mine, added, handed_over)
 
     def apply(
         self,
@@ -174,6 +181,7 @@ class RebalanceImpl:
         self._key = assignment.key
         self._seen = assignment.seen
         self._members = assignment.members
+        self._queues = assignment.queues
 
     def _handed_over(
         self, queues: Sequence[MessageQueue], previous: list[int], mq: MessageQueue, members: list[int], me: int

@@ -1,0 +1,67 @@
+"""A consumer group on a real cluster (``shmq.Cluster``: a name server and brokers that register
+with it): the averagely split, and a broker SIGKILLed and restarted under load."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import shmq
+from shmq import ConsumeFrom, Message, PushConsumer
+from shmq.client.consumer.rebalance import allocate_averagely
+from shmq.model.message import MessageQueue
+from tests.process.broker.conftest import SMALL
+from tests.waiting import wait_for
+
+from .test_cluster_consume import Inbox, _total
+
+
+def test_a_group_on_a_real_cluster_splits_averagely_and_rides_out_a_broker_kill(tmp_path, ipc_tracker):
+    ns = ipc_tracker.namesrv("ns")
+    root = str(tmp_path / "cluster")
+    names = ipc_tracker.cluster(ns, root, 2)
+    config = {**SMALL, "namesrvAddr": ns}
+    with shmq.Cluster(root, brokers=2, namesrv=ns, config=SMALL) as cluster:
+        for name in names:
+            shmq.Admin(name).create_topic("T", 4)
+        hold = threading.Event()
+        inboxes = [Inbox(hold, names[1]) for _ in range(3)]
+        members = []
+        for inbox in inboxes:
+            c = PushConsumer("cg", namesrv=ns, consume_from=ConsumeFrom.FIRST_OFFSET)
+            c.subscribe("T")
+            c.register_listener(inbox)
+            members.append(c.start())
+        try:
+            every = [MessageQueue("T", n, q) for n in names for q in range(4)]
+            ids = sorted(m._member.client_id for m in members)
+            assert wait_for(
+                lambda: all(
+                    [q for q in m.assigned_queues() if q.topic == "T"]
+                    == sorted(allocate_averagely(every, ids, m._member.client_id))
+                    for m in members
+                ),
+                30,
+            ), [m.assigned_queues() for m in members]
+            with shmq.Producer("pg", broker=names[0]) as p0, shmq.Producer("pg", broker=names[1]) as p1:
+                for i in range(100):
+                    p0.send(Message("T", str(i).encode()))
+                    p1.send(Message("T", str(i).encode()))  # acknowledged; held in (or before) the listener
+            cluster.brokers[1].kill()
+            hold.set()
+            with shmq.Producer("pg", broker=names[0]) as p0:
+                for i in range(100, 200):
+                    p0.send(Message("T", str(i).encode()))
+            want_0 = {(names[0], str(i)) for i in range(200)}
+            assert wait_for(lambda: want_0 <= set(_total(inboxes)), 30)  # b0's queues kept flowing
+            cluster.brokers[1] = shmq.Broker(os.path.join(root, names[1]), names[1], config)  # registers again
+            cluster.wait_registered()
+            want = want_0 | {(names[1], str(i)) for i in range(100)}
+            assert wait_for(lambda: set(_total(inboxes)) == want, 30), sorted(want - set(_total(inboxes)))[:10]
+            dups = {k: n for k, n in _total(inboxes).items() if n > 1}
+            assert all(k[0] == names[1] for k in dups), dups  # only what b1 had delivered, uncommitted
+            print(f"duplicates after a broker kill on a real cluster: {len(dups)} of {len(want)}")
+        finally:
+            hold.set()
+            for m in members:
+                m.shutdown()
