@@ -55,6 +55,12 @@ class Routes:
         entries.sort(key=lambda d: (d.broker_name, d.broker_id))
         self.writer.publish(RouteTable(self.namesrv, self.writer.incarnation, self.version, tuple(entries)))
 
+    def restart(self) -> None:
+        """The name server process dies and another starts under its name: a new incarnation
+        whose table is empty until the brokers register again (``publish``)."""
+        self.writer.close()
+        self.writer = RouteWriter.create(self.namesrv, control_key=1)
+
     def close(self) -> None:
         self.writer.unlink()
         self.writer.close()

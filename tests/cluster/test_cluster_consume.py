@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import shmq
@@ -122,6 +123,27 @@ def test_a_killed_broker_leaves_the_others_flowing_and_its_acked_messages_come_w
         hold.set()
         for m in members:
             m.shutdown()
+
+
+def test_a_restarted_name_servers_empty_table_moves_no_queue(brokers, routes):
+    a, b = _two_brokers(brokers, routes)
+    inbox = Inbox()
+    c = _member(routes, "cg", inbox).start()
+    try:
+        assert wait_for(lambda: len([q for q in c.assigned_queues() if q.topic == "T"]) == 8, 30)
+        routes.restart()
+        routes.publish((a, a.name, 0))  # one broker registered again, the other not yet
+        shown = []
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            shown.append(len([q for q in c.assigned_queues() if q.topic == "T"]))
+            time.sleep(0.005)
+        assert set(shown) == {8}, shown  # the brokers still live: their queues stay while they register again
+        routes.publish((a, a.name, 0), (b, b.name, 0))
+        _send(b.name, "T", range(1))
+        assert wait_for(lambda: (b.name, "0") in inbox.got, 30)
+    finally:
+        c.shutdown()
 
 
 def test_members_joining_and_leaving_lose_nothing(brokers, routes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import shmq
 from shmq import ConsumeFrom, Message, PushConsumer
@@ -65,3 +66,31 @@ def test_a_group_on_a_real_cluster_splits_averagely_and_rides_out_a_broker_kill(
             hold.set()
             for m in members:
                 m.shutdown()
+
+
+def test_a_name_server_restart_leaves_the_groups_queues_where_they_are(tmp_path, ipc_tracker):
+    ns = ipc_tracker.namesrv("ns")
+    root = str(tmp_path / "cluster")
+    names = ipc_tracker.cluster(ns, root, 2)
+    with shmq.Cluster(root, brokers=2, namesrv=ns, config=SMALL) as cluster:
+        for name in names:
+            shmq.Admin(name).create_topic("T", 2)
+        inbox = Inbox()
+        c = PushConsumer("cg", namesrv=ns, consume_from=ConsumeFrom.FIRST_OFFSET)
+        c.subscribe("T")
+        c.register_listener(inbox)
+        with c:
+            every = [MessageQueue("T", n, q) for n in names for q in range(2)]
+            assert wait_for(lambda: [q for q in c.assigned_queues() if q.topic == "T"] == every, 30)
+            cluster.namesrv.kill()
+            cluster.namesrv = shmq.NameServer(ns, os.path.join(root, "namesrv.log"))  # brokers register again
+            shown = []
+            deadline = time.monotonic() + 2.0  # the brokers' registrations come back within 1 s
+            while time.monotonic() < deadline:
+                shown.append(len([q for q in c.assigned_queues() if q.topic == "T"]))
+                time.sleep(0.005)
+            cluster.wait_registered()
+            assert set(shown) == {4}, shown  # never a queue dropped while the routes were rebuilt
+            with shmq.Producer("pg", broker=names[1]) as p:
+                p.send(Message("T", b"after"))
+            assert wait_for(lambda: (names[1], "after") in inbox.got, 30)

@@ -6,7 +6,10 @@ client id, so the id names the member everywhere and the group's members are the
 brokers' member lists. The view reads the routes (a sequence check, no round trip), and for
 each broker name the state segment of the process its queues are read from (the master, else
 its registered replica), so every member computes the same sorted queue and member lists. A
-broker the routes leave out (dead) takes its queues out of the lists at once.
+broker the routes leave out (dead) takes its queues out of the lists at once. A name server
+that restarts starts from an empty table and gets the live brokers' registrations back within
+a second: for ``RE_REGISTER_S`` after a new incarnation appears, the live brokers of the last
+table stay in the view until they are registered again, so no queue moves for the restart.
 
 One view serves the puller threads of a member's per-broker parts: its methods take a lock.
 """
@@ -14,13 +17,17 @@ One view serves the puller threads of a member's per-broker parts: its methods t
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 
 from shmq.client.broker_state import BrokerState
 from shmq.client.consumer.rebalance_impl import GroupShape, local_shape
 from shmq.errors import ShmqError
 from shmq.namesrv.routes import BrokerData, RouteTable, TopicRoute
-from shmq.namesrv.segment import RouteReader
+from shmq.namesrv.segment import RouteReader, broker_alive
 from shmq.ring.state import StateReader
+
+RE_REGISTER_S = 2.0  # how long the brokers of a restarted name server's predecessor are kept
 
 
 class ClusterView:
@@ -29,11 +36,14 @@ class ClusterView:
         self._reader = RouteReader(namesrv)
         self._lock = threading.Lock()
         self._states: dict[str, tuple[int, BrokerState]] = {}  # attach name -> (pid, its state)
+        self._served: RouteTable | None = None  # the last table ``_table`` returned
+        # (incarnation of a restarted name server, until when, the brokers its predecessor listed)
+        self._carried: tuple[int, float, tuple[BrokerData, ...]] | None = None
 
     def routes(self) -> RouteTable:
         """The current routes (the last good ones while the name server is down)."""
         with self._lock:
-            return self._reader.read()
+            return self._table()
 
     @staticmethod
     def read_from(table: RouteTable) -> list[BrokerData]:
@@ -45,7 +55,7 @@ class ClusterView:
     def seen(self, topics: list[str]) -> tuple[object, ...]:
         """The routes' identity and each serving broker's ``meta_gen``: unchanged, so is the shape."""
         with self._lock:
-            table = self._reader.read()
+            table = self._table()
             gens = tuple((b.attach_name, b.pid, state.meta_gen()) for b, state in self._serving(table))
         return (table.incarnation, table.version, gens, tuple(topics))
 
@@ -53,7 +63,7 @@ class ClusterView:
         """Every serving broker's queues of ``topics`` (sorted by broker name, queue id) and the
         union of the members its state lists."""
         with self._lock:
-            table = self._reader.read()
+            table = self._table()
             parts = [
                 (b.broker_name, local_shape(state, b.broker_name, group, topics, True))
                 for b, state in self._serving(table)
@@ -63,6 +73,24 @@ class ClusterView:
         blocked = sorted({t for _, shape in parts for t in shape.blocked})
         key = (tuple((name, shape.key) for name, shape in parts), tuple(members))
         return GroupShape(key, queues, members, blocked)
+
+    def _table(self) -> RouteTable:
+        """The routes, with the live brokers of a restarted name server's predecessor that have
+        not registered again yet (for ``RE_REGISTER_S``). Caller holds the lock."""
+        table = self._reader.read()
+        served = self._served
+        if served is not None and table.incarnation != served.incarnation:
+            self._carried = (table.incarnation, time.monotonic() + RE_REGISTER_S, served.brokers)
+        carried = self._carried
+        if carried is not None and (carried[0] != table.incarnation or time.monotonic() >= carried[1]):
+            carried = self._carried = None
+        if carried is not None:
+            extra = [b for b in carried[2] if table.broker(b.broker_name, b.broker_id) is None and broker_alive(b)]
+            if extra:
+                brokers = sorted([*table.brokers, *extra], key=lambda b: (b.broker_name, b.broker_id))
+                table = replace(table, brokers=tuple(brokers))
+        self._served = table
+        return table
 
     def _serving(self, table: RouteTable) -> list[tuple[BrokerData, BrokerState]]:
         """The process each broker name is read from, with its state segment; a process whose
