@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
 from shmq.client import exit_close
@@ -36,7 +37,7 @@ REBALANCE_POLL_S = 0.02  # the longest a puller sleeps between passes (and how o
 RECONNECT_WAIT_S = 0.5  # how long one attempt to reach a broker that is not there waits
 
 
-class MQConsumerInner:
+class MQConsumerInner(ABC):
     """One group member on one broker; subclasses set ``_offsets`` and ``_rebalance`` before binding.
 
     ``log`` is the subclass's logger: its records read as the consumer's. ``_pass_lock`` is
@@ -98,13 +99,13 @@ class MQConsumerInner:
         if not self._resets.on_response(kind, view):
             self._wrapper.on_response(kind, view)
 
+    @abstractmethod
     def _restart(self, pq: ProcessQueue, offset: int) -> None:
         """An operator reset ``pq``'s queue to ``offset`` (already committed by the broker)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _drop(self, pq: ProcessQueue) -> None:
         """Give a queue away (a rebalance, or a subscription ended)."""
-        raise NotImplementedError
 
     def _resets_on_start(self) -> bool:
         """Apply pending offset resets also on the first session, not only after a restart."""
@@ -142,9 +143,9 @@ class MQConsumerInner:
         self._broker_wait_logged = False
         return s
 
+    @abstractmethod
     def start(self) -> MQConsumerInner:
         """Attach, join the group and start the puller."""
-        raise NotImplementedError
 
     def _start_session(self) -> None:
         """Attach and bind (``BrokerNotFoundError`` within ``start_timeout``); detach again on failure."""
@@ -164,8 +165,9 @@ class MQConsumerInner:
 
     # ------------------------------------------------------------------ the puller thread's steps
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The puller thread: passes until ``shutdown``."""
 
     def _wait_for_session(self) -> Session | None:
         """The live session (bound under ``_pass_lock``); None after waiting ``RECONNECT_WAIT_S`` for
@@ -236,17 +238,18 @@ class MQConsumerInner:
         self._wrapper.close()
         self._closed()
 
-    def _stopping(self) -> None:
+    def _stopping(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """Wake whatever waits for the puller (before it is joined)."""
 
-    def _settle(self) -> None:
+    def _settle(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """After the puller stopped, before the final commit: let the work on hand finish."""
 
+    @abstractmethod
     def _commit_at_shutdown(self) -> None:
-        raise NotImplementedError
+        """The last commit, after the puller stopped (under ``_pass_lock``)."""
 
-    def _release(self) -> None:
+    def _release(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """What the subclass runs besides the puller, stopped before the connection closes."""
 
-    def _closed(self) -> None:
+    def _closed(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """After the connection closed."""
