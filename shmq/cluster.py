@@ -12,7 +12,7 @@ from typing import Any
 
 from shmq.child import ChildProcess
 from shmq.config import BrokerConfig, parse_properties
-from shmq.errors import BrokerStartError, ShmqError
+from shmq.errors import BrokerStartError, ConfigError, ShmqError
 from shmq.launcher import Broker
 from shmq.namesrv.leftovers import reclaim_dead_namesrv
 from shmq.namesrv.routes import check_namesrv_name
@@ -86,11 +86,11 @@ class Cluster:
         timeout: float = 30.0,
     ) -> None:
         if type(brokers) is not int or not 1 <= brokers <= 64:
-            raise ShmqError(f"a cluster has 1..64 brokers, got {brokers!r}")
+            raise ConfigError(f"a cluster has 1..64 brokers, got {brokers!r}")
         self.root = os.path.abspath(root)
         base = BrokerConfig.load(config)
         if base.namesrv_addr and base.namesrv_addr != namesrv:
-            raise ShmqError(f"the config's namesrvAddr={base.namesrv_addr!r} is not this cluster's {namesrv!r}")
+            raise ConfigError(f"the config's namesrvAddr={base.namesrv_addr!r} is not this cluster's {namesrv!r}")
         os.makedirs(self.root, mode=0o700, exist_ok=True)
         self.broker_names = [f"{check_namesrv_name(namesrv)}-b{i}" for i in range(brokers)]
         self.brokers: list[Broker] = []

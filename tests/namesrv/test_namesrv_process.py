@@ -263,3 +263,12 @@ def test_shmq_cluster_runs_in_the_foreground_until_sigterm(
     assert proc.returncode == 0, out
     assert f"broker {names[0]!r}" in out
     assert not os.path.exists("/dev/shm" + routes_name(ns_name))
+
+
+def test_a_cluster_with_a_bad_shape_starts_nothing(tmp_path: object, ns_name: str) -> None:
+    root = os.path.join(str(tmp_path), "root")
+    with pytest.raises(shmq.ConfigError, match=r"1\.\.64 brokers"):
+        shmq.Cluster(root, brokers=0, namesrv=ns_name)
+    with pytest.raises(shmq.ConfigError, match="is not this cluster's"):
+        shmq.Cluster(root, brokers=1, namesrv=ns_name, config={"namesrvAddr": "other"})
+    assert not os.path.exists(root)
