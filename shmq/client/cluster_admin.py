@@ -127,7 +127,8 @@ class ClusterAdmin(Admin):
         if not out:
             what = "master broker" if masters_only else "broker"
             raise ConfigError(
-                f"no {what} is registered with name server {self.namesrv!r}: start brokers with namesrvAddr={self.namesrv}"
+                f"no {what} is registered with name server {self.namesrv!r}: "
+                f"start brokers with namesrvAddr={self.namesrv}"
             )
         return out
 
@@ -165,7 +166,8 @@ class ClusterAdmin(Admin):
 
     def delete_topic(self, name: str, *, brokers: Iterable[str] | None = None) -> bool:
         """Forget the topic on every master (or those named); whether any held it."""
-        return any([a.delete_topic(name) for _n, a in self.each(brokers, masters_only=True)])
+        deleted = [a.delete_topic(name) for _n, a in self.each(brokers, masters_only=True)]  # on every one
+        return any(deleted)
 
     def topics(self) -> dict[str, TopicInfo]:
         """Every topic of every broker, by name; ``brokers`` says which hold it (the config
