@@ -226,13 +226,13 @@ class ClusterAdmin(Admin):
     def reset_offsets(
         self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None, to: str | None = None
     ) -> dict[MessageQueue, int]:
-        """``Admin.reset_offset`` on every broker holding ``topic``; queue -> new offset."""
-        route = self.topic_route(topic)
-        if not route.exists:
+        """``Admin.reset_offset`` on every broker holding ``topic`` (as its own state says, not
+        waiting for the routes to show a topic just made); queue -> new offset."""
+        holders = [(n, a) for n, a in self.each() if topic in a.topics_status()]
+        if not holders:
             raise ValueError(f"no broker of name server {self.namesrv!r} has topic {topic!r}")
-        holders = sorted({b.broker_name for b in route.brokers})
         moved: dict[MessageQueue, int] = {}
-        for name, admin in self.each(holders):
+        for name, admin in holders:
             for q, v in admin.reset_offset(group, topic, timestamp=timestamp, offset=offset, to=to).items():
                 moved[MessageQueue(topic, name, q)] = v
         return moved

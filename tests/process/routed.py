@@ -1,4 +1,4 @@
-"""Two real brokers and a route table naming them, published by the test with ``RouteWriter``
+"""Real brokers and a route table naming them, published by the test with ``RouteWriter``
 (the name server's own writer) from what each broker publishes in its state segment: its pid,
 liveness key, store and topics. ``publish()`` again after a topic change, as a name server does
 when a broker re-registers."""
