@@ -4,6 +4,8 @@ dead letters across brokers, each row saying its broker; bad input as one line."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -147,3 +149,16 @@ def test_bad_input_is_one_line(ipc_tracker: IpcTracker, capsys: pytest.CaptureFi
     assert "Error:" not in line and "Traceback" not in line
     assert "not both" in admin_fails(capsys, "group", "list", "--name", "b", "--namesrv", ns)
     assert "give --namesrv" in admin_fails(capsys, "topic", "route", "--topic", "T", "--name", "b")
+
+
+def test_top_name_and_namesrv_together_is_one_line() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "shmq", "top", "--name", "b", "--namesrv", "ns", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "shmq top: error: give --name (one broker) or --namesrv (every broker of a name server), not both"
+    ]
