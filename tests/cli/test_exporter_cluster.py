@@ -4,41 +4,18 @@ a name server that does not run is ``shmq_namesrv_up 0``."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import shmq
 from shmq import Message, Producer
-from tests.cli.test_exporter import _scrape, _value
+from tests.cli.test_exporter import _scrape, _value, exporter_process
 from tests.ipc_tracking import IpcTracker
 from tests.process.routed import routed_brokers
 from tests.waiting import wait_for
 
 
-@contextmanager
-def exporter(namesrv: str) -> Iterator[str]:
-    """An exporter process for ``namesrv`` on a free port (its metrics URL); it must exit on SIGTERM."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shmq", "exporter", "--namesrv", namesrv, "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith(f"serving the brokers of name server {namesrv!r} on http://127.0.0.1:"), line
-        yield line.rsplit(" ", 1)[1].strip()
-    finally:
-        proc.terminate()
-        try:
-            status = proc.wait(10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    assert status == 0
+def exporter(namesrv: str) -> AbstractContextManager[str]:
+    return exporter_process(["--namesrv", namesrv], f"serving the brokers of name server {namesrv!r}")
 
 
 def _brokers_in(samples: dict, metric: str) -> set[str]:
@@ -75,16 +52,3 @@ def test_a_name_server_that_does_not_run_is_up_0(ipc_tracker: IpcTracker) -> Non
         samples = _scrape(url)
         assert _value(samples, "shmq_namesrv_up", namesrv=ns) == 0
         assert not _brokers_in(samples, "shmq_up")
-
-
-def test_name_and_namesrv_together_is_one_line() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "shmq", "exporter", "--name", "b", "--namesrv", "ns"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.splitlines() == [
-        "shmq exporter: error: give --name (one broker) or --namesrv (every broker of a name server), not both"
-    ]

@@ -151,14 +151,15 @@ def test_bad_input_is_one_line(ipc_tracker: IpcTracker, capsys: pytest.CaptureFi
     assert "give --namesrv" in admin_fails(capsys, "topic", "route", "--topic", "T", "--name", "b")
 
 
-def test_top_name_and_namesrv_together_is_one_line() -> None:
+@pytest.mark.parametrize("command", ["top", "exporter"])
+def test_name_and_namesrv_together_is_one_line(command: str) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "shmq", "top", "--name", "b", "--namesrv", "ns", "--once"],
+        [sys.executable, "-m", "shmq", command, "--name", "b", "--namesrv", "ns"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.splitlines() == [
-        "shmq top: error: give --name (one broker) or --namesrv (every broker of a name server), not both"
+        f"shmq {command}: error: give --name (one broker) or --namesrv (every broker of a name server), not both"
     ]
