@@ -10,7 +10,7 @@ import shmq
 from shmq import Message, Producer
 from tests.cli.test_exporter import _scrape, _value, exporter_process
 from tests.ipc_tracking import IpcTracker
-from tests.process.routed import routed_brokers
+from tests.process.cluster import running_cluster
 from tests.waiting import wait_for
 
 
@@ -23,7 +23,7 @@ def _brokers_in(samples: dict, metric: str) -> set[str]:
 
 
 def test_every_broker_labelled_then_one_after_a_kill(ipc_tracker: IpcTracker, tmp_path) -> None:
-    with routed_brokers(ipc_tracker, tmp_path) as cluster:
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
         names = sorted(b.name for b in cluster.brokers)
         shmq.Admin(namesrv=cluster.namesrv).create_topic("Orders", queues=2)
         with Producer("pg", broker=names[1]) as p:

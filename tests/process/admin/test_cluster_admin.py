@@ -16,13 +16,13 @@ from shmq.errors import ConfigError
 from shmq.model.message import MessageQueue
 from tests.ipc_tracking import IpcTracker
 from tests.process.admin.test_admin_cli import admin_fails, admin_json
-from tests.process.routed import routed_brokers
+from tests.process.cluster import running_cluster
 
 
 def test_topic_on_every_master_route_and_cluster_list(
     ipc_tracker: IpcTracker, tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with routed_brokers(ipc_tracker, tmp_path) as cluster:
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
         ns, names = cluster.namesrv, sorted(b.name for b in cluster.brokers)
         rows = admin_json(capsys, "cluster", "list", "--namesrv", ns)
         assert [r["broker_name"] for r in rows] == names
@@ -35,7 +35,7 @@ def test_topic_on_every_master_route_and_cluster_list(
         assert made["brokers"] == names and made["read_queue_nums"] == 2
         for name in names:
             assert shmq.Admin(name).topics()["Orders"].read_queue_nums == 2
-        cluster.publish()  # what the name server does when the brokers re-register their topics
+        cluster.wait_route("Orders")  # the brokers re-register their topics on their next tick
         route = admin_json(capsys, "topic", "route", "--topic", "Orders", "--namesrv", ns)
         assert [b["broker_name"] for b in route["brokers"]] == names
         assert route["write_queues"] == 4 == route["read_queues"]
@@ -73,7 +73,7 @@ def _consume_all(group: str, broker: str, n: int) -> None:
 def test_progress_offset_reset_and_query_across_brokers(
     ipc_tracker: IpcTracker, tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with routed_brokers(ipc_tracker, tmp_path) as cluster:
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
         ns, names = cluster.namesrv, sorted(b.name for b in cluster.brokers)
         admin = shmq.Admin(namesrv=ns)
         admin.create_topic("Orders", queues=2)
@@ -111,7 +111,7 @@ def test_progress_offset_reset_and_query_across_brokers(
 def test_dlq_list_and_resend_across_brokers(
     ipc_tracker: IpcTracker, tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with routed_brokers(ipc_tracker, tmp_path) as cluster:
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
         ns, names = cluster.namesrv, sorted(b.name for b in cluster.brokers)
         consumers = []
         try:

@@ -13,7 +13,7 @@ import pytest
 import shmq
 from shmq import Message, Producer
 from tests.ipc_tracking import IpcTracker
-from tests.process.routed import routed_brokers
+from tests.process.cluster import running_cluster
 from tests.process.top.test_top_tmux import Tmux
 from tests.waiting import wait_for
 
@@ -29,7 +29,7 @@ def _broker_rows(screen: str, names: list[str]) -> list[str]:
 
 def test_top_shows_every_broker_then_one_after_a_kill(ipc_tracker: IpcTracker, tmp_path) -> None:
     cwd = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    with routed_brokers(ipc_tracker, tmp_path) as cluster:
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
         names = sorted(b.name for b in cluster.brokers)
         shmq.Admin(namesrv=cluster.namesrv).create_topic("Watched", queues=2)
         for name in names:
