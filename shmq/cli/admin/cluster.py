@@ -44,7 +44,9 @@ def cluster_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
     ]
 
 
-def _render_cluster(data: list[dict[str, Any]]) -> FitTable | str:
+def render_list(data: list[dict[str, Any]]) -> FitTable | str:
+    """`cluster list` for people: at 80 columns the store, cluster, clients, topics and pid
+    columns go first, never the broker's name."""
     if not data:
         return "no broker is registered"
     return table(
@@ -58,7 +60,7 @@ def _render_cluster(data: list[dict[str, Any]]) -> FitTable | str:
 
 def _list(args: argparse.Namespace) -> Result:
     admin = cluster_admin(args)
-    return Result([dataclasses.asdict(b) for b in admin.cluster_list()], _render_cluster)
+    return Result([dataclasses.asdict(b) for b in admin.cluster_list()], render_list)
 
 
 def route_data(route: TopicRoute) -> dict[str, Any]:
