@@ -1,5 +1,6 @@
 """`shmq top --namesrv` in a real terminal (tmux): both brokers of the routes with their
-topics, then only one after the other is SIGKILLed (the routes leave it out at once)."""
+topics, then only one after the other is SIGKILLed (the routes leave it out at once), then
+both again once it is restarted and registers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import shmq
 from shmq import Message, Producer
 from tests.ipc_tracking import IpcTracker
-from tests.process.cluster import running_cluster
+from tests.process.cluster import SMALL, running_cluster
 from tests.process.top.test_top_tmux import Tmux
 from tests.waiting import wait_for
 
@@ -27,7 +28,7 @@ def _broker_rows(screen: str, names: list[str]) -> list[str]:
     return [n for n in names if re.search(rf"(?m)^{n}\s+0\s+ASYNC_MASTER", screen)]
 
 
-def test_top_shows_every_broker_then_one_after_a_kill(ipc_tracker: IpcTracker, tmp_path) -> None:
+def test_top_follows_brokers_leaving_and_coming_back(ipc_tracker: IpcTracker, tmp_path) -> None:
     cwd = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     with running_cluster(ipc_tracker, tmp_path) as cluster:
         names = sorted(b.name for b in cluster.brokers)
@@ -52,6 +53,12 @@ def test_top_shows_every_broker_then_one_after_a_kill(ipc_tracker: IpcTracker, t
             assert t.shows(rf"shmq top - name server {cluster.namesrv}\s+1 broker"), t.screen()
             assert wait_for(lambda: _broker_rows(t.screen(), names) == names[1:], timeout=10.0, step=0.1), t.screen()
             assert f"{names[0]}: topics" not in t.screen()
+
+            back = shmq.Broker(killed.store_dir, names[0], {**SMALL, "namesrvAddr": cluster.namesrv})
+            cluster.brokers[cluster.brokers.index(killed)] = back  # the cluster stops it
+            assert t.shows(rf"shmq top - name server {cluster.namesrv}\s+2 broker"), t.screen()
+            assert wait_for(lambda: _broker_rows(t.screen(), names) == names, timeout=10.0, step=0.1), t.screen()
+            assert t.shows(rf"(?m)^{names[0]}\s+0\s+ASYNC_MASTER\s+{back.pid}\s"), t.screen()
             t.keys("q")
             assert wait_for(lambda: status.exists() and status.read_text().strip() != "", timeout=5.0), t.screen()
             assert status.read_text().strip() == "0"
