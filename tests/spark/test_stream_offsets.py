@@ -19,8 +19,10 @@ from shmq.spark.stream_offsets import (
 
 def test_queue_key_round_trip_and_rejects_garbage() -> None:
     assert queue_key("T%x-1", 3) == "T%x-1/3"
-    assert parse_queue_key("T%x-1/3") == ("T%x-1", 3)
-    for bad in ("T", "/3", "T/", "T/x", "T/-1"):
+    assert parse_queue_key("T%x-1/3") == (None, "T%x-1", 3)
+    assert queue_key("T%x-1", 3, "ns1-b0") == "ns1-b0/T%x-1/3"
+    assert parse_queue_key("ns1-b0/T%x-1/3") == ("ns1-b0", "T%x-1", 3)
+    for bad in ("T", "/3", "T/", "T/x", "T/-1", "b//3", "/T/3", "a/b/T/3"):
         with pytest.raises(ValueError):
             parse_queue_key(bad)
 
