@@ -5,6 +5,7 @@ picks up a broker started later, and a damaged store stops the read with its nam
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -153,8 +154,9 @@ def test_the_stream_over_a_root_follows_every_store_and_a_broker_started_later(
     names = [ipc_tracker.name("st") for _ in range(3)]
     stores = [ipc_tracker.store(os.path.join(top, n)) for n in names]
     sent: Sent = {}
-    first, second = (shmq.Broker(s, name=n, config=dict(SMALL)) for s, n in zip(stores[:2], names[:2], strict=True))
-    with first, second:
+    with contextlib.ExitStack() as running:  # a broker starts when made: each is entered at once
+        for store, name in zip(stores[:2], names[:2], strict=True):
+            running.enter_context(shmq.Broker(store, name=name, config=dict(SMALL)))
         _send(names[0], "S", 7, sent)
         _send(names[1], "S", 5, sent)
         q = (
