@@ -197,3 +197,16 @@ class NotAStoreError(ShmqError, ValueError):
 class MessageNotFoundError(ShmqError, LookupError):
     """No stored message has the id asked for (``Admin.view_message``): never stored, removed by
     cleanup, or not in the topic given."""
+
+
+class RouteTableError(ShmqError, ValueError):
+    """A name server's route table is damaged or does not fit its segment."""
+
+
+class NameServerNotFoundError(ShmqError, LookupError):
+    """No name server serves this name: start one with `shmq namesrv --name NS`."""
+
+
+class RegistrationError(ShmqError, ValueError):
+    """A name server refused a broker's registration (a bad field, or its broker name and id
+    are registered by another live broker)."""
