@@ -11,7 +11,7 @@ import shmq
 from shmq import ConsumeFrom, Message, PushConsumer
 from shmq.client.consumer.rebalance import allocate_averagely
 from shmq.model.message import MessageQueue
-from tests.process.broker.conftest import SMALL
+from tests.process.cluster import SMALL
 from tests.waiting import wait_for
 
 from .test_cluster_consume import Inbox, _total
