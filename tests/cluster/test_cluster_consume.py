@@ -210,21 +210,38 @@ def test_pull_consumer_reads_and_commits_across_brokers(brokers, routes):
             assert pc.fetch_consume_offset(mq, from_store=True) == pc.max_offset(mq) > 0
 
 
-def test_a_message_sent_back_comes_again_from_the_broker_that_delivered_it(brokers, routes):
-    b = _two_brokers(brokers, routes)[1]
+def test_a_message_sent_back_comes_again_from_the_broker_that_delivered_it_and_dies_there(brokers, routes):
+    a, b = _two_brokers(brokers, routes)
     seen: list[tuple[str, str, int]] = []
+    hooked: list[tuple[str, bool]] = []
     lock = threading.Lock()
 
     def listener(msgs, ctx) -> ConsumeResult:
         with lock:
             seen.extend((ctx.message_queue.topic, ctx.message_queue.broker_name, m.reconsume_times) for m in msgs)
-        ctx.delay_level_when_next_consume = 1
-        return ConsumeResult.RECONSUME_LATER if msgs[0].reconsume_times == 0 else ConsumeResult.SUCCESS
+        ctx.delay_level_when_next_consume = 1  # 1 s
+        return ConsumeResult.RECONSUME_LATER
 
-    c = PushConsumer("rg", namesrv=routes.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+    class Hook:
+        def consume_message_before(self, ctx) -> None:
+            pass
+
+        def consume_message_after(self, ctx) -> None:
+            with lock:
+                hooked.append((ctx.queue.broker_name, ctx.success))
+
+    c = PushConsumer("rg", namesrv=routes.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET, max_reconsume_times=1)
     c.subscribe("T")
     c.register_listener(listener)
+    c.register_consume_hook(Hook())
+
+    def dlq(broker: str) -> int:
+        with shmq.PullConsumer("inspector", broker=broker) as pc:
+            return sum(pc.max_offset(q) for q in pc.fetch_queues("%DLQ%rg"))
+
     with c:
         _send(b.name, "T", range(1))
-        assert wait_for(lambda: len(seen) >= 2, 30), seen
-    assert seen[:2] == [("T", b.name, 0), ("%RETRY%rg", b.name, 1)]
+        assert wait_for(lambda: dlq(b.name) == 1, 30), seen
+    assert seen == [("T", b.name, 0), ("%RETRY%rg", b.name, 1)]
+    assert hooked == [(b.name, False), (b.name, False)]  # the hooks saw both calls, on the broker that made them
+    assert dlq(a.name) == 0
