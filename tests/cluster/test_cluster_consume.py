@@ -245,3 +245,18 @@ def test_a_message_sent_back_comes_again_from_the_broker_that_delivered_it_and_d
     assert seen == [("T", b.name, 0), ("%RETRY%rg", b.name, 1)]
     assert hooked == [(b.name, False), (b.name, False)]  # the hooks saw both calls, on the broker that made them
     assert dlq(a.name) == 0
+
+
+def test_trace_records_of_a_cluster_consumer_go_to_the_broker_that_delivered(brokers, routes):
+    a, b = _two_brokers(brokers, routes)
+    ids = {}
+    for x in (a, b):
+        with shmq.Producer("pg", broker=x.name) as p:
+            ids[x.name] = p.send(Message("T", x.name.encode())).msg_id
+    inbox = Inbox()
+    with _member(routes, "tg", inbox, trace=True):
+        assert wait_for(lambda: len(inbox.got) == 2, 30)
+        for x in (a, b):
+            admin = shmq.Admin(broker=x.name)
+            assert wait_for(lambda admin=admin, x=x: len(admin.view_trace(ids[x.name])) == 2, 30)
+            assert [t.type for t in admin.view_trace(ids[x.name])] == ["SubBefore", "SubAfter"]
