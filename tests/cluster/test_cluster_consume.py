@@ -105,6 +105,11 @@ def test_a_killed_broker_leaves_the_others_flowing_and_its_acked_messages_come_w
         )
         b.kill()
         hold.set()
+        # b's queues leave the allocation at once; a's four are shared by the two members
+        assert wait_for(
+            lambda: sorted(len([q for q in m.assigned_queues() if q.topic == "T"]) for m in members) == [2, 2], 30
+        )
+        assert all(q.broker_name == a.name for m in members for q in m.assigned_queues())
         routes.publish((a, a.name, 0), (b, b.name, 0))  # the dead pid stays in the table: readers leave it out
         _send(a.name, "T", range(100, 200))  # the group's other queues keep flowing while b is down
         want_a = {(a.name, str(i)) for i in range(200)}

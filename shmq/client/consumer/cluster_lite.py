@@ -121,4 +121,4 @@ class ClusterLitePullConsumer:
 
     def assignment(self) -> set[MessageQueue]:
         """The queues this member consumes now, of every broker."""
-        return {mq for part in self._member.parts() for mq in part.assignment()}
+        return {mq for part in self._member.serving_parts() for mq in part.assignment()}

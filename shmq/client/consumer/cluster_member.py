@@ -62,6 +62,12 @@ class ClusterMember(Generic[Part]):
         with self._lock:
             return list(self._parts.values())
 
+    def serving_parts(self) -> list[Part]:
+        """The parts whose broker is in the routes now (a dead broker's part keeps its queues,
+        to give the broker its offsets back when it returns, but owns nothing meanwhile)."""
+        serving = {b.broker_name for b in ClusterView.read_from(self.view.routes())}
+        return [p for p in self.parts() if p.broker_name in serving]
+
     def part(self, broker_name: str) -> Part | None:
         with self._lock:
             return self._parts.get(broker_name)

@@ -116,4 +116,4 @@ class ClusterPushConsumer:
 
     def assigned_queues(self) -> list[MessageQueue]:
         """The queues this member consumes now, of every broker, sorted."""
-        return sorted(mq for part in self._member.parts() for mq in part.assigned_queues())
+        return sorted(mq for part in self._member.serving_parts() for mq in part.assigned_queues())
