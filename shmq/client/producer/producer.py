@@ -38,6 +38,7 @@ from shmq.errors import (
     BadArgumentError,
     BrokerBusyError,
     BrokerGoneError,
+    ConfigError,
     CorruptFrameError,
     MessageTooLargeError,
     SendTimeoutError,
@@ -46,6 +47,7 @@ from shmq.errors import (
 )
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.model.reprs import client_repr
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring.state import StateView
 from shmq.trace.dispatcher import INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
@@ -118,11 +120,30 @@ class Producer:
 
     ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
 
+    def __new__(cls, group: str, broker: str | None = None, *args: Any, namesrv: str | None = None, **kw: Any) -> Any:
+        """A ``ClusterProducer`` (of this class's cluster kind) when a name server applies:
+        ``namesrv=``, or ``$SHMQ_NAMESRV`` with no ``broker=``; else this class, as always."""
+        if namesrv_or_env(namesrv, broker) is None:
+            return super().__new__(cls)
+        cluster = cls.cluster_class()
+        if not issubclass(cluster, cls):
+            raise ConfigError(f"{cls.__name__} does not take namesrv= (only shmq's own producers do)")
+        return super().__new__(cluster)
+
+    @classmethod
+    def cluster_class(cls) -> type[Producer]:
+        """The class of this kind of producer over a name server's cluster (imported when first
+        used: the cluster producer is built on this module)."""
+        from shmq.client.producer.cluster import ClusterProducer
+
+        return ClusterProducer
+
     def __init__(
         self,
         group: str,
         broker: str | None = None,
         *,
+        namesrv: str | None = None,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
         compress_msg_body_over_howmuch: int | None = 4096,
@@ -135,7 +156,9 @@ class Producer:
         trace: bool | str = False,
         batch_max_delay_ms: float | None = None,
     ) -> None:
-        """Durations are seconds (floats), as every ``timeout=`` of the API. ``auto_batch``
+        """Durations are seconds (floats), as every ``timeout=`` of the API. ``namesrv``: send
+        over every master broker of that name server's cluster instead of to one broker
+        (``Producer.__new__`` makes it a ``ClusterProducer``). ``auto_batch``
         (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages of one topic
         and queue into batches of up to ``batch_max_bytes``, sent at the latest ``batch_max_delay``
         seconds after their first message (``batch_max_delay_ms``: the same in ms, deprecated);
@@ -631,13 +654,14 @@ class Producer:
             self._finish(p, error)
 
 
-def inner_producer(group: str, broker: str | None) -> Producer:
+def inner_producer(group: str, broker: str | None, namesrv: str | None = None) -> Producer:
     """The producer that sends a client's trace records: RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``,
     with a small ring, no compression (trace bodies stay plain JSON in the store) and no
     accumulator (the dispatcher sends its own batches)."""
     return Producer(
         INNER_PRODUCER_PREFIX + group,
         broker,
+        namesrv=namesrv,
         ring_bytes=TRACE_RING_BYTES,
         compress_msg_body_over_howmuch=None,
         auto_batch=False,
