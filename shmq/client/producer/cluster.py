@@ -41,6 +41,7 @@ from shmq.errors import (
     BrokerGoneError,
     BrokerNotFoundError,
     ControlTimeoutError,
+    SendTimeoutError,
     SharedMemoryFullError,
     ShmqError,
 )
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 
 # what a send to another broker may cure: the broker died, was busy, or could not be reached
 RETRIABLE = (BrokerGoneError, BrokerNotFoundError, BrokerBusyError, ControlTimeoutError, SharedMemoryFullError)
+# what makes a broker skipped for a while: the above, and no answer in time (not retried: the
+# broker has the request and may store it; a resend would store another copy)
+FAULTS = (*RETRIABLE, SendTimeoutError)
 NO_BROKER_POLL_S = 0.01  # how often a send with no live master looks at the routes again
 R = TypeVar("R")
 Call = Callable[[Producer, float], R]  # a send on one broker's producer, given the seconds left
@@ -323,9 +327,10 @@ class ClusterProducer(Producer):
             start = time.perf_counter()
             try:
                 result = call(p, max(0.0, deadline - time.monotonic()))
-            except RETRIABLE as e:
+            except FAULTS as e:
                 self._failed(p, start)
-                if attempt == self.retry_times_when_send_failed or time.monotonic() >= deadline:
+                last = attempt == self.retry_times_when_send_failed or time.monotonic() >= deadline
+                if last or not isinstance(e, RETRIABLE):
                     raise
                 log.debug("send to broker %r failed (%s): trying another", p.broker_name, e)
                 avoid = str(p.broker_name)
@@ -372,6 +377,8 @@ class ClusterProducer(Producer):
             elif isinstance(error, RETRIABLE):
                 self._again(outer, topic, deadline, call, retries, p, start, error)
             else:
+                if isinstance(error, FAULTS):
+                    self._failed(p, start)
                 outer.set_exception(error)
 
         inner.add_done_callback(done)

@@ -1,0 +1,48 @@
+"""Cluster tests run a real name server and brokers (``shmq.Cluster``) under names of their own,
+and check that neither leaves anything behind (the leak checks of tests/process/broker)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import shmq
+from shmq.namesrv.segment import routes_name
+from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
+from tests.process.broker.conftest import SMALL
+
+
+@pytest.fixture
+def namesrv(ipc_tracker: IpcTracker) -> str:  # noqa: F811
+    return ipc_tracker.name("ns")
+
+
+@pytest.fixture
+def make_cluster(tmp_path, ipc_tracker: IpcTracker, namesrv: str) -> Iterator[Callable[..., shmq.Cluster]]:  # noqa: F811
+    """``make_cluster(brokers, **config)``: a name server and its brokers, stopped after the test."""
+    made: list[shmq.Cluster] = []
+
+    def make(brokers: int = 2, **config: Any) -> shmq.Cluster:
+        root = tmp_path / "cluster"
+        for i in range(brokers):
+            ipc_tracker.names.append(f"{namesrv}-b{i}")
+            ipc_tracker.store(str(root / f"{namesrv}-b{i}"))
+        c = shmq.Cluster(str(root), brokers=brokers, namesrv=namesrv, config={**SMALL, **config})
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+    assert not os.path.exists("/dev/shm" + routes_name(namesrv)), "the name server left its route segment"
+
+
+def restart(cluster: shmq.Cluster, i: int, **config: Any) -> shmq.Broker:
+    """Start broker ``i`` of ``cluster`` again (after a kill) and wait until it is routed."""
+    old = cluster.brokers[i]
+    cluster.brokers[i] = shmq.Broker(old.store_dir, old.name, {**SMALL, **config, "namesrvAddr": cluster.namesrv.name})
+    cluster.wait_registered()
+    return cluster.brokers[i]
