@@ -2,10 +2,8 @@
 
 ``Producer(group, namesrv="ns1")`` (or ``$SHMQ_NAMESRV`` with no ``broker=``) is one of these
 (``Producer.__new__`` picks it). It holds one single-broker ``Producer`` per master, opened
-as masters appear in the routes and shut when they leave, and reads the routes from the
-name server's segment through ``RouteReader``, whose ``read`` costs a clock read while
-nothing changed; the per-topic lists are rebuilt only when the routes change
-(``shmq.client.producer.publish_routes``).
+as masters appear in the routes and shut when they leave (``ClusterBrokers``, which also
+reads the routes and picks each send's broker), and sends with RocketMQ's retries.
 
 A send goes round robin over the live masters' write queues, skipping brokers that failed or
 answered slowly (``send_latency_fault_enable``, ``shmq.client.producer.latency_fault``), and
@@ -19,21 +17,17 @@ topic the routes do not know creates it on every master (in the background).
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from shmq.client import exit_close
-from shmq.client.admin import Admin
 from shmq.client.hooks import SendMessageHook, check_hook
+from shmq.client.producer.cluster_brokers import ClusterBrokers
 from shmq.client.producer.inflight import InFlight
-from shmq.client.producer.latency_fault import LatencyFaultTolerance
 from shmq.client.producer.producer import Producer, Selector, inner_producer
-from shmq.client.producer.publish_routes import PublishRoutes, TopicPublishInfo
 from shmq.client.producer.selectors import SelectMessageQueueByHash, with_sharding_key
 from shmq.errors import (
     BadArgumentError,
@@ -47,8 +41,7 @@ from shmq.errors import (
 )
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult
 from shmq.model.reprs import client_repr
-from shmq.namesrv.routes import BrokerData, namesrv_or_env
-from shmq.namesrv.segment import RouteReader
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
 
@@ -59,21 +52,10 @@ RETRIABLE = (BrokerGoneError, BrokerNotFoundError, BrokerBusyError, ControlTimeo
 # what makes a broker skipped for a while: the above, and no answer in time (not retried: the
 # broker has the request and may store it; a resend would store another copy)
 FAULTS = (*RETRIABLE, SendTimeoutError)
-NO_BROKER_POLL_S = 0.01  # how often a send with no live master looks at the routes again
 R = TypeVar("R")
 Call = Callable[[Producer, float], R]  # a send on one broker's producer, given the seconds left
 _DEFAULTS: dict[str, Any] = dict(Producer.__init__.__kwdefaults__ or {})
 _BY_HASH = SelectMessageQueueByHash()
-
-
-class _QueueId:
-    """A selector for a broker's producer: the queue the cluster's selector chose there."""
-
-    def __init__(self, queue_id: int) -> None:
-        self.queue_id = queue_id
-
-    def __call__(self, queues: list[MessageQueue], msg: object, arg: object) -> int:
-        return self.queue_id
 
 
 class ClusterProducer(Producer):
@@ -104,19 +86,10 @@ class ClusterProducer(Producer):
             "retry_times_when_send_failed", _DEFAULTS["retry_times_when_send_failed"]
         )
         self.start_timeout: float = options.get("start_timeout", _DEFAULTS["start_timeout"])
-        self.send_latency_fault_enable = send_latency_fault_enable
-        self.faults = LatencyFaultTolerance()
-        self._reader = RouteReader(name)
-        self._routes = PublishRoutes()
-        self._lock = threading.RLock()  # the reader, the routes and the broker producers
-        self._brokers: dict[str, Producer] = {}  # attach name -> its producer (a master's is its broker name)
-        self._index = itertools.count()
-        self._created: set[str] = set()  # topics this producer created on every master
-        self._in_flight = InFlight()  # async sends until settled, retries included
+        self._cluster = ClusterBrokers(name, group, self._make_broker_producer, send_latency_fault_enable)
+        self.faults = self._cluster.faults  # RocketMQ's LatencyFaultTolerance of this producer
+        self._retries = InFlight()  # failed async sends until their retry is written (flush)
         self._executor: ThreadPoolExecutor | None = None  # callbacks (Producer._with_callback)
-        self._helper: ThreadPoolExecutor | None = None  # retries, topic creation, shutting left brokers
-        self._send_hooks: list[SendMessageHook] = []
-        self._started = False
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
         if topic is not None:
@@ -128,14 +101,12 @@ class ClusterProducer(Producer):
     def start(self) -> ClusterProducer:
         """Read the routes and attach to every master; NameServerNotFoundError (with how to
         start one) if the name server never served."""
-        with self._lock:
-            self._refresh()
-            self._started = True
+        self._cluster.start()
         if self.tracer is not None:
             try:
                 self.tracer.start()
             except BaseException:
-                self._shut_brokers(0.0)
+                self._cluster.shutdown(0.0)
                 raise
         exit_close.track(self)
         return self
@@ -144,176 +115,55 @@ class ClusterProducer(Producer):
         """``flush`` (up to ``timeout``, default ``send_msg_timeout``), then shut every broker's producer."""
         exit_close.untrack(self)
         wait = self.send_msg_timeout if timeout is None else timeout
-        if self._started:
+        if self._cluster.started:
             self.flush(wait)
-        self._started = False
-        self._shut_brokers(wait)
+        self._cluster.shutdown(wait)
         if self.tracer is not None:
             self.tracer.shutdown()
-        for ex in (self._helper, self._executor):
-            if ex is not None:
-                ex.shutdown(wait=False)
-        self._reader.close()
-
-    def _shut_brokers(self, timeout: float) -> None:
-        with self._lock:
-            brokers, self._brokers = list(self._brokers.values()), {}
-        for p in brokers:
-            p.shutdown(timeout)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """``Producer.flush`` on every broker's producer, and wait for async sends being retried."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        ok = True
-        for p in list(self._brokers.values()):
-            ok = p.flush(None if deadline is None else max(0.0, deadline - time.monotonic())) and ok
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._in_flight.wait(left) == 0 and ok
-
-    def _flush_accumulated(self) -> None:
-        """Send what waits in every broker producer's auto batches (``shmq.aio`` calls it)."""
-        for p in list(self._brokers.values()):
-            p._flush_accumulated()
-
-    @property
-    def pending_count(self) -> int:
-        """Requests written to any broker and not yet answered."""
-        return sum(p.pending_count for p in list(self._brokers.values()))
-
-    def __enter__(self) -> ClusterProducer:
-        return self.start()
-
-    def __repr__(self) -> str:
-        return client_repr(type(self).__name__, self.group, f"namesrv {self.namesrv}", self._started)
-
-    def register_send_hook(self, hook: SendMessageHook) -> None:
-        """As ``Producer.register_send_hook``; the hooks run around each attempt on a broker."""
-        check_hook(hook, "send_message_before", "send_message_after")
-        with self._lock:
-            self._send_hooks = [*self._send_hooks, hook]
-            for p in self._brokers.values():
-                p.register_send_hook(hook)
-
-    # ------------------------------------------------------------------ routes and brokers
-
-    def _publish_info(self, topic: str) -> TopicPublishInfo:
-        """The topic's queues under the current routes (a cheap check when nothing changed)."""
-        with self._lock:
-            if not self._started:
-                raise ShmqError("the producer is not started (call start())")
-            self._refresh()
-            return self._routes.topic(topic)
-
-    def _refresh(self) -> None:
-        """Take the routes as the name server has them now (the caller holds the lock)."""
-        change = self._routes.update(self._reader.read())
-        if change is None:
-            return
-        for name in change.renewed:
-            self.faults.forget(name)  # a restarted broker starts with a clean record
-        for b in change.came:
-            self.faults.forget(b.broker_name)
-            self._open(b)
-        left = [self._brokers.pop(name) for name in change.left if name in self._brokers]
-        if left:
-            self._background(self._shut_left, left)
-
-    def _open(self, b: BrokerData) -> None:
-        p = self._make_broker_producer(b.attach_name)
-        for hook in self._send_hooks:
-            p.register_send_hook(hook)
-        try:
-            p.start()
-        except ShmqError as e:  # died since the routes were read: the next routes leave it out
-            log.warning("cluster producer %r: broker %r not attached: %s", self.group, b.broker_name, e)
-            return
-        self._brokers[b.broker_name] = p
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def _make_broker_producer(self, broker: str) -> Producer:
         """The producer of one master (a subclass makes its own kind)."""
         return Producer(self.group, broker, **self._options)
 
-    @staticmethod
-    def _shut_left(left: list[Producer]) -> None:
-        for p in left:
-            p.shutdown(0.0)
+    def flush(self, timeout: float | None = None) -> bool:
+        """``Producer.flush`` on every broker's producer, until no failed async send waits for
+        its retry (a retry is a send on another broker's producer, flushed in the next round)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
 
-    def _background(self, fn: Callable[..., object], *args: Any) -> None:
-        if self._helper is None:
-            self._helper = ThreadPoolExecutor(1, thread_name_prefix="shmq-cluster-producer")
-        try:
-            self._helper.submit(fn, *args)
-        except RuntimeError:  # shut down
-            pass
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def _pick(self, topic: str, avoid: str | None, deadline: float) -> tuple[Producer, TopicPublishInfo]:
-        """The next broker for ``topic`` (round robin, skipping faulty brokers and ``avoid``, the
-        one that just failed); waits for a master to appear until ``deadline``."""
         while True:
-            info = self._publish_info(topic)
-            names = info.rotation
-            if names:
-                break
-            if time.monotonic() >= deadline:
-                raise BrokerNotFoundError(
-                    f"name server {self.namesrv!r} routes no live master broker; start brokers "
-                    f"with namesrvAddr={self.namesrv} (`shmq cluster --namesrv {self.namesrv} ...`)"
-                )
-            time.sleep(NO_BROKER_POLL_S)
-        n = len(names)
-        i = next(self._index)
-        faults = self.faults if self.send_latency_fault_enable else None
-        for k in range(n):
-            name = names[(i + k) % n]
-            if name != avoid and (faults is None or faults.is_available(name)):
-                break
-        else:
-            others = [x for x in names if x != avoid] or list(names)
-            name = self.faults.pick_one_at_least(others) or others[0]
-        p = self._brokers.get(name)
-        if p is None:  # its attach failed: it is out of the next routes
-            raise BrokerGoneError(f"broker {name!r} is routed but could not be attached")
-        return p, info
+            ok = True
+            for p in list(self._cluster.producers.values()):  # every one, also after one timed out
+                ok = p.flush(left()) and ok
+            if not ok or not len(self._retries):
+                return ok
+            if self._retries.wait(left()):
+                return False
 
-    def _ordered(self, msg: Message | MessageBatch, selector: Selector, arg: Any) -> tuple[Producer, _QueueId]:
-        """The broker and queue the selector picks among every queue of the route; a queue of a
-        broker that is down is an error naming it (an ordered send never changes its queue)."""
-        queues = list(self._publish_info(msg.topic).queues)
-        if not queues:
-            raise BrokerNotFoundError(f"name server {self.namesrv!r} routes no master broker for topic {msg.topic!r}")
-        mq = selector(queues, msg, arg)
-        if not isinstance(mq, MessageQueue):
-            if not 0 <= int(mq) < len(queues):
-                raise BadArgumentError(f"selector chose queue {mq}; topic {msg.topic!r} has {len(queues)}")
-            mq = queues[int(mq)]
-        p = self._brokers.get(mq.broker_name)
-        if p is None:
-            raise BrokerGoneError(
-                f"broker {mq.broker_name!r} is down: an ordered send keeps its queue {mq.queue_id} there "
-                "and fails until the broker is back"
-            )
-        return p, _QueueId(mq.queue_id)
+    def _flush_accumulated(self) -> None:
+        """Send what waits in every broker producer's auto batches (``shmq.aio`` calls it)."""
+        for p in list(self._cluster.producers.values()):
+            p._flush_accumulated()
 
-    def _sent(self, p: Producer, info: TopicPublishInfo, start: float) -> None:
-        """A send to ``p`` was answered: record its latency; a topic new to the routes is created
-        on every master (RocketMQ creates an auto-created topic on every broker it sends to)."""
-        if self.send_latency_fault_enable:
-            self.faults.update(str(p.broker_name), (time.perf_counter() - start) * 1000.0)
-        if not info.routed and info.topic not in self._created:
-            self._created.add(info.topic)
-            self._background(self._create_everywhere, info.topic, str(p.broker_name))
+    @property
+    def pending_count(self) -> int:
+        """Requests written to any broker and not yet answered."""
+        return sum(p.pending_count for p in list(self._cluster.producers.values()))
 
-    def _create_everywhere(self, topic: str, done: str) -> None:
-        for name, p in list(self._brokers.items()):
-            if name != done:
-                try:
-                    Admin(str(p.broker_name)).update_topic(topic)
-                except ShmqError as e:
-                    log.warning("topic %r not created on broker %r: %s", topic, name, e)
+    def __enter__(self) -> ClusterProducer:
+        return self.start()
 
-    def _failed(self, p: Producer, start: float) -> None:
-        if self.send_latency_fault_enable:
-            self.faults.update(str(p.broker_name), (time.perf_counter() - start) * 1000.0, isolation=True)
+    def __repr__(self) -> str:
+        return client_repr(type(self).__name__, self.group, f"namesrv {self.namesrv}", self._cluster.started)
+
+    def register_send_hook(self, hook: SendMessageHook) -> None:
+        """As ``Producer.register_send_hook``; the hooks run around each attempt on a broker."""
+        check_hook(hook, "send_message_before", "send_message_after")
+        self._cluster.add_hook(hook)
 
     # ------------------------------------------------------------------ sends with retries
 
@@ -323,27 +173,25 @@ class ClusterProducer(Producer):
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         avoid: str | None = None
         for attempt in range(self.retry_times_when_send_failed + 1):
-            p, info = self._pick(topic, avoid, deadline)
+            p, info = self._cluster.pick(topic, avoid, deadline)
             start = time.perf_counter()
             try:
                 result = call(p, max(0.0, deadline - time.monotonic()))
             except FAULTS as e:
-                self._failed(p, start)
+                self._cluster.failed(p, start)
                 last = attempt == self.retry_times_when_send_failed or time.monotonic() >= deadline
                 if last or not isinstance(e, RETRIABLE):
                     raise
                 log.debug("send to broker %r failed (%s): trying another", p.broker_name, e)
                 avoid = str(p.broker_name)
                 continue
-            self._sent(p, info, start)
+            self._cluster.sent(p, info, start)
             return result
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _retrying_async(self, topic: str, timeout: float | None, call: Call[Future[R]]) -> Future[R]:
         """``_retrying`` for a send that answers with a Future: a retry runs on the helper thread."""
         outer: Future[R] = Future()
-        self._in_flight.add(outer)
-        outer.add_done_callback(self._in_flight.discard)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         self._attempt(outer, topic, deadline, call, self.retry_times_when_send_failed, None)
         return outer
@@ -352,7 +200,7 @@ class ClusterProducer(Producer):
         self, outer: Future[R], topic: str, deadline: float, call: Call[Future[R]], retries: int, avoid: str | None
     ) -> None:
         try:
-            p, info = self._pick(topic, avoid, deadline)
+            p, info = self._cluster.pick(topic, avoid, deadline)
         except Exception as e:  # noqa: BLE001 - the future gets it
             outer.set_exception(e)
             return
@@ -372,13 +220,13 @@ class ClusterProducer(Producer):
                 return
             error = f.exception()
             if error is None:
-                self._sent(p, info, start)
+                self._cluster.sent(p, info, start)
                 outer.set_result(f.result())
             elif isinstance(error, RETRIABLE):
                 self._again(outer, topic, deadline, call, retries, p, start, error)
             else:
                 if isinstance(error, FAULTS):
-                    self._failed(p, start)
+                    self._cluster.failed(p, start)
                 outer.set_exception(error)
 
         inner.add_done_callback(done)
@@ -395,18 +243,29 @@ class ClusterProducer(Producer):
         error: BaseException,
     ) -> None:
         """An async attempt on ``p`` failed with ``error``: retry elsewhere, or settle ``outer``."""
-        self._failed(p, start)
-        if retries > 0 and time.monotonic() < deadline and self._started:
-            self._background(self._attempt, outer, topic, deadline, call, retries - 1, str(p.broker_name))
-        else:
-            outer.set_exception(error)
+        self._cluster.failed(p, start)
+        if retries > 0 and time.monotonic() < deadline and self._cluster.started:
+            self._retries.add(outer)
+            avoid = str(p.broker_name)
+            if self._cluster.background(self._retry_elsewhere, outer, topic, deadline, call, retries - 1, avoid):
+                return
+            self._retries.discard(outer)
+        outer.set_exception(error)
+
+    def _retry_elsewhere(
+        self, outer: Future[R], topic: str, deadline: float, call: Call[Future[R]], retries: int, avoid: str
+    ) -> None:
+        try:
+            self._attempt(outer, topic, deadline, call, retries, avoid)
+        finally:
+            self._retries.discard(outer)  # written to another broker (flush waits there), or settled
 
     # ------------------------------------------------------------------ public API
 
     def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
         """Every master's write queues of ``topic``, sorted by (broker name, queue id): what
         selectors index (the auto-create default on every master before the topic exists)."""
-        return list(self._publish_info(topic).queues)
+        return list(self._cluster.publish_info(topic).queues)
 
     def send(
         self,
@@ -421,7 +280,7 @@ class ClusterProducer(Producer):
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if selector is not None:
-            p, queue = self._ordered(msg, selector, arg)
+            p, queue = self._cluster.ordered(msg, selector, arg)
             return p.send(msg, queue, None, timeout)
         return self._retrying(msg.topic, timeout, lambda p, left: p.send(msg, timeout=left))
 
@@ -441,7 +300,7 @@ class ClusterProducer(Producer):
                 if sharding_key is not None:
                     msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
                 assert selector is not None
-                p, queue = self._ordered(msg, selector, arg)
+                p, queue = self._cluster.ordered(msg, selector, arg)
             except ShmqError as e:
                 failed: Future[SendResult] = Future()
                 failed.set_exception(e)
@@ -457,10 +316,10 @@ class ClusterProducer(Producer):
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if selector is not None:
-            p, queue = self._ordered(msg, selector, arg)
+            p, queue = self._cluster.ordered(msg, selector, arg)
             p.send_oneway(msg, queue)
             return
-        p, _info = self._pick(msg.topic, None, time.monotonic() + self.send_msg_timeout)
+        p, _info = self._cluster.pick(msg.topic, None, time.monotonic() + self.send_msg_timeout)
         p.send_oneway(msg)
 
     def send_batch(
@@ -473,7 +332,7 @@ class ClusterProducer(Producer):
         """As ``Producer.send_batch``: the batch goes to one broker (another one on a retry)."""
         first = _first(msgs)
         if selector is not None:
-            p, queue = self._ordered(first, selector, arg)
+            p, queue = self._cluster.ordered(first, selector, arg)
             return p.send_batch(msgs, queue, None, timeout)
         return self._retrying(first.topic, timeout, lambda p, left: p.send_batch(msgs, timeout=left))
 
@@ -492,7 +351,7 @@ class ClusterProducer(Producer):
         first = _first(msgs)
         if selector is not None:
             try:
-                p, queue = self._ordered(first, selector, arg)
+                p, queue = self._cluster.ordered(first, selector, arg)
             except ShmqError as e:
                 failed: Future[Any] = Future()
                 failed.set_exception(e)

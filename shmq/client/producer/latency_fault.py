@@ -22,6 +22,7 @@ from dataclasses import dataclass
 LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
 NOT_AVAILABLE_MS = (0, 0, 30000, 60000, 120000, 180000, 600000)
 ISOLATION_LATENCY_MS = 30000  # what a failed send counts as (RocketMQ's isolation)
+FREE_BELOW_MS = min(limit for limit, duration in zip(LATENCY_MAX_MS, NOT_AVAILABLE_MS) if duration)  # 550
 
 
 def not_available_duration(latency_ms: float) -> int:
@@ -58,9 +59,9 @@ class LatencyFaultTolerance:
 
     def update(self, name: str, latency_ms: float, isolation: bool = False) -> None:
         """Record a send to ``name`` that took ``latency_ms`` (``isolation``: it failed)."""
-        penalty = not_available_duration(ISOLATION_LATENCY_MS if isolation else latency_ms)
-        if not penalty and name not in self._items:
+        if not isolation and latency_ms < FREE_BELOW_MS and name not in self._items:
             return  # the common case: a fast answer from a broker with no record costs nothing
+        penalty = not_available_duration(ISOLATION_LATENCY_MS if isolation else latency_ms)
         self._items[name] = FaultItem(name, latency_ms, self.clock() + penalty)
 
     def is_available(self, name: str) -> bool:
