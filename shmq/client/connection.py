@@ -250,6 +250,9 @@ class BrokerConnection:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.started = False
+        # how long a call waits for a dead broker to come back (None: until the call's deadline);
+        # a cluster producer's broker producers use 0: their send goes to another broker instead
+        self.reattach_timeout: float | None = None
         self._reader: threading.Thread | None = None
         self._read_lock = threading.Lock()  # one reader of the response ring at a time
         self._holders_lock = threading.Lock()
@@ -315,6 +318,8 @@ class BrokerConnection:
                 return s
             if not self.started:
                 raise ShmqError(f"the {self.role} is not started (call start())")
+            if self.reattach_timeout is not None:
+                deadline = min(deadline, time.monotonic() + self.reattach_timeout)
             try:
                 return self._connect(deadline)
             except BrokerNotFoundError as e:

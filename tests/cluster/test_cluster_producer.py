@@ -37,7 +37,8 @@ def _create(cluster: shmq.Cluster, topic: str, queues: int = 4) -> None:
 def test_sends_go_round_robin_over_every_broker(make_cluster, namesrv):
     c = make_cluster(3)
     _create(c, "Spread")
-    with Producer("spread", namesrv=namesrv) as p:
+    # without fault tolerance: on a loaded machine one answer over 550 ms would skip its broker for 30 s
+    with Producer("spread", namesrv=namesrv, send_latency_fault_enable=False) as p:
         assert isinstance(p, ClusterProducer)
         sync = collections.Counter(p.send(Message("Spread", b"s")).queue.broker_name for _ in range(300))
         futs = [p.send_async(Message("Spread", b"a")) for _ in range(300)]
@@ -48,7 +49,7 @@ def test_sends_go_round_robin_over_every_broker(make_cluster, namesrv):
     print("per broker: sync", dict(sync), "async", dict(async_), "batch", dict(batches))
     for counts, total in ((sync, 300), (async_, 300), (batches, 30)):
         assert set(counts) == set(c.broker_names)
-        assert all(n >= total // 3 - total // 10 for n in counts.values()), counts  # slack: a slow send skips one
+        assert all(abs(n - total // 3) <= 1 for n in counts.values()), counts
     assert [(q.broker_name, q.queue_id) for q in queues] == [(b, i) for b in sorted(c.broker_names) for i in range(4)]
     stored = {b: len(read_all(b, "Spread")) for b in c.broker_names}
     assert sum(stored.values()) == 300 + 300 + 90

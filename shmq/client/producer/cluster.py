@@ -81,6 +81,8 @@ class ClusterProducer(Producer):
         self.broker_name = None  # type: ignore[assignment]  # every master's, see SendResult.message_queue
         trace = options.pop("trace", False)
         self._options = options
+        # a dead broker's producer fails at once: the send goes to another broker
+        self._broker_options = {**options, "reattach_timeout": 0.0}
         self.send_msg_timeout: float = options.get("send_msg_timeout", _DEFAULTS["send_msg_timeout"])
         self.retry_times_when_send_failed: int = options.get(
             "retry_times_when_send_failed", _DEFAULTS["retry_times_when_send_failed"]
@@ -125,7 +127,7 @@ class ClusterProducer(Producer):
 
     def _make_broker_producer(self, broker: str) -> Producer:
         """The producer of one master (a subclass makes its own kind)."""
-        return Producer(self.group, broker, **self._options)
+        return Producer(self.group, broker, **self._broker_options)
 
     def flush(self, timeout: float | None = None) -> bool:
         """``Producer.flush`` on every broker's producer, until no failed async send waits for

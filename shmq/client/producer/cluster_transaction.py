@@ -38,7 +38,7 @@ class ClusterTransactionProducer(ClusterProducer, TransactionProducer):
 
     def _make_broker_producer(self, broker: str) -> Producer:
         return TransactionProducer(
-            self.group, broker, check=self.check, check_threads=self.check_threads, **self._options
+            self.group, broker, check=self.check, check_threads=self.check_threads, **self._broker_options
         )
 
     def __enter__(self) -> ClusterTransactionProducer:

@@ -155,6 +155,7 @@ class Producer:
         batch_max_bytes: int = 256 * 1024,
         trace: bool | str = False,
         batch_max_delay_ms: float | None = None,
+        reattach_timeout: float | None = None,
     ) -> None:
         """Durations are seconds (floats), as every ``timeout=`` of the API. ``namesrv``: send
         over every master broker of that name server's cluster instead of to one broker
@@ -167,7 +168,8 @@ class Producer:
         zlib-compressed when that shrinks them (None or 0: never; see
         shmq.client.producer.compression). ``trace``: True writes a Pub trace record of every
         answered send to RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see
-        shmq.trace.dispatcher)."""
+        shmq.trace.dispatcher). ``reattach_timeout``: how long a send waits for its broker to
+        come back after the broker died (None: up to the send's timeout)."""
         if batch_max_delay_ms is not None:
             warnings.warn(
                 "batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning, stacklevel=2
@@ -186,6 +188,7 @@ class Producer:
         self._conn = BrokerConnection(
             broker, self.ROLE, group, ring_bytes, self._on_response, self._expire, self._broker_died
         )
+        self._conn.reattach_timeout = reattach_timeout
         self._batches = BatchSender(self)
         self._accumulator = (
             ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) if auto_batch else None
