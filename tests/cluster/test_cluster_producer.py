@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -247,3 +248,16 @@ def test_user_errors_are_one_line(namesrv):
     for e in (bad, both, absent):
         assert "\n" not in str(e.value)
     assert "start one with `shmq namesrv --name" in str(absent.value)
+
+
+def test_reattach_timeout_zero_fails_a_send_to_a_dead_broker_at_once(make_cluster):
+    c = make_cluster(1)
+    with Producer("re", broker=c.broker_names[0], send_msg_timeout=60.0, reattach_timeout=0.0) as p:
+        p.send(Message("Re", b"before"))
+        c.brokers[0].kill()
+        start = time.monotonic()
+        with pytest.raises(BrokerGoneError) as e:
+            while True:  # the first send after the kill may still be written before it is seen
+                p.send(Message("Re", b"after"))
+        assert time.monotonic() - start < 30  # not the 60 s send timeout
+        assert c.broker_names[0] in str(e.value) and "\n" not in str(e.value)

@@ -31,6 +31,7 @@ from shmq.namesrv.segment import RouteReader
 log = logging.getLogger(__name__)
 
 NO_BROKER_POLL_S = 0.01  # how often a send with no live master looks at the routes again
+REOPEN_S = 1.0  # how often a routed master whose producer did not start is tried again
 
 
 class QueueId:
@@ -60,6 +61,7 @@ class ClusterBrokers:
         self._lock = threading.RLock()  # the reader, the routes and the producers
         self._index = itertools.count()
         self._created: set[str] = set()  # topics created on every master
+        self._not_opened: dict[str, float] = {}  # master -> when its producer last failed to start
         self._hooks: list[SendMessageHook] = []
         self._helper: ThreadPoolExecutor | None = None  # retries, topic creation, shutting left brokers
 
@@ -132,9 +134,11 @@ class ClusterBrokers:
             p.register_send_hook(hook)
         try:
             p.start()
-        except ShmqError as e:  # died since the routes were read: the next routes leave it out
+        except ShmqError as e:  # died since the routes were read (the next routes leave it out), or refused
             log.warning("cluster producer %r: broker %r not attached: %s", self.group, b.broker_name, e)
+            self._not_opened[b.broker_name] = time.monotonic()
             return
+        self._not_opened.pop(b.broker_name, None)
         self.producers[b.broker_name] = p
 
     # ------------------------------------------------------------------ choosing a broker
@@ -163,10 +167,21 @@ class ClusterBrokers:
         else:
             others = [x for x in names if x != avoid] or list(names)
             name = self.faults.pick_one_at_least(others) or others[0]
+        return self._producer(name), info
+
+    def _producer(self, name: str) -> Producer:
+        """Master ``name``'s producer; one whose attach failed when it appeared is tried again."""
         p = self.producers.get(name)
-        if p is None:  # its attach failed: it is out of the next routes
-            raise BrokerGoneError(f"broker {name!r} is routed but could not be attached")
-        return p, info
+        if p is None:
+            with self._lock:
+                b = self._routes.masters.get(name)
+                again = time.monotonic() - self._not_opened.get(name, 0.0) >= REOPEN_S
+                if b is not None and name not in self.producers and again:
+                    self._open(b)
+                p = self.producers.get(name)
+            if p is None:
+                raise BrokerGoneError(f"broker {name!r} is routed but could not be attached")
+        return p
 
     def ordered(self, msg: Message | MessageBatch, selector: Selector, arg: Any) -> tuple[Producer, QueueId]:
         """The broker and queue the selector picks among every queue of the route; a queue of a
