@@ -3,21 +3,19 @@ and check that neither leaves anything behind (the leak checks of tests/process/
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import shmq
-from shmq.namesrv.segment import routes_name
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 from tests.process.broker.conftest import SMALL
 
 
 @pytest.fixture
 def namesrv(ipc_tracker: IpcTracker) -> str:  # noqa: F811
-    return ipc_tracker.name("ns")
+    return ipc_tracker.namesrv("ns")
 
 
 @pytest.fixture
@@ -27,9 +25,7 @@ def make_cluster(tmp_path, ipc_tracker: IpcTracker, namesrv: str) -> Iterator[Ca
 
     def make(brokers: int = 2, **config: Any) -> shmq.Cluster:
         root = tmp_path / "cluster"
-        for i in range(brokers):
-            ipc_tracker.names.append(f"{namesrv}-b{i}")
-            ipc_tracker.store(str(root / f"{namesrv}-b{i}"))
+        ipc_tracker.cluster(namesrv, str(root), brokers)
         c = shmq.Cluster(str(root), brokers=brokers, namesrv=namesrv, config={**SMALL, **config})
         made.append(c)
         return c
@@ -37,7 +33,6 @@ def make_cluster(tmp_path, ipc_tracker: IpcTracker, namesrv: str) -> Iterator[Ca
     yield make
     for c in made:
         c.stop()
-    assert not os.path.exists("/dev/shm" + routes_name(namesrv)), "the name server left its route segment"
 
 
 def restart(cluster: shmq.Cluster, i: int, **config: Any) -> shmq.Broker:
