@@ -261,3 +261,47 @@ def test_reattach_timeout_zero_fails_a_send_to_a_dead_broker_at_once(make_cluste
                 p.send(Message("Re", b"after"))
         assert time.monotonic() - start < 30  # not the 60 s send timeout
         assert c.broker_names[0] in str(e.value) and "\n" not in str(e.value)
+
+
+def test_async_sends_to_a_sigkilled_broker_are_retried_on_another(make_cluster, namesrv):
+    c = make_cluster(2)
+    _create(c, "AsyncKill")
+    futures = []
+    with Producer("akill", namesrv=namesrv) as p:
+        for i in range(3000):
+            futures.append(p.send_async(Message("AsyncKill", b"%d" % i)))
+            if i == 1000:
+                c.brokers[1].kill()
+            if i % 100 == 0:
+                time.sleep(0.005)  # some batches go out before the kill, some after
+        assert p.flush(30)
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    assert not failed, failed[:3]
+    where = collections.Counter(f.result().queue.broker_name for f in futures)
+    assert where[c.broker_names[1]] > 0 and where[c.broker_names[0]] > 1500
+    stored = {m.body for m in read_all(c.broker_names[0], "AsyncKill")}
+    assert all(b"%d" % i in stored for i, f in enumerate(futures) if f.result().queue.broker_name == c.broker_names[0])
+
+
+def test_oneway_batch_async_and_hooks_over_the_cluster(make_cluster, namesrv):
+    c = make_cluster(2)
+    _create(c, "Misc")
+    seen: list[str] = []
+
+    class Hook:
+        def send_message_before(self, ctx) -> None:
+            pass
+
+        def send_message_after(self, ctx) -> None:
+            seen.append(ctx.group)
+
+    with Producer("misc", namesrv=namesrv, send_latency_fault_enable=False) as p:
+        p.register_send_hook(Hook())
+        for i in range(20):
+            p.send_oneway(Message("Misc", b"o%d" % i))
+        futs = [p.send_batch_async([Message("Misc", b"b%d-%d" % (i, j)) for j in range(5)]) for i in range(10)]
+        assert p.flush(30)
+        where = collections.Counter(f.result().queue.broker_name for f in futs)
+    assert where == dict.fromkeys(c.broker_names, 5)
+    assert len(seen) == 20 + 10 and set(seen) == {"misc"}
+    assert wait_for(lambda: sum(len(read_all(b, "Misc")) for b in c.broker_names) == 20 + 50, 30)
