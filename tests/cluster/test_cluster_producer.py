@@ -42,8 +42,10 @@ def test_sends_go_round_robin_over_every_broker(make_cluster, namesrv):
     with Producer("spread", namesrv=namesrv, send_latency_fault_enable=False) as p:
         assert isinstance(p, ClusterProducer)
         sync = collections.Counter(p.send(Message("Spread", b"s")).queue.broker_name for _ in range(300))
-        futs = [p.send_async(Message("Spread", b"a")) for _ in range(300)]
-        assert p.flush(30) and p.pending_count == 0
+        futs = []
+        for _ in range(30):  # auto-batched: a batch goes to one broker, the next batch to the next
+            futs += [p.send_async(Message("Spread", b"a")) for _ in range(10)]
+            assert p.flush(30) and p.pending_count == 0
         async_ = collections.Counter(f.result().queue.broker_name for f in futs)
         batches = collections.Counter(p.send_batch([Message("Spread", b"b")] * 3).queue.broker_name for _ in range(30))
         queues = p.fetch_publish_queues("Spread")

@@ -25,18 +25,14 @@ from typing import Any, TypeVar
 
 from shmq.client import exit_close
 from shmq.client.hooks import SendMessageHook, check_hook
+from shmq.client.producer.accumulator import accumulate_oneway, queued_or_failed
+from shmq.client.producer.cluster_batches import FAULTS, RETRIABLE, ClusterBatches
 from shmq.client.producer.cluster_brokers import ClusterBrokers
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.producer import Producer, Selector, inner_producer
 from shmq.client.producer.selectors import SelectMessageQueueByHash, with_sharding_key
 from shmq.errors import (
     BadArgumentError,
-    BrokerBusyError,
-    BrokerGoneError,
-    BrokerNotFoundError,
-    ControlTimeoutError,
-    SendTimeoutError,
-    SharedMemoryFullError,
     ShmqError,
 )
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult
@@ -47,11 +43,6 @@ from shmq.trace.hooks import SendTraceHook
 
 log = logging.getLogger(__name__)
 
-# what a send to another broker may cure: the broker died, was busy, or could not be reached
-RETRIABLE = (BrokerGoneError, BrokerNotFoundError, BrokerBusyError, ControlTimeoutError, SharedMemoryFullError)
-# what makes a broker skipped for a while: the above, and no answer in time (not retried: the
-# broker has the request and may store it; a resend would store another copy)
-FAULTS = (*RETRIABLE, SendTimeoutError)
 R = TypeVar("R")
 Call = Callable[[Producer, float], R]  # a send on one broker's producer, given the seconds left
 _DEFAULTS: dict[str, Any] = dict(Producer.__init__.__kwdefaults__ or {})
@@ -91,6 +82,14 @@ class ClusterProducer(Producer):
         self._cluster = ClusterBrokers(name, group, self._make_broker_producer, send_latency_fault_enable)
         self.faults = self._cluster.faults  # RocketMQ's LatencyFaultTolerance of this producer
         self._retries = InFlight()  # failed async sends until their retry is written (flush)
+        self._max_message_size: int = options.get("max_message_size", _DEFAULTS["max_message_size"])
+        self._grouped: ClusterBatches | None = None
+        if options.get("auto_batch", _DEFAULTS["auto_batch"]):
+            delay = options.get("batch_max_delay", _DEFAULTS["batch_max_delay"])
+            if options.get("batch_max_delay_ms") is not None:
+                delay = options["batch_max_delay_ms"] / 1000
+            max_bytes = options.get("batch_max_bytes", _DEFAULTS["batch_max_bytes"])
+            self._grouped = ClusterBatches(self._cluster, self, self._retries, delay, max_bytes)
         self._executor: ThreadPoolExecutor | None = None  # callbacks (Producer._with_callback)
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
@@ -117,6 +116,8 @@ class ClusterProducer(Producer):
         """``flush`` (up to ``timeout``, default ``send_msg_timeout``), then shut every broker's producer."""
         exit_close.untrack(self)
         wait = self.send_msg_timeout if timeout is None else timeout
+        if self._grouped is not None:
+            self._grouped.accumulator.close()  # sends what waits
         if self._cluster.started:
             self.flush(wait)
         self._cluster.shutdown(wait)
@@ -138,6 +139,7 @@ class ClusterProducer(Producer):
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         while True:
+            self._flush_accumulated()
             ok = True
             for p in list(self._cluster.producers.values()):  # every one, also after one timed out
                 ok = p.flush(left()) and ok
@@ -147,7 +149,10 @@ class ClusterProducer(Producer):
                 return False
 
     def _flush_accumulated(self) -> None:
-        """Send what waits in every broker producer's auto batches (``shmq.aio`` calls it)."""
+        """Send what waits in the auto batches, this producer's and every broker producer's
+        (``shmq.aio`` calls it)."""
+        if self._grouped is not None:
+            self._grouped.accumulator.flush_all()
         for p in list(self._cluster.producers.values()):
             p._flush_accumulated()
 
@@ -279,6 +284,8 @@ class ClusterProducer(Producer):
         sharding_key: str | None = None,
     ) -> SendResult:
         """As ``Producer.send``, on the cluster: ``result.message_queue.broker_name`` says where."""
+        if self._grouped is not None:
+            self._grouped.accumulator.flush_all()  # nothing sent before waits behind it
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if selector is not None:
@@ -296,7 +303,14 @@ class ClusterProducer(Producer):
         *,
         sharding_key: str | None = None,
     ) -> Future[SendResult]:
-        """As ``Producer.send_async``, on the cluster (retried on another broker as ``send``)."""
+        """As ``Producer.send_async``, on the cluster (retried on another broker as ``send``);
+        auto-batched messages go in batches, each to one broker (``ClusterBatches``)."""
+        batches = self._grouped
+        plain = callback is None and selector is None and sharding_key is None
+        if batches is not None and plain and not self._cluster.hooks:  # hooked sends go one by one
+            queued = queued_or_failed(batches.accumulator, msg, self._max_message_size)
+            if queued is not None:
+                return queued
         if sharding_key is not None or selector is not None:
             try:
                 if sharding_key is not None:
@@ -314,7 +328,17 @@ class ClusterProducer(Producer):
     def send_oneway(
         self, msg: Message, selector: Selector | None = None, arg: Any = None, *, sharding_key: str | None = None
     ) -> None:
-        """As ``Producer.send_oneway``, to the next broker (no answer, so no retry)."""
+        """As ``Producer.send_oneway``, to the next broker (no answer, so no retry); auto-batched
+        messages go in batches, each to one broker."""
+        batches = self._grouped
+        if (
+            batches is not None
+            and selector is None
+            and sharding_key is None
+            and not self._cluster.hooks
+            and accumulate_oneway(batches.accumulator, msg, self._max_message_size)
+        ):
+            return
         if sharding_key is not None:
             msg, selector, arg = with_sharding_key(msg, sharding_key, selector), _BY_HASH, sharding_key
         if selector is not None:
@@ -332,6 +356,8 @@ class ClusterProducer(Producer):
         timeout: float | None = None,
     ) -> SendResult:
         """As ``Producer.send_batch``: the batch goes to one broker (another one on a retry)."""
+        if self._grouped is not None:
+            self._grouped.accumulator.flush_all()
         first = _first(msgs)
         if selector is not None:
             p, queue = self._cluster.ordered(first, selector, arg)

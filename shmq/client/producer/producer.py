@@ -27,7 +27,7 @@ from shmq.client.hooks import (
     hooked_call,
     hooked_future,
 )
-from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
+from shmq.client.producer.accumulator import ProduceAccumulator, accumulate_oneway, queued_or_failed
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.inflight import InFlight
@@ -332,12 +332,7 @@ class Producer:
         given. ``sharding_key`` as for ``send``."""
         acc = self._accumulator
         if acc is not None and callback is None and selector is None and sharding_key is None and not self._send_hooks:
-            try:
-                queued = accumulate(acc, msg, self._encoder.max_message_size)
-            except ShmqError as e:  # shut down
-                failed: Future[SendResult] = Future()
-                failed.set_exception(e)
-                return failed
+            queued = queued_or_failed(acc, msg, self._encoder.max_message_size)
             if queued is not None:
                 return queued
         if sharding_key is not None:
