@@ -12,6 +12,8 @@ import shmq
 from tests.ipc_tracking import IpcTracker, ipc_tracker  # noqa: F401 (autouse fixture)
 from tests.process.broker.conftest import SMALL
 
+CONFIG = {**SMALL, "haListenPort": 0}  # no HA sender: ports 10912+i may be taken, and each is a process
+
 
 @pytest.fixture
 def namesrv(ipc_tracker: IpcTracker) -> str:  # noqa: F811
@@ -26,7 +28,7 @@ def make_cluster(tmp_path, ipc_tracker: IpcTracker, namesrv: str) -> Iterator[Ca
     def make(brokers: int = 2, **config: Any) -> shmq.Cluster:
         root = tmp_path / "cluster"
         ipc_tracker.cluster(namesrv, str(root), brokers)
-        c = shmq.Cluster(str(root), brokers=brokers, namesrv=namesrv, config={**SMALL, **config})
+        c = shmq.Cluster(str(root), brokers=brokers, namesrv=namesrv, config={**CONFIG, **config})
         made.append(c)
         return c
 
@@ -38,6 +40,6 @@ def make_cluster(tmp_path, ipc_tracker: IpcTracker, namesrv: str) -> Iterator[Ca
 def restart(cluster: shmq.Cluster, i: int, **config: Any) -> shmq.Broker:
     """Start broker ``i`` of ``cluster`` again (after a kill) and wait until it is routed."""
     old = cluster.brokers[i]
-    cluster.brokers[i] = shmq.Broker(old.store_dir, old.name, {**SMALL, **config, "namesrvAddr": cluster.namesrv.name})
+    cluster.brokers[i] = shmq.Broker(old.store_dir, old.name, {**CONFIG, **config, "namesrvAddr": cluster.namesrv.name})
     cluster.wait_registered()
     return cluster.brokers[i]

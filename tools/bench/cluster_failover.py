@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import shmq
 from shmq import Message, Producer
 
-SMALL = {"mappedFileSizeCommitLog": 64 * 1024 * 1024, "mappedFileSizeConsumeQueue": 80 * 4096}
+SMALL = {"mappedFileSizeCommitLog": 64 * 1024 * 1024, "mappedFileSizeConsumeQueue": 80 * 4096, "haListenPort": 0}
 
 
 class Sender(threading.Thread):

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from shmq.client import exit_close
 from shmq.client.hooks import SendMessageHook, check_hook
 from shmq.client.producer.accumulator import accumulate_oneway, queued_or_failed
-from shmq.client.producer.cluster_batches import FAULTS, RETRIABLE, ClusterBatches
+from shmq.client.producer.cluster_batches import ClusterBatches
 from shmq.client.producer.cluster_brokers import ClusterBrokers
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.producer import Producer, Selector, inner_producer
@@ -184,10 +184,10 @@ class ClusterProducer(Producer):
             start = time.perf_counter()
             try:
                 result = call(p, max(0.0, deadline - time.monotonic()))
-            except FAULTS as e:
-                self._cluster.failed(p, start)
+            except ShmqError as e:
+                retriable = self._cluster.failed(p, start, e)
                 last = attempt == self.retry_times_when_send_failed or time.monotonic() >= deadline
-                if last or not isinstance(e, RETRIABLE):
+                if last or not retriable:
                     raise
                 log.debug("send to broker %r failed (%s): trying another", p.broker_name, e)
                 avoid = str(p.broker_name)
@@ -214,7 +214,7 @@ class ClusterProducer(Producer):
         start = time.perf_counter()
         try:
             inner = call(p, max(0.0, deadline - time.monotonic()))
-        except RETRIABLE as e:
+        except ShmqError as e:
             self._again(outer, topic, deadline, call, retries, p, start, e)
             return
         except Exception as e:  # noqa: BLE001 - the future gets it
@@ -229,12 +229,8 @@ class ClusterProducer(Producer):
             if error is None:
                 self._cluster.sent(p, info, start)
                 outer.set_result(f.result())
-            elif isinstance(error, RETRIABLE):
-                self._again(outer, topic, deadline, call, retries, p, start, error)
             else:
-                if isinstance(error, FAULTS):
-                    self._cluster.failed(p, start)
-                outer.set_exception(error)
+                self._again(outer, topic, deadline, call, retries, p, start, error)
 
         inner.add_done_callback(done)
 
@@ -250,8 +246,8 @@ class ClusterProducer(Producer):
         error: BaseException,
     ) -> None:
         """An async attempt on ``p`` failed with ``error``: retry elsewhere, or settle ``outer``."""
-        self._cluster.failed(p, start)
-        if retries > 0 and time.monotonic() < deadline and self._cluster.started:
+        retriable = self._cluster.failed(p, start, error)
+        if retriable and retries > 0 and time.monotonic() < deadline and self._cluster.started:
             self._retries.add(outer)
             avoid = str(p.broker_name)
             if self._cluster.background(self._retry_elsewhere, outer, topic, deadline, call, retries - 1, avoid):

@@ -22,23 +22,9 @@ from shmq.client.producer.accumulator import Group, PendingSend, ProduceAccumula
 from shmq.client.producer.cluster_brokers import ClusterBrokers
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.producer import Producer
-from shmq.errors import (
-    BrokerBusyError,
-    BrokerGoneError,
-    BrokerNotFoundError,
-    ControlTimeoutError,
-    SendTimeoutError,
-    SharedMemoryFullError,
-)
 from shmq.model.message import Message
 
 log = logging.getLogger(__name__)
-
-# what a send to another broker may cure: the broker died, was busy, or could not be reached
-RETRIABLE = (BrokerGoneError, BrokerNotFoundError, BrokerBusyError, ControlTimeoutError, SharedMemoryFullError)
-# what makes a broker skipped for a while: the above, and no answer in time (not retried: the
-# broker has the request and may store it; a resend would store another copy)
-FAULTS = (*RETRIABLE, SendTimeoutError)
 
 Futures = Sequence[PendingSend | None]  # None: a oneway message
 
@@ -98,9 +84,8 @@ class ClusterBatches:
         error: BaseException,
     ) -> None:
         """The batch on ``p`` failed: to another broker if ``error`` may be cured there, else settled."""
-        if isinstance(error, FAULTS):
-            self.cluster.failed(p, start)
-        if isinstance(error, RETRIABLE) and retries > 0 and time.monotonic() < deadline and self.cluster.started:
+        retriable = self.cluster.failed(p, start, error)
+        if retriable and retries > 0 and time.monotonic() < deadline and self.cluster.started:
             token = object()
             self.retries.add(token)
             again = functools.partial(

@@ -23,13 +23,27 @@ from shmq.client.hooks import SendMessageHook
 from shmq.client.producer.latency_fault import LatencyFaultTolerance
 from shmq.client.producer.producer import Producer, Selector
 from shmq.client.producer.publish_routes import PublishRoutes, TopicPublishInfo
-from shmq.errors import BadArgumentError, BrokerGoneError, BrokerNotFoundError, ShmqError
+from shmq.errors import (
+    BadArgumentError,
+    BrokerBusyError,
+    BrokerGoneError,
+    BrokerNotFoundError,
+    ControlTimeoutError,
+    SendTimeoutError,
+    SharedMemoryFullError,
+    ShmqError,
+)
 from shmq.model.message import Message, MessageBatch, MessageQueue
 from shmq.namesrv.routes import BrokerData, RouteTable
 from shmq.namesrv.segment import RouteReader
 
 log = logging.getLogger(__name__)
 
+# what a send to another broker may cure: the broker died, was busy, or could not be reached
+RETRIABLE = (BrokerGoneError, BrokerNotFoundError, BrokerBusyError, ControlTimeoutError, SharedMemoryFullError)
+# what makes a broker skipped for a while: the above, and no answer in time (not retried: the
+# broker has the request and may store it; a resend would store another copy)
+FAULTS = (*RETRIABLE, SendTimeoutError)
 NO_BROKER_POLL_S = 0.01  # how often a send with no live master looks at the routes again
 REOPEN_S = 1.0  # how often a routed master whose producer did not start is tried again
 
@@ -218,10 +232,15 @@ class ClusterBrokers:
             self._created.add(info.topic)
             self.background(self._create_everywhere, info.topic, str(p.broker_name))
 
-    def failed(self, p: Producer, start: float) -> None:
-        """A send to ``p`` failed (or had no answer in time): the broker is held back a while."""
-        if self.fault_enable:
+    def failed(self, p: Producer, start: float, error: BaseException) -> bool:
+        """A send to ``p`` begun at ``start`` failed with ``error``: whether another broker may
+        take it (its broker died, was busy or unreachable, or left the routes, its producer shut
+        meanwhile); then, or when it had no answer in time, the broker is held back a while."""
+        gone = isinstance(error, ShmqError) and self.producers.get(str(p.broker_name)) is not p
+        retriable = gone or isinstance(error, RETRIABLE)
+        if self.fault_enable and (retriable or isinstance(error, FAULTS)):
             self.faults.update(str(p.broker_name), (time.perf_counter() - start) * 1000.0, isolation=True)
+        return retriable
 
     def _create_everywhere(self, topic: str, done: str) -> None:
         for name, p in list(self.producers.items()):
