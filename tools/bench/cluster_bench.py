@@ -186,14 +186,15 @@ def _median(runs: list[dict]) -> dict:
     }
 
 
-def scaling(root: str, counts: tuple[int, ...], seconds: float, reps: int) -> dict:
+def scaling(root: str, counts: tuple[int, ...], seconds: float, reps: int, prefix: str) -> dict:
     """The end-to-end and producer-only rows of each broker count (max(counts) standalone
-    brokers started once, the first N used by a row; the idle ones park)."""
+    brokers ``<prefix>b<i>`` on ``root/<name>``, started once, the first N used by a row; the
+    idle ones park)."""
     brokers: list[shmq.Broker] = []
     raw: dict[str, dict[str, list[dict]]] = {str(n): {"e2e": [], "producer": []} for n in counts}
     try:
         for i in range(max(counts)):
-            name = f"cb{os.getpid()}b{i}"
+            name = f"{prefix}b{i}"
             brokers.append(shmq.Broker(os.path.join(root, name), name=name, config=CONFIG))
         for _ in range(reps):  # interleaved, so a burst of load elsewhere spreads over every row
             for n in counts:
@@ -207,12 +208,12 @@ def scaling(root: str, counts: tuple[int, ...], seconds: float, reps: int) -> di
     return {n: {"end_to_end": _median(r["e2e"]), "producer_only": _median(r["producer"])} for n, r in raw.items()}
 
 
-def namesrv_vs_broker(root: str, seconds: float, reps: int) -> dict:
+def namesrv_vs_broker(root: str, seconds: float, reps: int, prefix: str) -> dict:
     """Producer-only batch sends through ``namesrv=`` and ``broker=`` on a one-broker cluster,
     alternating; the ratio of their medians (1.0: the route lookup costs nothing)."""
     if not hasattr(shmq, "Cluster"):
         return {"error": "not available yet: shmq.Cluster not importable"}
-    ns = f"cb{os.getpid()}ns"
+    ns = f"{prefix}ns"
     cluster = shmq.Cluster(os.path.join(root, "cluster"), brokers=1, namesrv=ns, config=CONFIG)
     try:
         b = cluster.brokers[0]
@@ -232,12 +233,13 @@ def run(seconds: float = 2.0, reps: int = 3, counts: tuple[int, ...] = (1, 2, 4)
     load = os.getloadavg()[0]
     try:
         out: dict[str, Any] = {"seconds": seconds, "reps": reps, "cores": os.cpu_count()}
+        prefix = f"cb{os.getpid()}"
         try:
-            out["brokers"] = scaling(root, counts, seconds, reps)
+            out["brokers"] = scaling(root, counts, seconds, reps, prefix)
         except Exception as e:
             out["brokers"] = {"error": f"{type(e).__name__}: {e}"}
         try:
-            out["namesrv"] = namesrv_vs_broker(root, seconds, reps)
+            out["namesrv"] = namesrv_vs_broker(root, seconds, reps, prefix)
         except Exception as e:
             out["namesrv"] = {"error": f"{type(e).__name__}: {e}"}
     finally:
