@@ -7,15 +7,13 @@ import inspect
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 import shmq
 from shmq.cli.demo_cluster import split_rows
 from shmq.namesrv.segment import routes_name
-
-SHMQ = os.path.join(os.path.dirname(sys.executable), "shmq")
+from tests.cli import demo_run
 
 
 def _cluster_clients() -> str | None:
@@ -38,7 +36,7 @@ def test_the_split_rows_name_each_broker_and_each_consumers_queues() -> None:
 
 
 def test_a_cluster_of_no_brokers_is_refused_in_one_line() -> None:
-    out = subprocess.run([SHMQ, "demo", "--brokers", "0"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([demo_run.SHMQ, "demo", "--brokers", "0"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "--brokers 0: must be 1 or more" in out.stdout and "Traceback" not in out.stdout + out.stderr
 
@@ -51,16 +49,7 @@ def test_the_demo_on_two_brokers_passes_and_shows_the_split(tmp_path, ipc_tracke
     if why:
         pytest.skip(f"the cluster demo needs the cluster clients: {why}")
     store = str(tmp_path / "store")
-    args = ["--producers", "2", "--messages", "200", "--orders", "4", "--steps", "3"]
-    args += ["--bulk-messages", "3000", "--batch", "64", "--latency-messages", "200", "--rate", "500"]
-    p = subprocess.Popen(
-        [SHMQ, "demo", "--brokers", "2", *args, "--timeout", "90", "--store", store],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(tmp_path),
-        env={**os.environ, "COLUMNS": "400"},
-    )  # one line per summary row
+    p = demo_run.start(str(tmp_path), "--brokers", "2", "--timeout", "90", "--store", store)
     ns = f"demo{p.pid}"
     for i in range(2):
         ipc_tracker.names.append(f"{ns}-b{i}")
@@ -69,7 +58,7 @@ def test_the_demo_on_two_brokers_passes_and_shows_the_split(tmp_path, ipc_tracke
     assert p.returncode == 0, stdout + stderr
     assert "PASS: every message arrived" in stdout
     assert f"name server: {ns}   brokers: {ns}-b0, {ns}-b1" in stdout
-    rows = {m.group(1).strip(): m.group(2) for m in re.finditer(r"^│ ([^│]+?) +│ (.+?) +│$", stdout, re.MULTILINE)}
+    rows = demo_run.summary_rows(stdout)
     assert rows["throughput: arrived"] == "6,000 of 6,000 sent"
     per_broker = dict(re.findall(rf"({ns}-b\d) ([\d,]+) \(", rows["cluster: messages per broker"]))
     assert set(per_broker) == {f"{ns}-b0", f"{ns}-b1"}
