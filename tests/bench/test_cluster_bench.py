@@ -4,9 +4,11 @@ in processes of their own), and how the benchmarks page shows them with the mode
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+import shmq
 from tests.ipc_tracking import ipc_tracker  # noqa: F401 (autouse fixture)
 from tools.bench import cluster_bench, cluster_page, docs_page
 
@@ -29,6 +31,20 @@ def test_one_and_two_brokers_move_every_message_and_measure_each_kind_of_process
         assert all(e["cpu_us"][k] > 0 for k in cluster_bench.KINDS)
         assert e["cpu_us"]["total"] == pytest.approx(sum(e["cpu_us"][k] for k in cluster_bench.KINDS))
         assert "consumer" not in p["cpu_us"] and p["cpu_us"]["producer"] > 0
+
+
+def test_a_process_that_fails_stops_the_run_at_once_with_its_reason(
+    tmp_path,
+    ipc_tracker,  # noqa: F811
+) -> None:
+    """A producer that cannot attach (no broker of that name) breaks the start barrier: the run
+    raises its one-line reason well before the 120 s the others would wait at the barrier."""
+    name = ipc_tracker.name("cb")
+    with shmq.Broker(ipc_tracker.store(str(tmp_path / name)), name=name, config=cluster_bench.CONFIG) as b:
+        t = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"producer: BrokerNotFoundError: .*nosuch"):
+            cluster_bench.run_once([b], [{"broker": f"{name}nosuch"}], 0.3, consume=True)
+        assert time.monotonic() - t < 60
 
 
 def _cluster(broker_us: float, producer_us: float, consumer_us: float) -> dict:

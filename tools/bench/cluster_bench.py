@@ -43,6 +43,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -75,7 +76,28 @@ def _cpu(pid: int | None = None) -> float:
     return t.user + t.system
 
 
-def producer(target: dict[str, str], topic: str, seconds: float, ready: Any, counts: Any, out: Any) -> None:
+def producer(*args: Any) -> None:
+    """A producer process (``_producer``'s arguments)."""
+    _guarded(_producer, args)
+
+
+def consumer(*args: Any) -> None:
+    """A consumer process (``_consumer``'s arguments)."""
+    _guarded(_consumer, args)
+
+
+def _guarded(role: Any, args: tuple) -> None:
+    """Run a worker; when it fails, break the start barrier and say why, so the run stops at
+    once instead of waiting for it."""
+    ready, out = args[-3], args[-1]
+    try:
+        role(*args)
+    except BaseException as e:
+        ready.abort()
+        out.put(("error", f"{role.__name__.strip('_')}: {type(e).__name__}: {e}", 0.0, 0))
+
+
+def _producer(target: dict[str, str], topic: str, seconds: float, ready: Any, counts: Any, out: Any) -> None:
     """Batches for ``seconds`` after the start; reports (messages, CPU s, end ns)."""
     p = Producer(f"cb-p{os.getpid()}", **target).start()
     try:
@@ -101,7 +123,7 @@ def producer(target: dict[str, str], topic: str, seconds: float, ready: Any, cou
         p.shutdown()
 
 
-def consumer(broker: str, topic: str, producers: int, ready: Any, counts: Any, out: Any) -> None:
+def _consumer(broker: str, topic: str, producers: int, ready: Any, counts: Any, out: Any) -> None:
     """Columns of every queue of ``broker`` until all producers are done and all they sent is
     consumed (by every consumer together); reports (messages, CPU s, last message ns)."""
     pc = PullConsumer(f"cb-c{topic}", broker=broker).start()
@@ -149,9 +171,16 @@ def run_once(brokers: list[shmq.Broker], targets: list[dict[str, str]], seconds:
         p.start()
     try:
         before = [_cpu(b.pid) for b in brokers]
-        ready.wait(120)
+        try:
+            ready.wait(120)
+        except threading.BrokenBarrierError:
+            raise RuntimeError(out.get(timeout=10)[1]) from None
         start = time.monotonic_ns()
-        results = [out.get(timeout=seconds + 120) for _ in procs]
+        results = []
+        for _ in procs:
+            results.append(out.get(timeout=seconds + 120))
+            if results[-1][0] == "error":
+                raise RuntimeError(results[-1][1])
         broker_cpu = sum(_cpu(b.pid) for b in brokers) - sum(before)
     finally:
         for p in procs:
@@ -196,6 +225,8 @@ def scaling(root: str, counts: tuple[int, ...], seconds: float, reps: int, prefi
         for i in range(max(counts)):
             name = f"{prefix}b{i}"
             brokers.append(shmq.Broker(os.path.join(root, name), name=name, config=CONFIG))
+        targets = [{"broker": b.name} for b in brokers]
+        run_once(brokers, targets, min(seconds, 0.5), consume=True)  # untimed: first pages, first connections
         for _ in range(reps):  # interleaved, so a burst of load elsewhere spreads over every row
             for n in counts:
                 mine = brokers[:n]
@@ -217,10 +248,12 @@ def namesrv_vs_broker(root: str, seconds: float, reps: int, prefix: str) -> dict
     cluster = shmq.Cluster(os.path.join(root, "cluster"), brokers=1, namesrv=ns, config=CONFIG)
     try:
         b = cluster.brokers[0]
+        ways = {"broker": {"broker": b.name}, "namesrv": {"namesrv": ns}}
         runs: dict[str, list[dict]] = {"broker": [], "namesrv": []}
-        for _ in range(reps):
-            runs["broker"].append(run_once([b], [{"broker": b.name}], seconds, consume=False))
-            runs["namesrv"].append(run_once([b], [{"namesrv": ns}], seconds, consume=False))
+        run_once([b], [ways["broker"]], min(seconds, 0.5), consume=False)  # untimed: first pages
+        for rep in range(reps):
+            for way in sorted(ways, reverse=bool(rep % 2)):  # each goes first in every other repetition
+                runs[way].append(run_once([b], [ways[way]], seconds, consume=False))
     finally:
         cluster.stop()
     out = {k: _median(v) for k, v in runs.items()}
