@@ -40,21 +40,23 @@ def serving(store: str, name: str, config: Mapping[str, Any], brokers: int, topi
             admin = shmq.Admin(broker=b)
             for topic in topics:
                 admin.create_topic(topic)
-        _wait_routed(name, topics, set(names))
+        wait_routed(name, topics, set(names))
         yield {"namesrv": name}
     finally:
         cluster.stop()
 
 
-def _wait_routed(namesrv: str, topics: Sequence[str], brokers: set[str]) -> None:
-    """Until the name server routes every topic to every broker (the brokers re-register when
-    their topics change)."""
+def wait_routed(namesrv: str, topics: Sequence[str], brokers: set[str], exact: bool = False) -> None:
+    """Until the name server routes every topic to every one of ``brokers`` (to those alone
+    when ``exact``): the brokers re-register when their topics change. Also what the cluster
+    benchmark waits for before it sends to a topic."""
     reader = RouteReader(namesrv)
     try:
         deadline = time.monotonic() + ROUTE_WAIT_S
         while time.monotonic() < deadline:
             table = reader.read()
-            if all({mq.broker_name for mq in table.topic_route(t).read_queues()} >= brokers for t in topics):
+            routed = [{mq.broker_name for mq in table.topic_route(t).read_queues()} for t in topics]
+            if all(r == brokers if exact else r >= brokers for r in routed):
                 return
             time.sleep(0.05)
     finally:

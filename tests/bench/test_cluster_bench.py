@@ -20,9 +20,9 @@ def test_one_and_two_brokers_move_every_message_and_measure_each_kind_of_process
     """Every message sent is consumed (run_once raises otherwise), every kind of process spent
     CPU on them, and the producer-only rows have no consumer figure. No speed is asserted."""
     prefix = ipc_tracker.name("cb")
-    for i in range(2):
-        ipc_tracker.names.append(f"{prefix}b{i}")
-        ipc_tracker.store(str(tmp_path / f"{prefix}b{i}"))
+    for name in (f"{prefix}{sep}b{i}" for sep in ("", "-") for i in range(2)):  # standalone or a cluster's
+        ipc_tracker.names.append(name)
+        ipc_tracker.store(str(tmp_path / name))
     rows = cluster_bench.scaling(str(tmp_path), (1, 2), 0.3, 1, prefix)
     assert set(rows) == {"1", "2"}
     for r in rows.values():
@@ -78,6 +78,7 @@ def test_the_page_shows_the_rows_the_model_and_why_a_row_did_not_run() -> None:
     assert "| 64 | 16.00M | 16 |" in section
     assert "not available yet: shmq.Cluster not importable" in section
     assert "Load average (1 min) 0.3 at the start" in section
+    assert "Clients: standalone brokers; a producer and a consumer given broker= per broker." in section
     del res["extras"]["shmq"]["cluster"]
     without = docs_page.render(res).split("## A cluster on one host", 1)[1].split("\n## ", 1)[0]
     assert "Figures: not run in this results file." in without and "| 64 |" not in without

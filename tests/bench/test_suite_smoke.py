@@ -98,7 +98,8 @@ def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
     """
     run, _ = suite_run
     stopped = {m.group(1): m.group(2) for m in STOPPED.finditer(run.stdout)}
-    names = [f"bench{run.pid}", f"bench{run.pid}s", f"cb{run.pid}b0", f"cb{run.pid}b1"]  # the cluster rows' too
+    names = [f"bench{run.pid}", f"bench{run.pid}s"]
+    names += [f"cb{run.pid}{sep}b{i}" for sep in ("", "-") for i in range(2)]  # the cluster rows' brokers
     in_shm = [entry for name in names for entry in shm.leftovers(name)]
     sysv = existing(o for store in stopped.values() for o in store_objects(store))
     for name in names:

@@ -5,10 +5,13 @@ One broker process is one core's worth of Python whatever the machine has; sever
 are how shmq uses more cores. For each broker count N this starts (per run, interleaved, a
 fresh topic each time):
 
-- **end to end**: N producers (one per broker) sending MessageBatch batches of 100 bodies of
-  100 B, 4 batches in flight (the suite's batch row), and N pull consumers reading columns
-  (``pull_batch``) of their broker's 8 queues; producers send for ``--seconds``, the rate is
-  every message sent over the time from the start to the last one consumed;
+- **end to end**: N producers sending MessageBatch batches of 100 bodies of 100 B, 4 batches
+  in flight (the suite's batch row), and N pull consumers reading columns (``pull_batch``), a
+  topic of 8 queues on each of the N brokers; producers send for ``--seconds``, the rate is
+  every message sent over the time from the start to the last one consumed. With a name
+  server (``shmq.Cluster``) and clients that take ``namesrv=``, every client attaches through
+  it (producers go round robin over the brokers, each consumer reads a share of every
+  broker's queues); without, each broker gets a producer and a consumer given ``broker=``;
 - **producer only**: the same producers, no consumers: the broker's write path alone;
 - the **CPU seconds per message** of each kind of process (broker, producer, consumer): psutil
   ``cpu_times`` (user + system, every thread) of each process over the timed phase, summed over
@@ -37,6 +40,7 @@ message than one broker), not the rate.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import multiprocessing as mp
 import os
@@ -52,6 +56,7 @@ import psutil
 
 import shmq
 from shmq import MessageBatch, Producer, PullConsumer
+from shmq.cli.demo_cluster import wait_routed
 
 SIZE = 100
 BATCH = 100  # bodies per MessageBatch, as the suite's batch rows
@@ -66,6 +71,10 @@ CONFIG = {
     "default_topic_queue_nums": QUEUES,
 }
 SPAWN = mp.get_context("spawn")
+VIA = {
+    "namesrv": "a cluster (a name server and the brokers); every producer and consumer given namesrv=",
+    "broker": "standalone brokers; a producer and a consumer given broker= per broker",
+}
 # counts shared by the processes of one run: messages sent, producers done, messages consumed
 SENT, DONE, RECEIVED = 0, 1, 2
 
@@ -123,12 +132,15 @@ def _producer(target: dict[str, str], topic: str, seconds: float, ready: Any, co
         p.shutdown()
 
 
-def _consumer(broker: str, topic: str, producers: int, ready: Any, counts: Any, out: Any) -> None:
-    """Columns of every queue of ``broker`` until all producers are done and all they sent is
-    consumed (by every consumer together); reports (messages, CPU s, last message ns)."""
-    pc = PullConsumer(f"cb-c{topic}", broker=broker).start()
+def _consumer(
+    target: dict[str, str], share: tuple[int, int], topic: str, producers: int, ready: Any, counts: Any, out: Any
+) -> None:
+    """Columns of its ``share`` (i of k) of the topic's queues, sorted by (broker, queue id),
+    until all producers are done and all they sent is consumed (by every consumer together);
+    reports (messages, CPU s, last message ns)."""
+    pc = PullConsumer(f"cb-c{topic}", **target).start()
     try:
-        queues = pc.fetch_queues(topic)
+        queues = sorted(pc.fetch_queues(topic), key=lambda mq: (mq.broker_name, mq.queue_id))[share[0] :: share[1]]
         offsets = dict.fromkeys(queues, 0)
         got = last = 0
         ready.wait(120)
@@ -154,18 +166,27 @@ def _consumer(broker: str, topic: str, producers: int, ready: Any, counts: Any, 
         pc.shutdown()
 
 
-def run_once(brokers: list[shmq.Broker], targets: list[dict[str, str]], seconds: float, consume: bool) -> dict:
-    """One run: a producer per target (and a consumer per broker when ``consume``), released
-    together; msgs/s and CPU us per message of each kind of process."""
+def run_once(
+    brokers: list[shmq.Broker], targets: list[dict[str, str]], seconds: float, consume: bool, namesrv: str = ""
+) -> dict:
+    """One run on a fresh topic made on ``brokers`` alone: a producer per target, and when
+    ``consume`` as many consumers as brokers (through ``namesrv`` each with a share of every
+    broker's queues, else one per broker), released together; msgs/s and CPU us per message
+    of each kind of process."""
     topic = f"ClusterBench{os.getpid()}x{time.monotonic_ns()}"
     _warm(brokers, topic)
-    workers = len(targets) + (len(brokers) if consume else 0)
+    if namesrv:
+        wait_routed(namesrv, [topic], {b.name for b in brokers}, exact=True)
+        readers = [({"namesrv": namesrv}, (i, len(brokers))) for i in range(len(brokers))]
+    else:
+        readers = [({"broker": b.name}, (0, 1)) for b in brokers]
+    workers = len(targets) + (len(readers) if consume else 0)
     ready, counts, out = SPAWN.Barrier(workers + 1), SPAWN.Array("q", 3), SPAWN.Queue()
     procs = [SPAWN.Process(target=producer, args=(t, topic, seconds, ready, counts, out), daemon=True) for t in targets]
     if consume:
         procs += [
-            SPAWN.Process(target=consumer, args=(b.name, topic, len(targets), ready, counts, out), daemon=True)
-            for b in brokers
+            SPAWN.Process(target=consumer, args=(t, share, topic, len(targets), ready, counts, out), daemon=True)
+            for t, share in readers
         ]
     for p in procs:
         p.start()
@@ -216,34 +237,54 @@ def _median(runs: list[dict]) -> dict:
 
 
 def scaling(root: str, counts: tuple[int, ...], seconds: float, reps: int, prefix: str) -> dict:
-    """The end-to-end and producer-only rows of each broker count (max(counts) standalone
-    brokers ``<prefix>b<i>`` on ``root/<name>``, started once, the first N used by a row; the
-    idle ones park)."""
-    brokers: list[shmq.Broker] = []
+    """The end-to-end and producer-only rows of each broker count, on max(counts) brokers
+    started once (the first N hold a row's topic; the idle ones park). With the cluster clients
+    a ``shmq.Cluster`` named ``prefix`` (brokers ``<prefix>-b<i>``) and every client given
+    ``namesrv=``; without, standalone brokers ``<prefix>b<i>`` and a producer and a consumer
+    given ``broker=`` per broker. Stores on ``root/<broker name>``."""
+    via = "broker" if cluster_clients() else "namesrv"
+    cluster = shmq.Cluster(root, brokers=max(counts), namesrv=prefix, config=CONFIG) if via == "namesrv" else None
+    brokers: list[shmq.Broker] = cluster.brokers if cluster else []
     raw: dict[str, dict[str, list[dict]]] = {str(n): {"e2e": [], "producer": []} for n in counts}
+
+    def timed(n: int, seconds: float, consume: bool) -> dict:
+        mine = brokers[:n]
+        targets = [{"namesrv": prefix} if cluster else {"broker": b.name} for b in mine]
+        return run_once(mine, targets, seconds, consume, prefix if cluster else "")
+
     try:
-        for i in range(max(counts)):
+        for i in range(0 if cluster else max(counts)):
             name = f"{prefix}b{i}"
             brokers.append(shmq.Broker(os.path.join(root, name), name=name, config=CONFIG))
-        targets = [{"broker": b.name} for b in brokers]
-        run_once(brokers, targets, min(seconds, 0.5), consume=True)  # untimed: first pages, first connections
+        timed(len(brokers), min(seconds, 0.5), True)  # untimed: first pages, first connections
         for _ in range(reps):  # interleaved, so a burst of load elsewhere spreads over every row
             for n in counts:
-                mine = brokers[:n]
-                targets = [{"broker": b.name} for b in mine]
-                raw[str(n)]["e2e"].append(run_once(mine, targets, seconds, consume=True))
-                raw[str(n)]["producer"].append(run_once(mine, targets, seconds, consume=False))
+                raw[str(n)]["e2e"].append(timed(n, seconds, True))
+                raw[str(n)]["producer"].append(timed(n, seconds, False))
     finally:
-        for b in reversed(brokers):
+        if cluster:
+            cluster.stop()
+        for b in [] if cluster else reversed(brokers):
             b.stop()
     return {n: {"end_to_end": _median(r["e2e"]), "producer_only": _median(r["producer"])} for n, r in raw.items()}
+
+
+def cluster_clients() -> str | None:
+    """Why this shmq cannot run a cluster with ``namesrv=`` clients, or None."""
+    if not hasattr(shmq, "Cluster"):
+        return "not available yet: shmq.Cluster not importable"
+    for client in (Producer, PullConsumer):
+        if "namesrv" not in inspect.signature(client).parameters:
+            return f"not available yet: {client.__name__} takes no namesrv="
+    return None
 
 
 def namesrv_vs_broker(root: str, seconds: float, reps: int, prefix: str) -> dict:
     """Producer-only batch sends through ``namesrv=`` and ``broker=`` on a one-broker cluster,
     alternating; the ratio of their medians (1.0: the route lookup costs nothing)."""
-    if not hasattr(shmq, "Cluster"):
-        return {"error": "not available yet: shmq.Cluster not importable"}
+    why = cluster_clients()
+    if why:
+        return {"error": why}
     ns = f"{prefix}ns"
     cluster = shmq.Cluster(os.path.join(root, "cluster"), brokers=1, namesrv=ns, config=CONFIG)
     try:
@@ -265,7 +306,8 @@ def run(seconds: float = 2.0, reps: int = 3, counts: tuple[int, ...] = (1, 2, 4)
     root = tempfile.mkdtemp(prefix="shmq-cluster-bench.")
     load = os.getloadavg()[0]
     try:
-        out: dict[str, Any] = {"seconds": seconds, "reps": reps, "cores": os.cpu_count()}
+        via = "broker" if cluster_clients() else "namesrv"  # what scaling() attaches the clients with
+        out: dict[str, Any] = {"seconds": seconds, "reps": reps, "cores": os.cpu_count(), "via": via}
         prefix = f"cb{os.getpid()}"
         try:
             out["brokers"] = scaling(root, counts, seconds, reps, prefix)
@@ -289,6 +331,7 @@ def predict(cpu_us: dict[str, float], cores: int) -> tuple[float, int]:
 def summary(res: dict) -> list[str]:
     """The figures as lines of text, with the model's predictions for 16 and 64 cores."""
     lines = [f"load average (1 min) {res['load_average_1m'][0]} at the start, {res['load_average_1m'][1]} at the end"]
+    lines.append(VIA[res.get("via", "broker")])
     rows = res["brokers"]
     if "error" in rows:
         return [*lines, f"brokers: {rows['error']}"]

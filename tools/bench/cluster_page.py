@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.bench.cluster_bench import KINDS, predict
+from tools.bench.cluster_bench import KINDS, VIA, predict
 from tools.bench.suite.report import short_rate
 
 COMMAND = "`python tools/bench/cluster_bench.py`"
@@ -68,8 +68,8 @@ def section(cluster: dict[str, Any] | None, table: Any) -> list[str]:
         "",
         (
             "One broker process is one core's worth of Python; a cluster (a name server and several brokers) "
-            "is how shmq uses more cores. For 1, 2 and 4 brokers: one producer per broker sending batches of 100 "
-            "bodies of 100 B (4 in flight) and one pull consumer per broker reading columns, end to end; the same "
+            "is how shmq uses more cores. For 1, 2 and 4 brokers: as many producers sending batches of 100 "
+            "bodies of 100 B (4 in flight) and as many pull consumers reading columns, end to end; the same "
             "producers alone; and the CPU time (user + system) each kind of process spends per message over the "
             f"timed phase. Reproduce: {COMMAND}."
         ),
@@ -80,6 +80,8 @@ def section(cluster: dict[str, Any] | None, table: Any) -> list[str]:
         lines += [f"Figures: {why}.", ""]
     else:
         lines += [
+            f"Clients: {VIA[cluster.get('via', 'broker')]}.",
+            "",
             (
                 f"Load average (1 min) {cluster['load_average_1m'][0]} at the start of these rows and "
                 f"{cluster['load_average_1m'][1]} at the end, on {cluster['cores']} cores: with more processes than "
