@@ -9,6 +9,7 @@ from shmq.client.msg_lookup import MessageTrack
 from shmq.client.producer.producer import Producer
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom
 from shmq.client.producer.transaction import TransactionProducer, TransactionSendResult, TransactionStatus
+from shmq.cluster import Cluster, NameServer
 from shmq.errors import (
     ArgumentTypeError,
     BadArgumentError,
@@ -35,6 +36,7 @@ from shmq.errors import (
     MessageTooLargeError,
     MetadataError,
     NotAStoreError,
+    RegistrationError,
     ReplicaReadOnlyError,
     SendTimeoutError,
     SharedMemoryFullError,
@@ -68,6 +70,7 @@ __all__ = [
     "BrokerGoneError",
     "BrokerNotFoundError",
     "BrokerStartError",
+    "Cluster",
     "ConfigError",
     "ConsumeContext",
     "ConsumeFrom",
@@ -93,12 +96,14 @@ __all__ = [
     "MessageTooLargeError",
     "MessageTrack",
     "MetadataError",
+    "NameServer",
     "NotAStoreError",
     "Producer",
     "PullConsumer",
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "RegistrationError",
     "ReplicaReadOnlyError",
     "ResendResult",
     "SelectMessageQueueByHash",

@@ -23,6 +23,7 @@ ASYNC_MASTER = "ASYNC_MASTER"
 SYNC_MASTER = "SYNC_MASTER"
 SLAVE = "SLAVE"
 _BROKER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_BROKER_ID = 1024  # the route table's bound (shmq.namesrv.routes)
 
 
 @dataclass
@@ -112,6 +113,13 @@ class BrokerConfig:
     # shmq: group (name or gid) given read access to the store (folders 0750, files 0640), for
     # consumers running as other users of that group; None: the broker's user only (0700/0600)
     shm_group: str | None = None
+    # cluster (docs/CLUSTER.md): the name server this broker registers with ("": standalone)
+    namesrv_addr: str = ""
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0  # a replica's id under its master's brokerName (0: 1); a master registers as 0
+    # shmq: the brokerName a replica registers under (its master's); every process on this host has a
+    # name of its own, so a replica cannot share its master's brokerName as in RocketMQ
+    master_broker_name: str | None = None
 
     def __post_init__(self) -> None:
         # RocketMQ 5 writes these two as percentages (90), 4.x as fractions (0.90): accept both
@@ -127,6 +135,14 @@ class BrokerConfig:
             raise ConfigError(f"brokerRole must be ASYNC_MASTER, SYNC_MASTER or SLAVE, got {self.broker_role!r}")
         if self.broker_name is not None:
             _check_name(self.broker_name)
+        for key in ("namesrv_addr", "broker_cluster_name", "master_broker_name"):
+            value = getattr(self, key)
+            if value and not _BROKER_NAME.fullmatch(value):
+                raise ConfigError(f"{camel(key)} {value!r}: use 1-64 letters, digits, '_' or '-'")
+        if not self.broker_cluster_name:
+            raise ConfigError("brokerClusterName must not be empty")
+        if not 0 <= self.broker_id <= MAX_BROKER_ID:
+            raise ConfigError(f"brokerId must be 0..{MAX_BROKER_ID}, got {self.broker_id}")
         if self.mapped_file_size_commit_log < 4096:
             raise ConfigError("mappedFileSizeCommitLog must be at least 4096 bytes")
         if self.mapped_file_size_consume_queue % 20 or self.mapped_file_size_consume_queue < 20:
@@ -187,6 +203,10 @@ class BrokerConfig:
             )
         if self.broker_role == SLAVE and not self.ha_master_address:
             raise ConfigError("brokerRole=SLAVE needs haMasterAddress=host:port (or shmq replica --master)")
+        if self.broker_role == SLAVE and self.namesrv_addr and not self.master_broker_name:
+            raise ConfigError(
+                "a replica in a cluster (namesrvAddr) needs masterBrokerName: the brokerName of the master it follows"
+            )
 
     @property
     def is_master(self) -> bool:

@@ -208,4 +208,23 @@ KEY_DOCS: dict[str, KeyDoc] = {
         "other users; unset: the broker's user only (0700/0600). Shared-memory objects stay 0600 for "
         "now",
     ),
+    "namesrv_addr": KeyDoc(
+        "name",
+        "broker process",
+        "the name server (on this host) the broker registers with, its topics included; empty: a "
+        "standalone broker. A name server that is not running does not stop the broker: it registers "
+        "once one serves, and again whenever one restarts",
+    ),
+    "broker_cluster_name": KeyDoc("name", "broker process", "the cluster the broker registers in"),
+    "broker_id": KeyDoc(
+        "",
+        "broker process",
+        "a replica's id under its master's broker name (>= 1; 0 registers as 1); a master always registers as 0",
+    ),
+    "master_broker_name": KeyDoc(
+        "name",
+        "broker process",
+        "the broker name a replica registers under: its master's (required for a replica with "
+        "`namesrvAddr`); a master with it set (a promoted replica) takes that broker name over (shmq only)",
+    ),
 }

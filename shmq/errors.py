@@ -205,3 +205,8 @@ class RouteTableError(ShmqError, ValueError):
 
 class NameServerNotFoundError(ShmqError, LookupError):
     """No name server serves this name: start one with `shmq namesrv --name NS`."""
+
+
+class RegistrationError(ShmqError, ValueError):
+    """A name server refused a broker's registration (a bad field, or its broker name and id
+    are registered by another live broker)."""

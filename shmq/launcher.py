@@ -14,6 +14,7 @@ from typing import Any
 
 from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, BrokerStartError, ShmqError
+from shmq.namesrv.segment import RouteReader
 from shmq.ring.liveness import Watch
 from shmq.ring.reclaim import reclaim_dead_broker
 from shmq.ring.shm import check_broker_name
@@ -42,6 +43,7 @@ class Broker:
         checked = BrokerConfig.load(config)  # a bad key, name or role fails here, in the caller
         checked.check_role()
         self.name = check_broker_name(checked.resolve_name(name))
+        self.namesrv = checked.namesrv_addr or None
         files.prepare_root(self.store_dir, checked.group_id())  # 0700 (0750 with shmGroup) before the log is made
         self.log_path = os.path.join(self.store_dir, "broker.log")
         self._config_file = None
@@ -70,6 +72,16 @@ class Broker:
         return self.process.pid
 
     def _wait_ready(self, timeout: float) -> None:
+        routes = RouteReader(self.namesrv) if self.namesrv else None
+        try:
+            self._wait_serving(timeout, routes)
+        finally:
+            if routes is not None:
+                routes.close()
+
+    def _wait_serving(self, timeout: float, routes: RouteReader | None) -> None:
+        """Until the broker serves and, if its name server runs, is registered (a refused
+        registration ends the start: the process exits and says why)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -84,10 +96,19 @@ class Broker:
                 h = reader.view.header[0]
                 ready = int(h["broker_pid"]) == self.process.pid and Watch(int(h["alive_key"])).is_alive()
                 reader.close()
-                if ready:
+                if ready and (routes is None or self._registered(routes)):
                     return
             time.sleep(0.01)
         raise BrokerStartError(f"broker {self.name!r} did not come up within {timeout} s:\n{self.log()}")
+
+    def _registered(self, routes: RouteReader) -> bool:
+        """Whether the broker is in its name server's routes, or no name server runs to be in."""
+        if not routes.server_alive():
+            return True
+        try:
+            return any(b.pid == self.process.pid for b in routes.read().brokers)
+        except ShmqError:
+            return False
 
     def log(self) -> str:
         """What this broker wrote to its log since it was started."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 import pytest
 import sysv_ipc
 
+from shmq.namesrv.segment import namesrv_key, routes_name
 from shmq.ring import client_keys, shm
 from shmq.ring.control import sysv_key
 from shmq.ring.liveness import Liveness
@@ -30,6 +31,11 @@ _counter = itertools.count()
 def store_objects(store_dir: str) -> list[SysvObject]:
     """The control queue and liveness semaphore of a broker on ``store_dir``."""
     return [("msg", sysv_key(store_dir, "control")), ("sem", sysv_key(store_dir, "alive"))]
+
+
+def namesrv_objects(namesrv: str) -> list[SysvObject]:
+    """The control queue and liveness semaphore of name server ``namesrv``."""
+    return [("msg", namesrv_key(namesrv, "control")), ("sem", namesrv_key(namesrv, "alive"))]
 
 
 def client_semaphores(store_dir: str) -> list[int]:
@@ -72,6 +78,7 @@ class IpcTracker:
     def __init__(self, key_log: str) -> None:
         self.names: list[str] = []
         self.stores: list[str] = []
+        self.namesrvs: list[str] = []
         self._key_log = key_log
 
     def name(self, prefix: str) -> str:
@@ -79,6 +86,19 @@ class IpcTracker:
         name = f"{prefix}{os.getpid()}x{next(_counter)}"
         self.names.append(name)
         return name
+
+    def namesrv(self, prefix: str) -> str:
+        """A name server name no other test uses; its segment, queue and semaphore are checked."""
+        name = f"{prefix}{os.getpid()}x{next(_counter)}"
+        self.namesrvs.append(name)
+        return name
+
+    def cluster(self, namesrv: str, root: str, brokers: int) -> list[str]:
+        """Track the brokers ``shmq.Cluster(root, brokers, namesrv)`` starts; their names."""
+        names = [f"{namesrv}-b{i}" for i in range(brokers)]
+        self.names.extend(names)
+        self.stores.extend(os.path.join(root, n) for n in names)
+        return names
 
     def store(self, path: str) -> str:
         """Track the SysV objects of a broker (or test) using the store at ``path``."""
@@ -100,7 +120,9 @@ class IpcTracker:
     def left(self) -> tuple[list[str], list[SysvObject]]:
         """What is still there: /dev/shm entries of the test's brokers, and SysV objects."""
         in_shm = [entry for name in self.names for entry in shm.leftovers(name)]
+        in_shm += [routes_name(ns)[1:] for ns in self.namesrvs if os.path.exists(shm.SHM_DIR + routes_name(ns))]
         made = [o for store in self.stores for o in store_objects(store)] + [("sem", k) for k in self._keys()]
+        made += [o for ns in self.namesrvs for o in namesrv_objects(ns)]
         return in_shm, existing(made)
 
 
@@ -120,6 +142,8 @@ def ipc_tracker(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     in_shm, sysv = tracker.left()
     for name in tracker.names:
         shm.remove_leftovers(name)
+    for ns in tracker.namesrvs:
+        shm.unlink_segment(routes_name(ns))
     remove(sysv)
     assert not in_shm, f"left in /dev/shm: {in_shm}"
     assert not sysv, f"SysV objects left: {sysv}"

@@ -1,4 +1,5 @@
-"""`shmq exporter`: the broker's snapshot over HTTP in the Prometheus text format.
+"""`shmq exporter`: the broker's snapshot over HTTP in the Prometheus text format (with
+``--namesrv``: every broker of a name server's routes, and the name server's own metrics).
 
 Like `shmq top` it reads only the state segment (and psutil for the broker process), so a
 scrape never waits on the broker. Each GET /metrics takes a fresh snapshot; the mapping is
@@ -16,6 +17,7 @@ import argparse
 import errno
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -24,9 +26,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
 from shmq.client.connection import broker_name_or_default
-from shmq.errors import BrokerGoneError, BrokerNotFoundError, ShmqError
-from shmq.monitor.prometheus import CONTENT_TYPE, down_exposition, exposition
+from shmq.errors import BrokerGoneError, BrokerNotFoundError, ConfigError, ShmqError
+from shmq.monitor.cluster import RoutedSet
+from shmq.monitor.prometheus import (
+    CONTENT_TYPE,
+    Family,
+    down_exposition,
+    down_families,
+    exposition,
+    families,
+    merge,
+    namesrv_families,
+)
 from shmq.monitor.snapshot import ProcessWatch, Snapshot, take
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring.liveness import Watch
 from shmq.ring.state import StateReader
 
@@ -37,6 +50,12 @@ DEFAULT_PORT = 9500
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
+    p.add_argument(
+        "--namesrv",
+        metavar="NS",
+        help="serve every broker of this name server, each sample labelled with its broker "
+        "(default: $SHMQ_NAMESRV when neither --name nor $SHMQ_BROKER is given)",
+    )
     p.add_argument(
         "--port",
         type=int,
@@ -56,6 +75,7 @@ class Scraper:
 
     def __init__(self, broker: str) -> None:
         self.broker = broker
+        self.label = f"Broker {broker}"  # what the root page names
         self._reader: StateReader | None = None
         self._alive: Watch | None = None
         self._process = ProcessWatch()
@@ -66,6 +86,12 @@ class Scraper:
         with self._lock:
             snap = self._snapshot()
         return exposition(snap) if snap is not None else down_exposition(self.broker)
+
+    def families(self) -> list[Family]:
+        """This broker's metric families (only ``shmq_up 0`` while it is down)."""
+        with self._lock:
+            snap = self._snapshot()
+        return families(snap) if snap is not None else down_families(self.broker)
 
     def _snapshot(self) -> Snapshot | None:
         """The broker's snapshot, or None while it is down. A mapping whose broker died is
@@ -110,7 +136,29 @@ class Scraper:
         self._reader, self._alive = None, None
 
 
-def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
+class ClusterScraper:
+    """``--namesrv``: a ``Scraper`` per broker of the name server's routes, their families
+    merged (every sample keeps its ``broker`` label), and the name server's own metrics."""
+
+    def __init__(self, namesrv: str) -> None:
+        self.label = f"Brokers of name server {namesrv}"  # what the root page names
+        self.namesrv = namesrv
+        self._brokers: RoutedSet[Scraper] = RoutedSet(namesrv, lambda b: Scraper(b.attach_name), Scraper.close)
+        self._lock = threading.Lock()
+
+    def metrics(self) -> str:
+        with self._lock:
+            members = self._brokers.sync()
+            up = self._brokers.problem is None and self._brokers.server_alive()
+            parts = [namesrv_families(self.namesrv, up, len(members))]
+            parts += [scraper.families() for _b, scraper in members]
+        return "".join(f.render() for f in merge(parts))
+
+    def close(self) -> None:
+        self._brokers.close()
+
+
+def _handler(scraper: Scraper | ClusterScraper) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "shmq-exporter"
 
@@ -123,7 +171,7 @@ def _handler(scraper: Scraper) -> type[BaseHTTPRequestHandler]:
                     200,
                     "text/html; charset=utf-8",
                     f"<html><head><title>shmq exporter</title></head><body><h1>shmq exporter</h1>"
-                    f'<p>Broker {scraper.broker}: <a href="/metrics">/metrics</a></p></body></html>\n',
+                    f'<p>{scraper.label}: <a href="/metrics">/metrics</a></p></body></html>\n',
                 )
             else:
                 self._reply(404, "text/plain; charset=utf-8", "not found: try /metrics\n")
@@ -158,8 +206,20 @@ def is_loopback(address: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; a port that cannot be bound is one error line and status 1."""
     logging.basicConfig(level=logging.INFO, format="shmq exporter: %(message)s", stream=sys.stderr)
-    broker = broker_name_or_default(args.name)
-    scraper = Scraper(broker)
+    if args.namesrv and args.name:
+        print(
+            "shmq exporter: error: give --name (one broker) or --namesrv (every broker of a name server), not both",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        namesrv = namesrv_or_env(args.namesrv, args.name or os.environ.get("SHMQ_BROKER"))
+    except ConfigError as e:
+        print(f"shmq exporter: error: {e}", file=sys.stderr)
+        return 2
+    scraper: Scraper | ClusterScraper = (
+        Scraper(broker_name_or_default(args.name)) if namesrv is None else ClusterScraper(namesrv)
+    )
     server_class = type("Server6", (_Server,), {"address_family": socket.AF_INET6}) if ":" in args.address else _Server
     try:
         server = server_class((args.address, args.port), _handler(scraper))
@@ -177,7 +237,12 @@ def run(args: argparse.Namespace) -> int:
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}  # before the line that says we serve
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in str(host) else host
-    print(f"serving broker {broker!r} on http://{shown}:{port}/metrics", flush=True)
+    what = (
+        f"the brokers of name server {namesrv!r}"
+        if isinstance(scraper, ClusterScraper)
+        else f"broker {scraper.broker!r}"
+    )
+    print(f"serving {what} on http://{shown}:{port}/metrics", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -38,6 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replica", help="run a replica (brokerRole=SLAVE) following a master over TCP")
     _store_args(r)
     r.add_argument("--master", help="the master's HA address host:port (haMasterAddress, over the config's)")
+    n = sub.add_parser("namesrv", help="run a name server: brokers with namesrvAddr register, clients read routes")
+    n.add_argument(
+        "--name", default="default", help="the name server's name (namesrvAddr of its brokers; default: default)"
+    )
+    c = sub.add_parser("cluster", help="run a name server and N brokers in the foreground until Ctrl-C")
+    c.add_argument("--store-root", required=True, help="directory holding one store per broker (created if missing)")
+    c.add_argument("--brokers", type=int, default=2, help="how many brokers (default 2), named <namesrv>-b<i>")
+    c.add_argument("--namesrv", default="default", help="the name server's name (default: default)")
+    c.add_argument("--config", help="TOML file or broker.conf every broker reads")
     add_admin_parser(sub)
     h = sub.add_parser("ha", help="run the HA sender of a running master broker (the broker normally starts it)")
     h.add_argument("--store", required=True, help="the master's store directory")
@@ -74,6 +83,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.master:
             overrides["ha_master_address"] = args.master
         return _broker("replica", args.store, args.name, args.config, overrides)
+    if args.command == "namesrv":
+        from shmq.procs.namesrv import run_namesrv
+
+        return run_namesrv(args.name)
+    if args.command == "cluster":
+        from shmq.cli.cluster import run_cluster
+
+        return run_cluster(args.store_root, args.brokers, args.namesrv, args.config)
     if args.command == "admin":
         return run_admin(args)
     if args.command == "exporter":

@@ -1,4 +1,5 @@
-"""`shmq top`: a full-screen monitor of one broker (rich ``Live``), keys read without blocking.
+"""`shmq top`: a full-screen monitor of one broker, or of every broker of a name server
+(``--namesrv``), in rich ``Live``, keys read without blocking.
 
 Everything shown comes from the broker's state segment (``shmq.monitor``), read-only, so
 running it never slows the broker. On a terminal it redraws every ``--interval`` seconds
@@ -24,8 +25,12 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from shmq.cli.help_format import ParagraphHelpFormatter
+from shmq.errors import ConfigError
 from shmq.monitor.attach import Attachment
+from shmq.monitor.cluster import ClusterAttachment
 from shmq.monitor.render import View, render, render_down
+from shmq.monitor.render_cluster import BrokerFrame, render_cluster, render_no_routes
+from shmq.namesrv.routes import check_namesrv_name, namesrv_or_env
 
 ESC, ENTER, BACKSPACES = "\x1b", ("\r", "\n"), ("\x7f", "\b")
 DESCRIPTION = """\
@@ -33,6 +38,10 @@ A full-screen monitor of one running broker: topics (in/out rates, max offsets, 
 consumer groups (lag, consume rate, trend), clients, flush and replica lag, alerts. It reads
 the broker's state segment only, so it never slows the broker, and it waits for a broker
 that is down and reattaches when it is back.
+
+With --namesrv NS it shows every broker the name server routes to: a row per broker with
+totals, then each broker's topics and groups; brokers appear and disappear as they register
+and leave.
 
 keys: q quit, s cycle the sort, / filter topics (Enter applies, Esc clears), a show or hide
 system topics.
@@ -49,6 +58,12 @@ def add_top_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         formatter_class=ParagraphHelpFormatter,
     )
     p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
+    p.add_argument(
+        "--namesrv",
+        metavar="NS",
+        help="show every broker of this name server (default: $SHMQ_NAMESRV when neither --name nor "
+        "$SHMQ_BROKER is given)",
+    )
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1.0)")
     p.add_argument("--once", action="store_true", help="print one frame and exit (also when stdout is not a terminal)")
 
@@ -57,8 +72,13 @@ def run_top(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("shmq top: error: --interval must be > 0", file=sys.stderr)
         return 2
+    try:
+        namesrv = _namesrv(args)
+    except ConfigError as e:
+        print(f"shmq top: error: {e}", file=sys.stderr)
+        return 2
     name = args.name or os.environ.get("SHMQ_BROKER") or "default"
-    with Attachment(name) as attachment:
+    with ClusterAttachment(namesrv) if namesrv is not None else Attachment(name) as attachment:
         if args.once or not sys.stdout.isatty() or not sys.stdin.isatty():
             return _once(attachment, min(args.interval, 1.0))
         try:
@@ -67,8 +87,19 @@ def run_top(args: argparse.Namespace) -> int:
             return 0
 
 
-def frame(attachment: Attachment, width: int, height: int, view: View) -> RenderableType:
+def _namesrv(args: argparse.Namespace) -> str | None:
+    """The name server to show: --namesrv, else $SHMQ_NAMESRV when no broker is named; None: one broker."""
+    if args.namesrv and args.name:
+        raise ConfigError("give --name (one broker) or --namesrv (every broker of a name server), not both")
+    if args.namesrv:
+        return check_namesrv_name(args.namesrv)
+    return namesrv_or_env(None, args.name or os.environ.get("SHMQ_BROKER"))
+
+
+def frame(attachment: Attachment | ClusterAttachment, width: int, height: int, view: View) -> RenderableType:
     """The frame for the attachment's state: the monitor, or the broker-down screen."""
+    if isinstance(attachment, ClusterAttachment):
+        return cluster_frame(attachment, width, height, view)
     snaps = attachment.history.snapshots
     if attachment.down is not None or not snaps:
         return render_down(
@@ -80,7 +111,15 @@ def frame(attachment: Attachment, width: int, height: int, view: View) -> Render
     return render(list(snaps), width, height, view)
 
 
-def _once(attachment: Attachment, gap: float) -> int:
+def cluster_frame(cluster: ClusterAttachment, width: int, height: int, view: View) -> RenderableType:
+    """The cluster's frame: every broker of the routes, or the screen while there are none."""
+    if cluster.problem is not None:
+        return render_no_routes(cluster.name, cluster.problem, time.monotonic() - cluster.down_since)
+    brokers = [BrokerFrame(b, list(a.history.snapshots), a.down) for b, a in cluster.members]
+    return render_cluster(cluster.name, cluster.server_alive(), brokers, width, height, view)
+
+
+def _once(attachment: Attachment | ClusterAttachment, gap: float) -> int:
     """Two samples ``gap`` apart (rates need two), one frame printed. On a pipe every row is
     printed, 160 columns wide unless COLUMNS says otherwise (a file has no screen to fit)."""
     console = Console()
@@ -96,7 +135,7 @@ def _once(attachment: Attachment, gap: float) -> int:
     return 0 if up else 1
 
 
-def _live(attachment: Attachment, interval: float) -> int:
+def _live(attachment: Attachment | ClusterAttachment, interval: float) -> int:
     # the terminal's own size, followed on resize: COLUMNS/LINES (which rich prefers) are what
     # a shell exported at some point and may be stale
     os.environ.pop("COLUMNS", None)

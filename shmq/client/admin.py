@@ -10,7 +10,7 @@ across broker restarts and costs nothing while unused. The rest of RocketMQ's ad
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import sysv_ipc
@@ -21,10 +21,12 @@ from shmq.client.admin_state import ClientInfo, DlqInfo, TopicStatus
 from shmq.client.connection import broker_name_or_default, next_request_id, open_state
 from shmq.client.msg_lookup import MessageTrack
 from shmq.errors import BrokerError, MessageNotFoundError
+from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.perm import PERM_READ, PERM_RW, PERM_WRITE
 from shmq.model.reprs import fields_repr, items_repr
 from shmq.model.system_topics import TRACE_TOPIC, is_system_topic
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring import control
 from shmq.ring.channel import follow_broker_bell
 from shmq.ring.owner import foreign_sysv
@@ -40,6 +42,7 @@ class TopicInfo:
     write_queue_nums: int
     perm: int
     system: bool = False  # a system topic (retry, DLQ, schedule, timer, transaction, trace): the broker's
+    brokers: tuple[str, ...] = ()  # a cluster admin's answer: the brokers holding the topic so
 
     @property
     def queues(self) -> int:
@@ -89,11 +92,24 @@ RESEND_CHUNK = 1000  # dead letters per admin call (the broker's cap: one call s
 class Admin:
     """``Admin(broker="default")``: create, change, delete and list topics of a running broker.
 
+    ``Admin(namesrv="NS")`` (or ``$SHMQ_NAMESRV`` without ``broker=``) is a
+    ``shmq.client.cluster_admin.ClusterAdmin``: the same methods over every broker the name
+    server routes to, each row saying its broker, plus ``cluster_list`` and ``topic_route``.
+
     Perms are RocketMQ's bits: 4 read, 2 write (6 both). Errors the broker reports (a bad topic
     name, a perm outside the bits, too many queues) raise ``BrokerError``; no broker raises
     ``BrokerNotFoundError``."""
 
-    def __init__(self, broker: str | None = None, *, timeout: float = 3.0) -> None:
+    def __new__(cls, broker: str | None = None, *, namesrv: str | None = None, timeout: float = 3.0) -> Admin:
+        """A ``ClusterAdmin`` when a name server is named (the way ``pathlib.Path`` picks its
+        flavour), so one constructor serves both, as every client's does."""
+        if cls is Admin and namesrv_or_env(namesrv, broker) is not None:
+            from shmq.client.cluster_admin import ClusterAdmin  # it extends this class: imported late
+
+            return super().__new__(ClusterAdmin)
+        return super().__new__(cls)
+
+    def __init__(self, broker: str | None = None, *, namesrv: str | None = None, timeout: float = 3.0) -> None:
         self.broker_name = broker_name_or_default(broker)
         self.timeout = timeout
 
@@ -189,15 +205,15 @@ class Admin:
     def consumer_progress(self, group: str) -> ConsumerProgress:
         """Per queue ``group`` committed to or subscribes to: committed offset, max offset, lag (RocketMQ's
         consumerProgress); works for a group with no consumer running too."""
-        return ConsumerProgress.from_json(self._call("consumer_progress", {"group": group}))
+        return ConsumerProgress.from_json(self._call("consumer_progress", {"group": group}), self.broker_name)
 
     def clients(self) -> list[ClientInfo]:
         """The attached clients (id, pid, role, group, attach time, ring fill), from the state segment."""
-        return self._read_state(admin_state.clients)
+        return [replace(c, broker=self.broker_name) for c in self._read_state(admin_state.clients)]
 
     def dlq(self) -> list[DlqInfo]:
         """Every ``%DLQ%<group>`` topic and how many dead letters it holds (``resend_dlq`` puts them back)."""
-        return self._read_state(admin_state.dead_letters)
+        return [replace(d, broker=self.broker_name) for d in self._read_state(admin_state.dead_letters)]
 
     def broker_status(self) -> dict[str, Any]:
         """Name, pid, version, role, store, uptime, commitlog/flushed offsets, disk use against
@@ -230,6 +246,14 @@ class Admin:
             raise ValueError(f"give exactly one of timestamp, offset or to (got {sorted(given) or 'none'})")
         r = self._call("reset_offset", {"group": group, "topic": topic, **given})
         return {int(q): int(v) for q, v in r["offsets"].items()}
+
+    def reset_offsets(
+        self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None, to: str | None = None
+    ) -> dict[MessageQueue, int]:
+        """``reset_offset`` keyed by queue (broker name and queue id): the form that also says
+        which broker a queue is on when the admin spans a cluster."""
+        moved = self.reset_offset(group, topic, timestamp=timestamp, offset=offset, to=to)
+        return {MessageQueue(topic, self.broker_name, q): v for q, v in moved.items()}
 
     def _read_state(self, fn: Callable[[Any], T]) -> T:
         state = open_state(self.broker_name)

@@ -29,6 +29,7 @@ class QueueProgress:
     committed: int
     min_offset: int
     max_offset: int
+    broker_name: str = ""  # the broker the queue is on
 
     @property
     def lag(self) -> int:
@@ -51,14 +52,20 @@ class ConsumerProgress:
         return sum(q.lag for q in self.queues)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ConsumerProgress:
+    def from_json(cls, d: dict[str, Any], broker_name: str = "") -> ConsumerProgress:
+        """The broker's answer; ``broker_name`` is put on every queue."""
         return cls(
             str(d["group"]),
             bool(d["online"]),
             d.get("model"),
             [
                 QueueProgress(
-                    str(q["topic"]), int(q["queue_id"]), int(q["committed"]), int(q["min_offset"]), int(q["max_offset"])
+                    str(q["topic"]),
+                    int(q["queue_id"]),
+                    int(q["committed"]),
+                    int(q["min_offset"]),
+                    int(q["max_offset"]),
+                    broker_name,
                 )
                 for q in d["queues"]
             ],

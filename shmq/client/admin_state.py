@@ -24,6 +24,7 @@ class QueueStatus:
     queue_id: int
     min_offset: int
     max_offset: int
+    broker: str = ""  # set by a cluster admin: the broker the queue is on
 
     @property
     def messages(self) -> int:
@@ -43,6 +44,7 @@ class TopicStatus:
     msgs_in: int
     bytes_in: int
     queues: list[QueueStatus] = field(default_factory=list)
+    brokers: tuple[str, ...] = ()  # set by a cluster admin: the brokers holding the topic
 
     @property
     def messages(self) -> int:
@@ -71,6 +73,7 @@ class ClientInfo:
     attached_ms: int
     request_fill: int
     response_fill: int
+    broker: str = ""  # the broker it is attached to
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class DlqInfo:
     topic: str
     queues: int
     messages: int
+    broker: str = ""  # the broker holding it
 
 
 def _name(raw: bytes) -> str:

@@ -91,6 +91,31 @@ def down_exposition(broker: str) -> str:
     return _up(broker, False).render()
 
 
+def down_families(broker: str) -> list[Family]:
+    """``down_exposition``'s one family, for merging with other brokers' families."""
+    return [_up(broker, False)]
+
+
+def namesrv_families(namesrv: str, up: bool, brokers: int) -> list[Family]:
+    """The name server's own metrics: whether it serves, and how many brokers its routes hold."""
+    f = Family("shmq_namesrv_up", "gauge", "1 while the name server process serves its routes, 0 when it is down")
+    f.add(int(up), namesrv=namesrv)
+    n = Family("shmq_namesrv_brokers", "gauge", "Broker processes in the name server's routes (dead ones left out)")
+    n.add(brokers, namesrv=namesrv)
+    return [f, n]
+
+
+def merge(parts: Iterable[list[Family]]) -> list[Family]:
+    """Several brokers' families as one list: each metric once (its HELP and TYPE once, as the
+    format requires), with the samples of every broker, in order of first appearance."""
+    out: dict[str, Family] = {}
+    for families_ in parts:
+        for f in families_:
+            held = out.setdefault(f.name, Family(f.name, f.kind, f.help))
+            held.samples.extend(f.samples)
+    return list(out.values())
+
+
 def exposition(snap: Snapshot) -> str:
     """The whole snapshot as exposition text, families in a fixed order (stable for diffs and tests)."""
     return "".join(f.render() for f in families(snap))

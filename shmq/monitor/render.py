@@ -72,7 +72,7 @@ def duration(seconds: float) -> str:
     return f"{d}d {h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
-def _rate(v: float) -> str:
+def rate_text(v: float) -> str:
     return f"{v:,.1f}" if v < 100 else f"{v:,.0f}"
 
 
@@ -88,8 +88,8 @@ def _header(snap: Snapshot, r: Rates) -> Text:
         f"  CPU {cpu}  RSS {rss}  disk {disk}\n"
     )
     t.append(
-        f"in {_rate(r.in_msgs)} msg/s {r.in_bytes / MB:.2f} MB/s   flush lag {human_bytes(b.flush_lag)}   "
-        f"replica lag {_replica(snap)}   busy rejections {b.busy_rejections} ({_rate(r.busy_rejections)}/s)\n"
+        f"in {rate_text(r.in_msgs)} msg/s {r.in_bytes / MB:.2f} MB/s   flush lag {human_bytes(b.flush_lag)}   "
+        f"replica lag {_replica(snap)}   busy rejections {b.busy_rejections} ({rate_text(r.busy_rejections)}/s)\n"
     )
     t.append(
         f"delay backlog {b.delay_backlog}   timer backlog {b.timer_backlog}   half (transactions) "
@@ -140,7 +140,7 @@ def alerts(snap: Snapshot, r: Rates) -> list[tuple[str, str]]:
                 ("yellow", f"group {name}: lag grew {g.growing_for} intervals in a row (now {snap.groups[name].lag})")
             )
     if r.busy_rejections:
-        out.append(("yellow", f"broker busy: {_rate(r.busy_rejections)} rejections/s"))
+        out.append(("yellow", f"broker busy: {rate_text(r.busy_rejections)} rejections/s"))
     return out
 
 
@@ -188,11 +188,11 @@ def _table(title: str, columns: Sequence[str], right: int) -> Table:
     return t
 
 
-def _topics(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Table:
+def topics_table(snap: Snapshot, r: Rates, view: View, spark: int, limit: int, title: str = "Topics") -> Table:
     """Topic rows; the sparkline columns only when the screen has room for them (``spark`` > 0)."""
     rows = _topic_rows(snap, r, view)
     t = _table(
-        f"Topics ({len(rows)})",
+        f"{title} ({len(rows)})",
         ["Topic", "Queues", "In msg/s", "In MB/s"]
         + ["In"] * bool(spark)
         + ["Out msg/s", "Out MB/s"]
@@ -206,10 +206,10 @@ def _topics(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Tab
         t.add_row(
             row.topic,
             str(len(row.queues)),
-            _rate(rate.in_msgs),
+            rate_text(rate.in_msgs),
             f"{rate.in_bytes / MB:.2f}",
             *ins,
-            _rate(rate.out_msgs),
+            rate_text(rate.out_msgs),
             f"{rate.out_bytes / MB:.2f}",
             *outs,
             f"{row.max_offset:,}",
@@ -222,12 +222,13 @@ def _topics(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Tab
     return t
 
 
-def _groups(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Table:
+def groups_table(snap: Snapshot, r: Rates, view: View, spark: int, limit: int, title: str = "Consumer groups") -> Table:
+    """Group rows (by name, or by lag with the ``lag`` sort); the lag sparkline when ``spark`` > 0."""
     names = sorted(snap.groups)
     if view.sort == "lag":
         names.sort(key=lambda n: -snap.groups[n].lag)
     t = _table(
-        f"Consumer groups ({len(names)})",
+        f"{title} ({len(names)})",
         ["Group", "Model", "Topics", "Members", "Lag", "Consume msg/s", "Trend"] + ["Lag history"] * bool(spark),
         3,
     )
@@ -241,7 +242,7 @@ def _groups(snap: Snapshot, r: Rates, view: View, spark: int, limit: int) -> Tab
             ",".join(g.topics()) or "-",
             str(g.members),
             Text(f"{g.lag:,}", style=lag_style or ""),
-            _rate(rate.consume),
+            rate_text(rate.consume),
             Text(arrow, style=colour),
             *([Text(sparkline(rate.lag_series, spark), style="magenta")] if spark else []),
         )
@@ -265,7 +266,7 @@ def _clients(snap: Snapshot, limit: int) -> Table:
     return t
 
 
-def _footer(view: View) -> Text:
+def footer(view: View) -> Text:
     if view.editing:
         return Text(f"filter topics: {view.filter}_   (Enter applies, Esc clears)", style="reverse")
     shown = f"   filter: {view.filter!r}" if view.filter else ""
@@ -290,13 +291,13 @@ def render(snaps: Sequence[Snapshot], width: int, height: int, view: View = View
     parts += [Text(f"! {text}", style=style) for style, text in warn]
     parts += [
         Text(""),
-        _topics(snap, r, view, spark, topics),
+        topics_table(snap, r, view, spark, topics),
         Text(""),
-        _groups(snap, r, view, spark, groups),
+        groups_table(snap, r, view, spark, groups),
         Text(""),
         _clients(snap, clients),
         Text(""),
-        _footer(view),
+        footer(view),
     ]
     return Group(*parts)
 

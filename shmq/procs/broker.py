@@ -36,6 +36,7 @@ from shmq.config import BrokerConfig
 from shmq.errors import BrokerNotFoundError, CorruptFrameError, ShmqError
 from shmq.procs.control_plane import Client, ControlPlane
 from shmq.procs.ha_link import MasterLink
+from shmq.procs.ns_link import NameServerLink
 from shmq.ring import shm
 from shmq.ring.channel import broker_bell_name
 from shmq.ring.control import ControlQueue, sysv_key
@@ -95,6 +96,7 @@ class BrokerController:
         self._park_flags: list[tuple[Ring, int]] = []
         self.ha: MasterLink | None = None  # a master's end of HA, from start() on
         self.follower: ReplicaInbox | None = None  # a replica's hand-over from its HA client (procs.replica)
+        self.ns_link: NameServerLink | None = None  # registration with namesrvAddr, from start() on
 
     # ------------------------------------------------------------------ start / stop
 
@@ -190,6 +192,8 @@ class BrokerController:
             self.publisher = StatePublisher(self.state)
             self.core.publisher = self.publisher
             self.core.publish_topics()
+            # last: the name server checks the registration against the state segment
+            self.ns_link = NameServerLink.start(self.config, self.name, os.getpid(), alive_key, self.store_dir)
             undo.pop_all()
 
     def request_stop(self, *_: object) -> None:
@@ -206,6 +210,8 @@ class BrokerController:
         """Answer what is in flight, flush, persist offsets and topics, remove every IPC object."""
         if self.store is None:
             return
+        if self.ns_link is not None:  # out of the routes first: clients go elsewhere while this one drains
+            self.ns_link.stop()
         core = self.core
         try:
             self._pass(time.monotonic_ns())

@@ -130,7 +130,10 @@ def leftovers(broker: str) -> list[str]:
         entries = os.listdir(SHM_DIR)
     except FileNotFoundError:
         return []
-    return sorted(e for e in entries if e.startswith((prefix, "sem." + prefix)))
+    mine = (e for e in entries if e.startswith((prefix, "sem." + prefix)))
+    # a broker named "ns" shares its prefix with the name servers' route segments
+    # (``/shmq.ns.<NS>.routes``), which are never a broker's
+    return sorted(e for e in mine if not (broker == "ns" and e.endswith(".routes")))
 
 
 def remove_leftovers(broker: str, owner: int | None = None) -> list[str]:

@@ -8,6 +8,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,21 +26,20 @@ SMALL = {
 }
 
 
-@pytest.fixture
-def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
-    """(broker name, metrics URL) of an exporter process on a free port; it must exit on SIGTERM."""
-    name = ipc_tracker.name("x")
+@contextmanager
+def exporter_process(args: list[str], serving: str) -> Iterator[str]:
+    """``shmq exporter ARGS --port 0`` as a process (its metrics URL once its first line starts
+    with ``serving``); it must exit on SIGTERM."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shmq", "exporter", "--name", name, "--port", "0"],
+        [sys.executable, "-m", "shmq", "exporter", *args, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
-        expected = f"serving broker {name!r} on http://127.0.0.1:"
-        assert line.startswith(expected), line + proc.stderr.read()  # type: ignore[union-attr]
-        yield name, line.rsplit(" ", 1)[1].strip()
+        assert line.startswith(f"{serving} on http://127.0.0.1:"), line + proc.stderr.read()  # type: ignore[union-attr]
+        yield line.rsplit(" ", 1)[1].strip()
     finally:
         proc.terminate()
         try:
@@ -49,6 +49,14 @@ def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
                 proc.kill()
             proc.communicate()
     assert status == 0
+
+
+@pytest.fixture
+def exporter(ipc_tracker: IpcTracker) -> Iterator[tuple[str, str]]:
+    """(broker name, metrics URL) of an exporter process on a free port; it must exit on SIGTERM."""
+    name = ipc_tracker.name("x")
+    with exporter_process(["--name", name], f"serving broker {name!r}") as url:
+        yield name, url
 
 
 def _scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -259,3 +259,20 @@ def test_escaping_and_values() -> None:
         "-Inf",
         "1",
     ]
+
+
+def test_merged_brokers_declare_each_metric_once_with_every_brokers_samples() -> None:
+    from shmq.monitor.prometheus import down_families, families, merge, namesrv_families
+    from tests.monitor.snapshots import orders_run
+
+    one = orders_run(1)[-1]
+    two = replace(one, name="b2")
+    text = "".join(f.render() for f in merge([namesrv_families("ns1", True, 3), families(one), families(two)]))
+    _, samples = parse(text)  # strict: a second TYPE line of a metric fails here
+    assert samples[("shmq_namesrv_up", frozenset({("namesrv", "ns1")}))] == 1
+    assert samples[("shmq_namesrv_brokers", frozenset({("namesrv", "ns1")}))] == 3
+    for b in ("b1", "b2"):
+        assert samples[("shmq_up", frozenset({("broker", b)}))] == 1
+        assert samples[("shmq_topic_max_offset", frozenset({("broker", b), ("topic", "Orders")}))] == 100
+    down = "".join(f.render() for f in merge([families(one), down_families("b3")]))
+    assert parse(down)[1][("shmq_up", frozenset({("broker", "b3")}))] == 0

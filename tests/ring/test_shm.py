@@ -53,6 +53,19 @@ def test_remove_leftovers_only_of_that_broker(broker_name):
     assert shm.remove_leftovers(other) == [f"shmq.{other}.a"]
 
 
+def test_a_broker_named_ns_never_claims_a_name_servers_route_segment(broker_name):
+    """Name servers' segments are ``/shmq.ns.<NS>.routes``: the cleanup of a broker named "ns"
+    must leave them alone."""
+    routes = f"/shmq.ns.{broker_name}.routes"
+    shm.Segment.create(routes, 64).close()
+    try:
+        assert f"shmq.ns.{broker_name}.routes" not in shm.leftovers("ns")
+        assert f"shmq.ns.{broker_name}.routes" not in shm.remove_leftovers("ns")
+        assert os.path.exists(f"/dev/shm/shmq.ns.{broker_name}.routes")
+    finally:
+        shm.unlink_segment(routes)
+
+
 def test_created_segments_are_backed_and_know_their_owner(broker_name):
     """Every page is allocated at create (a sparse segment SIGBUSes its first writer once /dev/shm
     is full), and the owner is read from the descriptor."""

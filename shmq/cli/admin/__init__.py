@@ -1,4 +1,5 @@
-"""`shmq admin`: operate a broker from a shell (RocketMQ mqadmin's vocabulary).
+"""`shmq admin`: operate a broker, or every broker of a name server, from a shell (RocketMQ
+mqadmin's vocabulary).
 
 Each command family is one module of this package with a ``register(sub)`` that adds its
 argparse subcommands; every leaf sets ``run`` (``run(args) -> Result``) with ``set_defaults``.
@@ -16,6 +17,7 @@ from shmq.cli.admin.output import run_command
 
 # the command families, in the order `shmq admin --help` lists them
 FAMILIES = (
+    "shmq.cli.admin.cluster",
     "shmq.cli.admin.promote",
     "shmq.cli.admin.topic",
     "shmq.cli.admin.group",

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
 
 MIB = 1024 * 1024
 
@@ -73,8 +72,14 @@ def _render(d: dict[str, Any]) -> list[FitTable]:
     ]
 
 
+def _render_each(d: dict[str, dict[str, Any]]) -> list[FitTable]:
+    """A cluster's brokers one after the other (config tables left to --json: they repeat)."""
+    return [table(f"broker {name}", ["", "value"], summary_rows(s)) for name, s in d.items()]
+
+
 def _status(args: argparse.Namespace) -> Result:
-    return Result(Admin(broker_of(args)).broker_status(), _render)
+    admin = admin_of(args)
+    return Result(admin.broker_status(), _render if cluster_of(admin) is None else _render_each)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -9,13 +9,14 @@ import argparse
 import time
 from typing import Any
 
-from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
 from shmq.client.admin_state import ClientInfo
 
 
-def client_data(c: ClientInfo) -> dict[str, Any]:
+def client_data(c: ClientInfo, cluster: bool = False) -> dict[str, Any]:
+    """A client as JSON (with its broker over a cluster)."""
     return {
+        **({"broker": c.broker} if cluster else {}),
         "client_id": c.client_id,
         "pid": c.pid,
         "role": c.role,
@@ -33,6 +34,7 @@ def local_time(ms: int) -> str:
 def client_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [
+            *([c["broker"]] if "broker" in c else []),
             c["client_id"],
             c["pid"],
             c["role"],
@@ -48,7 +50,16 @@ def client_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
 def _render(data: list[dict[str, Any]]) -> FitTable:
     return table(
         f"{len(data)} clients attached",
-        ["client id", "pid", "role", "group", "attached", "request ring bytes", "response ring bytes"],
+        [
+            *(["broker"] if data and "broker" in data[0] else []),
+            "client id",
+            "pid",
+            "role",
+            "group",
+            "attached",
+            "request ring bytes",
+            "response ring bytes",
+        ],
         client_rows(data),
         right=["client id", "pid", "request ring bytes", "response ring bytes"],
         optional=["response ring bytes", "request ring bytes", "attached"],
@@ -56,7 +67,8 @@ def _render(data: list[dict[str, Any]]) -> FitTable:
 
 
 def _clients(args: argparse.Namespace) -> Result:
-    return Result([client_data(c) for c in Admin(broker_of(args)).clients()], _render)
+    admin = admin_of(args)
+    return Result([client_data(c, cluster_of(admin) is not None) for c in admin.clients()], _render)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

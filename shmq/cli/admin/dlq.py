@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
 
 
 def dlq_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
-    return [[d["group"], d["topic"], d["queues"], d["messages"]] for d in data]
+    """One row per DLQ topic (per broker over a cluster: its name first)."""
+    return [
+        [*([d["broker"]] if "broker" in d else []), d["group"], d["topic"], d["queues"], d["messages"]] for d in data
+    ]
 
 
 def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
@@ -21,7 +23,7 @@ def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
         return "no dead-letter topics"
     return table(
         "dead-letter topics",
-        ["group", "topic", "queues", "messages"],
+        [*(["broker"] if "broker" in data[0] else []), "group", "topic", "queues", "messages"],
         dlq_rows(data),
         right=["queues", "messages"],
         optional=["queues", "group"],
@@ -29,17 +31,25 @@ def _render_list(data: list[dict[str, Any]]) -> FitTable | str:
 
 
 def _list(args: argparse.Namespace) -> Result:
+    admin = admin_of(args)
+    cluster = cluster_of(admin) is not None
     return Result(
         [
-            {"group": d.group, "topic": d.topic, "queues": d.queues, "messages": d.messages}
-            for d in Admin(broker_of(args)).dlq()
+            {
+                **({"broker": d.broker} if cluster else {}),
+                "group": d.group,
+                "topic": d.topic,
+                "queues": d.queues,
+                "messages": d.messages,
+            }
+            for d in admin.dlq()
         ],
         _render_list,
     )
 
 
 def _resend(args: argparse.Namespace) -> Result:
-    r = Admin(broker_of(args)).resend_dlq(args.group, args.msg_id, args.max)
+    r = admin_of(args).resend_dlq(args.group, args.msg_id, args.max)
     data = {"group": args.group, "resent": r.resent, "skipped": r.skipped, "remaining": r.remaining}
     return Result(
         data,

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 
 
@@ -23,8 +22,9 @@ def group_data(g: GroupInfo) -> dict[str, Any]:
     }
 
 
-def progress_data(p: ConsumerProgress) -> dict[str, Any]:
-    """Per queue: committed offset, the queue's min and max, lag; and the totals."""
+def progress_data(p: ConsumerProgress, cluster: bool = False) -> dict[str, Any]:
+    """Per queue: committed offset, the queue's min and max, lag (and its broker, over a
+    cluster); and the totals."""
     return {
         "group": p.group,
         "online": p.online,
@@ -32,6 +32,7 @@ def progress_data(p: ConsumerProgress) -> dict[str, Any]:
         "lag": p.lag,
         "queues": [
             {
+                **({"broker": q.broker_name} if cluster else {}),
                 "topic": q.topic,
                 "queue_id": q.queue_id,
                 "committed": q.committed,
@@ -58,13 +59,28 @@ def group_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def progress_rows(data: dict[str, Any]) -> list[list[Any]]:
-    """One row per queue (committed -1 shows as "-": never committed), and a total row."""
+    """One row per queue (committed -1 shows as "-": never committed; its broker first over a
+    cluster), and a total row."""
+    cluster = _cluster(data)
     rows: list[list[Any]] = [
-        [q["topic"], q["queue_id"], q["max_offset"], q["committed"] if q["committed"] >= 0 else "-", q["lag"]]
+        [
+            *([q["broker"]] if cluster else []),
+            q["topic"],
+            q["queue_id"],
+            q["max_offset"],
+            q["committed"] if q["committed"] >= 0 else "-",
+            q["lag"],
+        ]
         for q in data["queues"]
     ]
-    rows.append(["total", "", sum(q["max_offset"] for q in data["queues"]), "", data["lag"]])
+    rows.append(
+        [*([""] if cluster else []), "total", "", sum(q["max_offset"] for q in data["queues"]), "", data["lag"]]
+    )
     return rows
+
+
+def _cluster(data: dict[str, Any]) -> bool:
+    return any("broker" in q for q in data["queues"])
 
 
 def _render_groups(data: list[dict[str, Any]]) -> FitTable:
@@ -82,19 +98,20 @@ def _render_progress(data: dict[str, Any]) -> FitTable:
     title = f"{data['group']} ({data['model'] or '-'}, {state})  lag {data['lag']}"
     return table(
         title,
-        ["topic", "queue", "max offset", "committed", "lag"],
+        [*(["broker"] if _cluster(data) else []), "topic", "queue", "max offset", "committed", "lag"],
         progress_rows(data),
         right=["queue", "max offset", "committed", "lag"],
     )
 
 
 def _list(args: argparse.Namespace) -> Result:
-    return Result([group_data(g) for g in Admin(broker_of(args)).groups().values()], _render_groups)
+    return Result([group_data(g) for g in admin_of(args).groups().values()], _render_groups)
 
 
 def _progress(args: argparse.Namespace) -> Result:
-    p = Admin(broker_of(args)).consumer_progress(args.group)
-    result = Result(progress_data(p), _render_progress)
+    admin = admin_of(args)
+    p = admin.consumer_progress(args.group)
+    result = Result(progress_data(p, cluster_of(admin) is not None), _render_progress)
     if not p.queues:
         result.notes.append(f"group {args.group!r} has no committed offset and no live member")
     return result

@@ -15,8 +15,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from shmq.cli.admin.output import Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import Result, add_common, admin_of, cluster_of, table
 from shmq.client.msg_lookup import MAX_QUERY_NUM, MessageTrack
 from shmq.model.message_ext import MessageExt
 from shmq.model.system_topics import TRACE_TOPIC
@@ -104,7 +103,8 @@ def message_detail(m: MessageExt, tracks: list[MessageTrack]) -> dict[str, Any]:
 
 
 def _render_query(d: dict[str, Any]) -> RenderableType:
-    cols = ["msg_id", "queue_id", "queue_offset", "store_time", "tags", "keys", "body_size"]
+    cluster = ["broker"] if d["messages"] and "broker" in d["messages"][0] else []
+    cols = [*cluster, "msg_id", "queue_id", "queue_offset", "store_time", "tags", "keys", "body_size"]
     return table(
         f"{d['topic']} key {d['key']!r}: {len(d['messages'])} message(s)",
         cols,
@@ -164,18 +164,35 @@ def _render_trace(d: dict[str, Any]) -> list[RenderableType]:
 
 
 def query(args: argparse.Namespace) -> Result:
-    msgs = Admin(broker_of(args)).query_by_key(args.topic, args.key, args.begin, args.end, args.max)
-    return Result({"topic": args.topic, "key": args.key, "messages": [message_row(m) for m in msgs]}, _render_query)
+    admin = admin_of(args)
+    cluster = cluster_of(admin)
+    if cluster is None:
+        rows = [message_row(m) for m in admin.query_by_key(args.topic, args.key, args.begin, args.end, args.max)]
+    else:  # each broker's, newest first over all, each row saying its broker
+        found = [
+            {"broker": name, **message_row(m)}
+            for name, one in cluster.each()
+            for m in one.query_by_key(args.topic, args.key, args.begin, args.end, args.max)
+        ]
+        rows = sorted(found, key=lambda r: r["store_timestamp"], reverse=True)[: args.max]
+    return Result({"topic": args.topic, "key": args.key, "messages": rows}, _render_query)
 
 
 def view(args: argparse.Namespace) -> Result:
-    admin = Admin(broker_of(args))
-    msg = admin.view_message(args.msg_id, args.topic)
-    return Result(message_detail(msg, admin.message_track(msg)), _render_detail)
+    admin = admin_of(args)
+    cluster = cluster_of(admin)
+    if cluster is None:
+        msg = admin.view_message(args.msg_id, args.topic)
+        return Result(message_detail(msg, admin.message_track(msg)), _render_detail)
+    name, msg = cluster.find_message(args.msg_id, args.topic)
+    one = dict(cluster.each([name]))[name]
+    detail = message_detail(msg, one.message_track(msg))
+    detail["headers"] = {"broker": name, **detail["headers"]}
+    return Result(detail, _render_detail)
 
 
 def trace(args: argparse.Namespace) -> Result:
-    records = Admin(broker_of(args)).view_trace(args.msg_id, args.trace_topic)
+    records = admin_of(args).view_trace(args.msg_id, args.trace_topic)
     data = {"msg_id": args.msg_id, "records": [dataclasses.asdict(r) for r in records]}
     return Result(data, _render_trace, notes=[] if records else [f"no trace records of {args.msg_id} (yet)"])
 

@@ -11,8 +11,7 @@ import argparse
 from datetime import datetime
 from typing import Any
 
-from shmq.cli.admin.output import Result, add_common, broker_of, table
-from shmq.client.admin import Admin
+from shmq.cli.admin.output import Result, add_common, admin_of, cluster_of, table
 
 
 def parse_timestamp(text: str) -> int:
@@ -33,14 +32,31 @@ def reset_rows(offsets: dict[str, Any]) -> list[tuple[int, int]]:
     return sorted((int(q), int(v)) for q, v in offsets.items())
 
 
+def broker_rows(offsets: dict[str, dict[str, int]]) -> list[tuple[str, int, int]]:
+    """(broker, queue id, new offset) rows of a cluster's reset, by broker and queue id."""
+    return [(b, q, v) for b, per in sorted(offsets.items()) for q, v in reset_rows(per)]
+
+
 def _reset(args: argparse.Namespace) -> Result:
     ts = parse_timestamp(args.timestamp) if args.timestamp is not None else None
-    offsets = Admin(broker_of(args)).reset_offset(args.group, args.topic, timestamp=ts, offset=args.offset, to=args.to)
-    data = {"group": args.group, "topic": args.topic, "offsets": {str(q): v for q, v in sorted(offsets.items())}}
+    admin = admin_of(args)
+    data: dict[str, Any] = {"group": args.group, "topic": args.topic}
+    if cluster_of(admin) is None:
+        offsets = admin.reset_offset(args.group, args.topic, timestamp=ts, offset=args.offset, to=args.to)
+        data["offsets"] = {str(q): v for q, v in sorted(offsets.items())}
+    else:  # broker -> queue -> offset
+        by_queue = admin.reset_offsets(args.group, args.topic, timestamp=ts, offset=args.offset, to=args.to)
+        per: dict[str, dict[str, int]] = {}
+        for mq, v in sorted(by_queue.items(), key=lambda kv: (kv[0].broker_name, kv[0].queue_id)):
+            per.setdefault(mq.broker_name, {})[str(mq.queue_id)] = v
+        data["brokers"] = per
     if ts is not None:
         data["timestamp"] = ts
 
     def render(d: dict[str, Any]) -> Any:
+        if "brokers" in d:
+            cols = ("broker", "queue", "offset")
+            return table(None, cols, broker_rows(d["brokers"]), right=("queue", "offset"))
         return table(None, ("queue", "offset"), reset_rows(d["offsets"]), right=("queue", "offset"))
 
     return Result(

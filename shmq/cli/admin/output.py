@@ -24,7 +24,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from shmq.errors import BrokerError, ShmqError
+from shmq.client.admin import Admin
+from shmq.client.cluster_admin import ClusterAdmin
+from shmq.errors import BrokerError, ConfigError, ShmqError
 
 EXIT_ERROR = 1
 UNLIMITED = 1 << 20  # the width a pipe gets: no line is ever folded or cut
@@ -42,15 +44,38 @@ class Result:
 
 
 def add_common(p: argparse.ArgumentParser, broker: bool = True) -> None:
-    """The options every admin command has: ``--json``, and ``--name`` for those that talk to a broker."""
+    """The options every admin command has: ``--json``, and ``--name`` / ``--namesrv`` for
+    those that talk to brokers."""
     if broker:
         p.add_argument("--name", help="broker name (default: $SHMQ_BROKER, else default)")
+        p.add_argument(
+            "--namesrv",
+            metavar="NS",
+            help="name server: run on every broker it routes to (default: $SHMQ_NAMESRV when neither "
+            "--name nor $SHMQ_BROKER is given)",
+        )
     p.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of tables")
 
 
-def broker_of(args: argparse.Namespace) -> str:
-    """The broker a command talks to: --name, else $SHMQ_BROKER, else default."""
-    return args.name or os.environ.get("SHMQ_BROKER") or "default"
+def admin_of(args: argparse.Namespace) -> Admin:
+    """The admin a command uses: of the cluster of --namesrv (or $SHMQ_NAMESRV, when no broker
+    is named), else of one broker: --name, else $SHMQ_BROKER, else default."""
+    namesrv = getattr(args, "namesrv", None)
+    if namesrv and args.name:
+        raise ConfigError("give --name (one broker) or --namesrv (every broker of a name server), not both")
+    if namesrv:
+        return Admin(namesrv=namesrv)
+    return Admin(args.name or os.environ.get("SHMQ_BROKER"))
+
+
+def cluster_of(admin: Admin) -> ClusterAdmin | None:
+    """``admin`` as a cluster admin, None when it speaks to one broker."""
+    return admin if isinstance(admin, ClusterAdmin) else None
+
+
+def perm_text(perm: int) -> str:
+    """``6 (rw)``: the number RocketMQ prints and what it means."""
+    return f"{perm} ({'r' if perm & 4 else '-'}{'w' if perm & 2 else '-'})"
 
 
 class FitTable:

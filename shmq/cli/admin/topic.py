@@ -9,22 +9,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shmq.cli.admin.output import FitTable, Result, add_common, broker_of, table
-from shmq.client.admin import Admin, TopicInfo
+from shmq.cli.admin import cluster
+from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, perm_text, table
+from shmq.client.admin import TopicInfo
 from shmq.client.admin_state import TopicStatus
 
 PERMS = (2, 4, 6)  # RocketMQ's perm values: write, read, read+write
 SYSTEM_MARK = "system"
 
 
-def perm_text(perm: int) -> str:
-    """``6 (rw)``: the number RocketMQ prints and what it means."""
-    return f"{perm} ({'r' if perm & 4 else '-'}{'w' if perm & 2 else '-'})"
-
-
 def topic_data(t: TopicStatus) -> dict[str, Any]:
-    """A topic's status as JSON: its queues with min/max offsets and the totals."""
-    return {
+    """A topic's status as JSON: its queues with min/max offsets and the totals (over a
+    cluster: the brokers holding it, and each queue's broker)."""
+    data = {
         "topic": t.topic,
         "system": t.system,
         "perm": t.perm,
@@ -35,29 +32,43 @@ def topic_data(t: TopicStatus) -> dict[str, Any]:
         "msgs_in": t.msgs_in,
         "bytes_in": t.bytes_in,
         "queues": [
-            {"queue_id": q.queue_id, "min_offset": q.min_offset, "max_offset": q.max_offset, "messages": q.messages}
+            {
+                **({"broker": q.broker} if q.broker else {}),
+                "queue_id": q.queue_id,
+                "min_offset": q.min_offset,
+                "max_offset": q.max_offset,
+                "messages": q.messages,
+            }
             for q in t.queues
         ],
     }
+    if t.brokers:
+        data["brokers"] = list(t.brokers)
+    return data
 
 
 def info_data(t: TopicInfo) -> dict[str, Any]:
-    """A topic's config (what create/update return) as JSON."""
-    return {
+    """A topic's config (what create/update return) as JSON (over a cluster: the brokers set)."""
+    data: dict[str, Any] = {
         "topic": t.name,
         "system": t.system,
         "perm": t.perm,
         "read_queue_nums": t.read_queue_nums,
         "write_queue_nums": t.write_queue_nums,
     }
+    if t.brokers:
+        data["brokers"] = list(t.brokers)
+    return data
 
 
 def list_rows(data: list[dict[str, Any]], system: bool = True) -> list[list[Any]]:
-    """One row per topic (user topics first, system topics after and marked)."""
+    """One row per topic (user topics first, system topics after and marked); over a cluster
+    the brokers holding it come second."""
     ordered = sorted(data, key=lambda t: (t["system"], t["topic"]))
     return [
         [
             t["topic"],
+            *([", ".join(t["brokers"])] if "brokers" in t else []),
             SYSTEM_MARK if t["system"] else "",
             t["read_queue_nums"],
             t["write_queue_nums"],
@@ -72,16 +83,21 @@ def list_rows(data: list[dict[str, Any]], system: bool = True) -> list[list[Any]
 
 
 def queue_rows(data: dict[str, Any]) -> list[list[Any]]:
-    """One row per queue of a topic, and a total row."""
-    rows: list[list[Any]] = [[q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]] for q in data["queues"]]
-    rows.append(["total", "", data["max_offset"], data["messages"]])
+    """One row per queue of a topic (its broker first, over a cluster), and a total row."""
+    cluster = "brokers" in data
+    rows: list[list[Any]] = [
+        [*([q["broker"]] if cluster else []), q["queue_id"], q["min_offset"], q["max_offset"], q["messages"]]
+        for q in data["queues"]
+    ]
+    rows.append([*([""] if cluster else []), "total", "", data["max_offset"], data["messages"]])
     return rows
 
 
 def _render_list(data: list[dict[str, Any]]) -> FitTable:
+    cluster = ["brokers"] if any("brokers" in t for t in data) else []
     return table(
         "topics",
-        ["topic", "kind", "read q", "write q", "perm", "messages", "max offset", "in (since start)"],
+        ["topic", *cluster, "kind", "read q", "write q", "perm", "messages", "max offset", "in (since start)"],
         list_rows(data),
         right=["read q", "write q", "messages", "max offset", "in (since start)"],
         optional=["in (since start)", "max offset", "write q", "read q", "kind"],
@@ -91,19 +107,21 @@ def _render_list(data: list[dict[str, Any]]) -> FitTable:
 def status_line(data: dict[str, Any]) -> str:
     """The line above a topic's queue table."""
     kind = " (system topic)" if data["system"] else ""
+    where = f" on {', '.join(data['brokers'])}" if "brokers" in data else ""
     return (
-        f"topic {data['topic']}{kind}: perm {perm_text(data['perm'])}, {data['read_queue_nums']} read / "
+        f"topic {data['topic']}{kind}{where}: perm {perm_text(data['perm'])}, {data['read_queue_nums']} read / "
         f"{data['write_queue_nums']} write queues; stored since the broker started: {data['msgs_in']} messages, "
         f"{data['bytes_in']} bytes"
     )
 
 
 def _render_status(data: dict[str, Any]) -> list[Any]:
+    cluster = ["broker"] if "brokers" in data else []
     return [
         status_line(data),
         table(
             None,
-            ["queue", "min offset", "max offset", "messages"],
+            [*cluster, "queue", "min offset", "max offset", "messages"],
             queue_rows(data),
             right=["queue", "min offset", "max offset", "messages"],
         ),
@@ -111,43 +129,57 @@ def _render_status(data: dict[str, Any]) -> list[Any]:
 
 
 def _render_info(data: dict[str, Any]) -> str:
+    where = f" on {', '.join(data['brokers'])}" if "brokers" in data else ""
     return (
         f"topic {data['topic']}: {data['read_queue_nums']} read / {data['write_queue_nums']} write queues, "
-        f"perm {perm_text(data['perm'])}"
+        f"perm {perm_text(data['perm'])}{where}"
     )
 
 
 def _list(args: argparse.Namespace) -> Result:
-    data = [topic_data(t) for t in Admin(broker_of(args)).topics_status().values()]
+    data = [topic_data(t) for t in admin_of(args).topics_status().values()]
     if not args.system:
         data = [t for t in data if not t["system"]]
     return Result(data, _render_list)
 
 
 def _status(args: argparse.Namespace) -> Result:
-    return Result(topic_data(Admin(broker_of(args)).topic_status(args.topic)), _render_status)
+    return Result(topic_data(admin_of(args).topic_status(args.topic)), _render_status)
+
+
+def _on_brokers(args: argparse.Namespace) -> dict[str, Any]:
+    """``brokers=`` for a cluster admin when --broker was given; --broker without --namesrv is an error."""
+    if not args.broker:
+        return {}
+    if cluster_of(admin_of(args)) is None:
+        raise ValueError("--broker picks brokers of a name server's cluster: give --namesrv NS too")
+    return {"brokers": args.broker}
 
 
 def _create(args: argparse.Namespace) -> Result:
-    return Result(
-        info_data(Admin(broker_of(args)).create_topic(args.topic, queues=args.queues, perm=args.perm)), _render_info
-    )
+    t = admin_of(args).create_topic(args.topic, queues=args.queues, perm=args.perm, **_on_brokers(args))
+    return Result(info_data(t), _render_info)
 
 
 def _update(args: argparse.Namespace) -> Result:
     if args.queues is None and args.read_queues is None and args.write_queues is None and args.perm is None:
         raise ValueError("nothing to change: give --queues, --read-queues, --write-queues or --perm")
-    admin = Admin(broker_of(args))
-    if args.topic not in admin.topics():
+    admin = admin_of(args)
+    if args.topic not in admin.topics():  # over a cluster: on no broker
         raise ValueError(f"no topic {args.topic!r} (create it with `shmq admin topic create`)")
     t = admin.update_topic(
-        args.topic, args.queues, read_queue_nums=args.read_queues, write_queue_nums=args.write_queues, perm=args.perm
+        args.topic,
+        args.queues,
+        read_queue_nums=args.read_queues,
+        write_queue_nums=args.write_queues,
+        perm=args.perm,
+        **_on_brokers(args),
     )
     return Result(info_data(t), _render_info)
 
 
 def _delete(args: argparse.Namespace) -> Result:
-    deleted = Admin(broker_of(args)).delete_topic(args.topic)
+    deleted = admin_of(args).delete_topic(args.topic, **_on_brokers(args))
     if not deleted:
         raise ValueError(f"no topic {args.topic!r}")
     return Result(
@@ -175,6 +207,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("topic", metavar="TOPIC")
     c.add_argument("--queues", type=_positive, default=4, help="read and write queues (default 4)")
     c.add_argument("--perm", type=int, choices=PERMS, default=6, help="2 write, 4 read, 6 both (default 6)")
+    _add_broker_choice(c)
     add_common(c)
     c.set_defaults(run=_create)
     u = tsub.add_parser("update", help="change an existing topic's queue counts or perm")
@@ -183,13 +216,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("--read-queues", type=_positive, help="read queues (readQueueNums)")
     u.add_argument("--write-queues", type=_positive, help="write queues (writeQueueNums)")
     u.add_argument("--perm", type=int, choices=PERMS, help="2 write, 4 read, 6 both")
+    _add_broker_choice(u)
     add_common(u)
     u.set_defaults(run=_update)
     d = tsub.add_parser("delete", help="forget a topic's config (its stored messages stay until cleanup)")
     d.add_argument("topic", metavar="TOPIC")
+    _add_broker_choice(d)
     add_common(d)
     d.set_defaults(run=_delete)
     s = tsub.add_parser("status", help="a topic's queues with their min and max offsets")
     s.add_argument("topic", metavar="TOPIC")
     add_common(s)
     s.set_defaults(run=_status)
+    r = tsub.add_parser("route", help="the brokers of a name server holding a topic, with their queues (--namesrv)")
+    r.add_argument("--topic", required=True, help="topic")
+    add_common(r)
+    r.set_defaults(run=cluster.route)
+
+
+def _add_broker_choice(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--broker",
+        action="append",
+        metavar="NAME",
+        help="with --namesrv: only this master broker (repeatable; default: every master)",
+    )
