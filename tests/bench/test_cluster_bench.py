@@ -79,6 +79,12 @@ def test_the_page_shows_the_rows_the_model_and_why_a_row_did_not_run() -> None:
     assert "not available yet: shmq.Cluster not importable" in section
     assert "Load average (1 min) 0.3 at the start" in section
     assert "Clients: standalone brokers; a producer and a consumer given broker= per broker." in section
+    res["extras"]["shmq"]["cluster"]["namesrv"] = {
+        "namesrv": {"msgs_s": 495_000.0},
+        "broker": {"msgs_s": 500_000.0},
+        "ratio": 0.99,
+    }
+    assert "(producer only, batches): 495.0k against 500.0k msg/s, 0.990×." in docs_page.render(res)
     del res["extras"]["shmq"]["cluster"]
     without = docs_page.render(res).split("## A cluster on one host", 1)[1].split("\n## ", 1)[0]
     assert "Figures: not run in this results file." in without and "| 64 |" not in without
