@@ -62,8 +62,8 @@ def wait_routed(namesrv: str, topics: Sequence[str], brokers: set[str], exact: b
     finally:
         reader.close()
     raise ShmqError(
-        f"name server {namesrv}: the demo's topics are not routed to every broker after {ROUTE_WAIT_S:.0f} s; "
-        "see each broker's broker.log under the store"
+        f"name server {namesrv}: topics {', '.join(topics)} not routed to {', '.join(sorted(brokers))} "
+        f"after {ROUTE_WAIT_S:.0f} s; see each broker's broker.log in its store"
     )
 
 
