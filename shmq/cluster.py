@@ -3,34 +3,31 @@ processes (for programs, demos and tests; `shmq namesrv` and `shmq cluster` run 
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from shmq.child import ChildProcess
 from shmq.config import BrokerConfig, parse_properties
-from shmq.errors import BrokerStartError, ShmqError
+from shmq.errors import BrokerStartError, ConfigError, ShmqError
 from shmq.launcher import Broker
 from shmq.namesrv.leftovers import reclaim_dead_namesrv
 from shmq.namesrv.routes import check_namesrv_name
 from shmq.namesrv.segment import RouteReader, namesrv_key
 from shmq.ring.control import ControlQueue
 from shmq.ring.liveness import Watch
-from shmq.store import files
-
-log = logging.getLogger(__name__)
 
 
-class NameServer:
+class NameServer(ChildProcess):
     """``python -m shmq namesrv`` as a child; returns once it serves.
 
     Its log goes to ``log_path`` (appended), else to a temporary file removed by ``stop``.
     """
+
+    what = "name server"
 
     def __init__(self, name: str = "default", log_path: str | None = None, timeout: float = 30.0) -> None:
         self.name = check_namesrv_name(name)
@@ -39,46 +36,17 @@ class NameServer:
             fd, log_path = tempfile.mkstemp(prefix=f"shmq-namesrv-{name}-", suffix=".log")
             os.close(fd)
         self.log_path = os.path.abspath(log_path)
-        log_fd = files.open_file(self.log_path, os.O_WRONLY | os.O_APPEND)[0]  # 0600
-        self._log_offset = os.fstat(log_fd).st_size
-        with os.fdopen(log_fd, "ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "shmq", "namesrv", "--name", self.name],
-                stdout=out,
-                stderr=out,
-                stdin=subprocess.DEVNULL,
-            )
-        try:
-            self._wait_ready(timeout)
-        except BaseException:
-            self.kill()
-            self._reclaim()
-            self._remove_log()
-            raise
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         reader = RouteReader(self.name)
         try:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise BrokerStartError(
-                        f"name server {self.name!r} exited with status {self.process.returncode}:\n{self.log()}"
-                    )
-                if self._serves(reader):
-                    return
-                reader.close()
-                time.sleep(0.01)
+            self._spawn(
+                [sys.executable, "-m", "shmq", "namesrv", "--name", self.name], timeout, lambda: self._serves(reader)
+            )
         finally:
             reader.close()
-        raise BrokerStartError(f"name server {self.name!r} did not come up within {timeout} s:\n{self.log()}")
 
     def _serves(self, reader: RouteReader) -> bool:
         """Whether this child holds the name and its control queue exists."""
+        reader.close()  # a predecessor's segment may be mapped: look at the current one
         key = reader.control_key()
         if key is None or Watch(namesrv_key(self.name, "alive")).holder_pid() != self.process.pid:
             return False
@@ -88,48 +56,10 @@ class NameServer:
             return False
         return True
 
-    def log(self) -> str:
-        """What this name server wrote to its log since it was started."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self._log_offset)
-                return f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+    def _remove_leftovers(self) -> list[str]:
+        return reclaim_dead_namesrv(self.name)
 
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait (it removes its segment, queue and semaphore); the exit status. One
-        that did not exit cleanly is SIGKILLed after ``timeout`` and its leftovers removed."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.returncode != 0:
-            self._reclaim()
-        self._remove_log()
-        return self.process.returncode
-
-    def kill(self) -> None:
-        """SIGKILL, like a crash (for tests): its leftovers stay until a name server of this name
-        starts again, or ``stop`` is called."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def _reclaim(self) -> None:
-        removed = reclaim_dead_namesrv(self.name)
-        if removed:
-            log.warning(
-                "name server %r exited with status %s; removed what it left: %s",
-                self.name,
-                self.process.returncode,
-                ", ".join(removed),
-            )
-
-    def _remove_log(self) -> None:
+    def _cleanup(self) -> None:
         if self._temp_log:
             try:
                 os.unlink(self.log_path)
@@ -138,15 +68,7 @@ class NameServer:
             self._temp_log = False
 
     def __repr__(self) -> str:
-        code = self.process.poll()
-        state = "running" if code is None else f"exited {code}"
-        return f"NameServer(name={self.name!r}, pid={self.pid}, state={state})"
-
-    def __enter__(self) -> NameServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return f"NameServer(name={self.name!r}, pid={self.pid}, state={self._state()})"
 
 
 class Cluster:
@@ -164,11 +86,11 @@ class Cluster:
         timeout: float = 30.0,
     ) -> None:
         if type(brokers) is not int or not 1 <= brokers <= 64:
-            raise ShmqError(f"a cluster has 1..64 brokers, got {brokers!r}")
+            raise ConfigError(f"a cluster has 1..64 brokers, got {brokers!r}")
         self.root = os.path.abspath(root)
         base = BrokerConfig.load(config)
         if base.namesrv_addr and base.namesrv_addr != namesrv:
-            raise ShmqError(f"the config's namesrvAddr={base.namesrv_addr!r} is not this cluster's {namesrv!r}")
+            raise ConfigError(f"the config's namesrvAddr={base.namesrv_addr!r} is not this cluster's {namesrv!r}")
         os.makedirs(self.root, mode=0o700, exist_ok=True)
         self.broker_names = [f"{check_namesrv_name(namesrv)}-b{i}" for i in range(brokers)]
         self.brokers: list[Broker] = []

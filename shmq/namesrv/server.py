@@ -137,7 +137,8 @@ class NameServerCore:
             if same_key:
                 raise RegistrationError(
                     f"broker {reg.broker_name!r} id {reg.broker_id} is already registered by live pid {b.pid} "
-                    f"(attach name {b.attach_name!r}, store {b.store_dir}); stop it or pick another brokerName/brokerId"
+                    f"(attach name {b.attach_name!r}, store {b.store_dir}); "
+                    "stop that broker, or register under another name or id"
                 )
             raise RegistrationError(
                 f"attach name {reg.attach_name!r} is already registered by live pid {b.pid} "

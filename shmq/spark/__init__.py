@@ -1,7 +1,7 @@
 """shmq's Spark data source (the `spark` extra: pyspark + pyarrow).
 
     spark.dataSource.register(shmq.spark.ShmqDataSource)
-    spark.read.format("shmq").load(STORE_DIR)
+    spark.read.format("shmq").load(STORE_DIR)     # or a cluster's store root: a `broker` column
 
 The session may be created before or after this import: the workers Spark starts run this
 interpreter unless PYSPARK_PYTHON chose another (shmq.spark.workers).

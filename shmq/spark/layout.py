@@ -19,6 +19,7 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.errors import NotAStoreError
 from shmq.model.system_topics import is_system_topic
+from shmq.spark.stores import is_store
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.reader import CommitLogReader, ConsumeQueueReader
 
@@ -32,7 +33,7 @@ def check_store(store_dir: str) -> str:
         raise NotAStoreError(f"{store_dir!r} is not a shmq store: no such directory")
     # a broker makes commitlog/ with its first message; before that its checkpoint file says
     # the directory is a store (an empty one)
-    if not os.path.isdir(os.path.join(path, "commitlog")) and not os.path.isfile(os.path.join(path, "checkpoint")):
+    if not is_store(path):
         raise NotAStoreError(
             f"{store_dir!r} is not a shmq store: it has no commitlog/ directory nor checkpoint "
             "file (give the directory a broker was started with, `shmq broker --store DIR`)"

@@ -3,6 +3,9 @@
 The Spark DDL string and the Arrow schema describe the same columns; `read()` builds record
 batches with exactly this Arrow schema, so Spark takes them without a per-row conversion.
 Timestamps are the store's milliseconds as Spark TIMESTAMP (microseconds, UTC).
+
+A read of a store root (several brokers' stores) has one more, last column: `broker`, the
+name of the broker whose store holds the row.
 """
 
 from __future__ import annotations
@@ -53,3 +56,17 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 assert tuple(ARROW_SCHEMA.names) == COLUMNS
+
+ROOT_SCHEMA_DDL = f"{SCHEMA_DDL}, broker string"
+ROOT_ARROW_SCHEMA = ARROW_SCHEMA.append(pa.field("broker", pa.string()))
+
+
+def schema_ddl(is_root: bool) -> str:
+    """The columns of a read of a store root (`is_root`) or of one store."""
+    return ROOT_SCHEMA_DDL if is_root else SCHEMA_DDL
+
+
+def with_broker(batch: pa.RecordBatch, broker: str) -> pa.RecordBatch:
+    """A batch of one store's rows with the `broker` column added (every row: `broker`)."""
+    col = pa.repeat(pa.scalar(broker, pa.string()), batch.num_rows)
+    return pa.RecordBatch.from_arrays([*batch.columns, col], schema=ROOT_ARROW_SCHEMA)

@@ -3,7 +3,9 @@
 Reads the store files directly and read-only (no broker, no lock), so it works on a live
 master, a replica and a stopped or crashed store alike. Partitions are queue-offset ranges of
 at most `maxPartitionBytes` of records each (planning reads consume queues only); each task
-maps the commitlog and builds Arrow batches column-wise.
+maps the commitlog and builds Arrow batches column-wise. Given a cluster's store root (a
+directory of stores, shmq.spark.stores), the scan is every store's partitions, and each row
+says its store's broker in a last column `broker`.
 
 Filter pushdown: Spark (4.1+) refuses every query of a reader that overrides `pushFilters`
 while `spark.sql.python.filterPushdown.enabled` is false, and it asks for pushdown only in
@@ -24,12 +26,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
-from shmq.errors import ConfigError, CorruptRecordError
+from shmq.errors import ConfigError, CorruptRecordError, NotAStoreError
 from shmq.spark.batches import read_slice
-from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, check_store, describe_damage, parse_topic_option
+from shmq.spark.layout import DEFAULT_MAX_PARTITION_BYTES, QueueSlice, describe_damage, parse_topic_option
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds, push_filters
-from shmq.spark.schema import SCHEMA_DDL
+from shmq.spark.schema import schema_ddl, with_broker
+from shmq.spark.stores import StoreRef, open_stores, parse_broker_option
 from shmq.spark.workers import use_shmq_python
 
 _PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
@@ -47,8 +50,12 @@ class ScanOptions:
         path = opts.get("path")
         if not path:
             raise ConfigError('the shmq source needs the store directory: spark.read.format("shmq").load(STORE_DIR)')
-        self.store_dir = check_store(path)
+        self.store_set = open_stores(path)
+        self.store_dir = self.store_set.path  # the store, or the root of stores
         self.topics = parse_topic_option(opts.get("topic"))
+        self.brokers = parse_broker_option(opts.get("broker"))
+        if self.brokers is not None and not self.store_set.is_root:
+            raise ConfigError(f"option broker chooses stores under a store root; {path!r} is a single store")
         self.max_partition_bytes = positive_int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES)
 
 
@@ -67,11 +74,25 @@ def positive_int_option(options: Mapping[str, str], key: str, default: int) -> i
 
 
 class SlicePartition(InputPartition):
-    """One task's share: a queue-offset range of one queue."""
+    """One task's share: a queue-offset range of one queue of one store."""
 
-    def __init__(self, sl: QueueSlice) -> None:
-        super().__init__(sl)
+    def __init__(self, sl: QueueSlice, store: StoreRef) -> None:
+        super().__init__((store, sl))
         self.slice = sl
+        self.store = store
+
+
+def read_partition(
+    partition: SlicePartition, time_lo_ms: int = 0, time_hi_ms: int = 1 << 62
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition, with the `broker` column when its store is one of a root's;
+    damage is reported with the first damaged entry of the slice and the store's path."""
+    sl, store = partition.slice, partition.store
+    try:
+        for batch in read_slice(store.path, sl, time_lo_ms, time_hi_ms):
+            yield batch if store.broker is None else with_broker(batch, store.broker)
+    except CorruptRecordError as e:
+        raise CorruptRecordError(describe_damage(store.path, sl, e)) from e
 
 
 class ShmqScanReader(DataSourceReader):
@@ -82,23 +103,21 @@ class ShmqScanReader(DataSourceReader):
         self.bounds = ScanBounds()
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [
-            SlicePartition(s)
-            for s in plan_scan(self.opts.store_dir, self.opts.topics, self.bounds, self.opts.max_partition_bytes)
-        ]
+        out: list[InputPartition] = []
+        for store in self.opts.store_set.stores(self.opts.brokers):
+            if self.bounds.wants_broker(store.broker):
+                planned = plan_scan(store.path, self.opts.topics, self.bounds, self.opts.max_partition_bytes)
+                out.extend(SlicePartition(s, store) for s in planned)
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SlicePartition):
             return  # a scan that planned no slice: Spark still runs one task, with InputPartition(None)
-        sl = partition.slice
-        try:
-            yield from read_slice(self.opts.store_dir, sl, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
-        except CorruptRecordError as e:
-            raise CorruptRecordError(describe_damage(self.opts.store_dir, sl, e)) from e
+        yield from read_partition(partition, self.bounds.time_lo_ms, self.bounds.time_hi_ms)
 
 
 class ShmqPushdownReader(ShmqScanReader):
-    """Batch reader that takes filters on topic, queue_id, queue_offset and store_timestamp."""
+    """Batch reader that takes filters on broker, topic, queue_id, queue_offset and store_timestamp."""
 
     def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
         self.bounds, rest = push_filters(self.bounds, filters)
@@ -116,7 +135,13 @@ class ShmqDataSource(DataSource):
         return "shmq"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        """A store root's columns end with `broker`; a path that is no store at all gets the
+        single store's columns here and its one-line error from `reader()`."""
+        path = self.options.get("path")
+        try:
+            return schema_ddl(path is not None and open_stores(path).is_root)
+        except NotAStoreError:
+            return schema_ddl(False)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = ScanOptions(self.options)

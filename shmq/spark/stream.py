@@ -1,9 +1,11 @@
 """The streaming side of the `shmq` source: `spark.readStream.format("shmq").load(STORE_DIR)`.
 
-Offsets are consume-queue offsets, one per queue (shmq.spark.stream_offsets). Each trigger
-looks at the store files again: the queues of the chosen topics (new topics and queues join at
-their min offset), each queue's live-safe end (layout.queue_extent: never a torn record, so a
-micro-batch never claims rows a task cannot read). A micro-batch is planned and read like a
+Offsets are consume-queue offsets, one per queue (shmq.spark.stream_offsets; keyed by broker
+too over a store root). Each trigger looks at the store files again: the stores under a root
+(a broker started later joins like a new queue), the queues of the chosen topics (new
+topics, queues and brokers join at their min offset), each queue's live-safe end
+(layout.queue_extent: never a torn record, so a micro-batch never claims rows a task cannot
+read). A micro-batch is planned and read like a
 batch scan (split_extent slices, read_slice), so its rows are a pure function of (start, end):
 Spark replays a batch from its offset log after a failure and gets the same rows, which with
 a checkpoint and an idempotent sink (the file sink) is exactly-once.
@@ -16,6 +18,7 @@ the store keeps no record of the query. Cleanup may delete files the query has n
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -23,11 +26,11 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from shmq.errors import ConfigError, ShmqError
-from shmq.spark.batches import read_slice
 from shmq.spark.layout import QueueExtent, split_extent
 from shmq.spark.planner import queue_extents
 from shmq.spark.pushdown import ScanBounds
-from shmq.spark.source import ScanOptions, SlicePartition, positive_int_option
+from shmq.spark.source import ScanOptions, SlicePartition, positive_int_option, read_partition
+from shmq.spark.stores import StoreRef
 from shmq.spark.stream_offsets import QueueRange, StreamOffset, next_end, plan_ranges, queue_key, sorted_offset
 
 log = logging.getLogger(__name__)
@@ -76,8 +79,9 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _extents(self) -> dict[str, QueueExtent]:
         return {
-            queue_key(e.topic, e.queue_id): e
-            for e in queue_extents(self.opts.store_dir, self.opts.topics, ScanBounds())
+            queue_key(e.topic, e.queue_id, store.broker): e
+            for store in self.opts.store_set.stores(self.opts.brokers)
+            for e in queue_extents(store.path, self.opts.topics, ScanBounds())
         }
 
     def initialOffset(self) -> StreamOffset:  # noqa: N802 (Spark's names)
@@ -109,12 +113,19 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if r.lost:
                 self._data_lost(r)
             ext = QueueExtent(r.topic, r.queue_id, r.start, r.end)
-            out.extend(SlicePartition(s) for s in split_extent(self.opts.store_dir, ext, self.opts.max_partition_bytes))
+            store = self._store(r.broker)
+            out.extend(SlicePartition(s, store) for s in split_extent(store.path, ext, self.opts.max_partition_bytes))
         return out
 
+    def _store(self, broker: str | None) -> StoreRef:
+        """The store of `broker` (None: the single store the query reads)."""
+        root = self.opts.store_set.path
+        return StoreRef(broker, root if broker is None else os.path.join(root, broker))
+
     def _data_lost(self, r: QueueRange) -> None:
+        where = f"{r.topic}/{r.queue_id}" if r.broker is None else f"broker {r.broker}: {r.topic}/{r.queue_id}"
         what = (
-            f"{r.topic}/{r.queue_id}: queue offsets {r.lost_from}..{r.lost_from + r.lost - 1} ({r.lost} "
+            f"{where}: queue offsets {r.lost_from}..{r.lost_from + r.lost - 1} ({r.lost} "
             "messages) were deleted by cleanup before this query read them"
         )
         if self.opts.fail_on_data_loss:
@@ -127,7 +138,7 @@ class ShmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
-        yield from read_slice(self.opts.store_dir, partition.slice)
+        yield from read_partition(partition)
 
     def commit(self, end: StreamOffset) -> None:
         """Nothing to release: the source reads files and keeps no position in the store."""

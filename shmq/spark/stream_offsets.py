@@ -3,7 +3,10 @@
 A stream offset is a dict {"topic/queue_id": next queue offset to read}, one key per queue the
 query has seen, keys sorted: Spark journals it as JSON in the checkpoint and decides whether a
 micro-batch has new data by comparing two offsets, so the same position must always serialize
-the same way. Topic names cannot hold "/", so the key splits back unambiguously.
+the same way. Over a store root (several brokers' stores) a key also names the broker:
+"broker/topic/queue_id"; a single store keeps the two-part keys, so its checkpoints written
+before roots existed still load. Neither broker nor topic names can hold "/", so a key splits
+back unambiguously.
 
 Each trigger sees, per queue present in the store, its `head` (min offset: entries below it
 were deleted by cleanup) and its `tail` (live-safe end: every entry below it points at a whole
@@ -19,17 +22,18 @@ from dataclasses import dataclass
 StreamOffset = dict[str, int]
 
 
-def queue_key(topic: str, queue_id: int) -> str:
-    """The offset key of a queue: "topic/queue_id"."""
-    return f"{topic}/{queue_id}"
+def queue_key(topic: str, queue_id: int, broker: str | None = None) -> str:
+    """The offset key of a queue: "topic/queue_id", or "broker/topic/queue_id" in a store root."""
+    return f"{topic}/{queue_id}" if broker is None else f"{broker}/{topic}/{queue_id}"
 
 
-def parse_queue_key(key: str) -> tuple[str, int]:
-    """(topic, queue_id) of an offset key; ValueError when it is not one."""
-    topic, sep, qid = key.rpartition("/")
-    if not sep or not topic or not qid.isdigit():
-        raise ValueError(f"not a shmq stream offset key (topic/queue_id): {key!r}")
-    return topic, int(qid)
+def parse_queue_key(key: str) -> tuple[str | None, str, int]:
+    """(broker, topic, queue_id) of an offset key (broker None for a single store's key);
+    ValueError when it is not one."""
+    parts = key.split("/")
+    if len(parts) not in (2, 3) or not all(parts) or not parts[-1].isdigit():
+        raise ValueError(f"not a shmq stream offset key ([broker/]topic/queue_id): {key!r}")
+    return (parts[0] if len(parts) == 3 else None), parts[-2], int(parts[-1])
 
 
 def sorted_offset(offsets: Mapping[str, int]) -> StreamOffset:
@@ -103,8 +107,9 @@ def next_end(
 
 @dataclass(frozen=True, slots=True)
 class QueueRange:
-    """Queue offsets [start, end) of one queue to read in a micro-batch; `lost` entries from
-    `lost_from` on were deleted by cleanup before the query read them."""
+    """Queue offsets [start, end) of one queue (of `broker`'s store in a store root) to read in
+    a micro-batch; `lost` entries from `lost_from` on were deleted by cleanup before the query
+    read them."""
 
     topic: str
     queue_id: int
@@ -112,6 +117,7 @@ class QueueRange:
     end: int
     lost: int = 0
     lost_from: int = 0
+    broker: str | None = None
 
 
 def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], heads: Mapping[str, int]) -> list[QueueRange]:
@@ -123,11 +129,11 @@ def plan_ranges(start: Mapping[str, int], end: Mapping[str, int], heads: Mapping
     """
     out = []
     for key in sorted(end):
-        topic, qid = parse_queue_key(key)
+        broker, topic, qid = parse_queue_key(key)
         head = heads.get(key, 0)
         pos = start.get(key, head)
         lost = max(0, min(head, end[key]) - pos) if key in start else 0
         frm, pos = pos, max(pos, head)
         if end[key] > pos or lost:
-            out.append(QueueRange(topic, qid, pos, max(pos, end[key]), lost, frm if lost else 0))
+            out.append(QueueRange(topic, qid, pos, max(pos, end[key]), lost, frm if lost else 0, broker))
     return out

@@ -1,4 +1,5 @@
 """export.py: a store's messages as Parquet partitioned by topic and day, checked after writing.
+A cluster's store root exports every broker's store into one OUT, the files holding `broker`.
 
 Parquet is the form a Spark cluster reads when the data outgrows one host: any executor reads
 it from HDFS or S3, while the `shmq` source needs the store's own files on the executors' disks.
@@ -8,7 +9,7 @@ Layout: OUT/topic=T/day=YYYY-MM-DD/part-*.parquet: the files hold the scan's col
 The export covers a snapshot: each queue's range as planned before the write (a live broker
 may append meanwhile; those messages go to the next export). After writing, the part of OUT
 within that snapshot is read back and compared with what the write consumed: row count and a
-checksum over (topic, queue_id, queue_offset, msg_id); on a mismatch the first differing
+checksum over ([broker,] topic, queue_id, queue_offset, msg_id); on a mismatch the first differing
 messages are listed. `overwrite` replaces only the (topic, day) partitions this export writes
 (dynamic partition overwrite: other topics and older days stay), `append` adds files, so
 appending a snapshot twice shows up as a mismatch (every message twice).
@@ -23,13 +24,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from shmq.spark.layout import check_store, parse_topic_option
+from shmq.spark.layout import parse_topic_option
+from shmq.spark.stores import open_stores
 from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 
 EXPORT_DDL_EXTRA = "day date"
 DAY_MS = 86_400_000
 SHOWN_DIFFERENCES = 5
-Ident = tuple[str, int, int, str]  # topic, queue_id, queue_offset, msg_id
+Ident = tuple[str, ...]  # [broker,] topic, queue_id, queue_offset, msg_id (as text)
 
 
 @dataclass(slots=True)
@@ -49,12 +51,13 @@ class ExportResult:
         return self.source_rows == self.written_rows and self.checksums_equal
 
 
-def export_schema() -> str:
-    """The schema to read an export with: the scan's columns and `day`. Given explicitly, so a
-    topic named like a number stays a string (Spark infers partition value types otherwise)."""
-    from shmq.spark.schema import SCHEMA_DDL
+def export_schema(with_broker: bool = False) -> str:
+    """The schema to read an export with: the scan's columns (with `broker` for an export of a
+    store root) and `day`. Given explicitly, so a topic named like a number stays a string
+    (Spark infers partition value types otherwise)."""
+    from shmq.spark.schema import schema_ddl
 
-    return f"{SCHEMA_DDL}, {EXPORT_DDL_EXTRA}"
+    return f"{schema_ddl(with_broker)}, {EXPORT_DDL_EXTRA}"
 
 
 def day_column() -> Any:
@@ -64,8 +67,14 @@ def day_column() -> Any:
     return F.date_from_unix_date(F.floor(F.unix_millis("store_timestamp") / DAY_MS).cast("int"))
 
 
-def read_export(spark: Any, out: str) -> Any:
-    return spark.read.schema(export_schema()).parquet(out)
+def read_export(spark: Any, out: str, with_broker: bool = False) -> Any:
+    """An export as a DataFrame; `with_broker`: it was written from a store root."""
+    return spark.read.schema(export_schema(with_broker)).parquet(out)
+
+
+def _queue_columns(df: Any) -> list[str]:
+    """The columns naming a queue: a store root's rows name their broker too."""
+    return ["broker", "topic", "queue_id"] if "broker" in df.columns else ["topic", "queue_id"]
 
 
 def _within(df: Any, ranges: Any) -> Any:
@@ -73,14 +82,19 @@ def _within(df: Any, ranges: Any) -> Any:
     from pyspark.sql import functions as F
 
     return (
-        df.join(F.broadcast(ranges), ["topic", "queue_id"])
+        df.join(F.broadcast(ranges), _queue_columns(ranges))
         .where((F.col("queue_offset") >= F.col("lo")) & (F.col("queue_offset") < F.col("hi")))
         .drop("lo", "hi")
     )
 
 
-def _checks(F: Any) -> list[Any]:  # noqa: N803 - pyspark.sql.functions by its usual name
-    ident = F.xxhash64("topic", "queue_id", "queue_offset", "msg_id").cast("decimal(38,0)")
+def _ident(df: Any) -> list[str]:
+    """The columns that tell one message from another: its queue, queue offset and msg_id."""
+    return [*_queue_columns(df), "queue_offset", "msg_id"]
+
+
+def _checks(F: Any, ident_columns: list[str]) -> list[Any]:  # noqa: N803 - pyspark.sql.functions by its usual name
+    ident = F.xxhash64(*ident_columns).cast("decimal(38,0)")
     return [F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum(ident), F.lit(0).cast("decimal(38,0)")).alias("checksum")]
 
 
@@ -89,7 +103,7 @@ def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[I
     (one query: +1 per store row, -1 per exported row, summed per message)."""
     from pyspark.sql import Window
 
-    ident = ["topic", "queue_id", "queue_offset", "msg_id"]
+    ident = _ident(source)
     net = (
         source.select(*ident, F.lit(1).alias("n"))
         .unionByName(written.select(*ident, F.lit(-1).alias("n")))
@@ -98,10 +112,30 @@ def _differences(F: Any, source: Any, written: Any) -> tuple[list[Ident], list[I
     )
     first = Window.partitionBy(F.signum("n")).orderBy(*ident)
     rows = net.where("n != 0").withColumn("k", F.row_number().over(first)).where(f"k <= {SHOWN_DIFFERENCES}")
-    found = sorted(rows.collect(), key=lambda r: tuple(r[:4]))
-    missing = [(r[0], r[1], r[2], r[3]) for r in found if r["n"] > 0]
-    extra = [(r[0], r[1], r[2], r[3]) for r in found if r["n"] < 0]
+    found = sorted(rows.collect(), key=lambda r: tuple(r[: len(ident)]))
+    missing = [tuple(str(v) for v in r[: len(ident)]) for r in found if r["n"] > 0]
+    extra = [tuple(str(v) for v in r[: len(ident)]) for r in found if r["n"] < 0]
     return missing, extra
+
+
+def _snapshot(spark: Any, store: str, topics: list[str] | None) -> Any:
+    """Each queue's range [lo, hi) as planned now (of every store of a root), as a DataFrame;
+    None when every queue is empty."""
+    from shmq.spark.planner import queue_extents
+    from shmq.spark.pushdown import ScanBounds
+
+    stores = open_stores(store)
+    found = [
+        (s.broker, e.topic, e.queue_id, e.start, e.end)
+        for s in stores.stores()
+        for e in queue_extents(s.path, topics, ScanBounds())
+        if e.end > e.start
+    ]
+    if not found:
+        return None
+    if stores.is_root:
+        return spark.createDataFrame(found, "broker string, topic string, queue_id int, lo long, hi long")
+    return spark.createDataFrame([f[1:] for f in found], "topic string, queue_id int, lo long, hi long")
 
 
 def export(spark: Any, store: str, out: str, topics: list[str] | None, mode: str) -> ExportResult:
@@ -109,28 +143,25 @@ def export(spark: Any, store: str, out: str, topics: list[str] | None, mode: str
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from shmq.spark.planner import queue_extents
-    from shmq.spark.pushdown import ScanBounds
-
-    extents = [e for e in queue_extents(store, topics, ScanBounds()) if e.end > e.start]
-    if not extents:
+    ranges = _snapshot(spark, store, topics)
+    if ranges is None:
         return ExportResult(out, 0, 0, True)
-    ranges = spark.createDataFrame(
-        [(e.topic, e.queue_id, e.start, e.end) for e in extents], "topic string, queue_id int, lo long, hi long"
-    )
     source = _within(spark.read.format("shmq").options(**topic_option(topics)).load(store), ranges)
+    ident = _ident(source)
     rows = source.withColumn("day", day_column())
     seen = Observation("shmq_export")
     (
-        rows.observe(seen, *_checks(F))
+        rows.observe(seen, *_checks(F, ident))
         .write.mode(mode)
         .option("partitionOverwriteMode", "dynamic")
         .partitionBy("topic", "day")
         .parquet(out)
     )
     src = seen.get
-    written = _within(read_export(spark, out).where(F.col("topic").isin(sorted({e.topic for e in extents}))), ranges)
-    days = written.groupBy("topic", "day").agg(*_checks(F)).orderBy("topic", "day").collect()
+    snapshot_topics = sorted(r.topic for r in ranges.select("topic").distinct().collect())
+    exported = read_export(spark, out, "broker" in source.columns)
+    written = _within(exported.where(F.col("topic").isin(snapshot_topics)), ranges)
+    days = written.groupBy("topic", "day").agg(*_checks(F, ident)).orderBy("topic", "day").collect()
     result = ExportResult(
         out, int(src["rows"]), sum(r["rows"] for r in days), src["checksum"] == sum(r["checksum"] for r in days)
     )
@@ -161,8 +192,8 @@ def print_result(console: Console, r: ExportResult) -> None:
         ("missing from the export", r.missing),
         ("more often in the export than in the store", r.extra),
     ):
-        for topic, qid, offset, msg_id in rows:
-            console.print(f"  {label}: {topic}/{qid} offset {offset} msg_id {msg_id}")
+        for *queue, offset, msg_id in rows:
+            console.print(f"  {label}: {'/'.join(queue)} offset {offset} msg_id {msg_id}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -187,7 +218,7 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
     """Export and verify; exit status 1 when the export does not read back as the store."""
     args = parser().parse_args(argv)
     topics = parse_topic_option(args.topic)
-    store = check_store(args.store)
+    store = open_stores(args.store).path
     with job_session("shmq-export", args.master, spark) as session:
         result = export(session, store, args.out, topics, args.mode)
     print_result(console or wide_console(), result)

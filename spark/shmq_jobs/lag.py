@@ -7,17 +7,21 @@ not consumed of what the queue holds now: its end (max offset) minus the committ
 the committed offset counted no lower than the queue's first offset (older messages were
 deleted by cleanup and cannot be consumed) and no higher than its end. A queue of the topic the
 group never committed on counts from its first offset, as RocketMQ's consumerProgress does.
+Over a cluster's store root each broker's store holds the offsets of its own queues; a group's
+lag on a topic is the sum over the brokers, as consumerProgress sums a group over its brokers.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shmq.broker.groups import parse_offsets
 from shmq.spark.layout import QueueExtent
 from shmq.spark.planner import queue_extents
 from shmq.spark.pushdown import ScanBounds
+from shmq.spark.stores import StoreRef
 from shmq.store.config_files import load_json
 
 Committed = dict[tuple[str, str, int], int]  # (group, topic, queue id) -> next offset to consume, -1: none
@@ -85,3 +89,35 @@ def lag_for_store(store_dir: str, topics: list[str] | None = None) -> tuple[list
     committed, problems = read_committed(store_dir)
     wanted = sorted({t for _, t, _ in committed if topics is None or t in topics})
     return group_lags(committed, store_extents(store_dir, wanted), topics), problems
+
+
+def sum_lags(per_store: Iterable[list[GroupLag]]) -> list[GroupLag]:
+    """One row per (group, topic): the queues and offsets of every store added up, sorted. Pure."""
+    total: dict[tuple[str, str], GroupLag] = {}
+    for lags in per_store:
+        for g in lags:
+            t = total.get((g.group, g.topic))
+            total[(g.group, g.topic)] = (
+                g
+                if t is None
+                else GroupLag(
+                    g.group,
+                    g.topic,
+                    t.queues + g.queues,
+                    t.behind + g.behind,
+                    t.broker_offset + g.broker_offset,
+                    t.consumer_offset + g.consumer_offset,
+                    t.lag + g.lag,
+                )
+            )
+    return [total[k] for k in sorted(total)]
+
+
+def lag_for_stores(stores: list[StoreRef], topics: list[str] | None = None) -> tuple[list[GroupLag], list[str]]:
+    """`lag_for_store` over each store, summed per (group, topic); a store's problems name its broker."""
+    lags, problems = [], []
+    for store in stores:
+        found, trouble = lag_for_store(store.path, topics)
+        lags.append(found)
+        problems += [p if store.broker is None else f"broker {store.broker}: {p}" for p in trouble]
+    return sum_lags(lags), problems

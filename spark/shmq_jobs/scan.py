@@ -1,4 +1,5 @@
-"""scan.py: what a store holds, per topic, and how far behind each consumer group is."""
+"""scan.py: what a store (or every store of a cluster's store root) holds, per topic, and how
+far behind each consumer group is."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 
 from rich.console import Console
 
-from shmq.spark.layout import check_store, parse_topic_option
+from shmq.spark.layout import parse_topic_option
+from shmq.spark.stores import open_stores
 from shmq_jobs import render
-from shmq_jobs.lag import lag_for_store
+from shmq_jobs.lag import lag_for_stores
 from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 from shmq_jobs.summary import topic_summaries
 
@@ -32,11 +34,12 @@ def main(argv: list[str] | None = None, spark: Any = None, console: Console | No
     """Run the scan; `spark`: an existing session to use (left running), else one is made."""
     args = parser().parse_args(argv)
     topics = parse_topic_option(args.topic)
-    store = check_store(args.store)  # before Spark starts: a wrong path is a one-line error
+    stores = open_stores(args.store)  # before Spark starts: a wrong path is a one-line error
+    store = stores.path
     with job_session("shmq-scan", args.master, spark) as session:
         df = session.read.format("shmq").options(**topic_option(topics)).load(store)
         summaries = topic_summaries(df, args.top)
-    lags, problems = lag_for_store(store, topics)
+    lags, problems = lag_for_stores(stores.stores(), topics)
     out = console or wide_console()
     if args.json:
         out.file.write(render.to_json(render.report(store, summaries, lags, problems)) + "\n")

@@ -63,7 +63,11 @@ def wide_console() -> Console:
 def job_parser(prog: str, description: str, with_out: bool) -> argparse.ArgumentParser:
     """The arguments every job takes: STORE_DIR, OUT when it writes, --topic and --master."""
     ap = argparse.ArgumentParser(prog=prog, description=description)
-    ap.add_argument("store", metavar="STORE_DIR", help="the directory a broker or replica was started with")
+    ap.add_argument(
+        "store",
+        metavar="STORE_DIR",
+        help="the directory a broker or replica was started with, or a cluster's store root (a directory of stores)",
+    )
     if with_out:
         ap.add_argument("out", metavar="OUT", help="output directory or URL (file:, hdfs://, s3a://...)")
     ap.add_argument(

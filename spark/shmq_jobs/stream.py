@@ -1,6 +1,7 @@
 """stream.py: the continuous form of export.py. A streaming query follows a store (live
-master, replica) and appends its new messages to Parquet partitioned by topic and day, the
-layout export.py writes and `read_export` reads.
+master, replica) or every store of a cluster's store root (its rows then have `broker`, and a
+broker started later under the root is followed too) and appends its new messages to Parquet
+partitioned by topic and day, the layout export.py writes and `read_export` reads.
 
 Exactly-once comes from Spark: the query's offsets (one consume-queue offset per queue) are
 journaled in the checkpoint, and the file sink records each micro-batch's files in
@@ -15,7 +16,8 @@ from typing import Any
 
 from rich.console import Console
 
-from shmq.spark.layout import check_store, parse_topic_option
+from shmq.spark.layout import parse_topic_option
+from shmq.spark.stores import open_stores
 from shmq_jobs.export import day_column
 from shmq_jobs.session import job_parser, job_session, run_job, topic_option, wide_console
 
@@ -99,7 +101,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, spark: Any = None, console: Console | None = None) -> int:
     args = parser().parse_args(argv)
     topics = parse_topic_option(args.topic)
-    store = check_store(args.store)
+    store = open_stores(args.store).path
     out = console or wide_console()
     with job_session("shmq-stream", args.master, spark) as session:
         query = start_query(

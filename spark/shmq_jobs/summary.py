@@ -27,13 +27,15 @@ class TopicSummary:
 
 
 def topic_summaries(df: Any, top: int) -> list[TopicSummary]:
-    """The figures of every topic in `df` (a `shmq` scan), sorted by topic; `top` tags and keys each."""
+    """The figures of every topic in `df` (a `shmq` scan, of a store or a store root: there a
+    queue is a broker's queue), sorted by topic; `top` tags and keys each."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    queue = F.concat_ws("/", "broker", "queue_id") if "broker" in df.columns else F.col("queue_id")
     slim = df.select(
         "topic",
-        "queue_id",
+        queue.alias("queue"),
         "size",
         "tags",
         "keys",
@@ -45,7 +47,7 @@ def topic_summaries(df: Any, top: int) -> list[TopicSummary]:
             slim.groupBy("topic")
             .agg(
                 F.count(F.lit(1)).alias("messages"),
-                F.countDistinct("queue_id").alias("queues"),
+                F.countDistinct("queue").alias("queues"),
                 F.sum("size").alias("stored_bytes"),
                 F.sum("body_len").alias("body_bytes"),
                 F.min("store_ms").alias("first"),

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+import sysv_ipc
 
 import shmq
 from shmq.namesrv.segment import HEADER_BYTES, RouteReader, routes_name
@@ -228,9 +229,11 @@ def test_malformed_requests_get_a_clear_error_and_the_server_serves_on(
                 assert "\n" not in str(answer) and "Traceback" not in str(answer)
             answer = _call(ns_name, "create_topic", {})
             assert isinstance(answer, shmq.ShmqError) and "register_broker and unregister_broker only" in str(answer)
-            q = ControlQueue.open(RouteReader(ns_name).control_key())  # type: ignore[arg-type]
-            q.send_request(Attach(new_client_id(), 1, os.getpid(), 1, 4096))
-            q._mq.send(b"\x03\x02garbage", type=1)  # not even a header
+            key = RouteReader(ns_name).control_key()
+            assert key is not None
+            reply = ControlQueue.open(key).call(Attach(new_client_id(), 1, os.getpid(), 1, 4096), WAIT_S)
+            assert not reply.ok and "not attach" in reply.body["error"]
+            sysv_ipc.MessageQueue(key).send(b"\x03\x02garbage", type=1)  # not even a header
             # still serving, the real broker still registered, a good request still answered
             assert _call(ns_name, "unregister_broker", {"broker_name": "x", "broker_id": 0, "pid": 1}) == {
                 "incarnation": reader.read().incarnation,
@@ -260,3 +263,12 @@ def test_shmq_cluster_runs_in_the_foreground_until_sigterm(
     assert proc.returncode == 0, out
     assert f"broker {names[0]!r}" in out
     assert not os.path.exists("/dev/shm" + routes_name(ns_name))
+
+
+def test_a_cluster_with_a_bad_shape_starts_nothing(tmp_path: object, ns_name: str) -> None:
+    root = os.path.join(str(tmp_path), "root")
+    with pytest.raises(shmq.ConfigError, match=r"1\.\.64 brokers"):
+        shmq.Cluster(root, brokers=0, namesrv=ns_name)
+    with pytest.raises(shmq.ConfigError, match="is not this cluster's"):
+        shmq.Cluster(root, brokers=1, namesrv=ns_name, config={"namesrvAddr": "other"})
+    assert not os.path.exists(root)

@@ -17,6 +17,7 @@ SMALL = {
     "mappedFileSizeConsumeQueue": 20 * 4096,
     "maxHashSlotNum": 1009,
     "maxIndexNum": 4000,
+    "haListenPort": 0,  # no HA sender per broker: these tests never use one, and ports 10912+i may be taken
 }
 
 

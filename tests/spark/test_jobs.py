@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(REPO, "spark"))
 from shmq_jobs import export as export_job  # noqa: E402
 from shmq_jobs import render, scan  # noqa: E402
 from shmq_jobs import stream as stream_job  # noqa: E402
-from shmq_jobs.lag import GroupLag, group_lags, read_committed  # noqa: E402
+from shmq_jobs.lag import GroupLag, group_lags, read_committed, sum_lags  # noqa: E402
+from tests.ipc_tracking import IpcTracker  # noqa: E402
 
 BIG = b"compressible " * 700  # over the producer's 4 KiB threshold: stored compressed
 
@@ -94,6 +95,16 @@ def test_lag_counts_from_the_first_offset_and_stays_within_the_queue() -> None:
         GroupLag("h", "U", 1, 1, 7, 0, 7),
     ]
     assert [lag.topic for lag in group_lags(committed, extents, ["U"])] == ["U"]
+
+
+def test_lags_of_a_store_root_add_up_per_group_and_topic() -> None:
+    b0 = [GroupLag("g", "T", 4, 1, 10, 7, 3), GroupLag("h", "T", 4, 0, 10, 10, 0)]
+    b1 = [GroupLag("g", "T", 2, 2, 6, 1, 5), GroupLag("g", "U", 1, 1, 2, 0, 2)]
+    assert sum_lags([b0, b1, []]) == [
+        GroupLag("g", "T", 6, 3, 16, 8, 8),
+        GroupLag("g", "U", 1, 1, 2, 0, 2),
+        GroupLag("h", "T", 4, 0, 10, 10, 0),
+    ]
 
 
 def test_damaged_offsets_fall_back_to_the_previous_copy_and_say_so(tmp_path) -> None:
@@ -274,3 +285,53 @@ def test_stream_job_appends_new_messages_exactly_once_across_runs(
     assert {r.msg_id: bytes(r.body) for r in rows} == sent
     assert {r.topic for r in rows} == {"Orders", "Audit"} and len({r.day for r in rows}) >= 1
     assert os.path.isdir(os.path.join(out, "topic=Orders")) and os.path.isdir(os.path.join(out, "_spark_metadata"))
+
+
+def test_jobs_on_a_store_root(spark, ipc_tracker: IpcTracker, config, tmp_path) -> None:
+    """scan.py, export.py and stream.py given a cluster's store root: every broker's store,
+    queues counted per broker, a group's lag summed over the brokers, exports holding `broker`."""
+    root = str(tmp_path / "root")
+    names = [ipc_tracker.name("jr") for _ in range(2)]
+    sent: dict[str, tuple[str, bytes]] = {}
+    committed = 0
+    for name, n in zip(names, (12, 7), strict=True):
+        with shmq.Broker(ipc_tracker.store(os.path.join(root, name)), name=name, config=config):
+            with Producer("pg", broker=name) as p:
+                for i in range(n):
+                    r = p.send(Message("Orders", b"%s %d" % (name.encode(), i), tags="T"))
+                    sent[r.msg_id] = (name, b"%s %d" % (name.encode(), i))
+            c = PullConsumer("cg", broker=name).start()
+            try:
+                _commit(c, "Orders", {0: 1})
+                committed += 1
+            finally:
+                c.shutdown()
+    out = _console()
+    assert scan.main([root, "--json"], spark=spark, console=out) == 0
+    doc = json.loads(out.file.getvalue())
+    assert doc["store"] == root
+    assert [(t["topic"], t["messages"], t["queues"]) for t in doc["topics"]] == [("Orders", 19, 8)]  # 4 per broker
+    assert doc["consumer_lag"] == [
+        {
+            "group": "cg",
+            "topic": "Orders",
+            "queues": 8,
+            "behind": 8,
+            "broker_offset": 19,
+            "consumer_offset": committed,
+            "lag": 19 - committed,
+        }
+    ]
+
+    dest = str(tmp_path / "parquet")
+    out = _console()
+    assert export_job.main([root, dest], spark=spark, console=out) == 0, out.file.getvalue()
+    assert "verified: 19 messages" in out.file.getvalue()
+    back = export_job.read_export(spark, dest, with_broker=True).select("msg_id", "broker", "body").collect()
+    assert {r.msg_id: (r.broker, bytes(r.body)) for r in back} == sent
+
+    streamed, ckpt = str(tmp_path / "stream"), str(tmp_path / "ckpt")
+    args = [root, streamed, "--checkpoint", ckpt, "--available-now"]
+    assert stream_job.main(args, spark=spark, console=_console()) == 0
+    rows = export_job.read_export(spark, streamed, with_broker=True).select("msg_id", "broker", "body").collect()
+    assert {r.msg_id: (r.broker, bytes(r.body)) for r in rows} == sent

@@ -63,8 +63,10 @@ def test_bad_paths_and_options_fail_with_their_reason(
 ) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config):
         _send(broker_name, "Orders", 4)
+    plain = tmp_path / "plain"  # a folder with a folder in it, neither a store
+    (plain / "logs").mkdir(parents=True)
     cases = [
-        (lambda: load(spark, str(tmp_path)), "is not a shmq store: it has no commitlog/ directory nor checkpoint file"),
+        (lambda: load(spark, str(plain)), "is not a shmq store: it has no commitlog/ directory nor checkpoint file"),
         (lambda: load(spark, str(tmp_path / "nowhere")), "is not a shmq store: no such directory"),
         (lambda: load(spark, store_dir, maxPartitionBytes="-1"), "option maxPartitionBytes must be a positive"),
         (lambda: load(spark, store_dir, maxpartitionbytes="lots"), "option maxPartitionBytes must be a positive"),

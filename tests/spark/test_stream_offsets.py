@@ -19,8 +19,10 @@ from shmq.spark.stream_offsets import (
 
 def test_queue_key_round_trip_and_rejects_garbage() -> None:
     assert queue_key("T%x-1", 3) == "T%x-1/3"
-    assert parse_queue_key("T%x-1/3") == ("T%x-1", 3)
-    for bad in ("T", "/3", "T/", "T/x", "T/-1"):
+    assert parse_queue_key("T%x-1/3") == (None, "T%x-1", 3)
+    assert queue_key("T%x-1", 3, "ns1-b0") == "ns1-b0/T%x-1/3"
+    assert parse_queue_key("ns1-b0/T%x-1/3") == ("ns1-b0", "T%x-1", 3)
+    for bad in ("T", "/3", "T/", "T/x", "T/-1", "b//3", "/T/3", "a/b/T/3"):
         with pytest.raises(ValueError):
             parse_queue_key(bad)
 
@@ -111,3 +113,18 @@ def test_plan_ranges_reads_new_queues_from_their_head_and_reports_lost_entries()
 
 def test_plan_ranges_loss_beyond_the_batch_end_counts_only_up_to_the_end() -> None:
     assert plan_ranges({"T/0": 5}, {"T/0": 8}, {"T/0": 30}) == [QueueRange("T", 0, 30, 30, lost=3, lost_from=5)]
+
+
+def test_a_root_stream_takes_a_new_broker_at_its_head_and_keeps_a_removed_one() -> None:
+    """Keys of a store root name the broker: a broker started later is a new queue, one whose
+    store is gone keeps its offset and is no longer read."""
+    start = {"b0/T/0": 4, "b1/T/0": 2}
+    heads = {"b0/T/0": 0, "b2/T/0": 0, "b2/T/1": 1}  # b1 removed, b2 started
+    tails = {"b0/T/0": 6, "b2/T/0": 3, "b2/T/1": 5}
+    end = next_end(start, heads, tails)
+    assert end == {"b0/T/0": 6, "b1/T/0": 2, "b2/T/0": 3, "b2/T/1": 5}
+    assert plan_ranges(start, end, heads) == [
+        QueueRange("T", 0, 4, 6, broker="b0"),
+        QueueRange("T", 0, 0, 3, broker="b2"),
+        QueueRange("T", 1, 1, 5, broker="b2"),
+    ]
