@@ -33,7 +33,8 @@ def serving(store: str, name: str, config: Mapping[str, Any], brokers: int, topi
         with shmq.Broker(store, name=name, config=config):
             yield {"broker": name}
         return
-    cluster = shmq.Cluster(store, brokers=brokers, namesrv=name, config=dict(config))
+    # no HA sender per broker (the demo has no replica): ports haListenPort + i may be taken
+    cluster = shmq.Cluster(store, brokers=brokers, namesrv=name, config={**config, "haListenPort": 0})
     try:
         names = [b.name for b in cluster.brokers]
         for b in names:

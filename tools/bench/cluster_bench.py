@@ -44,6 +44,7 @@ import inspect
 import json
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import statistics
 import tempfile
@@ -69,6 +70,7 @@ CONFIG = {
     "mapped_file_size_commit_log": 256 << 20,
     "warm_ahead_size": 256 << 20,
     "default_topic_queue_nums": QUEUES,
+    "ha_listen_port": 0,  # no HA sender (no replica here): the ports of a cluster's senders may be taken
 }
 SPAWN = mp.get_context("spawn")
 VIA = {
@@ -195,7 +197,7 @@ def run_once(
         try:
             ready.wait(120)
         except threading.BrokenBarrierError:
-            raise RuntimeError(out.get(timeout=10)[1]) from None
+            raise RuntimeError(_first_cause(out, len(procs))) from None
         start = time.monotonic_ns()
         results = []
         for _ in procs:
@@ -217,6 +219,22 @@ def run_once(
     cpu = {"broker": broker_cpu} | {k: sum(r[2] for r in results if r[0] == k) for k in KINDS[1:]}
     us = {k: v * 1e6 / max(sent, 1) for k, v in cpu.items() if k != "consumer" or consume}
     return {"msgs_s": sent / ((end - start) / 1e9), "cpu_us": us | {"total": sum(us.values())}, "messages": sent}
+
+
+def _first_cause(out: Any, workers: int) -> str:
+    """Why the start barrier broke: the failing worker's own error, not the BrokenBarrierError
+    the others then report (whichever comes first)."""
+    broken = []
+    deadline = time.monotonic() + 10
+    while len(broken) < workers:
+        try:
+            r = out.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            break
+        if "BrokenBarrierError" not in r[1]:
+            return r[1]
+        broken.append(r[1])
+    return broken[0] if broken else "a worker broke the start barrier and said nothing"
 
 
 def _warm(brokers: list[shmq.Broker], topic: str) -> None:
