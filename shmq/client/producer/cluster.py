@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from shmq.client import exit_close
 from shmq.client.hooks import SendMessageHook, check_hook
-from shmq.client.producer.accumulator import accumulate_oneway, queued_or_failed
+from shmq.client.producer.accumulator import ProduceAccumulator, accumulate_oneway, queued_or_failed
 from shmq.client.producer.cluster_batches import ClusterBatches
 from shmq.client.producer.cluster_brokers import ClusterBrokers
 from shmq.client.producer.inflight import InFlight
@@ -90,6 +90,9 @@ class ClusterProducer(Producer):
                 delay = options["batch_max_delay_ms"] / 1000
             max_bytes = options.get("batch_max_bytes", _DEFAULTS["batch_max_bytes"])
             self._grouped = ClusterBatches(self._cluster, self, self._retries, delay, max_bytes)
+        # the accumulator plain async and oneway sends go into: None once a send hook is registered
+        # (hooked sends go one by one), so the per-message path reads one attribute
+        self._batching: ProduceAccumulator | None = self._grouped.accumulator if self._grouped else None
         self._executor: ThreadPoolExecutor | None = None  # callbacks (Producer._with_callback)
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
@@ -171,6 +174,7 @@ class ClusterProducer(Producer):
         """As ``Producer.register_send_hook``; the hooks run around each attempt on a broker."""
         check_hook(hook, "send_message_before", "send_message_after")
         self._cluster.add_hook(hook)
+        self._batching = None
 
     # ------------------------------------------------------------------ sends with retries
 
@@ -301,10 +305,9 @@ class ClusterProducer(Producer):
     ) -> Future[SendResult]:
         """As ``Producer.send_async``, on the cluster (retried on another broker as ``send``);
         auto-batched messages go in batches, each to one broker (``ClusterBatches``)."""
-        batches = self._grouped
-        plain = callback is None and selector is None and sharding_key is None
-        if batches is not None and plain and not self._cluster.hooks:  # hooked sends go one by one
-            queued = queued_or_failed(batches.accumulator, msg, self._max_message_size)
+        acc = self._batching
+        if acc is not None and callback is None and selector is None and sharding_key is None:
+            queued = queued_or_failed(acc, msg, self._max_message_size)
             if queued is not None:
                 return queued
         if sharding_key is not None or selector is not None:
@@ -326,13 +329,12 @@ class ClusterProducer(Producer):
     ) -> None:
         """As ``Producer.send_oneway``, to the next broker (no answer, so no retry); auto-batched
         messages go in batches, each to one broker."""
-        batches = self._grouped
+        acc = self._batching
         if (
-            batches is not None
+            acc is not None
             and selector is None
             and sharding_key is None
-            and not self._cluster.hooks
-            and accumulate_oneway(batches.accumulator, msg, self._max_message_size)
+            and accumulate_oneway(acc, msg, self._max_message_size)
         ):
             return
         if sharding_key is not None:

@@ -104,11 +104,6 @@ class ClusterBrokers:
             for p in self.producers.values():
                 p.register_send_hook(hook)
 
-    @property
-    def hooks(self) -> bool:
-        """Whether any send hook is registered."""
-        return bool(self._hooks)
-
     def background(self, fn: Callable[..., object], *args: Any) -> bool:
         """Run ``fn(*args)`` on the helper thread; False if it is shut down."""
         if self._helper is None:
