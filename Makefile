@@ -1,4 +1,4 @@
-# shmq — make install | demo | test | lint | typecheck | spark | docs | docs-serve | wheel | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
+# shmq — make install | demo [BROKERS=N] | test | lint | typecheck | spark | docs | docs-serve | wheel | bench [QUICK=1] | bench-docs | bench-store | top [TOP_ARGS=...]
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -40,9 +40,10 @@ docs: $(DOCS_STAMP)
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
-# the main job: a broker, producers and consumers in separate processes, verified
+# the main job: a broker, producers and consumers in separate processes, verified;
+# BROKERS=N (N > 1): on a cluster of a name server and N brokers, with the split they made
 demo: $(STAMP)
-	$(PY) tools/demo.py $(DEMO_ARGS)
+	$(PY) tools/demo.py $(if $(BROKERS),--brokers $(BROKERS)) $(DEMO_ARGS)
 
 # SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build;
 # the docs extra: tests/docs build the site; the wheel extra: tests/package builds the wheel when

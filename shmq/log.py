@@ -43,11 +43,13 @@ from shmq.errors import (
     BrokerGoneError,
     BrokerNotFoundError,
     ControlTimeoutError,
+    NameServerNotFoundError,
     SendTimeoutError,
     SharedMemoryFullError,
     ShmqError,
 )
 from shmq.model.message import Message
+from shmq.namesrv.routes import namesrv_or_env
 
 DEFAULT_GROUP = "_LOG_HANDLER_PRODUCER"
 BUFFER_SIZE = 10_000  # records (logback's AsyncAppender holds 256 events; logs here outlive a broker restart)
@@ -59,6 +61,7 @@ IGNORED_LOGGER = "shmq"  # its hierarchy: the producer's own logging must never 
 # errors after which a retry may succeed: the records go back to the buffer
 RETRIABLE = (
     BrokerGoneError,
+    NameServerNotFoundError,
     BrokerNotFoundError,
     SendTimeoutError,
     BrokerBusyError,
@@ -78,6 +81,7 @@ class MessageHandler(logging.Handler):
         broker: str | None = None,
         level: int | str = logging.NOTSET,
         *,
+        namesrv: str | None = None,
         group: str = DEFAULT_GROUP,
         buffer_size: int = BUFFER_SIZE,
         retry_interval: float = RETRY_INTERVAL_S,
@@ -85,7 +89,8 @@ class MessageHandler(logging.Handler):
         producer: Callable[[], Producer] | None = None,
     ) -> None:
         """``producer`` builds the (not started) producer the thread owns; by default
-        ``Producer(group, broker, auto_batch=False)``: the handler sends its own batches."""
+        ``Producer(group, broker, namesrv=namesrv, auto_batch=False)``: the handler sends its
+        own batches (over every broker of the cluster with ``namesrv``)."""
         super().__init__(level)
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
@@ -99,7 +104,10 @@ class MessageHandler(logging.Handler):
         self.failed = 0  # records the broker would not store (not retried)
         self.sent = 0  # records stored
         self.last_error: BaseException | None = None  # why the last send or attach failed
-        self._make_producer = producer or (lambda: Producer(group, broker, auto_batch=False, start_timeout=0.5))
+        namesrv_or_env(namesrv, broker)  # both, or a bad name: ConfigError here, not on the thread
+        self._make_producer = producer or (
+            lambda: Producer(group, broker, namesrv=namesrv, auto_batch=False, start_timeout=0.5)
+        )
         self._buffer: collections.deque[Entry] = collections.deque()
         self._in_hand = 0  # records taken from the buffer and not answered yet
         self._wake = threading.Event()

@@ -1,4 +1,5 @@
-"""`shmq demo` (and `make demo`): what shmq is, in three phases on one broker, each process its own.
+"""`shmq demo` (and `make demo`): what shmq is, in three phases on one broker (or, with
+`--brokers N`, a cluster of a name server and N brokers), each process its own.
 
 1. checks: tagged messages sent in batches and one by one, a clustering group, a broadcasting
    group with a tag filter and an orderly consumer; every message must arrive, each broadcast
@@ -9,6 +10,8 @@
    backlog) to a PushConsumer listener in another process; how long after its send each
    message reached the listener.
 
+On a cluster every client attaches through the name server, and the summary also shows the
+split: the messages consumed from each broker and the queues each pull consumer read.
 The summary says what each figure is; the demo exits 0 when every check passed.
 """
 
@@ -24,14 +27,20 @@ from multiprocessing.process import BaseProcess
 from rich.console import Console
 from rich.table import Table
 
-import shmq
-from shmq.cli import demo_speed
-from shmq.cli.demo_checks import run_checks
+from shmq.cli import demo_cluster, demo_speed
+from shmq.cli.demo_checks import STEPS_TOPIC, TOPIC, run_checks
 from shmq.cli.help_format import ParagraphHelpFormatter
+from shmq.errors import ShmqError
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The demo's options, shared by `shmq demo` and tools/demo.py (`make demo DEMO_ARGS=...`)."""
+    ap.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="brokers to serve the demo; above 1, a cluster: a name server and that many brokers",
+    )
     ap.add_argument("--producers", type=int, default=3, help="producer processes of the checks and throughput phases")
     ap.add_argument("--messages", type=int, default=20_000, help="per producer, checks phase")
     ap.add_argument("--orders", type=int, default=50, help="order ids of the ordered producer, checks phase")
@@ -59,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the demo with parsed options; 0 when every check of the summary passes."""
     console = Console()
-    for option in ("producers", "messages", "orders", "steps", "batch", "bulk_messages", "latency_messages"):
+    for option in ("brokers", "producers", "messages", "orders", "steps", "batch", "bulk_messages", "latency_messages"):
         if getattr(args, option) < 1:
             console.print(f"[bold red]--{option.replace('_', '-')} {getattr(args, option)}[/]: must be 1 or more")
             return 2
@@ -78,26 +87,29 @@ def run(args: argparse.Namespace) -> int:
     ctx = mp.get_context("spawn")
     procs: list[BaseProcess] = []
     console.rule("[bold]shmq demo")
-    console.print(f"store: {store}   broker name: {name}")
     ok = False
     try:
         config = {"flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": 64 << 20}
-        with shmq.Broker(store, name=name, config=config):
+        topics = (TOPIC, STEPS_TOPIC, demo_speed.BULK_TOPIC, demo_speed.LATENCY_TOPIC)
+        with demo_cluster.serving(store, name, config, args.brokers, topics) as target:
+            console.print(f"store: {store}   {demo_cluster.describe(target, args.brokers)}")
             console.rule("1. checks: tags, batches, broadcast, order")
-            rows, ok = run_checks(ctx, name, store, args, console, procs)
+            rows, ok = run_checks(ctx, target, store, args, console, procs)
             console.rule("2. throughput: batch sends, column pulls")
-            bulk = demo_speed.throughput(ctx, name, args, console, procs)
+            bulk = demo_speed.throughput(ctx, target, args, console, procs)
             console.rule("3. latency: paced sends to a push listener")
-            lat = demo_speed.latency(ctx, name, args, console, procs)
+            lat = demo_speed.latency(ctx, target, args, console, procs)
         rows += _speed_rows(args, bulk, lat)
+        if args.brokers > 1:
+            rows += demo_cluster.split_rows(bulk.per_broker, bulk.queues)
         ok = ok and _speed_ok(args, bulk, lat)
         used = sum(os.stat(os.path.join(d, f)).st_blocks * 512 for d, _, fs in os.walk(store) for f in fs)
         rows.append(
             (
                 "store",
                 (
-                    f"{store} ({used / 2**20:.1f} MiB on disk in commitlog/, consumequeue/, index/, "
-                    "config/; segments are pre-allocated sparse files)"
+                    f"{store} ({used / 2**20:.1f} MiB on disk in {_layout(name, args.brokers)}; "
+                    "segments are pre-allocated sparse files)"
                 ),
             )
         )
@@ -108,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             table.add_row(*row)
         console.print(table)
         console.print("[bold green]PASS[/]: every message arrived" if ok else "[bold red]FAIL[/]: see the summary")
+    except ShmqError as e:  # the broker or cluster did not come up, or the routes did not
+        console.print(f"[bold red]FAIL[/]: {e}")
     finally:
         for p in procs:
             if p.is_alive():
@@ -118,6 +132,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(store, ignore_errors=True)
     return 0 if ok else 1
+
+
+def _layout(name: str, brokers: int) -> str:
+    """Where the store's files are: one store, or one per broker of the cluster."""
+    dirs = "commitlog/, consumequeue/, index/, config/"
+    if brokers == 1:
+        return dirs
+    return f"a store per broker ({name}-b0/ to {name}-b{brokers - 1}/), each with {dirs}"
 
 
 def _rate(messages: int, ns: int) -> str:

@@ -1,6 +1,6 @@
 """The demo's checks phase: tagged, batched and ordered messages through both consumer models.
 
-What runs, each in its own OS process, on the demo's broker:
+What runs, each in its own OS process, on the demo's broker (or cluster):
   - PRODUCERS producers sending tagged messages (TagA / TagB) to topic DemoOrders, in batches
     and one by one;
   - one producer sending ordered messages: for each order id, steps 0..STEPS-1 to topic
@@ -48,6 +48,7 @@ from shmq import (
     PushConsumer,
     SelectMessageQueueByHash,
 )
+from shmq.cli.demo_cluster import Target
 
 TOPIC = "DemoOrders"
 STEPS_TOPIC = "DemoSteps"
@@ -56,9 +57,9 @@ PAD = b"." * 92  # bodies of 100 bytes
 Got = dict[str, dict[int, list[Any]]]
 
 
-def produce(broker: str, number: int, count: int, batch: int, report: mp.Queue[Any]) -> None:
+def produce(target: Target, number: int, count: int, batch: int, report: mp.Queue[Any]) -> None:
     """Send `count` messages, the first half in batches, the rest one by one (async)."""
-    p = Producer(f"demo-producer-{number}", broker=broker).start()
+    p = Producer(f"demo-producer-{number}", **target).start()
     try:
         sent = 0
         half = count // 2
@@ -97,9 +98,9 @@ def produce(broker: str, number: int, count: int, batch: int, report: mp.Queue[A
         p.shutdown()
 
 
-def produce_steps(broker: str, orders: int, steps: int, report: mp.Queue[Any]) -> None:
+def produce_steps(target: Target, orders: int, steps: int, report: mp.Queue[Any]) -> None:
     """For each order, its steps in sequence, all to the queue the order id hashes to."""
-    p = Producer("demo-steps", broker=broker).start()
+    p = Producer("demo-steps", **target).start()
     try:
         for step in range(steps):
             for order in range(orders):
@@ -113,19 +114,19 @@ def produce_steps(broker: str, orders: int, steps: int, report: mp.Queue[Any]) -
         p.shutdown()
 
 
-def consume(broker: str, role: str, member: int, report: mp.Queue[Any], stop: Event, offsets: str) -> None:
+def consume(target: Target, role: str, member: int, report: mp.Queue[Any], stop: Event, offsets: str) -> None:
     """A push consumer: reports every message id it gets, in batches, until told to stop.
 
     Broadcast members keep their offsets under ``offsets`` (in the demo's store, not in
     ~/.shmq); their default instance names are unique and their files go at shutdown."""
     if role == "steps":
-        c = PushConsumer("demo-steps", broker=broker, consume_from=ConsumeFrom.FIRST_OFFSET)
+        c = PushConsumer("demo-steps", **target, consume_from=ConsumeFrom.FIRST_OFFSET)
         c.subscribe(STEPS_TOPIC, "*")
     else:
         model = MessageModel.CLUSTERING if role == "cluster" else MessageModel.BROADCASTING
         c = PushConsumer(
             f"demo-{role}",
-            broker=broker,
+            **target,
             model=model,
             consume_from=ConsumeFrom.FIRST_OFFSET,
             consume_message_batch_max_size=32,
@@ -155,7 +156,12 @@ def consume(broker: str, role: str, member: int, report: mp.Queue[Any], stop: Ev
 
 
 def run_checks(
-    ctx: SpawnContext, broker: str, store: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+    ctx: SpawnContext,
+    target: Target,
+    store: str,
+    args: argparse.Namespace,
+    console: Console,
+    procs: list[BaseProcess],
 ) -> tuple[list[tuple[str, str]], bool]:
     """Start the phase's processes, show their progress, and check what the consumers got:
     the summary's rows and whether every check passed."""
@@ -167,16 +173,16 @@ def run_checks(
     got: Got = {r: defaultdict(list) for r in ("cluster", "broadcast", "steps")}
     offsets = os.path.join(store, "consumer-offsets")
     consumers: list[BaseProcess] = [
-        ctx.Process(target=consume, args=(broker, role, m, report, stop, offsets), name=f"{role}-{m}")
+        ctx.Process(target=consume, args=(target, role, m, report, stop, offsets), name=f"{role}-{m}")
         for role, members in (("cluster", 2), ("broadcast", 2), ("steps", 1))
         for m in range(members)
     ]
     producers: list[BaseProcess] = [
-        ctx.Process(target=produce, args=(broker, i, args.messages, args.batch, report), name=f"producer-{i}")
+        ctx.Process(target=produce, args=(target, i, args.messages, args.batch, report), name=f"producer-{i}")
         for i in range(args.producers)
     ]
     producers.append(
-        ctx.Process(target=produce_steps, args=(broker, args.orders, args.steps, report), name="steps-producer")
+        ctx.Process(target=produce_steps, args=(target, args.orders, args.steps, report), name="steps-producer")
     )
     mine = consumers + producers
     procs += mine

@@ -44,6 +44,7 @@ from shmq import (
     PullConsumer,
     PushConsumer,
 )
+from shmq.cli.demo_cluster import Target
 
 BULK_TOPIC = "DemoBulk"
 LATENCY_TOPIC = "DemoLatency"
@@ -63,13 +64,15 @@ class Figures:
     receive_ns: int = 0
     latencies_ns: list[int] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    per_broker: dict[str, int] = field(default_factory=dict)  # messages consumed from each broker
+    queues: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # pull consumer -> (broker, queue id)
 
 
 def bulk_producer(
-    broker: str, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized[int], report: mp.Queue[Any]
+    target: Target, number: int, count: int, batch: int, ready: Barrier, sent: Synchronized[int], report: mp.Queue[Any]
 ) -> None:
     """Send ``count`` bodies in MessageBatch batches, ``IN_FLIGHT`` of them unacknowledged at a time."""
-    p = Producer(f"demo-bulk-{number}", broker=broker).start()
+    p = Producer(f"demo-bulk-{number}", **target).start()
     try:
         bodies = [number.to_bytes(4, "little") + bytes(SIZE - 4)] * batch
         window: collections.deque[Any] = collections.deque()
@@ -97,7 +100,7 @@ def _settle(entry: tuple[int, Any], sent: Synchronized[int]) -> None:
 
 
 def bulk_consumer(
-    broker: str,
+    target: Target,
     number: int,
     expected: int,
     ready: Barrier,
@@ -106,11 +109,13 @@ def bulk_consumer(
     report: mp.Queue[Any],
 ) -> None:
     """Pull this member's share of the queues as columns (nothing decoded per message) until
-    every consumer together has ``expected`` messages."""
-    pc = PullConsumer("demo-bulk", broker=broker).start()
+    every consumer together has ``expected`` messages; the queues of a cluster are sorted by
+    (broker, queue id), so each member reads some of every broker's."""
+    pc = PullConsumer("demo-bulk", **target).start()
     try:
-        mine = sorted(pc.fetch_queues(BULK_TOPIC), key=lambda mq: mq.queue_id)[number::CONSUMERS]
+        mine = sorted(pc.fetch_queues(BULK_TOPIC), key=lambda mq: (mq.broker_name, mq.queue_id))[number::CONSUMERS]
         offsets = dict.fromkeys(mine, 0)
+        per_broker = dict.fromkeys(sorted({mq.broker_name for mq in mine}), 0)
         got = 0
         first = last = 0
         ready.wait(60)
@@ -124,22 +129,25 @@ def bulk_consumer(
                     offsets[mq] = res.next_offset
                     pc.commit(mq, res.next_offset)
                 if res.batch is not None and len(res.batch):
-                    k += int(np.count_nonzero(res.batch.body_len == SIZE))
+                    n = int(np.count_nonzero(res.batch.body_len == SIZE))
+                    per_broker[mq.broker_name] += n
+                    k += n
             if k:
                 last = time.monotonic_ns()
                 first = first or last
                 got += k
                 with received.get_lock():
                     received.value += k
+        report.put(("bulk_split", number, per_broker, [(mq.broker_name, mq.queue_id) for mq in mine]))
         report.put(("bulk_consumer", number, got, first, last))
     finally:
         pc.shutdown()
 
 
-def latency_producer(broker: str, count: int, rate: float, listening: Event, report: mp.Queue[Any]) -> None:
+def latency_producer(target: Target, count: int, rate: float, listening: Event, report: mp.Queue[Any]) -> None:
     """Warm-up messages until the listener has one, then ``count`` sync sends at ``rate`` per
     second, each body led by ``time.monotonic_ns()`` read just before the call."""
-    p = Producer("demo-latency", broker=broker).start()
+    p = Producer("demo-latency", **target).start()
     try:
         deadline = time.monotonic() + 30
         while not listening.is_set() and time.monotonic() < deadline:
@@ -157,7 +165,7 @@ def latency_producer(broker: str, count: int, rate: float, listening: Event, rep
         p.shutdown()
 
 
-def latency_listener(broker: str, count: int, listening: Event, stop: Event, report: mp.Queue[Any]) -> None:
+def latency_listener(target: Target, count: int, listening: Event, stop: Event, report: mp.Queue[Any]) -> None:
     """A PushConsumer whose listener notes each message's age as it gets it."""
     ages: list[int] = []
 
@@ -170,7 +178,7 @@ def latency_listener(broker: str, count: int, listening: Event, stop: Event, rep
                 listening.set()
         return ConsumeResult.SUCCESS
 
-    c = PushConsumer("demo-latency", broker=broker, consume_from=ConsumeFrom.FIRST_OFFSET)
+    c = PushConsumer("demo-latency", **target, consume_from=ConsumeFrom.FIRST_OFFSET)
     c.subscribe(LATENCY_TOPIC, "*")
     c.register_listener(on_messages)
     c.start()
@@ -197,11 +205,11 @@ def _failed(procs: Sequence[BaseProcess]) -> list[str]:
 
 
 def throughput(
-    ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+    ctx: SpawnContext, target: Target, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
 ) -> Figures:
     """Producers send batches while consumers pull columns; the rates of the steady phase."""
     total = args.producers * args.bulk_messages
-    with Producer("demo-bulk-topic", broker=broker) as p:  # the topic exists before consumers look it up
+    with Producer("demo-bulk-topic", **target) as p:  # the topic exists before consumers look it up
         p.send(Message(BULK_TOPIC, WARMUP))
     report: mp.Queue[Any] = ctx.Queue()
     ready = ctx.Barrier(args.producers + CONSUMERS)
@@ -209,14 +217,14 @@ def throughput(
     stop = ctx.Event()
     mine = [
         ctx.Process(
-            target=bulk_consumer, args=(broker, i, total, ready, received, stop, report), name=f"bulk-consumer-{i}"
+            target=bulk_consumer, args=(target, i, total, ready, received, stop, report), name=f"bulk-consumer-{i}"
         )
         for i in range(CONSUMERS)
     ]
     mine += [
         ctx.Process(
             target=bulk_producer,
-            args=(broker, i, args.bulk_messages, args.batch, ready, sent, report),
+            args=(target, i, args.bulk_messages, args.batch, ready, sent, report),
             name=f"bulk-producer-{i}",
         )
         for i in range(args.producers)
@@ -225,22 +233,29 @@ def throughput(
     for proc in mine:
         proc.start()
     ends: dict[str, list[tuple[int, int, int]]] = {"bulk_producer": [], "bulk_consumer": []}
+    f = Figures()
     deadline = time.monotonic() + args.timeout
     with _progress(console) as progress:
         t_sent = progress.add_task("batches sent (messages)", total=total)
         t_recv = progress.add_task("columns pulled (messages)", total=total)
         while time.monotonic() < deadline and sum(map(len, ends.values())) < len(mine) and not _failed(mine):
             try:
-                kind, _, n, first, last = report.get(timeout=0.2)
-                ends[kind].append((n, first, last))
+                item = report.get(timeout=0.2)
             except queue.Empty:
-                pass
+                item = None
+            if item is not None and item[0] == "bulk_split":
+                for b, n in item[2].items():
+                    f.per_broker[b] = f.per_broker.get(b, 0) + n
+                f.queues[item[1]] = item[3]
+            elif item is not None:
+                kind, _, n, first, last = item
+                ends[kind].append((n, first, last))
             progress.update(t_sent, completed=sent.value)
             progress.update(t_recv, completed=received.value)
     stop.set()
     for proc in mine:
         proc.join(10)
-    f = Figures(failed=_failed(mine))
+    f.failed = _failed(mine)
     prod, cons = ends["bulk_producer"], [e for e in ends["bulk_consumer"] if e[0]]
     f.sent = sum(n for n, _, _ in prod)
     f.received = sum(n for n, _, _ in ends["bulk_consumer"])
@@ -252,7 +267,7 @@ def throughput(
 
 
 def latency(
-    ctx: SpawnContext, broker: str, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
+    ctx: SpawnContext, target: Target, args: argparse.Namespace, console: Console, procs: list[BaseProcess]
 ) -> Figures:
     """One producer's paced sends to a push listener in another process: the age of each on arrival."""
     report: mp.Queue[Any] = ctx.Queue()
@@ -260,12 +275,12 @@ def latency(
     mine = [
         ctx.Process(
             target=latency_listener,
-            args=(broker, args.latency_messages, listening, stop, report),
+            args=(target, args.latency_messages, listening, stop, report),
             name="latency-listener",
         ),
         ctx.Process(
             target=latency_producer,
-            args=(broker, args.latency_messages, args.rate, listening, report),
+            args=(target, args.latency_messages, args.rate, listening, report),
             name="latency-producer",
         ),
     ]

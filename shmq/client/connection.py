@@ -47,6 +47,10 @@ from shmq.ring.state import StateReader
 log = logging.getLogger(__name__)
 
 CHECK_S = 0.05  # how often the reader thread checks the broker's liveness and calls on_tick
+# how often a sync send waiting for its answer checks the broker's liveness itself: a cluster
+# producer retries on another broker as soon as the send's broker is seen dead, so this is most
+# of its failover time (one semaphore read per slice, only while an answer is late)
+ANSWER_CHECK_S = 0.005
 PRIMARY_CHECK_S = 1.0  # how often a client reading from a replica looks whether its broker is back
 DRAIN_S = 2.0  # how long a detaching client waits for the broker to read its last frames
 
@@ -153,6 +157,7 @@ class Session:
         self.store_host = int(reply.get("store_host", 0))
         self.store_dir = str(reply.get("store_dir") or bytes(state.view.header[0]["store_dir"]).rstrip(b"\0").decode())
         self.alive = True
+        self.lost = False  # the broker's death was handled (``BrokerConnection._broker_died``)
         # threads that may still be in the channel: its reader thread, and a shutdown while it
         # detaches; the last one out closes it (``BrokerConnection._let_go``)
         self._in_channel = 1
@@ -248,6 +253,9 @@ class BrokerConnection:
         self.lock = threading.RLock()
         self.session: Session | None = None
         self.started = False
+        # how long a call waits for a dead broker to come back (None: until the call's deadline);
+        # a cluster producer's broker producers use 0: their send goes to another broker instead
+        self.reattach_timeout: float | None = None
         self._reader: threading.Thread | None = None
         self._read_lock = threading.Lock()  # one reader of the response ring at a time
         self._holders_lock = threading.Lock()
@@ -313,6 +321,8 @@ class BrokerConnection:
                 return s
             if not self.started:
                 raise ShmqError(f"the {self.role} is not started (call start())")
+            if self.reattach_timeout is not None:
+                deadline = min(deadline, time.monotonic() + self.reattach_timeout)
             try:
                 return self._connect(deadline)
             except BrokerNotFoundError as e:
@@ -650,8 +660,10 @@ class BrokerConnection:
         A sync send whose answer is slow (SYNC_FLUSH: one disk flush) waits here: the broker's
         post wakes it directly instead of the reader thread that then wakes it through the
         Future's condition (two wake-ups and a GIL hand-over per send on the critical path).
-        The park is cut into CHECK_S slices: what fails the request from another thread (its
-        expiry on the reader's tick) is seen within one slice without a ``nudge``.
+        The park is cut into ANSWER_CHECK_S slices: what fails the request from another thread
+        (its expiry on the reader's tick) is seen within one slice without a ``nudge``, and the
+        broker's death (the liveness semaphore, read after each slice) within one slice rather
+        than the reader thread's CHECK_S.
 
         When ``idle()`` (no other answer awaited) the thread stays deputy afterwards, so that a
         run of sync sends does not wake the reader thread twice per send to stand it down and up
@@ -669,8 +681,9 @@ class BrokerConnection:
                 self._waiting_deputy = alone  # from now on a new holder leaves the parked flag up
             if alone:
                 try:
-                    while s.alive and not self._park_reading(s, done, CHECK_S):
-                        pass
+                    while s.alive and not self._park_reading(s, done, ANSWER_CHECK_S):
+                        if not s.broker.is_alive():
+                            self._broker_died(s, "its liveness semaphore was released")
                 finally:
                     with self._holders_lock:
                         self._waiting_deputy = False
@@ -714,10 +727,14 @@ class BrokerConnection:
 
     def _broker_died(self, s: Session, why: str) -> None:
         """The session is over (the broker died or dropped the channel): the next call attaches
-        again. Called by the reader thread, which closes the session as it exits (``_let_go``)."""
-        report_lost(s, why)
-        s.alive = False
+        again. Called by the reader thread, which closes the session as it exits (``_let_go``),
+        or by a sync send that saw the broker die first (``wait_answer``); once per session."""
+        s.alive = False  # before the lock: a writer waiting for ring room under it gives up
         with self.lock:
+            if s.lost:
+                return
+            s.lost = True
+            report_lost(s, why)
             # under the lock and before the session is cleared: no call can attach again and
             # register a request on a new session that ``on_lost`` would then fail as lost
             if self.on_lost is not None:

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # iceoryx2 is not among them: it publishes wheels for glibc >= 2.34 only, so where pip cannot
 # install it its rows say why and its own tests below skip with that reason
 PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "NATS JetStream"}
-TIMEOUT = 330  # the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs
+# the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster rows 4 more
+TIMEOUT = 420
 STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
 
 
@@ -98,6 +99,7 @@ def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
     run, _ = suite_run
     stopped = {m.group(1): m.group(2) for m in STOPPED.finditer(run.stdout)}
     names = [f"bench{run.pid}", f"bench{run.pid}s"]
+    names += [f"cb{run.pid}{sep}b{i}" for sep in ("", "-") for i in range(2)]  # the cluster rows' brokers
     in_shm = [entry for name in names for entry in shm.leftovers(name)]
     sysv = existing(o for store in stopped.values() for o in store_objects(store))
     for name in names:
@@ -142,6 +144,8 @@ def test_shmq_rows_say_what_they_are(quick_results):
         assert e["runs"] or e.get("na") or e["errors"], key
     for what in ("queues", "backlog", "push"):
         assert res["extras"].get("shmq", {}).get(what), what
+    cluster = res["extras"]["shmq"]["cluster"]
+    assert set(cluster["brokers"]) == {"1", "2"}, cluster["brokers"]  # the QUICK run's broker counts
 
 
 def _iceoryx2_or_skip(res: dict) -> None:

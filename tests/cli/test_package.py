@@ -9,6 +9,7 @@ import sys
 
 import shmq
 from shmq import _speedups
+from tests.cli import demo_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the console script pip made next to this interpreter, as a user runs it (not `python -m shmq`)
@@ -43,44 +44,14 @@ def test_demo_runs_from_the_console_script(tmp_path, ipc_tracker) -> None:
     it passes its own checks, reports both measured phases with figures, and leaves its store
     where --store says. No figure is compared with a speed: only that each is there."""
     store = ipc_tracker.store(str(tmp_path / "store"))
-    p = subprocess.Popen(
-        [
-            SHMQ,
-            "demo",
-            "--producers",
-            "2",
-            "--messages",
-            "200",
-            "--orders",
-            "4",
-            "--steps",
-            "3",
-            "--bulk-messages",
-            "3000",
-            "--batch",
-            "64",
-            "--latency-messages",
-            "200",
-            "--rate",
-            "500",
-            "--timeout",
-            "60",
-            "--store",
-            store,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=str(tmp_path),
-        env={**os.environ, "COLUMNS": "400"},
-    )  # one line per summary row
+    p = demo_run.start(str(tmp_path), "--timeout", "60", "--store", store)
     ipc_tracker.names.append(f"demo{p.pid}")  # the demo names its broker after its process
     stdout, stderr = p.communicate(timeout=240)
     assert p.returncode == 0, stdout + stderr
     assert "PASS: every message arrived" in stdout
     for phase in ("1. checks", "2. throughput", "3. latency"):
         assert phase in stdout
-    rows = {m.group(1).strip(): m.group(2) for m in re.finditer(r"^│ ([^│]+?) +│ (.+?) +│$", stdout, re.MULTILINE)}
+    rows = demo_run.summary_rows(stdout)
     assert re.match(r"[\d,]+ msgs/s, [\d,.]+ MB/s: 6,000 messages of 100 B from 2 producers", rows["throughput: sends"])
     assert re.match(r"[\d,]+ msgs/s, [\d,.]+ MB/s: 2 pull consumers", rows["throughput: consumes"])
     assert rows["throughput: arrived"] == "6,000 of 6,000 sent"

@@ -392,5 +392,16 @@ def accumulate_oneway(acc: ProduceAccumulator, msg: Message, limit: int) -> bool
     return True
 
 
+def queued_or_failed(acc: ProduceAccumulator, msg: Message, limit: int) -> Future[SendResult] | None:
+    """``accumulate`` as ``send_async`` needs it: a shut-down producer's error comes in a failed
+    future, not raised."""
+    try:
+        return accumulate(acc, msg, limit)
+    except ShmqError as e:
+        failed: Future[SendResult] = Future()
+        failed.set_exception(e)
+        return failed
+
+
 accumulate = _speedups.pick("_accumulator", "accumulate", accumulate)
 accumulate_oneway = _speedups.pick("_accumulator", "accumulate_oneway", accumulate_oneway)

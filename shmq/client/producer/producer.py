@@ -27,7 +27,7 @@ from shmq.client.hooks import (
     hooked_call,
     hooked_future,
 )
-from shmq.client.producer.accumulator import ProduceAccumulator, accumulate, accumulate_oneway
+from shmq.client.producer.accumulator import ProduceAccumulator, accumulate_oneway, queued_or_failed
 from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.inflight import InFlight
@@ -38,6 +38,7 @@ from shmq.errors import (
     BadArgumentError,
     BrokerBusyError,
     BrokerGoneError,
+    ConfigError,
     CorruptFrameError,
     MessageTooLargeError,
     SendTimeoutError,
@@ -46,6 +47,7 @@ from shmq.errors import (
 )
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.model.reprs import client_repr
+from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring.state import StateView
 from shmq.trace.dispatcher import INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
@@ -118,11 +120,30 @@ class Producer:
 
     ROLE = "producer"  # the attach role; a TransactionProducer attaches as one the broker sends checks to
 
+    def __new__(cls, group: str, broker: str | None = None, *args: Any, namesrv: str | None = None, **kw: Any) -> Any:
+        """A ``ClusterProducer`` (of this class's cluster kind) when a name server applies:
+        ``namesrv=``, or ``$SHMQ_NAMESRV`` with no ``broker=``; else this class, as always."""
+        if namesrv_or_env(namesrv, broker) is None:
+            return super().__new__(cls)
+        cluster = cls.cluster_class()
+        if not issubclass(cluster, cls):
+            raise ConfigError(f"{cls.__name__} does not take namesrv= (only shmq's own producers do)")
+        return super().__new__(cluster)
+
+    @classmethod
+    def cluster_class(cls) -> type[Producer]:
+        """The class of this kind of producer over a name server's cluster (imported when first
+        used: the cluster producer is built on this module)."""
+        from shmq.client.producer.cluster import ClusterProducer
+
+        return ClusterProducer
+
     def __init__(
         self,
         group: str,
         broker: str | None = None,
         *,
+        namesrv: str | None = None,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
         compress_msg_body_over_howmuch: int | None = 4096,
@@ -134,8 +155,11 @@ class Producer:
         batch_max_bytes: int = 256 * 1024,
         trace: bool | str = False,
         batch_max_delay_ms: float | None = None,
+        reattach_timeout: float | None = None,
     ) -> None:
-        """Durations are seconds (floats), as every ``timeout=`` of the API. ``auto_batch``
+        """Durations are seconds (floats), as every ``timeout=`` of the API. ``namesrv``: send
+        over every master broker of that name server's cluster instead of to one broker
+        (``Producer.__new__`` makes it a ``ClusterProducer``). ``auto_batch``
         (RocketMQ 5's autoBatch) gathers ``send_async`` and ``send_oneway`` messages of one topic
         and queue into batches of up to ``batch_max_bytes``, sent at the latest ``batch_max_delay``
         seconds after their first message (``batch_max_delay_ms``: the same in ms, deprecated);
@@ -144,7 +168,8 @@ class Producer:
         zlib-compressed when that shrinks them (None or 0: never; see
         shmq.client.producer.compression). ``trace``: True writes a Pub trace record of every
         answered send to RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see
-        shmq.trace.dispatcher)."""
+        shmq.trace.dispatcher). ``reattach_timeout``: how long a send waits for its broker to
+        come back after the broker died (None: up to the send's timeout)."""
         if batch_max_delay_ms is not None:
             warnings.warn(
                 "batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning, stacklevel=2
@@ -163,6 +188,7 @@ class Producer:
         self._conn = BrokerConnection(
             broker, self.ROLE, group, ring_bytes, self._on_response, self._expire, self._broker_died
         )
+        self._conn.reattach_timeout = reattach_timeout
         self._batches = BatchSender(self)
         self._accumulator = (
             ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) if auto_batch else None
@@ -306,12 +332,7 @@ class Producer:
         given. ``sharding_key`` as for ``send``."""
         acc = self._accumulator
         if acc is not None and callback is None and selector is None and sharding_key is None and not self._send_hooks:
-            try:
-                queued = accumulate(acc, msg, self._encoder.max_message_size)
-            except ShmqError as e:  # shut down
-                failed: Future[SendResult] = Future()
-                failed.set_exception(e)
-                return failed
+            queued = queued_or_failed(acc, msg, self._encoder.max_message_size)
             if queued is not None:
                 return queued
         if sharding_key is not None:
@@ -631,13 +652,14 @@ class Producer:
             self._finish(p, error)
 
 
-def inner_producer(group: str, broker: str | None) -> Producer:
+def inner_producer(group: str, broker: str | None, namesrv: str | None = None) -> Producer:
     """The producer that sends a client's trace records: RocketMQ's ``_INNER_TRACE_PRODUCER-<group>``,
     with a small ring, no compression (trace bodies stay plain JSON in the store) and no
     accumulator (the dispatcher sends its own batches)."""
     return Producer(
         INNER_PRODUCER_PREFIX + group,
         broker,
+        namesrv=namesrv,
         ring_bytes=TRACE_RING_BYTES,
         compress_msg_body_over_howmuch=None,
         auto_batch=False,

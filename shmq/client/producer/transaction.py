@@ -100,13 +100,26 @@ class TransactionProducer(Producer):
     ROLE = "transaction_producer"
 
     def __init__(
-        self, group: str, broker: str | None = None, *, check: Check, check_threads: int = 1, **options: Any
+        self,
+        group: str,
+        broker: str | None = None,
+        *,
+        check: Check,
+        check_threads: int = 1,
+        namesrv: str | None = None,
+        **options: Any,
     ) -> None:
         if not callable(check):
             raise ArgumentTypeError(f"check must be a callable taking a MessageExt, got {type(check).__name__}")
         super().__init__(group, broker, **options)
         self.check = check
         self._checker = ThreadPoolExecutor(check_threads, thread_name_prefix="shmq-transaction-check")
+
+    @classmethod
+    def cluster_class(cls) -> type[Producer]:
+        from shmq.client.producer.cluster_transaction import ClusterTransactionProducer
+
+        return ClusterTransactionProducer
 
     def shutdown(self, timeout: float | None = None) -> None:
         super().shutdown(timeout)

@@ -10,23 +10,14 @@ import time
 import pytest
 
 import shmq
-from shmq import MessageHandler, PullConsumer, PullStatus
+from shmq import MessageHandler
+from tests.pulling import read_topic
 from tests.waiting import wait_for
 
 
 def _read_all(broker: str, topic: str) -> list:
     """Every message of ``topic``, in queue order per queue, then by store time."""
-    out: list = []
-    with PullConsumer("log-reader", broker=broker) as c:
-        for mq in c.fetch_queues(topic):
-            offset = 0
-            while True:
-                r = c.pull(mq, "*", offset=offset, max_nums=256, timeout=0.1)
-                if r.status is not PullStatus.FOUND:
-                    break
-                out.extend(r.messages)
-                offset = r.next_begin_offset
-    return sorted(out, key=lambda m: (m.store_timestamp, m.queue_offset))
+    return sorted(read_topic(broker, topic, "log-reader"), key=lambda m: (m.store_timestamp, m.queue_offset))
 
 
 @pytest.fixture

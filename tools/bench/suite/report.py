@@ -164,6 +164,7 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
                 )
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
     tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = push_rows(res)
+    tables["shmq cluster: N brokers, N producers and N consumers (batch, 100 B)"] = _cluster(x.get("cluster"))
     b = x.get("backlog", {})
     if "error" in b or not b:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [
@@ -183,6 +184,15 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
             ],
         ]
     return tables
+
+
+def _cluster(cluster: dict | None) -> list[list[str]]:
+    from tools.bench import cluster_page  # it renders with this module's helpers
+
+    if not cluster or "error" in cluster.get("brokers", {"error": "not run"}):
+        return [["brokers", "result"], ["—", _first((cluster or {}).get("brokers", {}).get("error", "not run"))]]
+    namesrv = ["namesrv= / broker=", cluster_page.namesrv_result(cluster), *[""] * 7]
+    return [cluster_page.HEADER, *cluster_page.rows(cluster), namesrv]
 
 
 def push_rows(res: dict) -> list[list[str]]:

@@ -25,6 +25,8 @@ class Settings:
     backlog_count: int = 0
     backlog_deadline: float = 0.0
     push_count: int = 3_000  # messages of the push listener latency workload (at 1,000 msgs/s)
+    cluster_seconds: float = 2.0  # how long the producers of one cluster run send (tools/bench/cluster_bench.py)
+    cluster_brokers: tuple[int, ...] = (1, 2, 4)  # the broker counts of the cluster rows
     sizes: tuple[int, ...] = (100, 1024)
     patterns: tuple[tuple[int, int], ...] = ((1, 1), (4, 2))
     apis: tuple[str, ...] = ("msg", "batch")
@@ -50,6 +52,8 @@ def settings(quick: bool) -> Settings:
             backlog_count=100_000,
             backlog_deadline=5.0,
             push_count=300,
+            cluster_seconds=0.3,
+            cluster_brokers=(1, 2),
         )
     return Settings(
         quick=False,

@@ -190,7 +190,8 @@ class Shmq(System):
             p.shutdown()
 
     def extra_workloads(self, settings):
-        """Backlog, then queue-count scaling (shmq only); 10,000 queues last, as the hardest."""
+        """Backlog, then queue-count scaling (shmq only; 10,000 queues last, as the hardest), then
+        the cluster rows (1, 2 and 4 brokers of their own)."""
         out = {}
         reason = self.consumer_missing()
         if reason:
@@ -208,6 +209,9 @@ class Shmq(System):
             out["queues"] = self._scaling(settings)
         except Exception as e:
             out["queues"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
+        from tools.bench import cluster_bench  # brokers of its own, stopped before it returns
+
+        out["cluster"] = cluster_bench.run(settings.cluster_seconds, settings.reps, settings.cluster_brokers)
         return out
 
     def _log_tail(self) -> str:
