@@ -10,7 +10,8 @@ HTML comments set what a page or a block needs:
 - ``<!-- snippet: skip (why) -->`` on the line before a fence: that block is not run.
 
 Lines of ```sh / ```console blocks that start with ``shmq `` (after a ``$ `` prompt) are
-parsed by the command's own argparse parser, not run.
+parsed by the command's own argparse parser, not run; in a block with prompts, only the lines
+after a prompt are commands (the others are their output).
 """
 
 from __future__ import annotations
@@ -94,9 +95,13 @@ def shmq_command_lines(page: Page) -> list[tuple[int, str]]:
         if block.lang not in SHELL_LANGS:
             continue
         pending, start = "", 0
-        for n, line in enumerate(block.code.splitlines()):
+        lines = block.code.splitlines()
+        prompted = any(line.strip().startswith("$ ") for line in lines)  # then the rest is output
+        for n, line in enumerate(lines):
             text = line.strip()
             if not pending:
+                if prompted and not text.startswith("$ "):
+                    continue
                 text, start = text.removeprefix("$ "), block.line + n
             pending += text
             if pending.endswith("\\"):
