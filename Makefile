@@ -47,9 +47,9 @@ demo: $(STAMP)
 
 # SHMQ_REQUIRE_EXTENSIONS: the differential tests fail (not skip) if the compiled paths did not build;
 # the docs extra: tests/docs build the site; the wheel extra: tests/package builds the wheel when
-# dist/ has no current one
+# dist/ has no current one; --durations: the slowest tests, to keep the whole run in its budget
 test: $(SPARK_STAMP) $(DOCS_STAMP) $(WHEEL_STAMP) host-tools java
-	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	SHMQ_REQUIRE_EXTENSIONS=1 $(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # the compiled paths built with AddressSanitizer + UBSan in a copy of the tree (build/asan, its own
 # venv: the normal build is untouched), then the differential, codec, ring and store tests there
