@@ -10,8 +10,8 @@ HTML comments set what a page or a block needs:
 - ``<!-- snippet: skip (why) -->`` on the line before a fence: that block is not run.
 
 Lines of ```sh / ```console blocks that start with ``shmq `` (after a ``$ `` prompt) are
-parsed by the command's own argparse parser, not run; in a block with prompts, only the lines
-after a prompt are commands (the others are their output).
+parsed by the command's own argparse parser, not run; in a ```console block with prompts, only
+the lines after a prompt are commands (the others are their output).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def shmq_command_lines(page: Page) -> list[tuple[int, str]]:
             continue
         pending, start = "", 0
         lines = block.code.splitlines()
-        prompted = any(line.strip().startswith("$ ") for line in lines)  # then the rest is output
+        # a console block is a session: with prompts, the lines without one are output
+        prompted = block.lang == "console" and any(line.strip().startswith("$ ") for line in lines)
         for n, line in enumerate(lines):
             text = line.strip()
             if not pending:
