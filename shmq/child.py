@@ -103,8 +103,9 @@ class ChildProcess:
             )
 
     def _remove_leftovers(self) -> list[str]:
-        """Remove the IPC objects a dead process of this name left; what was removed."""
-        raise NotImplementedError
+        """Remove the IPC objects a dead process of this name left; what was removed. Each kind
+        of child names its own objects (``Broker``, ``NameServer``): there is no default."""
+        raise NotImplementedError(f"{type(self).__name__} does not say which IPC objects it leaves")
 
     def _cleanup(self) -> None:
         """Remove the launcher's own files (a temporary config or log)."""

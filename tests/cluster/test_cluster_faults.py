@@ -86,13 +86,17 @@ def _all_consumed(load: SyncLoad, inbox: Inbox) -> None:
     assert wait_for(lambda: want <= set(_total([inbox])), 60), sorted(want - set(_total([inbox])))[:10]
 
 
-def test_a_broker_killed_under_sync_sends_fails_no_send_and_loses_nothing(make_cluster, namesrv):
-    cluster = make_cluster(2)
+def _under_load(cluster: shmq.Cluster, namesrv: str) -> tuple[shmq.Cluster, Inbox, PushConsumer, SyncLoad]:
+    """``cluster`` with the topic on every broker, a push group reading it and a sync load running."""
     _topic_everywhere(cluster)
     assert wait_for(lambda: _routed(namesrv, {b.name for b in cluster.brokers}), 30)
     inbox = Inbox()
     group = _group(namesrv, inbox)
-    load = SyncLoad(namesrv).start()
+    return cluster, inbox, group, SyncLoad(namesrv).start()
+
+
+def test_a_broker_killed_under_sync_sends_fails_no_send_and_loses_nothing(make_cluster, namesrv):
+    cluster, inbox, group, load = _under_load(make_cluster(2), namesrv)
     try:
         assert wait_for(lambda: len(load.acked) >= 100, 30)
         victim = cluster.brokers[1]
@@ -120,12 +124,7 @@ def test_a_broker_killed_under_sync_sends_fails_no_send_and_loses_nothing(make_c
 def test_traffic_rides_out_a_name_server_kill_and_a_broker_started_meanwhile_joins(
     make_cluster, namesrv, ipc_tracker, tmp_path
 ):
-    cluster = make_cluster(2)
-    _topic_everywhere(cluster)
-    assert wait_for(lambda: _routed(namesrv, {b.name for b in cluster.brokers}), 30)
-    inbox = Inbox()
-    group = _group(namesrv, inbox)
-    load = SyncLoad(namesrv).start()
+    cluster, inbox, group, load = _under_load(make_cluster(2), namesrv)
     try:
         assert wait_for(lambda: len(load.acked) >= 100, 30)
         cluster.namesrv.kill()
@@ -157,12 +156,7 @@ def test_traffic_rides_out_a_name_server_kill_and_a_broker_started_meanwhile_joi
 
 
 def test_brokers_joining_and_leaving_lose_nothing(make_cluster, namesrv, ipc_tracker, tmp_path):
-    cluster = make_cluster(2)
-    _topic_everywhere(cluster)
-    assert wait_for(lambda: _routed(namesrv, {b.name for b in cluster.brokers}), 30)
-    inbox = Inbox()
-    group = _group(namesrv, inbox)
-    load = SyncLoad(namesrv).start()
+    cluster, inbox, group, load = _under_load(make_cluster(2), namesrv)
     try:
         assert wait_for(lambda: len(load.acked) >= 100, 30)
         extra_name = ipc_tracker.name("join")
