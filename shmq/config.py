@@ -87,7 +87,7 @@ class BrokerConfig:
     max_pull_waiters_per_client: int = 16384
     max_pull_waiters_per_client_queue: int = 16
     # shmq: POP (SimpleConsumer): unacked messages one client may hold (past it a POP is refused
-    # SYSTEM_BUSY), and the pop log's size past which its live state is rewritten to a new file
+    # SYSTEM_BUSY), and the pop log's growth after which its live state is rewritten to a new file
     pop_max_inflight_per_client: int = 10000
     pop_log_compact_bytes: int = 64 * 1024 * 1024
     # delayed delivery: the delay of each level 1..n (units ms s m h d); the schedule topic has one queue per level

@@ -7,7 +7,7 @@ store flushes: once per pass under SYNC_FLUSH (``sync``), every flush interval u
 (``tick``). At open the log is read into a ``PopState``; a record that is not whole and sound
 ends it (a torn tail: the file is cut there, with a log line saying what was dropped), then the
 live state is written to a new file renamed over the old one (compaction), which is also done
-whenever the log grows past its compaction size.
+whenever the log grew by its compaction size (``popLogCompactBytes``) since the last one.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ class PopStore:
         self.compact_bytes = compact_bytes
         self.dirty = False  # written since the last fsync
         self.size = 0
+        self.compacted = 0  # the file's size after the last compaction (the live state)
         self._last_sync_ms = 0
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         os.chmod(self.dir, 0o700)
@@ -117,12 +118,16 @@ class PopStore:
         for rec in d.records:
             apply(state, rec)
         if d.problem is not None:
+            aside = self.path + ".damaged"
+            _write_file(aside, data)
             log.warning(
-                "pop log %s: %s; kept the %d records before it, dropped the last %d bytes",
+                "pop log %s: %s; kept the %d records before it and dropped the last %d bytes (the file as "
+                "found is kept as %s); messages handed out or acked in them may be delivered again",
                 self.path,
                 d.problem,
                 len(d.records),
                 len(data) - d.end,
+                aside,
             )
         return state
 
@@ -131,12 +136,7 @@ class PopStore:
         whole until the rename: a crash in between leaves one or the other)."""
         tmp = self.path + ".tmp"
         data = L.MAGIC + snapshot(self.state)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_file(tmp, data)
         os.rename(tmp, self.path)
         dfd = os.open(self.dir, os.O_RDONLY)
         try:
@@ -146,7 +146,7 @@ class PopStore:
         if self.fd >= 0:
             os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = len(data)
+        self.size = self.compacted = len(data)
         self.dirty = False
 
     def append(self, data: bytes) -> None:
@@ -167,7 +167,7 @@ class PopStore:
         if self.dirty and now_ms - self._last_sync_ms >= self.flush_interval_ms:
             self.sync()
             self._last_sync_ms = now_ms
-        if self.size > self.compact_bytes:
+        if self.size > self.compacted + self.compact_bytes:
             self.compact()
 
     def close(self) -> None:
@@ -175,6 +175,16 @@ class PopStore:
             self.sync()
             os.close(self.fd)
             self.fd = -1
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A whole owner-only file, fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

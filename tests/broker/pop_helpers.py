@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from shmq.store.message_store import MessageStore
 from .conftest import SMALL
 
 _req = iter(range(1, 1 << 40))
+_crashed: set[BrokerCore] = set()
 
 
 @contextmanager
@@ -30,18 +32,17 @@ def open_core(store_dir: str, **config: object) -> Iterator[BrokerCore]:
     try:
         yield core
     finally:
-        core.persist()
-        store.shutdown()
+        if core not in _crashed:
+            core.persist()
+            store.shutdown()
 
 
 def crash(core: BrokerCore) -> None:
     """What a SIGKILL leaves: files as written, nothing flushed or closed in order."""
     if core.pop_store is not None:
-        import os
-
         os.close(core.pop_store.fd)
-        core.pop_store.fd = -1
     core.store.shutdown()
+    _crashed.add(core)
 
 
 def join(core: BrokerCore, peer: Peer, group: str = "wg", subs: dict | None = None) -> None:
