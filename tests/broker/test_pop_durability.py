@@ -58,12 +58,12 @@ def test_after_a_crash_acked_stay_acked_and_unacked_come_back(tmp_path):
 
 def test_a_torn_tail_is_cut_with_a_log_line_and_the_rest_kept(tmp_path, caplog):
     store_dir = str(tmp_path / "store")
-    acked, unacked, _ = _first_life(store_dir)
+    _, unacked, _ = _first_life(store_dir)
     path = os.path.join(store_dir, "pop", "pop.log")
     with open(path, "ab") as f:  # half a record: what a death in the middle of a write leaves
         f.write(L.encode(L.SETTLE, "wg", "Jobs", 0, 0, L.settle_rows([1, 2, 3]))[:30])
     with caplog.at_level(logging.WARNING, "shmq.broker"), open_core(store_dir) as core:
-        assert any("pop log" in r.getMessage() and "dropped the last 30 bytes" in r.getMessage() for r in caplog.records)
+        assert any("dropped the last 30 bytes" in r.getMessage() for r in caplog.records)
         assert core.pop_store.state.rows == len(unacked), "every record before the tear kept"
         assert os.path.getsize(path) < os.path.getsize(path + ".damaged")
 
@@ -94,4 +94,5 @@ def test_a_damaged_record_keeps_what_was_acked_before_it(tmp_path, caplog):
             time.sleep(0.05)
             tick(core)
             back += bodies(core, pop(core, w, 8))
-        assert sorted(back) == [b"b", b"c"], "a (acked before the damage) never comes back; b (its ack was in the damaged record) and c do"
+        # a (acked before the damage) never comes back; b (its ack was in the damaged record) and c do
+        assert sorted(back) == [b"b", b"c"]
