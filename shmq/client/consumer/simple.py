@@ -354,7 +354,8 @@ class SimpleConsumer:
 
     def ack_async(self, msg: MessageExt) -> Future[None]:
         """``ack`` without waiting: acks queued together go to the broker in one frame."""
-        return self._sender().submit(receipt_of(msg))
+        receipt = receipt_of(msg)
+        return self._sender().submit(receipt)
 
     def change_invisible_duration(self, msg: MessageExt, invisible_duration: float) -> None:
         """Keep ``msg`` invisible for ``invisible_duration`` s from now; ``msg`` gets the new

@@ -1,0 +1,229 @@
+"""SimpleConsumer (POP) against a real broker: receive and ack, redelivery after the invisible
+time, change_invisible_duration and stale receipts, the DLQ, filters, FIFO groups, separate
+progress from a push group, bad arguments, a broker restart."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import pytest
+
+import shmq
+from shmq import (
+    Admin,
+    BadArgumentError,
+    ConsumeFrom,
+    LitePullConsumer,
+    Message,
+    Producer,
+    ReceiptError,
+    SimpleConsumer,
+)
+from shmq.codec import pop_frames as F
+from tests.waiting import wait_for
+
+
+def _send(broker: str, n: int, topic: str = "Jobs", **kw) -> None:
+    with Producer("sp", broker=broker) as p:
+        for i in range(n):
+            p.send(Message(topic, b"%d" % i, **kw))
+
+
+def _drain(sc, want: int, invisible: float = 30.0, timeout: float = 30.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got += sc.receive(32, invisible)
+    return got
+
+
+def _consumer(broker: str, group: str = "wg", **kw) -> SimpleConsumer:
+    kw.setdefault("subscriptions", {"Jobs": "*"})
+    kw.setdefault("await_duration", 0.5)
+    return SimpleConsumer(group, broker=broker, **kw).start()
+
+
+def test_receive_and_ack_each_message_once(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 50)
+        with _consumer(broker_name) as sc:
+            got = _drain(sc, 50)
+            assert sorted(int(m.body) for m in got) == list(range(50))
+            assert {m.delivery_attempt for m in got} == {1}
+            assert all(m.receipt_handle.broker_name == broker_name for m in got)
+            for m in got:
+                sc.ack(m)
+            assert sc.receive(32, 30.0) == []  # all settled: nothing comes again
+            with pytest.raises(ReceiptError, match="no such message is in flight") as e:
+                sc.ack(got[0])  # acked already
+            assert e.value.status == F.RECEIPT_UNKNOWN
+            assert wait_for(lambda: Admin(broker_name).consumer_progress("wg").lag == 0, 30)
+
+
+def test_ack_async_batches_and_settles(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 64)
+        with _consumer(broker_name) as sc:
+            got = _drain(sc, 64)
+            futures = [sc.ack_async(m) for m in got]
+            for f in futures:
+                assert f.result(30) is None
+            assert sc.receive(32, 30.0) == []
+
+
+def test_a_message_not_acked_comes_back_with_its_next_attempt(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 1)
+        with _consumer(broker_name) as a, _consumer(broker_name) as b:
+            (first,) = _drain(a, 1, invisible=1.0)
+            again = _drain(b, 1, invisible=30.0)  # the other member gets it once its invisible time ran out
+            assert [m.body for m in again] == [b"0"]
+            assert again[0].delivery_attempt == 2
+            assert again[0].topic == "Jobs"  # the retry topic's copy shows the topic it was sent to
+            assert again[0].receipt_handle.topic == "%RETRY%wg"
+            with pytest.raises(ReceiptError):
+                a.ack(first)  # the first delivery's receipt is settled by the revive
+            b.ack(again[0])
+            assert a.receive(32, 30.0) == [] and b.receive(32, 30.0) == []
+
+
+def test_change_invisible_duration_keeps_it_away_and_makes_the_old_receipt_stale(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 1)
+        with _consumer(broker_name) as sc, _consumer(broker_name) as other:
+            (m,) = _drain(sc, 1, invisible=1.0)
+            old = copy.copy(m)
+            sc.change_invisible_duration(m, 60.0)
+            assert m.receipt_handle.token != old.receipt_handle.token
+            time.sleep(1.5)  # past the first invisible time
+            assert other.receive(32, 30.0) == []
+            with pytest.raises(ReceiptError, match="stale") as e:
+                sc.ack(old)
+            assert e.value.status == F.RECEIPT_STALE
+            assert "\n" not in str(e.value)
+            sc.ack(m)
+            assert other.receive(32, 30.0) == []
+
+
+def test_after_max_delivery_attempts_a_message_goes_to_the_dlq(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 1)
+        with _consumer(broker_name, max_delivery_attempts=2) as sc:
+            attempts = [m.delivery_attempt for m in _drain(sc, 1, invisible=0.5)]
+            attempts += [m.delivery_attempt for m in _drain(sc, 1, invisible=0.5)]
+            assert attempts == [1, 2]
+
+            def in_dlq() -> bool:
+                return any(d.topic == "%DLQ%wg" and d.messages == 1 for d in Admin(broker_name).dlq())
+
+            assert wait_for(in_dlq, 30)
+            assert sc.receive(32, 0.5) == []
+
+
+def test_tag_and_sql_filters_are_applied_by_the_broker(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("sp", broker=broker_name) as p:
+            for i in range(20):
+                p.send(Message("Jobs", b"%d" % i, tags="A" if i % 2 else "B", properties={"n": str(i)}))
+        with _consumer(broker_name, "tags", subscriptions={"Jobs": "A"}) as sc:
+            got = _drain(sc, 10)
+            time.sleep(0.2)
+            got += sc.receive(32, 30.0)
+            assert sorted(int(m.body) for m in got) == list(range(1, 20, 2))
+        with _consumer(broker_name, "sqlg", subscriptions={"Jobs": shmq.sql("n >= 15")}) as sc:
+            got = _drain(sc, 5)
+            got += sc.receive(32, 30.0)
+            assert sorted(int(m.body) for m in got) == [15, 16, 17, 18, 19]
+
+
+def test_a_fifo_group_gets_a_queues_next_message_only_after_the_previous_is_acked(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("sp", broker=broker_name) as p:
+            for i in range(6):
+                p.send(Message("Jobs", b"%d" % i), sharding_key="order-1")
+        with _consumer(broker_name, "fifo", fifo=True) as sc:
+            seen: list[int] = []
+            while len(seen) < 6:
+                batch = sc.receive(1, 30.0)
+                assert batch, f"nothing came after {seen}"
+                assert sc.receive(1, 30.0) == []  # the queue is held while its message is in flight
+                seen += [int(m.body) for m in batch]
+                for m in batch:
+                    sc.ack(m)
+            assert seen == list(range(6))
+
+
+def test_a_pop_group_and_a_push_group_keep_separate_progress(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 40)
+        with _consumer(broker_name) as sc:
+            got = _drain(sc, 40)
+            for m in got:
+                sc.ack_async(m)
+        lc = LitePullConsumer("cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET).start()
+        try:
+            lc.subscribe("Jobs", "*")
+            pulled: list = []
+            deadline = time.monotonic() + 30
+            while len(pulled) < 40 and time.monotonic() < deadline:
+                pulled += lc.poll(0.2)
+        finally:
+            lc.shutdown()
+        assert sorted(int(m.body) for m in got) == sorted(int(m.body) for m in pulled) == list(range(40))
+        admin = Admin(broker_name)
+        assert admin.consumer_progress("wg").lag == 0
+        assert admin.consumer_progress("wg").model == "POP"
+
+
+def test_acks_and_receives_go_on_after_a_broker_restart(store_dir, broker_name, config):
+    b = shmq.Broker(store_dir, broker_name, config)
+    try:
+        _send(broker_name, 10)
+        sc = _consumer(broker_name, await_duration=1.0)
+        try:
+            got = _drain(sc, 10)
+            b.stop()
+            b = shmq.Broker(store_dir, broker_name, config)
+            for m in got[:5]:
+                sc.ack(m)  # the receipts outlive the restart
+            _send(broker_name, 3)
+            more = _drain(sc, 3)
+            assert sorted(int(m.body) for m in more) == [0, 1, 2]
+        finally:
+            sc.shutdown()
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize(
+    "num, invisible, words",
+    [
+        (0, 15.0, "max_message_num must be 1..1024, got 0"),
+        (2000, 15.0, "max_message_num must be 1..1024, got 2000"),
+        (32, 0, "invisible_duration must be more than 0 s"),
+        (32, -1.0, "invisible_duration must be more than 0 s"),
+        (32, 12 * 3600 + 1, "at most 43200 s"),
+    ],
+)
+def test_bad_receive_arguments_are_one_line_errors(num, invisible, words):
+    sc = SimpleConsumer("wg", broker="no-such-broker", subscriptions={"Jobs": "*"})
+    with pytest.raises(BadArgumentError) as e:
+        sc.receive(num, invisible)  # checked before anything is sent (not even started)
+    assert words in str(e.value) and "\n" not in str(e.value) and "Error" not in str(e.value)
+
+
+def test_a_predicate_filter_is_refused():
+    with pytest.raises(BadArgumentError, match="cannot filter with a Python predicate"):
+        SimpleConsumer("wg", broker="no-such-broker", subscriptions={"Jobs": lambda m: True})
+    sc = SimpleConsumer("wg", broker="no-such-broker")
+    with pytest.raises(BadArgumentError, match="subscribe with tags or shmq.sql"):
+        sc.subscribe("Jobs", lambda m: True)  # type: ignore[arg-type]
+
+
+def test_acking_a_message_no_simple_consumer_received_is_refused():
+    sc = SimpleConsumer("wg", broker="no-such-broker")
+    with pytest.raises(BadArgumentError, match="no receipt_handle"):
+        sc.ack(shmq.MessageExt("Jobs", b"x"))
+    assert shmq.MessageExt("Jobs", b"x", reconsume_times=2).delivery_attempt == 3
+    assert shmq.MessageExt("Jobs", b"x").receipt_handle is None
