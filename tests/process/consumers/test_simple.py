@@ -5,7 +5,11 @@ progress from a push group, bad arguments, a broker restart."""
 from __future__ import annotations
 
 import copy
+import multiprocessing
+import os
+import signal
 import time
+from collections import Counter
 
 import pytest
 
@@ -21,6 +25,7 @@ from shmq import (
     SimpleConsumer,
 )
 from shmq.codec import pop_frames as F
+from tests.process.consumers import pop_worker
 from tests.waiting import wait_for
 
 
@@ -227,3 +232,71 @@ def test_acking_a_message_no_simple_consumer_received_is_refused():
         sc.ack(shmq.MessageExt("Jobs", b"x"))
     assert shmq.MessageExt("Jobs", b"x", reconsume_times=2).delivery_attempt == 3
     assert shmq.MessageExt("Jobs", b"x").receipt_handle is None
+
+
+def _rows(path) -> list[tuple[str, int]]:
+    try:
+        with open(path) as f:
+            return [(b, int(a)) for b, a in (line.split() for line in f if line.endswith("\n"))]
+    except FileNotFoundError:
+        return []
+
+
+def _workers(ctx, broker: str, paths, invisible: float = 30.0, hold: bool = False) -> list:
+    procs = [ctx.Process(target=pop_worker.work, args=(broker, "wg", str(p), invisible, hold)) for p in paths]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def _stop(procs, paths) -> None:
+    for p in paths:
+        open(str(p) + ".stop", "w").close()
+    for p in procs:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join(10)
+
+
+def test_four_worker_processes_share_a_topic_and_each_message_is_acked_once(store_dir, broker_name, config, tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    paths = [tmp_path / f"w{i}" for i in range(4)]
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 600)
+        procs = _workers(ctx, broker_name, paths)
+        try:
+            assert wait_for(lambda: sum(len(_rows(p)) for p in paths) >= 600, 60)
+            time.sleep(0.5)  # a duplicate would show up now
+        finally:
+            _stop(procs, paths)
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    acked = Counter(b for p in paths for b, _ in _rows(p))
+    assert sorted(map(int, acked)) == list(range(600))
+    assert set(acked.values()) == {1}
+
+
+def test_messages_of_a_killed_worker_come_back_to_others_after_their_invisible_time(
+    store_dir, broker_name, config, tmp_path
+):
+    ctx = multiprocessing.get_context("spawn")
+    held = tmp_path / "held"
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 8)
+        (holder,) = _workers(ctx, broker_name, [held], invisible=2.0, hold=True)
+        try:
+            assert wait_for(lambda: len(_rows(held)) >= 1, 60)
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(10)
+        finally:
+            if holder.is_alive():
+                holder.kill()
+                holder.join(10)
+        taken = {b for b, _ in _rows(held)}
+        with _consumer(broker_name) as sc:
+            got = _drain(sc, 8, timeout=60)
+            for m in got:
+                sc.ack(m)
+        assert sorted(int(m.body) for m in got) == list(range(8))
+        assert {m.delivery_attempt for m in got if m.body.decode() in taken} == {2}
+        assert {m.delivery_attempt for m in got if m.body.decode() not in taken} == {1} or len(taken) == 8
