@@ -44,6 +44,11 @@ class Delivery:
 Filter = TagFilter | SqlFilter
 
 
+def _takes_all(flt: Filter) -> bool:
+    """A filter that takes every message (no record read)."""
+    return isinstance(flt, TagFilter) and flt.is_all
+
+
 class PopFetcher:
     def __init__(self, core: BrokerCore, state: PopState) -> None:
         self.core = core
@@ -83,7 +88,8 @@ class PopFetcher:
                     continue
             flt = self._filter(subs.get(topic, "*") if not st.is_retry_topic(topic) else "*")
             cursor = qs.cursor
-            entries = cq.get_range(max(cursor, cq.min_offset), SCAN_PER_QUEUE)
+            need = want - len(got)  # "*" takes every entry but blanks: no need to look further
+            entries = cq.get_range(max(cursor, cq.min_offset), need if _takes_all(flt) else max(need, SCAN_PER_QUEUE))
             if len(entries) == 0:
                 continue
             first = max(cursor, cq.min_offset)

@@ -91,8 +91,10 @@ class PopProcessor:
         """Hand out what there is; answer and return True if anything was (or ``answer_empty``)."""
         assert self.fetch is not None and self.store is not None
         subs = self._subscriptions(pop.group, peer.client_id)
-        if subs is None:  # the member left while it waited
-            return False
+        if subs is None:  # the member left the group while it waited: nothing for it
+            if answer_empty:
+                peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, now_ms(), []))))
+            return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
         got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
