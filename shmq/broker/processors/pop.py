@@ -50,6 +50,10 @@ class PopProcessor:
         self.waiters = PopWaiters(core.config.max_pull_waiters_per_client)
         self.fetch = PopFetcher(core, store.state) if store is not None else None
         self._wake_groups: set[str] = set()
+        if store is not None:  # the watermarks recovered from the pop log (the offsets file may be older)
+            for key, qs in store.state.queues.items():
+                if core.offsets.query(*key) != qs.low_watermark():
+                    core.offsets.commit(*key, qs.low_watermark())
 
     # ------------------------------------------------------------------ POP
 
