@@ -253,3 +253,15 @@ def test_a_long_poll_of_a_member_that_left_is_answered_empty_at_its_deadline(cor
     tick(core)
     got = take(w)
     assert len(got) == 1 and got[0][1].req_id == 4 and len(got[0][1].tokens) == 0
+
+
+def test_long_polls_of_one_client_are_capped(tmp_path):
+    with open_core(str(tmp_path / "w"), maxPullWaitersPerClient=2) as core:
+        core.update_topic("Jobs", 4, 4)
+        w = Peer(1)
+        join(core, w)
+        for req in (1, 2):
+            assert run(core, w, F.POP, F.encode_pop(req, 0, "wg", 60_000, 60_000, 1)) == []
+        got = run(core, w, F.POP, F.encode_pop(3, 0, "wg", 60_000, 60_000, 1))
+        assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_BUSY and got[0][1].req_id == 3
+        assert "maxPullWaitersPerClient" in got[0][1].message
