@@ -28,20 +28,14 @@ LOG_NAME = "pop.log"
 
 def row_array(items: list[tuple[int, Row]]) -> np.ndarray:
     """The ROW records of (queue offset, row) pairs."""
-    out = np.zeros(len(items), L.ROW)
-    for i, (offset, r) in enumerate(items):
-        out[i] = (
-            offset,
-            r.token,
-            r.deadline_ms,
-            r.phys,
-            r.client,
-            r.size,
-            r.attempt,
-            r.max_attempts,
-            L.ROW_FIFO if r.fifo else 0,
-        )
-    return out
+    fifo = L.ROW_FIFO
+    return np.array(
+        [
+            (o, r.token, r.deadline_ms, r.phys, r.client, r.size, r.attempt, r.max_attempts, fifo if r.fifo else 0)
+            for o, r in items
+        ],
+        L.ROW,
+    ).reshape(len(items))
 
 
 def _rows(arr: np.ndarray) -> list[tuple[int, Row]]:

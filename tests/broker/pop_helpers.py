@@ -7,8 +7,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import numpy as np
-
 from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
 from shmq.broker.groups import POP
@@ -140,17 +138,6 @@ def bodies(core: BrokerCore, r: F.PopResult) -> list[bytes]:
     return out
 
 
-def wait_for(cond, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
-
-
 def tick(core: BrokerCore) -> None:
     core.tick(time.monotonic_ns())
     core.end_pass()
-
-
-def ok(r: F.ReceiptResult) -> bool:
-    return bool(np.all(r.statuses == F.RECEIPT_OK))

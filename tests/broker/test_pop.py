@@ -227,3 +227,41 @@ def test_one_client_that_never_acks_is_capped(tmp_path):
         assert core.pop_store.state.rows == 10_000
         assert len(pop(core, good, 100).tokens) == 50, "others go on"
         assert np.all(core.pop_store.state.queues[("wg", "Jobs", 0)].low_watermark() == 0)
+
+
+def test_a_fifo_long_poll_is_woken_when_an_ack_frees_the_queue(tmp_path):
+    with open_core(str(tmp_path / "f")) as core:
+        core.update_topic("Jobs", 1, 1)
+        a, b = Peer(1), Peer(2)
+        join(core, a), join(core, b)
+        put(core, "Jobs", [b"first", b"second"], qid=0)
+        r = pop(core, a, 1, flags=F.FLAG_FIFO)
+        assert run(core, b, F.POP, F.encode_pop(5, 0, "wg", 60_000, 60_000, 4, F.FLAG_FIFO)) == []
+        assert ack(core, a, r).statuses.tolist() == [F.RECEIPT_OK]
+        got = take(b)
+        assert len(got) == 1 and got[0][1].req_id == 5 and bodies(core, got[0][1]) == [b"second"]
+
+
+def test_a_long_poll_of_a_member_that_left_is_answered_empty_at_its_deadline(core):
+    w = Peer(1)
+    join(core, w)
+    assert run(core, w, F.POP, F.encode_pop(4, 0, "wg", 60_000, 20, 4)) == []
+    core.consumers.leave("wg", w.client_id)
+    put(core, "Jobs", [b"x"])
+    assert take(w) == []
+    time.sleep(0.03)
+    tick(core)
+    got = take(w)
+    assert len(got) == 1 and got[0][1].req_id == 4 and len(got[0][1].tokens) == 0
+
+
+def test_long_polls_of_one_client_are_capped(tmp_path):
+    with open_core(str(tmp_path / "w"), maxPullWaitersPerClient=2) as core:
+        core.update_topic("Jobs", 4, 4)
+        w = Peer(1)
+        join(core, w)
+        for req in (1, 2):
+            assert run(core, w, F.POP, F.encode_pop(req, 0, "wg", 60_000, 60_000, 1)) == []
+        got = run(core, w, F.POP, F.encode_pop(3, 0, "wg", 60_000, 60_000, 1))
+        assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_BUSY and got[0][1].req_id == 3
+        assert "maxPullWaitersPerClient" in got[0][1].message

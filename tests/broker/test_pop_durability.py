@@ -96,3 +96,34 @@ def test_a_damaged_record_keeps_what_was_acked_before_it(tmp_path, caplog):
             back += bodies(core, pop(core, w, 8))
         # a (acked before the damage) never comes back; b (its ack was in the damaged record) and c do
         assert sorted(back) == [b"b", b"c"]
+
+
+def test_compaction_keeps_the_live_state_and_the_token_counter(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir, popLogCompactBytes=4096) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"%d" % i for i in range(300)], qid=0)
+        for _ in range(9):  # 270 popped and acked: far more log than 4 KiB
+            ack(core, w, pop(core, w, 30))
+        held = pop(core, w, 5)
+        top = int(held.tokens.max())
+        tick(core)  # the log grew past popLogCompactBytes: rewritten with what is live
+        assert core.pop_store.size < 4096
+        crash(core)
+    with open_core(store_dir) as core:
+        state = core.pop_store.state
+        assert state.rows == 5 and state.next_token > top
+        assert state.queues[("wg", "Jobs", 0)].cursor == 275
+        assert core.offsets.query("wg", "Jobs", 0) == 270
+
+
+def test_sync_flush_fsyncs_the_pop_log_before_the_answers_go_out(tmp_path):
+    with open_core(str(tmp_path / "store"), flushDiskType="SYNC_FLUSH") as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a"], qid=0)
+        r = pop(core, w, 1)  # served and its pass ended
+        assert len(r.tokens) == 1 and not core.pop_store.dirty
