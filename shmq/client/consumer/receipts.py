@@ -24,7 +24,9 @@ from shmq.codec import pop_frames as F
 from shmq.errors import BrokerGoneError, ReceiptError, ShmqError, broker_error
 from shmq.model.message_ext import ReceiptHandle
 
-FLUSH_DELAY_S = 0.001  # the longest a queued receipt waits for company before it is written
+# the longest a queued receipt waits for company before the flusher writes it (a worker's loop
+# writes them sooner: its next receive flushes first)
+FLUSH_DELAY_S = 0.002
 WRITE_TIMEOUT_S = 3.0  # how long a flush waits for room in the request ring
 
 _REFUSALS = {
@@ -83,11 +85,11 @@ class ReceiptSender:
         fut = ReceiptFuture(self)
         with self._lock:
             self._queue.append(_Queued(receipt, invisible_ms, fut, renew))
-            full = len(self._queue) >= F.MAX_RECEIPTS
-        if full:
+            n = len(self._queue)
+        if n >= F.MAX_RECEIPTS:
             self.flush()
-        else:
-            self._due.set()
+        elif n == 1:
+            self._due.set()  # the flusher wakes once per batch, not per receipt
         return fut
 
     def flush(self) -> None:
