@@ -327,3 +327,20 @@ def test_a_broker_sigkill_under_four_workers_loses_nothing_and_brings_back_nothi
     unsure = {b for b, attempt in rows if not attempt}  # acks cut by the kill: taken or not
     assert sorted(map(int, set(acked) | unsure)) == list(range(400))  # nothing lost
     assert [b for b, n in acked.items() if n > 1] == []  # nothing acked came again
+
+
+def test_a_consumer_holding_its_cap_of_unacked_messages_gets_a_one_line_busy_error(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, {**config, "popMaxInflightPerClient": 20}):
+        _send(broker_name, 30)
+        with _consumer(broker_name) as sc:
+            held = _drain(sc, 20)
+            assert len(held) == 20
+            with pytest.raises(shmq.BrokerBusyError) as e:
+                sc.receive(32, 30.0)
+            assert str(e.value) == (
+                "client holds 20 unacked messages of group wg (popMaxInflightPerClient); "
+                "ack or wait for their invisible time"
+            )
+            for m in held:
+                sc.ack_async(m)
+            assert len(_drain(sc, 10)) == 10  # room again once acked
