@@ -344,3 +344,21 @@ def test_a_consumer_holding_its_cap_of_unacked_messages_gets_a_one_line_busy_err
             for m in held:
                 sc.ack_async(m)
             assert len(_drain(sc, 10)) == 10  # room again once acked
+
+
+def test_subscribe_and_unsubscribe_after_start_change_what_the_broker_hands_out(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 5, topic="Jobs")
+        _send(broker_name, 5, topic="Mail")
+        with _consumer(broker_name, subscriptions={}) as sc:
+            assert sc.receive(32, 30.0) == []
+            sc.subscribe("Mail", "*")
+            got = _drain(sc, 5)
+            assert {m.topic for m in got} == {"Mail"} and len(got) == 5
+            sc.unsubscribe("Mail")
+            sc.subscribe("Jobs", "*")
+            _send(broker_name, 5, topic="Mail")
+            got = _drain(sc, 5)
+            time.sleep(0.2)
+            got += sc.receive(32, 30.0)
+            assert {m.topic for m in got} == {"Jobs"} and len(got) == 5
