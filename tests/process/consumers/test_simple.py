@@ -97,11 +97,11 @@ def test_change_invisible_duration_keeps_it_away_and_makes_the_old_receipt_stale
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, 1)
         with _consumer(broker_name) as sc, _consumer(broker_name) as other:
-            (m,) = _drain(sc, 1, invisible=1.0)
+            (m,) = _drain(sc, 1, invisible=3.0)
             old = copy.copy(m)
             sc.change_invisible_duration(m, 60.0)
             assert m.receipt_handle.token != old.receipt_handle.token
-            time.sleep(1.5)  # past the first invisible time
+            time.sleep(3.5)  # past the first invisible time
             assert other.receive(32, 30.0) == []
             with pytest.raises(ReceiptError, match="stale") as e:
                 sc.ack(old)
