@@ -65,7 +65,10 @@ class PopReviveService:
             done.setdefault(key, []).append(offset)
         if items:
             try:
-                self.core.put_internal(items)
+                r = self.core.put_internal(items)
+                gc = self.core.store.group_commit
+                if self.store.sync_flush and gc is not None:  # the copies on disk before their rows are settled
+                    gc.flush_now(r.end_offset)
             except Exception:
                 for key, offset, row in due:
                     self.store.state.retry_later(key, offset, row, now_ms + RETRY_LATER_MS)

@@ -127,3 +127,17 @@ def test_sync_flush_fsyncs_the_pop_log_before_the_answers_go_out(tmp_path):
         put(core, "Jobs", [b"a"], qid=0)
         r = pop(core, w, 1)  # served and its pass ended
         assert len(r.tokens) == 1 and not core.pop_store.dirty
+
+
+def test_sync_flush_revives_stay_whole(tmp_path):
+    with open_core(str(tmp_path / "store"), flushDiskType="SYNC_FLUSH") as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a"], qid=0)
+        pop(core, w, 1, invisible_ms=10)
+        time.sleep(0.03)
+        tick(core)
+        assert core.store.group_commit.flushed_offset >= core.store.commitlog.max_offset
+        r = pop(core, w, 1)
+        assert bodies(core, r) == [b"a"] and r.topics == ["%RETRY%wg"] and not core.pop_store.dirty
