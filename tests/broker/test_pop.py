@@ -265,3 +265,19 @@ def test_long_polls_of_one_client_are_capped(tmp_path):
         got = run(core, w, F.POP, F.encode_pop(3, 0, "wg", 60_000, 60_000, 1))
         assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_BUSY and got[0][1].req_id == 3
         assert "maxPullWaitersPerClient" in got[0][1].message
+
+
+def test_an_offset_reset_moves_a_pop_group_and_drops_what_was_in_flight(tmp_path):
+    with open_core(str(tmp_path / "r")) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"m%d" % i for i in range(6)], qid=0)
+        first = pop(core, w, 3)
+        assert bodies(core, first) == [b"m0", b"m1", b"m2"]
+        core.resets.reset("wg", "Jobs", to="first")
+        assert core.pop_store.state.rows == 0 and take(w) == [], "POP members get no RESET_OFFSET frame"
+        assert ack(core, w, first).statuses.tolist() == [F.RECEIPT_UNKNOWN] * 3
+        assert bodies(core, pop(core, w, 8)) == [b"m%d" % i for i in range(6)], "again from the first"
+        core.resets.reset("wg", "Jobs", to="last")
+        assert len(pop(core, w, 8).tokens) == 0 and core.offsets.query("wg", "Jobs", 0) == 6

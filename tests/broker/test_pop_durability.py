@@ -141,3 +141,18 @@ def test_sync_flush_revives_stay_whole(tmp_path):
         assert core.store.group_commit.flushed_offset >= core.store.commitlog.max_offset
         r = pop(core, w, 1)
         assert bodies(core, r) == [b"a"] and r.topics == ["%RETRY%wg"] and not core.pop_store.dirty
+
+
+def test_an_offset_reset_survives_a_crash(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a", b"b", b"c"], qid=0)
+        pop(core, w, 3)
+        core.resets.reset("wg", "Jobs", to="first")
+        crash(core)
+    with open_core(store_dir) as core:
+        qs = core.pop_store.state.queues[("wg", "Jobs", 0)]
+        assert qs.cursor == 0 and not qs.rows

@@ -214,6 +214,27 @@ class PopProcessor:
                 self._wake_groups.add(key[0])
         self._progress(done)
 
+    def reset(self, group: str, topic: str, targets: dict[int, int]) -> None:
+        """An operator reset the group's offsets of ``topic``: each queue's cursor moves to its
+        target and what was in flight there is dropped (its receipts become unknown)."""
+        if self.fetch is None or self.store is None:
+            return
+        state = self.fetch.state
+        out = []
+        for qid, offset in targets.items():
+            key = (group, topic, qid)
+            qs = state.queues.get(key)
+            if qs is None:
+                continue
+            if qs.rows:
+                out.append(L.encode(L.SETTLE, *key, 0, L.settle_rows(list(qs.rows))))
+                for o in list(qs.rows):
+                    state.settle(key, o)
+            qs.cursor = offset
+            out.append(L.encode(L.CHECKPOINT, *key, offset))
+        self.store.append(b"".join(out))
+        self._wake_groups.add(group)
+
     def wake_group(self, group: str) -> None:
         """A FIFO queue of ``group`` may be handed out again (its rows' deadline passed)."""
         self._wake_groups.add(group)
