@@ -10,10 +10,11 @@ import stat
 import time
 
 from shmq.broker.answers import Peer
+from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
 
-from .pop_helpers import ack, bodies, crash, join, open_core, pop, put, tick
+from .pop_helpers import ack, bodies, crash, join, open_core, pop, put, run, tick
 
 
 def _first_life(store_dir: str) -> tuple[set[bytes], set[bytes], int]:
@@ -156,3 +157,27 @@ def test_an_offset_reset_survives_a_crash(tmp_path):
     with open_core(store_dir) as core:
         qs = core.pop_store.state.queues[("wg", "Jobs", 0)]
         assert qs.cursor == 0 and not qs.rows
+
+
+def test_a_pop_log_that_cannot_be_written_refuses_with_one_line_and_logs_once(tmp_path, caplog):
+    with open_core(str(tmp_path / "store")) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a", b"b", b"c"], qid=0)
+        ps = core.pop_store
+        writable = ps.fd
+        ps.fd = os.open(ps.path, os.O_RDONLY)  # every write fails (as on a full disk)
+        try:
+            with caplog.at_level(logging.ERROR, "shmq.broker"):
+                for req in (1, 2):
+                    got = run(core, w, F.POP, F.encode_pop(req, 0, "wg", 60_000, 0, 1))
+                    assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_ERROR
+                    assert got[0][1].message.startswith("the broker cannot write its pop state: ")
+            assert sum("writing the pop log failed" in r.getMessage() for r in caplog.records) == 1
+        finally:
+            os.close(ps.fd)
+            ps.fd = writable
+        assert ps.compact_after_failure, "the failed write could not be cut back: the file is rewritten"
+        tick(core)
+        assert bodies(core, pop(core, w, 8)) == [b"c"], "a and b wait for their invisible time"

@@ -106,8 +106,7 @@ class PopProcessor:
         if moved:
             try:
                 self.store.append(self._checkpoints(moved))
-            except OSError as e:
-                log.error("pop log write failed (%s); the messages handed out come back after their invisible time", e)
+            except OSError as e:  # logged by the store; what was handed out comes back after its invisible time
                 _error(peer, pop.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
                 return True
             self._progress(moved)
@@ -181,8 +180,7 @@ class PopProcessor:
         if ok:
             try:
                 self.store.append(self._settle_or_change(ok, change))
-            except OSError as e:
-                log.error("pop log write failed (%s)", e)
+            except OSError as e:  # logged by the store
                 return _error(peer, r.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
             if not change:
                 self.settled(ok)
