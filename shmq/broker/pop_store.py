@@ -20,6 +20,7 @@ import numpy as np
 
 from shmq.broker.pop_state import PopState, QueueKey, Row
 from shmq.codec import pop_log as L
+from shmq.errors import MetadataError
 from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
@@ -99,11 +100,17 @@ class PopStore:
         self._last_sync_ms = 0
         self._write = WriteRetry(log, "writing the pop log")
         self.compact_after_failure = False  # a failed write could not be cut back: rewrite the file
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        os.chmod(self.dir, 0o700)
-        self.state = self._recover()
         self.fd = -1
-        self.compact()
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            os.chmod(self.dir, 0o700)
+            self.state = self._recover()
+            self.compact()
+        except OSError as e:
+            raise MetadataError(
+                f"the pop log {self.path} cannot be read or written ({e.strerror}); the broker will not "
+                f"start without its POP state. Make {self.dir} writable by the broker's user, or free space"
+            ) from None
 
     def _recover(self) -> PopState:
         state = PopState()

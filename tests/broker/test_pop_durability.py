@@ -9,10 +9,13 @@ import os
 import stat
 import time
 
+import pytest
+
 from shmq.broker.answers import Peer
 from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
+from shmq.errors import MetadataError
 
 from .pop_helpers import ack, bodies, crash, join, open_core, pop, put, run, tick
 
@@ -181,3 +184,15 @@ def test_a_pop_log_that_cannot_be_written_refuses_with_one_line_and_logs_once(tm
         assert ps.compact_after_failure, "the failed write could not be cut back: the file is rewritten"
         tick(core)
         assert bodies(core, pop(core, w, 8)) == [b"c"], "a and b wait for their invisible time"
+
+
+def test_a_pop_log_that_cannot_be_opened_stops_the_start_with_one_line(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir):
+        pass
+    path = os.path.join(store_dir, "pop", "pop.log")
+    os.remove(path)
+    os.mkdir(path)  # not a file the broker can read (tests run as root: permissions would not stop it)
+    with pytest.raises(MetadataError) as e, open_core(store_dir):
+        pass
+    assert "\n" not in str(e.value) and "the pop log" in str(e.value) and "writable" in str(e.value)
