@@ -281,3 +281,13 @@ def test_an_offset_reset_moves_a_pop_group_and_drops_what_was_in_flight(tmp_path
         assert bodies(core, pop(core, w, 8)) == [b"m%d" % i for i in range(6)], "again from the first"
         core.resets.reset("wg", "Jobs", to="last")
         assert len(pop(core, w, 8).tokens) == 0 and core.offsets.query("wg", "Jobs", 0) == 6
+
+
+def test_a_subscription_the_broker_cannot_filter_is_refused_in_one_line(core):
+    w = Peer(1)
+    join(core, w, subs={"Jobs": "A | B"})  # joined without the client's checks
+    put(core, "Jobs", [b"x"])
+    got = run(core, w, F.POP, F.encode_pop(1, 0, "wg", 60_000, 0, 4))
+    assert got[0][0] == P.ERROR and got[0][1].code == P.MESSAGE_ILLEGAL
+    assert got[0][1].message.startswith("the broker cannot filter this member's subscription: ")
+    assert core.pop_store.state.rows == 0

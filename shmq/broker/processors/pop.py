@@ -29,7 +29,7 @@ from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
-from shmq.errors import CorruptFrameError
+from shmq.errors import BadExpressionError, CorruptFrameError
 from shmq.model import system_topics as st
 
 if TYPE_CHECKING:
@@ -102,7 +102,11 @@ class PopProcessor:
             return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
-        got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        try:
+            got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        except BadExpressionError as e:  # a member that joined with an expression only it can evaluate
+            _error(peer, pop.req_id, P.MESSAGE_ILLEGAL, f"the broker cannot filter this member's subscription: {e}")
+            return True
         if moved:
             try:
                 self.store.append(self._checkpoints(moved))
