@@ -135,12 +135,12 @@ def test_fifo_holds_a_queue_and_redelivers_in_place_in_order(core):
     join(core, w), join(core, other)
     put(core, "Jobs", [b"m1", b"m2", b"m3"], qid=1)
     fifo = F.FLAG_FIFO
-    r = pop(core, w, 2, invisible_ms=50, flags=fifo, max_attempts=2)
+    r = pop(core, w, 2, invisible_ms=1000, flags=fifo, max_attempts=2)
     assert bodies(core, r) == [b"m1", b"m2"]
     assert len(pop(core, other, 8, flags=fifo).tokens) == 0, "the queue is held while m1, m2 are in flight"
     assert ack(core, w, r, [0]).statuses.tolist() == [F.RECEIPT_OK]
     assert len(pop(core, other, 8, flags=fifo).tokens) == 0, "m2 still holds it"
-    time.sleep(0.06)
+    time.sleep(1.05)
     tick(core)
     again = pop(core, other, 8, invisible_ms=50, flags=fifo, max_attempts=2)
     assert bodies(core, again) == [b"m2"] and again.queue_offsets.tolist() == [1] and again.attempts.tolist() == [2]

@@ -27,7 +27,7 @@ def _first_life(store_dir: str) -> tuple[set[bytes], set[bytes], int]:
         w = Peer(1)
         join(core, w)
         put(core, "Jobs", [b"%d" % i for i in range(20)])
-        r = pop(core, w, 20, invisible_ms=300)
+        r = pop(core, w, 20, invisible_ms=2000)
         got = bodies(core, r)
         assert ack(core, w, r, list(range(12))).statuses.tolist() == [F.RECEIPT_OK] * 12
         top = int(r.tokens.max())
