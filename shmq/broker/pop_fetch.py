@@ -59,7 +59,9 @@ class PopFetcher:
         self, pop: F.Pop, client: int, subs: dict[str, str | dict[str, str]], want: int, now_ms: int
     ) -> tuple[list[Delivery], dict[QueueKey, list[int]]]:
         """Hand out up to ``want`` messages; returns them and, per queue whose state changed, the
-        offsets put in flight (empty when only the cursor moved)."""
+        offsets put in flight (empty when only the cursor moved). BadExpressionError, before
+        anything is handed out, for a subscription the broker cannot filter by."""
+        filters = {topic: self._filter(e) for topic, e in subs.items()}
         fifo = bool(pop.flags & F.FLAG_FIFO)
         queues = self._queues(pop.group, subs, fifo)
         got: list[Delivery] = []
@@ -87,7 +89,7 @@ class PopFetcher:
                     self._again(key, qs, ready[: want - len(got)], client, pop, now_ms, got, moved)
                     continue
             retry = st.is_retry_topic(topic)
-            flt = self._filter("*" if retry else subs.get(topic, "*"))
+            flt = self._filter("*") if retry else filters[topic]
             every = _takes_all(flt)
             first = max(qs.cursor, cq.min_offset)
             need = want - len(got)  # "*" takes every entry but blanks: no need to look further

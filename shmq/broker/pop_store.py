@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numpy as np
 
 from shmq.broker.pop_state import PopState, QueueKey, Row
 from shmq.codec import pop_log as L
+from shmq.errors import MetadataError
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 
@@ -95,11 +98,19 @@ class PopStore:
         self.size = 0
         self.compacted = 0  # the file's size after the last compaction (the live state)
         self._last_sync_ms = 0
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        os.chmod(self.dir, 0o700)
-        self.state = self._recover()
+        self._write = WriteRetry(log, "writing the pop log")
+        self.compact_after_failure = False  # a failed write could not be cut back: rewrite the file
         self.fd = -1
-        self.compact()
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            os.chmod(self.dir, 0o700)
+            self.state = self._recover()
+            self.compact()
+        except OSError as e:
+            raise MetadataError(
+                f"the pop log {self.path} cannot be read or written ({e.strerror}); the broker will not "
+                f"start without its POP state. Make {self.dir} writable by the broker's user, or free space"
+            ) from None
 
     def _recover(self) -> PopState:
         state = PopState()
@@ -144,11 +155,23 @@ class PopStore:
         self.dirty = False
 
     def append(self, data: bytes) -> None:
-        """Records written to the file (in the page cache: they survive the broker's death)."""
-        if data:
+        """Records written to the file (in the page cache: they survive the broker's death).
+        OSError (a full disk): the file is cut back to where it was, so a record written in part
+        never hides the ones written after it; the failure is logged once until writes work."""
+        if not data:
+            return
+        try:
             _write_all(self.fd, data)
-            self.size += len(data)
-            self.dirty = True
+        except OSError as e:
+            self._write.failed(e, time.monotonic())
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                self.compact_after_failure = True
+            raise
+        self._write.succeeded()
+        self.size += len(data)
+        self.dirty = True
 
     def sync(self) -> None:
         """fsync what was written (SYNC_FLUSH: once per pass, before the answers go out)."""
@@ -161,8 +184,9 @@ class PopStore:
         if self.dirty and now_ms - self._last_sync_ms >= self.flush_interval_ms:
             self.sync()
             self._last_sync_ms = now_ms
-        if self.size > self.compacted + self.compact_bytes:
+        if self.size > self.compacted + self.compact_bytes or self.compact_after_failure:
             self.compact()
+            self.compact_after_failure = False
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -26,7 +26,11 @@ _crashed: set[BrokerCore] = set()
 def open_core(store_dir: str, **config: object) -> Iterator[BrokerCore]:
     """A core over a real store; at the end shut down as the broker does (pop log closed)."""
     store = MessageStore(store_dir, dict(SMALL, **config)).start()
-    core = BrokerCore(store, BrokerConfig.load(dict(SMALL, **config)))
+    try:
+        core = BrokerCore(store, BrokerConfig.load(dict(SMALL, **config)))
+    except BaseException:
+        store.shutdown()
+        raise
     try:
         yield core
     finally:

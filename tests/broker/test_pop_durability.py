@@ -9,11 +9,15 @@ import os
 import stat
 import time
 
+import pytest
+
 from shmq.broker.answers import Peer
+from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
+from shmq.errors import MetadataError
 
-from .pop_helpers import ack, bodies, crash, join, open_core, pop, put, tick
+from .pop_helpers import ack, bodies, crash, join, open_core, pop, put, run, tick
 
 
 def _first_life(store_dir: str) -> tuple[set[bytes], set[bytes], int]:
@@ -23,7 +27,7 @@ def _first_life(store_dir: str) -> tuple[set[bytes], set[bytes], int]:
         w = Peer(1)
         join(core, w)
         put(core, "Jobs", [b"%d" % i for i in range(20)])
-        r = pop(core, w, 20, invisible_ms=300)
+        r = pop(core, w, 20, invisible_ms=2000)
         got = bodies(core, r)
         assert ack(core, w, r, list(range(12))).statuses.tolist() == [F.RECEIPT_OK] * 12
         top = int(r.tokens.max())
@@ -127,3 +131,68 @@ def test_sync_flush_fsyncs_the_pop_log_before_the_answers_go_out(tmp_path):
         put(core, "Jobs", [b"a"], qid=0)
         r = pop(core, w, 1)  # served and its pass ended
         assert len(r.tokens) == 1 and not core.pop_store.dirty
+
+
+def test_sync_flush_revives_stay_whole(tmp_path):
+    with open_core(str(tmp_path / "store"), flushDiskType="SYNC_FLUSH") as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a"], qid=0)
+        pop(core, w, 1, invisible_ms=10)
+        time.sleep(0.03)
+        tick(core)
+        assert core.store.group_commit.flushed_offset >= core.store.commitlog.max_offset
+        r = pop(core, w, 1)
+        assert bodies(core, r) == [b"a"] and r.topics == ["%RETRY%wg"] and not core.pop_store.dirty
+
+
+def test_an_offset_reset_survives_a_crash(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a", b"b", b"c"], qid=0)
+        pop(core, w, 3)
+        core.resets.reset("wg", "Jobs", to="first")
+        crash(core)
+    with open_core(store_dir) as core:
+        qs = core.pop_store.state.queues[("wg", "Jobs", 0)]
+        assert qs.cursor == 0 and not qs.rows
+
+
+def test_a_pop_log_that_cannot_be_written_refuses_with_one_line_and_logs_once(tmp_path, caplog):
+    with open_core(str(tmp_path / "store")) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"a", b"b", b"c"], qid=0)
+        ps = core.pop_store
+        writable = ps.fd
+        ps.fd = os.open(ps.path, os.O_RDONLY)  # every write fails (as on a full disk)
+        try:
+            with caplog.at_level(logging.ERROR, "shmq.broker"):
+                for req in (1, 2):
+                    got = run(core, w, F.POP, F.encode_pop(req, 0, "wg", 60_000, 0, 1))
+                    assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_ERROR
+                    assert got[0][1].message.startswith("the broker cannot write its pop state: ")
+            assert sum("writing the pop log failed" in r.getMessage() for r in caplog.records) == 1
+        finally:
+            os.close(ps.fd)
+            ps.fd = writable
+        assert ps.compact_after_failure, "the failed write could not be cut back: the file is rewritten"
+        tick(core)
+        assert bodies(core, pop(core, w, 8)) == [b"c"], "a and b wait for their invisible time"
+
+
+def test_a_pop_log_that_cannot_be_opened_stops_the_start_with_one_line(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir):
+        pass
+    path = os.path.join(store_dir, "pop", "pop.log")
+    os.remove(path)
+    os.mkdir(path)  # not a file the broker can read (tests run as root: permissions would not stop it)
+    with pytest.raises(MetadataError) as e, open_core(store_dir):
+        pass
+    assert "\n" not in str(e.value) and "the pop log" in str(e.value) and "writable" in str(e.value)

@@ -29,7 +29,7 @@ from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
-from shmq.errors import CorruptFrameError
+from shmq.errors import BadExpressionError, CorruptFrameError
 from shmq.model import system_topics as st
 
 if TYPE_CHECKING:
@@ -102,12 +102,15 @@ class PopProcessor:
             return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
-        got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        try:
+            got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        except BadExpressionError as e:  # a member that joined with an expression only it can evaluate
+            _error(peer, pop.req_id, P.MESSAGE_ILLEGAL, f"the broker cannot filter this member's subscription: {e}")
+            return True
         if moved:
             try:
                 self.store.append(self._checkpoints(moved))
-            except OSError as e:
-                log.error("pop log write failed (%s); the messages handed out come back after their invisible time", e)
+            except OSError as e:  # logged by the store; what was handed out comes back after its invisible time
                 _error(peer, pop.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
                 return True
             self._progress(moved)
@@ -181,8 +184,7 @@ class PopProcessor:
         if ok:
             try:
                 self.store.append(self._settle_or_change(ok, change))
-            except OSError as e:
-                log.error("pop log write failed (%s)", e)
+            except OSError as e:  # logged by the store
                 return _error(peer, r.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
             if not change:
                 self.settled(ok)
@@ -213,6 +215,27 @@ class PopProcessor:
             if not state.queues[key].rows:
                 self._wake_groups.add(key[0])
         self._progress(done)
+
+    def reset(self, group: str, topic: str, targets: dict[int, int]) -> None:
+        """An operator reset the group's offsets of ``topic``: each queue's cursor moves to its
+        target and what was in flight there is dropped (its receipts become unknown)."""
+        if self.fetch is None or self.store is None:
+            return
+        state = self.fetch.state
+        out = []
+        for qid, offset in targets.items():
+            key = (group, topic, qid)
+            qs = state.queues.get(key)
+            if qs is None:
+                continue
+            if qs.rows:
+                out.append(L.encode(L.SETTLE, *key, 0, L.settle_rows(list(qs.rows))))
+                for o in list(qs.rows):
+                    state.settle(key, o)
+            qs.cursor = offset
+            out.append(L.encode(L.CHECKPOINT, *key, offset))
+        self.store.append(b"".join(out))
+        self._wake_groups.add(group)
 
     def wake_group(self, group: str) -> None:
         """A FIFO queue of ``group`` may be handed out again (its rows' deadline passed)."""

@@ -71,8 +71,8 @@ def test_after_a_broker_sigkill_acked_stay_acked_and_nothing_is_lost(store_dir, 
             for body in sorted(sent):
                 p.send(Message("Jobs", body))
         a, b = Worker(broker_name, store_dir), Worker(broker_name, store_dir)
-        ra, got_a = a.pop(40, 1500)
-        rb, got_b = b.pop(40, 1500)
+        ra, got_a = a.pop(40, 4000)  # long enough for the acks to come first on a loaded machine
+        rb, got_b = b.pop(40, 4000)
         assert len(got_a) == len(got_b) == 40 and not set(got_a) & set(got_b), "one holder at a time"
         assert a.ack(ra, list(range(40))).statuses.tolist() == [F.RECEIPT_OK] * 40
         assert b.ack(rb, list(range(15))).statuses.tolist() == [F.RECEIPT_OK] * 15
@@ -109,7 +109,7 @@ def test_messages_of_a_worker_that_dies_come_back_to_the_others(store_dir, broke
                 p.send(Message("Jobs", b"job-%d" % i))
         dying, other = Worker(broker_name, store_dir), Worker(broker_name, store_dir)
         try:
-            _, held = dying.pop(10, 1000)
+            _, held = dying.pop(10, 2000)
             assert len(held) == 10
             dying.close(detach=False)  # what a SIGKILL leaves: no detach, the liveness semaphore released
             _, early = other.pop(10, 60_000)
