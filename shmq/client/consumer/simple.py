@@ -146,6 +146,7 @@ class SimpleConsumer:
         self._receipts: ReceiptSender | None = None
         self._pops: dict[int, Future[F.PopResult]] = {}
         self._kept: list[F.PopResult] = []  # answers that came after their receive gave up
+        self._spill: list[MessageExt] = []  # messages of a kept answer a smaller receive left
         self._running = False
 
     def join_cluster(self, client_id: int, scope: object = None) -> None:
@@ -301,15 +302,18 @@ class SimpleConsumer:
 
     def take_kept(self, max_nums: int) -> list[MessageExt]:
         """Messages of answers that came late, up to ``max_nums`` (the rest stay kept)."""
-        if not self._kept:
+        if not self._kept and not self._spill:
             return []
-        out: list[MessageExt] = []
+        out, self._spill = self._spill[:max_nums], self._spill[max_nums:]
         while len(out) < max_nums:
             with self._lock:
                 if not self._kept:
                     break
                 result = self._kept.pop(0)
-            out += self.messages(result)
+            msgs = self.messages(result)
+            room = max_nums - len(out)
+            out += msgs[:room]
+            self._spill += msgs[room:]
         return out
 
     def messages(self, result: F.PopResult) -> list[MessageExt]:

@@ -362,3 +362,17 @@ def test_subscribe_and_unsubscribe_after_start_change_what_the_broker_hands_out(
             time.sleep(0.2)
             got += sc.receive(32, 30.0)
             assert {m.topic for m in got} == {"Jobs"} and len(got) == 5
+
+
+def test_an_answer_that_came_late_goes_to_the_next_receives_within_their_max(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 5)
+        with _consumer(broker_name) as sc:
+            late = sc.pop(32, 30_000, 0.0, time.monotonic() + 30)  # a receive that gave up on its answer
+            sc.keep_late(late)
+            assert wait_for(late.done, 30)
+            first, second = sc.receive(2, 30.0), sc.receive(32, 30.0)
+            assert len(first) == 2 and len(second) == 3
+            assert sorted(int(m.body) for m in first + second) == list(range(5))
+            for m in first + second:
+                sc.ack(m)
