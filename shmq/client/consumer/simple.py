@@ -304,7 +304,8 @@ class SimpleConsumer:
         """Messages of answers that came late, up to ``max_nums`` (the rest stay kept)."""
         if not self._kept and not self._spill:
             return []
-        out, self._spill = self._spill[:max_nums], self._spill[max_nums:]
+        with self._lock:
+            out, self._spill = self._spill[:max_nums], self._spill[max_nums:]
         while len(out) < max_nums:
             with self._lock:
                 if not self._kept:
@@ -313,7 +314,8 @@ class SimpleConsumer:
             msgs = self.messages(result)
             room = max_nums - len(out)
             out += msgs[:room]
-            self._spill += msgs[room:]
+            with self._lock:
+                self._spill += msgs[room:]
         return out
 
     def messages(self, result: F.PopResult) -> list[MessageExt]:

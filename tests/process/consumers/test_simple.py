@@ -376,3 +376,16 @@ def test_an_answer_that_came_late_goes_to_the_next_receives_within_their_max(sto
             assert sorted(int(m.body) for m in first + second) == list(range(5))
             for m in first + second:
                 sc.ack(m)
+
+
+def test_a_clustering_group_cannot_take_a_simple_consumer(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, 1)
+        lc = LitePullConsumer("cg", broker=broker_name).start()
+        try:
+            lc.subscribe("Jobs", "*")
+            with pytest.raises(shmq.BrokerError) as e:
+                _consumer(broker_name, "cg")
+            assert "\n" not in str(e.value) and "CLUSTERING" in str(e.value), str(e.value)
+        finally:
+            lc.shutdown()
