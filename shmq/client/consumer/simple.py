@@ -24,6 +24,7 @@ from typing import Any
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.consumer.pop_read import popped_messages
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.receipts import ReceiptSender
 from shmq.codec import frames as P
@@ -33,7 +34,6 @@ from shmq.errors import (
     BadArgumentError,
     BrokerBusyError,
     BrokerGoneError,
-    CorruptRecordError,
     ShmqError,
     broker_error,
 )
@@ -319,37 +319,13 @@ class SimpleConsumer:
         return out
 
     def messages(self, result: F.PopResult) -> list[MessageExt]:
-        """The messages a POP handed out, read from the commitlog. One that cannot be read (its
-        file cleaned up, damage) is skipped: it is delivered again after its invisible time."""
-        out: list[MessageExt] = []
+        """The messages a POP handed out, read from the commitlog (see ``pop_read``)."""
         if not len(result.tokens):
-            return out
+            return []
         with self._lock:
-            store = self._store
-            if store is None:
+            if self._store is None:
                 raise ShmqError("the SimpleConsumer was shut down")
-            for i in range(len(result.tokens)):
-                topic = result.topics[int(result.topic_idx[i])]
-                offset, size = int(result.commitlog_offsets[i]), int(result.sizes[i])
-                view = store.commitlog.data(offset, size)
-                try:
-                    if view is None:
-                        raise CorruptRecordError(f"commitlog offset {offset} is not mapped")
-                    rec = fmt.decode_record(view)
-                except CorruptRecordError as e:
-                    log.warning("consumer %r skips a message it cannot read (%s); it comes again later", self.group, e)
-                    continue
-                shown = rec.properties.get(fmt.PROPERTY_RETRY_TOPIC, topic) if topic == self.retry_topic else topic
-                receipt = ReceiptHandle(
-                    self.broker_name,
-                    topic,
-                    int(result.queue_ids[i]),
-                    int(result.queue_offsets[i]),
-                    int(result.tokens[i]),
-                )
-                out.append(PoppedMessageExt.popped(rec, shown, receipt, int(result.attempts[i])))
-                del view, rec
-        return out
+            return list(popped_messages(self._store, result, self.broker_name, self.retry_topic, self.group))
 
     # ------------------------------------------------------------------ ack, change_invisible_duration
 

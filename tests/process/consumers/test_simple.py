@@ -389,3 +389,22 @@ def test_a_clustering_group_cannot_take_a_simple_consumer(store_dir, broker_name
             assert "\n" not in str(e.value) and "CLUSTERING" in str(e.value), str(e.value)
         finally:
             lc.shutdown()
+
+
+def test_a_received_message_carries_what_a_pull_reads(store_dir, broker_name, config):
+    big = b"compressible " * 2000  # over the producer's compression threshold
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("sp", broker=broker_name) as p:
+            p.send(Message("Jobs", b"small", tags="A", keys="k1 k2", properties={"n": "1"}))
+            p.send(Message("Jobs", big, tags="B"))
+        with _consumer(broker_name) as sc:
+            got = sorted(_drain(sc, 2), key=lambda m: len(m.body))
+            for m in got:
+                sc.ack(m)
+        with shmq.PullConsumer("pc", broker=broker_name) as pc:
+            pulled = [m for mq in pc.fetch_queues("Jobs") for m in pc.pull(mq, offset=0, timeout=0.1).messages]
+    pulled.sort(key=lambda m: len(m.body))
+    assert got[1].body == big and got[1].sysflag & 1  # stored compressed, received whole
+    fields = ("topic", "body", "tags", "keys", "properties", "queue_id", "queue_offset", "msg_id", "offset_msg_id")
+    fields += ("born_timestamp", "store_timestamp", "store_size", "reconsume_times", "commit_log_offset")
+    assert [[getattr(m, f) for f in fields] for m in got] == [[getattr(m, f) for f in fields] for m in pulled]
