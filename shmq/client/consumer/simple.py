@@ -62,10 +62,15 @@ def check_receive(max_message_num: int, invisible_duration: float) -> int:
     return check_invisible(invisible_duration)
 
 
+def _number(x: object) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def check_invisible(seconds: float) -> int:
     """``seconds`` of invisible time in ms: more than 0, at most 12 hours (RocketMQ 5's cap)."""
     cap = F.MAX_INVISIBLE_MS // 1000
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+    if not _number(seconds):
         raise BadArgumentError(f"invisible_duration must be a number of seconds, got {seconds!r:.40}")
     ms = round(seconds * 1000)
     if seconds <= 0 or not 0 < ms <= F.MAX_INVISIBLE_MS:
@@ -125,10 +130,13 @@ class SimpleConsumer:
             raise BadArgumentError(
                 f"a SimpleConsumer's group must be 1..{F.MAX_GROUP_BYTES} characters, got {group!r:.80}"
             )
-        if not 0 <= await_duration <= F.MAX_AWAIT_MS / 1000:
-            raise BadArgumentError(f"await_duration must be 0..{F.MAX_AWAIT_MS // 1000} s, got {await_duration}")
-        if not 1 <= max_delivery_attempts <= F.MAX_ATTEMPTS:
-            raise BadArgumentError(f"max_delivery_attempts must be 1..{F.MAX_ATTEMPTS}, got {max_delivery_attempts}")
+        if not _number(await_duration) or not 0 <= await_duration <= F.MAX_AWAIT_MS / 1000:
+            raise BadArgumentError(f"await_duration must be 0..{F.MAX_AWAIT_MS // 1000} s, got {await_duration!r:.40}")
+        attempts_ok = isinstance(max_delivery_attempts, int) and not isinstance(max_delivery_attempts, bool)
+        if not attempts_ok or not 1 <= max_delivery_attempts <= F.MAX_ATTEMPTS:
+            raise BadArgumentError(
+                f"max_delivery_attempts must be 1..{F.MAX_ATTEMPTS}, got {max_delivery_attempts!r:.40}"
+            )
         self.group = group
         self.await_duration = float(await_duration)
         self.max_delivery_attempts = int(max_delivery_attempts)
@@ -202,10 +210,6 @@ class SimpleConsumer:
 
     def __repr__(self) -> str:
         return client_repr("SimpleConsumer", self.group, self.broker_name, self._running, self._subscriptions)
-
-    @property
-    def running(self) -> bool:
-        return self._running
 
     # ------------------------------------------------------------------ subscriptions
 

@@ -218,6 +218,22 @@ def test_bad_receive_arguments_are_one_line_errors(num, invisible, words):
     assert words in str(e.value) and "\n" not in str(e.value) and "Error" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"await_duration": 61}, "await_duration must be 0..60 s, got 61"),
+        ({"await_duration": "5"}, "await_duration must be 0..60 s, got '5'"),
+        ({"max_delivery_attempts": 0}, "max_delivery_attempts must be 1..1000, got 0"),
+        ({"max_delivery_attempts": 2.5}, "max_delivery_attempts must be 1..1000, got 2.5"),
+        ({"subscriptions": {"bad topic": "*"}}, "topic"),
+    ],
+)
+def test_bad_consumer_arguments_are_one_line_errors(kw, words):
+    with pytest.raises(shmq.ShmqError) as e:
+        SimpleConsumer("wg", broker="no-such-broker", **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_predicate_filter_is_refused():
     with pytest.raises(BadArgumentError, match="cannot filter with a Python predicate"):
         SimpleConsumer("wg", broker="no-such-broker", subscriptions={"Jobs": lambda m: True})
