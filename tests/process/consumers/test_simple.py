@@ -18,9 +18,11 @@ from shmq import (
     Admin,
     BadArgumentError,
     ConsumeFrom,
+    ConsumeResult,
     LitePullConsumer,
     Message,
     Producer,
+    PushConsumer,
     ReceiptError,
     SimpleConsumer,
 )
@@ -162,22 +164,22 @@ def test_a_fifo_group_gets_a_queues_next_message_only_after_the_previous_is_acke
 def test_a_pop_group_and_a_push_group_keep_separate_progress(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, config):
         _send(broker_name, 40)
-        with _consumer(broker_name) as sc:
-            got = _drain(sc, 40)
-            for m in got:
-                sc.ack_async(m)
-        lc = LitePullConsumer("cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET).start()
+        pushed: list[int] = []
+        push = PushConsumer("cg", broker=broker_name, consume_from=ConsumeFrom.FIRST_OFFSET)
+        push.subscribe("Jobs", "*")
+        push.register_listener(lambda msgs, ctx: pushed.extend(int(m.body) for m in msgs) or ConsumeResult.SUCCESS)
+        push.start()
         try:
-            lc.subscribe("Jobs", "*")
-            pulled: list = []
-            deadline = time.monotonic() + 30
-            while len(pulled) < 40 and time.monotonic() < deadline:
-                pulled += lc.poll(0.2)
+            with _consumer(broker_name) as sc:
+                got = _drain(sc, 40)
+                for m in got:
+                    sc.ack_async(m)
+            assert wait_for(lambda: len(pushed) >= 40, 30)
         finally:
-            lc.shutdown()
-        assert sorted(int(m.body) for m in got) == sorted(int(m.body) for m in pulled) == list(range(40))
+            push.shutdown()
+        assert sorted(int(m.body) for m in got) == sorted(pushed) == list(range(40))
         admin = Admin(broker_name)
-        assert admin.consumer_progress("wg").lag == 0
+        assert wait_for(lambda: admin.consumer_progress("wg").lag == 0 and admin.consumer_progress("cg").lag == 0, 30)
         assert admin.consumer_progress("wg").model == "POP"
 
 
