@@ -38,6 +38,10 @@ def _queue_of(m) -> tuple[str, int]:
 
 def test_lite_controls_route_each_queue_to_its_broker(brokers, routes):
     names = _two_brokers(brokers, routes)
+    early = LitePullConsumer("cg", namesrv=routes.namesrv)
+    with pytest.raises(shmq.ShmqError, match="the consumer before assign"):
+        early.assign([MessageQueue("T", names[0], 0)])
+    early.shutdown()
     with LitePullConsumer("cg", namesrv=routes.namesrv, consume_from=ConsumeFrom.FIRST_OFFSET) as c:
         assert wait_for(lambda: len(c.fetch_message_queues("T")) == 4, 30)
         mqs = c.fetch_message_queues("T")
@@ -74,6 +78,9 @@ def test_lite_controls_route_each_queue_to_its_broker(brokers, routes):
             c.fetch_message_queues("Nope")
         with pytest.raises(BadArgumentError, match="Subscribe and assign are mutually exclusive"):
             c.subscribe("T")
+        with pytest.raises(BadArgumentError, match="does not exist"):  # checked before any broker changes
+            c.assign([a0, MessageQueue("T", names[1], 2)])
+        assert c.assignment() == set(mqs)
 
 
 def test_push_suspend_resume_over_two_brokers_loses_nothing_and_duplicates_nothing(brokers, routes):

@@ -17,7 +17,7 @@ from typing import Any
 
 from shmq.client.consumer.cluster_member import ClusterMember, part_kwargs
 from shmq.client.consumer.lite_pull import EXCLUSIVE, LitePullConsumer
-from shmq.client.consumer.queue_check import check_broker, queue_name
+from shmq.client.consumer.queue_check import check_broker, check_queue_id, queue_name
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, as_expression
@@ -141,15 +141,15 @@ class ClusterLitePullConsumer:
         return sorted(out)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
-        """As ``LitePullConsumer.assign``: each broker's part reads its share of ``mqs``."""
+        """As ``LitePullConsumer.assign`` (after ``start()``): each broker's part reads its share of
+        ``mqs``; a broker that registers later gets its share when its part starts."""
         wanted = set(mqs)
         if self._subscriptions:
             raise BadArgumentError(f"{EXCLUSIVE} This consumer used subscribe(): use another consumer for assign()")
-        for mq in sorted(wanted):  # before start only the type: the brokers are not known yet
-            if self._running:
-                self._part_of(mq)
-            else:
-                check_broker(mq.broker_name, mq)
+        if not self._running:
+            raise ShmqError("start() the consumer before assign(): a cluster's brokers are known only then")
+        for mq in sorted(wanted):  # all checked before any part changes
+            check_queue_id(mq, len(self._part_of(mq).fetch_message_queues(mq.topic)))
         self._assigned = wanted
         for part in self._member.parts():
             part.assign([mq for mq in wanted if mq.broker_name == part.broker_name])

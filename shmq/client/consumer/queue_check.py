@@ -41,7 +41,11 @@ def check_broker(broker_name: str, mq: MessageQueue) -> None:
 def check_queue(state: BrokerState, broker_name: str, mq: MessageQueue) -> None:
     """``BadArgumentError`` unless ``mq`` is a read queue of an existing topic on this broker."""
     check_broker(broker_name, mq)
-    n = len(read_queues(state, broker_name, mq.topic))
+    check_queue_id(mq, len(read_queues(state, broker_name, mq.topic)))
+
+
+def check_queue_id(mq: MessageQueue, n: int) -> None:
+    """``BadArgumentError`` unless ``mq``'s id is one of its topic's ``n`` read queues on its broker."""
     if not 0 <= mq.queue_id < n:
         raise BadArgumentError(f"{queue_name(mq)} does not exist: the topic has queues 0..{n - 1}")
 
