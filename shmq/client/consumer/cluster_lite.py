@@ -17,7 +17,7 @@ from typing import Any
 
 from shmq.client.consumer.cluster_member import ClusterMember, part_kwargs
 from shmq.client.consumer.lite_pull import EXCLUSIVE, LitePullConsumer
-from shmq.client.consumer.queue_check import check_broker, check_queue_id, queue_name
+from shmq.client.consumer.queue_check import check_broker, check_queue_id, queue_list, queue_name
 from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.function import Predicate
 from shmq.filter.tags import Expression, as_expression
@@ -143,7 +143,7 @@ class ClusterLitePullConsumer:
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """As ``LitePullConsumer.assign`` (after ``start()``): each broker's part reads its share of
         ``mqs``; a broker that registers later gets its share when its part starts."""
-        wanted = set(mqs)
+        wanted = set(queue_list(mqs))
         if self._subscriptions:
             raise BadArgumentError(f"{EXCLUSIVE} This consumer used subscribe(): use another consumer for assign()")
         if not self._running:
@@ -198,7 +198,7 @@ class ClusterLitePullConsumer:
     def _by_part(self, mqs: Iterable[MessageQueue]) -> list[tuple[LitePullConsumer, list[MessageQueue]]]:
         """``mqs`` grouped by the part of their broker; every broker checked before any is used."""
         shares: dict[str, tuple[LitePullConsumer, list[MessageQueue]]] = {}
-        for mq in mqs:
+        for mq in queue_list(mqs):
             part = self._part_of(mq)
             shares.setdefault(part.broker_name, (part, []))[1].append(mq)
         return list(shares.values())

@@ -32,7 +32,14 @@ from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.offset_store import instance_name as local_instance_name
 from shmq.client.consumer.process_queue import ProcessQueue
-from shmq.client.consumer.queue_check import check_broker, check_queue, check_seek, queue_name, read_queues
+from shmq.client.consumer.queue_check import (
+    check_broker,
+    check_queue,
+    check_seek,
+    queue_list,
+    queue_name,
+    read_queues,
+)
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -104,10 +111,13 @@ class LitePullConsumer(MQConsumerInner):
             raise BadArgumentError(f"auto_commit_interval must be positive, got {auto_commit_interval}")
         super().__init__(group, broker, start_timeout, log)
         self.model = MessageModel(model)
-        local = None
         self.instance_name, self._anonymous = local_instance_name(instance_name)
-        if self.model is MessageModel.BROADCASTING:
-            local = LocalFileOffsetStore(group, self.instance_name, self.broker_name, offset_store_dir)
+        broadcasting = self.model is MessageModel.BROADCASTING
+        local = (
+            LocalFileOffsetStore(group, self.instance_name, self.broker_name, offset_store_dir)
+            if broadcasting
+            else None
+        )
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.auto_commit = auto_commit
@@ -129,9 +139,10 @@ class LitePullConsumer(MQConsumerInner):
     def subscribe(self, topic: str, expression: str | Expression | Predicate = "*") -> None:
         """Consume ``topic``'s messages that pass ``expression`` (tags, ``shmq.sql(...)``, a
         predicate), before or after ``start()``; the group rebalances on its next check."""
+        parsed = as_expression(expression)
         with self._lock:
             self._set_type(SUBSCRIBE)
-            self._subscriptions[topic] = as_expression(expression)
+            self._subscriptions[topic] = parsed
             self._session = None  # join again with the new subscriptions
             for pq in self._pqs.values():
                 if pq.mq.topic == topic and pq.next_offset >= 0:
@@ -157,7 +168,7 @@ class LitePullConsumer(MQConsumerInner):
         is committed (with ``auto_commit``) and forgotten; [] consumes nothing. A queue starts at
         the group's committed offset, else where ``consume_from`` says. The consumer is still a
         member of its group (offset resets reach it): give subscribing members another group."""
-        wanted = set(mqs)
+        wanted = set(queue_list(mqs))
         with self._lock:
             if self._running:
                 self._check_queues(wanted)
@@ -298,7 +309,7 @@ class LitePullConsumer(MQConsumerInner):
     def pause(self, mqs: Iterable[MessageQueue]) -> None:
         """Stop reading ``mqs`` (assigned queues): ``poll`` returns none of their messages, what
         was read ahead stays buffered (not dropped, not committed past) until ``resume``."""
-        wanted = list(mqs)
+        wanted = queue_list(mqs)
         with self._lock:
             for mq in wanted:
                 self._owned(mq)
@@ -306,7 +317,7 @@ class LitePullConsumer(MQConsumerInner):
 
     def resume(self, mqs: Iterable[MessageQueue]) -> None:
         """Read ``mqs`` again after ``pause``: their buffered messages come first, each once."""
-        wanted = list(mqs)
+        wanted = queue_list(mqs)
         with self._ready:
             for mq in wanted:
                 self._owned(mq)

@@ -9,8 +9,10 @@ source the consumer reads its queues from.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from shmq.client.broker_state import BrokerState
-from shmq.errors import BadArgumentError
+from shmq.errors import ArgumentTypeError, BadArgumentError
 from shmq.model.message import MessageQueue
 
 
@@ -28,6 +30,13 @@ def read_queues(state: BrokerState, broker_name: str, topic: str) -> list[Messag
             f"or send to it first"
         )
     return [MessageQueue(topic, broker_name, q) for q in range(n)]
+
+
+def queue_list(mqs: Iterable[MessageQueue]) -> list[MessageQueue]:
+    """``mqs`` as a list; ``ArgumentTypeError`` for one queue given bare (``pause(mq)`` for ``pause([mq])``)."""
+    if isinstance(mqs, MessageQueue) or not isinstance(mqs, Iterable):
+        raise ArgumentTypeError(f"expected a list of MessageQueue, got {type(mqs).__name__} (write [mq] for one queue)")
+    return list(mqs)
 
 
 def check_broker(broker_name: str, mq: MessageQueue) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import shmq
 from shmq import (
+    ArgumentTypeError,
     BadArgumentError,
     ConsumeFrom,
     ConsumeResult,
@@ -187,6 +188,8 @@ def test_controls_on_queues_not_there_or_not_owned_say_so_in_one_line(store_dir,
                 with pytest.raises(BadArgumentError) as e:
                     call()
                 assert text in str(e.value) and "\n" not in str(e.value), str(e.value)
+            with pytest.raises(ArgumentTypeError, match=r"got MessageQueue \(write \[mq\] for one queue\)"):
+                c.pause(q0)
             assert c.assignment() == {q0} and c.paused() == set()  # nothing half done
 
 
