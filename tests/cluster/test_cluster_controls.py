@@ -111,3 +111,31 @@ def test_push_suspend_resume_over_two_brokers_loses_nothing_and_duplicates_nothi
         assert wait_for(lambda: sum(got.values()) >= 280, 30)
         time.sleep(0.3)
     assert len(got) == 280 and max(got.values()) == 1, got.most_common(3)
+
+
+def test_broadcasting_lite_members_each_read_every_broker(brokers, routes, tmp_path):
+    _two_brokers(brokers, routes)
+    members = [
+        LitePullConsumer(
+            "bg",
+            namesrv=routes.namesrv,
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            model=shmq.MessageModel.BROADCASTING,
+            offset_store_dir=str(tmp_path / "off"),
+            instance_name=f"m{i}",
+        )
+        for i in range(2)
+    ]
+    try:
+        for c in members:
+            c.subscribe("T")
+            c.start()
+        for c in members:
+            got = poll_until(c, 80, timeout=30)
+            assert Counter(_queue_of(m) for m in got) == dict.fromkeys({_queue_of(m) for m in got}, 20)
+            assert len(got) == 80 and c.poll(0.3) == []
+    finally:
+        for c in members:
+            c.shutdown()
+    # offsets are local, one file per broker and instance
+    assert len(list((tmp_path / "off").glob("*/m*/bg.json"))) == 4
