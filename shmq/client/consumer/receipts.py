@@ -12,6 +12,7 @@ RECEIPT_RESULT, a status per receipt; a refused receipt's future fails with ``Re
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from shmq.model.message_ext import ReceiptHandle
 # the longest a queued receipt waits for company before the flusher writes it (a worker's loop
 # writes them sooner: its next receive flushes first)
 FLUSH_DELAY_S = 0.002
+
+log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 3.0  # how long a flush waits for room in the request ring
 
 _REFUSALS = {
@@ -135,7 +138,10 @@ class ReceiptSender:
             if not self._running:
                 return
             time.sleep(FLUSH_DELAY_S)
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("writing the queued receipts of group %r failed", self._group)
 
     # ------------------------------------------------------------------ answers
 

@@ -156,6 +156,7 @@ class SimpleConsumer:
         self._kept: list[F.PopResult] = []  # answers that came after their receive gave up
         self._spill: list[MessageExt] = []  # messages of a kept answer a smaller receive left
         self._running = False
+        self._closed = False  # shut down: not started again (its receipts went with it)
 
     def join_cluster(self, client_id: int, scope: object = None) -> None:
         """Make this the part on one broker of a cluster's consumer (before ``start``): attach as
@@ -174,6 +175,8 @@ class SimpleConsumer:
         """Attach and join the group; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._running:
             return self
+        if self._closed:
+            raise ShmqError("the SimpleConsumer was shut down; make a new one")
         self._conn.start(self.start_timeout)
         try:
             with self._lock:
@@ -193,6 +196,7 @@ class SimpleConsumer:
             return
         exit_close.untrack(self)
         self._running = False
+        self._closed = True
         if self._receipts is not None:
             self._receipts.close(CLOSE_TIMEOUT_S if self._conn.reachable() else 0.0)
         self._conn.shutdown()
@@ -269,7 +273,7 @@ class SimpleConsumer:
     def pop(self, max_nums: int, invisible_ms: int, await_s: float, deadline: float) -> Future[F.PopResult]:
         """Write one POP (the acks queued before it go first); its future gets the answer."""
         if not self._running or self._receipts is None:
-            raise ShmqError("start() the SimpleConsumer before receive()")
+            raise ShmqError(self._not_running("receive()"))
         self._receipts.flush()
         with self._lock:
             self._bind(deadline)
@@ -361,8 +365,13 @@ class SimpleConsumer:
 
     def _sender(self) -> ReceiptSender:
         if not self._running or self._receipts is None:
-            raise ShmqError("start() the SimpleConsumer before acking")
+            raise ShmqError(self._not_running("acking"))
         return self._receipts
+
+    def _not_running(self, what: str) -> str:
+        if self._closed:
+            return "the SimpleConsumer was shut down"
+        return f"start() the SimpleConsumer before {what}"
 
     # ------------------------------------------------------------------ the reader thread
 

@@ -66,6 +66,9 @@ def test_receive_and_ack_each_message_once(store_dir, broker_name, config):
                 sc.ack(got[0])  # acked already
             assert e.value.status == F.RECEIPT_UNKNOWN
             assert wait_for(lambda: Admin(broker_name).consumer_progress("wg").lag == 0, 30)
+        for call in (lambda: sc.receive(1, 1.0), lambda: sc.ack(got[0]), sc.start):
+            with pytest.raises(shmq.ShmqError, match="the SimpleConsumer was shut down"):
+                call()
 
 
 def test_ack_async_batches_and_settles(store_dir, broker_name, config):
