@@ -100,13 +100,14 @@ def _end(p: subprocess.Popen[str], sig: int) -> None:
         p.stdout.close()
 
 
-def run(scenario: str, messages: int, rate: float) -> dict[str, object]:
-    """One run on a fresh broker and store; the figures as a dict."""
+def run(scenario: str, messages: int, rate: float, name: str = "", store: str = "") -> dict[str, object]:
+    """One run on a fresh broker (``name``, its store at ``store``: by default this process's
+    and a temp folder); the figures as a dict."""
     with tempfile.TemporaryDirectory(prefix="shmq-dups-") as tmp:
-        name = f"dups{os.getpid()}"
+        name = name or f"dups{os.getpid()}"
         outs = [os.path.join(tmp, f"m{i}") for i in range(2)]
         members: list[subprocess.Popen[str]] = []
-        with shmq.Broker(os.path.join(tmp, "store"), name, CONFIG):
+        with shmq.Broker(store or os.path.join(tmp, "store"), name, CONFIG):
             shmq.Admin(name).create_topic(TOPIC, QUEUES)
             try:
                 members.append(_spawn(name, outs[0]))
