@@ -20,7 +20,9 @@ log = logging.getLogger("shmq.broker")
 
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
-MODELS = (CLUSTERING, BROADCASTING)
+# a SimpleConsumer's group: the broker hands messages out (POP); members own no queues
+POP = "POP"
+MODELS = (CLUSTERING, BROADCASTING, POP)
 MAX_GROUP_LENGTH = 127  # RocketMQ allows 255; the state segment's name fields hold 128 bytes
 
 
