@@ -9,6 +9,8 @@ import threading
 import time
 from collections import Counter
 
+import pytest
+
 import shmq
 from shmq import Message, Producer, SendStatus
 from tests.waiting import wait_for
@@ -74,3 +76,14 @@ def test_a_send_whose_attempt_times_out_is_resent_and_stored_once(store_dir, bro
     (r,) = results
     assert r.status is SendStatus.SEND_OK
     assert _stored_bodies(store_dir, config, "Idem") == Counter({b"before": 1, b"once": 1})
+
+
+def test_a_send_cut_by_a_broker_that_never_comes_back_fails_at_its_timeout(store_dir, broker_name, config):
+    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name) as p:
+        p.send(Message("Idem", b"warm up"))
+        broker.process.send_signal(signal.SIGSTOP)
+        threading.Timer(0.2, broker.process.send_signal, (signal.SIGKILL,)).start()
+        t = time.monotonic()
+        with pytest.raises(shmq.BrokerGoneError, match="went away"):
+            p.send(Message("Idem", b"lost"))  # resent once the broker is back: it is not
+        assert time.monotonic() - t < 30  # the send's timeout (3 s), not a hang
