@@ -64,6 +64,7 @@ LOOP_STATS = (
     "group_commits",
     "group_commit_ns",
     "flushed_answers",
+    "resends_answered",  # resent SENDs whose message was stored already: answered, not stored again
     *REPLICATION_STATS,
 )
 
@@ -193,6 +194,12 @@ class BrokerCore:
                 req_id, enq, qid, flags, tags, traw, keys, record = send_fields(view)
                 if now - enq > wait_ns:
                     send.reject_busy(peer, req_id, flags, now - enq)
+                    continue
+                if flags & P.FLAG_RESEND:  # looked up first, alone: after the SENDs before it
+                    if run is not None:
+                        send.put_run(peer, run, bool(flagged & P.FLAG_INSPECT))
+                        run, flagged = None, 0
+                    send.put_single(peer, req_id, qid, flags, tags, traw, keys, record)
                     continue
                 if run is None:
                     run = SendRun()

@@ -8,7 +8,7 @@ wakes the member's reader thread at once; a generation in the state segment woul
 column in its group table (a layout change every reader must agree on), then an extra query per
 queue, and would be seen only on the next 20 ms rebalance tick.
 
-Why a fence: a member commits what it consumed every second, as COMMIT_OFFSET frames or sync
+Why a fence: a member commits what it consumed every 0.1 s, as COMMIT_OFFSET frames or sync
 commits, and some of those were written before the member saw the reset (frames already in its
 request ring, a commit between the reset and the member's next pass). Taken after the reset
 they would put the old position back: the bug this replaces ("a commit for a running push group

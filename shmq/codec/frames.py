@@ -69,6 +69,9 @@ FLAG_ONEWAY = 0x1
 # SEND: the record carries delivery rules (DELAY, TIMER_*) or is a transaction half; the broker's
 # put hooks read its properties (records without it are stored without being looked into)
 FLAG_INSPECT = 0x2
+# SEND: a resend of a request that got no answer (a timeout, a broker that died): the broker
+# stores it only if its UNIQ_KEY is not stored yet, else answers the first copy's result
+FLAG_RESEND = 0x4
 
 # SEND_RESULT statuses (SendStatus on the client)
 SEND_OK = 0

@@ -244,7 +244,8 @@ class BrokerController:
         st = core.stats
         log.info(
             "broker %r stopped; loop: %d frames in %d busy passes, %d parks (%d timed out), "
-            "%d spins that found work, %d client doorbell posts",
+            "%d spins that found work, %d client doorbell posts; "
+            "%d resent sends stored already (answered, not stored again)",
             self.name,
             st["frames"],
             st["busy_passes"],
@@ -252,6 +253,7 @@ class BrokerController:
             st["park_timeouts"],
             st["spin_hits"],
             st["posts"],
+            st["resends_answered"],
         )
         if core.replica is not None:
             log.info(

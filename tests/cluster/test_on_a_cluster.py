@@ -11,7 +11,7 @@ import shmq
 from shmq import ConsumeFrom, Message, PushConsumer
 from shmq.client.consumer.rebalance import allocate_averagely
 from shmq.model.message import MessageQueue
-from tests.process.cluster import SMALL
+from tests.process.cluster import SMALL, running_cluster
 from tests.waiting import wait_for
 
 from .test_cluster_consume import Inbox, _total
@@ -94,3 +94,65 @@ def test_a_name_server_restart_leaves_the_groups_queues_where_they_are(tmp_path,
             with shmq.Producer("pg", broker=names[1]) as p:
                 p.send(Message("T", b"after"))
             assert wait_for(lambda: (names[1], "after") in inbox.got, 30)
+
+
+def test_members_joining_and_leaving_a_real_cluster_under_load_get_each_message_once(tmp_path, ipc_tracker):
+    """A clean join or leave hands its queues over with a synchronous commit before the new
+    owner reads them: no message comes twice, even while a producer sends through it all."""
+    with running_cluster(ipc_tracker, tmp_path) as cluster:
+        for b in cluster.brokers:
+            shmq.Admin(b.name).create_topic("T", 4)
+        cluster.wait_route("T")
+        inboxes = [Inbox() for _ in range(3)]
+        members: list[PushConsumer] = []
+        acked: list[str] = []
+        stop = threading.Event()
+
+        def produce() -> None:
+            with shmq.Producer("pg", namesrv=cluster.namesrv) as p:
+                i = 0
+                while not stop.is_set():
+                    if p.send(Message("T", str(i).encode())).status is shmq.SendStatus.SEND_OK:
+                        acked.append(str(i))
+                    i += 1
+                    time.sleep(0.001)
+
+        def consumed() -> set[str]:
+            return {body for _, body in _total(inboxes)}
+
+        def more_consumed(n: int = 100) -> None:
+            before = len(consumed())
+            assert wait_for(lambda: len(consumed()) >= before + n, 30)
+
+        sender = threading.Thread(target=produce)
+        sender.start()
+        try:
+            members.append(_start_member(cluster.namesrv, inboxes[0]))
+            more_consumed()
+            members.append(_start_member(cluster.namesrv, inboxes[1]))  # joins under load
+            more_consumed()
+            members.append(_start_member(cluster.namesrv, inboxes[2]))
+            more_consumed()
+            members.pop(0).shutdown()  # leaves under load
+            more_consumed()
+            members.pop(0).shutdown()
+            more_consumed()
+            stop.set()
+            sender.join(30)
+            assert wait_for(lambda: set(acked) <= consumed(), 30), len(set(acked) - consumed())
+        finally:
+            stop.set()
+            sender.join(30)
+            for m in members:
+                m.shutdown()
+        total = _total(inboxes)
+        dups = {k: n for k, n in total.items() if n > 1}
+        print(f"duplicates with members joining and leaving a real cluster: {len(dups)} of {len(total)}")
+        assert not dups
+
+
+def _start_member(namesrv: str, inbox: Inbox) -> PushConsumer:
+    c = PushConsumer("cg", namesrv=namesrv, consume_from=ConsumeFrom.FIRST_OFFSET)
+    c.subscribe("T")
+    c.register_listener(inbox)
+    return c.start()

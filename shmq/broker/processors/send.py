@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shmq.broker.answers import Peer
+from shmq.broker.processors.resend import first_copy
 from shmq.broker.routes import Routes
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
@@ -195,9 +196,11 @@ class SendProcessor:
         keys: tuple[int, ...],
         record: memoryview,
     ) -> None:
-        """A SEND alone in its pass (the sync send's rhythm): the same route, put and answer as
-        ``put_run`` without the run's per-pass lists, which cost as much as the put itself."""
+        """A SEND alone in its pass (the sync send's rhythm), or a resend: the same route, put and
+        answer as ``put_run`` without the run's per-pass lists, which cost as much as the put itself."""
         topic = P.decode_topic(topic_raw)
+        if flags & P.FLAG_RESEND and self._answer_first_copy(peer, req_id, flags, topic, record):
+            return
         qid, code, message = Routes(self.core.resolve_topic).route(topic, queue_id)
         if code:
             return self._error(peer, req_id, flags, code, message)
@@ -321,6 +324,20 @@ class SendProcessor:
             if not f & oneway
         ]
         self.core.answers.add(peer, r.end_offset, results)
+
+    def _answer_first_copy(self, peer: Peer, req_id: int, flags: int, topic: str, record: memoryview) -> bool:
+        """Answer a resend whose message is stored already with that copy's result (held, as a
+        put's answer, until it is flushed under SYNC_FLUSH); whether it was."""
+        rec = first_copy(self.store, topic, record)
+        if rec is None:
+            return False
+        self.core.stats["resends_answered"] += 1
+        if not flags & P.FLAG_ONEWAY:
+            result = P.SendResultFrame(
+                req_id, P.SEND_OK, rec.queue_id, rec.queue_offset, rec.physical_offset, rec.store_timestamp, self._host
+            )
+            self.core.answers.add(peer, rec.physical_offset + rec.total_size, [result])
+        return True
 
     # ------------------------------------------------------------------ errors
 

@@ -81,7 +81,7 @@ class LitePullConsumer(MQConsumerInner):
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
         auto_commit: bool = True,
-        auto_commit_interval: float = 5.0,
+        auto_commit_interval: float = 0.1,
         start_timeout: float = 3.0,
         model: MessageModel = MessageModel.CLUSTERING,
         instance_name: str | None = None,
@@ -90,8 +90,10 @@ class LitePullConsumer(MQConsumerInner):
         """``pull_batch_size``: the most messages one ``poll`` returns (RocketMQ's 10 is per queue;
         here it bounds the whole poll, as Kafka's max.poll.records). ``pull_threshold_for_queue``:
         messages read ahead and held per queue for the next polls. ``auto_commit``: every
-        ``auto_commit_interval`` seconds (RocketMQ's 5 s) and at ``shutdown``, commit the offsets
-        after what ``poll`` returned; with False only ``commit()`` does, and a queue rebalanced
+        ``auto_commit_interval`` seconds (0.1 s, not RocketMQ's 5 s: a commit of the queues that
+        moved is one ring frame each, and a member that dies leaves at most that much of its
+        consumption to be delivered again) and at ``shutdown``, commit the offsets after what
+        ``poll`` returned; with False only ``commit()`` does, and a queue rebalanced
         away is not committed (its new owner resumes from the last ``commit()``, as in Kafka).
         ``consume_from`` / ``consume_timestamp``: where a queue the group never committed starts,
         as PushConsumer's. ``namesrv``: consume from every broker of that name server's cluster

@@ -97,7 +97,7 @@ class PushConsumer(MQConsumerInner):
         consume_concurrently_max_span: int = 2000,
         max_reconsume_times: int = 16,
         suspend_current_queue_time: float = 1.0,
-        persist_consumer_offset_interval: float = 1.0,
+        persist_consumer_offset_interval: float = 0.1,
         instance_name: str | None = None,
         offset_store_dir: str | None = None,
         start_timeout: float = 3.0,
@@ -123,6 +123,9 @@ class PushConsumer(MQConsumerInner):
         RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see shmq.trace.dispatcher).
         Durations are seconds: ``suspend_current_queue_time`` is how long an orderly queue waits
         after SUSPEND_CURRENT_QUEUE_A_MOMENT (``suspend_current_queue_time_millis``: deprecated).
+        ``persist_consumer_offset_interval``: how often the queues whose consumed offset moved are
+        committed (0.1 s, not RocketMQ's 5 s: a commit is one ring frame, ~10 us of CPU on each
+        side, and what a member consumed after its last commit is delivered again if it dies).
         ``namesrv``: consume from every broker of that name server's cluster instead of ``broker``
         (see ``__new__``)."""
         if suspend_current_queue_time_millis is not None:

@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from shmq.client import exit_close
@@ -88,7 +88,10 @@ class _Pending:
     resend: Callable[[], None]
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
-    retries_left: int  # resends left after SYSTEM_BUSY (the broker stored nothing)
+    retries_left: int  # resends left after SYSTEM_BUSY (the broker stored nothing), a timeout or a lost broker
+    resendable: bool = False  # an idempotent SEND: resent with FLAG_RESEND, the broker stores it once
+    attempt_deadline: float = 0.0  # an idempotent SEND's attempt with no answer by then is resent
+    req_ids: list[int] = field(default_factory=list)  # of every attempt: the first answer wins
 
 
 def _written() -> None:
@@ -156,6 +159,7 @@ class Producer:
         trace: bool | str = False,
         batch_max_delay_ms: float | None = None,
         reattach_timeout: float | None = None,
+        idempotent: bool = True,
     ) -> None:
         """Durations are seconds (floats), as every ``timeout=`` of the API. ``namesrv``: send
         over every master broker of that name server's cluster instead of to one broker
@@ -169,7 +173,12 @@ class Producer:
         shmq.client.producer.compression). ``trace``: True writes a Pub trace record of every
         answered send to RMQ_SYS_TRACE_TOPIC, a topic name to that topic (asynchronously, see
         shmq.trace.dispatcher). ``reattach_timeout``: how long a send waits for its broker to
-        come back after the broker died (None: up to the send's timeout)."""
+        come back after the broker died (None: up to the send's timeout). ``idempotent`` (Kafka's
+        enable.idempotence): a single-message send (``send``, ``send_async`` outside auto batches)
+        that got no answer within its share of the timeout (``send_msg_timeout`` /
+        (``retry_times_when_send_failed`` + 1)), or whose broker died before answering, is resent,
+        and the broker stores it once (it looks the message's UNIQ_KEY up in its index, see
+        shmq.broker.processors.resend); False: such a send fails instead, as RocketMQ's."""
         if batch_max_delay_ms is not None:
             warnings.warn(
                 "batch_max_delay_ms is deprecated: use batch_max_delay (seconds)", DeprecationWarning, stacklevel=2
@@ -178,6 +187,7 @@ class Producer:
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.idempotent = idempotent
         self.ring_bytes = ring_bytes
         self.start_timeout = start_timeout
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
@@ -502,23 +512,27 @@ class Producer:
         flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
         sysflag |= e.sysflag
 
-        def fill(view: memoryview, req_id: int) -> None:
-            p = P.encode_send_header(
-                view, req_id, time.monotonic_ns(), qid, flags, e.tags_code, e.topic_b, e.key_hashes, e.record_len
-            )
-            fmt.pack_message_into(
-                view,
-                p,
-                e.topic_b,
-                e.body,
-                e.props_b,
-                e.crc,
-                flag=e.flag,
-                sysflag=sysflag,
-                born_timestamp=int(time.time() * 1000),
-                born_host=self._born_host(),
-            )
+        def fill_with(fl: int) -> Fill:  # the frame's flags: a resend's add FLAG_RESEND
+            def fill(view: memoryview, req_id: int) -> None:
+                p = P.encode_send_header(
+                    view, req_id, time.monotonic_ns(), qid, fl, e.tags_code, e.topic_b, e.key_hashes, e.record_len
+                )
+                fmt.pack_message_into(
+                    view,
+                    p,
+                    e.topic_b,
+                    e.body,
+                    e.props_b,
+                    e.crc,
+                    flag=e.flag,
+                    sysflag=sysflag,
+                    born_timestamp=int(time.time() * 1000),
+                    born_host=self._born_host(),
+                )
 
+            return fill
+
+        fill = fill_with(flags)
         if oneway:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
             return None  # type: ignore[return-value]
@@ -536,19 +550,36 @@ class Producer:
                 r.store_host,
             )
 
-        return self._submit(P.SEND, size, fill, build, deadline)
+        # a parked message (delay, timer, transaction half) is stored under another topic than
+        # its UNIQ_KEY is looked up in: never resent
+        resend = fill_with(flags | P.FLAG_RESEND) if self.idempotent and not flags & P.FLAG_INSPECT else None
+        return self._submit(P.SEND, size, fill, build, deadline, resend)
 
     # ------------------------------------------------------------------ requests and retries
 
-    def _submit(self, kind: int, size: int, fill: Fill, build: Callable[[Any], R], deadline: float) -> Future[R]:
+    def _submit(
+        self,
+        kind: int,
+        size: int,
+        fill: Fill,
+        build: Callable[[Any], R],
+        deadline: float,
+        resend: Fill | None = None,
+    ) -> Future[R]:
+        """Write a request and await its answer in ``_pending``; ``resend``: how an idempotent
+        SEND is written again (flagged), after a timeout of its attempt or a lost broker."""
         fut: Future[R] = Future()
-        p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed)
+        p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
 
         def attempt() -> None:
             req_id = next_request_id()
             self._pending[req_id] = p
+            again = bool(p.req_ids)
+            p.req_ids.append(req_id)
+            if p.resendable:
+                p.attempt_deadline = time.monotonic() + self._attempt_timeout()
             try:
-                self._write(kind, size, fill, req_id, deadline)
+                self._write(kind, size, resend if again and resend is not None else fill, req_id, deadline)
             except BaseException:
                 self._pending.pop(req_id, None)
                 raise
@@ -561,6 +592,10 @@ class Producer:
             self._in_flight.discard(p)
             raise
         return fut
+
+    def _attempt_timeout(self) -> float:
+        """How long one attempt of an idempotent send waits for its answer before it is resent."""
+        return self.send_msg_timeout / (self.retry_times_when_send_failed + 1)
 
     def _write(self, kind: int, size: int, fill: Fill, req_id: int, deadline: float) -> None:
         self._conn.write(
@@ -603,6 +638,8 @@ class Producer:
                     p.future.set_result(result)
         finally:
             p.resend = _written
+            for req_id in p.req_ids:  # the other attempts' answers are not awaited any more
+                self._pending.pop(req_id, None)
             self._in_flight.discard(p)
 
     # ------------------------------------------------------------------ responses
@@ -628,23 +665,36 @@ class Producer:
             raise CorruptFrameError(f"frame kind {kind} is not a response")
 
     def _expire(self, now: float) -> None:
-        """Fail sends with no answer by their deadline, never send them again: a ring does not lose
-        a request, so the broker has it (and may have stored it while its answer waits for a
-        flush or a replica); a resend would store another copy."""
+        """Fail sends with no answer by their deadline. Before that, an idempotent send whose
+        attempt got no answer in its share of the time is resent (flagged: the broker may have
+        stored it, and then answers the first copy's result); any other is never sent again, as a
+        resend would store another copy. An earlier attempt's late answer still counts."""
         # dict.copy, not list(items()): sending threads add to _pending meanwhile, and a list built
         # item by item can let a garbage collection (and so a thread switch) in mid-iteration
         for req_id, p in self._pending.copy().items():
-            if now >= p.deadline and self._pending.pop(req_id, None) is p:
-                self._finish(
-                    p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within {self.send_msg_timeout} s")
-                )
+            if now >= p.deadline:
+                if self._pending.pop(req_id, None) is p:
+                    timeout = self.send_msg_timeout
+                    self._finish(p, SendTimeoutError(f"no answer from broker {self.broker_name!r} within {timeout} s"))
+            elif p.resendable and p.retries_left > 0 and now >= p.attempt_deadline and req_id == p.req_ids[-1]:
+                p.attempt_deadline = p.deadline  # one resend per attempt: the next one sets its own
+                self._retry(p, SendTimeoutError(f"no answer from broker {self.broker_name!r}"))
 
     def _broker_died(self, s: Session, why: str) -> None:
-        self._fail_all(
-            BrokerGoneError(
-                f"broker {self.broker_name!r} went away ({why}); the next send attaches again once it restarts"
-            )
+        """Fail what awaits an answer; an idempotent send is resent instead once the broker is
+        back (within its timeout), unless this producer does not wait for that
+        (``reattach_timeout=0``: a cluster producer sends it to another broker)."""
+        error = BrokerGoneError(
+            f"broker {self.broker_name!r} went away ({why}); the next send attaches again once it restarts"
         )
+        if self._conn.reattach_timeout == 0:
+            return self._fail_all(error)
+        pending, self._pending = self._pending, {}
+        for p in {id(p): p for p in pending.values()}.values():
+            if p.resendable:
+                self._retry(p, error)
+            else:
+                self._finish(p, error)
 
     def _fail_all(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}

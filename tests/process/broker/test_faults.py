@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -25,6 +24,7 @@ from tests.waiting import wait_for
 
 from .conftest import open_store
 from .rawclient import RawClient
+from .sync_senders import SyncSenders
 
 
 def _clients(name: str) -> int:
@@ -154,46 +154,26 @@ def test_producer_killed_mid_batch(store_dir, broker_name, config):
 
 def test_broker_killed_under_sync_flush_restarts_and_producer_reconnects(store_dir, broker_name, config):
     config["flushDiskType"] = "SYNC_FLUSH"
-    acked: list[tuple[bytes, object]] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-    errors = []
     broker = shmq.Broker(store_dir, broker_name, config)
-    p = Producer("pg", broker=broker_name, send_msg_timeout=10).start()
-
-    def sender(k: int) -> None:
-        n = 0
-        while not stop.is_set():
-            body = b"%d-%d" % (k, n)
-            n += 1
-            try:
-                r = p.send(Message("Sync", body))
-            except BrokerGoneError as e:
-                errors.append(e)
-                continue
-            assert r.status is SendStatus.SEND_OK
-            with lock:
-                acked.append((body, r))
-
-    threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
+    # not idempotent: an in-flight send fails with the broker (an idempotent one is resent, see
+    # test_idempotent_producer.py)
+    p = Producer("pg", broker=broker_name, send_msg_timeout=10, idempotent=False).start()
+    load = SyncSenders(p, "Sync").start()
     time.sleep(0.5)
-    before = len(acked)
+    before = len(load.acked)
     broker.kill()
     time.sleep(0.2)
     broker = shmq.Broker(store_dir, broker_name, config)
     assert "cleaning up after a crashed broker" in broker.log() or "removed leftovers" in broker.log()
-    assert wait_for(lambda: len(acked) > before + 50, 10), "the producer did not reconnect"
-    stop.set()
-    for t in threads:
-        t.join(15)
+    assert wait_for(lambda: len(load.acked) > before + 50, 10), "the producer did not reconnect"
+    load.stop()
     p.shutdown()
     broker.stop()
-    assert errors, "the kill should have failed some in-flight sends"
+    assert load.failed, "the kill should have failed some in-flight sends"
+    assert all(isinstance(e, BrokerGoneError) for e in load.failed), load.failed[:3]
     store = open_store(store_dir, config)
     try:
-        for body, r in acked:
+        for body, r in load.acked:
             rec = store.look_message_by_offset(r.phys_offsets[0])
             assert rec is not None and bytes(rec.body) == body, body
     finally:

@@ -82,7 +82,8 @@ def test_a_sync_send_fails_when_the_broker_dies_while_it_waits(store_dir, broker
 
     with (
         shmq.Broker(store_dir, broker_name, flush_config) as broker,
-        Producer("pg", broker=broker_name, send_msg_timeout=60.0) as p,
+        # not idempotent: an idempotent send would wait for the broker to come back (its timeout)
+        Producer("pg", broker=broker_name, send_msg_timeout=60.0, idempotent=False) as p,
     ):
         p.send(Message("Wait", b"warm up"))
         os.kill(broker.pid, signal.SIGSTOP)
