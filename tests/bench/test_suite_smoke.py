@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # iceoryx2 is not among them: it publishes wheels for glibc >= 2.34 only, so where pip cannot
 # install it its rows say why and its own tests below skip with that reason
 PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "NATS JetStream"}
-# the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster rows 4 more
+# the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster rows 4 more,
+# the worker-pool rows ~20 s
 TIMEOUT = 420
 STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
 
@@ -100,6 +101,7 @@ def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
     stopped = {m.group(1): m.group(2) for m in STOPPED.finditer(run.stdout)}
     names = [f"bench{run.pid}", f"bench{run.pid}s"]
     names += [f"cb{run.pid}{sep}b{i}" for sep in ("", "-") for i in range(2)]  # the cluster rows' brokers
+    names.append(f"pb{run.pid}")  # the worker-pool rows' broker
     in_shm = [entry for name in names for entry in shm.leftovers(name)]
     sysv = existing(o for store in stopped.values() for o in store_objects(store))
     for name in names:
@@ -146,6 +148,11 @@ def test_shmq_rows_say_what_they_are(quick_results):
         assert res["extras"].get("shmq", {}).get(what), what
     cluster = res["extras"]["shmq"]["cluster"]
     assert set(cluster["brokers"]) == {"1", "2"}, cluster["brokers"]  # the QUICK run's broker counts
+    pop = res["extras"]["shmq"]["pop"]
+    assert set(pop["workers"]) == {"1", "2"}, pop  # the QUICK run's worker counts
+    for row in pop["workers"].values():  # push, the pool and Redis have figures; POP a figure or a reason
+        assert all(row[k].get("msgs_s") for k in ("push", "pool", "redis")), row
+        assert row["pop"].get("msgs_s") or row["pop"].get("error"), row
 
 
 def _iceoryx2_or_skip(res: dict) -> None:

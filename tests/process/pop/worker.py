@@ -1,0 +1,74 @@
+"""A POP worker process for the fault tests.
+
+    python -m tests.process.pop.worker BROKER GROUP TOPIC OUT '{"invisible": 5, "hold": 0}'
+
+Prints ``ready`` once started. Then receives up to 32 messages at a time and appends to OUT,
+flushed line by line so a SIGKILL loses nothing it wrote:
+
+- ``got <body> <attempt>`` for each message received;
+- ``ack <body>`` once its ack was answered (the broker keeps it: it must never come again).
+
+With ``hold`` > 0 it acks nothing: it keeps the first ``hold`` messages it gets, prints
+``held`` and waits to be killed. Errors of a broker that is gone or restarting are retried:
+the worker carries on with the next broker. SIGTERM stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from typing import Any, TextIO
+
+import shmq
+from shmq.errors import ShmqError
+
+
+def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float) -> None:
+    """receive, note, ack each (the acks of a batch in one frame), note the answered ones."""
+    while not stop.is_set():
+        try:
+            msgs = sc.receive(32, invisible)
+        except ShmqError:
+            stop.wait(0.1)  # the broker is gone or restarting: the next one serves
+            continue
+        out.write("".join(f"got {m.body.decode()} {m.delivery_attempt}\n" for m in msgs))
+        futures = [(m, sc.ack_async(m)) for m in msgs]
+        for m, f in futures:
+            try:
+                f.result(30)
+            except ShmqError:
+                continue  # not acked: it comes again after its invisible time
+            out.write(f"ack {m.body.decode()}\n")
+
+
+def hold(sc: Any, out: TextIO, stop: threading.Event, invisible: float, n: int) -> None:
+    """Take ``n`` messages, ack none, say so and wait to be killed."""
+    held = 0
+    while held < n and not stop.is_set():
+        msgs = sc.receive(n - held, invisible)
+        out.write("".join(f"got {m.body.decode()} {m.delivery_attempt}\n" for m in msgs))
+        held += len(msgs)
+    print("held", flush=True)
+    stop.wait()
+
+
+def main(broker: str, group: str, topic: str, out_path: str, opts: dict) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    invisible = float(opts.get("invisible", 5))
+    with open(out_path, "a", buffering=1) as out:
+        sc = shmq.SimpleConsumer(group, broker=broker, subscriptions={topic: "*"}, await_duration=0.5).start()
+        print("ready", flush=True)
+        try:
+            if opts.get("hold"):
+                hold(sc, out, stop, invisible, int(opts["hold"]))
+            else:
+                work(sc, out, stop, invisible)
+        finally:
+            sc.shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5], json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})
