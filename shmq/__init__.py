@@ -4,6 +4,7 @@ from shmq.client.admin import Admin, ResendResult, TopicInfo
 from shmq.client.consumer.lite_pull import LitePullConsumer
 from shmq.client.consumer.pull import PullConsumer
 from shmq.client.consumer.push import PushConsumer
+from shmq.client.consumer.simple import SimpleConsumer
 from shmq.client.hooks import ConsumeMessageContext, ConsumeMessageHook, SendMessageContext, SendMessageHook
 from shmq.client.msg_lookup import MessageTrack
 from shmq.client.producer.producer import Producer
@@ -37,6 +38,7 @@ from shmq.errors import (
     MetadataError,
     NameServerNotFoundError,
     NotAStoreError,
+    ReceiptError,
     RegistrationError,
     ReplicaReadOnlyError,
     RouteTableError,
@@ -53,7 +55,7 @@ from shmq.launcher import Broker
 from shmq.log import MessageHandler
 from shmq.model.consumer_types import ConsumeContext, ConsumeFrom, ConsumeResult, MessageModel, PullResult, PullStatus
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
-from shmq.model.message_ext import MessageExt
+from shmq.model.message_ext import MessageExt, ReceiptHandle
 from shmq.trace.record import TraceRecord
 
 __version__ = "0.1.0"
@@ -106,6 +108,8 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "ReceiptError",
+    "ReceiptHandle",
     "RegistrationError",
     "ReplicaReadOnlyError",
     "ResendResult",
@@ -119,6 +123,7 @@ __all__ = [
     "SendTimeoutError",
     "SharedMemoryFullError",
     "ShmqError",
+    "SimpleConsumer",
     "SqlFilter",
     "StateLayoutError",
     "StoreClosedError",

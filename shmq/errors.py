@@ -155,6 +155,16 @@ class BrokerBusyError(BrokerError):
     """SYSTEM_BUSY after every retry: the broker could not keep up (waitTimeMillsInSendQueue)."""
 
 
+class ReceiptError(ShmqError, ValueError):
+    """The broker refused a SimpleConsumer's ack or invisible-time change: the receipt is stale
+    (the message was handed out again since), unknown (settled already, or never handed out)
+    or malformed. ``status`` is the RECEIPT_* code of shmq.codec.pop_frames."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class SendTimeoutError(ShmqError, TimeoutError):
     """No answer within sendMsgTimeout (after retries)."""
 

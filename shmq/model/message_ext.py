@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import zlib
+from typing import NamedTuple
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
@@ -182,6 +183,17 @@ class MessageExt(ByValue):
         )
 
     @property
+    def delivery_attempt(self) -> int:
+        """Which delivery of the message this is, 1 for the first (RocketMQ 5's deliveryAttempt):
+        for a message not received by POP, ``reconsume_times + 1``."""
+        return self.reconsume_times + 1
+
+    @property
+    def receipt_handle(self) -> ReceiptHandle | None:
+        """What a SimpleConsumer acks the message by; None for a message not received by POP."""
+        return None
+
+    @property
     def key_list(self) -> list[str]:
         return fmt.split_keys(self.keys)
 
@@ -190,6 +202,54 @@ class MessageExt(ByValue):
         m = copy.copy(self)
         m.reconsume_times += 1
         return m
+
+
+class ReceiptHandle(NamedTuple):
+    """One delivery of a message by POP: the broker that handed it out, where the message is
+    stored (``topic`` as stored: ``%RETRY%<group>`` for a retried message) and the delivery's
+    token. A handle whose token is not the message's current delivery is stale."""
+
+    broker_name: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    token: int
+
+
+class PoppedMessageExt(MessageExt):
+    """A message a SimpleConsumer received: a MessageExt with its receipt and delivery attempt.
+
+    A subclass, so that MessageExt's slots stay the ones the compiled push path fills."""
+
+    __slots__ = ("_receipt", "_attempt")
+
+    _receipt: ReceiptHandle
+    _attempt: int
+
+    @classmethod
+    def popped(cls, rec: fmt.StoredRecord, topic: str, receipt: ReceiptHandle, attempt: int) -> PoppedMessageExt:
+        """The message of ``rec`` as delivered: shown under ``topic`` (a retried message's first
+        topic), with its receipt and attempt."""
+        m = cls.from_record(rec)
+        assert isinstance(m, PoppedMessageExt)
+        m.topic = topic
+        m._receipt = receipt
+        m._attempt = attempt
+        return m
+
+    @property
+    def delivery_attempt(self) -> int:
+        """The broker's count of deliveries of this message, this one included (1 for the first)."""
+        return self._attempt
+
+    @property
+    def receipt_handle(self) -> ReceiptHandle:
+        """This delivery's receipt (``change_invisible_duration`` replaces it with the new one)."""
+        return self._receipt
+
+    def with_receipt(self, receipt: ReceiptHandle) -> None:
+        """Carry ``receipt`` from now on (the new token of a changed invisible time)."""
+        self._receipt = receipt
 
 
 _new = object.__new__

@@ -16,15 +16,29 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from shmq.client.consumer.cluster_view import ClusterView
-from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
+from shmq.client.consumer.member import REBALANCE_POLL_S
+from shmq.client.consumer.rebalance_impl import GroupScope
 from shmq.errors import NameServerNotFoundError, ShmqError
 from shmq.namesrv.routes import RouteTable
 from shmq.ring.control import new_client_id
 
-Part = TypeVar("Part", bound=MQConsumerInner)
+
+class ConsumerPart(Protocol):
+    """What a member's part on one broker is (MQConsumerInner's consumers, SimpleConsumer)."""
+
+    broker_name: str
+
+    def join_cluster(self, client_id: int, scope: GroupScope | None) -> None: ...
+
+    def start(self) -> object: ...
+
+    def shutdown(self) -> None: ...
+
+
+Part = TypeVar("Part", bound=ConsumerPart)
 
 PartFactory = Callable[[str, "str | None"], Part]  # (broker name, a replica to read from while it is down)
 
