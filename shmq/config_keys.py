@@ -135,6 +135,14 @@ KEY_DOCS: dict[str, KeyDoc] = {
         "broker process",
         "long polls one client may hold on one queue; one more answers its oldest there at once",
     ),
+    "pop_max_inflight_per_client": KeyDoc(
+        "messages",
+        "broker process",
+        "unacked POP messages one client may hold; past it a receive is answered SYSTEM_BUSY",
+    ),
+    "pop_log_compact_bytes": KeyDoc(
+        "bytes", "broker process", "size of the pop log past which its live state is rewritten to a new file"
+    ),
     "message_delay_level": KeyDoc(
         "durations",
         "broker process",

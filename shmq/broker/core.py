@@ -23,9 +23,12 @@ from shmq.broker.delay import DelayLevelService
 from shmq.broker.dlq import DlqResendService
 from shmq.broker.groups import ConsumerManager, ConsumerOffsetManager
 from shmq.broker.offset_reset import OffsetResetService
+from shmq.broker.pop_revive import PopReviveService
+from shmq.broker.pop_store import PopStore
 from shmq.broker.processors.end_transaction import EndTransactionProcessor
 from shmq.broker.processors.heartbeat import HeartbeatProcessor
 from shmq.broker.processors.offset import CommitOffsetProcessor
+from shmq.broker.processors.pop import PopProcessor
 from shmq.broker.processors.pull import PullWaitProcessor
 from shmq.broker.processors.send import SendProcessor, SendRun
 from shmq.broker.processors.send_back import SendBackProcessor
@@ -37,6 +40,7 @@ from shmq.broker.timer import TimerService
 from shmq.broker.topics import TopicConfig, TopicConfigManager
 from shmq.broker.transaction import TransactionalMessageService, live_producers
 from shmq.codec import frames as P
+from shmq.codec import pop_frames as PF
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
 from shmq.errors import CorruptFrameError
@@ -140,6 +144,7 @@ class BrokerCore:
         self.timer: TimerService | None = None
         self.transactions: TransactionalMessageService | None = None
         self.dlq: DlqResendService | None = None  # a replica resends nothing: it only mirrors
+        self.pop_store: PopStore | None = None  # the pop state is the master's
         if config.is_master:
             levels = delay_levels(config.message_delay_level)
             self._system_topics(len(levels))
@@ -148,11 +153,23 @@ class BrokerCore:
             self.timer = TimerService(store, self.put_internal)
             self.services += [self.delay, self.timer]
             self.transactions = TransactionalMessageService(
-                store, config, self.put_internal, live_producers(self.clients), self._commit_progress
+                store, config, self.put_internal, live_producers(self.clients), self.commit_progress
             )
             self.services.append(self.transactions)
             self._processors[P.END_TRANSACTION] = EndTransactionProcessor(self, self.transactions).handle
             self.dlq = DlqResendService(self)
+            self.pop_store = PopStore(
+                store.store_dir,
+                config.flush_disk_type == SYNC_FLUSH,
+                config.flush_interval_commit_log,
+                config.pop_log_compact_bytes,
+            )
+        self.pop = PopProcessor(self, self.pop_store)
+        self._processors[PF.POP] = self.pop.handle_pop
+        self._processors[PF.ACK] = self.pop.handle_ack
+        self._processors[PF.CHANGE_INVISIBLE] = self.pop.handle_change
+        if self.pop_store is not None:
+            self.services.append(PopReviveService(self, self.pop_store, self.pop))
 
     # ------------------------------------------------------------------ frames
 
@@ -212,12 +229,14 @@ class BrokerCore:
             n += self.answers.group_commit()
         if self._touched:
             self._after_puts()
+        self.pop.end_pass()
         return n
 
     def tick(self, now: int) -> None:
         """Every timer tick: expire long polls, run the timed services (due delays, timers,
         transaction checks), publish counters and the min offsets cleanup moved."""
         self.pull.expire(now)
+        self.pop.expire(now)
         if self.services:
             ms = now_ms()
             for service in self.services:
@@ -336,6 +355,8 @@ class BrokerCore:
         """
         find = self.store.find_consume_queue
         wake = self.pull.wake if self.pull.waiters else None
+        if self.pop.waiters.by_group:
+            self.pop.wake_topics({topic for topic, _ in self._touched})
         items = []
         for topic, qid in self._touched:
             cq = find(topic, qid)
@@ -412,7 +433,7 @@ class BrokerCore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit.commit(group, topic, queue_id, offset)
 
-    def _commit_progress(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit_progress(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """A broker service's progress as a committed offset of a system group (RocketMQ's
         CID_RMQ_SYS_TRANS), so an operator sees what is still open where RocketMQ shows it."""
         self.offsets.commit(group, topic, queue_id, offset)
@@ -436,6 +457,7 @@ class BrokerCore:
         peer.alive = False
         peer.out.clear()
         self.pull.forget(peer)
+        self.pop.forget(peer)
         self.resets.forget(peer.client_id)
         self.clients.pop(peer.client_id, None)
         if self.consumers.remove_client(peer.client_id):
@@ -496,3 +518,8 @@ class BrokerCore:
                 service.persist(durable=True)
             except Exception:
                 log.exception("persisting %s at shutdown failed", type(service).__name__)
+        if self.pop_store is not None:
+            try:
+                self.pop_store.close()
+            except OSError:
+                log.exception("closing the pop log at shutdown failed")

@@ -61,8 +61,25 @@ def send_back_record(
 ) -> tuple[str, bytes]:
     """(topic, record) of a message sent back: the retry topic with DELAY, or the DLQ once it was
     reconsumed ``max_reconsume_times`` times or ``delay_level`` is -1."""
-    props = rec.properties
     to_dlq = delay_level == TO_DLQ or rec.reconsume_times >= max_reconsume_times
+    delay = None if to_dlq else retry_level(rec.reconsume_times, delay_level, levels)
+    return _copy(raw, rec, group, to_dlq, max_reconsume_times, delay)
+
+
+def revive_record(
+    raw: memoryview, rec: fmt.StoredRecord, group: str, to_dlq: bool, max_attempts: int
+) -> tuple[str, bytes]:
+    """(topic, record) of a POP message not acked in its invisible time: the retry topic with NO
+    delay (the invisible time was the backoff), or the DLQ once its attempts are used up."""
+    return _copy(raw, rec, group, to_dlq, max_attempts - 1, None)
+
+
+def _copy(
+    raw: memoryview, rec: fmt.StoredRecord, group: str, to_dlq: bool, max_reconsume_times: int, delay: int | None
+) -> tuple[str, bytes]:
+    """The copy under the group's retry topic (or DLQ) with RETRY_TOPIC, ORIGIN_MESSAGE_ID and
+    RECONSUMETIMES + 1, and DELAY when ``delay`` is a level."""
+    props = rec.properties
     topic = st.dlq_topic(group) if to_dlq else st.retry_topic(group)
     set_props = {
         fmt.PROPERTY_RETRY_TOPIC: props.get(fmt.PROPERTY_RETRY_TOPIC) or rec.topic,
@@ -70,8 +87,8 @@ def send_back_record(
         or offset_msg_id(rec.store_host, rec.physical_offset),
         fmt.PROPERTY_MAX_RECONSUME_TIMES: str(max_reconsume_times),
     }
-    if not to_dlq:
-        set_props[fmt.PROPERTY_DELAY] = str(retry_level(rec.reconsume_times, delay_level, levels))
+    if delay is not None:
+        set_props[fmt.PROPERTY_DELAY] = str(delay)
     record = rewrite_record(
         raw,
         topic=topic,

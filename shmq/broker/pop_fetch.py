@@ -1,0 +1,183 @@
+"""Which messages a POP takes (the heart of RocketMQ's PopMessageProcessor): the member's
+subscribed topics' queues and its group's retry topic, starting at the next queue each time (so
+concurrent workers spread out), up to the number asked for.
+
+In a queue the group reads from its cursor; a new group starts at its committed offset, else at
+the queue's min offset (a worker pool sees the jobs sent before it started). Filters are the
+broker's: the tag hash of the consume-queue entry, then the tag string of the record (hashes
+collide), or an SQL92 expression on the record's properties; a message that does not match is
+passed over (its offset counts as settled, as RocketMQ acks it at once). A FIFO pop takes a
+queue only while the group has nothing in flight there, or hands its rows out again in place
+once all of them are past their deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shmq.broker.pop_state import PopState, QueueKey, QueueState, Row
+from shmq.codec import pop_frames as F
+from shmq.codec import record as fmt
+from shmq.filter.sql import SqlFilter
+from shmq.filter.tags import TagFilter
+from shmq.model import system_topics as st
+from shmq.store.consume_queue import BLANK_SIZE
+
+if TYPE_CHECKING:
+    from shmq.broker.core import BrokerCore
+
+SCAN_PER_QUEUE = 4096  # consume-queue entries one POP looks at in one queue (filters pass over the rest later)
+_FILTER_CACHE = 1024
+
+
+@dataclass(slots=True)
+class Delivery:
+    topic: str
+    queue_id: int
+    offset: int
+    row: Row
+
+
+Filter = TagFilter | SqlFilter
+
+
+class PopFetcher:
+    def __init__(self, core: BrokerCore, state: PopState) -> None:
+        self.core = core
+        self.state = state
+        self._filters: dict[str, Filter] = {}
+
+    def pop(
+        self, pop: F.Pop, client: int, subs: dict[str, str | dict[str, str]], want: int, now_ms: int
+    ) -> tuple[list[Delivery], dict[QueueKey, list[int]]]:
+        """Hand out up to ``want`` messages; returns them and, per queue whose state changed, the
+        offsets put in flight (empty when only the cursor moved)."""
+        fifo = bool(pop.flags & F.FLAG_FIFO)
+        queues = self._queues(pop.group, subs, fifo)
+        got: list[Delivery] = []
+        moved: dict[QueueKey, list[int]] = {}
+        if not queues:
+            return got, moved
+        start = self.state.start_index(pop.group, len(queues))
+        for i in range(len(queues)):
+            if len(got) >= want:
+                break
+            topic, qid = queues[(start + i) % len(queues)]
+            cq = self.core.store.find_consume_queue(topic, qid)
+            if cq is None:
+                continue
+            key = (pop.group, topic, qid)
+            qs = self.state.queues.get(key)
+            if qs is None:
+                committed = self.core.offsets.query(*key)
+                qs = self.state.queue(key, committed if committed >= 0 else cq.min_offset)
+            if fifo:
+                ready = qs.fifo_ready(now_ms)
+                if ready is None:
+                    continue
+                if ready:
+                    self._again(key, qs, ready[: want - len(got)], client, pop, now_ms, got, moved)
+                    continue
+            flt = self._filter(subs.get(topic, "*") if not st.is_retry_topic(topic) else "*")
+            cursor = qs.cursor
+            entries = cq.get_range(max(cursor, cq.min_offset), SCAN_PER_QUEUE)
+            if len(entries) == 0:
+                continue
+            first = max(cursor, cq.min_offset)
+            taken: list[int] = []
+            k = 0
+            for k, e in enumerate(entries.tolist(), 1):
+                phys, size, code = e
+                if size == BLANK_SIZE or not self._match(flt, phys, size, code):
+                    continue
+                row = Row(
+                    self.state.take_token(),
+                    now_ms + pop.invisible_ms,
+                    self._attempt(topic, phys, size),
+                    pop.max_attempts,
+                    client,
+                    phys,
+                    size,
+                    fifo,
+                )
+                offset = first + k - 1
+                self.state.hand_out(key, offset, row)
+                got.append(Delivery(topic, qid, offset, row))
+                taken.append(offset)
+                if len(got) >= want:
+                    break
+            qs.cursor = first + k
+            moved[key] = taken
+        return got, moved
+
+    def _again(
+        self,
+        key: QueueKey,
+        qs: QueueState,
+        offsets: list[int],
+        client: int,
+        pop: F.Pop,
+        now_ms: int,
+        got: list[Delivery],
+        moved: dict[QueueKey, list[int]],
+    ) -> None:
+        """FIFO: hand the queue's rows out again in place, in order, with attempt + 1."""
+        for offset in offsets:
+            old = qs.rows[offset]
+            row = Row(
+                self.state.take_token(),
+                now_ms + pop.invisible_ms,
+                old.attempt + 1,
+                pop.max_attempts,
+                client,
+                old.phys,
+                old.size,
+                True,
+            )
+            self.state.hand_out(key, offset, row)
+            got.append(Delivery(key[1], key[2], offset, row))
+        moved[key] = offsets
+
+    def _queues(self, group: str, subs: dict[str, str | dict[str, str]], fifo: bool) -> list[tuple[str, int]]:
+        """Every readable queue of the subscribed topics, then the group's retry queue (not for
+        FIFO groups: they redeliver in place)."""
+        out = []
+        for topic in subs:
+            tc = self.core.topics.get(topic)
+            if tc is not None:
+                out += [(topic, q) for q in range(tc.read_queue_nums)]
+        if not fifo:
+            out.append((st.retry_topic(group), 0))
+        return out
+
+    def _filter(self, expression: str | dict[str, str]) -> Filter:
+        text = expression if isinstance(expression, str) else "SQL92:" + expression.get("expression", "")
+        flt = self._filters.get(text)
+        if flt is None:
+            if len(self._filters) >= _FILTER_CACHE:
+                self._filters.clear()
+            flt = TagFilter(expression) if isinstance(expression, str) else SqlFilter(expression.get("expression", ""))
+            self._filters[text] = flt
+        return flt
+
+    def _match(self, flt: Filter, phys: int, size: int, code: int) -> bool:
+        """The tag hash first (no record read), then the exact check on the record's properties."""
+        if isinstance(flt, TagFilter):
+            if flt.is_all:
+                return True
+            if not flt.matches_codes(np.array([code], np.int64))[0]:
+                return False
+        raw = self.core.store.commitlog.data(phys, size)
+        return raw is not None and flt.match(fmt.decode_record(raw).properties)
+
+    def _attempt(self, topic: str, phys: int, size: int) -> int:
+        """1 for a first delivery; a message of the retry topic carries its revives."""
+        if not st.is_retry_topic(topic):
+            return 1
+        raw = self.core.store.commitlog.data(phys, size)
+        if raw is None:
+            return 1
+        return int.from_bytes(raw[fmt.OFF_RECONSUMETIMES : fmt.OFF_RECONSUMETIMES + 4], "big") + 1

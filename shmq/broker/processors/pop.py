@@ -1,0 +1,301 @@
+"""POP, ACK and CHANGE_INVISIBLE (RocketMQ 5's PopMessageProcessor, AckMessageProcessor and
+ChangeInvisibleTimeProcessor): the broker hands a POP member messages of its subscriptions and
+of its group's retry topic, each invisible to the rest of the group until it is acked or its
+invisible time is over (then ``shmq.broker.pop_revive`` brings it back).
+
+Which messages a POP takes is ``shmq.broker.pop_fetch``'s job; this module checks the frames,
+writes what changed to the pop log before answering (``shmq.broker.pop_store``: an ack is
+durable before the consumer hears it is done), commits each queue's low watermark as the
+group's offset (so progress, lag and cleanup see a POP group like any group), and parks POPs
+that found nothing (``shmq.broker.pop_waiters``) until a put, an ack or a revive may give them
+something, or their deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shmq.broker.answers import Peer
+from shmq.broker.groups import POP, check_group
+from shmq.broker.pop_fetch import Delivery, PopFetcher
+from shmq.broker.pop_state import QueueKey
+from shmq.broker.pop_store import PopStore, row_array
+from shmq.broker.pop_waiters import PopWaiter, PopWaiters
+from shmq.broker.schedule import now_ms
+from shmq.codec import frames as P
+from shmq.codec import pop_frames as F
+from shmq.codec import pop_log as L
+from shmq.errors import CorruptFrameError
+from shmq.model import system_topics as st
+
+if TYPE_CHECKING:
+    from shmq.broker.core import BrokerCore
+
+log = logging.getLogger("shmq.broker")
+
+_REPLICA = "POP needs the master: a replica holds no pop state; receive from the master"
+
+
+class PopProcessor:
+    """The three frames, the long polls and the committed progress of POP groups."""
+
+    def __init__(self, core: BrokerCore, store: PopStore | None) -> None:
+        self.core = core
+        self.store = store
+        self.cap = core.config.pop_max_inflight_per_client
+        self.waiters = PopWaiters(core.config.max_pull_waiters_per_client)
+        self.fetch = PopFetcher(core, store.state) if store is not None else None
+        self._wake_groups: set[str] = set()
+
+    # ------------------------------------------------------------------ POP
+
+    def handle_pop(self, peer: Peer, view: memoryview, now: int) -> None:
+        try:
+            pop = F.decode_pop(view)
+            check_group(pop.group)
+        except (CorruptFrameError, ValueError) as e:
+            return _error(peer, P.request_id(F.POP, view), P.MESSAGE_ILLEGAL, f"POP refused: {e}")
+        if self.fetch is None:
+            return _error(peer, pop.req_id, P.SERVICE_NOT_AVAILABLE, _REPLICA)
+        if self._subscriptions(pop.group, peer.client_id) is None:
+            return _error(
+                peer,
+                pop.req_id,
+                P.MESSAGE_ILLEGAL,
+                f"client is not a member of POP group {pop.group!r}: join the group first",
+            )
+        held = self.fetch.state.client_rows(peer.client_id)
+        if held >= self.cap:
+            return _error(
+                peer,
+                pop.req_id,
+                P.SYSTEM_BUSY,
+                f"client holds {held} unacked messages of group {pop.group} (popMaxInflightPerClient); "
+                f"ack or wait for their invisible time",
+            )
+        if self._serve(peer, pop, answer_empty=pop.await_ms == 0):
+            return
+        subs = self._subscriptions(pop.group, peer.client_id) or {}
+        if not self.waiters.park(peer, pop, [*subs, st.retry_topic(pop.group)], now):
+            _error(
+                peer,
+                pop.req_id,
+                P.SYSTEM_BUSY,
+                "client holds the most long polls maxPullWaitersPerClient allows; receive again after an answer",
+            )
+
+    def _serve(self, peer: Peer, pop: F.Pop, answer_empty: bool = False) -> bool:
+        """Hand out what there is; answer and return True if anything was (or ``answer_empty``)."""
+        assert self.fetch is not None and self.store is not None
+        subs = self._subscriptions(pop.group, peer.client_id)
+        if subs is None:  # the member left while it waited
+            return False
+        want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
+        ms = now_ms()
+        got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        if moved:
+            try:
+                self.store.append(self._checkpoints(moved))
+            except OSError as e:
+                log.error("pop log write failed (%s); the messages handed out come back after their invisible time", e)
+                _error(peer, pop.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
+                return True
+            self._progress(moved)
+        if not got and not answer_empty:
+            return False
+        peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, ms, got))))
+        return True
+
+    def _checkpoints(self, moved: dict[QueueKey, list[int]]) -> bytes:
+        assert self.fetch is not None
+        out = []
+        for key, offsets in moved.items():
+            qs = self.fetch.state.queues[key]
+            rows = row_array([(o, qs.rows[o]) for o in offsets])
+            out.append(L.encode(L.CHECKPOINT, key[0], key[1], key[2], qs.cursor, rows))
+        return b"".join(out)
+
+    # ------------------------------------------------------------------ ACK, CHANGE_INVISIBLE
+
+    def handle_ack(self, peer: Peer, view: memoryview, now: int) -> None:
+        self._receipts(peer, view, False)
+
+    def handle_change(self, peer: Peer, view: memoryview, now: int) -> None:
+        self._receipts(peer, view, True)
+
+    def _receipts(self, peer: Peer, view: memoryview, change: bool) -> None:
+        kind = F.CHANGE_INVISIBLE if change else F.ACK
+        try:
+            r = F.decode_receipts(view, change)
+            check_group(r.group)
+        except (CorruptFrameError, ValueError) as e:
+            what = "change of invisible time" if change else "ack"
+            return _error(peer, P.request_id(kind, view), P.MESSAGE_ILLEGAL, f"{what} refused: {e}")
+        if self.fetch is None or self.store is None:
+            return _error(peer, r.req_id, P.SERVICE_NOT_AVAILABLE, _REPLICA)
+        state = self.fetch.state
+        n = len(r.tokens)
+        statuses = np.zeros(n, np.int64)
+        tokens = np.zeros(n, np.int64)
+        message = ""
+        ok: dict[QueueKey, list[int]] = {}
+        ms = now_ms()
+        for i in range(n):
+            topic = r.topics[int(r.topic_idx[i])]
+            qid, offset, token = int(r.queue_ids[i]), int(r.queue_offsets[i]), int(r.tokens[i])
+            status, why = _receipt_problem(r.group, topic, qid, offset)
+            if status == F.RECEIPT_OK and change:
+                assert r.invisible_ms is not None
+                invisible = int(r.invisible_ms[i])
+                if not 0 < invisible <= F.MAX_INVISIBLE_MS:
+                    status, why = F.RECEIPT_ILLEGAL, f"invisible time {invisible} ms is not in 1..{F.MAX_INVISIBLE_MS}"
+            if status == F.RECEIPT_OK:
+                key = (r.group, topic, qid)
+                status = state.check(key, offset, token)
+                if status == F.RECEIPT_OK and offset in ok.get(key, ()):
+                    status = F.RECEIPT_STALE  # the same receipt twice in one frame: the first settled it
+                if status == F.RECEIPT_OK:
+                    ok.setdefault(key, []).append(offset)
+                    if change:
+                        tokens[i] = state.change(key, offset, ms + invisible).token
+                why = _WHY.get(status, "")
+            statuses[i] = status
+            if status != F.RECEIPT_OK and not message:
+                message = f"receipt of {topic} queue {qid} offset {offset}: {why}"
+        if ok:
+            try:
+                self.store.append(self._settle_or_change(ok, change))
+            except OSError as e:
+                log.error("pop log write failed (%s)", e)
+                return _error(peer, r.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
+            if not change:
+                self.settled(ok)
+        result = F.ReceiptResult(r.req_id, statuses, tokens, message)
+        peer.out.append((F.RECEIPT_RESULT, F.encode_receipt_result(result)))
+
+    def _settle_or_change(self, ok: dict[QueueKey, list[int]], change: bool) -> bytes:
+        """The log records of receipts accepted: SETTLE (an ack), or CHECKPOINT with the changed
+        rows (new token and deadline)."""
+        assert self.fetch is not None
+        out = []
+        for key, offsets in ok.items():
+            if change:
+                qs = self.fetch.state.queues[key]
+                out.append(L.encode(L.CHECKPOINT, *key, qs.cursor, row_array([(o, qs.rows[o]) for o in offsets])))
+            else:
+                out.append(L.encode(L.SETTLE, *key, 0, L.settle_rows(offsets)))
+        return b"".join(out)
+
+    def settled(self, done: dict[QueueKey, list[int]]) -> None:
+        """Rows done (acked, or revived: their log record written): they leave the state, the
+        queues' watermarks are committed, and FIFO queues they held are free for the group."""
+        assert self.fetch is not None
+        state = self.fetch.state
+        for key, offsets in done.items():
+            for offset in offsets:
+                state.settle(key, offset)
+            if not state.queues[key].rows:
+                self._wake_groups.add(key[0])
+        self._progress(done)
+
+    def wake_group(self, group: str) -> None:
+        """A FIFO queue of ``group`` may be handed out again (its rows' deadline passed)."""
+        self._wake_groups.add(group)
+
+    # ------------------------------------------------------------------ progress, long polls
+
+    def _progress(self, keys: dict[QueueKey, list[int]]) -> None:
+        """Commit each queue's low watermark as the group's offset when it moved."""
+        assert self.fetch is not None
+        offsets = self.core.offsets
+        for key in keys:
+            lw = self.fetch.state.queues[key].low_watermark()
+            if offsets.query(*key) != lw:
+                self.core.commit_progress(*key, lw)
+
+    def wake_topics(self, topics: set[str]) -> None:
+        """Puts to ``topics``: their groups' waiters may find something now."""
+        if self.waiters.by_group:
+            self._wake_groups |= self.waiters.groups_of(topics)
+
+    def end_pass(self) -> None:
+        """After the pass's puts: serve the woken groups' waiters, then (SYNC_FLUSH) fsync the pop
+        log once for the whole pass, before any answer is written to a ring."""
+        if self._wake_groups:
+            groups, self._wake_groups = self._wake_groups, set()
+            for group in groups:
+                self._wake(self.waiters.waiting(group))
+        if self.store is not None and self.store.sync_flush:
+            self.store.sync()
+
+    def _wake(self, waiting: list[PopWaiter]) -> None:
+        empty: set[tuple[str, int]] = set()  # (subscriptions, flags) that found nothing this time
+        for w in waiting:
+            subs = self._subscriptions(w.pop.group, w.peer.client_id)
+            shape = (repr(sorted(subs.items())) if subs else "", w.pop.flags)
+            if shape in empty:
+                continue
+            if not w.peer.alive or self._serve(w.peer, w.pop):
+                self.waiters.done(w)
+            else:
+                empty.add(shape)
+
+    def expire(self, now: int) -> None:
+        """Answer the long polls whose deadline passed: what there is now, or nothing."""
+        for w in self.waiters.expired(now):
+            if w.peer.alive:
+                self._serve(w.peer, w.pop, answer_empty=True)
+
+    def forget(self, peer: Peer) -> None:
+        self.waiters.forget(peer)
+
+    def _subscriptions(self, group: str, client_id: int) -> dict[str, str | dict[str, str]] | None:
+        g = self.core.consumers.groups.get(group)
+        if g is None or g.model != POP:
+            return None
+        return g.members.get(client_id)
+
+
+_WHY = {
+    F.RECEIPT_UNKNOWN: "no such message in flight for the group (never handed out, or settled already)",
+    F.RECEIPT_STALE: "an earlier delivery's receipt: the message was handed out again since",
+}
+
+
+def _receipt_problem(group: str, topic: str, qid: int, offset: int) -> tuple[int, str]:
+    """RECEIPT_ILLEGAL for a receipt the group could never have had (another group's retry topic,
+    a DLQ, a queue or offset out of range); OK to look it up."""
+    if (st.is_system_topic(topic) and topic != st.retry_topic(group)) or st.is_dlq_topic(topic):
+        return F.RECEIPT_ILLEGAL, f"topic {topic} is not one group {group} consumes"
+    if not 0 <= qid < 65536 or offset < 0:
+        return F.RECEIPT_ILLEGAL, f"queue {qid} offset {offset} is out of range"
+    return F.RECEIPT_OK, ""
+
+
+def _result(pop: F.Pop, ms: int, got: list[Delivery]) -> F.PopResult:
+    topics = list(dict.fromkeys(d.topic for d in got))
+    index = {t: i for i, t in enumerate(topics)}
+
+    def col(values: list[int]) -> np.ndarray:
+        return np.array(values, np.int64)
+
+    return F.PopResult(
+        pop.req_id,
+        ms,
+        pop.invisible_ms,
+        topics,
+        col([index[d.topic] for d in got]),
+        col([d.queue_id for d in got]),
+        col([d.offset for d in got]),
+        col([d.row.phys for d in got]),
+        col([d.row.size for d in got]),
+        col([d.row.attempt for d in got]),
+        col([d.row.token for d in got]),
+    )
+
+
+def _error(peer: Peer, req_id: int, code: int, message: str) -> None:
+    peer.out.append((P.ERROR, P.encode_error(req_id, code, message)))
