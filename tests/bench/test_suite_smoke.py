@@ -150,9 +150,8 @@ def test_shmq_rows_say_what_they_are(quick_results):
     assert set(cluster["brokers"]) == {"1", "2"}, cluster["brokers"]  # the QUICK run's broker counts
     pop = res["extras"]["shmq"]["pop"]
     assert set(pop["workers"]) == {"1", "2"}, pop  # the QUICK run's worker counts
-    for row in pop["workers"].values():  # push, the pool and Redis have figures; POP a figure or a reason
-        assert all(row[k].get("msgs_s") for k in ("push", "pool", "redis")), row
-        assert row["pop"].get("msgs_s") or row["pop"].get("error"), row
+    for row in pop["workers"].values():
+        assert all(row[k].get("msgs_s") for k in ("pop", "push", "pool", "redis")), row
 
 
 def _iceoryx2_or_skip(res: dict) -> None:

@@ -75,11 +75,6 @@ def _cpu(pid: int | None = None) -> float:
     return t.user + t.system
 
 
-def simple_consumer_missing() -> str | None:
-    """Why this shmq has no SimpleConsumer to measure, or None."""
-    return None if hasattr(shmq, "SimpleConsumer") else "not available yet: shmq.SimpleConsumer not importable"
-
-
 class Tally:
     """What a worker has taken: the shared counts and the time of its last job (ns)."""
 
@@ -112,7 +107,7 @@ def worker(kind: str, target: dict[str, Any], ready: Any, stop: Any, counts: Any
 def _pop_worker(target: dict[str, Any], ready: Any, stop: Any, tally: Tally) -> tuple[float, int]:
     """receive 32, ack_async each, wait for the acks; until told to stop. Returns (CPU s of its
     thread in acks, last job ns)."""
-    sc = shmq.SimpleConsumer(  # type: ignore[attr-defined]  # on the branch that adds it
+    sc = shmq.SimpleConsumer(
         target["group"], broker=target["broker"], subscriptions={target["topic"]: "*"}, await_duration=0.5
     ).start()
     try:
@@ -333,13 +328,10 @@ def run_pool(workers: int, messages: int) -> dict[str, Any]:
 
 def latency(broker: shmq.Broker, rounds: int) -> dict[str, Any]:
     """receive(1) -> ack -> receive(1) with a backlog of ``rounds`` jobs: the cycle and the ack, µs."""
-    why = simple_consumer_missing()
-    if why:
-        return {"error": why}
     topic = f"PopLat{os.getpid()}x{time.monotonic_ns()}"
     _send_shmq(broker.name, topic, rounds + 1)
     cycle, ack = np.empty(rounds, np.int64), np.empty(rounds, np.int64)
-    with shmq.SimpleConsumer(  # type: ignore[attr-defined]  # on the branch that adds it
+    with shmq.SimpleConsumer(
         f"pl{topic}", broker=broker.name, subscriptions={topic: "*"}, await_duration=5.0
     ).start() as sc:
         msgs = sc.receive(1, INVISIBLE)
@@ -405,7 +397,7 @@ def run(
             "pool": lambda n: run_pool(n, messages),
             "redis": lambda n: run_redis(redis, n, messages),  # type: ignore[arg-type]
         }
-        skip = {"pop": simple_consumer_missing(), "redis": redis if isinstance(redis, str) else None}
+        skip = {"redis": redis if isinstance(redis, str) else None}
         raw: dict[str, dict[str, list[dict[str, Any]]]] = {str(n): {k: [] for k in SYSTEMS} for n in counts}
         errors: dict[str, dict[str, str]] = {str(n): {} for n in counts}
         for _ in range(reps):  # interleaved, so a burst of load elsewhere spreads over every row
