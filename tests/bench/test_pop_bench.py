@@ -55,6 +55,7 @@ def test_the_page_shows_each_row_its_ratio_to_push_and_the_latency(tmp_path) -> 
     rows = pop_page.rows(_pop())
     assert rows[0][:4] == ["1", pop_page.NAMES["pop"], "2.0k (1.9k–2.1k)", "0.50"]
     assert rows[0][6] == "3.0" and rows[1][6] == ""
+    assert rows[0][-1] == "`python tools/bench/pop_bench.py --workers 1 --systems pop`"
     assert rows[2][2] == "boom"
     res = json.loads(docs_page.JSON_PATH.read_text())
     res["extras"]["shmq"]["pop"] = _pop()

@@ -29,7 +29,8 @@ ack and of getting the next job), p50 and p99, and the ack alone.
 Medians of ``--reps`` runs per row, the systems interleaved. On a small or shared machine more
 worker processes than cores only add switching: the CPU per message is the figure to compare.
 
-    .venv/bin/python tools/bench/pop_bench.py [--messages N] [--reps N] [--workers 1 4 16] [--quick]
+    .venv/bin/python tools/bench/pop_bench.py [--messages N] [--reps N] [--workers 1 4 16]
+        [--systems pop push pool redis] [--quick]
 """
 
 from __future__ import annotations
@@ -378,6 +379,7 @@ def run(
     rounds: int = 5_000,
     name: str = "",
     root: str = "",
+    systems: tuple[str, ...] = SYSTEMS,
 ) -> dict:
     """Every row, as the suite's JSON keeps them (``extras.shmq.pop``): a broker ``name``
     (default ``pb<pid>``) and a redis-server of their own under ``root`` (default a temporary
@@ -402,7 +404,7 @@ def run(
         errors: dict[str, dict[str, str]] = {str(n): {} for n in counts}
         for _ in range(reps):  # interleaved, so a burst of load elsewhere spreads over every row
             for n in counts:
-                for kind in SYSTEMS:
+                for kind in systems:
                     if skip.get(kind) or kind in errors[str(n)]:
                         continue
                     try:
@@ -410,8 +412,8 @@ def run(
                     except Exception as e:
                         errors[str(n)][kind] = f"{type(e).__name__}: {e}"
         for n in map(str, counts):
-            why = {k: skip.get(k) or errors[n].get(k) for k in SYSTEMS}
-            out["workers"][n] = {k: {"error": why[k]} if why[k] else _median(raw[n][k]) for k in SYSTEMS}
+            why = {k: skip.get(k) or errors[n].get(k) for k in systems}
+            out["workers"][n] = {k: {"error": why[k]} if why[k] else _median(raw[n][k]) for k in systems}
         try:
             out["latency"] = latency(broker, rounds)
         except Exception as e:
@@ -442,7 +444,7 @@ def summary(res: dict) -> list[str]:
         f"{res['cores']} cores; {res['messages']:,} jobs of {SIZE} B per run, medians of {res['reps']}"
     ]
     for n, row in res["workers"].items():
-        push = row["push"].get("msgs_s")
+        push = row.get("push", {}).get("msgs_s")
         for kind, r in row.items():
             if "error" in r:
                 lines.append(f"{n} worker(s) {kind}: {r['error']}")
@@ -459,15 +461,16 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000, help="jobs per run")
     ap.add_argument("--reps", type=int, default=3, help="runs per row (medians are reported)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 4, 16], help="worker counts")
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), help="which rows")
     ap.add_argument("--rounds", type=int, default=5_000, help="jobs of the latency row")
     ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (also QUICK=1)")
     ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     if a.quick or os.environ.get("QUICK") == "1":
         s = settings(quick=True)  # the suite's QUICK sizes
-        res = run(s.pop_messages, s.reps, s.pop_workers, s.pop_rounds)
+        res = run(s.pop_messages, s.reps, s.pop_workers, s.pop_rounds, systems=tuple(a.systems))
     else:
-        res = run(a.messages, a.reps, tuple(a.workers), a.rounds)
+        res = run(a.messages, a.reps, tuple(a.workers), a.rounds, systems=tuple(a.systems))
     print("\n".join(summary(res)))
     if a.json:
         with open(a.json, "w") as f:

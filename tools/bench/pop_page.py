@@ -14,7 +14,7 @@ from tools.bench.suite.report import short_rate
 
 COMMAND = "`python tools/bench/pop_bench.py`"
 HEADER = ["workers", "system", "msg/s (min–max)", "× push", "server µs/msg", "workers µs/msg", "ack µs/msg"]
-HEADER += ["total µs/msg"]
+HEADER += ["total µs/msg", "reproduce"]
 NAMES = {
     "pop": "shmq SimpleConsumer (POP): receive 32, ack each",
     "push": "shmq PushConsumer, clustering group",
@@ -29,8 +29,9 @@ def rows(pop: dict[str, Any]) -> list[list[str]]:
     for n, systems in pop["workers"].items():
         push = systems.get("push", {}).get("msgs_s")
         for kind, r in systems.items():
+            cmd = f"`python tools/bench/pop_bench.py --workers {n} --systems {kind}`"
             if "error" in r:
-                out.append([n, NAMES[kind], r["error"].splitlines()[0][:120], *[""] * 5])
+                out.append([n, NAMES[kind], r["error"].splitlines()[0][:120], *[""] * 5, cmd])
                 continue
             us = r["cpu_us"]
             out.append(
@@ -43,6 +44,7 @@ def rows(pop: dict[str, Any]) -> list[list[str]]:
                     f"{us['workers']:.1f}",
                     f"{us['ack']:.1f}" if "ack" in us else "",
                     f"{us['total']:.1f}",
+                    cmd,
                 ]
             )
     return out
@@ -51,7 +53,10 @@ def rows(pop: dict[str, Any]) -> list[list[str]]:
 def latency_line(pop: dict[str, Any]) -> str:
     """The receive -> ack -> receive cycle of one worker, or why it was not measured."""
     lat = pop.get("latency", {"error": "not run"})
-    return f"One worker, one job at a time (receive 1 -> ack -> receive 1): {latency_text(lat)}."
+    return (
+        f"One worker, one job at a time (receive 1 -> ack -> receive 1): {latency_text(lat)}; reproduce: "
+        "`python tools/bench/pop_bench.py --workers 1 --systems pop`."
+    )
 
 
 def section(pop: dict[str, Any] | None, table: Any) -> list[str]:
@@ -67,7 +72,7 @@ def section(pop: dict[str, Any] | None, table: Any) -> list[str]:
             "one XACK per read). The workers are up before the clock starts; the rate is the jobs over the "
             "time from the first send to the last ack. CPU time (user + system) per message of the server "
             "(the broker, redis-server, or the pool's parent that feeds it) and of the workers; for POP and "
-            f"Redis the worker's time in its acks alone. Reproduce: {COMMAND}."
+            f"Redis the worker's time in its acks alone. Every row: {COMMAND}."
         ),
         "",
     ]

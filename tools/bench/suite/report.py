@@ -203,7 +203,7 @@ def _pop(pop: dict | None) -> list[list[str]]:
 
     if not pop or not pop.get("workers"):
         return [["workers", "result"], ["—", _first((pop or {}).get("error", "not run"))]]
-    return [pop_page.HEADER, *pop_page.rows(pop), ["latency", pop_page.latency_line(pop), *[""] * 6]]
+    return [pop_page.HEADER, *pop_page.rows(pop), ["latency", pop_page.latency_line(pop), *[""] * 7]]
 
 
 def push_rows(res: dict) -> list[list[str]]:
