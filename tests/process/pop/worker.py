@@ -1,11 +1,11 @@
 """A POP worker process for the fault tests.
 
-    python -m tests.process.pop.worker BROKER GROUP TOPIC OUT '{"invisible": 5, "hold": 0}'
+    python -m tests.process.pop.worker BROKER GROUP TOPIC OUT '{"invisible": 5, "busy": 0.02, "hold": 0}'
 
 Prints ``ready`` once started. Then receives up to 32 messages at a time and appends to OUT,
 flushed line by line so a SIGKILL loses nothing it wrote:
 
-- ``got <body> <attempt>`` for each message received;
+- ``got <body> <attempt>`` for each message received (then it works ``busy`` seconds on them);
 - ``ack <body>`` once its ack was answered (the broker keeps it: it must never come again).
 
 With ``hold`` > 0 it acks nothing: it keeps the first ``hold`` messages it gets, prints
@@ -19,14 +19,16 @@ import json
 import signal
 import sys
 import threading
+import time
 from typing import Any, TextIO
 
 import shmq
 from shmq.errors import ShmqError
 
 
-def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float) -> None:
-    """receive, note, ack each (the acks of a batch in one frame), note the answered ones."""
+def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float, busy: float) -> None:
+    """receive, note, work ``busy`` s on the batch, ack each (the acks of a batch in one frame),
+    note the answered ones."""
     while not stop.is_set():
         try:
             msgs = sc.receive(32, invisible)
@@ -34,6 +36,8 @@ def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float) -> None:
             stop.wait(0.1)  # the broker is gone or restarting: the next one serves
             continue
         out.write("".join(f"got {m.body.decode()} {m.delivery_attempt}\n" for m in msgs))
+        if msgs and busy:
+            time.sleep(busy)
         futures = [(m, sc.ack_async(m)) for m in msgs]
         for m, f in futures:
             try:
@@ -65,7 +69,7 @@ def main(broker: str, group: str, topic: str, out_path: str, opts: dict) -> None
             if opts.get("hold"):
                 hold(sc, out, stop, invisible, int(opts["hold"]))
             else:
-                work(sc, out, stop, invisible)
+                work(sc, out, stop, invisible, float(opts.get("busy", 0)))
         finally:
             sc.shutdown()
 
