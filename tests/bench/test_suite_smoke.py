@@ -28,6 +28,9 @@ PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "N
 # the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster rows 4 more,
 # the worker-pool rows ~20 s
 TIMEOUT = 420
+# the suite stops itself at TIMEOUT and gets a minute to stop what it started: pytest-timeout's
+# default (300 s) must not kill the test first, or the suite's servers are left running
+pytestmark = pytest.mark.timeout(TIMEOUT + 120)
 STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
 
 

@@ -57,9 +57,9 @@ def settings(quick: bool) -> Settings:
             push_count=300,
             cluster_seconds=0.3,
             cluster_brokers=(1, 2),
-            pop_messages=2_000,
+            pop_messages=1_000,
             pop_workers=(1, 2),
-            pop_rounds=200,
+            pop_rounds=100,
         )
     return Settings(
         quick=False,
