@@ -18,7 +18,13 @@ from setuptools.command.build_ext import build_ext
 
 
 class OptionalBuildExt(build_ext):
-    """A failed compile is a warning, not a failed install: shmq runs without its speedups."""
+    """A failed compile is a warning, not a failed install: shmq runs without its speedups. The
+    modules compile in parallel, one per core (each is a large C file at -O3)."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
         try:

@@ -87,7 +87,7 @@ class BrokerConfig:
     max_pull_waiters_per_client: int = 16384
     max_pull_waiters_per_client_queue: int = 16
     # shmq: POP (SimpleConsumer): unacked messages one client may hold (past it a POP is refused
-    # SYSTEM_BUSY), and the pop log's size past which its live state is rewritten to a new file
+    # SYSTEM_BUSY), and the pop log's growth after which its live state is rewritten to a new file
     pop_max_inflight_per_client: int = 10000
     pop_log_compact_bytes: int = 64 * 1024 * 1024
     # delayed delivery: the delay of each level 1..n (units ms s m h d); the schedule topic has one queue per level
@@ -155,8 +155,10 @@ class BrokerConfig:
             raise ConfigError("warmAheadSize must be 0 or more bytes")
         if self.max_pull_waiters_per_client < 1 or self.max_pull_waiters_per_client_queue < 1:
             raise ConfigError("maxPullWaitersPerClient and maxPullWaitersPerClientQueue must be positive")
-        if self.pop_max_inflight_per_client < 1 or self.pop_log_compact_bytes < 4096:
-            raise ConfigError("popMaxInflightPerClient must be positive and popLogCompactBytes at least 4096")
+        if self.pop_max_inflight_per_client < 1:
+            raise ConfigError(f"popMaxInflightPerClient must be positive, got {self.pop_max_inflight_per_client}")
+        if self.pop_log_compact_bytes < 4096:
+            raise ConfigError(f"popLogCompactBytes must be at least 4096, got {self.pop_log_compact_bytes}")
         if self.max_hash_slot_num < 1 or self.max_index_num < 1:
             raise ConfigError("maxHashSlotNum and maxIndexNum must be positive")
         if not 0 < self.disk_space_warning_level_ratio <= 1 or not 0 < self.disk_space_clean_forcibly_ratio <= 1:

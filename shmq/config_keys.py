@@ -141,7 +141,7 @@ KEY_DOCS: dict[str, KeyDoc] = {
         "unacked POP messages one client may hold; past it a receive is answered SYSTEM_BUSY",
     ),
     "pop_log_compact_bytes": KeyDoc(
-        "bytes", "broker process", "size of the pop log past which its live state is rewritten to a new file"
+        "bytes", "broker process", "growth of the pop log after which its live state is rewritten to a new file"
     ),
     "message_delay_level": KeyDoc(
         "durations",

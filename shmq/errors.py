@@ -45,8 +45,8 @@ class ConfigError(ShmqError, ValueError):
 
 
 class MetadataError(ShmqError, RuntimeError):
-    """Store metadata (consumer offsets) is damaged and no valid copy is left: the broker will not
-    start rather than reset what consumers committed."""
+    """Store metadata (consumer offsets, the pop log) is damaged or unreadable and no valid copy is
+    left: the broker will not start rather than reset what consumers committed."""
 
 
 class CorruptFrameError(ShmqError, ValueError):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -151,6 +151,13 @@ class PushConsumer:
                     log.exception("consumer %r: shutdown failed", self.group)
         for d in list(self._open):
             self._give_back(d)
+
+    def suspend(self) -> None:
+        """As ``shmq.PushConsumer.suspend``: iterators get what was pulled already, then wait."""
+        self.sync.suspend()
+
+    def resume(self) -> None:
+        self.sync.resume()
 
     async def __aenter__(self) -> PushConsumer:
         return self
@@ -304,6 +311,38 @@ class LitePullConsumer:
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         await self._in_thread(self.sync.seek, mq, offset)
+
+    # the other controls: as the sync consumer's, in a thread of their own (not behind a poll)
+
+    async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        return await asyncio.to_thread(self.sync.fetch_message_queues, topic)
+
+    async def assign(self, mqs: Iterable[MessageQueue]) -> None:
+        await asyncio.to_thread(self.sync.assign, list(mqs))
+
+    async def seek_to_begin(self, mq: MessageQueue) -> None:
+        await asyncio.to_thread(self.sync.seek_to_begin, mq)
+
+    async def seek_to_end(self, mq: MessageQueue) -> None:
+        await asyncio.to_thread(self.sync.seek_to_end, mq)
+
+    def pause(self, mqs: Iterable[MessageQueue]) -> None:
+        self.sync.pause(mqs)
+
+    def resume(self, mqs: Iterable[MessageQueue]) -> None:
+        self.sync.resume(mqs)
+
+    def paused(self) -> set[MessageQueue]:
+        return self.sync.paused()
+
+    async def commit_sync(self) -> None:
+        await asyncio.to_thread(self.sync.commit_sync)
+
+    async def committed(self, mq: MessageQueue) -> int:
+        return int(await asyncio.to_thread(self.sync.committed, mq))
+
+    async def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return int(await asyncio.to_thread(self.sync.offset_for_timestamp, mq, timestamp_ms))
 
     def __aiter__(self) -> AsyncIterator[MessageExt]:
         return self._iterate()

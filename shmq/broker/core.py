@@ -165,6 +165,7 @@ class BrokerCore:
                 config.pop_log_compact_bytes,
             )
         self.pop = PopProcessor(self, self.pop_store)
+        self.resets.pop_reset = self.pop.reset
         self._processors[PF.POP] = self.pop.handle_pop
         self._processors[PF.ACK] = self.pop.handle_ack
         self._processors[PF.CHANGE_INVISIBLE] = self.pop.handle_change

@@ -18,7 +18,10 @@ its commits, hence after every commit of an old position), the broker drops that
 commits of the reset queues. A member that leaves or dies takes its fences with it; one that
 joins later reads the new offsets when it gets the queues.
 
-Only CLUSTERING groups are reset (as in RocketMQ): a BROADCASTING member keeps its own offsets
+A POP group (SimpleConsumers) has no member holding queues: its pop state is moved instead
+(``pop_reset``: the cursors go to the new offsets, the messages in flight there are dropped).
+
+Only CLUSTERING and POP groups are reset (as in RocketMQ): a BROADCASTING member keeps its own offsets
 in its own file on the client's host, which the broker never sees; the command refuses such a
 group with an error saying so.
 """
@@ -31,7 +34,7 @@ import time
 from collections.abc import Callable
 
 from shmq.broker.answers import Peer
-from shmq.broker.groups import BROADCASTING, ConsumerManager, ConsumerOffsetManager
+from shmq.broker.groups import BROADCASTING, POP, ConsumerManager, ConsumerOffsetManager
 from shmq.broker.topics import TopicConfigManager
 from shmq.codec import frames as P
 from shmq.codec.reset_frames import OffsetReset, decode_reset_offset_ack, encode_reset_offset
@@ -91,6 +94,8 @@ class OffsetResetService:
         # member still owes a previous incarnation can never clear a fence of this one
         self._ids = itertools.count(time.time_ns())
         self._fences: dict[int, dict[QueueKey, int]] = {}  # client id -> queue -> id of the reset to ack
+        # moves a POP group's pop state to the new offsets (set by the core on a master)
+        self.pop_reset: Callable[[str, str, dict[int, int]], None] | None = None
 
     def reset(
         self, group: str, topic: str, *, timestamp: int | None = None, offset: int | None = None, to: str | None = None
@@ -128,7 +133,11 @@ class OffsetResetService:
             self.offsets.persist()  # an operator's act: not lost with the next 5 s if the broker dies
         except OSError as e:  # kept in memory and published: the next persist interval tries again
             log.error("writing consumerOffset.json after an offset reset failed: %s", e)
-        told = self._tell_members(group, topic, targets, [] if g is None else sorted(g.members))
+        if g is not None and g.model == POP and self.pop_reset is not None:
+            self.pop_reset(group, topic, targets)
+            told: list[int] = []
+        else:
+            told = self._tell_members(group, topic, targets, [] if g is None else sorted(g.members))
         log.info("offset reset: group %r topic %r to %s; %d live member(s) told", group, topic, targets, len(told))
         return {"offsets": {str(q): v for q, v in targets.items()}, "members": told}
 

@@ -44,6 +44,11 @@ class Delivery:
 Filter = TagFilter | SqlFilter
 
 
+def _takes_all(flt: Filter) -> bool:
+    """A filter that takes every message (no record read)."""
+    return isinstance(flt, TagFilter) and flt.is_all
+
+
 class PopFetcher:
     def __init__(self, core: BrokerCore, state: PopState) -> None:
         self.core = core
@@ -54,7 +59,9 @@ class PopFetcher:
         self, pop: F.Pop, client: int, subs: dict[str, str | dict[str, str]], want: int, now_ms: int
     ) -> tuple[list[Delivery], dict[QueueKey, list[int]]]:
         """Hand out up to ``want`` messages; returns them and, per queue whose state changed, the
-        offsets put in flight (empty when only the cursor moved)."""
+        offsets put in flight (empty when only the cursor moved). BadExpressionError, before
+        anything is handed out, for a subscription the broker cannot filter by."""
+        filters = {topic: self._filter(e) for topic, e in subs.items()}
         fifo = bool(pop.flags & F.FLAG_FIFO)
         queues = self._queues(pop.group, subs, fifo)
         got: list[Delivery] = []
@@ -81,28 +88,22 @@ class PopFetcher:
                 if ready:
                     self._again(key, qs, ready[: want - len(got)], client, pop, now_ms, got, moved)
                     continue
-            flt = self._filter(subs.get(topic, "*") if not st.is_retry_topic(topic) else "*")
-            cursor = qs.cursor
-            entries = cq.get_range(max(cursor, cq.min_offset), SCAN_PER_QUEUE)
+            retry = st.is_retry_topic(topic)
+            flt = self._filter("*") if retry else filters[topic]
+            every = _takes_all(flt)
+            first = max(qs.cursor, cq.min_offset)
+            need = want - len(got)  # "*" takes every entry but blanks: no need to look further
+            entries = cq.get_range(first, need if every else max(need, SCAN_PER_QUEUE))
             if len(entries) == 0:
                 continue
-            first = max(cursor, cq.min_offset)
             taken: list[int] = []
             k = 0
-            for k, e in enumerate(entries.tolist(), 1):
-                phys, size, code = e
-                if size == BLANK_SIZE or not self._match(flt, phys, size, code):
+            deadline = now_ms + pop.invisible_ms
+            for k, (phys, size, code) in enumerate(entries.tolist(), 1):
+                if size == BLANK_SIZE or not (every or self._match(flt, phys, size, code)):
                     continue
-                row = Row(
-                    self.state.take_token(),
-                    now_ms + pop.invisible_ms,
-                    self._attempt(topic, phys, size),
-                    pop.max_attempts,
-                    client,
-                    phys,
-                    size,
-                    fifo,
-                )
+                attempt = self._attempt(phys, size) if retry else 1
+                row = Row(self.state.take_token(), deadline, attempt, pop.max_attempts, client, phys, size, fifo)
                 offset = first + k - 1
                 self.state.hand_out(key, offset, row)
                 got.append(Delivery(topic, qid, offset, row))
@@ -173,10 +174,8 @@ class PopFetcher:
         raw = self.core.store.commitlog.data(phys, size)
         return raw is not None and flt.match(fmt.decode_record(raw).properties)
 
-    def _attempt(self, topic: str, phys: int, size: int) -> int:
-        """1 for a first delivery; a message of the retry topic carries its revives."""
-        if not st.is_retry_topic(topic):
-            return 1
+    def _attempt(self, phys: int, size: int) -> int:
+        """The delivery attempt of a message of the retry topic: its revives + 1."""
         raw = self.core.store.commitlog.data(phys, size)
         if raw is None:
             return 1

@@ -65,7 +65,10 @@ class PopReviveService:
             done.setdefault(key, []).append(offset)
         if items:
             try:
-                self.core.put_internal(items)
+                r = self.core.put_internal(items)
+                gc = self.core.store.group_commit
+                if self.store.sync_flush and gc is not None:  # the copies on disk before their rows are settled
+                    gc.flush_now(r.end_offset)
             except Exception:
                 for key, offset, row in due:
                     self.store.state.retry_later(key, offset, row, now_ms + RETRY_LATER_MS)
@@ -76,7 +79,12 @@ class PopReviveService:
                 else:
                     self.revived += 1
         if done:
-            self.store.append(b"".join(L.encode(L.SETTLE, *key, 0, L.settle_rows(offs)) for key, offs in done.items()))
+            try:
+                self.store.append(
+                    b"".join(L.encode(L.SETTLE, *key, 0, L.settle_rows(offs)) for key, offs in done.items())
+                )
+            except OSError:  # logged by the store; settled all the same: a restart may bring them again
+                pass
             self.processor.settled(done)
         return sum(map(len, done.values()))
 

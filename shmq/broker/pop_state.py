@@ -164,11 +164,11 @@ class PopState:
     # ------------------------------------------------------------------ recovery
 
     def restore(self, key: QueueKey, cursor: int, rows: list[tuple[int, Row]]) -> None:
-        """Apply a pop log checkpoint: the cursor moves up to ``cursor``, ``rows`` are in flight
+        """Apply a pop log checkpoint: the cursor is ``cursor``, ``rows`` are in flight
         (replacing what the queue held at their offsets). The log holds a queue's first
         deliveries in offset order, so ``rows`` stays in order."""
         qs = self.queue(key, cursor)
-        qs.cursor = max(qs.cursor, cursor)
+        qs.cursor = cursor  # every record carries the cursor when it was written: the last one is current
         for offset, row in rows:  # a redelivery or change replaces its row where it is
             self.hand_out(key, offset, row)
             self.next_token = max(self.next_token, row.token + 1)

@@ -7,18 +7,21 @@ store flushes: once per pass under SYNC_FLUSH (``sync``), every flush interval u
 (``tick``). At open the log is read into a ``PopState``; a record that is not whole and sound
 ends it (a torn tail: the file is cut there, with a log line saying what was dropped), then the
 live state is written to a new file renamed over the old one (compaction), which is also done
-whenever the log grows past its compaction size.
+whenever the log grew by its compaction size (``popLogCompactBytes``) since the last one.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numpy as np
 
 from shmq.broker.pop_state import PopState, QueueKey, Row
 from shmq.codec import pop_log as L
+from shmq.errors import MetadataError
+from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")
 
@@ -28,20 +31,14 @@ LOG_NAME = "pop.log"
 
 def row_array(items: list[tuple[int, Row]]) -> np.ndarray:
     """The ROW records of (queue offset, row) pairs."""
-    out = np.zeros(len(items), L.ROW)
-    for i, (offset, r) in enumerate(items):
-        out[i] = (
-            offset,
-            r.token,
-            r.deadline_ms,
-            r.phys,
-            r.client,
-            r.size,
-            r.attempt,
-            r.max_attempts,
-            L.ROW_FIFO if r.fifo else 0,
-        )
-    return out
+    fifo = L.ROW_FIFO
+    return np.array(
+        [
+            (o, r.token, r.deadline_ms, r.phys, r.client, r.size, r.attempt, r.max_attempts, fifo if r.fifo else 0)
+            for o, r in items
+        ],
+        L.ROW,
+    ).reshape(len(items))
 
 
 def _rows(arr: np.ndarray) -> list[tuple[int, Row]]:
@@ -99,12 +96,21 @@ class PopStore:
         self.compact_bytes = compact_bytes
         self.dirty = False  # written since the last fsync
         self.size = 0
+        self.compacted = 0  # the file's size after the last compaction (the live state)
         self._last_sync_ms = 0
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        os.chmod(self.dir, 0o700)
-        self.state = self._recover()
+        self._write = WriteRetry(log, "writing the pop log")
+        self.compact_after_failure = False  # a failed write could not be cut back: rewrite the file
         self.fd = -1
-        self.compact()
+        try:
+            os.makedirs(self.dir, mode=0o700, exist_ok=True)
+            os.chmod(self.dir, 0o700)
+            self.state = self._recover()
+            self.compact()
+        except OSError as e:
+            raise MetadataError(
+                f"the pop log {self.path} cannot be read or written ({e.strerror}); the broker will not "
+                f"start without its POP state. Make {self.dir} writable by the broker's user, or free space"
+            ) from None
 
     def _recover(self) -> PopState:
         state = PopState()
@@ -117,12 +123,16 @@ class PopStore:
         for rec in d.records:
             apply(state, rec)
         if d.problem is not None:
+            aside = self.path + ".damaged"
+            _write_file(aside, data)
             log.warning(
-                "pop log %s: %s; kept the %d records before it, dropped the last %d bytes",
+                "pop log %s: %s; kept the %d records before it and dropped the last %d bytes (the file as "
+                "found is kept as %s); messages handed out or acked in them may be delivered again",
                 self.path,
                 d.problem,
                 len(d.records),
                 len(data) - d.end,
+                aside,
             )
         return state
 
@@ -131,12 +141,7 @@ class PopStore:
         whole until the rename: a crash in between leaves one or the other)."""
         tmp = self.path + ".tmp"
         data = L.MAGIC + snapshot(self.state)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_file(tmp, data)
         os.rename(tmp, self.path)
         dfd = os.open(self.dir, os.O_RDONLY)
         try:
@@ -146,15 +151,27 @@ class PopStore:
         if self.fd >= 0:
             os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.size = len(data)
+        self.size = self.compacted = len(data)
         self.dirty = False
 
     def append(self, data: bytes) -> None:
-        """Records written to the file (in the page cache: they survive the broker's death)."""
-        if data:
+        """Records written to the file (in the page cache: they survive the broker's death).
+        OSError (a full disk): the file is cut back to where it was, so a record written in part
+        never hides the ones written after it; the failure is logged once until writes work."""
+        if not data:
+            return
+        try:
             _write_all(self.fd, data)
-            self.size += len(data)
-            self.dirty = True
+        except OSError as e:
+            self._write.failed(e, time.monotonic())
+            try:
+                os.ftruncate(self.fd, self.size)
+            except OSError:
+                self.compact_after_failure = True
+            raise
+        self._write.succeeded()
+        self.size += len(data)
+        self.dirty = True
 
     def sync(self) -> None:
         """fsync what was written (SYNC_FLUSH: once per pass, before the answers go out)."""
@@ -167,14 +184,25 @@ class PopStore:
         if self.dirty and now_ms - self._last_sync_ms >= self.flush_interval_ms:
             self.sync()
             self._last_sync_ms = now_ms
-        if self.size > self.compact_bytes:
+        if self.size > self.compacted + self.compact_bytes or self.compact_after_failure:
             self.compact()
+            self.compact_after_failure = False
 
     def close(self) -> None:
         if self.fd >= 0:
             self.sync()
             os.close(self.fd)
             self.fd = -1
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A whole owner-only file, fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

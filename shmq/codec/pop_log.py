@@ -10,8 +10,9 @@ File: the magic ``SHMQPOP1`` (8 bytes), then records, each a multiple of 8 bytes
     ROW = queue_offset i64, token i64, deadline_ms i64, commitlog_offset i64, client i64,
           size i32, attempt i32, max_attempts i32, flags i32 (FLAG_FIFO)
 
-Kinds: CHECKPOINT (``value`` = the queue's cursor after a pop; ``rows`` are put in flight, or
-replace the row at their offset: a FIFO redelivery, a new invisible time), SETTLE (the rows at
+Kinds: CHECKPOINT (``value`` = the queue's cursor when written, so the last one is current;
+``rows`` are put in flight, or replace the row at their offset: a FIFO redelivery, a new
+invisible time), SETTLE (the rows at
 these offsets are done: acked or revived; only ``queue_offset`` is read) and TOKEN (``value``
 = the next token; no group or queue: written first by a compaction, so a token is never
 reused even when nothing is in flight).

@@ -226,16 +226,10 @@ class PoppedMessageExt(MessageExt):
     _receipt: ReceiptHandle
     _attempt: int
 
-    @classmethod
-    def popped(cls, rec: fmt.StoredRecord, topic: str, receipt: ReceiptHandle, attempt: int) -> PoppedMessageExt:
-        """The message of ``rec`` as delivered: shown under ``topic`` (a retried message's first
-        topic), with its receipt and attempt."""
-        m = cls.from_record(rec)
-        assert isinstance(m, PoppedMessageExt)
-        m.topic = topic
-        m._receipt = receipt
-        m._attempt = attempt
-        return m
+    def delivered(self, receipt: ReceiptHandle, attempt: int) -> None:
+        """Carry the delivery a POP made: its receipt and attempt (once, as the message is read)."""
+        self._receipt = receipt
+        self._attempt = attempt
 
     @property
     def delivery_attempt(self) -> int:

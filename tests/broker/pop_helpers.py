@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import numpy as np
 
 from shmq.broker.answers import Peer
 from shmq.broker.core import BrokerCore
@@ -20,28 +19,32 @@ from shmq.store.message_store import MessageStore
 from .conftest import SMALL
 
 _req = iter(range(1, 1 << 40))
+_crashed: set[BrokerCore] = set()
 
 
 @contextmanager
 def open_core(store_dir: str, **config: object) -> Iterator[BrokerCore]:
     """A core over a real store; at the end shut down as the broker does (pop log closed)."""
     store = MessageStore(store_dir, dict(SMALL, **config)).start()
-    core = BrokerCore(store, BrokerConfig.load(dict(SMALL, **config)))
+    try:
+        core = BrokerCore(store, BrokerConfig.load(dict(SMALL, **config)))
+    except BaseException:
+        store.shutdown()
+        raise
     try:
         yield core
     finally:
-        core.persist()
-        store.shutdown()
+        if core not in _crashed:
+            core.persist()
+            store.shutdown()
 
 
 def crash(core: BrokerCore) -> None:
     """What a SIGKILL leaves: files as written, nothing flushed or closed in order."""
     if core.pop_store is not None:
-        import os
-
         os.close(core.pop_store.fd)
-        core.pop_store.fd = -1
     core.store.shutdown()
+    _crashed.add(core)
 
 
 def join(core: BrokerCore, peer: Peer, group: str = "wg", subs: dict | None = None) -> None:
@@ -139,17 +142,6 @@ def bodies(core: BrokerCore, r: F.PopResult) -> list[bytes]:
     return out
 
 
-def wait_for(cond, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.01)
-
-
 def tick(core: BrokerCore) -> None:
     core.tick(time.monotonic_ns())
     core.end_pass()
-
-
-def ok(r: F.ReceiptResult) -> bool:
-    return bool(np.all(r.statuses == F.RECEIPT_OK))

@@ -135,12 +135,12 @@ def test_fifo_holds_a_queue_and_redelivers_in_place_in_order(core):
     join(core, w), join(core, other)
     put(core, "Jobs", [b"m1", b"m2", b"m3"], qid=1)
     fifo = F.FLAG_FIFO
-    r = pop(core, w, 2, invisible_ms=50, flags=fifo, max_attempts=2)
+    r = pop(core, w, 2, invisible_ms=1000, flags=fifo, max_attempts=2)
     assert bodies(core, r) == [b"m1", b"m2"]
     assert len(pop(core, other, 8, flags=fifo).tokens) == 0, "the queue is held while m1, m2 are in flight"
     assert ack(core, w, r, [0]).statuses.tolist() == [F.RECEIPT_OK]
     assert len(pop(core, other, 8, flags=fifo).tokens) == 0, "m2 still holds it"
-    time.sleep(0.06)
+    time.sleep(1.05)
     tick(core)
     again = pop(core, other, 8, invisible_ms=50, flags=fifo, max_attempts=2)
     assert bodies(core, again) == [b"m2"] and again.queue_offsets.tolist() == [1] and again.attempts.tolist() == [2]
@@ -227,3 +227,67 @@ def test_one_client_that_never_acks_is_capped(tmp_path):
         assert core.pop_store.state.rows == 10_000
         assert len(pop(core, good, 100).tokens) == 50, "others go on"
         assert np.all(core.pop_store.state.queues[("wg", "Jobs", 0)].low_watermark() == 0)
+
+
+def test_a_fifo_long_poll_is_woken_when_an_ack_frees_the_queue(tmp_path):
+    with open_core(str(tmp_path / "f")) as core:
+        core.update_topic("Jobs", 1, 1)
+        a, b = Peer(1), Peer(2)
+        join(core, a), join(core, b)
+        put(core, "Jobs", [b"first", b"second"], qid=0)
+        r = pop(core, a, 1, flags=F.FLAG_FIFO)
+        assert run(core, b, F.POP, F.encode_pop(5, 0, "wg", 60_000, 60_000, 4, F.FLAG_FIFO)) == []
+        assert ack(core, a, r).statuses.tolist() == [F.RECEIPT_OK]
+        got = take(b)
+        assert len(got) == 1 and got[0][1].req_id == 5 and bodies(core, got[0][1]) == [b"second"]
+
+
+def test_a_long_poll_of_a_member_that_left_is_answered_empty_at_its_deadline(core):
+    w = Peer(1)
+    join(core, w)
+    assert run(core, w, F.POP, F.encode_pop(4, 0, "wg", 60_000, 20, 4)) == []
+    core.consumers.leave("wg", w.client_id)
+    put(core, "Jobs", [b"x"])
+    assert take(w) == []
+    time.sleep(0.03)
+    tick(core)
+    got = take(w)
+    assert len(got) == 1 and got[0][1].req_id == 4 and len(got[0][1].tokens) == 0
+
+
+def test_long_polls_of_one_client_are_capped(tmp_path):
+    with open_core(str(tmp_path / "w"), maxPullWaitersPerClient=2) as core:
+        core.update_topic("Jobs", 4, 4)
+        w = Peer(1)
+        join(core, w)
+        for req in (1, 2):
+            assert run(core, w, F.POP, F.encode_pop(req, 0, "wg", 60_000, 60_000, 1)) == []
+        got = run(core, w, F.POP, F.encode_pop(3, 0, "wg", 60_000, 60_000, 1))
+        assert got[0][0] == P.ERROR and got[0][1].code == P.SYSTEM_BUSY and got[0][1].req_id == 3
+        assert "maxPullWaitersPerClient" in got[0][1].message
+
+
+def test_an_offset_reset_moves_a_pop_group_and_drops_what_was_in_flight(tmp_path):
+    with open_core(str(tmp_path / "r")) as core:
+        core.update_topic("Jobs", 1, 1)
+        w = Peer(1)
+        join(core, w)
+        put(core, "Jobs", [b"m%d" % i for i in range(6)], qid=0)
+        first = pop(core, w, 3)
+        assert bodies(core, first) == [b"m0", b"m1", b"m2"]
+        core.resets.reset("wg", "Jobs", to="first")
+        assert core.pop_store.state.rows == 0 and take(w) == [], "POP members get no RESET_OFFSET frame"
+        assert ack(core, w, first).statuses.tolist() == [F.RECEIPT_UNKNOWN] * 3
+        assert bodies(core, pop(core, w, 8)) == [b"m%d" % i for i in range(6)], "again from the first"
+        core.resets.reset("wg", "Jobs", to="last")
+        assert len(pop(core, w, 8).tokens) == 0 and core.offsets.query("wg", "Jobs", 0) == 6
+
+
+def test_a_subscription_the_broker_cannot_filter_is_refused_in_one_line(core):
+    w = Peer(1)
+    join(core, w, subs={"Jobs": "A | B"})  # joined without the client's checks
+    put(core, "Jobs", [b"x"])
+    got = run(core, w, F.POP, F.encode_pop(1, 0, "wg", 60_000, 0, 4))
+    assert got[0][0] == P.ERROR and got[0][1].code == P.MESSAGE_ILLEGAL
+    assert got[0][1].message.startswith("the broker cannot filter this member's subscription: ")
+    assert core.pop_store.state.rows == 0

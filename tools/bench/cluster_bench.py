@@ -319,8 +319,9 @@ def namesrv_vs_broker(root: str, seconds: float, reps: int, prefix: str) -> dict
     return out | {"ratio": out["namesrv"]["msgs_s"] / out["broker"]["msgs_s"]}
 
 
-def run(seconds: float = 2.0, reps: int = 3, counts: tuple[int, ...] = (1, 2, 4)) -> dict:
-    """Every row, as the suite's JSON keeps them (``extras.shmq.cluster``)."""
+def run(seconds: float = 2.0, reps: int = 3, counts: tuple[int, ...] = (1, 2, 4), namesrv: bool = True) -> dict:
+    """Every row, as the suite's JSON keeps them (``extras.shmq.cluster``); ``namesrv`` False
+    leaves out the `namesrv=` against `broker=` comparison (one more cluster started)."""
     root = tempfile.mkdtemp(prefix="shmq-cluster-bench.")
     load = os.getloadavg()[0]
     try:
@@ -332,7 +333,7 @@ def run(seconds: float = 2.0, reps: int = 3, counts: tuple[int, ...] = (1, 2, 4)
         except Exception as e:
             out["brokers"] = {"error": f"{type(e).__name__}: {e}"}
         try:
-            out["namesrv"] = namesrv_vs_broker(root, seconds, reps, prefix)
+            out["namesrv"] = namesrv_vs_broker(root, seconds, reps, prefix) if namesrv else {"error": "not run"}
         except Exception as e:
             out["namesrv"] = {"error": f"{type(e).__name__}: {e}"}
     finally:

@@ -25,10 +25,11 @@ from shmq.broker.pop_state import QueueKey
 from shmq.broker.pop_store import PopStore, row_array
 from shmq.broker.pop_waiters import PopWaiter, PopWaiters
 from shmq.broker.schedule import now_ms
+from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import pop_log as L
-from shmq.errors import CorruptFrameError
+from shmq.errors import BadExpressionError, CorruptFrameError
 from shmq.model import system_topics as st
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ class PopProcessor:
         self.waiters = PopWaiters(core.config.max_pull_waiters_per_client)
         self.fetch = PopFetcher(core, store.state) if store is not None else None
         self._wake_groups: set[str] = set()
+        if store is not None:  # the watermarks recovered from the pop log (the offsets file may be older)
+            for key, qs in store.state.queues.items():
+                if core.offsets.query(*key) != qs.low_watermark():
+                    core.offsets.commit(*key, qs.low_watermark())
 
     # ------------------------------------------------------------------ POP
 
@@ -91,16 +96,21 @@ class PopProcessor:
         """Hand out what there is; answer and return True if anything was (or ``answer_empty``)."""
         assert self.fetch is not None and self.store is not None
         subs = self._subscriptions(pop.group, peer.client_id)
-        if subs is None:  # the member left while it waited
-            return False
+        if subs is None:  # the member left the group while it waited: nothing for it
+            if answer_empty:
+                peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, now_ms(), []))))
+            return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
-        got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        try:
+            got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+        except BadExpressionError as e:  # a member that joined with an expression only it can evaluate
+            _error(peer, pop.req_id, P.MESSAGE_ILLEGAL, f"the broker cannot filter this member's subscription: {e}")
+            return True
         if moved:
             try:
                 self.store.append(self._checkpoints(moved))
-            except OSError as e:
-                log.error("pop log write failed (%s); the messages handed out come back after their invisible time", e)
+            except OSError as e:  # logged by the store; what was handed out comes back after its invisible time
                 _error(peer, pop.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
                 return True
             self._progress(moved)
@@ -143,24 +153,30 @@ class PopProcessor:
         message = ""
         ok: dict[QueueKey, list[int]] = {}
         ms = now_ms()
-        for i in range(n):
-            topic = r.topics[int(r.topic_idx[i])]
-            qid, offset, token = int(r.queue_ids[i]), int(r.queue_offsets[i]), int(r.tokens[i])
-            status, why = _receipt_problem(r.group, topic, qid, offset)
-            if status == F.RECEIPT_OK and change:
-                assert r.invisible_ms is not None
-                invisible = int(r.invisible_ms[i])
-                if not 0 < invisible <= F.MAX_INVISIBLE_MS:
-                    status, why = F.RECEIPT_ILLEGAL, f"invisible time {invisible} ms is not in 1..{F.MAX_INVISIBLE_MS}"
-            if status == F.RECEIPT_OK:
+        foreign = [_foreign_topic(r.group, t) for t in r.topics]
+        invisible = r.invisible_ms.tolist() if r.invisible_ms is not None else [0] * n
+        seen: set[tuple[QueueKey, int]] = set()
+        for i, (t, qid, offset, token) in enumerate(
+            zip(r.topic_idx.tolist(), r.queue_ids.tolist(), r.queue_offsets.tolist(), r.tokens.tolist())
+        ):
+            topic = r.topics[t]
+            status, why = F.RECEIPT_OK, ""
+            if foreign[t]:
+                status, why = F.RECEIPT_ILLEGAL, foreign[t]
+            elif not 0 <= qid < MAX_QUEUE_NUMS or offset < 0:
+                status, why = F.RECEIPT_ILLEGAL, f"queue {qid} offset {offset} is out of range"
+            elif change and not 0 < invisible[i] <= F.MAX_INVISIBLE_MS:
+                status, why = F.RECEIPT_ILLEGAL, f"invisible time {invisible[i]} ms is not in 1..{F.MAX_INVISIBLE_MS}"
+            else:
                 key = (r.group, topic, qid)
                 status = state.check(key, offset, token)
-                if status == F.RECEIPT_OK and offset in ok.get(key, ()):
+                if status == F.RECEIPT_OK and (key, offset) in seen:
                     status = F.RECEIPT_STALE  # the same receipt twice in one frame: the first settled it
                 if status == F.RECEIPT_OK:
+                    seen.add((key, offset))
                     ok.setdefault(key, []).append(offset)
                     if change:
-                        tokens[i] = state.change(key, offset, ms + invisible).token
+                        tokens[i] = state.change(key, offset, ms + invisible[i]).token
                 why = _WHY.get(status, "")
             statuses[i] = status
             if status != F.RECEIPT_OK and not message:
@@ -168,8 +184,7 @@ class PopProcessor:
         if ok:
             try:
                 self.store.append(self._settle_or_change(ok, change))
-            except OSError as e:
-                log.error("pop log write failed (%s)", e)
+            except OSError as e:  # logged by the store
                 return _error(peer, r.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
             if not change:
                 self.settled(ok)
@@ -200,6 +215,27 @@ class PopProcessor:
             if not state.queues[key].rows:
                 self._wake_groups.add(key[0])
         self._progress(done)
+
+    def reset(self, group: str, topic: str, targets: dict[int, int]) -> None:
+        """An operator reset the group's offsets of ``topic``: each queue's cursor moves to its
+        target and what was in flight there is dropped (its receipts become unknown)."""
+        if self.fetch is None or self.store is None:
+            return
+        state = self.fetch.state
+        out = []
+        for qid, offset in targets.items():
+            key = (group, topic, qid)
+            qs = state.queues.get(key)
+            if qs is None:
+                continue
+            if qs.rows:
+                out.append(L.encode(L.SETTLE, *key, 0, L.settle_rows(list(qs.rows))))
+                for o in list(qs.rows):
+                    state.settle(key, o)
+            qs.cursor = offset
+            out.append(L.encode(L.CHECKPOINT, *key, offset))
+        self.store.append(b"".join(out))
+        self._wake_groups.add(group)
 
     def wake_group(self, group: str) -> None:
         """A FIFO queue of ``group`` may be handed out again (its rows' deadline passed)."""
@@ -265,14 +301,12 @@ _WHY = {
 }
 
 
-def _receipt_problem(group: str, topic: str, qid: int, offset: int) -> tuple[int, str]:
-    """RECEIPT_ILLEGAL for a receipt the group could never have had (another group's retry topic,
-    a DLQ, a queue or offset out of range); OK to look it up."""
+def _foreign_topic(group: str, topic: str) -> str:
+    """Why no receipt of ``topic`` can be the group's (another group's retry topic, a DLQ, a
+    system topic), or "" for a topic it may consume."""
     if (st.is_system_topic(topic) and topic != st.retry_topic(group)) or st.is_dlq_topic(topic):
-        return F.RECEIPT_ILLEGAL, f"topic {topic} is not one group {group} consumes"
-    if not 0 <= qid < 65536 or offset < 0:
-        return F.RECEIPT_ILLEGAL, f"queue {qid} offset {offset} is out of range"
-    return F.RECEIPT_OK, ""
+        return f"topic {topic} is not one group {group} consumes"
+    return ""
 
 
 def _result(pop: F.Pop, ms: int, got: list[Delivery]) -> F.PopResult:

@@ -13,10 +13,11 @@ waits for it and joins the group again when it is back.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from shmq.client.consumer.cluster_view import ClusterView
 from shmq.client.consumer.member import REBALANCE_POLL_S
@@ -41,6 +42,15 @@ class ConsumerPart(Protocol):
 Part = TypeVar("Part", bound=ConsumerPart)
 
 PartFactory = Callable[[str, "str | None"], Part]  # (broker name, a replica to read from while it is down)
+
+
+def part_kwargs(kwargs: dict[str, Any], broker_name: str) -> dict[str, Any]:
+    """A part's keyword arguments: broadcasting offsets given a directory get one file per broker
+    (``<offset_store_dir>/<broker>``), as a queue's offset is that broker's."""
+    out = dict(kwargs)
+    if out.get("offset_store_dir") is not None:
+        out["offset_store_dir"] = os.path.join(str(out["offset_store_dir"]), broker_name)
+    return out
 
 
 class ClusterMember(Generic[Part]):

@@ -11,10 +11,9 @@ broker's queues, with its local offsets in a file of its own broker.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
-from shmq.client.consumer.cluster_member import ClusterMember
+from shmq.client.consumer.cluster_member import ClusterMember, part_kwargs
 from shmq.client.consumer.push import PushConsumer
 from shmq.client.hooks import ConsumeMessageHook, check_hook
 from shmq.errors import ArgumentTypeError, ShmqError
@@ -45,18 +44,18 @@ class ClusterPushConsumer:
             namesrv, group, self._part, self.model is MessageModel.CLUSTERING, self.start_timeout, log
         )
         self._running = False
+        self._suspended = False
 
     def _part(self, broker_name: str, replica: str | None) -> PushConsumer:
-        kwargs = dict(self._kwargs)
-        if kwargs.get("offset_store_dir") is not None:  # broadcasting offsets: one file per broker
-            kwargs["offset_store_dir"] = os.path.join(str(kwargs["offset_store_dir"]), broker_name)
-        part = PushConsumer(self.group, broker_name, replica=replica, **kwargs)
+        part = PushConsumer(self.group, broker_name, replica=replica, **part_kwargs(self._kwargs, broker_name))
         for topic, expression in self._subscriptions.items():
             part.subscribe(topic, expression)
         if self._listener is not None:
             part.register_listener(self._listener, self._orderly)
         for hook in self._hooks:
             part.register_consume_hook(hook)
+        if self._suspended:  # a broker that registers while suspended starts suspended
+            part.suspend()
         return part
 
     # ------------------------------------------------------------------ configuration
@@ -99,6 +98,22 @@ class ClusterPushConsumer:
             self._member.start()
             self._running = True
         return self
+
+    def suspend(self) -> None:
+        """As ``PushConsumer.suspend``, on every broker (and on a broker that registers meanwhile)."""
+        self._suspended = True
+        for part in self._member.parts():
+            part.suspend()
+
+    def resume(self) -> None:
+        """As ``PushConsumer.resume``, on every broker."""
+        self._suspended = False
+        for part in self._member.parts():
+            part.resume()
+
+    @property
+    def suspended(self) -> bool:
+        return self._suspended
 
     def shutdown(self) -> None:
         """Stop every broker's part (each lets its listener calls finish, commits, leaves)."""

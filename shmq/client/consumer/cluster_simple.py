@@ -128,6 +128,9 @@ class ClusterSimpleConsumer:
                 waiting[part.pop(n, invisible_ms, self.await_duration, deadline)] = part
             except (ShmqError, OSError):
                 continue
+        if not waiting:  # no broker to ask (none routed yet, or every one down): wait as a long poll would
+            time.sleep(self.await_duration)
+            return []
         out: list[MessageExt] = []
         while waiting and not out:
             done, _ = wait(list(waiting), max(0.0, deadline - time.monotonic()), FIRST_COMPLETED)

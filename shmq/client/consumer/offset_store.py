@@ -8,6 +8,7 @@ own (RocketMQ's LocalFileOffsetStore): `~/.shmq/offsets/<broker>/<instance>/<gro
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -19,6 +20,17 @@ from shmq.store import config_files
 
 QueueKey = tuple[str, int]
 MAKE_DIR_TRIES = 5  # a folder another member removes as we write in it is made again this often
+
+_instances = itertools.count(1)  # default instance names: unique per consumer object in this process
+
+
+def instance_name(name: str | None) -> tuple[str, bool]:
+    """A broadcasting member's instance name and whether it was made up here. Without a name (or
+    with RocketMQ's "DEFAULT") it is ``<pid>-<n>``, unique per consumer object (RocketMQ uses the
+    pid), so members on one host never share a file; such a file dies with its consumer."""
+    if name in (None, "DEFAULT"):
+        return f"{os.getpid()}-{next(_instances)}", True
+    return str(name), False
 
 
 class OffsetTable:

@@ -120,11 +120,7 @@ class PullConsumer:
         """First offset stored at or after ``timestamp_ms``; the max offset if every message is older."""
         with self._lock:
             self._wrapper.bind(time.monotonic() + self.start_timeout)
-            state, store = self._wrapper.views()
-            _, hi = state.queue_offsets(mq.topic, mq.queue_id)
-            if hi == 0:
-                return 0
-            return store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
+            return self._wrapper.offset_for_timestamp(mq, timestamp_ms)
 
     def commit(self, mq: MessageQueue, offset: int) -> None:
         """Commit the group's offset of ``mq`` (the next offset to consume) to the broker."""

@@ -64,6 +64,15 @@ class PullAPIWrapper:
             raise ShmqError(f"not attached to broker {self.conn.broker_name!r} (call start())")
         return self.state, self.store
 
+    def offset_for_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms``; its max offset if every
+        message is older (the store's binary search over store timestamps; after ``bind``)."""
+        state, store = self.views()
+        hi = state.queue_offsets(mq.topic, mq.queue_id)[1]
+        if hi == 0:
+            return 0
+        return store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(timestamp_ms, hi)
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()

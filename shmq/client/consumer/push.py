@@ -25,9 +25,7 @@ Doing better than RocketMQ where its users complain:
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import threading
 import time
 import warnings
@@ -43,6 +41,7 @@ from shmq.client.consumer.consume_service import (
 )
 from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
+from shmq.client.consumer.offset_store import instance_name as local_instance_name
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
@@ -65,8 +64,6 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 DROP_WAIT_S = 1.0  # how long a member giving a queue away waits for its running listener calls
-
-_instances = itertools.count(1)  # default instance names: unique per consumer object in this process
 
 
 class PushConsumer(MQConsumerInner):
@@ -161,13 +158,13 @@ class PushConsumer(MQConsumerInner):
         self.max_reconsume_times = max_reconsume_times
         self.suspend_current_queue_time = suspend_current_queue_time
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
-        self._anonymous = instance_name in (None, "DEFAULT")
-        self.instance_name = f"{os.getpid()}-{next(_instances)}" if self._anonymous else str(instance_name)
+        self.instance_name, self._anonymous = local_instance_name(instance_name)
         self.offset_store_dir = offset_store_dir
         super().__init__(group, broker, start_timeout, log, replica)
         self._listener: MessageListener | None = None
         self._orderly = False
         self._throttled = False
+        self._suspended = False  # suspend(): the puller pulls nothing until resume()
         self._consume_hooks: list[ConsumeMessageHook] = []
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
@@ -215,6 +212,21 @@ class PushConsumer(MQConsumerInner):
         self._consume_hooks.append(hook)
 
     # ------------------------------------------------------------------ lifecycle
+
+    def suspend(self) -> None:
+        """Stop fetching (RocketMQ's ``suspend``): the messages already pulled still reach the
+        listener and are committed, then nothing new does. The member keeps its queues and stays
+        in its group (no rebalance); ``resume`` goes on from where the pulls stopped."""
+        self._suspended = True
+
+    def resume(self) -> None:
+        """Fetch again after ``suspend``, from the next offset of each queue: nothing lost, nothing twice."""
+        self._suspended = False
+        self._wakeup.set()
+
+    @property
+    def suspended(self) -> bool:
+        return self._suspended
 
     def start(self) -> PushConsumer:
         """Attach, join the group and start pulling; ``BrokerNotFoundError`` within ``start_timeout``."""
@@ -367,6 +379,8 @@ class PushConsumer(MQConsumerInner):
         not every assigned one (~3-10 us of GIL each, which the listener's worker waits for).
         Every pass after a park that timed out, and one at least every ``REBALANCE_POLL_S``,
         pulls them all, as a wait refused by the broker (SYSTEM_BUSY) is never answered."""
+        if self._suspended:
+            return False
         progressed = False
         total = sum(pq.count for pq in self._pqs.values())
         total_size = sum(pq.msg_size for pq in self._pqs.values())

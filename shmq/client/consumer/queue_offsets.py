@@ -18,6 +18,7 @@ from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.client.consumer.pull_wrapper import PullAPIWrapper
 from shmq.codec import frames as P
 from shmq.model.consumer_types import ConsumeFrom
+from shmq.model.message import MessageQueue
 from shmq.model.system_topics import is_retry_topic
 
 DEFAULT_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # ConsumeFrom.TIMESTAMP without a timestamp: 30 minutes ago
@@ -47,16 +48,9 @@ class QueueOffsets:
     def init(self, pq: ProcessQueue) -> None:
         """Where a newly assigned queue starts: the group's offset, else ``consume_from`` (committed at once)."""
         mq = pq.mq
-        if self.local is not None:
-            offset = self.local.read(mq.topic, mq.queue_id)
-        else:
-            offset = int(
-                self._conn.admin(
-                    "query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id}, self.timeout
-                )["offset"]
-            )
+        offset = self.read(mq)
         if offset < 0:
-            state, store = self._wrapper.views()
+            state = self._wrapper.views()[0]
             lo, hi = state.queue_offsets(mq.topic, mq.queue_id)
             if self.consume_from is ConsumeFrom.FIRST_OFFSET or is_retry_topic(mq.topic):
                 offset = lo  # a retry queue holds only the group's redeliveries: all are for it
@@ -68,10 +62,20 @@ class QueueOffsets:
                     if self.consume_timestamp is not None
                     else int(time.time() * 1000) - DEFAULT_TIMESTAMP_AGO_MS
                 )
-                offset = store.consume_queue(mq.topic, mq.queue_id).offset_for_timestamp(ts, hi) if hi > 0 else 0
+                offset = self._wrapper.offset_for_timestamp(mq, ts)
             pq.next_offset = offset
             self.commit([pq], sync=True)
         pq.next_offset = offset
+
+    def read(self, mq: MessageQueue) -> int:
+        """The group's committed offset of ``mq`` (the broker's, or the local file's), -1 if none."""
+        if self.local is not None:
+            return self.local.read(mq.topic, mq.queue_id)
+        return int(
+            self._conn.admin(
+                "query_offset", {"group": self.group, "topic": mq.topic, "queue_id": mq.queue_id}, self.timeout
+            )["offset"]
+        )
 
     def commit(self, pqs: list[ProcessQueue], sync: bool, force: bool = False) -> None:
         """Commit each queue's smallest offset in process (if it moved): a COMMIT_OFFSET frame, or

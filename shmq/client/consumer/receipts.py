@@ -12,6 +12,7 @@ RECEIPT_RESULT, a status per receipt; a refused receipt's future fails with ``Re
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +25,11 @@ from shmq.codec import pop_frames as F
 from shmq.errors import BrokerGoneError, ReceiptError, ShmqError, broker_error
 from shmq.model.message_ext import ReceiptHandle
 
-FLUSH_DELAY_S = 0.001  # the longest a queued receipt waits for company before it is written
+# the longest a queued receipt waits for company before the flusher writes it (a worker's loop
+# writes them sooner: its next receive flushes first)
+FLUSH_DELAY_S = 0.002
+
+log = logging.getLogger(__name__)
 WRITE_TIMEOUT_S = 3.0  # how long a flush waits for room in the request ring
 
 _REFUSALS = {
@@ -83,11 +88,11 @@ class ReceiptSender:
         fut = ReceiptFuture(self)
         with self._lock:
             self._queue.append(_Queued(receipt, invisible_ms, fut, renew))
-            full = len(self._queue) >= F.MAX_RECEIPTS
-        if full:
+            n = len(self._queue)
+        if n >= F.MAX_RECEIPTS:
             self.flush()
-        else:
-            self._due.set()
+        elif n == 1:
+            self._due.set()  # the flusher wakes once per batch, not per receipt
         return fut
 
     def flush(self) -> None:
@@ -133,7 +138,10 @@ class ReceiptSender:
             if not self._running:
                 return
             time.sleep(FLUSH_DELAY_S)
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("writing the queued receipts of group %r failed", self._group)
 
     # ------------------------------------------------------------------ answers
 

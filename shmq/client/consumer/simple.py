@@ -24,6 +24,7 @@ from typing import Any
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
+from shmq.client.consumer.pop_read import popped_messages
 from shmq.client.consumer.pull import CONSUMER_RING_BYTES
 from shmq.client.consumer.receipts import ReceiptSender
 from shmq.codec import frames as P
@@ -33,7 +34,6 @@ from shmq.errors import (
     BadArgumentError,
     BrokerBusyError,
     BrokerGoneError,
-    CorruptRecordError,
     ShmqError,
     broker_error,
 )
@@ -62,10 +62,15 @@ def check_receive(max_message_num: int, invisible_duration: float) -> int:
     return check_invisible(invisible_duration)
 
 
+def _number(x: object) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def check_invisible(seconds: float) -> int:
     """``seconds`` of invisible time in ms: more than 0, at most 12 hours (RocketMQ 5's cap)."""
     cap = F.MAX_INVISIBLE_MS // 1000
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+    if not _number(seconds):
         raise BadArgumentError(f"invisible_duration must be a number of seconds, got {seconds!r:.40}")
     ms = round(seconds * 1000)
     if seconds <= 0 or not 0 < ms <= F.MAX_INVISIBLE_MS:
@@ -125,10 +130,13 @@ class SimpleConsumer:
             raise BadArgumentError(
                 f"a SimpleConsumer's group must be 1..{F.MAX_GROUP_BYTES} characters, got {group!r:.80}"
             )
-        if not 0 <= await_duration <= F.MAX_AWAIT_MS / 1000:
-            raise BadArgumentError(f"await_duration must be 0..{F.MAX_AWAIT_MS // 1000} s, got {await_duration}")
-        if not 1 <= max_delivery_attempts <= F.MAX_ATTEMPTS:
-            raise BadArgumentError(f"max_delivery_attempts must be 1..{F.MAX_ATTEMPTS}, got {max_delivery_attempts}")
+        if not _number(await_duration) or not 0 <= await_duration <= F.MAX_AWAIT_MS / 1000:
+            raise BadArgumentError(f"await_duration must be 0..{F.MAX_AWAIT_MS // 1000} s, got {await_duration!r:.40}")
+        attempts_ok = isinstance(max_delivery_attempts, int) and not isinstance(max_delivery_attempts, bool)
+        if not attempts_ok or not 1 <= max_delivery_attempts <= F.MAX_ATTEMPTS:
+            raise BadArgumentError(
+                f"max_delivery_attempts must be 1..{F.MAX_ATTEMPTS}, got {max_delivery_attempts!r:.40}"
+            )
         self.group = group
         self.await_duration = float(await_duration)
         self.max_delivery_attempts = int(max_delivery_attempts)
@@ -146,7 +154,9 @@ class SimpleConsumer:
         self._receipts: ReceiptSender | None = None
         self._pops: dict[int, Future[F.PopResult]] = {}
         self._kept: list[F.PopResult] = []  # answers that came after their receive gave up
+        self._spill: list[MessageExt] = []  # messages of a kept answer a smaller receive left
         self._running = False
+        self._closed = False  # shut down: not started again (its receipts went with it)
 
     def join_cluster(self, client_id: int, scope: object = None) -> None:
         """Make this the part on one broker of a cluster's consumer (before ``start``): attach as
@@ -165,6 +175,8 @@ class SimpleConsumer:
         """Attach and join the group; ``BrokerNotFoundError`` within ``start_timeout``."""
         if self._running:
             return self
+        if self._closed:
+            raise ShmqError("the SimpleConsumer was shut down; make a new one")
         self._conn.start(self.start_timeout)
         try:
             with self._lock:
@@ -184,6 +196,7 @@ class SimpleConsumer:
             return
         exit_close.untrack(self)
         self._running = False
+        self._closed = True
         if self._receipts is not None:
             self._receipts.close(CLOSE_TIMEOUT_S if self._conn.reachable() else 0.0)
         self._conn.shutdown()
@@ -201,10 +214,6 @@ class SimpleConsumer:
 
     def __repr__(self) -> str:
         return client_repr("SimpleConsumer", self.group, self.broker_name, self._running, self._subscriptions)
-
-    @property
-    def running(self) -> bool:
-        return self._running
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -264,7 +273,7 @@ class SimpleConsumer:
     def pop(self, max_nums: int, invisible_ms: int, await_s: float, deadline: float) -> Future[F.PopResult]:
         """Write one POP (the acks queued before it go first); its future gets the answer."""
         if not self._running or self._receipts is None:
-            raise ShmqError("start() the SimpleConsumer before receive()")
+            raise ShmqError(self._not_running("receive()"))
         self._receipts.flush()
         with self._lock:
             self._bind(deadline)
@@ -301,49 +310,30 @@ class SimpleConsumer:
 
     def take_kept(self, max_nums: int) -> list[MessageExt]:
         """Messages of answers that came late, up to ``max_nums`` (the rest stay kept)."""
-        if not self._kept:
+        if not self._kept and not self._spill:
             return []
-        out: list[MessageExt] = []
+        with self._lock:
+            out, self._spill = self._spill[:max_nums], self._spill[max_nums:]
         while len(out) < max_nums:
             with self._lock:
                 if not self._kept:
                     break
                 result = self._kept.pop(0)
-            out += self.messages(result)
+            msgs = self.messages(result)
+            room = max_nums - len(out)
+            out += msgs[:room]
+            with self._lock:
+                self._spill += msgs[room:]
         return out
 
     def messages(self, result: F.PopResult) -> list[MessageExt]:
-        """The messages a POP handed out, read from the commitlog. One that cannot be read (its
-        file cleaned up, damage) is skipped: it is delivered again after its invisible time."""
-        out: list[MessageExt] = []
+        """The messages a POP handed out, read from the commitlog (see ``pop_read``)."""
         if not len(result.tokens):
-            return out
+            return []
         with self._lock:
-            store = self._store
-            if store is None:
+            if self._store is None:
                 raise ShmqError("the SimpleConsumer was shut down")
-            for i in range(len(result.tokens)):
-                topic = result.topics[int(result.topic_idx[i])]
-                offset, size = int(result.commitlog_offsets[i]), int(result.sizes[i])
-                view = store.commitlog.data(offset, size)
-                try:
-                    if view is None:
-                        raise CorruptRecordError(f"commitlog offset {offset} is not mapped")
-                    rec = fmt.decode_record(view)
-                except CorruptRecordError as e:
-                    log.warning("consumer %r skips a message it cannot read (%s); it comes again later", self.group, e)
-                    continue
-                shown = rec.properties.get(fmt.PROPERTY_RETRY_TOPIC, topic) if topic == self.retry_topic else topic
-                receipt = ReceiptHandle(
-                    self.broker_name,
-                    topic,
-                    int(result.queue_ids[i]),
-                    int(result.queue_offsets[i]),
-                    int(result.tokens[i]),
-                )
-                out.append(PoppedMessageExt.popped(rec, shown, receipt, int(result.attempts[i])))
-                del view, rec
-        return out
+            return list(popped_messages(self._store, result, self.broker_name, self.retry_topic, self.group))
 
     # ------------------------------------------------------------------ ack, change_invisible_duration
 
@@ -354,7 +344,8 @@ class SimpleConsumer:
 
     def ack_async(self, msg: MessageExt) -> Future[None]:
         """``ack`` without waiting: acks queued together go to the broker in one frame."""
-        return self._sender().submit(receipt_of(msg))
+        receipt = receipt_of(msg)
+        return self._sender().submit(receipt)
 
     def change_invisible_duration(self, msg: MessageExt, invisible_duration: float) -> None:
         """Keep ``msg`` invisible for ``invisible_duration`` s from now; ``msg`` gets the new
@@ -374,8 +365,13 @@ class SimpleConsumer:
 
     def _sender(self) -> ReceiptSender:
         if not self._running or self._receipts is None:
-            raise ShmqError("start() the SimpleConsumer before acking")
+            raise ShmqError(self._not_running("acking"))
         return self._receipts
+
+    def _not_running(self, what: str) -> str:
+        if self._closed:
+            return "the SimpleConsumer was shut down"
+        return f"start() the SimpleConsumer before {what}"
 
     # ------------------------------------------------------------------ the reader thread
 

@@ -137,3 +137,43 @@ def test_a_cancel_during_start_then_shutdown_leaves_nothing_attached(store_dir, 
 
     with shmq.Broker(store_dir, broker_name, config):
         assert asyncio.run(main()) is False  # stopped once its start finished; the IPC tracker checks the rest
+
+
+def test_lite_pull_controls_have_async_forwards(store_dir, broker_name, config):
+    async def main() -> tuple[list[int], int, int, set]:
+        async with shmq.aio.LitePullConsumer("aio-ctl", broker=broker_name, auto_commit=False) as c:
+            q0 = (await c.fetch_message_queues("T"))[0]
+            await c.assign([q0])
+            await c.seek_to_begin(q0)
+            c.pause([q0])
+            paused = c.paused()
+            assert await c.poll(0.3) == []  # paused: nothing
+            c.resume([q0])
+            got: list[int] = []
+            while len(got) < 3:
+                got.extend(m.queue_offset for m in await c.poll(5.0))
+            await c.commit_sync()
+            return got, await c.committed(q0), await c.offset_for_timestamp(q0, 0), paused
+
+    with shmq.Broker(store_dir, broker_name, config):
+        with shmq.Producer("aio-feed", broker=broker_name) as p:
+            for i in range(3):
+                p.send(Message("T", b"%d" % i), selector=lambda queues, msg, arg: queues[0])
+        got, committed, first, paused = asyncio.run(main())
+    assert (got, committed, first) == ([0, 1, 2], 3, 0)
+    assert [mq.queue_id for mq in paused] == [0]
+
+
+def test_push_suspend_and_resume_forward(store_dir, broker_name, config):
+    async def main() -> tuple[bool, bool]:
+        c = shmq.aio.PushConsumer("aio-sus", broker=broker_name)
+        c.subscribe("T")
+        async with await c.start():
+            c.suspend()
+            suspended = c.sync.suspended
+            c.resume()
+            return suspended, c.sync.suspended
+
+    with shmq.Broker(store_dir, broker_name, config):
+        _send(broker_name, "T", 1)
+        assert asyncio.run(main()) == (True, False)

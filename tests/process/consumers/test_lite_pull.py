@@ -11,6 +11,7 @@ import pytest
 
 import shmq
 from shmq import BadArgumentError, ConsumeFrom, LitePullConsumer, Message, MessageQueue, Producer
+from tests.pulling import poll_until as _drain
 from tests.waiting import wait_for
 
 from .procs import expect_line, received, spawn, stop
@@ -27,14 +28,6 @@ def _consumer(broker: str, group: str, **kw) -> LitePullConsumer:
     c.subscribe("T", "*")
     assert wait_for(lambda: len(c.assignment()) == 4, 30), c.assignment()
     return c
-
-
-def _drain(c: LitePullConsumer, want: int, timeout: float = 10.0) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        got.extend(c.poll(0.2))
-    return got
 
 
 def test_poll_gets_every_message_once_in_queue_order(store_dir, broker_name, config):

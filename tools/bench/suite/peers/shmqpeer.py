@@ -212,7 +212,9 @@ class Shmq(System):
             out["queues"] = {"error": f"{type(e).__name__}: {e}{self._log_tail()}"}
         from tools.bench import cluster_bench  # brokers of its own, stopped before it returns
 
-        out["cluster"] = cluster_bench.run(settings.cluster_seconds, settings.reps, settings.cluster_brokers)
+        out["cluster"] = cluster_bench.run(
+            settings.cluster_seconds, settings.reps, settings.cluster_brokers, namesrv=not settings.quick
+        )
         from tools.bench import pop_bench  # the same
 
         try:
