@@ -1,6 +1,6 @@
 """A POP worker process for the fault tests.
 
-    python -m tests.process.pop.worker BROKER GROUP TOPIC OUT '{"invisible": 5, "busy": 0.02, "hold": 0}'
+    python -m tests.process.pop.worker BROKER GROUP TOPIC OUT '{"invisible": 5, "busy": 0.02}'
 
 Prints ``ready`` once started. Then receives up to 32 messages at a time and appends to OUT,
 flushed line by line so a SIGKILL loses nothing it wrote:
@@ -8,8 +8,7 @@ flushed line by line so a SIGKILL loses nothing it wrote:
 - ``got <body> <attempt>`` for each message received (then it works ``busy`` seconds on them);
 - ``ack <body>`` once its ack was answered (the broker keeps it: it must never come again).
 
-With ``hold`` > 0 it acks nothing: it keeps the first ``hold`` messages it gets, prints
-``held`` and waits to be killed. Errors of a broker that is gone or restarting are retried:
+Errors of a broker that is gone or restarting are retried:
 the worker carries on with the next broker. SIGTERM stops it cleanly.
 """
 
@@ -47,17 +46,6 @@ def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float, busy: fl
             out.write(f"ack {m.body.decode()}\n")
 
 
-def hold(sc: Any, out: TextIO, stop: threading.Event, invisible: float, n: int) -> None:
-    """Take ``n`` messages, ack none, say so and wait to be killed."""
-    held = 0
-    while held < n and not stop.is_set():
-        msgs = sc.receive(n - held, invisible)
-        out.write("".join(f"got {m.body.decode()} {m.delivery_attempt}\n" for m in msgs))
-        held += len(msgs)
-    print("held", flush=True)
-    stop.wait()
-
-
 def main(broker: str, group: str, topic: str, out_path: str, opts: dict) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -66,10 +54,7 @@ def main(broker: str, group: str, topic: str, out_path: str, opts: dict) -> None
         sc = shmq.SimpleConsumer(group, broker=broker, subscriptions={topic: "*"}, await_duration=0.5).start()
         print("ready", flush=True)
         try:
-            if opts.get("hold"):
-                hold(sc, out, stop, invisible, int(opts["hold"]))
-            else:
-                work(sc, out, stop, invisible, float(opts.get("busy", 0)))
+            work(sc, out, stop, invisible, float(opts.get("busy", 0)))
         finally:
             sc.shutdown()
 
