@@ -25,8 +25,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # iceoryx2 is not among them: it publishes wheels for glibc >= 2.34 only, so where pip cannot
 # install it its rows say why and its own tests below skip with that reason
 PEERS = {"plain copy", "mp.Queue", "faster-fifo", "zmq ipc", "Redis Streams", "NATS JetStream"}
-# the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster row 2 more
+# the push latency extras (shmq x 2 send APIs, faster-fifo, zmq) add ~4 spawned runs, the cluster row 2 more,
+# the worker-pool row (2 workers) ~10 s
 TIMEOUT = 420
+# the suite stops itself at TIMEOUT and gets a minute to stop what it started: pytest-timeout's
+# default (300 s) must not kill the test first, or the suite's servers are left running
+pytestmark = pytest.mark.timeout(TIMEOUT + 120)
 STOPPED = re.compile(r"shmq: broker (\S+) on (\S+) stopped")
 
 
@@ -100,6 +104,7 @@ def test_shmq_brokers_are_stopped_and_leave_no_ipc_object(suite_run):
     stopped = {m.group(1): m.group(2) for m in STOPPED.finditer(run.stdout)}
     names = [f"bench{run.pid}", f"bench{run.pid}s"]
     names += [f"cb{run.pid}{sep}b{i}" for sep in ("", "-") for i in range(2)]  # the cluster rows' brokers
+    names.append(f"pb{run.pid}")  # the worker-pool rows' broker
     in_shm = [entry for name in names for entry in shm.leftovers(name)]
     sysv = existing(o for store in stopped.values() for o in store_objects(store))
     for name in names:
@@ -146,6 +151,10 @@ def test_shmq_rows_say_what_they_are(quick_results):
         assert res["extras"].get("shmq", {}).get(what), what
     cluster = res["extras"]["shmq"]["cluster"]
     assert set(cluster["brokers"]) == {"2"}, cluster["brokers"]  # the QUICK run's broker count
+    pop = res["extras"]["shmq"]["pop"]
+    assert set(pop["workers"]) == {"2"}, pop  # the QUICK run's worker count
+    for row in pop["workers"].values():
+        assert all(row[k].get("msgs_s") for k in ("pop", "push", "pool", "redis")), row
 
 
 def _iceoryx2_or_skip(res: dict) -> None:

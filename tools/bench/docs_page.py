@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.bench import cluster_page
+from tools.bench import cluster_page, pop_page
 from tools.bench.suite.report import micros, short_rate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +59,7 @@ TOOLS: list[tuple[str, str, str]] = [
     ("query_bench.py", "`Admin.query_by_key` latency on a large store", "--messages 1000000"),
     ("queues_bench.py", "the suite's queue-count scaling rows alone, with CPU per message", ""),
     ("cluster_bench.py", "the suite's cluster rows alone: 1, 2 and 4 brokers, CPU per message of each process", ""),
+    ("pop_bench.py", "the suite's worker-pool rows alone: SimpleConsumer (POP) against push, Pool, Redis", ""),
     ("shmq_rows.py", "a few shmq rows of the suite, alone and quickly, for before/after pairs", ""),
     ("backlog_memory.py", "broker memory while messages pile up unconsumed", ""),
     ("monitor_bench.py", "broker throughput with a monitor watching it against without", ""),
@@ -436,6 +437,13 @@ def cluster(res: dict[str, Any]) -> list[str]:
     return cluster_page.section(res.get("extras", {}).get(REF, {}).get("cluster"), table)
 
 
+def pop(res: dict[str, Any]) -> list[str]:
+    """The worker-pool rows (kept with shmq's extras)."""
+    if res.get("workloads") and "extras" not in res["workloads"]:
+        return []
+    return pop_page.section(res.get("extras", {}).get(REF, {}).get("pop"), table)
+
+
 def tools() -> list[str]:
     body = [
         [
@@ -475,7 +483,7 @@ def render(res: dict[str, Any]) -> str:
     ]
     lines += machine(res) + systems(res)
     lines += throughput(res, "msg") + throughput(res, "batch") + latency(res)
-    lines += durability(res) + replication(res) + extras(res) + cluster(res) + tools()
+    lines += durability(res) + replication(res) + extras(res) + cluster(res) + pop(res) + tools()
     lines += [
         "## Making this page",
         "",

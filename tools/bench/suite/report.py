@@ -165,6 +165,9 @@ def rows(res: dict) -> dict[str, list[list[str]]]:
         tables["shmq queue-count scaling (send throughput, 100 B)"] = t
     tables["Send -> listener latency at 1,000 msgs/s (100 B, µs; a parked receiver woken per message)"] = push_rows(res)
     tables["shmq cluster: N brokers, N producers and N consumers (batch, 100 B)"] = _cluster(x.get("cluster"))
+    tables["A worker pool: SimpleConsumer (POP), push group, Pool.imap_unordered, Redis Streams (100 B)"] = _pop(
+        x.get("pop")
+    )
     b = x.get("backlog", {})
     if "error" in b or not b:
         tables["shmq backlog (100 B, unconsumed, then drained)"] = [
@@ -193,6 +196,14 @@ def _cluster(cluster: dict | None) -> list[list[str]]:
         return [["brokers", "result"], ["—", _first((cluster or {}).get("brokers", {}).get("error", "not run"))]]
     namesrv = ["namesrv= / broker=", cluster_page.namesrv_result(cluster), *[""] * 7]
     return [cluster_page.HEADER, *cluster_page.rows(cluster), namesrv]
+
+
+def _pop(pop: dict | None) -> list[list[str]]:
+    from tools.bench import pop_page  # it renders with this module's helpers
+
+    if not pop or not pop.get("workers"):
+        return [["workers", "result"], ["—", _first((pop or {}).get("error", "not run"))]]
+    return [pop_page.HEADER, *pop_page.rows(pop), ["latency", pop_page.latency_line(pop), *[""] * 7]]
 
 
 def push_rows(res: dict) -> list[list[str]]:

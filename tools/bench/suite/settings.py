@@ -27,6 +27,9 @@ class Settings:
     push_count: int = 3_000  # messages of the push listener latency workload (at 1,000 msgs/s)
     cluster_seconds: float = 2.0  # how long the producers of one cluster run send (tools/bench/cluster_bench.py)
     cluster_brokers: tuple[int, ...] = (1, 2, 4)  # the broker counts of the cluster rows
+    pop_messages: int = 100_000  # jobs per run of the worker-pool rows (tools/bench/pop_bench.py)
+    pop_workers: tuple[int, ...] = (1, 4, 16)  # the worker counts of those rows
+    pop_rounds: int = 5_000  # jobs of the POP latency row
     sizes: tuple[int, ...] = (100, 1024)
     patterns: tuple[tuple[int, int], ...] = ((1, 1), (4, 2))
     apis: tuple[str, ...] = ("msg", "batch")
@@ -54,6 +57,9 @@ def settings(quick: bool) -> Settings:
             push_count=300,
             cluster_seconds=0.3,
             cluster_brokers=(2,),  # tests/bench/test_cluster_bench.py runs one and two brokers
+            pop_messages=1_000,
+            pop_workers=(2,),  # tests/bench/test_pop_bench.py runs one and two workers
+            pop_rounds=100,
         )
     return Settings(
         quick=False,

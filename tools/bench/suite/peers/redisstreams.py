@@ -62,62 +62,14 @@ class RedisStreams(System):
         wait_replica_online(self.ha_master[1])
 
     def _server(self, workdir, prefix, *extra):
-        """A redis-server on a loopback port with its own directory, kept for stop(); when it serves."""
-        import redis
-
-        d = tempfile.mkdtemp(prefix=prefix, dir=workdir)
-        port = free_port()
-        proc = subprocess.Popen(
-            [
-                self.binary(),
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dir",
-                d,
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "everysec",
-                "--save",
-                "",
-                "--daemonize",
-                "no",
-                "--protected-mode",
-                "yes",
-                "--logfile",
-                os.path.join(d, "redis.log"),
-                *extra,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(host="127.0.0.1", port=port)
+        """A redis-server kept for stop(); when it serves."""
+        proc, client, d, port = serve(workdir, prefix, *extra)
         self.servers.append((proc, client, d))
-        for _ in range(200):
-            try:
-                client.ping()
-                return proc, client, d, port
-            except redis.ConnectionError:
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start (see {d}/redis.log)")
+        return proc, client, d, port
 
     def stop(self):
         for proc, client, d in getattr(self, "servers", []):
-            try:
-                client.close()
-            except Exception:
-                pass
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            shutil.rmtree(d, ignore_errors=True)
+            shut(proc, client, d)
 
     def _stream(self, run_id, client=None, port=None):
         client = client or self.client
@@ -161,6 +113,67 @@ class RedisStreams(System):
 
     def replicated_cleanup(self, spec, ctx):
         self._drop(ctx, self.ha_master[1])
+
+
+def serve(workdir, prefix, *extra):
+    """A redis-server on a loopback port with its own directory under ``workdir`` and an
+    append-only file (fsync every second); (process, client, directory, port) once it serves."""
+    import redis
+
+    d = tempfile.mkdtemp(prefix=prefix, dir=workdir)
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            RedisStreams.binary(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            d,
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            os.path.join(d, "redis.log"),
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            return proc, client, d, port
+        except redis.ConnectionError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    shut(proc, client, d)
+    raise RuntimeError(f"redis-server did not start (see {d}/redis.log)")
+
+
+def shut(proc, client, d):
+    """Stop a server ``serve`` started and remove its directory."""
+    try:
+        client.close()
+    except Exception:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def wait_replica_online(master, timeout: float = 30.0) -> None:

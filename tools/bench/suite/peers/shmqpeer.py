@@ -191,7 +191,8 @@ class Shmq(System):
 
     def extra_workloads(self, settings):
         """Backlog, then queue-count scaling (shmq only; 10,000 queues last, as the hardest), then
-        the cluster rows (1, 2 and 4 brokers of their own)."""
+        the cluster rows (1, 2 and 4 brokers of their own), then the worker-pool rows (a broker and a
+        redis-server of their own)."""
         out = {}
         reason = self.consumer_missing()
         if reason:
@@ -214,6 +215,12 @@ class Shmq(System):
         out["cluster"] = cluster_bench.run(
             settings.cluster_seconds, settings.reps, settings.cluster_brokers, namesrv=not settings.quick
         )
+        from tools.bench import pop_bench  # the same
+
+        try:
+            out["pop"] = pop_bench.run(settings.pop_messages, settings.reps, settings.pop_workers, settings.pop_rounds)
+        except Exception as e:
+            out["pop"] = {"error": f"{type(e).__name__}: {e}"}
         return out
 
     def _log_tail(self) -> str:
