@@ -1,6 +1,7 @@
 """POP against a real broker process, spoken in frames: after a SIGKILL of the broker nothing
 acked comes back, everything unacked comes back after its invisible time, and nothing sent is
-lost; two workers never hold the same message at once."""
+lost. (Workers that die, and a broker killed under four workers: tests/process/consumers/test_simple.py
+and tests/process/pop/test_pop_faults.py.)"""
 
 from __future__ import annotations
 
@@ -100,29 +101,3 @@ def test_after_a_broker_sigkill_acked_stay_acked_and_nothing_is_lost(store_dir, 
             assert len(seen) == len(set(seen)), "each once"
         finally:
             w.close()
-
-
-def test_messages_of_a_worker_that_dies_come_back_to_the_others(store_dir, broker_name, config):
-    with shmq.Broker(store_dir, broker_name, config):
-        with Producer("pg", broker=broker_name) as p:
-            for i in range(10):
-                p.send(Message("Jobs", b"job-%d" % i))
-        dying, other = Worker(broker_name, store_dir), Worker(broker_name, store_dir)
-        try:
-            _, held = dying.pop(10, 2000)
-            assert len(held) == 10
-            dying.close(detach=False)  # what a SIGKILL leaves: no detach, the liveness semaphore released
-            _, early = other.pop(10, 60_000)
-            assert early == [], "invisible until their invisible time is over, though their holder is gone"
-            back: list[bytes] = []
-            deadline = time.monotonic() + 30
-            while len(back) < 10 and time.monotonic() < deadline:
-                r, got = other.pop(10, 60_000)
-                back += got
-                if got:
-                    other.ack(r, list(range(len(got))))
-                else:
-                    time.sleep(0.05)
-            assert sorted(back) == sorted(held)
-        finally:
-            other.close()

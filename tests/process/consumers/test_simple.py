@@ -324,32 +324,6 @@ def test_messages_of_a_killed_worker_come_back_to_others_after_their_invisible_t
         assert {m.delivery_attempt for m in got if m.body.decode() not in taken} == {1} or len(taken) == 8
 
 
-def test_a_broker_sigkill_under_four_workers_loses_nothing_and_brings_back_nothing_acked(
-    store_dir, broker_name, config, tmp_path
-):
-    ctx = multiprocessing.get_context("spawn")
-    paths = [tmp_path / f"w{i}" for i in range(4)]
-    b = shmq.Broker(store_dir, broker_name, config)
-    procs: list = []
-    try:
-        procs = _workers(ctx, broker_name, paths, invisible=3.0)
-        assert wait_for(lambda: all(os.path.exists(f"{p}.ready") for p in paths), 60)
-        _send(broker_name, 400)
-        assert wait_for(lambda: sum(len(_rows(p)) for p in paths) >= 100, 60)
-        b.kill()
-        b = shmq.Broker(store_dir, broker_name, config)
-        assert wait_for(lambda: len({b for p in paths for b, _ in _rows(p)}) >= 400, 60)
-        time.sleep(4.0)  # past the invisible time: a message acked but brought back would show now
-    finally:
-        _stop(procs, paths)
-        b.stop()
-    rows = [r for p in paths for r in _rows(p)]
-    acked = Counter(b for b, attempt in rows if attempt)  # acks the broker answered
-    unsure = {b for b, attempt in rows if not attempt}  # acks cut by the kill: taken or not
-    assert sorted(map(int, set(acked) | unsure)) == list(range(400))  # nothing lost
-    assert [b for b, n in acked.items() if n > 1] == []  # nothing acked came again
-
-
 def test_a_consumer_holding_its_cap_of_unacked_messages_gets_a_one_line_busy_error(store_dir, broker_name, config):
     with shmq.Broker(store_dir, broker_name, {**config, "popMaxInflightPerClient": 20}):
         _send(broker_name, 30)
