@@ -13,7 +13,6 @@ once all of them are past their deadline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,12 +32,7 @@ SCAN_PER_QUEUE = 4096  # consume-queue entries one POP looks at in one queue (fi
 _FILTER_CACHE = 1024
 
 
-@dataclass(slots=True)
-class Delivery:
-    topic: str
-    queue_id: int
-    offset: int
-    row: Row
+Handed = dict[QueueKey, list[tuple[int, Row]]]  # per queue visited: (offset, row) put in flight, in order
 
 
 Filter = TagFilter | SqlFilter
@@ -55,22 +49,21 @@ class PopFetcher:
         self.state = state
         self._filters: dict[str, Filter] = {}
 
-    def pop(
-        self, pop: F.Pop, client: int, subs: dict[str, str | dict[str, str]], want: int, now_ms: int
-    ) -> tuple[list[Delivery], dict[QueueKey, list[int]]]:
-        """Hand out up to ``want`` messages; returns them and, per queue whose state changed, the
-        offsets put in flight (empty when only the cursor moved). BadExpressionError, before
-        anything is handed out, for a subscription the broker cannot filter by."""
+    def pop(self, pop: F.Pop, client: int, subs: dict[str, str | dict[str, str]], want: int, now_ms: int) -> Handed:
+        """Hand out up to ``want`` messages; returns, per queue whose state changed, the rows put
+        in flight with their offsets, in the order handed out (empty when only the cursor moved).
+        BadExpressionError, before anything is handed out, for a subscription the broker cannot
+        filter by."""
         filters = {topic: self._filter(e) for topic, e in subs.items()}
         fifo = bool(pop.flags & F.FLAG_FIFO)
         queues = self._queues(pop.group, subs, fifo)
-        got: list[Delivery] = []
-        moved: dict[QueueKey, list[int]] = {}
+        moved: Handed = {}
         if not queues:
-            return got, moved
+            return moved
+        got = 0
         start = self.state.start_index(pop.group, len(queues))
         for i in range(len(queues)):
-            if len(got) >= want:
+            if got >= want:
                 break
             topic, qid = queues[(start + i) % len(queues)]
             cq = self.core.store.find_consume_queue(topic, qid)
@@ -86,46 +79,39 @@ class PopFetcher:
                 if ready is None:
                     continue
                 if ready:
-                    self._again(key, qs, ready[: want - len(got)], client, pop, now_ms, got, moved)
+                    moved[key] = self._again(key, qs, ready[: want - got], client, pop, now_ms)
+                    got += len(moved[key])
                     continue
             retry = st.is_retry_topic(topic)
             flt = self._filter("*") if retry else filters[topic]
             every = _takes_all(flt)
             first = max(qs.cursor, cq.min_offset)
-            need = want - len(got)  # "*" takes every entry but blanks: no need to look further
+            need = want - got  # "*" takes every entry but blanks: no need to look further
             entries = cq.get_range(first, need if every else max(need, SCAN_PER_QUEUE))
             if len(entries) == 0:
                 continue
-            taken: list[int] = []
+            taken: list[tuple[int, Row]] = []
             k = 0
             deadline = now_ms + pop.invisible_ms
+            take, max_attempts = self.state.take_token, pop.max_attempts
             for k, (phys, size, code) in enumerate(entries.tolist(), 1):
                 if size == BLANK_SIZE or not (every or self._match(flt, phys, size, code)):
                     continue
                 attempt = self._attempt(phys, size) if retry else 1
-                row = Row(self.state.take_token(), deadline, attempt, pop.max_attempts, client, phys, size, fifo)
-                offset = first + k - 1
-                self.state.hand_out(key, offset, row)
-                got.append(Delivery(topic, qid, offset, row))
-                taken.append(offset)
-                if len(got) >= want:
+                taken.append((first + k - 1, Row(take(), deadline, attempt, max_attempts, client, phys, size, fifo)))
+                if got + len(taken) >= want:
                     break
+            self.state.hand_out_new(key, taken, client)
+            got += len(taken)
             qs.cursor = first + k
             moved[key] = taken
-        return got, moved
+        return moved
 
     def _again(
-        self,
-        key: QueueKey,
-        qs: QueueState,
-        offsets: list[int],
-        client: int,
-        pop: F.Pop,
-        now_ms: int,
-        got: list[Delivery],
-        moved: dict[QueueKey, list[int]],
-    ) -> None:
+        self, key: QueueKey, qs: QueueState, offsets: list[int], client: int, pop: F.Pop, now_ms: int
+    ) -> list[tuple[int, Row]]:
         """FIFO: hand the queue's rows out again in place, in order, with attempt + 1."""
+        out = []
         for offset in offsets:
             old = qs.rows[offset]
             row = Row(
@@ -139,8 +125,8 @@ class PopFetcher:
                 True,
             )
             self.state.hand_out(key, offset, row)
-            got.append(Delivery(key[1], key[2], offset, row))
-        moved[key] = offsets
+            out.append((offset, row))
+        return out
 
     def _queues(self, group: str, subs: dict[str, str | dict[str, str]], fifo: bool) -> list[tuple[str, int]]:
         """Every readable queue of the subscribed topics, then the group's retry queue (not for

@@ -114,6 +114,19 @@ class PopState:
         self.held[row.client] = self.held.get(row.client, 0) + 1
         self._push(row.deadline_ms, row.token, key, offset)
 
+    def hand_out_new(self, key: QueueKey, items: list[tuple[int, Row]], client: int) -> None:
+        """Put a pop's first deliveries in one queue in flight at once (the per-row work of
+        ``hand_out`` done per batch): ``items`` are (offset, row) above every row of the queue,
+        in order, each row held by ``client`` with its token taken by ``take_token``."""
+        if not items:
+            return
+        self.queues[key].rows.update(items)
+        self.rows += len(items)
+        self.held[client] = self.held.get(client, 0) + len(items)
+        heap, push = self._heap, heapq.heappush
+        for offset, row in items:
+            push(heap, (row.deadline_ms, row.token, key, offset))
+
     def check(self, key: QueueKey, offset: int, token: int) -> int:
         """The status of a receipt: OK (the row's current delivery), STALE (an earlier one) or
         UNKNOWN (never handed out, or settled)."""
@@ -131,6 +144,25 @@ class PopState:
             self.rows -= 1
             self._release(row.client)
         return row
+
+    def settle_many(self, key: QueueKey, offsets: list[int]) -> None:
+        """``settle`` of each of ``offsets`` (acked together), counting per client once."""
+        qs = self.queues.get(key)
+        if qs is None:
+            return
+        pop, held = qs.rows.pop, self.held
+        by_client: dict[int, int] = {}
+        for offset in offsets:
+            row = pop(offset, None)
+            if row is not None:
+                by_client[row.client] = by_client.get(row.client, 0) + 1
+        for client, n in by_client.items():
+            self.rows -= n
+            left = held.get(client, 0) - n
+            if left > 0:
+                held[client] = left
+            else:
+                held.pop(client, None)
 
     def change(self, key: QueueKey, offset: int, deadline_ms: int) -> Row:
         """A new invisible time for the row at ``offset`` (checked OK): a new token and deadline."""

@@ -115,7 +115,8 @@ def _arrays(payload: ReadBuffer, p: int, count: int, k: int, what: str) -> list[
     """``k`` i64 arrays of ``count`` values each at ``p``, filling the frame to its end exactly."""
     if len(payload) != p + 8 * count * k:
         raise CorruptFrameError(f"{what} frame is {len(payload)} bytes, its fields say {p + 8 * count * k}")
-    return [np.frombuffer(payload, "<i8", count, p + 8 * count * i).astype(np.int64) for i in range(k)]
+    block = np.frombuffer(payload, "<i8", count * k, p).astype(np.int64).reshape(k, count)  # one copy
+    return list(block)
 
 
 def _group(payload: ReadBuffer, p: int, g: int, what: str) -> str:

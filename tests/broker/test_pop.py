@@ -14,7 +14,7 @@ from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.codec import record as fmt
 
-from .pop_helpers import ack, bodies, change, join, open_core, pop, put, run, take, tick
+from .pop_helpers import ack, bodies, change, join, open_core, pop, put, receipts, run, take, tick
 
 
 @pytest.fixture
@@ -110,6 +110,23 @@ def test_receipts_get_their_statuses(core):
     bad = run(core, w, F.ACK, b"\x09" * 12)
     assert bad[0][0] == P.ERROR and bad[0][1].code == P.MESSAGE_ILLEGAL and "ack refused" in bad[0][1].message
     assert ack(core, w, r, [1]).statuses.tolist() == [F.RECEIPT_OK]
+
+
+def test_one_ack_frame_of_several_queues_gets_a_status_per_receipt(core):
+    w = Peer(1)
+    join(core, w)
+    put(core, "Jobs", [b"a", b"b", b"c", b"d"])  # one in each of the 4 queues
+    r = pop(core, w, 4)
+    assert sorted(r.queue_ids.tolist()) == [0, 1, 2, 3]
+    rows = [0, 1, 0, 2]  # the first receipt twice: the second copy is stale
+    topics, idx, qids, offs, toks = receipts(r, rows)
+    qids, offs, toks = [*qids, qids[0]], [*offs, offs[0] + 7], [*toks, toks[0]]  # and one never handed out
+    got = run(core, w, F.ACK, F.encode_receipts(9, 0, "wg", topics, [*idx, 0], qids, offs, toks))
+    result = got[0][1]
+    assert result.statuses.tolist() == [F.RECEIPT_OK, F.RECEIPT_OK, F.RECEIPT_STALE, F.RECEIPT_OK, F.RECEIPT_UNKNOWN]
+    assert "handed out again" in result.message, "the first refused receipt says why"
+    assert ack(core, w, r, [3]).statuses.tolist() == [F.RECEIPT_OK], "the one not in the frame is still in flight"
+    assert ack(core, w, r, [0, 1, 2]).statuses.tolist() == [F.RECEIPT_UNKNOWN] * 3, "settled by the first frame"
 
 
 def test_change_invisible_gives_a_new_token_and_the_old_one_is_stale(core):

@@ -14,14 +14,15 @@ something, or their deadline.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shmq.broker.answers import Peer
 from shmq.broker.groups import POP, check_group
-from shmq.broker.pop_fetch import Delivery, PopFetcher
-from shmq.broker.pop_state import QueueKey
+from shmq.broker.pop_fetch import Handed, PopFetcher
+from shmq.broker.pop_state import QueueKey, Row
 from shmq.broker.pop_store import PopStore, row_array
 from shmq.broker.pop_waiters import PopWaiter, PopWaiters
 from shmq.broker.schedule import now_ms
@@ -98,12 +99,12 @@ class PopProcessor:
         subs = self._subscriptions(pop.group, peer.client_id)
         if subs is None:  # the member left the group while it waited: nothing for it
             if answer_empty:
-                peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, now_ms(), []))))
+                peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, now_ms(), {}))))
             return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
         try:
-            got, moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
+            moved = self.fetch.pop(pop, peer.client_id, subs, want, ms)
         except BadExpressionError as e:  # a member that joined with an expression only it can evaluate
             _error(peer, pop.req_id, P.MESSAGE_ILLEGAL, f"the broker cannot filter this member's subscription: {e}")
             return True
@@ -114,19 +115,18 @@ class PopProcessor:
                 _error(peer, pop.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
                 return True
             self._progress(moved)
-        if not got and not answer_empty:
+        if not any(moved.values()) and not answer_empty:
             return False
-        peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, ms, got))))
+        peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, ms, moved))))
         return True
 
-    def _checkpoints(self, moved: dict[QueueKey, list[int]]) -> bytes:
+    def _checkpoints(self, moved: Handed) -> bytes:
+        """One CHECKPOINT record per queue a POP moved in: its rows handed out and its cursor."""
         assert self.fetch is not None
-        out = []
-        for key, offsets in moved.items():
-            qs = self.fetch.state.queues[key]
-            rows = row_array([(o, qs.rows[o]) for o in offsets])
-            out.append(L.encode(L.CHECKPOINT, key[0], key[1], key[2], qs.cursor, rows))
-        return b"".join(out)
+        queues = self.fetch.state.queues
+        return b"".join(
+            L.encode(L.CHECKPOINT, *key, queues[key].cursor, row_array(items)) for key, items in moved.items()
+        )
 
     # ------------------------------------------------------------------ ACK, CHANGE_INVISIBLE
 
@@ -148,39 +148,38 @@ class PopProcessor:
             return _error(peer, r.req_id, P.SERVICE_NOT_AVAILABLE, _REPLICA)
         state = self.fetch.state
         n = len(r.tokens)
-        statuses = np.zeros(n, np.int64)
+        statuses = [F.RECEIPT_OK] * n
         tokens = np.zeros(n, np.int64)
         message = ""
         ok: dict[QueueKey, list[int]] = {}
         ms = now_ms()
         foreign = [_foreign_topic(r.group, t) for t in r.topics]
         invisible = r.invisible_ms.tolist() if r.invisible_ms is not None else [0] * n
-        seen: set[tuple[QueueKey, int]] = set()
+        # per (topic index, queue id): the queue's key, its rows in flight, the offsets accepted
+        # in this frame (the same receipt twice: the first settles it, the second is stale)
+        queues: dict[tuple[int, int], tuple[QueueKey, dict[int, Row], list[int], set[int]]] = {}
+        no_rows: dict[int, Row] = {}
         for i, (t, qid, offset, token) in enumerate(
             zip(r.topic_idx.tolist(), r.queue_ids.tolist(), r.queue_offsets.tolist(), r.tokens.tolist())
         ):
-            topic = r.topics[t]
-            status, why = F.RECEIPT_OK, ""
-            if foreign[t]:
-                status, why = F.RECEIPT_ILLEGAL, foreign[t]
-            elif not 0 <= qid < MAX_QUEUE_NUMS or offset < 0:
-                status, why = F.RECEIPT_ILLEGAL, f"queue {qid} offset {offset} is out of range"
-            elif change and not 0 < invisible[i] <= F.MAX_INVISIBLE_MS:
-                status, why = F.RECEIPT_ILLEGAL, f"invisible time {invisible[i]} ms is not in 1..{F.MAX_INVISIBLE_MS}"
-            else:
-                key = (r.group, topic, qid)
-                status = state.check(key, offset, token)
-                if status == F.RECEIPT_OK and (key, offset) in seen:
-                    status = F.RECEIPT_STALE  # the same receipt twice in one frame: the first settled it
-                if status == F.RECEIPT_OK:
-                    seen.add((key, offset))
-                    ok.setdefault(key, []).append(offset)
-                    if change:
-                        tokens[i] = state.change(key, offset, ms + invisible[i]).token
-                why = _WHY.get(status, "")
+            q = queues.get((t, qid))
+            if q is None:
+                key = (r.group, r.topics[t], qid)
+                qs = state.queues.get(key)
+                q = queues[(t, qid)] = (key, qs.rows if qs is not None else no_rows, ok.setdefault(key, []), set())
+            key, rows, accepted, seen = q
+            row = rows.get(offset)
+            bad_time = change and not 0 < invisible[i] <= F.MAX_INVISIBLE_MS
+            if row is not None and row.token == token and offset not in seen and not (foreign[t] or bad_time):
+                if change:
+                    tokens[i] = state.change(key, offset, ms + invisible[i]).token
+                seen.add(offset)
+                accepted.append(offset)
+                continue
+            status, why = _refused(qid, offset, token, row, foreign[t], invisible[i] if bad_time else None)
             statuses[i] = status
-            if status != F.RECEIPT_OK and not message:
-                message = f"receipt of {topic} queue {qid} offset {offset}: {why}"
+            message = message or f"receipt of {key[1]} queue {qid} offset {offset}: {why}"
+        ok = {key: offsets for key, offsets in ok.items() if offsets}
         if ok:
             try:
                 self.store.append(self._settle_or_change(ok, change))
@@ -188,7 +187,7 @@ class PopProcessor:
                 return _error(peer, r.req_id, P.SYSTEM_ERROR, f"the broker cannot write its pop state: {e.strerror}")
             if not change:
                 self.settled(ok)
-        result = F.ReceiptResult(r.req_id, statuses, tokens, message)
+        result = F.ReceiptResult(r.req_id, np.array(statuses, np.int64), tokens, message)
         peer.out.append((F.RECEIPT_RESULT, F.encode_receipt_result(result)))
 
     def _settle_or_change(self, ok: dict[QueueKey, list[int]], change: bool) -> bytes:
@@ -210,8 +209,7 @@ class PopProcessor:
         assert self.fetch is not None
         state = self.fetch.state
         for key, offsets in done.items():
-            for offset in offsets:
-                state.settle(key, offset)
+            state.settle_many(key, offsets)
             if not state.queues[key].rows:
                 self._wake_groups.add(key[0])
         self._progress(done)
@@ -243,7 +241,7 @@ class PopProcessor:
 
     # ------------------------------------------------------------------ progress, long polls
 
-    def _progress(self, keys: dict[QueueKey, list[int]]) -> None:
+    def _progress(self, keys: Iterable[QueueKey]) -> None:
         """Commit each queue's low watermark as the group's offset when it moved."""
         assert self.fetch is not None
         offsets = self.core.offsets
@@ -301,6 +299,19 @@ _WHY = {
 }
 
 
+def _refused(qid: int, offset: int, token: int, row: Row | None, foreign: str, bad_time: int | None) -> tuple[int, str]:
+    """The status of a receipt not accepted, and why (the checks in the order a user reads them)."""
+    if foreign:
+        return F.RECEIPT_ILLEGAL, foreign
+    if not 0 <= qid < MAX_QUEUE_NUMS or offset < 0:
+        return F.RECEIPT_ILLEGAL, f"queue {qid} offset {offset} is out of range"
+    if bad_time is not None:
+        return F.RECEIPT_ILLEGAL, f"invisible time {bad_time} ms is not in 1..{F.MAX_INVISIBLE_MS}"
+    if row is None or token > row.token or token <= 0:
+        return F.RECEIPT_UNKNOWN, _WHY[F.RECEIPT_UNKNOWN]
+    return F.RECEIPT_STALE, _WHY[F.RECEIPT_STALE]  # an earlier delivery's, or the same receipt twice in one frame
+
+
 def _foreign_topic(group: str, topic: str) -> str:
     """Why no receipt of ``topic`` can be the group's (another group's retry topic, a DLQ, a
     system topic), or "" for a topic it may consume."""
@@ -309,26 +320,22 @@ def _foreign_topic(group: str, topic: str) -> str:
     return ""
 
 
-def _result(pop: F.Pop, ms: int, got: list[Delivery]) -> F.PopResult:
-    topics = list(dict.fromkeys(d.topic for d in got))
+def _result(pop: F.Pop, ms: int, moved: Handed) -> F.PopResult:
+    """The answer: one row per message handed out, in order (built as one table: a POP's fixed
+    cost is in numpy calls, not in its rows)."""
+    topics = list(dict.fromkeys(key[1] for key, items in moved.items() if items))
+    if not topics:
+        return F.empty_pop_result(pop.req_id, ms, pop.invisible_ms)
     index = {t: i for i, t in enumerate(topics)}
-
-    def col(values: list[int]) -> np.ndarray:
-        return np.array(values, np.int64)
-
-    return F.PopResult(
-        pop.req_id,
-        ms,
-        pop.invisible_ms,
-        topics,
-        col([index[d.topic] for d in got]),
-        col([d.queue_id for d in got]),
-        col([d.offset for d in got]),
-        col([d.row.phys for d in got]),
-        col([d.row.size for d in got]),
-        col([d.row.attempt for d in got]),
-        col([d.row.token for d in got]),
+    table = np.array(
+        [
+            (index[topic], qid, offset, row.phys, row.size, row.attempt, row.token)
+            for (_, topic, qid), items in moved.items()
+            for offset, row in items
+        ],
+        np.int64,
     )
+    return F.PopResult(pop.req_id, ms, pop.invisible_ms, topics, *table.T)
 
 
 def _error(peer: Peer, req_id: int, code: int, message: str) -> None:
