@@ -39,6 +39,19 @@ def test_pop_result_round_trip() -> None:
         assert a.tolist() == b.tolist()
     empty = F.decode_pop_result(F.encode_pop_result(F.empty_pop_result(3, 5, 6)))
     assert len(empty.tokens) == 0 and empty.topics == []
+    rows = F.encode_pop_result_rows(9, 1000, 15_000, r.topics, np.column_stack(cols))
+    assert rows == F.encode_pop_result(r), "the broker's table encoding is the same frame"
+    none = F.encode_pop_result_rows(3, 5, 6, [], np.zeros((0, 7), np.int64))
+    assert none == F.encode_pop_result(F.empty_pop_result(3, 5, 6))
+    with pytest.raises(ValueError, match="not"):
+        F.encode_pop_result_rows(3, 5, 6, [], np.zeros((2, 6), np.int64))
+
+
+def test_a_negative_topic_index_is_refused() -> None:
+    ack = bytearray(F.encode_receipts(1, 2, "wg", ["A"], [0], [3], [10], [100]))
+    ack[-32:-24] = (-1).to_bytes(8, "little", signed=True)  # the topic index column (one receipt)
+    with pytest.raises(CorruptFrameError, match="topic index"):
+        F.decode_receipts(bytes(ack), False)
 
 
 def test_receipts_round_trip_for_ack_and_change() -> None:

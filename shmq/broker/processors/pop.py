@@ -99,7 +99,7 @@ class PopProcessor:
         subs = self._subscriptions(pop.group, peer.client_id)
         if subs is None:  # the member left the group while it waited: nothing for it
             if answer_empty:
-                peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, now_ms(), {}))))
+                peer.out.append((F.POP_RESULT, _result(pop, now_ms(), {})))
             return answer_empty
         want = min(pop.max_nums, self.cap - self.fetch.state.client_rows(peer.client_id))
         ms = now_ms()
@@ -117,7 +117,7 @@ class PopProcessor:
             self._progress(moved)
         if not any(moved.values()) and not answer_empty:
             return False
-        peer.out.append((F.POP_RESULT, F.encode_pop_result(_result(pop, ms, moved))))
+        peer.out.append((F.POP_RESULT, _result(pop, ms, moved)))
         return True
 
     def _checkpoints(self, moved: Handed) -> bytes:
@@ -320,12 +320,10 @@ def _foreign_topic(group: str, topic: str) -> str:
     return ""
 
 
-def _result(pop: F.Pop, ms: int, moved: Handed) -> F.PopResult:
-    """The answer: one row per message handed out, in order (built as one table: a POP's fixed
-    cost is in numpy calls, not in its rows)."""
+def _result(pop: F.Pop, ms: int, moved: Handed) -> bytes:
+    """The POP_RESULT payload: one row per message handed out, in order (built as one table: a
+    POP's fixed cost is in numpy calls, not in its rows)."""
     topics = list(dict.fromkeys(key[1] for key, items in moved.items() if items))
-    if not topics:
-        return F.empty_pop_result(pop.req_id, ms, pop.invisible_ms)
     index = {t: i for i, t in enumerate(topics)}
     table = np.array(
         [
@@ -334,8 +332,8 @@ def _result(pop: F.Pop, ms: int, moved: Handed) -> F.PopResult:
             for offset, row in items
         ],
         np.int64,
-    )
-    return F.PopResult(pop.req_id, ms, pop.invisible_ms, topics, *table.T)
+    ).reshape(-1, 7)
+    return F.encode_pop_result_rows(pop.req_id, ms, pop.invisible_ms, topics, table)
 
 
 def _error(peer: Peer, req_id: int, code: int, message: str) -> None:
