@@ -29,12 +29,11 @@ def popped_messages(
     skipped with a warning: the broker delivers it again after its invisible time."""
     out: list[PoppedMessageExt] = []
     topics = result.topics
-    for i in range(len(result.tokens)):
-        offset, size = int(result.commitlog_offsets[i]), int(result.sizes[i])
-        topic = topics[int(result.topic_idx[i])]
-        receipt = ReceiptHandle(
-            broker_name, topic, int(result.queue_ids[i]), int(result.queue_offsets[i]), int(result.tokens[i])
-        )
+    r = result
+    columns = (r.topic_idx, r.queue_ids, r.queue_offsets, r.commitlog_offsets, r.sizes, r.attempts, r.tokens)
+    for t, qid, qoff, offset, size, attempt, token in zip(*(c.tolist() for c in columns)):  # ints, not numpy scalars
+        topic = topics[t]
+        receipt = ReceiptHandle(broker_name, topic, qid, qoff, token)
         try:
             m = _read(store, offset, size)
         except CorruptRecordError as e:
@@ -42,7 +41,7 @@ def popped_messages(
             continue
         if topic == retry_topic:
             m.topic = m.properties.get(fmt.PROPERTY_RETRY_TOPIC) or topic
-        m.delivered(receipt, int(result.attempts[i]))
+        m.delivered(receipt, attempt)
         out.append(m)
     return out
 

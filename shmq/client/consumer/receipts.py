@@ -153,11 +153,12 @@ class ReceiptSender:
             batch = self._take(result.req_id)
             if batch is None:
                 return True
+            statuses, tokens = result.statuses.tolist(), result.tokens.tolist()  # ints, not numpy scalars
             for i, q in enumerate(batch):
-                status = int(result.statuses[i]) if i < len(result.statuses) else F.RECEIPT_ILLEGAL
+                status = statuses[i] if i < len(statuses) else F.RECEIPT_ILLEGAL
                 if status == F.RECEIPT_OK:
                     if q.renew is not None:
-                        q.renew(int(result.tokens[i]))
+                        q.renew(tokens[i])
                     q.future.set_result(None)
                 else:
                     q.future.set_exception(_refused(q, status, result.message))
