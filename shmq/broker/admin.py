@@ -54,6 +54,7 @@ class AdminTarget(Protocol):
         write_queue_nums: int | None = None,
         perm: int | None = None,
         persist: bool = True,
+        order: bool | None = None,
     ) -> TopicConfig: ...
 
     def delete_topic(self, name: str) -> bool: ...
@@ -159,8 +160,15 @@ def _user_topic(b: AdminTarget, a: JsonObject, deleting: bool = False) -> str:
 
 
 def _update_topic(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
+    order = a.get("order")
+    if order is not None and not isinstance(order, bool):
+        raise ValueError(f"order must be true or false, got {order!r:.40}")
     tc = b.update_topic(
-        _user_topic(b, a), _opt_int(a, "read_queue_nums"), _opt_int(a, "write_queue_nums"), _opt_int(a, "perm")
+        _user_topic(b, a),
+        _opt_int(a, "read_queue_nums"),
+        _opt_int(a, "write_queue_nums"),
+        _opt_int(a, "perm"),
+        order=order,
     )
     return {"topic": tc.to_json()}
 
@@ -292,8 +300,8 @@ def _reset_offset(b: AdminTarget, client_id: int, a: JsonObject) -> JsonObject:
 
 _QUEUE_ARGS = frozenset({"topic", "queue_id"})
 COMMANDS: dict[str, tuple[Callable[[AdminTarget, int, JsonObject], JsonObject], frozenset[str]]] = {
-    "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
-    "update_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm"})),
+    "create_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm", "order"})),
+    "update_topic": (_update_topic, frozenset({"topic", "read_queue_nums", "write_queue_nums", "perm", "order"})),
     "delete_topic": (_delete_topic, frozenset({"topic"})),
     "list_topics": (_list_topics, frozenset()),
     "join_group": (_join_group, frozenset({"group", "model", "subscriptions"})),

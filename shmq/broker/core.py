@@ -390,19 +390,20 @@ class BrokerCore:
         write_queue_nums: int | None = None,
         perm: int | None = None,
         persist: bool = True,
+        order: bool | None = None,
     ) -> TopicConfig:
         """Create or change a topic and publish it; if the state segment is full the change is undone
         (ValueError), so one client's topic never takes the broker down. ``persist=False``
         (auto-created topics): ``end_pass`` writes topics.json before the pass's answers go out."""
         old = self.topics.get(name)
-        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm, persist)
+        tc = self.topics.create_or_update(name, read_queue_nums, write_queue_nums, perm, persist, order)
         try:
             self.publish_topics()
         except ValueError:
             if old is None:
                 self.topics.delete(name)
             else:
-                self.topics.create_or_update(name, old.read_queue_nums, old.write_queue_nums, old.perm)
+                self.topics.create_or_update(name, old.read_queue_nums, old.write_queue_nums, old.perm, order=old.order)
             raise
         return tc
 

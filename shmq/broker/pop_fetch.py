@@ -6,9 +6,10 @@ In a queue the group reads from its cursor; a new group starts at its committed 
 the queue's min offset (a worker pool sees the jobs sent before it started). Filters are the
 broker's: the tag hash of the consume-queue entry, then the tag string of the record (hashes
 collide), or an SQL92 expression on the record's properties; a message that does not match is
-passed over (its offset counts as settled, as RocketMQ acks it at once). A FIFO pop takes a
-queue only while the group has nothing in flight there, or hands its rows out again in place
-once all of them are past their deadline.
+passed over (its offset counts as settled, as RocketMQ acks it at once). A FIFO pop (the
+consumer's ``fifo=True``, or any pop of a topic created with ``order=True``) takes a queue only
+while the group has nothing in flight there, or hands its rows out again in place once all of
+them are past their deadline.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class PopFetcher:
         filter by."""
         filters = {topic: self._filter(e) for topic, e in subs.items()}
         fifo = bool(pop.flags & F.FLAG_FIFO)
+        ordered = self._ordered(subs)  # topics created with order=True: FIFO for every group
         queues = self._queues(pop.group, subs, fifo)
         moved: Handed = {}
         if not queues:
@@ -74,7 +76,8 @@ class PopFetcher:
             if qs is None:
                 committed = self.core.offsets.query(*key)
                 qs = self.state.queue(key, committed if committed >= 0 else cq.min_offset)
-            if fifo:
+            held = fifo or topic in ordered
+            if held:
                 ready = qs.fifo_ready(now_ms)
                 if ready is None:
                     continue
@@ -98,7 +101,7 @@ class PopFetcher:
                 if size == BLANK_SIZE or not (every or self._match(flt, phys, size, code)):
                     continue
                 attempt = self._attempt(phys, size) if retry else 1
-                taken.append((first + k - 1, Row(take(), deadline, attempt, max_attempts, client, phys, size, fifo)))
+                taken.append((first + k - 1, Row(take(), deadline, attempt, max_attempts, client, phys, size, held)))
                 if got + len(taken) >= want:
                     break
             self.state.hand_out_new(key, taken, client)
@@ -127,6 +130,11 @@ class PopFetcher:
             self.state.hand_out(key, offset, row)
             out.append((offset, row))
         return out
+
+    def _ordered(self, subs: dict[str, str | dict[str, str]]) -> set[str]:
+        """The subscribed topics created with ``order=True``."""
+        topics = self.core.topics
+        return {t for t in subs if (tc := topics.get(t)) is not None and tc.order}
 
     def _queues(self, group: str, subs: dict[str, str | dict[str, str]], fifo: bool) -> list[tuple[str, int]]:
         """Every readable queue of the subscribed topics, then the group's retry queue (not for

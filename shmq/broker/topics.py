@@ -24,12 +24,15 @@ MAX_QUEUE_NUMS = 1024
 
 @dataclass
 class TopicConfig:
-    """RocketMQ's TopicConfig: queue counts for readers and writers, and a perm bit set."""
+    """RocketMQ's TopicConfig: queue counts for readers and writers, a perm bit set, and ``order``
+    (an ordered topic: every POP group takes a queue's messages one delivery at a time, as a FIFO
+    group does)."""
 
     name: str
     read_queue_nums: int = 4
     write_queue_nums: int = 4
     perm: int = PERM_RW
+    order: bool = False
     _next_queue: int = 0
 
     @property
@@ -52,6 +55,7 @@ class TopicConfig:
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
             "perm": self.perm,
+            "order": self.order,
         }
 
 
@@ -82,7 +86,10 @@ def topic_from_json(name: str, entry: Any) -> TopicConfig:
         raise ValueError(f"topicName {entry.get('topicName')!r:.60} differs from its key")
     read, write, perm = entry.get("readQueueNums"), entry.get("writeQueueNums"), entry.get("perm")
     _check_nums(read, write, perm)  # type: ignore[arg-type]
-    return TopicConfig(name, read, write, perm)  # type: ignore[arg-type]
+    order = entry.get("order", False)
+    if not isinstance(order, bool):
+        raise ValueError(f"order must be true or false, got {order!r:.40}")
+    return TopicConfig(name, read, write, perm, order)  # type: ignore[arg-type]
 
 
 class TopicConfigManager:
@@ -115,8 +122,9 @@ class TopicConfigManager:
         write_queue_nums: int | None = None,
         perm: int | None = None,
         persist: bool = True,
+        order: bool | None = None,
     ) -> TopicConfig:
-        """RocketMQ's updateTopic: create the topic, or change its queue counts and perm.
+        """RocketMQ's updateTopic: create the topic, or change its queue counts, perm and order.
 
         ``persist=False`` (auto-create) leaves the write to the caller: the whole table is
         rewritten each time, and with thousands of topics created one by one that was most of
@@ -135,7 +143,8 @@ class TopicConfigManager:
         )
         p = perm if perm is not None else (old.perm if old else PERM_RW)
         _check_nums(read, write, p)
-        tc = TopicConfig(name, read, write, p)
+        o = order if order is not None else (old.order if old else False)
+        tc = TopicConfig(name, read, write, p, o)
         self.topics[name] = tc
         if persist:
             self.persist()

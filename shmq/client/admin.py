@@ -43,6 +43,7 @@ class TopicInfo:
     perm: int
     system: bool = False  # a system topic (retry, DLQ, schedule, timer, transaction, trace): the broker's
     brokers: tuple[str, ...] = ()  # a cluster admin's answer: the brokers holding the topic so
+    order: bool = False  # an ordered topic: POP groups take each queue one delivery at a time (FIFO)
 
     @property
     def queues(self) -> int:
@@ -60,7 +61,14 @@ class TopicInfo:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicInfo:
         name = str(d["topicName"])
-        return cls(name, int(d["readQueueNums"]), int(d["writeQueueNums"]), int(d["perm"]), is_system_topic(name))
+        return cls(
+            name,
+            int(d["readQueueNums"]),
+            int(d["writeQueueNums"]),
+            int(d["perm"]),
+            is_system_topic(name),
+            order=bool(d.get("order", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,10 @@ class Admin:
         self.broker_name = broker_name_or_default(broker)
         self.timeout = timeout
 
-    def create_topic(self, name: str, queues: int = 4, perm: int = PERM_RW) -> TopicInfo:
-        """Create ``name`` with ``queues`` read and write queues (or set them, if it exists)."""
-        return self.update_topic(name, read_queue_nums=queues, write_queue_nums=queues, perm=perm)
+    def create_topic(self, name: str, queues: int = 4, perm: int = PERM_RW, order: bool = False) -> TopicInfo:
+        """Create ``name`` with ``queues`` read and write queues (or set them, if it exists);
+        ``order=True`` makes it an ordered topic (every POP group is FIFO on it)."""
+        return self.update_topic(name, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order)
 
     def update_topic(
         self,
@@ -125,13 +134,14 @@ class Admin:
         read_queue_nums: int | None = None,
         write_queue_nums: int | None = None,
         perm: int | None = None,
+        order: bool | None = None,
     ) -> TopicInfo:
         """Change what is given (``queues`` sets both counts); the rest stays. Creates the topic
         if it does not exist. Returns the topic as the broker now has it."""
         if queues is not None:
             read_queue_nums = queues if read_queue_nums is None else read_queue_nums
             write_queue_nums = queues if write_queue_nums is None else write_queue_nums
-        given = {"read_queue_nums": read_queue_nums, "write_queue_nums": write_queue_nums, "perm": perm}
+        given = {"read_queue_nums": read_queue_nums, "write_queue_nums": write_queue_nums, "perm": perm, "order": order}
         args: dict[str, Any] = {"topic": name, **{k: v for k, v in given.items() if v is not None}}
         return TopicInfo.from_json(self._call("update_topic", args)["topic"])
 

@@ -135,11 +135,19 @@ class ClusterAdmin(Admin):
     # ------------------------------------------------------------------ topics
 
     def create_topic(
-        self, name: str, queues: int = 4, perm: int = PERM_RW, *, brokers: Iterable[str] | None = None
+        self,
+        name: str,
+        queues: int = 4,
+        perm: int = PERM_RW,
+        order: bool = False,
+        *,
+        brokers: Iterable[str] | None = None,
     ) -> TopicInfo:
         """Create ``name`` with ``queues`` queues on every master (or on the masters named in
         ``brokers``); the config as set, with ``brokers`` saying where."""
-        return self.update_topic(name, read_queue_nums=queues, write_queue_nums=queues, perm=perm, brokers=brokers)
+        return self.update_topic(
+            name, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order, brokers=brokers
+        )
 
     def update_topic(
         self,
@@ -149,6 +157,7 @@ class ClusterAdmin(Admin):
         read_queue_nums: int | None = None,
         write_queue_nums: int | None = None,
         perm: int | None = None,
+        order: bool | None = None,
         brokers: Iterable[str] | None = None,
     ) -> TopicInfo:
         """``Admin.update_topic`` on every master (or those named in ``brokers``); the first
@@ -157,7 +166,12 @@ class ClusterAdmin(Admin):
             (
                 n,
                 a.update_topic(
-                    name, queues, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums, perm=perm
+                    name,
+                    queues,
+                    read_queue_nums=read_queue_nums,
+                    write_queue_nums=write_queue_nums,
+                    perm=perm,
+                    order=order,
                 ),
             )
             for n, a in self.each(brokers, masters_only=True)

@@ -128,12 +128,15 @@ def _mirror_topics(core: BrokerCore, text: bytes) -> None:
         changed |= topics.delete(name)
     for name, tc in wanted.items():
         old = topics.get(name)
-        if old is None or (old.read_queue_nums, old.write_queue_nums, old.perm) != (
+        if old is None or (old.read_queue_nums, old.write_queue_nums, old.perm, old.order) != (
             tc.read_queue_nums,
             tc.write_queue_nums,
             tc.perm,
+            tc.order,
         ):
-            topics.create_or_update(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, persist=False)
+            topics.create_or_update(
+                name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, persist=False, order=tc.order
+            )
             changed = True
     if changed:
         try:

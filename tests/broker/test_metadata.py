@@ -119,9 +119,10 @@ def test_garbage_topics_json_without_backup_rebuilds_every_topic(store_dir, conf
         {"topicName": "New", "readQueueNums": True, "writeQueueNums": 4, "perm": 6},
         {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 10**9, "perm": 6},
         {"topicName": "Other", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
+        {"topicName": "New", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "order": "yes"},
         ["not", "an", "object"],
     ],
-    ids=["write0", "str", "list-perm", "perm-bits", "bool", "huge", "name", "list"],
+    ids=["write0", "str", "list-perm", "perm-bits", "bool", "huge", "name", "order", "list"],
 )
 def test_a_bad_topic_entry_is_dropped_and_rebuilt(store_dir, config, caplog, entry):
     """Regression: writeQueueNums 0 loaded and the first send died (ZeroDivisionError); wrong

@@ -170,6 +170,20 @@ def test_fifo_holds_a_queue_and_redelivers_in_place_in_order(core):
     assert core.store.find_consume_queue("%RETRY%wg", 0) is None, "FIFO groups never use the retry topic"
 
 
+def test_an_ordered_topic_is_fifo_for_every_pop_group(core):
+    """A topic created with order=True holds its queues as a FIFO group does, without the flag;
+    the group's other topics are not held."""
+    core.update_topic("Seq", 2, 2, order=True)
+    w, other = Peer(1), Peer(2)
+    join(core, w, subs={"Seq": "*"}), join(core, other, subs={"Seq": "*"})
+    put(core, "Seq", [b"s1", b"s2"], qid=0)
+    r = pop(core, w, 1)
+    assert bodies(core, r) == [b"s1"]
+    assert len(pop(core, other, 8).tokens) == 0, "the ordered queue is held while s1 is in flight"
+    ack(core, w, r)
+    assert bodies(core, pop(core, other, 8)) == [b"s2"]
+
+
 def test_filters_pass_over_what_does_not_match(core):
     w = Peer(1)
     join(core, w, subs={"Jobs": "A || C"})
@@ -308,3 +322,15 @@ def test_a_subscription_the_broker_cannot_filter_is_refused_in_one_line(core):
     assert got[0][0] == P.ERROR and got[0][1].code == P.MESSAGE_ILLEGAL
     assert got[0][1].message.startswith("the broker cannot filter this member's subscription: ")
     assert core.pop_store.state.rows == 0
+
+
+def test_order_survives_a_restart_and_an_update_that_does_not_name_it(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with open_core(store_dir) as core:
+        core.update_topic("Seq", 2, 2, order=True)
+        core.update_topic("Seq", 4, 4)
+        assert core.topics.get("Seq").order
+    with open_core(store_dir) as core:
+        assert core.topics.get("Seq").order and core.topics.get("Seq").read_queue_nums == 4
+        core.update_topic("Seq", order=False)
+        assert not core.topics.get("Seq").order

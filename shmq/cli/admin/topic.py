@@ -55,6 +55,7 @@ def info_data(t: TopicInfo) -> dict[str, Any]:
         "perm": t.perm,
         "read_queue_nums": t.read_queue_nums,
         "write_queue_nums": t.write_queue_nums,
+        "order": t.order,
     }
     if t.brokers:
         data["brokers"] = list(t.brokers)
@@ -132,7 +133,7 @@ def _render_info(data: dict[str, Any]) -> str:
     where = f" on {', '.join(data['brokers'])}" if "brokers" in data else ""
     return (
         f"topic {data['topic']}: {data['read_queue_nums']} read / {data['write_queue_nums']} write queues, "
-        f"perm {perm_text(data['perm'])}{where}"
+        f"perm {perm_text(data['perm'])}{', ordered' if data.get('order') else ''}{where}"
     )
 
 
@@ -157,7 +158,9 @@ def _on_brokers(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _create(args: argparse.Namespace) -> Result:
-    t = admin_of(args).create_topic(args.topic, queues=args.queues, perm=args.perm, **_on_brokers(args))
+    t = admin_of(args).create_topic(
+        args.topic, queues=args.queues, perm=args.perm, order=args.order, **_on_brokers(args)
+    )
     return Result(info_data(t), _render_info)
 
 
@@ -207,6 +210,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("topic", metavar="TOPIC")
     c.add_argument("--queues", type=_positive, default=4, help="read and write queues (default 4)")
     c.add_argument("--perm", type=int, choices=PERMS, default=6, help="2 write, 4 read, 6 both (default 6)")
+    c.add_argument(
+        "--order", action="store_true", help="an ordered topic: every POP group takes each queue one delivery at a time"
+    )
     _add_broker_choice(c)
     add_common(c)
     c.set_defaults(run=_create)

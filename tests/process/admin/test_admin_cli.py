@@ -50,7 +50,17 @@ def test_topics_groups_clients_and_status(
 ) -> None:
     with shmq.Broker(store_dir, name=broker_name, config=config) as broker:
         made = admin_json(capsys, "topic", "create", "Orders", "--queues", "3", "--name", broker_name)
-        assert made == {"topic": "Orders", "system": False, "perm": 6, "read_queue_nums": 3, "write_queue_nums": 3}
+        assert made == {
+            "topic": "Orders",
+            "system": False,
+            "perm": 6,
+            "read_queue_nums": 3,
+            "write_queue_nums": 3,
+            "order": False,
+        }
+        assert admin_json(capsys, "topic", "create", "Seq", "--order", "--name", broker_name)["order"] is True
+        assert shmq.Admin(broker_name).topics()["Seq"].order
+        assert shmq.Admin(broker_name).delete_topic("Seq")
         p = Producer("pg", broker=broker_name).start()
         try:
             for i in range(7):

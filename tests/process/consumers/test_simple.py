@@ -147,12 +147,18 @@ def test_tag_and_sql_filters_are_applied_by_the_broker(store_dir, broker_name, c
             assert sorted(int(m.body) for m in got) == [15, 16, 17, 18, 19]
 
 
-def test_a_fifo_group_gets_a_queues_next_message_only_after_the_previous_is_acked(store_dir, broker_name, config):
+@pytest.mark.parametrize("made_fifo_by", ["consumer", "topic"])
+def test_a_fifo_group_gets_a_queues_next_message_only_after_the_previous_is_acked(
+    store_dir, broker_name, config, made_fifo_by
+):
+    """FIFO by the consumer's ``fifo=True``, or by a topic created with ``order=True``."""
     with shmq.Broker(store_dir, broker_name, config):
+        if made_fifo_by == "topic":
+            assert shmq.Admin(broker_name).create_topic("Jobs", 4, order=True).order
         with Producer("sp", broker=broker_name) as p:
             for i in range(6):
                 p.send(Message("Jobs", b"%d" % i), sharding_key="order-1")
-        with _consumer(broker_name, "fifo", fifo=True) as sc:
+        with _consumer(broker_name, "fifo", fifo=made_fifo_by == "consumer") as sc:
             seen: list[int] = []
             while len(seen) < 6:
                 batch = sc.receive(1, 30.0)
