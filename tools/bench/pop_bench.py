@@ -362,10 +362,13 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _redis_server(workdir: str) -> tuple[Any, Any, str, int] | str:
-    """A redis-server of its own, or why there is none."""
+    """A redis-server of its own, or why there is none (redis-py comes with the bench extra,
+    installed here when missing, as the suite does: on a fresh machine this may run first)."""
     try:
+        from tools.bench.suite import install
         from tools.bench.suite.peers.redisstreams import RedisStreams, serve
 
+        install.ensure_clients(("redis",))
         why = RedisStreams().install()
         return why if why else serve(workdir, "redis-pop.")
     except Exception as e:
