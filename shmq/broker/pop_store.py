@@ -12,6 +12,7 @@ whenever the log grew by its compaction size (``popLogCompactBytes``) since the 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -104,21 +105,27 @@ class PopStore:
         try:
             os.makedirs(self.dir, mode=0o700, exist_ok=True)
             os.chmod(self.dir, 0o700)
-            self.state = self._recover()
-            self.compact()
+            self.state, end = self._recover()
+            try:
+                self.compact()
+            except OSError as e:  # a full disk must not keep a broker with a sound log from starting
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT) or end < len(L.MAGIC):
+                    raise
+                self._append_as_is(end, e)
         except OSError as e:
             raise MetadataError(
                 f"the pop log {self.path} cannot be read or written ({e.strerror}); the broker will not "
                 f"start without its POP state. Make {self.dir} writable by the broker's user, or free space"
             ) from None
 
-    def _recover(self) -> PopState:
+    def _recover(self) -> tuple[PopState, int]:
+        """The state the log holds, and where its sound records end (0: no log yet)."""
         state = PopState()
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return state
+            return state, 0
         d = L.decode(data)
         for rec in d.records:
             apply(state, rec)
@@ -134,7 +141,20 @@ class PopStore:
                 len(data) - d.end,
                 aside,
             )
-        return state
+        return state, d.end
+
+    def _append_as_is(self, end: int, e: OSError) -> None:
+        """No room to compact at start: append to the log as found, cut after its last sound
+        record (cutting needs no space), and compact on a tick once writes work again."""
+        try:
+            os.unlink(self.path + ".tmp")
+        except FileNotFoundError:
+            pass
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        os.ftruncate(self.fd, end)
+        self.size = self.compacted = end
+        self.compact_after_failure = True
+        log.warning("pop log %s: no room to compact it at start (%s); appending to it as found", self.path, e.strerror)
 
     def compact(self) -> None:
         """Write the live state to a new file and rename it over the log (the old file stays
