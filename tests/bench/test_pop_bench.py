@@ -17,8 +17,9 @@ def test_every_system_takes_every_job_and_its_processes_spend_cpu_on_them(
     workers' CPU; the latency row has its percentiles. No speed is asserted."""
     name = ipc_tracker.name("pb")
     ipc_tracker.store(str(tmp_path / name))
-    res = pop_bench.run(messages=2_000, reps=1, counts=(1, 2), rounds=50, name=name, root=str(tmp_path))
-    assert set(res["workers"]) == {"1", "2"}
+    # one worker here: the suite smoke test (tests/bench/test_suite_smoke.py) runs two
+    res = pop_bench.run(messages=1_000, reps=1, counts=(1,), rounds=50, name=name, root=str(tmp_path))
+    assert set(res["workers"]) == {"1"}
     spent = 0.0
     for row in res["workers"].values():
         assert set(row) == set(pop_bench.SYSTEMS)
@@ -31,7 +32,7 @@ def test_every_system_takes_every_job_and_its_processes_spend_cpu_on_them(
     assert spent > 0  # per run CPU time is counted in 10 ms ticks: a short run may show none
     lat = res["latency"]
     assert lat["rounds"] == 50 and 0 < lat["ack_us"]["p50"] <= lat["cycle_us"]["p99"]
-    assert len(pop_bench.summary(res)) == 1 + 2 * len(pop_bench.SYSTEMS) + 1
+    assert len(pop_bench.summary(res)) == 1 + len(pop_bench.SYSTEMS) + 1
 
 
 def _pop() -> dict:
