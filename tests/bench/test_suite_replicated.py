@@ -10,6 +10,7 @@ from __future__ import annotations
 from tools.bench.suite.runner import selected, workloads
 from tools.bench.suite.settings import settings
 
+
 def test_workload_words_select_by_substring_and_none_selects_all():
     wl = workloads(settings(True))
     keys = [k for k, _, _ in selected(wl, ["replicated"])]
