@@ -24,6 +24,7 @@ from shmq.codec import frames as P
 from shmq.codec import pop_frames as F
 from shmq.errors import BrokerGoneError, ReceiptError, ShmqError, broker_error
 from shmq.model.message_ext import ReceiptHandle
+from shmq.ring.framing import RingLayout
 
 # the longest a queued receipt waits for company before the flusher writes it (a worker's loop
 # writes them sooner: its next receive flushes first)
@@ -109,6 +110,24 @@ class ReceiptSender:
                     self._write(part[i : i + F.MAX_RECEIPTS])
 
     def _write(self, batch: list[_Queued]) -> None:
+        """One frame of ``batch``, or two of its halves when it would not fit the request ring
+        (4,096 receipts of a CHANGE_INVISIBLE are 160 KiB; a consumer's ring takes 128 KiB a frame)."""
+        payload, req_id = self._encode(batch)
+        if len(payload) > RingLayout(self._conn.ring_bytes).max_payload and len(batch) > 1:
+            half = len(batch) // 2
+            self._write(batch[:half])
+            self._write(batch[half:])
+            return
+        with self._lock:
+            self._sent[req_id] = batch
+        change = bool(batch[0].invisible_ms)
+        try:
+            self._conn.write_frame(F.CHANGE_INVISIBLE if change else F.ACK, payload, time.monotonic() + WRITE_TIMEOUT_S)
+        except (ShmqError, OSError) as e:
+            self._fail(req_id, e)
+
+    def _encode(self, batch: list[_Queued]) -> tuple[bytes, int]:
+        """The ACK or CHANGE_INVISIBLE payload of ``batch``, and its request id."""
         topics: dict[str, int] = {}
         idx = [topics.setdefault(q.receipt.topic, len(topics)) for q in batch]
         change = bool(batch[0].invisible_ms)
@@ -124,12 +143,7 @@ class ReceiptSender:
             [q.receipt.token for q in batch],
             [q.invisible_ms for q in batch] if change else None,
         )
-        with self._lock:
-            self._sent[req_id] = batch
-        try:
-            self._conn.write_frame(F.CHANGE_INVISIBLE if change else F.ACK, payload, time.monotonic() + WRITE_TIMEOUT_S)
-        except (ShmqError, OSError) as e:
-            self._fail(req_id, e)
+        return payload, req_id
 
     def _flusher(self) -> None:
         while self._running:

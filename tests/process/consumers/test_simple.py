@@ -409,3 +409,23 @@ def test_a_received_message_carries_what_a_pull_reads(store_dir, broker_name, co
     fields = ("topic", "body", "tags", "keys", "properties", "queue_id", "queue_offset", "msg_id", "offset_msg_id")
     fields += ("born_timestamp", "store_timestamp", "store_size", "reconsume_times", "commit_log_offset")
     assert [[getattr(m, f) for f in fields] for m in got] == [[getattr(m, f) for f in fields] for m in pulled]
+
+
+def test_thousands_of_receipts_queued_at_once_go_out_in_frames_the_ring_takes(store_dir, broker_name, config):
+    """4,200 invisible-time changes, then 4,200 acks, queued back to back: every future settles.
+    (4,096 receipts queued when a flush runs were once one frame, larger than a consumer's
+    request ring takes; how many are queued then depends on the flusher thread's timing, so
+    tests/process/pop/test_pop_faults.py's 10,000 acks caught it only on a slow machine.)"""
+    with shmq.Broker(store_dir, broker_name, config):
+        with Producer("sp", broker=broker_name) as p:
+            for start in range(0, 4200, 100):
+                p.send_batch([Message("Jobs", b"%d" % i) for i in range(start, start + 100)])
+        with _consumer(broker_name) as sc:
+            msgs = _drain(sc, 4200, invisible=300.0)
+            changed = [sc.change_invisible_duration_async(m, 300.0) for m in msgs]
+            for f in changed:
+                f.result(60)
+            acked = [sc.ack_async(m) for m in msgs]
+            for f in acked:
+                f.result(60)
+            assert sc.receive(32, 1.0) == []
