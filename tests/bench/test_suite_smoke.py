@@ -166,7 +166,7 @@ def _iceoryx2_or_skip(res: dict) -> None:
 
 def test_iceoryx2_has_a_number_for_every_row_it_applies_to(quick_results):
     """The no-persistence shared-memory reference: every throughput row (1 -> 1 and 4 -> 2,
-    per message and batch, both sizes) and the round trip, each run complete (the suite raises
+    per message and batch, each size of the run) and the round trip, each run complete (the suite raises
     when a consumer received fewer messages than were sent)."""
     res, _log = quick_results
     _iceoryx2_or_skip(res)

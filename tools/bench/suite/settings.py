@@ -57,6 +57,7 @@ def settings(quick: bool) -> Settings:
             push_count=300,
             cluster_seconds=0.3,
             cluster_brokers=(2,),  # tests/bench/test_cluster_bench.py runs one and two brokers
+            sizes=(100,),  # the 1 KiB rows only in the full run: the same code paths with larger bodies
             pop_messages=1_000,
             pop_workers=(2,),  # tests/bench/test_pop_bench.py runs one and two workers
             pop_rounds=100,
