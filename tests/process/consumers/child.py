@@ -11,6 +11,7 @@ shuts down cleanly on SIGTERM.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import signal
 import sys
@@ -86,6 +87,7 @@ def produce(broker: str, topic: str, count: int, opts: dict) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # procs.stop asks for the stacks of a hang
     cmd, broker, name, arg = sys.argv[1:5]
     options = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
     if cmd == "consume":

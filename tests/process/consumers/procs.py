@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 
 
@@ -24,8 +25,16 @@ def expect_line(proc: subprocess.Popen, line: str) -> None:
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> int:
     if proc.poll() is None:
         proc.send_signal(sig)
-    rc = proc.wait(20)
-    proc.stdout.close()
+    try:
+        rc = proc.wait(20)
+    except subprocess.TimeoutExpired:  # a hang: its threads' stacks go to stderr, then it is killed
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
     return rc
 
 

@@ -41,8 +41,9 @@ def work(sc: Any, out: TextIO, stop: threading.Event, invisible: float, busy: fl
         for m, f in futures:
             try:
                 f.result(30)
-            except ShmqError:
-                continue  # not acked: it comes again after its invisible time
+            except ShmqError:  # it comes again after its invisible time, unless the broker took the
+                out.write(f"unanswered {m.body.decode()}\n")  # ack and died before answering
+                continue
             out.write(f"ack {m.body.decode()}\n")
 
 
