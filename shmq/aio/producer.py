@@ -147,7 +147,7 @@ class Producer:
                 continue
             for chunk in self._chunks(sends):
                 self._send_chunk(chunk, timeout)
-        self.sync._flush_accumulated()  # what send_async and send_oneway left there
+        self.sync.flush(0)  # what send_async and send_oneway left in the accumulator, not waited for
 
     def _chunks(self, sends: Waiting) -> list[Waiting]:
         """Cut at ``batch_max_bytes`` (estimated as the accumulator does) and MAX_BATCH_MESSAGES."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from shmq.errors import ArgumentTypeError
@@ -179,13 +179,13 @@ def hooked_future(
         raise
 
     def done(f: Future[R]) -> None:
-        # f is done: its fields are final, read without taking its lock twice more per send
-        if f.cancelled():
-            send_done(hooks, ctx, None, CancelledError())
+        # f is done: one result() call (one turn of its lock) reads any of its three outcomes
+        try:
+            result = f.result()  # a list for a batch answered per message
+        except BaseException as e:  # noqa: BLE001 - the send's error (CancelledError if cancelled) goes to the hooks
+            send_done(hooks, ctx, None, e)
         else:
-            error = f._exception
-            result = f._result if error is None else None  # a list for a batch answered per message
-            send_done(hooks, ctx, result if isinstance(result, SendResult) else None, error)
+            send_done(hooks, ctx, result if isinstance(result, SendResult) else None, None)
 
     fut.add_done_callback(done)
     return fut

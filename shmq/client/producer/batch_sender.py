@@ -4,9 +4,10 @@ Kept apart from ``Producer`` (its API, hooks and request table) because batches 
 their own: a user's batch is one frame with one answer (or, for the accumulator's batches, an
 answer split per message), and what the accumulator hands over goes out as SEND_BATCH per
 queue when a group is big enough, else mixed with other topics' small groups in SEND_MULTI
-frames that the broker stores with one put. It writes through the producer's request table
-(``_submit``, ``_write``) and reads the producer's settings at each send, so that changing
-``send_msg_timeout`` on a running producer applies here as to single sends.
+frames that the broker stores with one put. The producer hands it its encoder and its request
+table (``Requests``: submit a request and await its answer, write a oneway one), and it reads
+the producer's settings at each send, so that changing ``send_msg_timeout`` on a running
+producer applies here as to single sends.
 """
 
 from __future__ import annotations
@@ -14,23 +15,26 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from itertools import repeat
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
 from shmq.client.connection import next_request_id
 from shmq.client.producer.accumulator import MIN_BATCH, RECORD_OVERHEAD, Group, PendingSend, settle
+from shmq.client.producer.encoder import MessageEncoder
 from shmq.codec import frames as P
 from shmq.errors import MessageTooLargeError, broker_error
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus, split_results
 
 if TYPE_CHECKING:
-    from shmq.client.producer.producer import Producer
+    from shmq.client.producer.producer import Fill, Producer
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_CACHED_QUEUES = 65536  # MessageQueues multi_results keeps for the next answers
 MULTI_MAX_BYTES = 1024 * 1024  # a SEND_MULTI frame holds about this much (the broker takes up to 4 MiB)
@@ -92,9 +96,26 @@ def multi_results(
     return out
 
 
+class Submit(Protocol):
+    def __call__(self, kind: int, size: int, fill: Fill, build: Callable[[Any], R], deadline: float) -> Future[R]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """The producer's request table, as a batch uses it: ``submit`` writes a request whose
+    future completes with ``build(answer)`` (retried as single sends are), ``write`` writes a
+    oneway one, ``born_host`` is the BORNHOST of the records written now."""
+
+    submit: Submit
+    write: Callable[[int, int, Fill, int, float], None]
+    born_host: Callable[[], int]
+
+
 class BatchSender:
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
+    def __init__(self, producer: Producer, encoder: MessageEncoder, requests: Requests) -> None:
+        self._producer = producer  # its settings, read at each send
+        self._encoder = encoder
+        self._requests = requests
         self._queues: dict[tuple[str, str, int], MessageQueue] = {}  # multi_results' MessageQueues
 
     @overload
@@ -122,8 +143,8 @@ class BatchSender:
     ) -> Future[Any] | None:
         """Encode and write one SEND_BATCH; its future gives a SendResult, or with ``split`` a list,
         one SendResult (or the broker's error) per message."""
-        producer = self._producer
-        enc = producer._encoder.encode_batch(msgs, int(time.time() * 1000), producer._born_host())
+        producer, requests = self._producer, self._requests
+        enc = self._encoder.encode_batch(msgs, int(time.time() * 1000), requests.born_host())
         batch = enc.batch
         total = len(batch.buf)
         if total > MAX_BATCH_BYTES:
@@ -152,7 +173,7 @@ class BatchSender:
             view[p : p + total] = batch.buf
 
         if oneway:
-            producer._write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
+            requests.write(P.SEND_BATCH, size, fill, next_request_id(), deadline)
             return None
         topic = enc.topic_b.decode()
         broker_name = producer.broker_name
@@ -183,7 +204,7 @@ class BatchSender:
                 r.store_host,
             )
 
-        return producer._submit(P.SEND_BATCH, size, fill, build, deadline)
+        return requests.submit(P.SEND_BATCH, size, fill, build, deadline)
 
     def send_accumulated(self, groups: list[Group]) -> None:
         """The accumulator's flush: a SEND_BATCH per group of at least MIN_BATCH messages, its
@@ -212,10 +233,10 @@ class BatchSender:
 
     def _send_multi(self, items: list[tuple[Message, int, PendingSend | None]]) -> None:
         """Encode and write one SEND_MULTI; each message's future gets its own SendResult."""
-        producer = self._producer
+        producer, requests = self._producer, self._requests
         msgs, qids, futures = zip(*items)
         try:
-            enc = producer._encoder.encode_mixed(msgs, int(time.time() * 1000), producer._born_host())
+            enc = self._encoder.encode_mixed(msgs, int(time.time() * 1000), requests.born_host())
             batch = enc.batch
             deadline = time.monotonic() + producer.send_msg_timeout
             size = P.send_multi_size(enc.topics_b, len(batch), len(batch.key_hashes), len(batch.buf))
@@ -236,7 +257,7 @@ class BatchSender:
                 view[p : p + len(batch.buf)] = batch.buf
 
             if oneway:
-                producer._write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
+                requests.write(P.SEND_MULTI, size, fill, next_request_id(), deadline)
                 return
             topics = [t.decode() for t in enc.topics_b]
             broker_name = producer.broker_name
@@ -244,7 +265,7 @@ class BatchSender:
             def build(r: P.SendMultiResultFrame) -> list[SendResult | Exception]:
                 return multi_results(r, enc.topic_idx, enc.uniq_keys, topics, broker_name, self._queues)
 
-            sent = producer._submit(P.SEND_MULTI, size, fill, build, deadline)
+            sent = requests.submit(P.SEND_MULTI, size, fill, build, deadline)
         except Exception as e:  # noqa: BLE001 - each future gets the error
             for m, f in zip(msgs, futures):
                 _fail(f, e, m.topic)

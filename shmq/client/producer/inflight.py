@@ -37,7 +37,10 @@ class InFlight:
                 self._cond.notify_all()
 
     def wait(self, timeout: float | None) -> int:
-        """Wait until every request open now is finished; the number still open at the timeout."""
+        """Wait until every request open now is finished; the number still open at the timeout.
+        A timeout of 0 (``Producer.flush(0)``) waits for nothing: every request open is still open."""
+        if timeout is not None and timeout <= 0:
+            return len(self._open)
         snapshot = list(self._open.copy().values())  # held: their ids cannot be reused meanwhile
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:

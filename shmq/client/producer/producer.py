@@ -28,7 +28,7 @@ from shmq.client.hooks import (
     hooked_future,
 )
 from shmq.client.producer.accumulator import ProduceAccumulator, accumulate_oneway, queued_or_failed
-from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender
+from shmq.client.producer.batch_sender import MAX_BATCH_BYTES, SEND_STATUS, BatchSender, Requests
 from shmq.client.producer.encoder import MessageEncoder
 from shmq.client.producer.inflight import InFlight
 from shmq.client.producer.selectors import SelectMessageQueueByHash, SelectMessageQueueByRandom, with_sharding_key
@@ -199,7 +199,7 @@ class Producer:
             broker, self.ROLE, group, ring_bytes, self._on_response, self._expire, self._broker_died
         )
         self._conn.reattach_timeout = reattach_timeout
-        self._batches = BatchSender(self)
+        self._batches = BatchSender(self, self._encoder, Requests(self._submit, self._write, self._born_host))
         self._accumulator = (
             ProduceAccumulator(self._batches.send_accumulated, batch_max_delay, batch_max_bytes) if auto_batch else None
         )
@@ -235,8 +235,9 @@ class Producer:
         """Send what waits in auto batches now, then wait until every send handed over before this
         call (``send_async``, ``send_batch_async``, and other threads' ``send``) is answered or
         failed: their futures are done when this returns True. False: ``timeout`` seconds passed
-        first (``pending_count`` says how many requests are still open). Oneway messages have no
-        answer; they are in the request ring when this returns."""
+        first (``pending_count`` says how many requests are still open); ``flush(0)`` hands the
+        auto batches over and returns at once. Oneway messages have no answer; they are in the
+        request ring when this returns."""
         self._flush_accumulated()
         return self._in_flight.wait(timeout) == 0
 
