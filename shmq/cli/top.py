@@ -25,6 +25,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from shmq.cli.help_format import ParagraphHelpFormatter
+from shmq.cli.subcommands import Subcommands
 from shmq.errors import ConfigError
 from shmq.monitor.attach import Attachment
 from shmq.monitor.cluster import ClusterAttachment
@@ -50,7 +51,7 @@ On a pipe (or with --once) it prints one frame and exits: 0 with a broker, 1 whe
 """
 
 
-def add_top_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_top_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "top",
         help="full-screen monitor of a running broker (reads its state segment only)",

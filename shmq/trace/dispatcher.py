@@ -21,17 +21,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shmq.codec import record as fmt
 from shmq.model.message import Message
 from shmq.model.system_topics import TRACE_TOPIC
 from shmq.trace.record import Line
-
-if TYPE_CHECKING:
-    from shmq.client.producer.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +54,26 @@ def trace_topic(option: bool | str | None) -> str | None:
     return option
 
 
+class TraceProducer(Protocol):
+    """What the dispatcher needs of its internal producer (a ``shmq.Producer`` or a cluster's):
+    a protocol, because trace sits below the clients that start it."""
+
+    group: str
+
+    def start(self) -> object: ...
+
+    def shutdown(self) -> None: ...
+
+    def send_batch_async(self, msgs: Sequence[Message]) -> Future[Any]: ...
+
+
 class AsyncTraceDispatcher:
     """Trace records to ``topic``, sent by ``producer`` (the client's internal one, not started
     yet, with no hooks: its own sends are not traced; compression off keeps bodies plain JSON)."""
 
     def __init__(
         self,
-        producer: Producer,
+        producer: TraceProducer,
         topic: str = TRACE_TOPIC,
         *,
         buffer_size: int = BUFFER_SIZE,

@@ -14,6 +14,7 @@ import argparse
 import importlib
 
 from shmq.cli.admin.output import run_command
+from shmq.cli.subcommands import Subcommands
 
 # the command families, in the order `shmq admin --help` lists them
 FAMILIES = (
@@ -30,7 +31,7 @@ FAMILIES = (
 )
 
 
-def add_admin_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_admin_parser(sub: Subcommands) -> None:
     """Add `admin` and every family's subcommands to the `shmq` parser's subcommands."""
     a = sub.add_parser(
         "admin",

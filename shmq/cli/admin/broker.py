@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 
 MIB = 1024 * 1024
 
@@ -82,7 +83,7 @@ def _status(args: argparse.Namespace) -> Result:
     return Result(admin.broker_status(), _render if cluster_of(admin) is None else _render_each)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `broker status`."""
     p = sub.add_parser("broker", help="the broker's status and the config in force")
     bsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 from shmq.client.admin_state import ClientInfo
 
 
@@ -71,7 +72,7 @@ def _clients(args: argparse.Namespace) -> Result:
     return Result([client_data(c, cluster_of(admin) is not None) for c in admin.clients()], _render)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `clients`."""
     p = sub.add_parser("clients", help="attached producers and consumers: pid, group, ring fill")
     add_common(p)

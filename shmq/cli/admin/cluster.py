@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, command_name, perm_text, table
+from shmq.cli.subcommands import Subcommands
 from shmq.client.cluster_admin import ClusterAdmin
 from shmq.errors import ConfigError
 from shmq.namesrv.routes import TopicRoute
@@ -115,7 +116,7 @@ def route(args: argparse.Namespace) -> Result:
     return Result(route_data(r), _render_route)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `cluster list`."""
     p = sub.add_parser("cluster", help="the brokers a name server routes to (--namesrv)")
     csub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 
 
 def dlq_rows(data: list[dict[str, Any]]) -> list[list[Any]]:
@@ -60,7 +61,7 @@ def _resend(args: argparse.Namespace) -> Result:
     )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `dlq` and its subcommands."""
     p = sub.add_parser("dlq", help="dead-letter topics (%%DLQ%%<group>): sizes, resend")
     dsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 from shmq.client.admin_reports import ConsumerProgress, GroupInfo
 
 
@@ -117,7 +118,7 @@ def _progress(args: argparse.Namespace) -> Result:
     return result
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `group` and its subcommands."""
     p = sub.add_parser("group", help="consumer groups and their progress (committed offsets, lag)")
     gsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from shmq.cli.admin.output import Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 from shmq.client.msg_lookup import MAX_QUERY_NUM, MessageTrack
 from shmq.model.message_ext import MessageExt
 from shmq.model.system_topics import TRACE_TOPIC
@@ -197,7 +198,7 @@ def trace(args: argparse.Namespace) -> Result:
     return Result(data, _render_trace, notes=[] if records else [f"no trace records of {args.msg_id} (yet)"])
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "msg",
         help="find messages by key or id, show one, show its trace",

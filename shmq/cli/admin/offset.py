@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from shmq.cli.admin.output import Result, add_common, admin_of, cluster_of, table
+from shmq.cli.subcommands import Subcommands
 
 
 def parse_timestamp(text: str) -> int:
@@ -64,7 +65,7 @@ def _reset(args: argparse.Namespace) -> Result:
     )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     o = sub.add_parser(
         "offset", help="consumer group offsets: reset", description="Consumer group offsets on a running broker."
     )

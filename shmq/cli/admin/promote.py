@@ -11,7 +11,6 @@ configured for the replica find it; ``--name`` (or ``brokerName`` in ``--config`
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 import signal
@@ -22,6 +21,7 @@ from typing import Any
 
 from shmq.cli.admin.output import Result, add_common
 from shmq.cli.options import load_config
+from shmq.cli.subcommands import Subcommands
 from shmq.errors import BrokerNotFoundError, ShmqError
 from shmq.ha.served_as import RECORD, served_name
 from shmq.ha.shared import HASegment
@@ -172,7 +172,7 @@ def _start_master(store_dir: str, name: str, config_path: str | None, role: str,
     raise ShmqError(f"the broker (pid {proc.pid}) did not serve within {timeout:g} s (see {log_path})")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """`shmq admin promote --store DIR [--name N] [--config FILE] [--role R] [--timeout S]`."""
     p = sub.add_parser("promote", help="stop the replica serving a store and start a master broker on it")
     p.add_argument("--store", required=True, help="store directory (created if missing)")

@@ -17,6 +17,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from shmq.cli.admin.output import Result, add_common, table
+from shmq.cli.subcommands import Subcommands
 from shmq.store.dump import dump_rows
 from shmq.store.verify import verify_store
 
@@ -59,7 +60,7 @@ def dump(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     p = sub.add_parser(
         "store",
         help="check or export a store folder (offline, read-only)",

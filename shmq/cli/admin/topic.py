@@ -11,6 +11,7 @@ from typing import Any
 
 from shmq.cli.admin import cluster
 from shmq.cli.admin.output import FitTable, Result, add_common, admin_of, cluster_of, perm_text, table
+from shmq.cli.subcommands import Subcommands
 from shmq.client.admin import TopicInfo
 from shmq.client.admin_state import TopicStatus
 
@@ -198,7 +199,7 @@ def _positive(text: str) -> int:
     return n
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add `topic` and its subcommands."""
     p = sub.add_parser("topic", help="list, create, update, delete topics and show a topic's queues")
     tsub = p.add_subparsers(dest="sub_command", required=True, metavar="SUBCOMMAND")
