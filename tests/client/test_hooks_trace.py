@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 
 import pytest
 
@@ -61,6 +61,22 @@ def test_hooked_future_calls_after_on_completion():
     assert [k for k, _ in log.seen] == ["before"]
     fut.set_exception(TimeoutError("late"))
     assert [k for k, _ in log.seen] == ["before", "after"] and isinstance(ctx.exception, TimeoutError)
+
+
+def test_hooked_future_answered_or_cancelled_reaches_after_with_its_outcome():
+    log = Log()
+    r = _result()
+    answered: Future = Future()
+    ctx = SendMessageContext("g", Message("T", b"x"), "ASYNC")
+    hooked_future([log], ctx, lambda: answered)
+    answered.set_result(r)
+    assert ctx.result is r and ctx.queue == r.queue and ctx.exception is None and ctx.success
+    cancelled: Future = Future()
+    ctx2 = SendMessageContext("g", Message("T", b"x"), "ASYNC")
+    hooked_future([log], ctx2, lambda: cancelled)
+    assert cancelled.cancel()
+    assert isinstance(ctx2.exception, CancelledError) and ctx2.result is None and not ctx2.success
+    assert [k for k, _ in log.seen] == ["before", "after", "before", "after"]
 
 
 def test_hooked_future_of_a_batch_answered_per_message_still_calls_after():

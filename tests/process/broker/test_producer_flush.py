@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from concurrent.futures import wait
 
 import shmq
 from shmq import Message, Producer, SendStatus
@@ -28,6 +29,19 @@ def test_flush_sends_what_waits_and_waits_for_every_answer(store_dir, broker_nam
         assert p.flush(timeout=0) is True  # nothing open: at once
 
 
+def test_flush_0_hands_the_auto_batches_over_without_waiting(store_dir, broker_name, config):
+    """What shmq.aio's producer calls once per event-loop iteration."""
+    with (
+        shmq.Broker(store_dir, broker_name, config),
+        Producer("pg", broker=broker_name, batch_max_delay=60.0) as p,
+    ):
+        futs = [p.send_async(Message("Flush", b"m%d" % i)) for i in range(300)]
+        assert not any(f.done() for f in futs)  # they wait in the accumulator, 60 s
+        p.flush(0)
+        assert not wait(futs, timeout=30).not_done  # answered well before the accumulator's 60 s
+        assert all(f.result(0).status is SendStatus.SEND_OK for f in futs)
+
+
 def test_flush_times_out_while_the_broker_is_stopped_then_completes(store_dir, broker_name, config):
     with (
         shmq.Broker(store_dir, broker_name, config) as broker,
@@ -41,6 +55,7 @@ def test_flush_times_out_while_the_broker_is_stopped_then_completes(store_dir, b
             assert p.flush(timeout=0.3) is False
             assert 0.25 <= time.monotonic() - t < 10  # its timeout, not at once or a hang
             assert p.pending_count > 0 and not any(f.done() for f in futs)
+            assert p.flush(0) is False  # at once: every request is still open
         finally:
             os.kill(broker.pid, signal.SIGCONT)
         assert p.flush(timeout=10) is True
