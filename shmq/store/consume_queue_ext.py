@@ -31,7 +31,7 @@ from shmq.codec import record as fmt
 from shmq.filter.bloom import BITMAP_BYTES
 from shmq.store import files
 from shmq.store.mapped_file import MappedFile
-from shmq.store.reader import ReadOnlySegment
+from shmq.store.read.reader import ReadOnlySegment
 
 log = logging.getLogger(__name__)
 
