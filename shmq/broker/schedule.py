@@ -27,8 +27,8 @@ import numpy as np
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.model import system_topics as st
-from shmq.store.rewrite import replace_records, rewrite_record
 from shmq.store.write.hooks import PutRequest
+from shmq.store.write.rewrite import replace_records, rewrite_record
 
 # properties that only mean something before the message is parked
 _INTEGER = re.compile(r"-?[0-9]{1,19}")

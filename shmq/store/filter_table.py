@@ -1,5 +1,5 @@
 """consumerFilter.json: the SQL92 filter bitmap's generations, which (topic, group, expression)
-each one evaluated. Written by the broker's bitmap dispatcher (``shmq.store.filter_bitmap``), read
+each one evaluated. Written by the broker's bitmap dispatcher (``shmq.store.write.filter_bitmap``), read
 by consumers (``shmq.store.read.filter_bitmap``): the one format both sides share."""
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from shmq.codec import record as fmt
 from shmq.errors import DiskFullError
 from shmq.store import recovery
 from shmq.store.checkpoint import StoreCheckpoint
+from shmq.store.consume_queue import queue_id_of
 from shmq.store.index_file import IndexService
-from shmq.store.write.dispatch import queue_id_of
 from shmq.store.write.log_writer import LogWriter, QueueKey
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The SQL92 filter bitmap, consumer side: which entries of a pulled range the bitmap the broker
-computed at dispatch (``shmq.store.filter_bitmap``) proves do not match a group's filter, so the
+computed at dispatch (``shmq.store.write.filter_bitmap``) proves do not match a group's filter, so the
 consumer skips them unread. An entry counts only when its generation evaluated this group's
 exact (topic, expression): anything else is evaluated exactly."""
 

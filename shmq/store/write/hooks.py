@@ -26,7 +26,7 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
-from shmq.store.write.dispatch import MAX_QUEUE_ID
+from shmq.store.consume_queue import MAX_QUEUE_ID
 
 # RocketMQ ResponseCode values (the same numbers the ring frames carry)
 MESSAGE_ILLEGAL = 13

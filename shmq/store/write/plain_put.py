@@ -20,7 +20,8 @@ import numpy as np
 
 from shmq import _speedups
 from shmq.codec import record as fmt
-from shmq.store.write.dispatch import MAX_QUEUE_ID, ConsumeQueueDispatcher, IndexDispatcher
+from shmq.store.consume_queue import MAX_QUEUE_ID
+from shmq.store.write.dispatch import ConsumeQueueDispatcher, IndexDispatcher
 from shmq.store.write.hooks import PutHook, PutRequest
 
 if TYPE_CHECKING:

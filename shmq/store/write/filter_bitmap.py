@@ -43,10 +43,10 @@ from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
 from shmq.store.commitlog import CommitLog
 from shmq.store.config_files import load_json, write_json
-from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.consume_queue import ConsumeQueue, queue_id_of
 from shmq.store.consume_queue_ext import EXT_DIR, ConsumeQueueExt
 from shmq.store.filter_table import FILTER_TABLE, KEEP_GENERATIONS, Subscription, parse_table, table_path
-from shmq.store.write.dispatch import DispatchRequest, QueueSink, queue_id_of
+from shmq.store.write.dispatch import DispatchRequest, QueueSink
 
 log = logging.getLogger(__name__)
 LOG_EVERY_S = 60.0
