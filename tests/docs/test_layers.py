@@ -30,8 +30,6 @@ import re
 from dataclasses import dataclass
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-STORE_SPLIT = "store: being fixed by the writer split (one LogWriter owns these fields)"
-COLUMNS_MOVE = "codec/columns.py is the consumer's pull path; it moves to the store's read side (PulledBatch to model/)"
 VERSION = (
     "shmq.__version__ lives in shmq/__init__.py, where the build reads it (pyproject's version attr); "
     "imported inside the function, once the package is loaded"
@@ -39,27 +37,12 @@ VERSION = (
 
 # (importing file, entry of the imported module) -> why it is allowed for now
 LAYER_ALLOWED: dict[tuple[str, str], str] = {
-    ("shmq/codec/columns.py", "shmq/model/"): COLUMNS_MOVE,
-    ("shmq/codec/columns.py", "shmq/filter/"): COLUMNS_MOVE,
-    ("shmq/codec/columns.py", "shmq/store/"): COLUMNS_MOVE,
     ("shmq/broker/admin_status.py", "shmq/__init__.py"): VERSION,
     ("shmq/broker/health.py", "shmq/__init__.py"): VERSION,
 }
 
-# (file, private name it touches) -> why it is allowed for now
-PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
-    ("shmq/store/plain_put.py", "_allocator"): STORE_SPLIT,
-    ("shmq/store/plain_put.py", "_dispatched_ts"): STORE_SPLIT,
-    ("shmq/store/plain_put.py", "_queues"): STORE_SPLIT,
-    ("shmq/store/replicated.py", "_check_writable"): STORE_SPLIT,
-    ("shmq/store/replicated.py", "_dispatched_ts"): STORE_SPLIT,
-    ("shmq/store/replicated.py", "_queue"): STORE_SPLIT,
-    ("shmq/store/replicated.py", "_redispatch_from"): STORE_SPLIT,
-    ("shmq/store/startup.py", "_dispatch"): STORE_SPLIT,
-    ("shmq/store/startup.py", "_queue"): STORE_SPLIT,
-    ("shmq/store/startup.py", "_queues"): STORE_SPLIT,
-    ("shmq/store/startup.py", "_redispatch_from"): STORE_SPLIT,
-}
+# (file, private name it touches) -> why it is allowed for now: none left
+PRIVATE_ALLOWED: dict[tuple[str, str], str] = {}
 
 PUBLIC_PRIVATES = {"_replace", "_asdict", "_fields", "_make"}  # namedtuple's API
 STDLIB_PRIVATES = {("os", "_exit"), ("sys", "_getframe")}
