@@ -21,7 +21,7 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.errors import DiskFullError, StoreClosedError
-from shmq.store import files, plain_put, queue_table, startup
+from shmq.store import files, multi_put, plain_put, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.cleanup import CleanupService
 from shmq.store.commitlog import CommitLog
@@ -32,6 +32,7 @@ from shmq.store.hooks import PutHook, PutRequest, QueueCheck, RecordCheck, measu
 from shmq.store.index_file import IndexService
 from shmq.store.lookup import MessageLookup
 from shmq.store.mapped_file import AllocateMappedFileService
+from shmq.store.queue_slots import QueueSlots
 from shmq.store.space import DiskSpace
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class MessageStore(MessageLookup):
         self._redispatch_from: int | None = None
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
+        self.queue_slots = QueueSlots()  # the queues' hot numbers, for the put over many queues (multi_put)
         self._dispatched_ts = 0  # store ts of the last record dispatched (for the checkpoint)
         self.queue_table = queue_table.QueueTableWriter(self.store_dir)
         sync_flush = self.config.flush_disk_type == SYNC_FLUSH
@@ -418,6 +420,11 @@ class MessageStore(MessageLookup):
                 phys,
                 np.arange(qoff, qoff + n, dtype=np.int64),
             )
+        taken = multi_put.take(self, req, sizes, missing_crc, enters) if multi_put.ENABLED else None
+        if taken is not None:
+            res, qoffs, ts = taken
+            phys = _per_record(res.phys_offsets)
+            return PutMessageResult(PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts, phys, qoffs)
         tid, qids = req.topic_ids(), req.queue_id_array()
         ent = np.flatnonzero(enters)
         queues, gid, rank, rows = group_by_queue(tid, qids, ent)
