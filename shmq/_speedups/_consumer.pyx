@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Compiled twin of shmq.codec.columns.batch_messages: a pulled batch's columns to MessageExt objects.
+"""Compiled twin of shmq.model.pulled.batch_messages: a pulled batch's columns to MessageExt objects.
 
 The push consumer and ``PullConsumer.pull`` build one ``MessageExt`` per message; in Python
 that was ~600 ns a message (a dozen slot stores through ``MessageExt.stored``, two ``bytes``
@@ -231,17 +231,17 @@ LAYOUT.update({"CQ_ENTRY_SIZE": CQ_ENTRY_SIZE, "BLANK_SIZE": BLANK_SIZE, "OFF_BO
 cdef const uint8_t *_TAGS_PREFIX = b"TAGS\x01"
 
 
-cdef object _mods = None  # numpy, shmq.codec.record, PulledBatch, _empty_batch, the two CQ dtypes, TagFilter
+cdef object _mods = None  # numpy, shmq.codec.record, PulledBatch, PulledBatch.empty, the two CQ dtypes, TagFilter
 
 
 cdef void _import_modules() except *:
-    """Resolved on first use: shmq.codec.columns imports this module, so not at import time."""
+    """Resolved on first use: shmq.store.read.columns imports this module, so not at import time."""
     global _mods
     import numpy as np
     from shmq.codec import record as fmt
-    from shmq.codec.columns import PulledBatch, _empty_batch
+    from shmq.model.pulled import PulledBatch
     from shmq.filter.tags import TagFilter
-    _mods = (np, fmt, PulledBatch, _empty_batch, fmt.CQ_DTYPE, fmt.CQ_DTYPE.newbyteorder("<"), TagFilter)
+    _mods = (np, fmt, PulledBatch, PulledBatch.empty, fmt.CQ_DTYPE, fmt.CQ_DTYPE.newbyteorder("<"), TagFilter)
 
 
 _DECLINED = "not decided by the compiled path"
@@ -274,7 +274,7 @@ cdef object _reference_decode(commitlog, topic, queue_id, rng, expression, skip)
 
 
 cdef object _decode(commitlog, str topic, queue_id, rng, expression):
-    np, fmt, PulledBatch, _empty_batch, cq_be, cq_le, _ = _mods
+    np, fmt, PulledBatch, empty_batch, cq_be, cq_le, _ = _mods
     entries = rng.entries
     cdef int64_t first = rng.start
     cdef Py_ssize_t n = len(entries), i, k, t, kept = 0
@@ -409,7 +409,7 @@ cdef object _decode(commitlog, str topic, queue_id, rng, expression):
         o[12, m] = run
         m += 1
     if not present:
-        return _empty_batch(topic, queue_id, rng.next_offset, missing)
+        return empty_batch(topic, queue_id, rng.next_offset, missing)
     cols = [out[j, :m] for j in range(13)]  # rows of one array: each column contiguous, as the reference's
     return PulledBatch(topic, queue_id, rng.next_offset, missing, *cols, buffers)
 

@@ -3,7 +3,7 @@
 docs/FORMAT.md section 4).
 
 ``reserve_each`` is ``shmq.store.consume_queue.reserve_each`` and ``put_rows`` is
-``shmq.store.dispatch.put_rows``. With 1,250 topics sending, a put of 256
+``shmq.store.write.dispatch.put_rows``. With 1,250 topics sending, a put of 256
 records touches 256 queues with one record each, and the reference's ``ConsumeQueue.put`` (a
 method call, ``last_file``, three ``struct.pack_into``) cost more per record than the rest of
 the put. Here a queue's entry is written directly into its last file when that file has room
@@ -77,7 +77,7 @@ cdef bint _int64_column(object c):
 
 
 def put_rows(queues, rows, firsts, phys, sizes, tags):
-    """See ``shmq.store.dispatch.put_rows``; any input the fast path does not take (columns
+    """See ``shmq.store.write.dispatch.put_rows``; any input the fast path does not take (columns
     that are not int64 arrays, rows outside them, sizes or offsets out of the entry's range)
     goes through the reference's own calls, so results and errors are the reference's."""
     cdef const int64_t[::1] ph, sz, tg

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Compiled twins of the put over many queues through the queue table (``shmq.store.multi_put``;
+"""Compiled twins of the put over many queues through the queue table (``shmq.store.write.multi_put``;
 table layout: ``shmq.store.queue_slots``; entry layout: docs/FORMAT.md section 4).
 
 ``plan`` gives each record its queue's row and queue offset and says which rows lack room;

@@ -255,7 +255,7 @@ cdef bint _pass(const uint8_t* src, Py_ssize_t length, const int64_t[:] starts, 
 
 
 def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
-    """See ``shmq.store.hooks.records_pass``."""
+    """See ``shmq.store.write.hooks.records_pass``."""
     cdef const uint8_t[::1] src
     cdef const int64_t[:] at, sz, tid
     cdef const int64_t[:, :] head
@@ -296,7 +296,7 @@ def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
 
 
 # ---------------------------------------------------------------------------- the plain put, fused
-# ``put_plain`` is ``shmq.store.plain_put.put_plain``: a put of one queue that no hook changes,
+# ``put_plain`` is ``shmq.store.write.plain_put.put_plain``: a put of one queue that no hook changes,
 # with every file's room already reserved (the usual MessageBatch). Everything that could make
 # the reference do something else (a refusal, a missing body CRC, a hidden transaction record,
 # a segment or file roll, a reservation) is found before the first byte is written, and the
@@ -364,7 +364,7 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
               int64_t qoff, int64_t ts, int64_t host, cq_mm, Py_ssize_t cq_pos, Py_ssize_t cq_limit,
               idx_mm, int64_t slot_num, Py_ssize_t entry_base, int64_t idx_count, int64_t begin_ts,
               int64_t slots_used, Py_ssize_t idx_limit, int64_t end_phys, phys_out):
-    """See ``shmq.store.plain_put.put_plain``. Returns the index slots newly used; -1 when
+    """See ``shmq.store.write.plain_put.put_plain``. Returns the index slots newly used; -1 when
     nothing was written and the reference path must take the put; -2 when nothing was written
     because a file lacks the room (the caller reserves, as the reference would, and asks again)."""
     cdef const uint8_t[::1] src

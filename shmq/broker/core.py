@@ -45,10 +45,11 @@ from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, SYNC_MASTER, BrokerConfig, delay_levels
 from shmq.errors import CorruptFrameError
 from shmq.model import system_topics as st
-from shmq.store.filter_bitmap import CalcBitMapDispatcher
-from shmq.store.hooks import PutRequest
-from shmq.store.message_store import MessageStore, PutMessageResult
-from shmq.store.rewrite import dispatch_fields
+from shmq.store.message_store import MessageStore
+from shmq.store.write.filter_bitmap import CalcBitMapDispatcher
+from shmq.store.write.hooks import PutRequest
+from shmq.store.write.result import PutMessageResult
+from shmq.store.write.rewrite import dispatch_fields
 from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")

@@ -23,7 +23,8 @@ from shmq.codec import record as fmt
 from shmq.model.system_topics import dlq_topic
 from shmq.store.config_files import load_json, write_json
 from shmq.store.consume_queue import BLANK_SIZE
-from shmq.store.message_store import MessageStore, PutMessageResult
+from shmq.store.message_store import MessageStore
+from shmq.store.write.result import PutMessageResult
 
 log = logging.getLogger("shmq.broker")
 

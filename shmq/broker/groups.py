@@ -13,7 +13,7 @@ from shmq.broker.topics import MAX_QUEUE_NUMS
 from shmq.codec.record import TOPIC_PATTERN, check_topic
 from shmq.errors import MetadataError
 from shmq.store.config_files import load_json, set_aside, write_json
-from shmq.store.dispatch import MAX_QUEUE_ID, queue_id_of
+from shmq.store.consume_queue import MAX_QUEUE_ID, queue_id_of
 from shmq.store.queue_table import MAX_OFFSET
 
 log = logging.getLogger("shmq.broker")

@@ -17,7 +17,7 @@ from shmq.codec import record as fmt
 from shmq.codec.ids import offset_msg_id
 from shmq.codec.send_back import TO_DLQ
 from shmq.model import system_topics as st
-from shmq.store.rewrite import rewrite_record
+from shmq.store.write.rewrite import rewrite_record
 
 FIRST_RETRY_LEVEL = 3  # the first redelivery waits level 3 (10 s by default), the next 4, ...
 # delivery rules of an earlier life of the message: never carried into a copy the broker writes

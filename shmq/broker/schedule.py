@@ -27,8 +27,8 @@ import numpy as np
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.model import system_topics as st
-from shmq.store.hooks import PutRequest
-from shmq.store.rewrite import replace_records, rewrite_record
+from shmq.store.write.hooks import PutRequest
+from shmq.store.write.rewrite import replace_records, rewrite_record
 
 # properties that only mean something before the message is parked
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -42,12 +42,14 @@ def now_ms() -> int:
 class DeliveryRulesHook:
     """Reads flagged records and parks them (see the module docstring); the rest pass untouched."""
 
-    passes_plain = True  # a put without ``inspect`` rows passes untouched (shmq.store.plain_put)
-
     def __init__(self, levels_ms: list[int], timer_max_delay_sec: int, clock: Callable[[], int] = now_ms) -> None:
         self.levels_ms = levels_ms
         self.timer_max_ms = timer_max_delay_sec * 1000
         self.clock = clock
+
+    def plain_lane(self, req: PutRequest) -> bool:
+        """A put without ``inspect`` rows passes untouched (the lane takes only those)."""
+        return req.inspect is None
 
     def before_put(self, req: PutRequest) -> None:
         rows = req.inspect

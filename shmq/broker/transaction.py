@@ -57,8 +57,9 @@ from shmq.config import BrokerConfig
 from shmq.model.system_topics import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from shmq.store.config_files import load_json, write_json
 from shmq.store.consume_queue import BLANK_SIZE
-from shmq.store.message_store import MessageStore, PutMessageResult
-from shmq.store.rewrite import rewrite_record
+from shmq.store.message_store import MessageStore
+from shmq.store.write.result import PutMessageResult
+from shmq.store.write.rewrite import rewrite_record
 from shmq.store.write_retry import WriteRetry
 
 log = logging.getLogger("shmq.broker")

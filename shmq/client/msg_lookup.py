@@ -23,8 +23,8 @@ from shmq.codec import record as fmt
 from shmq.model.message_ext import MessageExt
 from shmq.ring.state import StateView
 from shmq.store.config_files import load_json
-from shmq.store.index_reader import IndexReader
-from shmq.store.reader import CommitLogReader
+from shmq.store.read.index_reader import IndexReader
+from shmq.store.read.reader import CommitLogReader
 
 CONSUMED = "CONSUMED"
 NOT_CONSUME_YET = "NOT_CONSUME_YET"

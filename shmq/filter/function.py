@@ -32,7 +32,7 @@ import numpy as np
 from shmq.model.message_ext import MessageExt
 
 if TYPE_CHECKING:
-    from shmq.codec.columns import PulledBatch
+    from shmq.model.pulled import PulledBatch
 
 log = logging.getLogger(__name__)
 

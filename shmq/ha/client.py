@@ -33,7 +33,7 @@ from shmq.config import BrokerConfig, split_address
 from shmq.errors import CorruptRecordError, DiskFullError, HADivergedError, HAProtocolError, MetadataError, ShmqError
 from shmq.ha import protocol
 from shmq.store.epochs import EpochFile
-from shmq.store.replicated import ReplicaAppender
+from shmq.store.write.replicated import ReplicaAppender
 
 log = logging.getLogger("shmq.ha.client")
 _DIGITS = re.compile(r"\d+")
@@ -66,11 +66,11 @@ class HAClient(threading.Thread):
         self.token = token.encode()
         self.address = split_address(config.ha_master_address)
         self.appender = appender
-        self.epochs = EpochFile(appender.store.store_dir)
+        self.epochs = EpochFile(appender.writer.store_dir)
         self.config = config
         self.broker_name = name
         self.sink = sink
-        self.segment_size = appender.store.commitlog.segment_size
+        self.segment_size = appender.writer.commitlog.segment_size
         self._stop_event = threading.Event()
         self._sock: socket.socket | None = None
         self._state = ""
@@ -151,7 +151,7 @@ class HAClient(threading.Thread):
     def _wait_for_room(self, interval: float) -> None:
         """Until the store measures room again (it logs when it does) or the replica stops: each
         reconnect on a full disk would hand-shake, fail its first append and log both again."""
-        space = self.appender.store.space
+        space = self.appender.writer.space
         while not self._stop_event.wait(interval):
             space.recheck()
             if not space.full:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from shmq.store.reader import SegmentQueue
+from shmq.store.read.reader import SegmentQueue
 
 
 class HALogReader:

@@ -7,9 +7,9 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shmq.codec.columns import PulledBatch
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
+from shmq.model.pulled import PulledBatch
 from shmq.model.reprs import Raw, fields_repr, span
 
 

@@ -28,8 +28,8 @@ from shmq.procs.broker import BrokerController, run_broker
 from shmq.procs.control_plane import SERVICE_NOT_AVAILABLE, replica_refusal
 from shmq.ring.doorbell import Doorbell
 from shmq.store.config_files import parse_json, write_json
-from shmq.store.hooks import PutRequest
-from shmq.store.replicated import ReplicaAppender
+from shmq.store.write.hooks import PutRequest
+from shmq.store.write.replicated import ReplicaAppender
 
 log = logging.getLogger("shmq.broker")
 
@@ -193,6 +193,9 @@ class ReadOnly:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
+    def plain_lane(self, req: PutRequest) -> bool:
+        return False
+
     def before_put(self, req: PutRequest) -> None:
         req.refuse(None, SERVICE_NOT_AVAILABLE, self.reason)
 
@@ -210,7 +213,13 @@ class ReplicaController(BrokerController):
         record_served_name(self.store_dir, self.name, self.config.ha_master_address)
         self.store.put_hooks.append(ReadOnly(replica_refusal(self.name, self.config)))
         self.follower = ReplicaInbox(self.bell)
-        self.ha_client = HAClient(ReplicaAppender(self.store), self.config, self.name, token.secret, self.follower)
+        self.ha_client = HAClient(
+            ReplicaAppender(self.store.writer, self.store.checkpoint),
+            self.config,
+            self.name,
+            token.secret,
+            self.follower,
+        )
         self.ha_client.start()
         return self
 

@@ -24,14 +24,15 @@ import pyarrow.compute as pc
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
-from shmq.codec.columns import PulledBatch, decode_batch
 from shmq.codec.gather import byte_rows, gather_spans, span_offsets
 from shmq.errors import CorruptRecordError
+from shmq.model.pulled import PulledBatch
 from shmq.spark.layout import QueueSlice
 from shmq.spark.properties import property_columns
 from shmq.spark.schema import ARROW_SCHEMA, TIMESTAMP
 from shmq.store.consume_queue import BLANK_SIZE
-from shmq.store.reader import EntryRange, StoreReader
+from shmq.store.read.columns import decode_batch
+from shmq.store.read.reader import EntryRange, StoreReader
 
 DEFAULT_BATCH_ROWS = 65536
 DEFAULT_BATCH_BYTES = 32 * 1024 * 1024  # record bytes per Arrow batch (bounds a task's memory)

@@ -21,7 +21,7 @@ from shmq.errors import NotAStoreError
 from shmq.model.system_topics import is_system_topic
 from shmq.spark.stores import is_store
 from shmq.store.consume_queue import BLANK_SIZE
-from shmq.store.reader import CommitLogReader, ConsumeQueueReader
+from shmq.store.read.reader import CommitLogReader, ConsumeQueueReader
 
 DEFAULT_MAX_PARTITION_BYTES = 64 * 1024 * 1024  # commitlog bytes one task reads at most
 

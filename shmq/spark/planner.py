@@ -15,7 +15,7 @@ from shmq.spark.layout import (
     topic_queues,
 )
 from shmq.spark.pushdown import ScanBounds
-from shmq.store.reader import CommitLogReader, ConsumeQueueReader
+from shmq.store.read.reader import CommitLogReader, ConsumeQueueReader
 
 
 def queue_extents(store_dir: str, topics: list[str] | None, bounds: ScanBounds) -> list[QueueExtent]:

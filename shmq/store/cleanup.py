@@ -5,7 +5,7 @@ Every cleanResourceInterval: measure the disk; past diskSpaceWarningLevelRatio r
 new file and, while refusing, every 100 ms). Commitlog segments older than fileReservedTime
 are deleted at the deleteWhen hours, or at any time once the disk is over
 diskMaxUsedSpaceRatio. Past diskSpaceCleanForciblyRatio the oldest segments go even if not
-expired, but only as far as every consumer group has consumed them (shmq.store.consumed),
+expired, but only as far as every consumer group has consumed them (shmq.store.read.consumed),
 unless cleanFileForciblyEnable asks for RocketMQ's behaviour: then unconsumed messages are
 deleted too, and logged. The active segment is never deleted. Consume-queue and index files
 that point only below the commitlog's new min offset follow.
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shmq.config import BrokerConfig
-from shmq.store import consumed
 from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.flush import ServiceThread
 from shmq.store.index_file import IndexService
+from shmq.store.read import consumed
 from shmq.store.space import DiskSpace
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,9 @@ class CleanableStore(Protocol):
     store_dir: str
     space: DiskSpace
     commitlog: CommitLog
-    index: IndexService | None
+
+    @property
+    def index(self) -> IndexService | None: ...
 
     def consume_queues(self) -> list[ConsumeQueue]: ...
 

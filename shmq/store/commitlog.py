@@ -65,7 +65,8 @@ class CommitLog:
         self.store_host = store_host
         self.put_lock = threading.Lock()
         self.last_store_timestamp = 0
-        # (end offset, store timestamp of the record ending there): what a flush covers
+        # (end offset, store timestamp of the record ending there): what a flush covers; moved
+        # only by the store's writer once records and their entries are written (LogWriter.publish)
         self.confirmed = (0, 0)
         # (offset, length) of each damaged range the last recovery stepped over (kept in place)
         self.damaged: list[tuple[int, int]] = []
@@ -140,7 +141,6 @@ class CommitLog:
         mf.wrote_position = pos + size
         if mf.wrote_position >= mf.warm_mark and self._allocator is not None:
             self._allocator.keep_ahead(mf)
-        self.confirmed = (phys + size, store_timestamp)
         return phys
 
     def append_batch(
@@ -210,7 +210,6 @@ class CommitLog:
                 self._allocator.keep_ahead(mf)
             i = j
         end = int(phys_all[-1] + sizes[-1])
-        self.confirmed = (end, store_timestamp)
         return AppendResult(int(phys_all[0]), end - int(phys_all[0]), phys_all, store_timestamp)
 
     @staticmethod

@@ -27,6 +27,18 @@ _I64 = struct.Struct(">q")
 BLANK_SIZE = 0x7FFFFFFF
 
 
+MAX_QUEUE_ID = 65535  # the consume-queue layout's queue ids: 0..65535
+
+
+def queue_id_of(name: str) -> int | None:
+    """The queue id a decimal name stands for (a consume-queue folder, a key of the offset and
+    queue tables), or None if it is not one: ASCII digits, 0..MAX_QUEUE_ID."""
+    if not (name.isascii() and name.isdigit()) or len(name) > 5:
+        return None
+    q = int(name)
+    return q if q <= MAX_QUEUE_ID else None
+
+
 class ConsumeQueue:
     """One topic/queue's index of commitlog positions, in queue-offset order."""
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 
 import numpy as np
 
@@ -31,7 +30,6 @@ from shmq.codec import record as fmt
 from shmq.filter.bloom import BITMAP_BYTES
 from shmq.store import files
 from shmq.store.mapped_file import MappedFile
-from shmq.store.reader import ReadOnlySegment
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,6 @@ EXT_DIR = "consumequeue_ext"
 EXT_DTYPE = np.dtype([("offset", ">i8"), ("generation", ">u4"), ("bits", "u1", (BITMAP_BYTES,))])
 EXT_ENTRY_SIZE = EXT_DTYPE.itemsize
 assert EXT_ENTRY_SIZE == 32  # 128 entries per page: an entry never straddles two pages
-REFRESH_S = 0.2  # a reader lists the folder at most this often (a file it misses reads as "not computed")
 
 
 def ext_dir(store_dir: str, topic: str, queue_id: int) -> str:
@@ -138,7 +135,7 @@ class ConsumeQueueExt:
             self._drop(index)
 
 
-def _data_entries(path: str, size: int) -> int:
+def data_entries(path: str, size: int) -> int:
     """Entries before the file's first hole: the writer reserves blocks from the start up, and
     reading a hole of a full tmpfs through a mapping is a SIGBUS, so a reader stops there."""
     try:
@@ -151,57 +148,3 @@ def _data_entries(path: str, size: int) -> int:
         return size // EXT_ENTRY_SIZE
     finally:
         os.close(fd)
-
-
-class ConsumeQueueExtReader:
-    """One queue's extension mapped read-only (consumers); missing parts read as zero entries."""
-
-    def __init__(self, store_dir: str, topic: str, queue_id: int) -> None:
-        self.directory = ext_dir(store_dir, topic, queue_id)
-        # (first entry, entries readable, mapping), by first entry
-        self._segments: list[tuple[int, int, ReadOnlySegment]] = []
-        self._listed = -1.0
-
-    def refresh(self) -> None:
-        self._listed = time.monotonic()
-        try:
-            names = set(os.listdir(self.directory))
-        except FileNotFoundError:
-            names = set()
-        kept = []
-        for _, _, seg in self._segments:
-            name = os.path.basename(seg.path)
-            if name in names:
-                names.discard(name)
-                kept.append((seg.start // EXT_ENTRY_SIZE, _data_entries(seg.path, seg.size), seg))
-            else:
-                seg.close()
-        for name in names:
-            start = fmt.parse_offset_file_name(name)
-            if start is None or start % EXT_ENTRY_SIZE:
-                continue
-            opened = ReadOnlySegment.open(os.path.join(self.directory, name))
-            if opened is not None and opened.size % EXT_ENTRY_SIZE == 0:
-                kept.append((start // EXT_ENTRY_SIZE, _data_entries(opened.path, opened.size), opened))
-            elif opened is not None:
-                opened.close()
-        self._segments = sorted(kept, key=lambda s: s[0])
-
-    def entries(self, start: int, n: int) -> np.ndarray:
-        """Entries for queue offsets ``start`` .. ``start + n - 1`` (a copy; zeros where none)."""
-        out = np.zeros(n, EXT_DTYPE)
-        if not self._covers(start, n) and time.monotonic() - self._listed >= REFRESH_S:
-            self.refresh()
-        for first, count, seg in self._segments:
-            lo, hi = max(start, first), min(start + n, first + count)
-            if lo < hi:
-                out[lo - start : hi - start] = seg.array.view(EXT_DTYPE)[lo - first : hi - first]
-        return out
-
-    def _covers(self, start: int, n: int) -> bool:
-        return any(first <= start and start + n <= first + count for first, count, _ in self._segments)
-
-    def close(self) -> None:
-        for _, _, seg in self._segments:
-            seg.close()
-        self._segments = []

@@ -92,9 +92,8 @@ class PendingEpoch:
         self._start = start_offset
         self.done = False
 
-    @property
-    def passes_plain(self) -> bool:
-        """Once the epoch is written, puts pass untouched (shmq.store.plain_put)."""
+    def plain_lane(self, req: object) -> bool:
+        """Once the epoch is written, puts pass untouched."""
         return self.done
 
     def before_put(self, req: object) -> None:

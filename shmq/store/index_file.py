@@ -258,7 +258,7 @@ class IndexFile:
         return n
 
     def plain_state(self) -> tuple[mmap.mmap, int, int, int, int, int, int]:
-        """What the plain put (shmq.store.plain_put) writes from: the map, slot count, entry base,
+        """What the plain put (shmq.store.write.plain_put) writes from: the map, slot count, entry base,
         index count, begin timestamp, slots used and the reserved end."""
         return (
             self._mm,

@@ -416,7 +416,7 @@ class AllocateMappedFileService:
         """Reserve the next step of each file whose writer passed its ``reserve_mark``, in the
         background (one request in flight per file: the mark is NEVER until it is done).
 
-        The plain put (shmq.store.plain_put) calls it after each put it takes: a file short of
+        The plain put (shmq.store.write.plain_put) calls it after each put it takes: a file short of
         reserved room would send the next put down the reference path, which reserves (zeros
         written, a fallocate, then first-touch page faults) on the serving thread."""
         for f in files:

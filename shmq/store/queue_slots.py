@@ -6,7 +6,7 @@ dicts, the int objects of their positions) is out of the CPU caches by then, and
 read or wrote a dozen of them per record. Here a queue's max offset, the end of its last
 dispatched record and what the put needs of its last file (where it starts, how far it may be
 written, where it is mapped) are one row of an int64 array, so the compiled put
-(``shmq.store.multi_put``) touches one cache line per queue and its file's entry.
+(``shmq.store.write.multi_put``) touches one cache line per queue and its file's entry.
 
 A ConsumeQueue always keeps its ``max_offset`` and ``max_phys_end`` in a row (its own
 one-row table until a store's put adopts it into the store's table), so every reader sees the
@@ -70,7 +70,7 @@ class QueueSlots:
         return slot
 
     def adopt(self, cq: ConsumeQueue) -> int:
-        """Move ``cq``'s numbers into a row of this table (its put by ``shmq.store.multi_put``)."""
+        """Move ``cq``'s numbers into a row of this table (its put by ``shmq.store.write.multi_put``)."""
         slot = self.add(cq)
         w, i = self.words, slot * WIDTH
         w[i + MAX_OFFSET] = cq.max_offset

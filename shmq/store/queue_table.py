@@ -19,8 +19,7 @@ from typing import Any
 
 from shmq.codec import record as fmt
 from shmq.store.config_files import load_json, write_json
-from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.dispatch import MAX_QUEUE_ID, queue_id_of
+from shmq.store.consume_queue import MAX_QUEUE_ID, ConsumeQueue, queue_id_of
 
 log = logging.getLogger(__name__)
 QueueKey = tuple[str, int]

@@ -170,12 +170,13 @@ def finish_cut(commitlog: CommitLog) -> None:
     sync_dir(os.path.dirname(path))
 
 
-def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) -> int:
-    """Set the commitlog's write position to its true end and cut everything after; returns the end."""
+def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) -> tuple[int, int]:
+    """Set the commitlog's write position to its true end and cut everything after; returns the end
+    and the store timestamp of the last record before it (the store's writer publishes them)."""
     finish_cut(commitlog)
     files = commitlog.queue.files
     if not files:
-        return 0
+        return 0, 0
     start = abnormal_start_file(commitlog, checkpoint_ts) if abnormal else max(0, len(files) - 3)
     damaged: list[tuple[int, int]] = []
     end, last_ts = find_log_end(commitlog, start, verify_crc=True, damaged=damaged)
@@ -200,8 +201,7 @@ def recover_commitlog(commitlog: CommitLog, abnormal: bool, checkpoint_ts: int) 
     for mf in commitlog.queue.files:
         mf.flushed_position = mf.wrote_position
     commitlog.last_store_timestamp = last_ts
-    commitlog.confirmed = (end, last_ts)
-    return end
+    return end, last_ts
 
 
 def decoded_records(

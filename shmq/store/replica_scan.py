@@ -25,7 +25,7 @@ import numpy as np
 
 from shmq.codec import record as fmt
 from shmq.codec.gather import byte_rows as _rows
-from shmq.store.dispatch import MAX_QUEUE_ID
+from shmq.store.consume_queue import MAX_QUEUE_ID
 
 _MAGIC = np.frombuffer(struct.pack(">I", fmt.MESSAGE_MAGIC), np.uint8)
 _BLANK = np.frombuffer(struct.pack(">I", fmt.BLANK_MAGIC), np.uint8)

@@ -20,9 +20,9 @@ from shmq.codec import record as fmt
 from shmq.errors import NotAStoreError, StoreLockedError
 from shmq.store import files
 from shmq.store.consume_queue import BLANK_SIZE
-from shmq.store.dispatch import consume_queue_tags_code
-from shmq.store.index_reader import IndexFileReader, IndexGeometry
-from shmq.store.reader import ReadOnlySegment
+from shmq.store.read.index_reader import IndexFileReader, IndexGeometry
+from shmq.store.read.reader import ReadOnlySegment
+from shmq.store.write.dispatch import consume_queue_tags_code
 
 MAX_PROBLEMS = 50  # problems listed in the report (all are counted)
 

@@ -16,8 +16,8 @@ from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
 from shmq.errors import CorruptFrameError
 from shmq.model.perm import PERM_READ
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 
 from .conftest import answers, serve
 

@@ -15,7 +15,7 @@ from shmq.broker.core import BrokerCore
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.model import system_topics as st
-from shmq.store.rewrite import rewrite_record
+from shmq.store.write.rewrite import rewrite_record
 
 from .conftest import serve
 

@@ -22,8 +22,8 @@ from shmq.ha import protocol
 from shmq.model.perm import PERM_READ, PERM_RW
 from shmq.model.system_topics import is_system_topic
 from shmq.procs.replica import ReplicaInbox
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 
 from .conftest import serve
 from .test_core import send

@@ -13,16 +13,17 @@ import pytest
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
-from shmq.codec.columns import PulledBatch, decode_batch
 from shmq.errors import CorruptRecordError
+from shmq.model.pulled import PulledBatch
 from shmq.spark.batches import read_slice
 from shmq.spark.layout import QueueSlice
 from shmq.spark.planner import plan_scan
 from shmq.spark.pushdown import ScanBounds
 from shmq.spark.schema import ARROW_SCHEMA
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read.columns import decode_batch
+from shmq.store.read.reader import StoreReader
+from shmq.store.write.hooks import PutRequest
 
 # 64 KiB commitlog segments: a few hundred records fill several, so batches cross segments
 # (each put stays well under one segment)

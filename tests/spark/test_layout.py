@@ -15,9 +15,9 @@ from shmq.errors import BadTopicError, NotAStoreError
 from shmq.spark.layout import check_store, parse_topic_option, queue_extent, select_topics, split_extent, topic_queues
 from shmq.spark.planner import plan_scan, queue_extents
 from shmq.spark.pushdown import ScanBounds
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import CommitLogReader
+from shmq.store.read.reader import CommitLogReader
+from shmq.store.write.hooks import PutRequest
 from tests.spark.conftest import SMALL
 
 

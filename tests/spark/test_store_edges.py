@@ -19,8 +19,8 @@ from shmq.codec import record as fmt
 from shmq.spark.layout import split_extent
 from shmq.spark.planner import plan_scan, queue_extents
 from shmq.spark.pushdown import ScanBounds
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 from tests.spark.support import load, run
 
 SYSTEM = ("%RETRY%cg", "%DLQ%cg", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC")

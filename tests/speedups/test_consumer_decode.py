@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec import columns
 from shmq.codec import record as fmt
 from shmq.filter.sql import SqlFilter
 from shmq.filter.tags import TagFilter
-from shmq.store.hooks import PutRequest
-from shmq.store.reader import EntryRange
+from shmq.store.read import columns
+from shmq.store.read.reader import EntryRange
+from shmq.store.write.hooks import PutRequest
 from tests.client.consumer.conftest import delete_commitlog_head, put_many, reader, store  # noqa: F401 - fixtures
 from tests.speedups.conftest import compiled_or_skip
 from tests.speedups.test_consumer_messages import COLUMNS

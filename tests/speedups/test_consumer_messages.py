@@ -16,13 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmq import _speedups
-from shmq.codec import columns
 from shmq.codec import record as fmt
-from shmq.codec.columns import PulledBatch, read_batch
 from shmq.filter.tags import TagFilter
+from shmq.model import pulled
 from shmq.model.message import UNSET
 from shmq.model.message_ext import MessageExt
-from shmq.store.hooks import PutRequest
+from shmq.model.pulled import PulledBatch
+from shmq.store.read.columns import read_batch
+from shmq.store.write.hooks import PutRequest
 from tests.client.consumer.conftest import put_many, reader, store  # noqa: F401 - fixtures
 from tests.speedups.conftest import compiled_or_skip
 
@@ -72,7 +73,7 @@ def test_layout_constants_match_the_reference() -> None:
 
 def test_columns_use_the_compiled_function_unless_disabled() -> None:
     fn = compiled_or_skip("_consumer", "batch_messages")
-    assert (columns.batch_messages is fn) != _speedups.DISABLED
+    assert (pulled.batch_messages is fn) != _speedups.DISABLED
 
 
 def _put_mixed(store, n: int) -> list[bytes]:

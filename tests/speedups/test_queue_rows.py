@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.codec import record as fmt
-from shmq.store import dispatch
 from shmq.store.consume_queue import ConsumeQueue
+from shmq.store.write import dispatch
 from tests.speedups.conftest import compiled_or_skip
 
 FILE_SIZE = fmt.CQ_ENTRY_SIZE * 8  # small files: puts cross file ends often

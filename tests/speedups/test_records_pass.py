@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
-from shmq.store import hooks
+from shmq.store.write import hooks
 from tests.speedups.conftest import compiled_or_skip
 
 

@@ -1,8 +1,9 @@
 import pytest
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
-from shmq.store.message_store import MessageStore, PutMessageResult
+from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
+from shmq.store.write.result import PutMessageResult
 
 SMALL = {
     "mappedFileSizeCommitLog": 64 * 1024,

@@ -16,12 +16,12 @@ import struct
 
 import pytest
 
-from shmq.codec import columns
 from shmq.codec import record as fmt
 from shmq.store import verify
 from shmq.store.consume_queue import BLANK_SIZE
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read import columns
+from shmq.store.read.reader import StoreReader
 
 from .conftest import put_batch
 

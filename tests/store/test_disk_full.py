@@ -11,8 +11,8 @@ import pytest
 
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError
-from shmq.store.lookup import GetStatus
 from shmq.store.message_store import MessageStore
+from shmq.store.read.lookup import GetStatus
 
 from .conftest import put_batch, put_one, record
 from .small_disk import fill, small_disk

@@ -12,7 +12,7 @@ import pytest
 
 from shmq.codec.record import index_key_hash
 from shmq.store.index_file import IndexService
-from shmq.store.index_reader import IndexFileReader, IndexGeometry, IndexReader
+from shmq.store.read.index_reader import IndexFileReader, IndexGeometry, IndexReader
 
 T0 = 1_700_000_000_000
 FAR = 2**62

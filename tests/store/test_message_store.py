@@ -9,9 +9,10 @@ from shmq.broker.groups import ConsumerOffsetManager
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError, StoreLockedError
-from shmq.store.hooks import MESSAGE_ILLEGAL, PutRequest
-from shmq.store.lookup import GetStatus
-from shmq.store.message_store import MessageStore, PutMessageResult, PutStatus
+from shmq.store.message_store import MessageStore
+from shmq.store.read.lookup import GetStatus
+from shmq.store.write.hooks import MESSAGE_ILLEGAL, PutRequest
+from shmq.store.write.result import PutMessageResult, PutStatus
 
 from .conftest import put_batch, put_multi, put_one, record
 
@@ -155,6 +156,9 @@ def test_separate_sends_fail_alone(store):
 class _RouteByTag:
     """A put hook that rewrites where records go and refuses some: records tagged "no" are
     refused, the rest go to queue 3 of topic "Moved" (what delay and retry hooks will do)."""
+
+    def plain_lane(self, req: PutRequest) -> bool:
+        return False  # it may act on any put
 
     def before_put(self, req: PutRequest) -> None:
         no = req.batch.tags_codes == fmt.tags_code("no")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
+from shmq.store.write.hooks import PutRequest
 
 from .conftest import record
 
@@ -18,6 +18,9 @@ class _Flip:
 
     def __init__(self, source: bytearray, starts: list[int]) -> None:
         self.source, self.starts = source, starts
+
+    def plain_lane(self, req: PutRequest) -> bool:
+        return False  # it may act on any put
 
     def before_put(self, req: PutRequest) -> None:
         for s in self.starts:

@@ -20,7 +20,7 @@ import pytest
 from shmq.codec import record as fmt
 from shmq.store import replica_scan
 from shmq.store.message_store import MessageStore
-from shmq.store.replicated import ReplicaAppender
+from shmq.store.write.replicated import ReplicaAppender
 from tests.store.conftest import SMALL, put_multi, put_one, record
 
 SEG = SMALL["mappedFileSizeCommitLog"]
@@ -114,7 +114,7 @@ def test_stream_is_byte_identical(pair):
     rng = random.Random(11)
     keys = feed(master, rng, 120)
     assert master.commitlog.max_offset > 3 * SEG  # several segments, records straddling their ends
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     stream(master, app, rng)
     assert_same(master, replica, keys, master.commitlog.max_offset)
 
@@ -124,7 +124,7 @@ def test_deferred_dispatch_is_the_same(pair):
     master, replica = pair
     rng = random.Random(12)
     keys = feed(master, rng, 120)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     stream(master, app, rng, defer=True)
     assert_same(master, replica, keys, master.commitlog.max_offset)
 
@@ -137,7 +137,7 @@ def test_deferred_corrupt_record_cut_at_dispatch(pair):
     size = cl.size_at(0)
     run = bytearray(cl.data(0, cl.max_offset))
     run[10 * size + fmt.OFF_BODY + 3] ^= 1  # record 10's body: its CRC fails
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     app.append(0, bytes(run[: 5 * size + 7]), dispatch=False)
     app.append(5 * size + 7, bytes(run[5 * size + 7 :]), dispatch=False)
     assert app.max_offset == len(run)  # written, not yet checked
@@ -153,7 +153,7 @@ def test_one_byte_frames_and_blank_tails(pair):
     master, replica = pair
     rng = random.Random(5)
     keys = feed(master, rng, 40)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     end = master.commitlog.max_offset
     while app.max_offset < end:
         at = app.max_offset
@@ -165,7 +165,7 @@ def test_one_byte_frames_and_blank_tails(pair):
 def test_wrong_offset_and_segment_crossing_refused(pair):
     master, replica = pair
     feed(master, random.Random(1), 30)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     data = bytes(master.commitlog.data(0, 1000))
     with pytest.raises(ValueError, match=r"offset 10.*max offset is 0"):
         app.append(10, data)
@@ -206,7 +206,7 @@ def test_corrupt_records_refused_nothing_kept(pair, case):
     else:
         _, _, at, repl = next(c for c in _corrupt_cases(master) if c[0] == case)
         run[at : at + len(repl)] = repl
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     if case == "split":
         touched = app.append(0, bytes(run[: first + 50]))
         assert touched == [("TopicA", 0)] and app.max_offset == first + 50
@@ -228,7 +228,7 @@ def test_truncate_then_different_tail(pair, tmp_path):
     master, replica = pair
     rng = random.Random(8)
     keys = feed(master, rng, 50)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     stream(master, app, rng)
     full = master.commitlog.max_offset
     # a boundary in an earlier segment: the record starting right after the first segment's end
@@ -251,7 +251,7 @@ def test_truncate_then_different_tail(pair, tmp_path):
     # a second master with the same first `cut` bytes and a different tail
     other = MessageStore(str(tmp_path / "other"), SMALL).start()
     try:
-        prefix = ReplicaAppender(other)
+        prefix = ReplicaAppender(other.writer, other.checkpoint)
         stream(master, prefix, rng, upto=cut)
         keys2 = feed(other, random.Random(99), 30, first=1000)
         stream(other, app, rng)
@@ -265,7 +265,7 @@ def test_replica_reopened_as_master(pair, tmp_path):
     master, replica = pair
     rng = random.Random(21)
     keys = feed(master, rng, 60)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     stream(master, app, rng)
     end = master.commitlog.max_offset
     replica.shutdown()
@@ -283,11 +283,11 @@ def test_replica_reopened_as_master(pair, tmp_path):
 _CHILD = r"""
 import random, sys
 from shmq.store.message_store import MessageStore
-from shmq.store.replicated import ReplicaAppender
+from shmq.store.write.replicated import ReplicaAppender
 from tests.store.conftest import SMALL
 master = MessageStore(sys.argv[1], SMALL).start()
 replica = MessageStore(sys.argv[2], SMALL).start()
-app = ReplicaAppender(replica)
+app = ReplicaAppender(replica.writer, replica.checkpoint)
 rng = random.Random(int(sys.argv[3]))
 end = master.commitlog.max_offset
 print(app.max_offset, flush=True)
@@ -330,7 +330,7 @@ def test_sigkill_mid_append_recovers(tmp_path):
         replica = MessageStore(rdir, SMALL).start()
         master = MessageStore(mdir, SMALL).start()
         try:
-            app = ReplicaAppender(replica)
+            app = ReplicaAppender(replica.writer, replica.checkpoint)
             got = app.max_offset
             assert start_at <= got <= end
             assert segment_bytes(replica, got) == segment_bytes(master, got)
@@ -347,7 +347,7 @@ def test_fresh_replica_starts_at_a_segment_start(pair):
     master, replica = pair
     rng = random.Random(2)
     feed(master, rng, 60)
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     with pytest.raises(ValueError):
         app.append(SEG + 8, b"x")
     stream_from = SEG
@@ -362,12 +362,13 @@ def test_fresh_replica_starts_at_a_segment_start(pair):
 
 _TRUNCATE_CHILD = r"""
 import os, random, sys
-from shmq.store import recovery, replicated
+from shmq.store import recovery
+from shmq.store.write import replicated
 from shmq.store.consume_queue import ConsumeQueue
 from shmq.store.message_store import MessageStore
 from tests.store.conftest import SMALL
 replica = MessageStore(sys.argv[1], SMALL).start()
-app = replicated.ReplicaAppender(replica)
+app = replicated.ReplicaAppender(replica.writer, replica.checkpoint)
 def crash(*args, **kw):
     os._exit(9)
 if sys.argv[3] == "after_marker":  # the marker is durable, nothing cut yet
@@ -388,12 +389,12 @@ def test_crash_during_truncate_recovers_to_the_offset(tmp_path, point):
     try:
         keys = feed(master, rng, 60)
         with MessageStore(rdir, SMALL) as replica:
-            stream(master, ReplicaAppender(replica), rng)
+            stream(master, ReplicaAppender(replica.writer, replica.checkpoint), rng)
         cut = 2 * SEG + master.commitlog.size_at(2 * SEG)
         child = subprocess.run([sys.executable, "-c", _TRUNCATE_CHILD, rdir, str(cut), point], cwd=os.getcwd())
         assert child.returncode == 9
         with MessageStore(rdir, SMALL) as replica:
-            app = ReplicaAppender(replica)
+            app = ReplicaAppender(replica.writer, replica.checkpoint)
             assert app.max_offset == cut
             assert not os.path.exists(os.path.join(rdir, "truncating"))
             for cq in replica.consume_queues():
@@ -455,7 +456,7 @@ def test_odd_records_dispatch_like_recovery(pair):
     assert found.error is None and found.end == end and len(found) > 100
     assert found.tags_codes.tolist() == expect_tags
     assert list(zip(found.key_records.tolist(), found.key_hashes.tolist())) == expect_keys
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     app.append(0, data)
     assert_same(master, replica, [], end)
     for topic, key in [
@@ -485,7 +486,7 @@ def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
     put_one(master, "TopicA", 0, record("TopicA", rng.randbytes(40_000), keys="big"))  # rolls: a long filler
     assert SEG - blank_at > 8 * 4096 and master.commitlog.max_offset > SEG
     keys = [("TopicA", f"s{i}") for i in range(100)] + [("TopicA", "big")]
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     stream(master, app, rng, upto=blank_at)
     app.append(blank_at, bytes(master.commitlog.data(blank_at, fmt.MIN_BLANK)))
     copy = str(tmp_path / "copy")
@@ -494,7 +495,7 @@ def test_crash_after_a_blank_filler_recovers_to_the_segment_end(pair, tmp_path):
     if os.path.exists(spare):
         os.unlink(spare)
     with MessageStore(copy, SMALL) as crashed:
-        again = ReplicaAppender(crashed)
+        again = ReplicaAppender(crashed.writer, crashed.checkpoint)
         assert again.max_offset == SEG
         stream(master, again, rng)
         assert_same(master, crashed, keys, master.commitlog.max_offset)
@@ -516,7 +517,7 @@ def test_a_dispatching_append_behind_deferred_frames_checks_all_in_place(pair, b
     bad = at[12 if bad_in == "deferred" else 38]
     run = bytearray(cl.data(0, end))
     run[bad + fmt.OFF_BODY + 7] ^= 1  # its body CRC fails
-    app = ReplicaAppender(replica)
+    app = ReplicaAppender(replica.writer, replica.checkpoint)
     cuts = [0, at[3] + 5, at[20] + 11, at[37] + 2, end]
     for a, b in itertools.pairwise(cuts[:-1]):  # all but the last run
         assert app.append(a, bytes(run[a:b]), dispatch=False) == []

@@ -37,8 +37,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 
 BATCH = 256
 

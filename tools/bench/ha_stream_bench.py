@@ -39,8 +39,8 @@ import shmq
 from shmq.codec import record as fmt
 from shmq.ha import protocol as P
 from shmq.ha.shared import HASegment
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 
 TOKEN = "bench"
 SEGMENT = 128 * 1024 * 1024

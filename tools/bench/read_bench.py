@@ -35,11 +35,12 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from shmq.codec import record as fmt
-from shmq.codec.columns import PulledBatch, read_batch
 from shmq.filter.tags import TagFilter
-from shmq.store.hooks import PutRequest
+from shmq.model.pulled import PulledBatch
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read.columns import read_batch
+from shmq.store.read.reader import StoreReader
+from shmq.store.write.hooks import PutRequest
 
 GOAL = 1_000_000
 TOPIC = "ReadBench"

@@ -31,9 +31,9 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.replicated import ReplicaAppender
+from shmq.store.write.hooks import PutRequest
+from shmq.store.write.replicated import ReplicaAppender
 
 CONFIG = {"mappedFileSizeCommitLog": 32 << 20, "flushDiskType": "ASYNC_FLUSH"}
 
@@ -57,7 +57,7 @@ def run(
     the second is what the code costs."""
     replica = MessageStore(directory, CONFIG).start()
     try:
-        app = ReplicaAppender(replica)
+        app = ReplicaAppender(replica.writer, replica.checkpoint)
         cl, seg = master.commitlog, CONFIG["mappedFileSizeCommitLog"]
         end = cl.max_offset
         frames = []

@@ -48,8 +48,8 @@ from pyspark.sql.types import StructType
 import shmq.spark
 from shmq.codec import record as fmt
 from shmq.spark.source import ScanOptions, ShmqDataSource, ShmqPushdownReader, ShmqScanReader, SlicePartition
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
+from shmq.store.write.hooks import PutRequest
 
 TOPICS, QUEUES, BATCH, BODY = 10, 4, 1024, 100
 # distinct batches per topic (bodies, tags, keys, ids), put in turn: encoding 10 M records costs more than the scan

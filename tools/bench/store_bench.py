@@ -61,11 +61,11 @@ import numpy as np
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
-from shmq.codec.columns import read_batch
 from shmq.filter.tags import TagFilter
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read.columns import read_batch
+from shmq.store.read.reader import StoreReader
+from shmq.store.write.hooks import PutRequest
 
 TOPIC = "BenchTopic"
 BATCH = 256

@@ -33,7 +33,7 @@ if ROOT not in sys.path:
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
+from shmq.store.write.hooks import PutRequest
 
 # Small segments so commitlog, consume-queue and index files all roll often. The flush mode
 # comes from SHMQ_CHAOS_FLUSH (store_crash.py --flush): SYNC_FLUSH by default; ASYNC_FLUSH
@@ -78,7 +78,8 @@ def main(argv: list[str]) -> int:
     store_dir, start_seq, seed, ack_path = argv[0], int(argv[1]), int(argv[2]), argv[3]
     max_puts = int(argv[argv.index("--max-puts") + 1]) if "--max-puts" in argv else -1
 
-    from shmq.store.message_store import MessageStore, PutStatus
+    from shmq.store.message_store import MessageStore
+    from shmq.store.write.result import PutStatus
 
     ack_fd = os.open(ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     t0 = time.monotonic()
@@ -551,7 +552,7 @@ class CrashHarness:
     def _check_queue(self, store, key, expect) -> None:
         """Consume-queue entries of the whole queue against `expect` [(qoff, seq, phys)]; get_message
         over everything new since the last round plus a random window of the old part."""
-        from shmq.store.lookup import GetStatus
+        from shmq.store.read.lookup import GetStatus
 
         topic, qid = key
         n = len(expect)
@@ -598,7 +599,7 @@ class CrashHarness:
 
     def append_and_check(self, store) -> None:
         """Appending continues after recovery: one put, read back by queue, offset and key."""
-        from shmq.store.message_store import PutStatus
+        from shmq.store.write.result import PutStatus
 
         seq = self.next_seq
         topic, qid = self.rng.choice(ROUTES)

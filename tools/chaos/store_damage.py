@@ -37,11 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from shmq.codec import columns
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read import columns
+from shmq.store.read.reader import StoreReader
+from shmq.store.write.hooks import PutRequest
 
 CONFIG = {
     "mappedFileSizeCommitLog": 64 * 1024,

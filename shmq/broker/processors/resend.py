@@ -12,7 +12,7 @@ any send. First attempts carry no flag and pay nothing: only resends read the in
 from __future__ import annotations
 
 from shmq.codec import record as fmt
-from shmq.store.lookup import MessageLookup
+from shmq.store.read.lookup import MessageLookup
 
 
 def first_copy(store: MessageLookup, topic: str, record: memoryview) -> fmt.StoredRecord | None:

@@ -22,7 +22,7 @@ from shmq.broker.routes import Routes
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError, ShmqError, StoreClosedError, plain_message
-from shmq.store.hooks import PutRequest
+from shmq.store.write.hooks import PutRequest
 
 if TYPE_CHECKING:
     from shmq.broker.core import BrokerCore

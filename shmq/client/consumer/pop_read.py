@@ -15,7 +15,7 @@ from shmq.codec import pop_frames as F
 from shmq.codec import record as fmt
 from shmq.errors import CorruptRecordError
 from shmq.model.message_ext import PoppedMessageExt, ReceiptHandle
-from shmq.store.reader import StoreReader
+from shmq.store.read.reader import StoreReader
 
 log = logging.getLogger("shmq.client.consumer.simple")  # the records read as the simple consumer's
 

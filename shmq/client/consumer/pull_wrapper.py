@@ -19,15 +19,15 @@ from shmq.client.broker_state import BrokerState
 from shmq.client.connection import BrokerConnection, Session, next_request_id
 from shmq.client.consumer.process_queue import ProcessQueue
 from shmq.codec import frames as P
-from shmq.codec.columns import pull_messages, read_batch
 from shmq.errors import CorruptFrameError, ShmqError, TopicNotReadableError
 from shmq.filter.function import FunctionFilter
 from shmq.filter.tags import Subscription
 from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.perm import PERM_READ
-from shmq.store.filter_bitmap import FilterBitmapReader
-from shmq.store.reader import StoreReader
+from shmq.store.read.columns import pull_messages, read_batch
+from shmq.store.read.filter_bitmap import FilterBitmapReader
+from shmq.store.read.reader import StoreReader
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from shmq.model.message_ext import MessageExt, PoppedMessageExt, ReceiptHandle
 from shmq.model.reprs import client_repr
 from shmq.model.system_topics import RETRY_GROUP_TOPIC_PREFIX
 from shmq.namesrv.routes import namesrv_or_env
-from shmq.store.reader import StoreReader
+from shmq.store.read.reader import StoreReader
 
 log = logging.getLogger(__name__)
 

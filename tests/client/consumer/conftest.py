@@ -1,9 +1,9 @@
 import pytest
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
 from shmq.store.message_store import MessageStore
-from shmq.store.reader import StoreReader
+from shmq.store.read.reader import StoreReader
+from shmq.store.write.hooks import PutRequest
 
 SMALL = {
     "mappedFileSizeCommitLog": 64 * 1024,

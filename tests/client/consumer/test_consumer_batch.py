@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 
 from shmq.codec import ids
 from shmq.codec import record as fmt
-from shmq.codec.columns import decode_batch, read_batch
 from shmq.filter.tags import TagFilter
 from shmq.model.message_ext import MessageExt
-from shmq.store.hooks import PutRequest
-from shmq.store.reader import EntryRange, StoreReader
+from shmq.store.read.columns import decode_batch, read_batch
+from shmq.store.read.reader import EntryRange, StoreReader
+from shmq.store.write.hooks import PutRequest
 from tests.client.consumer.conftest import SMALL, delete_commitlog_head, put, put_many
 
 # two tags with the same tags_code (crc32): the hash filter cannot tell them apart

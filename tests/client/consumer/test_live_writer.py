@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from shmq.codec.columns import read_batch
 from shmq.filter.tags import TagFilter
-from shmq.store.reader import StoreReader
+from shmq.store.read.columns import read_batch
+from shmq.store.read.reader import StoreReader
 from tests.client.consumer.writer_child import QUEUES, TOPIC, body_for
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "writer_child.py")

@@ -6,7 +6,7 @@ import pytest
 
 from shmq.codec import record as fmt
 from shmq.store.consume_queue import BLANK_SIZE, ConsumeQueue
-from shmq.store.reader import ConsumeQueueReader, ReadOnlySegment, SegmentQueue, StoreReader
+from shmq.store.read.reader import ConsumeQueueReader, ReadOnlySegment, SegmentQueue, StoreReader
 from tests.client.consumer.conftest import delete_commitlog_head, put, put_many
 
 

@@ -26,8 +26,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from shmq.codec import record as fmt  # noqa: E402
-from shmq.store.hooks import PutRequest  # noqa: E402
 from shmq.store.message_store import MessageStore  # noqa: E402
+from shmq.store.write.hooks import PutRequest  # noqa: E402
 
 TOPIC = "Live"
 QUEUES = 3

@@ -13,7 +13,7 @@ import shmq
 from shmq import Message, Producer
 from shmq.codec import pop_frames as F
 from shmq.codec import record as fmt
-from shmq.store.reader import CommitLogReader
+from shmq.store.read.reader import CommitLogReader
 
 from .rawclient import RawClient
 

@@ -11,7 +11,7 @@ import pytest
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, Producer, PullConsumer, PullStatus, PushConsumer
 from shmq.errors import BrokerError, ShmqError
-from shmq.store.filter_bitmap import FilterBitmapReader
+from shmq.store.read.filter_bitmap import FilterBitmapReader
 from tests.waiting import wait_for
 
 EXPR = "a BETWEEN 2 AND 3 AND region = 'eu'"
@@ -59,7 +59,7 @@ def _pull_all(broker: str, group: str, topic: str) -> list[bytes]:
 
 def _skipped(store_dir: str, group: str, topic: str, queues: int) -> int:
     """Entries the filter bitmap lets a consumer of ``group`` skip unread."""
-    from shmq.store.reader import StoreReader
+    from shmq.store.read.reader import StoreReader
 
     n = 0
     with StoreReader(store_dir) as reader:

@@ -9,7 +9,7 @@ import shmq
 from shmq import Message, Producer
 from shmq.codec import frames as P
 from shmq.codec.send_back import encode_send_back
-from shmq.store.reader import CommitLogReader
+from shmq.store.read.reader import CommitLogReader
 from tests.process.broker.rawclient import RawClient
 from tests.waiting import wait_for
 

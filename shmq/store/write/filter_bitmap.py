@@ -43,42 +43,14 @@ from shmq.filter.sql import SqlFilter
 from shmq.filter.sql_batch import Batch
 from shmq.store.commitlog import CommitLog
 from shmq.store.config_files import load_json, write_json
-from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.consume_queue_ext import EXT_DIR, ConsumeQueueExt, ConsumeQueueExtReader
-from shmq.store.dispatch import DispatchRequest, QueueSink, queue_id_of
+from shmq.store.consume_queue import ConsumeQueue, queue_id_of
+from shmq.store.consume_queue_ext import EXT_DIR, ConsumeQueueExt
+from shmq.store.filter_table import FILTER_TABLE, KEEP_GENERATIONS, Subscription, parse_table, table_path
+from shmq.store.write.dispatch import DispatchRequest, QueueSink
 
 log = logging.getLogger(__name__)
-_I32 = struct.Struct(">i")
-
-FILTER_TABLE = "consumerFilter.json"
-KEEP_GENERATIONS = 256  # generations the table remembers (older entries read as "not computed")
 LOG_EVERY_S = 60.0
-
-Subscription = tuple[str, str, str]  # (topic, group, SQL92 expression)
-
-
-def table_path(store_dir: str) -> str:
-    return os.path.join(store_dir, "config", FILTER_TABLE)
-
-
-def parse_table(data: object) -> tuple[int, dict[int, frozenset[Subscription]]]:
-    """consumerFilter.json: ``{"generation": g, "generations": {"g": [[topic, group, expr], ...]}}``."""
-    if (
-        not isinstance(data, dict)
-        or type(data.get("generation")) is not int
-        or not isinstance(data.get("generations"), dict)
-    ):
-        raise ValueError('not a {"generation": int, "generations": {...}} object')
-    out: dict[int, frozenset[Subscription]] = {}
-    for key, subs in data["generations"].items():
-        if not isinstance(subs, list) or not all(
-            isinstance(s, list) and len(s) == 3 and all(isinstance(x, str) for x in s) for s in subs
-        ):
-            raise ValueError(f"generation {key!r:.20} is not a list of [topic, group, expression]")
-        out[int(key)] = frozenset((t, g, e) for t, g, e in subs)
-    if not 0 <= data["generation"] < 2**32 or any(not 0 < g <= data["generation"] for g in out):
-        raise ValueError("generation numbers out of range")
-    return data["generation"], out
+_I32 = struct.Struct(">i")
 
 
 class _Active(NamedTuple):
@@ -256,59 +228,6 @@ class CalcBitMapDispatcher:
                 self.store_dir, topic, queue_id, self.entries_per_file
             )
         return ext
-
-    def close(self) -> None:
-        for ext in self._exts.values():
-            ext.close()
-        self._exts.clear()
-
-
-class FilterBitmapReader:
-    """Consumer side: which entries of a pulled range the bitmap proves do not match."""
-
-    def __init__(self, store_dir: str) -> None:
-        self.store_dir = store_dir
-        self._exts: dict[tuple[str, int], ConsumeQueueExtReader] = {}
-        self._stat: tuple[int, int] | None = None
-        self._table: dict[int, frozenset[Subscription]] = {}
-        self._gens: dict[Subscription, np.ndarray] = {}
-
-    def _generations(self, sub: Subscription) -> np.ndarray:
-        """The generations that evaluated ``sub`` (the table is re-read when it changed)."""
-        path = table_path(self.store_dir)
-        try:
-            st = os.stat(path)
-            stat: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stat = None
-        if stat != self._stat:
-            self._stat, self._gens = stat, {}
-            try:
-                self._table = parse_table(load_json(path, parse_table).data)[1] if stat is not None else {}
-            except (ValueError, TypeError):
-                self._table = {}
-        gens = self._gens.get(sub)
-        if gens is None:
-            gens = self._gens[sub] = np.array(sorted(g for g, s in self._table.items() if sub in s), np.int64)
-        return gens
-
-    def skippable(
-        self, topic: str, queue_id: int, group: str, f: SqlFilter, start: int, entries: np.ndarray
-    ) -> np.ndarray | None:
-        """Bool per consume-queue entry from queue offset ``start``: its bitmap, computed with this
-        group's filter, says the filter did not match. None when no entry can say so."""
-        gens = self._generations((topic, group, f.expression))
-        if not len(gens) or not len(entries):
-            return None
-        ext = self._exts.get((topic, queue_id))
-        if ext is None:
-            ext = self._exts[(topic, queue_id)] = ConsumeQueueExtReader(self.store_dir, topic, queue_id)
-        e = ext.entries(start, len(entries))
-        computed = np.isin(e["generation"].astype(np.int64), gens) & (e["offset"] == entries["offset"])
-        if not computed.any():
-            return None
-        answer: np.ndarray | None = computed & ~bloom.may_match(e["bits"], bloom.mask(group, topic))
-        return answer
 
     def close(self) -> None:
         for ext in self._exts.values():

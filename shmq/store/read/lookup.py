@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,11 +44,17 @@ class MessageLookup:
     """Queries over a store's commitlog, consume queues and index (a base of ``MessageStore``)."""
 
     commitlog: CommitLog
-    index: IndexService | None
-    _queues: dict[tuple[str, int], ConsumeQueue]
+
+    @property
+    def index(self) -> IndexService | None:
+        raise NotImplementedError
+
+    @property
+    def queues(self) -> Mapping[tuple[str, int], ConsumeQueue]:
+        raise NotImplementedError
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._queues.get((topic, queue_id))
+        return self.queues.get((topic, queue_id))
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.find_consume_queue(topic, queue_id)

@@ -1,14 +1,15 @@
 """The plain put: one compiled pass for the usual put (a MessageBatch or a run of sends to one
 queue that no hook changes), with today's path as its reference.
 
-``MessageStore.put`` runs hooks, then ``_write`` (measure, commitlog append, consume-queue and
-index dispatch): some 50 Python steps per put. For a put of one queue whose hooks would pass
-every record unchanged and whose files have the room reserved, ``take`` hands the records to
-``put_plain`` (compiled in ``shmq._speedups._store``), which checks what RecordCheck checks,
-copies, patches, writes the consume-queue and index entries in the reference's write order, and
-``take`` then publishes the new ends as ``_write`` does. Whenever the reference could do
-anything else (a refusal, a hook that acts, a roll, a reservation, a new queue, a missing CRC),
-nothing is written and the put takes today's path: same bytes, same result, same errors.
+``MessageStore.put`` runs hooks, then ``LogWriter.put`` (measure, commitlog append,
+consume-queue and index dispatch): some 50 Python steps per put. For a put of one queue whose
+hooks each say they would pass it unchanged (``PutHook.plain_lane``) and whose files have the
+room reserved, ``take`` hands the records to ``put_plain`` (compiled in
+``shmq._speedups._store``), which checks what RecordCheck checks, copies, patches, writes the
+consume-queue and index entries in the reference's write order; ``take`` moves the files' ends
+and the writer publishes them as its ``put`` does. Whenever the reference could do anything else
+(a refusal, a hook that acts, a roll, a reservation, a new queue, a missing CRC), nothing is
+written and the put takes the reference path: same bytes, same result, same errors.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import numpy as np
 
 from shmq import _speedups
 from shmq.codec import record as fmt
-from shmq.store.dispatch import MAX_QUEUE_ID, ConsumeQueueDispatcher, IndexDispatcher
-from shmq.store.hooks import PutRequest, QueueCheck, RecordCheck
+from shmq.store.consume_queue import MAX_QUEUE_ID
+from shmq.store.write.dispatch import ConsumeQueueDispatcher, IndexDispatcher
+from shmq.store.write.hooks import PutHook, PutRequest
 
 if TYPE_CHECKING:
-    from shmq.store.message_store import MessageStore
+    from shmq.store.write.log_writer import LogWriter
 
 
 def put_plain(
@@ -67,40 +69,36 @@ put_plain = _speedups.pick("_store", "put_plain", put_plain)
 ENABLED = put_plain is not _speedups.reference("_store", "put_plain")
 
 
-def take(store: MessageStore, req: PutRequest) -> tuple[np.ndarray, int, int] | None:
-    """Store ``req`` through ``put_plain`` if it is plain; (phys offsets, first queue offset,
-    store timestamp), or None with nothing written. The caller holds ``commitlog.put_lock``."""
+def lane_open(req: PutRequest, hooks: list[PutHook]) -> bool:
+    """Whether ``req`` may try the plain lane: one topic, one queue id in range, nothing for the
+    hooks to read, and every hook saying it would pass the put untouched."""
+    q = req.queue_ids
+    return (
+        req.inspect is None
+        and req.topic_idx is None
+        and type(q) is int
+        and len(req.topics) == 1
+        and req.refused is None
+        and 0 <= q <= MAX_QUEUE_ID
+        and all(hook.plain_lane(req) for hook in hooks)
+    )
+
+
+def take(writer: LogWriter, req: PutRequest) -> tuple[np.ndarray, int, int] | None:
+    """Store ``req`` (``lane_open``) through ``put_plain``; (phys offsets, first queue offset, store
+    timestamp), or None with nothing written. The caller holds the put lock and publishes."""
     b = req.batch
     q = req.queue_ids
-    if (
-        req.inspect is not None
-        or req.topic_idx is not None
-        or type(q) is not int
-        or len(req.topics) != 1
-        or req.refused is not None
-        or not 0 <= q <= MAX_QUEUE_ID
-    ):
-        return None
+    assert type(q) is int
     topic = req.topics[0]
-    record_check = None
-    for hook in store.put_hooks:
-        if isinstance(hook, RecordCheck) and type(hook) is RecordCheck:
-            record_check = hook
-        elif isinstance(hook, QueueCheck) and type(hook) is QueueCheck:
-            if not hook.known(topic):
-                return None
-        elif not getattr(hook, "passes_plain", False):  # a hook that may act on these records
-            return None
-    if record_check is None:
-        return None
-    d = store.dispatchers
-    index = store.index
+    d = writer.dispatchers
+    index = writer.index
     if type(d[0]) is not ConsumeQueueDispatcher or not (
         len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)
     ):
         return None
-    cl = store.commitlog
-    cq = store._queues.get((topic, q))
+    cl = writer.commitlog
+    cq = writer.queues.get((topic, q))
     if cl.write_through or cq is None or not cl.queue.files or not cq.queue.files:
         return None
     nkeys = len(b.key_hashes) if len(d) == 2 and index is not None else 0  # no index: no keys dispatched
@@ -111,7 +109,7 @@ def take(store: MessageStore, req: PutRequest) -> tuple[np.ndarray, int, int] | 
         return None
     ts = cl.next_store_timestamp()
     emptied = _attempt(
-        cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q, record_check, req.user_batch, phys
+        cl, mf, cmf, cq.max_offset, ts, index if nkeys else None, b, nkeys, topic, q, writer, req.user_batch, phys
     )
     # -2: valid so far, but a file lacks reserved room (or there is no writable index file). The
     # reference path reserves (a chunk at a time, so rarely) and, unlike a reservation made here,
@@ -119,19 +117,18 @@ def take(store: MessageStore, req: PutRequest) -> tuple[np.ndarray, int, int] | 
     if emptied < 0:
         return None
     qoff = cq.max_offset
-    # published as the reference publishes them, commitlog end before the queue's (the index's: in _attempt)
+    # the files' ends, as the reference moves them (the index's: in _attempt); the writer publishes
     size = len(b.buf)
     mf.wrote_position += size
-    if mf.wrote_position >= mf.warm_mark and cl._allocator is not None:
-        cl._allocator.keep_ahead(mf)
+    allocator = writer.allocator
+    if mf.wrote_position >= mf.warm_mark:
+        allocator.keep_ahead(mf)
     end = int(phys[0]) + size
-    cl.confirmed = (end, ts)
     cmf.wrote_position = qoff * fmt.CQ_ENTRY_SIZE - cmf.file_from_offset + n * fmt.CQ_ENTRY_SIZE
     cq.max_offset = qoff + n
     cq.max_phys_end = end
-    store._dispatched_ts = ts
-    if cl._allocator is not None:  # the next puts' room, reserved off this thread before they need it
-        cl._allocator.keep_reserved(mf, cmf, index.newest_writable() if nkeys and index is not None else None)
+    # the next puts' room, reserved off this thread before they need it
+    allocator.keep_reserved(mf, cmf, index.newest_writable() if nkeys and index is not None else None)
     return phys, qoff, ts
 
 
@@ -146,7 +143,7 @@ def _attempt(
     nkeys: int,
     topic: str,
     q: int,
-    record_check: RecordCheck,
+    writer: LogWriter,
     user_batch: bool,
     phys: np.ndarray,
 ) -> int:
@@ -169,8 +166,8 @@ def _attempt(
             b.key_hashes if nkeys else _EMPTY,
             b.key_records if nkeys else _EMPTY,
             topic.encode("ascii", "replace"),
-            record_check.max_body,
-            -1 if user_batch else record_check.max_record,
+            writer.max_body,
+            -1 if user_batch else writer.max_record,
             user_batch,
             mf.mm,
             mf.wrote_position,

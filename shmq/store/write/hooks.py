@@ -26,7 +26,7 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.config import BrokerConfig
-from shmq.store.dispatch import MAX_QUEUE_ID
+from shmq.store.consume_queue import MAX_QUEUE_ID
 
 # RocketMQ ResponseCode values (the same numbers the ring frames carry)
 MESSAGE_ILLEGAL = 13
@@ -141,6 +141,13 @@ class PutHook(Protocol):
 
     def before_put(self, req: PutRequest) -> None: ...
 
+    def plain_lane(self, req: PutRequest) -> bool:
+        """Whether ``before_put`` would leave ``req`` untouched (a put of several records of one
+        topic and queue, no rows to inspect): then the writer may store it in one compiled pass
+        without calling ``before_put`` (``shmq.store.write.plain_put``). A hook that may act on
+        such a put answers False; a subclass that changes ``before_put`` must answer again."""
+        ...
+
 
 class QueueCheck:
     """Topic names become folder names (RocketMQ's characters and length only); queue ids 0..65535."""
@@ -148,9 +155,9 @@ class QueueCheck:
     def __init__(self) -> None:
         self._valid: set[str] = set()
 
-    def known(self, topic: str) -> bool:
-        """Whether ``topic`` was checked already (the plain put's case)."""
-        return topic in self._valid
+    def plain_lane(self, req: PutRequest) -> bool:
+        """A topic checked already passes (the plain lane checks the queue id's range itself)."""
+        return req.topics[0] in self._valid
 
     def before_put(self, req: PutRequest) -> None:
         q = req.queue_ids
@@ -174,6 +181,13 @@ class QueueCheck:
                 req.refuse(bad, MESSAGE_ILLEGAL, f"queue id {int(q[bad][0])} is outside 0..{MAX_QUEUE_ID}")
 
 
+def record_limits(config: BrokerConfig) -> tuple[int, int]:
+    """(largest body, largest record) a put may hold: maxMessageSize, and the largest record a
+    message of that size can make (header, topic, properties)."""
+    body = config.max_message_size
+    return body, body + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
+
+
 class RecordCheck:
     """Each record as the producer encoded it: TOTALSIZE matching its length, magic, body and
     properties lengths adding up, its own topic field naming the topic it is put to, and the
@@ -182,11 +196,11 @@ class RecordCheck:
     are checked with a few vectorised gathers."""
 
     def __init__(self, config: BrokerConfig) -> None:
-        self.max_body = config.max_message_size
-        # the largest record a message of maxMessageSize can make (header, topic, properties)
-        self.max_record = (
-            config.max_message_size + fmt.FIXED_OVERHEAD + fmt.MAX_TOPIC_LENGTH + fmt.MAX_PROPERTIES_LENGTH
-        )
+        self.max_body, self.max_record = record_limits(config)
+
+    def plain_lane(self, req: PutRequest) -> bool:
+        """The plain lane makes these same checks, compiled, with the same limits."""
+        return True
 
     def before_put(self, req: PutRequest) -> None:
         b = req.batch

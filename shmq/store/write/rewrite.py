@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from shmq.codec import record as fmt
-from shmq.store.hooks import PutRequest
+from shmq.store.write.hooks import PutRequest
 
 _UNSET = -1
 

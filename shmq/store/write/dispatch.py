@@ -20,20 +20,9 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.model.system_topics import is_parking_topic
+from shmq.store.consume_queue import MAX_QUEUE_ID
 
 _EMPTY = np.empty(0, np.int64)
-MAX_QUEUE_ID = 65535  # the consume-queue layout's queue ids: 0..65535
-
-
-def queue_id_of(name: str) -> int | None:
-    """The queue id a decimal name stands for (a consume-queue folder, a key of the offset and
-    queue tables), or None if it is not one: ASCII digits, 0..MAX_QUEUE_ID."""
-    if not (name.isascii() and name.isdigit()) or len(name) > 5:
-        return None
-    q = int(name)
-    return q if q <= MAX_QUEUE_ID else None
-
-
 # one value per record: an int64 array, or for a single record a plain list (a numpy array of
 # one costs more than the rest of its dispatch)
 Column = np.ndarray | list[int]

@@ -28,12 +28,13 @@ import numpy as np
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError, StoreClosedError
 from shmq.store import files, queue_table, recovery
+from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.config_files import write_json
 from shmq.store.consume_queue import ConsumeQueue
-from shmq.store.dispatch import DispatchRequest, group_by_queue, requests_from_log
 from shmq.store.mapped_file import MappedFile
-from shmq.store.message_store import MessageStore
 from shmq.store.replica_scan import Scan, scan
+from shmq.store.write.dispatch import DispatchRequest, group_by_queue, requests_from_log
+from shmq.store.write.log_writer import LogWriter
 
 log = logging.getLogger(__name__)
 _HIDDEN = fmt.TRANSACTION_PREPARED  # SYSFLAG bit of records without a consume-queue entry
@@ -42,18 +43,20 @@ MAX_UNDISPATCHED = 1 << 20  # bytes append(dispatch=False) may leave unchecked
 
 
 class ReplicaAppender:
-    """Appends master commitlog bytes to a started ``MessageStore`` and dispatches them."""
+    """Appends master commitlog bytes through a started store's ``LogWriter`` and dispatches
+    them; ``checkpoint`` is the store's (a truncation moves its times back)."""
 
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
+    def __init__(self, writer: LogWriter, checkpoint: StoreCheckpoint) -> None:
+        self.writer = writer
+        self.checkpoint = checkpoint
         # everything below is dispatched; from here to max_offset: the start of a record whose
         # tail has not arrived. Recovery dispatched all it kept and cut any torn tail.
-        self._dispatched = store.commitlog.max_offset
+        self._dispatched = writer.commitlog.max_offset
 
     @property
     def max_offset(self) -> int:
         """Where the next frame must start (what the replica reports to its master)."""
-        return self.store.commitlog.max_offset
+        return self.writer.commitlog.max_offset
 
     # ------------------------------------------------------------------ append
 
@@ -72,14 +75,14 @@ class ReplicaAppender:
         (bytes of it written earlier are cut). DiskFullError: nothing of the run was written,
         or (behind bytes appended with dispatch=False, which a dispatching call writes first and
         checks in place with them) it waits unchecked, as those do, for the next call."""
-        store = self.store
-        if not store.running or store.space.full or store._redispatch_from is not None:
-            store._check_writable()
-        cl = store.commitlog
+        writer = self.writer
+        if not writer.writable():
+            writer.check_writable()
+        cl = writer.commitlog
         n = len(data)
         seg = cl.segment_size
-        with cl.put_lock:
-            if not store.running:
+        with writer.put_lock:
+            if not writer.accepting:
                 raise StoreClosedError("the message store is shut down")
             end = cl.max_offset
             fresh = not cl.queue.files and offset % seg == 0  # an empty store starts at the master's min
@@ -122,7 +125,7 @@ class ReplicaAppender:
 
     def dispatch(self) -> list[tuple[str, int]]:
         """Check and dispatch what ``append(..., dispatch=False)`` left (see ``append``)."""
-        cl = self.store.commitlog
+        cl = self.writer.commitlog
         with cl.put_lock:
             end = cl.max_offset
             if self._dispatched >= end:
@@ -134,7 +137,7 @@ class ReplicaAppender:
     def _settle(self, offset: int) -> list[tuple[str, int]]:
         """Dispatch the undispatched end of the segment before the one ``offset`` starts: it
         must end with a BLANK filler (the segment is full)."""
-        cl = self.store.commitlog
+        cl = self.writer.commitlog
         mf = cl.queue.find(self._dispatched)
         assert mf is not None and mf.file_to_offset == offset
         touched = self._process(mf, mf.size, np.empty(0, np.uint8))
@@ -150,7 +153,7 @@ class ReplicaAppender:
     def _process(self, mf: MappedFile, pos: int, new: np.ndarray) -> list[tuple[str, int]]:
         """Check the undispatched bytes of ``mf`` (to ``pos``) followed by ``new`` (to be
         written at ``pos``); write what passes, dispatch its records."""
-        cl = self.store.commitlog
+        cl = self.writer.commitlog
         base = self._dispatched
         offset = mf.file_from_offset + pos
         pending = mf.array[base - mf.file_from_offset : pos]
@@ -169,10 +172,10 @@ class ReplicaAppender:
 
     def _segment(self, offset: int) -> MappedFile:
         try:
-            return self.store.commitlog.queue.last_file(offset)
+            return self.writer.commitlog.queue.last_file(offset)
         except DiskFullError as e:
-            self.store.space.refused(e)
-            raise self.store.space.error() from None
+            self.writer.space.refused(e)
+            raise self.writer.space.error() from None
 
     def _requests(self, found: Scan, buf: np.ndarray, base: int) -> list[DispatchRequest]:
         """Dispatch requests for the scanned records: one for all (grouped by queue), or, when
@@ -180,7 +183,6 @@ class ReplicaAppender:
         if not len(found):
             return []
         f = found.fields
-        store = self.store
         phys = found.starts + base
         sizes, qoffs, qids, ts = f.total_size, f.queue_offset, f.queue_id, f.store_timestamp
         ent = np.flatnonzero((f.sysflag & _HIDDEN) == 0)
@@ -196,8 +198,8 @@ class ReplicaAppender:
         if not np.array_equal(qoffs[ent], firsts[gid] + rank):  # a gap or a step back inside a queue
             data = buf.tobytes()  # recovery's grouping of runs of consecutive offsets, from decoded records
             decoded = ((base + s, fmt.decode_record(data, s)) for s in found.starts.tolist())
-            return list(requests_from_log(decoded, store._queue))
-        cqs = [store._queue(found.topics[t], q) for t, q in groups]
+            return list(requests_from_log(decoded, self.writer.queue))
+        cqs = [self.writer.queue(found.topics[t], q) for t, q in groups]
         return [
             DispatchRequest(
                 cqs,
@@ -215,40 +217,21 @@ class ReplicaAppender:
 
     def _reserve(self, mf: MappedFile, end: int, reqs: list[DispatchRequest]) -> None:
         """Disk blocks for everything the append writes before any byte is written (as the put path)."""
-        store = self.store
-        try:
-            mf.reserve(end)
-            for req in reqs:
-                for q, r in zip(req.queues, req.rows or [np.arange(len(req.phys_offsets))] * len(req.queues)):
-                    assert isinstance(q, ConsumeQueue)
-                    q.reserve(len(r))
-                if len(req.key_hashes) and store.index is not None:
-                    store.index.reserve(len(req.key_hashes))
-        except DiskFullError as e:
-            store.space.refused(e)
-            raise store.space.error() from None
+        self.writer.reserve_raw(mf, end, reqs)
 
     def _write(self, mf: MappedFile, pos: int, data: np.ndarray, wrote_to: int) -> None:
-        if len(data):
-            if self.store.commitlog.write_through:
-                mf.write(data.data, pos)
-            else:
-                mf.array[pos : pos + len(data)] = data
-        mf.wrote_position = max(mf.wrote_position, wrote_to)
-        allocator = self.store.allocator
-        if mf.wrote_position >= mf.warm_mark:
-            allocator.keep_ahead(mf)
+        self.writer.write_raw(mf, pos, data, wrote_to)
 
     def _dispatch(self, reqs: list[DispatchRequest], found: Scan, base: int) -> list[tuple[str, int]]:
-        store, cl = self.store, self.store.commitlog
+        writer, cl = self.writer, self.writer.commitlog
         touched: list[tuple[str, int]] = []
         for req in reqs:
-            store._dispatch(req)
+            writer.dispatch(req)
             touched += [(q.topic, q.queue_id) for q in req.queues if isinstance(q, ConsumeQueue)]
         if len(found):
             ts = int(found.fields.store_timestamp[-1])
             cl.last_store_timestamp = max(cl.last_store_timestamp, ts)
-            cl.confirmed = (base + found.end, ts)
+            writer.publish(base + found.end, ts)
         self._dispatched = base + found.end
         return sorted(set(touched))
 
@@ -257,8 +240,8 @@ class ReplicaAppender:
     def truncate(self, offset: int) -> int:
         """Cut the store back to ``offset`` (a record boundary at or below max_offset); the cut
         bytes go to DIR/diverged/<offset>.log first. Returns the bytes removed."""
-        store, cl = self.store, self.store.commitlog
-        with cl.put_lock:
+        writer, cl = self.writer, self.writer.commitlog
+        with writer.put_lock:
             if self._dispatched < cl.max_offset:  # check what append(dispatch=False) left first
                 mf = cl.queue.find(self._dispatched)
                 assert mf is not None
@@ -274,33 +257,32 @@ class ReplicaAppender:
             if not self._is_boundary(offset):
                 raise ValueError(f"truncate to {offset}: not the start of a record of the commitlog")
             self._save_diverged(offset, end)
-            cuts = {(cq.topic, cq.queue_id): cq.dirty_from(offset) for cq in store.consume_queues()}
+            cuts = {(cq.topic, cq.queue_id): cq.dirty_from(offset) for cq in writer.consume_queues()}
             table: dict[str, dict[str, int]] = {}
             for (topic, qid), n in cuts.items():
                 table.setdefault(topic, {})[str(qid)] = n
-            write_json(queue_table.table_path(store.store_dir), {"queueMaxOffsets": table})
+            write_json(queue_table.table_path(writer.store_dir), {"queueMaxOffsets": table})
             marker = recovery.cut_marker_path(cl)
             with open(files.open_file(marker, os.O_WRONLY | os.O_TRUNC)[0], "w", encoding="ascii") as f:
                 f.write(str(offset))
                 f.flush()
                 os.fsync(f.fileno())
-            recovery.sync_dir(store.store_dir)
+            recovery.sync_dir(writer.store_dir)
             recovery.finish_cut(cl)
-            for cq in store.consume_queues():
+            for cq in writer.consume_queues():
                 cq.truncate_dirty(offset)
                 cq.flush()
-            if store.index is not None:
-                store.index.truncate(offset)
-                store.index.flush()
+            if writer.index is not None:
+                writer.index.truncate(offset)
+                writer.index.flush()
             ts = self._last_timestamp(offset)
-            cp = store.checkpoint
+            cp = self.checkpoint
             cp.physic_msg_timestamp = min(cp.physic_msg_timestamp, ts)
             cp.logics_msg_timestamp = min(cp.logics_msg_timestamp, ts)
             cp.index_msg_timestamp = min(cp.index_msg_timestamp, ts)
             cp.flush()
-            store._dispatched_ts = ts
             cl.last_store_timestamp = ts
-            cl.confirmed = (offset, ts)
+            self.writer.publish(offset, ts)
             self._dispatched = offset
         log.warning(
             "replica store truncated from %d to %d (%d bytes kept in %s)",
@@ -312,10 +294,10 @@ class ReplicaAppender:
         return end - offset
 
     def diverged_path(self, offset: int) -> str:
-        return os.path.join(self.store.store_dir, "diverged", f"{fmt.offset_file_name(offset)}.log")
+        return os.path.join(self.writer.store_dir, "diverged", f"{fmt.offset_file_name(offset)}.log")
 
     def _is_boundary(self, offset: int) -> bool:
-        cl = self.store.commitlog
+        cl = self.writer.commitlog
         if offset > self._dispatched:
             return False  # inside a record whose tail has not arrived
         mf = cl.queue.find(offset)
@@ -325,7 +307,7 @@ class ReplicaAppender:
         return status in (fmt.RECORD_OK, fmt.RECORD_BLANK)
 
     def _save_diverged(self, offset: int, end: int) -> None:
-        cl = self.store.commitlog
+        cl = self.writer.commitlog
         path = self.diverged_path(offset)
         files.make_dirs(os.path.dirname(path))
         fd = files.open_file(path, os.O_WRONLY | os.O_TRUNC)[0]
@@ -347,9 +329,9 @@ class ReplicaAppender:
     def _last_timestamp(self, offset: int) -> int:
         """Store timestamp of the last record before ``offset`` (0 if none in the kept segment)."""
         last = 0
-        first = self.store.commitlog.queue.find(max(offset - 1, 0))
+        first = self.writer.commitlog.queue.find(max(offset - 1, 0))
         if first is not None:
-            for mf, pos, _ in self.store.commitlog.iter_records(first.file_from_offset):
+            for mf, pos, _ in self.writer.commitlog.iter_records(first.file_from_offset):
                 if mf.file_from_offset + pos >= offset:
                     break
                 last = fmt.HEADER.unpack_from(mf.view, pos)[10]

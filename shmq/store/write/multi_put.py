@@ -1,13 +1,13 @@
 """The put over many queues through the queue table: a SEND_MULTI of 256 topics in three calls.
 
-``MessageStore._write`` groups a put of many queues by queue (``group_by_queue``), finds each
+``LogWriter._write`` groups a put of many queues by queue (``group_by_queue``), finds each
 queue's ConsumeQueue, reserves, reads each max offset, appends, and dispatches queue by queue:
 with 10,000 queues each record is its own group and every step touches the queue's cold
-Python objects. ``take`` does the same put with the queues' rows of ``store.queue_slots``
+Python objects. ``take`` does the same put with the queues' rows of ``writer.queue_slots``
 (``shmq.store.queue_slots``): ``plan`` gives each record its row and queue offset, the
 commitlog append is the usual one, ``write_entries`` writes the entries through the rows, and
 the index dispatcher runs as usual. A queue without a row is adopted into the table first; a
-row whose cached file lacks the room is reserved (as ``_reserve`` would) and attached again.
+row whose cached file lacks the room is reserved (as ``LogWriter.reserve`` would) and attached again.
 Whenever the reference could do anything else (a queue not made yet, an entry that rolls into
 the next file, another dispatcher), nothing is written and the put takes the reference path.
 """
@@ -21,14 +21,13 @@ import numpy as np
 
 from shmq import _speedups
 from shmq.codec import record as fmt
-from shmq.errors import StoreClosedError
-from shmq.store.dispatch import ConsumeQueueDispatcher, DispatchRequest, IndexDispatcher
-from shmq.store.hooks import PutRequest
 from shmq.store.queue_slots import FILE_ADDR, FILE_FROM, FILE_LIMIT, MAX_OFFSET, MAX_PHYS_END, PENDING, QueueSlots
+from shmq.store.write.dispatch import ConsumeQueueDispatcher, DispatchRequest, IndexDispatcher
+from shmq.store.write.hooks import PutRequest
 
 if TYPE_CHECKING:
     from shmq.store.commitlog import AppendResult
-    from shmq.store.message_store import MessageStore
+    from shmq.store.write.log_writer import LogWriter
 
 _SLOT = struct.Struct("<i")
 _BE_I64 = struct.Struct(">q")
@@ -120,7 +119,12 @@ def write_entries(
             raise ValueError(f"record {i}: no queue row {s}")
         pos = int(qoffs[i]) * fmt.CQ_ENTRY_SIZE - int(table[s, FILE_FROM])
         size = int(sizes[i])
-        if table[s, FILE_ADDR] == 0 or pos < 0 or pos + fmt.CQ_ENTRY_SIZE > table[s, FILE_LIMIT] or not 0 <= size <= 0x7FFFFFFF:
+        if (
+            table[s, FILE_ADDR] == 0
+            or pos < 0
+            or pos + fmt.CQ_ENTRY_SIZE > table[s, FILE_LIMIT]
+            or not 0 <= size <= 0x7FFFFFFF
+        ):
             raise ValueError(f"record {i}: its entry is outside its queue's attached file")
         pending[s] = pending.get(s, 0) + 1
         if qoffs[i] != table[s, MAX_OFFSET] + pending[s] - 1:
@@ -146,65 +150,59 @@ ENABLED = write_entries is not _speedups.reference("_slots", "write_entries")
 
 
 def take(
-    store: MessageStore, req: PutRequest, sizes: np.ndarray, missing_crc: np.ndarray | None, enters: np.ndarray
+    writer: LogWriter, req: PutRequest, sizes: np.ndarray, missing_crc: np.ndarray | None, enters: np.ndarray
 ) -> tuple[AppendResult, np.ndarray, int] | None:
     """Store ``req`` (records that passed the hooks, of many queues) through the queue table:
-    (the commitlog append, queue offsets, store timestamp), or None with nothing written."""
-    d = store.dispatchers
-    index = store.index
+    (the commitlog append, queue offsets, store timestamp), or None with nothing written. The
+    caller holds the put lock and publishes."""
+    d = writer.dispatchers
+    index = writer.index
     if type(d[0]) is not ConsumeQueueDispatcher or not (
         len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)
     ):
         return None
     b = req.batch
     n = len(b.starts)
-    slots: QueueSlots = store.queue_slots
+    slots: QueueSlots = writer.queue_slots
     tid, qids = req.topic_ids(), req.queue_id_array()
     ent = None if enters.all() else enters.view(np.uint8)
     rows, qoffs, spare = np.empty(n, np.int64), np.zeros(n, np.int64), np.empty(n, np.int64)
-    with store.commitlog.put_lock:
-        if not store.running:
-            raise StoreClosedError("the message store is shut down")
-        by_topic = slots.by_topic
-        tslots = [by_topic.get(t) for t in req.topics]
-        for _ in range(3):
-            kind, m = plan(tslots, tid, qids, ent, slots.table, rows, qoffs, spare)
-            if kind == 0:
-                break
-            if kind == 2:  # queues without a row: adopted if the store has them, else made by the reference
-                for i in spare[:m].tolist():
-                    cq = store.find_consume_queue(req.topics[int(tid[i])], int(qids[i]))
-                    if cq is None:
-                        return None
-                    slots.adopt(cq)
-                tslots = [by_topic.get(t) for t in req.topics]
-                continue
-            short = spare[:m].tolist()
-            counts = np.bincount(rows[rows >= 0], minlength=len(slots))
-            need = [(slots.queues[s], int(counts[s])) for s in short]
-            if any(cq is None for cq, _ in need):
-                return None
-            store._reserve(need, _span(b.starts, sizes), sizes, len(b.key_hashes))  # type: ignore[arg-type]
-            for s, (cq, count) in zip(short, need):
-                assert cq is not None
-                files = cq.queue.files
-                mf = files[-1] if files else None
-                if mf is None or (cq.max_offset + count) * fmt.CQ_ENTRY_SIZE > mf.file_to_offset:
-                    return None  # the entries roll into the next file: the reference's put
-                slots.attach(s, mf)
-        else:
+    span = int(b.starts[-1]) - int(b.starts[0]) + int(sizes[-1])
+    by_topic = slots.by_topic
+    tslots = [by_topic.get(t) for t in req.topics]
+    for _ in range(3):
+        kind, m = plan(tslots, tid, qids, ent, slots.table, rows, qoffs, spare)
+        if kind == 0:
+            break
+        if kind == 2:  # queues without a row: adopted if the store has them, else made by the reference
+            for i in spare[:m].tolist():
+                cq = writer.queues.get((req.topics[int(tid[i])], int(qids[i])))
+                if cq is None:
+                    return None
+                slots.adopt(cq)
+            tslots = [by_topic.get(t) for t in req.topics]
+            continue
+        short = spare[:m].tolist()
+        counts = np.bincount(rows[rows >= 0], minlength=len(slots))
+        need = [(slots.queues[s], int(counts[s])) for s in short]
+        live = [(cq, k) for cq, k in need if cq is not None]
+        if len(live) < len(need):
             return None
-        store._reserve((), _span(b.starts, sizes), sizes, len(b.key_hashes))
-        ts = store.commitlog.next_store_timestamp()
-        res = store.commitlog.append_batch(b.buf, b.starts, sizes, qoffs, qids, ts, missing_crc)
-        phys = res.phys_offsets
-        assert phys is not None
-        write_entries(rows, qoffs, phys, sizes, b.tags_codes, slots.table, slots.files)
-        if len(d) == 2:
-            d[1].dispatch(DispatchRequest([], None, [], phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records))
-        store._dispatched_ts = ts
+        writer.reserve(live, span, sizes, len(b.key_hashes))
+        for s, (cq, count) in zip(short, live):
+            files = cq.queue.files
+            mf = files[-1] if files else None
+            if mf is None or (cq.max_offset + count) * fmt.CQ_ENTRY_SIZE > mf.file_to_offset:
+                return None  # the entries roll into the next file: the reference's put
+            slots.attach(s, mf)
+    else:
+        return None
+    writer.reserve((), span, sizes, len(b.key_hashes))
+    ts = writer.commitlog.next_store_timestamp()
+    res = writer.commitlog.append_batch(b.buf, b.starts, sizes, qoffs, qids, ts, missing_crc)
+    phys = res.phys_offsets
+    assert phys is not None
+    write_entries(rows, qoffs, phys, sizes, b.tags_codes, slots.table, slots.files)
+    if len(d) == 2:
+        d[1].dispatch(DispatchRequest([], None, [], phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records))
     return res, qoffs, ts
-
-
-def _span(starts: np.ndarray, sizes: np.ndarray) -> int:
-    return int(starts[-1]) - int(starts[0]) + int(sizes[-1])
