@@ -61,7 +61,7 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """The next queue offset to write."""
         t, i = self._row
-        return t.words[i * WIDTH + MAX_OFFSET]  # type: ignore[no-any-return]  # a "q" view gives ints
+        return t.words[i * WIDTH + MAX_OFFSET]
 
     @max_offset.setter
     def max_offset(self, value: int) -> None:
@@ -72,7 +72,7 @@ class ConsumeQueue:
     def max_phys_end(self) -> int:
         """The end of the last dispatched record in the commitlog (-1: none)."""
         t, i = self._row
-        return t.words[i * WIDTH + MAX_PHYS_END]  # type: ignore[no-any-return]
+        return t.words[i * WIDTH + MAX_PHYS_END]
 
     @max_phys_end.setter
     def max_phys_end(self, value: int) -> None:

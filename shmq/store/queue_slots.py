@@ -45,7 +45,7 @@ class QueueSlots:
     def __init__(self, capacity: int = 64) -> None:
         self.table = np.zeros((max(1, capacity), WIDTH), np.int64)
         self.table[:, FILE_LIMIT] = -1
-        self.words = memoryview(self.table).cast("B").cast("q")  # a row's words as Python ints
+        self.words = _words(self.table)  # a row's words as Python ints
         self.queues: list[ConsumeQueue | None] = []
         self.files: list[MappedFile | None] = []  # the attached file of each row
         self._pins: list[memoryview | None] = []  # keeps the attached mapping mapped
@@ -63,7 +63,7 @@ class QueueSlots:
             bigger[:, FILE_LIMIT] = -1
             bigger[:slot] = self.table
             self.table = bigger
-            self.words = memoryview(bigger).cast("B").cast("q")
+            self.words = _words(bigger)
         self.queues.append(cq)
         self.files.append(None)
         self._pins.append(None)
@@ -121,3 +121,8 @@ class QueueSlots:
                 b = bytearray(packed)
                 _SLOT.pack_into(b, cq.queue_id * 4, NO_SLOT)
                 self.by_topic[cq.topic] = bytes(b)
+
+
+def _words(table: np.ndarray) -> memoryview:
+    """The table's int64 words as a flat "q" view (indexing it gives Python ints, ~3x faster than numpy's scalars)."""
+    return memoryview(table.data).cast("B").cast("q")

@@ -283,12 +283,20 @@ class LogWriter:
                 self._closed_check()
                 taken = multi_put.take(self, req, sizes, missing_crc, enters)
                 if taken is not None:
-                    res, qoffs, ts = taken
+                    res, qoffs, slots, ts = taken
                     self.publish(res.wrote_offset + res.wrote_bytes, ts)
             if taken is not None:
                 phys = _per_record(res.phys_offsets)
                 return PutMessageResult(
-                    PutStatus.PUT_OK, res.wrote_offset, res.wrote_bytes, int(qoffs[0]), n, ts, phys, qoffs
+                    PutStatus.PUT_OK,
+                    res.wrote_offset,
+                    res.wrote_bytes,
+                    int(qoffs[0]),
+                    n,
+                    ts,
+                    phys,
+                    qoffs,
+                    queue_rows=slots,
                 )
         tid, qids = req.topic_ids(), req.queue_id_array()
         ent = np.flatnonzero(enters)

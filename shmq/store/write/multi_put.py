@@ -151,10 +151,10 @@ ENABLED = write_entries is not _speedups.reference("_slots", "write_entries")
 
 def take(
     writer: LogWriter, req: PutRequest, sizes: np.ndarray, missing_crc: np.ndarray | None, enters: np.ndarray
-) -> tuple[AppendResult, np.ndarray, int] | None:
+) -> tuple[AppendResult, np.ndarray, np.ndarray, int] | None:
     """Store ``req`` (records that passed the hooks, of many queues) through the queue table:
-    (the commitlog append, queue offsets, store timestamp), or None with nothing written. The
-    caller holds the put lock and publishes."""
+    (the commitlog append, queue offsets, each record's row (-1: it enters no queue), store
+    timestamp), or None with nothing written. The caller holds the put lock and publishes."""
     d = writer.dispatchers
     index = writer.index
     if type(d[0]) is not ConsumeQueueDispatcher or not (
@@ -205,4 +205,4 @@ def take(
     write_entries(rows, qoffs, phys, sizes, b.tags_codes, slots.table, slots.files)
     if len(d) == 2:
         d[1].dispatch(DispatchRequest([], None, [], phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records))
-    return res, qoffs, ts
+    return res, qoffs, rows, ts
