@@ -56,45 +56,13 @@ DEFAULT_RING_BYTES = 16 * 1024 * 1024  # a 4 MiB message or batch must fit in ha
 SYNC_POLL_S = 300e-6  # a sync send reads its own answer at most this long, then waits for the reader thread
 
 
-# A sync send polls only while polling pays: at least this share of its recent polls saw the
-# answer within the window (a moving average, 1/8 per poll); below it, one send in PROBE_EVERY
-# polls anyway, so the rate is measured again when answers get fast.
-POLL_PAYS = 0.25
-PROBE_EVERY = 16
-
-
 def sync_poll_window(recent: float) -> float:
     """How long a sync send reads its own answer, given ``recent`` (the usual time answers take):
-    four times that (most answers, a slow one too), at most SYNC_POLL_S. Whether to poll at all is
-    ``PollRule``'s: a poll that does not see the answer cost its window of CPU for nothing."""
+    four times that (most answers, a slow one too), at most SYNC_POLL_S. Not polling at all when
+    answers are slow (SYNC_FLUSH) was measured both ways: it freed the cores for the broker on a
+    loaded machine (0.85x -> 1.25x Redis) but cost 8-12 % of SYNC_FLUSH throughput on a quiet one
+    (`make bench`, docs/BENCHMARKS.md), so slow answers keep the full window."""
     return min(SYNC_POLL_S, 4 * recent)
-
-
-class PollRule:
-    """Whether a sync send polls for its answer: while polls catch answers, yes; once most of
-    them miss (SYNC_FLUSH answers wait for a disk flush, ~0.3-2 ms, longer than the window), only
-    one send in ``PROBE_EVERY``. Measured with 8 SYNC_FLUSH senders on 2 shared cores: the missed
-    polls were ~70 us of the ~180 us of CPU per send, taken from the broker and the other senders;
-    a quiet machine, whose answers come within the window, keeps polling (always polling was
-    chosen over never polling because never cost 8-12 % there)."""
-
-    def __init__(self) -> None:
-        self.hit_rate = 1.0
-        self._skipped = 0
-
-    def polls(self) -> bool:
-        """Whether this send polls."""
-        if self.hit_rate >= POLL_PAYS:
-            return True
-        self._skipped += 1
-        if self._skipped < PROBE_EVERY:
-            return False
-        self._skipped = 0
-        return True
-
-    def polled(self, hit: bool) -> None:
-        """A poll's outcome: the answer came within the window (``hit``) or not."""
-        self.hit_rate += ((1.0 if hit else 0.0) - self.hit_rate) * 0.125
 
 
 def recent_answer_time(recent: float, took: float) -> float:
@@ -225,7 +193,6 @@ class Producer:
         self._encoder = MessageEncoder(max_message_size, compress_msg_body_over_howmuch)
         self._pending: dict[int, _Pending] = {}  # by request id, while its answer is awaited
         self._answer_time = SYNC_POLL_S / 2  # recent sync answers' time: how long ``send`` polls
-        self._poll_rule = PollRule()  # whether ``send`` polls at all
         self._in_flight = InFlight()  # every request until finished, retries included (flush)
         self._executor: ThreadPoolExecutor | None = None
         self._conn = BrokerConnection(
@@ -345,9 +312,8 @@ class Producer:
         try:
             fut = self._submit_one(msg, qid, timeout, oneway=False)
             window = sync_poll_window(self._answer_time)
-            if window and self._poll_rule.polls():
+            if window:
                 self._conn.poll(s, fut.done, window)
-                self._poll_rule.polled(fut.done())
             if not fut.done():
                 self._conn.wait_answer(s, fut.done, self._awaits_nothing)
         finally:
