@@ -228,7 +228,7 @@ class MQConsumerInner(ABC):
         self._wakeup.set()
         self._stopping()
         deadline = time.monotonic() + 5.0
-        for t in self._threads:
+        for t in self._pullers_to_join():
             t.join(max(0.0, deadline - time.monotonic()))
         self._settle()
         with self._pass_lock:
@@ -242,6 +242,10 @@ class MQConsumerInner(ABC):
         self._wrapper.wake_all()
         self._wrapper.close()
         self._closed()
+
+    def _pullers_to_join(self) -> list[threading.Thread]:
+        """The puller threads ``shutdown`` waits for (at most 5 s in all)."""
+        return self._threads
 
     def _stopping(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """Wake whatever waits for the puller (before it is joined)."""

@@ -173,6 +173,7 @@ class PushConsumer(MQConsumerInner):
         self._pull_role = threading.Lock()
         self._concurrent: ConsumeMessageConcurrentlyService | None = None
         self._listening = False
+        self._in_listener: threading.Thread | None = None  # the puller thread in a listener call
         self._park_first = False
         self._timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
         self._next_rebalance = self._next_commit = 0.0
@@ -352,10 +353,17 @@ class PushConsumer(MQConsumerInner):
             with self._pull_role:
                 mine = self._pull_turn()
             if mine is not None and self._concurrent is not None:
+                self._in_listener = threading.current_thread()
                 try:
                     self._concurrent.consume_here(*mine)
                 finally:
+                    self._in_listener = None
                     self._listening = False
+
+    def _pullers_to_join(self) -> list[threading.Thread]:
+        """Not the one in a listener call: ``_settle`` waits for that call as for the consume
+        threads' (DROP_WAIT_S), and a shutdown returns after it as before."""
+        return [t for t in self._threads if t is not self._in_listener]
 
     def _pull_turn(self) -> tuple[ProcessQueue, list[MessageExt]] | None:
         """Passes and parks until ``shutdown`` (None), or a pulled list this thread is to hand
