@@ -43,6 +43,7 @@ from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.offset_store import instance_name as local_instance_name
 from shmq.client.consumer.process_queue import ProcessQueue
+from shmq.client.consumer.pull_turns import PullTurns
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -168,13 +169,9 @@ class PushConsumer(MQConsumerInner):
         self._orderly = False
         self._throttled = False
         self._suspended = False  # suspend(): the puller pulls nothing until resume()
-        # the puller threads' turns (``_run``): who pulls, whether one is in the listener, and the
-        # state a turn hands over (timers, whether the last park timed out, park before pulling)
-        self._pull_role = threading.Lock()
+        # the puller threads' turns, and what a turn hands over: timers, whether the last park timed out
+        self._turns: PullTurns[tuple[ProcessQueue, list[MessageExt]]] = PullTurns()
         self._concurrent: ConsumeMessageConcurrentlyService | None = None
-        self._listening = False
-        self._in_listener: threading.Thread | None = None  # the puller thread in a listener call
-        self._park_first = False
         self._timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
         self._next_rebalance = self._next_commit = 0.0
         self._consume_hooks: list[ConsumeMessageHook] = []
@@ -341,29 +338,15 @@ class PushConsumer(MQConsumerInner):
     # ------------------------------------------------------------------ the puller thread
 
     def _run(self) -> None:
-        """A puller thread. Concurrently, two take turns (leader and follower): the one holding
-        ``_pull_role`` pulls and parks; when a pass finds messages and would park, it keeps one
-        pulled list, hands the role to the other (still the deputy reading the ring: no reader
-        thread wake-up) and calls the listener on that list itself, then waits for the role
-        again. So the listener starts without a thread hand-off (the pool's worker needed a futex
-        wake-up and the GIL: ~80 us p50, ~600 us p99 of the send -> listener hop on 2 busy
-        cores); the follower's wake-up runs beside the listener call. Lists found while a
-        listener runs here, or with more to pull at once, go to the pool as before."""
-        while self._running:
-            with self._pull_role:
-                mine = self._pull_turn()
-            if mine is not None and self._concurrent is not None:
-                self._in_listener = threading.current_thread()
-                try:
-                    self._concurrent.consume_here(*mine)
-                finally:
-                    self._in_listener = None
-                    self._listening = False
+        """A puller thread; concurrently two take turns (``PullTurns``), orderly one pulls alone."""
+        concurrent = self._concurrent
+        if concurrent is None:
+            self._turns.run(lambda: self._running, self._pull_turn, lambda _: None)
+        else:
+            self._turns.run(lambda: self._running, self._pull_turn, lambda mine: concurrent.consume_here(*mine))
 
     def _pullers_to_join(self) -> list[threading.Thread]:
-        """Not the one in a listener call: ``_settle`` waits for that call as for the consume
-        threads' (DROP_WAIT_S), and a shutdown returns after it as before."""
-        return [t for t in self._threads if t is not self._in_listener]
+        return self._turns.joinable(self._threads)
 
     def _pull_turn(self) -> tuple[ProcessQueue, list[MessageExt]] | None:
         """Passes and parks until ``shutdown`` (None), or a pulled list this thread is to hand
@@ -374,8 +357,8 @@ class PushConsumer(MQConsumerInner):
                 continue
             mine: tuple[ProcessQueue, list[MessageExt]] | None = None
             try:
-                if self._park_first:  # the turn handed over by a thread that went to the listener
-                    self._park_first = False
+                if self._turns.park_first:  # the turn handed over by a thread that went to the listener
+                    self._turns.park_first = False
                     self._timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 self._wakeup.clear()
                 now = time.monotonic()
@@ -394,11 +377,8 @@ class PushConsumer(MQConsumerInner):
                         self._next_commit = now + self.persist_consumer_offset_interval
                         self._offsets.commit(list(self._pqs.values()), sync=False)
                     park = not progressed and self._running and not self._wrapper.long_poll(idle, self._wakeup)
-                    here = self._concurrent
-                    if park and found and here is not None and not self._listening and here.reserve_here():
-                        mine = found.pop()
-                        self._listening = True
-                        self._park_first = True
+                    if park and self._concurrent is not None:
+                        mine = self._turns.keep(found, self._concurrent.reserve_here)
                 finally:
                     for pq, msgs in found:  # last: the listener's worker needs the GIL this thread holds
                         self._service.submit(pq, msgs)
@@ -410,7 +390,7 @@ class PushConsumer(MQConsumerInner):
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
             except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
                 if mine is not None and self._concurrent is not None:  # not consumed here after all: the pool takes it
-                    self._listening = self._park_first = False
+                    self._turns.give_back()
                     self._concurrent.unreserve()
                     self._service.submit(*mine)
                 self._conn.stand_down()
