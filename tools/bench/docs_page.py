@@ -66,6 +66,12 @@ TOOLS: list[tuple[str, str, str]] = [
     ("exporter_bench.py", "broker throughput with `shmq exporter` scraped against without", ""),
     ("wakeup_bench.py", "wake-up latencies of a parked broker (the doorbell paths)", ""),
     ("floors.py", "what the machine charges for the steps no broker avoids (wake-ups, copies, syncs)", ""),
+    (
+        "path_breakdown.py",
+        "per-thread CPU of every process per SYNC_FLUSH send (8 senders) and per send -> push listener hop",
+        "",
+    ),
+    ("push_latency.py", "the suite's send -> listener rows alone (shmq and zmq ipc, interleaved)", ""),
     ("sync_floor.py", "the cost of one durable sync of a small range: the floor of a SYNC_FLUSH send", ""),
     ("flush_faults.py", "page faults of a writer while a flusher syncs nothing, the whole file or the range", ""),
     (

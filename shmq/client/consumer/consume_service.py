@@ -161,9 +161,39 @@ class _Service:
 
 
 class ConsumeMessageConcurrentlyService(_Service):
+    """``slots``: how many listener calls may run at once (``consume_thread_max``), shared by the
+    pool's workers and a puller that calls the listener itself (``reserve_here``); None: the
+    pool's size alone bounds them."""
+
+    slots: threading.Semaphore | None = None
+
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Hand pulled messages (already in ``pq``) to the thread pool."""
-        self._spawn(self._consume, pq, msgs)
+        self._spawn(self._consume_in_slot, pq, msgs)
+
+    def _consume_in_slot(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.slots is None:
+            self._consume(pq, msgs)
+            return
+        with self.slots:
+            self._consume(pq, msgs)
+
+    def reserve_here(self) -> bool:
+        """Take a listener slot for ``consume_here`` without waiting; False if all are taken."""
+        return self.slots is None or self.slots.acquire(blocking=False)
+
+    def unreserve(self) -> None:
+        """Give back the slot of a ``reserve_here`` not followed by ``consume_here``."""
+        if self.slots is not None:
+            self.slots.release()
+
+    def consume_here(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Call the listener on pulled messages in the calling thread, in the slot
+        ``reserve_here`` took (a puller that handed its turn over: ``PushConsumer._run``)."""
+        try:
+            self._consume(pq, msgs)
+        finally:
+            self.unreserve()
 
     def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Slices of one pulled list in turn; a rebalance that drops the queue stops it between

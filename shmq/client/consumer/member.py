@@ -78,6 +78,7 @@ class MQConsumerInner(ABC):
         self._session: Session | None = None
         self._running = False
         self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._broker_wait_logged = False
         self._scope: GroupScope | None = None
 
@@ -157,10 +158,13 @@ class MQConsumerInner(ABC):
             self._conn.shutdown()
             raise
 
-    def _start_puller(self, name: str) -> None:
+    def _start_puller(self, name: str, threads: int = 1) -> None:
+        """Start ``threads`` threads running ``_run`` (a push consumer's two take turns pulling)."""
         self._running = True
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=name, daemon=True) for _ in range(threads)]
+        self._thread = self._threads[0]
+        for t in self._threads:
+            t.start()
         exit_close.track(self)
 
     # ------------------------------------------------------------------ the puller thread's steps
@@ -223,8 +227,9 @@ class MQConsumerInner(ABC):
         self._running = False
         self._wakeup.set()
         self._stopping()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        deadline = time.monotonic() + 5.0
+        for t in self._pullers_to_join():
+            t.join(max(0.0, deadline - time.monotonic()))
         self._settle()
         with self._pass_lock:
             try:
@@ -237,6 +242,10 @@ class MQConsumerInner(ABC):
         self._wrapper.wake_all()
         self._wrapper.close()
         self._closed()
+
+    def _pullers_to_join(self) -> list[threading.Thread]:
+        """The puller threads ``shutdown`` waits for (at most 5 s in all)."""
+        return self._threads
 
     def _stopping(self) -> None:  # noqa: B027 - a hook subclasses may leave out
         """Wake whatever waits for the puller (before it is joined)."""

@@ -43,6 +43,7 @@ from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
 from shmq.client.consumer.offset_store import instance_name as local_instance_name
 from shmq.client.consumer.process_queue import ProcessQueue
+from shmq.client.consumer.pull_turns import PullTurns
 from shmq.client.consumer.queue_offsets import QueueOffsets
 from shmq.client.consumer.rebalance import STRATEGIES, AllocateStrategy
 from shmq.client.consumer.rebalance_impl import RebalanceImpl
@@ -168,6 +169,11 @@ class PushConsumer(MQConsumerInner):
         self._orderly = False
         self._throttled = False
         self._suspended = False  # suspend(): the puller pulls nothing until resume()
+        # the puller threads' turns, and what a turn hands over: timers, whether the last park timed out
+        self._turns: PullTurns[tuple[ProcessQueue, list[MessageExt]]] = PullTurns()
+        self._concurrent: ConsumeMessageConcurrentlyService | None = None
+        self._timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
+        self._next_rebalance = self._next_commit = 0.0
         self._consume_hooks: list[ConsumeMessageHook] = []
         self.tracer: AsyncTraceDispatcher | None = None
         topic = trace_topic(trace)
@@ -272,7 +278,10 @@ class PushConsumer(MQConsumerInner):
             self._on_consumed,
             self._send_back,
         )
-        self._start_puller(f"shmq-pull-{self.group}")
+        self._concurrent = self._service if isinstance(self._service, ConsumeMessageConcurrentlyService) else None
+        if self._concurrent is not None:
+            self._concurrent.slots = threading.Semaphore(self.consume_thread_max)
+        self._start_puller(f"shmq-pull-{self.group}", threads=1 if self._concurrent is None else 2)
         return self
 
     def _settle(self) -> None:
@@ -329,41 +338,65 @@ class PushConsumer(MQConsumerInner):
     # ------------------------------------------------------------------ the puller thread
 
     def _run(self) -> None:
-        next_rebalance = next_commit = time.monotonic()
-        timed_out = True  # the last park ended by its timeout (not a wake-up): see _pull_pass
+        """A puller thread; concurrently two take turns (``PullTurns``), orderly one pulls alone."""
+        concurrent = self._concurrent
+        if concurrent is None:
+            self._turns.run(lambda: self._running, self._pull_turn, lambda _: None)
+        else:
+            self._turns.run(lambda: self._running, self._pull_turn, lambda mine: concurrent.consume_here(*mine))
+
+    def _pullers_to_join(self) -> list[threading.Thread]:
+        return self._turns.joinable(self._threads)
+
+    def _pull_turn(self) -> tuple[ProcessQueue, list[MessageExt]] | None:
+        """Passes and parks until ``shutdown`` (None), or a pulled list this thread is to hand
+        to the listener itself (``_run``)."""
         while self._running:
             session = self._wait_for_session()
             if session is None:
                 continue
+            mine: tuple[ProcessQueue, list[MessageExt]] | None = None
             try:
+                if self._turns.park_first:  # the turn handed over by a thread that went to the listener
+                    self._turns.park_first = False
+                    self._timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 self._wakeup.clear()
                 now = time.monotonic()
                 self._resets.apply(self._pqs, self._restart)
-                full = timed_out
-                if now >= next_rebalance:
-                    next_rebalance = now + REBALANCE_POLL_S
+                full = self._timed_out
+                if now >= self._next_rebalance:
+                    self._next_rebalance = now + REBALANCE_POLL_S
                     self._rebalance_if_changed(session.client_id)
                     full = True
                 found: list[tuple[ProcessQueue, list[MessageExt]]] = []
                 idle: list[ProcessQueue] = []
                 try:
                     progressed = self._pull_pass(now, found, idle, skip_waiting=not full)
-                    timed_out = False
-                    if now >= next_commit:
-                        next_commit = now + self.persist_consumer_offset_interval
+                    self._timed_out = False
+                    if now >= self._next_commit:
+                        self._next_commit = now + self.persist_consumer_offset_interval
                         self._offsets.commit(list(self._pqs.values()), sync=False)
                     park = not progressed and self._running and not self._wrapper.long_poll(idle, self._wakeup)
+                    if park and self._concurrent is not None:
+                        mine = self._turns.keep(found, self._concurrent.reserve_here)
                 finally:
                     for pq, msgs in found:  # last: the listener's worker needs the GIL this thread holds
                         self._service.submit(pq, msgs)
+                if mine is not None:
+                    return mine
                 if park:  # reading the ring itself: a WAKE wakes this thread, not the reader thread
-                    timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
+                    self._timed_out = not self._conn.park_reading(session, self._wakeup.is_set, REBALANCE_POLL_S)
                 else:
                     self._conn.stand_down()  # pulling on at once: the reader thread reads meanwhile
             except Exception as e:  # noqa: BLE001 - the puller thread logs it and goes on
+                if mine is not None and self._concurrent is not None:  # not consumed here after all: the pool takes it
+                    self._turns.give_back()
+                    self._concurrent.unreserve()
+                    self._service.submit(*mine)
                 self._conn.stand_down()
                 self._pass_failed(e, session)
         self._conn.stand_down()
+        return None
 
     def _pull_pass(
         self,

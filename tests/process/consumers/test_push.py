@@ -283,3 +283,41 @@ def test_the_parked_puller_reads_its_wakes_and_the_listeners_answers(store_dir, 
             assert wait_for(lambda: len(seen) >= 30, 15), sorted(seen)
             assert c._conn._deputy is not None  # the reader thread stood down
     assert readers[c._thread.name] >= 20, readers  # the WAKEs (and answers) were read by the puller itself
+
+
+def test_the_puller_calls_the_listener_and_a_held_call_stops_no_pull(store_dir, broker_name, config):
+    """A message found by a parked puller goes to the listener on that puller's thread (no hand-off
+    to a pool thread); the other puller thread pulls meanwhile, so while that call holds, a
+    message of another queue still reaches the listener (a second call: consume_thread_max=2)."""
+    gate = threading.Event()
+    calls: list[tuple[bytes, str]] = []
+    lock = threading.Lock()
+
+    def listener(msgs, _ctx):
+        with lock:
+            calls.extend((m.body, threading.current_thread().name) for m in msgs)
+        if any(m.body == b"hold" for m in msgs):
+            gate.wait(30)
+        return ConsumeResult.SUCCESS
+
+    def bodies_seen() -> list[bytes]:
+        with lock:
+            return [b for b, _ in calls]
+
+    with shmq.Broker(store_dir, broker_name, config), Producer("pg", broker=broker_name) as p:
+        p.send(Message("H", b"make"))  # the topic (4 queues) exists before the consumer joins
+        c = PushConsumer("hg", broker=broker_name, consume_thread_max=2, consume_from=ConsumeFrom.FIRST_OFFSET)
+        c.subscribe("H")
+        c.register_listener(listener)
+        with c:
+            assert wait_for(lambda: b"make" in bodies_seen(), 30)
+            time.sleep(0.2)  # the pullers park
+            p.send(Message("H", b"hold"), selector=lambda qs, m, a: qs[0])
+            assert wait_for(lambda: b"hold" in bodies_seen(), 30)
+            p.send(Message("H", b"other"), selector=lambda qs, m, a: qs[1])
+            try:
+                assert wait_for(lambda: b"other" in bodies_seen(), 30), bodies_seen()  # while "hold" holds
+            finally:
+                gate.set()
+            held_by = dict(calls)[b"hold"]
+            assert held_by == f"shmq-pull-{c.group}", calls
