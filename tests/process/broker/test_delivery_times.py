@@ -94,7 +94,10 @@ def send_windowed(p: Producer, msgs, window: int = 2048) -> None:
 
 def test_100k_pending_timers_all_arrive_in_due_order_with_bounded_memory(store_dir, broker_name, config):
     n = 100_000
-    with shmq.Broker(store_dir, broker_name, config) as broker, Producer("pg", broker=broker_name, send_msg_timeout=30) as p:
+    with (
+        shmq.Broker(store_dir, broker_name, config) as broker,
+        Producer("pg", broker=broker_name, send_msg_timeout=30) as p,
+    ):
         rss0 = anon_rss(broker.pid)
         start = time.time() + 25  # after the last send (~5 k flagged sends/s from one producer), before any delivery
         rng = np.random.default_rng(7)
