@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -40,18 +41,20 @@ class GetMessageResult:
     messages: list[fmt.StoredRecord] = field(default_factory=list)
 
 
-class MessageLookup:
+class MessageLookup(ABC):
     """Queries over a store's commitlog, consume queues and index (a base of ``MessageStore``)."""
 
     commitlog: CommitLog
 
     @property
+    @abstractmethod
     def index(self) -> IndexService | None:
-        raise NotImplementedError
+        """The store's index (None: messageIndexEnable is off)."""
 
     @property
+    @abstractmethod
     def queues(self) -> Mapping[tuple[str, int], ConsumeQueue]:
-        raise NotImplementedError
+        """The consume queues by (topic, queue id)."""
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))
