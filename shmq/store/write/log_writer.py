@@ -193,6 +193,14 @@ class LogWriter:
         self.commitlog.confirmed = (end, store_timestamp)
         self.dispatched_ts = store_timestamp
 
+    def dispatchers_plain(self) -> bool:
+        """Whether the dispatcher list is the store's own (the consume queues, then this store's
+        index, if any): the compiled lanes write exactly those entries, nothing else may listen."""
+        d = self.dispatchers
+        return type(d[0]) is ConsumeQueueDispatcher and (
+            len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is self.index)
+        )
+
     def dispatch(self, req: DispatchRequest) -> None:
         """Entries of records already in the commitlog, by every dispatcher in order."""
         for d in self.dispatchers:

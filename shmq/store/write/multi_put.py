@@ -22,7 +22,7 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.store.queue_slots import FILE_ADDR, FILE_FROM, FILE_LIMIT, MAX_OFFSET, MAX_PHYS_END, PENDING, QueueSlots
-from shmq.store.write.dispatch import ConsumeQueueDispatcher, DispatchRequest, IndexDispatcher
+from shmq.store.write.dispatch import DispatchRequest
 from shmq.store.write.hooks import PutRequest
 
 if TYPE_CHECKING:
@@ -155,11 +155,7 @@ def take(
     """Store ``req`` (records that passed the hooks, of many queues) through the queue table:
     (the commitlog append, queue offsets, each record's row (-1: it enters no queue), store
     timestamp), or None with nothing written. The caller holds the put lock and publishes."""
-    d = writer.dispatchers
-    index = writer.index
-    if type(d[0]) is not ConsumeQueueDispatcher or not (
-        len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)
-    ):
+    if not writer.dispatchers_plain():
         return None
     b = req.batch
     n = len(b.starts)
@@ -203,6 +199,7 @@ def take(
     phys = res.phys_offsets
     assert phys is not None
     write_entries(rows, qoffs, phys, sizes, b.tags_codes, slots.table, slots.files)
-    if len(d) == 2:
+    d = writer.dispatchers
+    if len(d) == 2:  # the index (dispatchers_plain)
         d[1].dispatch(DispatchRequest([], None, [], phys, sizes, b.tags_codes, ts, b.key_hashes, b.key_records))
     return res, qoffs, rows, ts

@@ -21,7 +21,6 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.store.consume_queue import MAX_QUEUE_ID
-from shmq.store.write.dispatch import ConsumeQueueDispatcher, IndexDispatcher
 from shmq.store.write.hooks import PutHook, PutRequest
 
 if TYPE_CHECKING:
@@ -91,12 +90,10 @@ def take(writer: LogWriter, req: PutRequest) -> tuple[np.ndarray, int, int] | No
     q = req.queue_ids
     assert type(q) is int
     topic = req.topics[0]
+    if not writer.dispatchers_plain():
+        return None
     d = writer.dispatchers
     index = writer.index
-    if type(d[0]) is not ConsumeQueueDispatcher or not (
-        len(d) == 1 or (len(d) == 2 and type(d[1]) is IndexDispatcher and d[1].index is index)
-    ):
-        return None
     cl = writer.commitlog
     cq = writer.queues.get((topic, q))
     if cl.write_through or cq is None or not cl.queue.files or not cq.queue.files:
