@@ -7,6 +7,10 @@ kept between scrapes and reopened when the broker restarted (its liveness semaph
 same one clients watch, says so). While no broker runs the endpoint still answers, with
 ``shmq_up 0``, so Prometheus tells "broker down" from "exporter down".
 
+``--names rocketmq5`` serves RocketMQ 5's metric names (RIP-46, ``shmq.monitor.rocketmq5``)
+instead of the ``shmq_`` ones, for dashboards made for a RocketMQ 5 cluster; ``shmq_up`` and
+the name server's metrics keep their names in both sets.
+
 Loopback by default: topic and group names are business data, and the endpoint has no
 authentication; another address is served only when asked, with a warning.
 """
@@ -27,17 +31,9 @@ from types import FrameType
 
 from shmq.client.connection import broker_name_or_default
 from shmq.errors import BrokerGoneError, BrokerNotFoundError, ConfigError, ShmqError
+from shmq.monitor import rocketmq5
 from shmq.monitor.cluster import RoutedSet
-from shmq.monitor.prometheus import (
-    CONTENT_TYPE,
-    Family,
-    down_exposition,
-    down_families,
-    exposition,
-    families,
-    merge,
-    namesrv_families,
-)
+from shmq.monitor.prometheus import CONTENT_TYPE, Family, down_families, families, merge, namesrv_families
 from shmq.monitor.snapshot import ProcessWatch, Snapshot, take
 from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring.liveness import Watch
@@ -46,6 +42,7 @@ from shmq.ring.state import StateReader
 log = logging.getLogger("shmq.exporter")
 
 DEFAULT_PORT = 9500
+NAME_SETS = ("shmq", "rocketmq5")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,14 +64,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; anything not loopback is served with a warning)",
     )
+    p.add_argument(
+        "--names",
+        choices=NAME_SETS,
+        default="shmq",
+        help="metric names: shmq (shmq_*, the default) or rocketmq5 (RocketMQ 5's rocketmq_*, for its dashboards)",
+    )
+    p.add_argument(
+        "--cluster",
+        default=rocketmq5.DEFAULT_CLUSTER,
+        help="the cluster label of --names rocketmq5 for a single broker "
+        f"(default {rocketmq5.DEFAULT_CLUSTER}; with --namesrv each broker's own cluster)",
+    )
 
 
 class Scraper:
     """Snapshots of one broker, reattaching across its restarts; one scrape at a time (the
     psutil watch measures CPU between consecutive looks and is not thread-safe)."""
 
-    def __init__(self, broker: str) -> None:
+    def __init__(self, broker: str, names: str = "shmq", cluster: str = rocketmq5.DEFAULT_CLUSTER) -> None:
         self.broker = broker
+        self.names, self.cluster = names, cluster
         self.label = f"Broker {broker}"  # what the root page names
         self._reader: StateReader | None = None
         self._alive: Watch | None = None
@@ -83,15 +93,15 @@ class Scraper:
         self._last_problem = ""
 
     def metrics(self) -> str:
-        with self._lock:
-            snap = self._snapshot()
-        return exposition(snap) if snap is not None else down_exposition(self.broker)
+        return "".join(f.render() for f in self.families())
 
     def families(self) -> list[Family]:
-        """This broker's metric families (only ``shmq_up 0`` while it is down)."""
+        """This broker's metric families in the chosen name set (only ``shmq_up 0`` while it is down)."""
         with self._lock:
             snap = self._snapshot()
-        return families(snap) if snap is not None else down_families(self.broker)
+        if snap is None:
+            return down_families(self.broker)
+        return rocketmq5.families(snap, self.cluster) if self.names == "rocketmq5" else families(snap)
 
     def _snapshot(self) -> Snapshot | None:
         """The broker's snapshot, or None while it is down. A mapping whose broker died is
@@ -140,10 +150,12 @@ class ClusterScraper:
     """``--namesrv``: a ``Scraper`` per broker of the name server's routes, their families
     merged (every sample keeps its ``broker`` label), and the name server's own metrics."""
 
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, names: str = "shmq") -> None:
         self.label = f"Brokers of name server {namesrv}"  # what the root page names
         self.namesrv = namesrv
-        self._brokers: RoutedSet[Scraper] = RoutedSet(namesrv, lambda b: Scraper(b.attach_name), Scraper.close)
+        self._brokers: RoutedSet[Scraper] = RoutedSet(
+            namesrv, lambda b: Scraper(b.attach_name, names, b.cluster), Scraper.close
+        )
         self._lock = threading.Lock()
 
     def metrics(self) -> str:
@@ -218,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"shmq exporter: error: {e}", file=sys.stderr)
         return 2
     scraper: Scraper | ClusterScraper = (
-        Scraper(broker_name_or_default(args.name)) if namesrv is None else ClusterScraper(namesrv)
+        Scraper(broker_name_or_default(args.name), args.names, args.cluster)
+        if namesrv is None
+        else ClusterScraper(namesrv, args.names)
     )
     server_class = type("Server6", (_Server,), {"address_family": socket.AF_INET6}) if ":" in args.address else _Server
     try:

@@ -29,25 +29,32 @@ from shmq.monitor.snapshot import Snapshot
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Labels = tuple[tuple[str, str], ...]
+Sample = tuple[str, Labels, float]  # (suffix of the metric name: "" or a histogram's "_bucket"..., labels, value)
 
 
 @dataclass
 class Family:
-    """One metric: its # HELP and # TYPE lines and its samples (labels, value)."""
+    """One metric: its # HELP and # TYPE lines and its samples."""
 
     name: str
-    kind: str  # "gauge" or "counter"
+    kind: str  # "gauge", "counter" or "histogram"
     help: str
-    samples: list[tuple[Labels, float]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
 
     def add(self, value: float | None, **labels: str) -> None:
         """A sample; ``None`` (not reported) adds nothing."""
         if value is not None:
-            self.samples.append((tuple(labels.items()), value))
+            self.samples.append(("", tuple(labels.items()), value))
+
+    def add_part(self, suffix: str, value: float, **labels: str) -> None:
+        """A histogram's ``_bucket``, ``_sum`` or ``_count`` sample (they share the family's HELP and TYPE)."""
+        self.samples.append((suffix, tuple(labels.items()), value))
 
     def render(self) -> str:
         lines = [f"# HELP {self.name} {escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
-        lines.extend(f"{self.name}{_labels(labels)} {format_value(value)}" for labels, value in self.samples)
+        lines.extend(
+            f"{self.name}{suffix}{_labels(labels)} {format_value(value)}" for suffix, labels, value in self.samples
+        )
         return "\n".join(lines) + "\n"
 
 
@@ -80,7 +87,7 @@ def _labels(labels: Labels) -> str:
     return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in labels) + "}"
 
 
-def _up(broker: str, up: bool) -> Family:
+def up_family(broker: str, up: bool) -> Family:
     f = Family("shmq_up", "gauge", "1 when the broker's state segment was read, 0 when the broker is down or starting")
     f.add(int(up), broker=broker)
     return f
@@ -88,12 +95,12 @@ def _up(broker: str, up: bool) -> Family:
 
 def down_exposition(broker: str) -> str:
     """What a scrape returns while the broker is down: only ``shmq_up 0`` (the endpoint still answers)."""
-    return _up(broker, False).render()
+    return up_family(broker, False).render()
 
 
 def down_families(broker: str) -> list[Family]:
     """``down_exposition``'s one family, for merging with other brokers' families."""
-    return [_up(broker, False)]
+    return [up_family(broker, False)]
 
 
 def namesrv_families(namesrv: str, up: bool, brokers: int) -> list[Family]:
@@ -124,7 +131,7 @@ def exposition(snap: Snapshot) -> str:
 def families(snap: Snapshot) -> list[Family]:
     """Every metric family of ``snap`` (a family with no sample keeps its HELP and TYPE lines)."""
     b, name = snap.broker, snap.name
-    out = [_up(name, True)]
+    out = [up_family(name, True)]
 
     def one(metric: str, kind: str, text: str, value: float | None, **labels: str) -> None:
         f = Family(metric, kind, text)

@@ -25,13 +25,14 @@ def parse(text: str) -> tuple[dict[str, str], dict[tuple[str, frozenset[tuple[st
             helped = line.split(" ", 3)[2]
         elif line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert name == helped and name not in types and kind in ("gauge", "counter")
+            assert name == helped and name not in types and kind in ("gauge", "counter", "histogram")
             types[name], current = kind, name
         else:
             m = SAMPLE.match(line)
             assert m, line
             name, raw, value = m.groups()
-            assert name == current, line
+            parts = ("_bucket", "_sum", "_count") if types.get(current or "") == "histogram" else ("",)
+            assert name in {f"{current}{p}" for p in parts}, line
             labels = []
             if raw:
                 pos = 0
