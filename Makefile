@@ -70,6 +70,7 @@ sanitize:
 host-tools:
 	@sh tools/host-tool.sh iproute2 "the HA host tests" ip tc
 	@sh tools/host-tool.sh tmux "the shmq top terminal test" tmux
+	@sh tools/host-tool.sh prometheus "the Prometheus scrape test of shmq exporter" prometheus
 
 # the monitor of a running broker: make top TOP_ARGS="--name orders --interval 0.5";
 # of every broker of a name server: make top TOP_ARGS="--namesrv ns1" (or SHMQ_NAMESRV=ns1 make top)
