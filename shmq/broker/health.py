@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from shmq.broker.pop_revive import PopReviveService
 from shmq.config import SLAVE, SYNC_MASTER
 from shmq.model.system_topics import TRANS_HALF_TOPIC, is_dlq_topic
 from shmq.store.space import used_ratio
@@ -70,4 +71,7 @@ def gather(core: BrokerCore, replication: ReplicaHealth) -> dict[str, int | floa
         "replicas_in_sync": replication.in_sync,
         "replica_offset": replication.replica_offset,
         "master_offset": replication.master_offset,
+        # POP: rows handed out and not yet acked or revived; copies revived to a retry topic since the start
+        "pop_inflight": core.pop_store.state.rows if core.pop_store is not None else 0,
+        "pop_revived": sum(s.revived for s in core.services if isinstance(s, PopReviveService)),
     }

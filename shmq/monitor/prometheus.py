@@ -197,6 +197,18 @@ def families(snap: Snapshot) -> list[Family]:
         b.half_backlog,
     )
     one("shmq_dlq_messages", "gauge", "Messages stored in all dead-letter queues (%DLQ% topics)", b.dlq_messages)
+    one(
+        "shmq_pop_inflight_messages",
+        "gauge",
+        "POP (SimpleConsumer) messages handed out and not yet acked or revived",
+        b.pop_inflight,
+    )
+    one(
+        "shmq_pop_revived_messages_total",
+        "counter",
+        "POP messages not acked in time, copied to their retry topic, since the broker started",
+        b.pop_revived,
+    )
     one("shmq_replicas", "gauge", "Replicas attached to this master", b.replicas if b.role != "SLAVE" else None)
     one(
         "shmq_replicas_in_sync",

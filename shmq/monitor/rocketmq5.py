@@ -134,6 +134,18 @@ def families(snap: Snapshot, cluster: str = DEFAULT_CLUSTER) -> list[Family]:
         [({"consumer_group": g, "is_system": _flag(is_system("", g))}, n) for g, n in sorted(dead.items())],
     )
     metric(
+        "rocketmq_consumer_inflight_messages",
+        "gauge",
+        "Consumer inflight messages (shmq: POP messages handed out and not acked, over every group)",
+        [({}, b.pop_inflight)],
+    )
+    metric(
+        "rocketmq_pop_revive_retry_messages_total",
+        "counter",
+        "Total number of put message to pop retry topic (since the broker started)",
+        [({}, b.pop_revived)],
+    )
+    metric(
         "rocketmq_half_messages",
         "gauge",
         "Half messages of all topics",

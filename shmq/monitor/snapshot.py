@@ -70,6 +70,8 @@ class BrokerRow:
     replicas_in_sync: int
     replica_offset: int
     master_offset: int
+    pop_inflight: int = 0  # POP messages handed out, not yet acked or revived
+    pop_revived: int = 0  # POP messages whose invisible time ran out, copied to their retry topic
 
     @property
     def flush_lag(self) -> int:
@@ -173,6 +175,8 @@ def snapshot_of(
         int(s["replicas_in_sync"]),
         int(s["replica_offset"]),
         int(s["master_offset"]),
+        int(s["pop_inflight"]),
+        int(s["pop_revived"]),
     )
     return Snapshot(name, taken_ms, monotonic, broker, topics, groups, tuple(clients(v)), process or ProcessRow())
 

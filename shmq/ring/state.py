@@ -38,7 +38,8 @@ from shmq.ring.owner import Trust, foreign_segment
 from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
-VERSION = 3  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas); 3: meta_gen
+VERSION = 4  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas); 3: meta_gen;
+# 4: the stats row gained pop_inflight and pop_revived
 HEADER_BYTES = 1024
 _SEQ = 8
 SEQ_WORD = _SEQ  # the seqlock as a native 8-byte word of the header (``StateReader.words``)
@@ -153,6 +154,8 @@ STATS = np.dtype(
         ("replicas", "<u4"),
         ("replicas_in_sync", "<u4"),
         ("master_offset", "<i8"),
+        ("pop_inflight", "<u8"),
+        ("pop_revived", "<u8"),
     ],
     align=True,
 )

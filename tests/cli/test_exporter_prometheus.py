@@ -26,6 +26,7 @@ import pytest
 import shmq
 from shmq import ConsumeFrom, LitePullConsumer, Message, Producer
 from tests.cli.test_exporter import SMALL, exporter_process
+from tests.docs.test_grafana import exprs, load
 from tests.ipc_tracking import IpcTracker
 from tests.waiting import wait_for
 
@@ -170,5 +171,12 @@ def test_prometheus_scrapes_rates_and_lag_in_both_name_sets(ipc_tracker: IpcTrac
             # once the sends stopped, the rate falls to 0 (the counter no longer moves)
             assert wait_for(lambda: _one(prom, f"rate({shmq_in}[3s])") == 0)
             assert _one(prom, f"sum(rate({rmq_in}[3s]))") == 0
+            # the Grafana dashboard's queries: each one valid PromQL for this Prometheus (a
+            # query it cannot parse fails _query), the lag panel showing this group's lag
+            for e in exprs(load()):
+                _query(prom, e)
+            lag_panel = next(e for e in exprs(load()) if "shmq_group_lag" in e and "group, topic" in e)
+            rows = {(r["metric"]["group"], r["metric"]["topic"]): float(r["value"][1]) for r in _query(prom, lag_panel)}
+            assert rows[(GROUP, TOPIC)] == lag
         finally:
             consumer.shutdown()

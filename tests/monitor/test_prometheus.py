@@ -75,6 +75,8 @@ def _snapshot(process: ProcessRow = ProcessRow(12.5, 50_000_000, 9, 3.25)) -> Sn
         replicas_in_sync=1,
         replica_offset=4500,
         master_offset=-1,
+        pop_inflight=6,
+        pop_revived=2,
     )
     orders = TopicStatus("Orders", 6, 2, 2, False, 100, 10_000, [QueueStatus(0, 10, 60), QueueStatus(1, 0, 40)])
     dlq = TopicStatus("%DLQ%cg", 6, 1, 1, True, 3, 300, [QueueStatus(0, 0, 3)])
@@ -142,6 +144,12 @@ shmq_half_backlog_messages{broker="b1"} 1
 # HELP shmq_dlq_messages Messages stored in all dead-letter queues (%DLQ% topics)
 # TYPE shmq_dlq_messages gauge
 shmq_dlq_messages{broker="b1"} 3
+# HELP shmq_pop_inflight_messages POP (SimpleConsumer) messages handed out and not yet acked or revived
+# TYPE shmq_pop_inflight_messages gauge
+shmq_pop_inflight_messages{broker="b1"} 6
+# HELP shmq_pop_revived_messages_total POP messages not acked in time, copied to their retry topic, since the broker started
+# TYPE shmq_pop_revived_messages_total counter
+shmq_pop_revived_messages_total{broker="b1"} 2
 # HELP shmq_replicas Replicas attached to this master
 # TYPE shmq_replicas gauge
 shmq_replicas{broker="b1"} 1
