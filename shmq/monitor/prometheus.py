@@ -206,7 +206,7 @@ def families(snap: Snapshot) -> list[Family]:
     one(
         "shmq_pop_revived_messages_total",
         "counter",
-        "POP messages not acked in time, copied to their retry topic, since the broker started",
+        "POP messages not acked in time, revived to their retry topic",
         b.pop_revived,
     )
     one("shmq_replicas", "gauge", "Replicas attached to this master", b.replicas if b.role != "SLAVE" else None)

@@ -147,7 +147,7 @@ shmq_dlq_messages{broker="b1"} 3
 # HELP shmq_pop_inflight_messages POP (SimpleConsumer) messages handed out and not yet acked or revived
 # TYPE shmq_pop_inflight_messages gauge
 shmq_pop_inflight_messages{broker="b1"} 6
-# HELP shmq_pop_revived_messages_total POP messages not acked in time, copied to their retry topic, since the broker started
+# HELP shmq_pop_revived_messages_total POP messages not acked in time, revived to their retry topic
 # TYPE shmq_pop_revived_messages_total counter
 shmq_pop_revived_messages_total{broker="b1"} 2
 # HELP shmq_replicas Replicas attached to this master
