@@ -59,7 +59,10 @@ class Family:
 
 
 def escape_label(value: str) -> str:
-    """A label value inside double quotes: backslash, double quote and newline escaped."""
+    """A label value inside double quotes: backslash, double quote and newline escaped (most
+    values have none of them: returned as they are, a scrape formats thousands)."""
+    if "\\" not in value and '"' not in value and "\n" not in value:
+        return value
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 

@@ -8,9 +8,10 @@ median msgs/s over ``--rounds`` per variant is reported with its ratio to the me
 scraper (goal: within 2 %), the median scrape time, and the exporter's CPU (percent of one
 core, median per variant): on a shared, loaded machine the msgs/s of single runs swing by
 more than the effect measured, while the exporter's CPU says what it takes from the machine
-(the broker does no extra work for a scrape: it is not even told). One JSON line.
+(the broker does no extra work for a scrape: it is not even told). ``--names rocketmq5``
+scrapes RocketMQ 5's metric names instead of the default ``shmq_`` ones. One JSON line.
 
-    .venv/bin/python tools/bench/exporter_bench.py [--seconds S] [--rounds N]
+    .venv/bin/python tools/bench/exporter_bench.py [--seconds S] [--rounds N] [--names shmq|rocketmq5]
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--names", choices=("shmq", "rocketmq5"), default="shmq", help="the exporter's metric names")
     args = ap.parse_args()
     broker = f"expbench{os.getpid()}"
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -94,7 +96,7 @@ def main() -> None:
     times: list[float] = []
     with tempfile.TemporaryDirectory() as store, shmq.Broker(store, broker, CONFIG):
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "shmq", "exporter", "--name", broker, "--port", "0"],
+            [sys.executable, "-m", "shmq", "exporter", "--name", broker, "--port", "0", "--names", args.names],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -118,6 +120,7 @@ def main() -> None:
             {
                 "seconds": args.seconds,
                 "rounds": args.rounds,
+                "names": args.names,
                 "msgs_per_s": {v: round(statistics.median(r)) for v, r in rates.items()},
                 "ratio": {v: round(statistics.median(r) / base, 4) for v, r in rates.items() if v != "none"},
                 "runs": {v: [round(x) for x in r] for v, r in rates.items()},
