@@ -10,7 +10,7 @@ import shmq
 from shmq import Message, Producer
 from tests.cli.test_exporter import _scrape, _value, exporter_process
 from tests.ipc_tracking import IpcTracker
-from tests.process.cluster import running_cluster
+from tests.process.cluster import SMALL, running_cluster
 from tests.waiting import wait_for
 
 
@@ -52,3 +52,25 @@ def test_a_name_server_that_does_not_run_is_up_0(ipc_tracker: IpcTracker) -> Non
         samples = _scrape(url)
         assert _value(samples, "shmq_namesrv_up", namesrv=ns) == 0
         assert not _brokers_in(samples, "shmq_up")
+
+
+def test_rocketmq5_names_label_each_broker_with_its_cluster(ipc_tracker: IpcTracker, tmp_path) -> None:
+    """``--names rocketmq5 --namesrv``: ``cluster`` is the cluster each broker registered with
+    (not the single-broker default), ``node_id`` the broker."""
+    ns = ipc_tracker.namesrv("ns")
+    root = str(tmp_path / "cluster")
+    ipc_tracker.cluster(ns, root, 2)
+    with shmq.Cluster(root, brokers=2, namesrv=ns, config=SMALL | {"brokerClusterName": "east"}) as cluster:
+        names = sorted(b.name for b in cluster.brokers)
+        args = ["--namesrv", ns, "--names", "rocketmq5"]
+        with exporter_process(args, f"serving the brokers of name server {ns!r}") as url:
+            samples = _scrape(url)
+            numbers = [dict(labels) for name, labels in samples if name == "rocketmq_topic_number"]
+            assert sorted(n["node_id"] for n in numbers) == names
+            assert {n["cluster"] for n in numbers} == {"east"}
+            assert _brokers_in(samples, "shmq_up") == set(names)  # shmq_up keeps its name in both sets
+            assert not [
+                name
+                for name, _ in samples
+                if name.startswith("shmq_") and name != "shmq_up" and not name.startswith("shmq_namesrv")
+            ]
