@@ -36,6 +36,17 @@ class ReplicaHealth:
     master_offset: int = -1
 
 
+def pop_inflight_by_group(core: BrokerCore) -> dict[str, int]:
+    """POP messages handed out and not yet acked or revived, per group with any (a walk over
+    the POP queues: once a second, never per message)."""
+    out: dict[str, int] = {}
+    if core.pop_store is not None:
+        for (group, _topic, _qid), queue in core.pop_store.state.queues.items():
+            if queue.rows:
+                out[group] = out.get(group, 0) + len(queue.rows)
+    return out
+
+
 def gather(core: BrokerCore, replication: ReplicaHealth) -> dict[str, int | float | bytes]:
     """The health fields of the state segment's stats row (``shmq.ring.state.STATS``)."""
     from shmq import __version__

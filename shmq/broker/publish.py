@@ -41,6 +41,7 @@ class StatePublisher:
         self._queue_cap = layout.queues
         self._topic_cap = layout.topics
         self._group_rows: dict[str, int] = {}
+        self._inflight: dict[str, int] = {}  # group -> POP messages in flight, as last published
         self._offset_rows: dict[tuple[str, str, int], int] = {}
 
     # ------------------------------------------------------------------ topics and queues
@@ -171,7 +172,8 @@ class StatePublisher:
             m = 0
             for name, row in self._group_rows.items():
                 g = groups[name]
-                v.groups[row] = (1, 1 if g.model == BROADCASTING else 0, len(g.members), g.version, name.encode())
+                model = 1 if g.model == BROADCASTING else 0
+                v.groups[row] = (1, model, len(g.members), g.version, name.encode(), self._inflight.get(name, 0))
                 for cid in sorted(g.members):
                     if m < len(v.members):
                         v.members[m] = (1, row, cid)
@@ -251,6 +253,13 @@ class StatePublisher:
             s["busy_rejections"] += busy
             s["max_phy_offset"] = max_phy_offset
             s["flush_offset"] = flush_offset
+
+    def pop_inflight(self, by_group: dict[str, int]) -> None:
+        """POP messages in flight per group (``shmq.broker.health.pop_inflight_by_group``), with the health."""
+        self._inflight = by_group
+        with self.writer.update() as v:
+            for name, row in self._group_rows.items():
+                v.groups["inflight"][row] = by_group.get(name, 0)
 
     def health(self, fields: dict[str, int | float | bytes]) -> None:
         """The once-a-second health fields of the stats row (``shmq.broker.health.gather``)."""

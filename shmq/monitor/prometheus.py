@@ -277,6 +277,12 @@ def families(snap: Snapshot) -> list[Family]:
         "Consumers attached in the group",
         [({"group": g.name}, g.members) for g in groups],
     )
+    per(
+        "shmq_group_pop_inflight_messages",
+        "gauge",
+        "POP (SimpleConsumer) messages handed out to the group, not yet acked or revived",
+        [({"group": g.name}, g.pop_inflight) for g in groups],
+    )
     lag: list[tuple[dict[str, str], float | None]] = []
     committed: list[tuple[dict[str, str], float | None]] = []
     for g in groups:

@@ -136,8 +136,8 @@ def families(snap: Snapshot, cluster: str = DEFAULT_CLUSTER) -> list[Family]:
     metric(
         "rocketmq_consumer_inflight_messages",
         "gauge",
-        "Consumer inflight messages (shmq: POP messages handed out and not acked, over every group)",
-        [({}, b.pop_inflight)],
+        "Consumer inflight messages (shmq: POP messages handed out, not yet acked or revived)",
+        [({"consumer_group": g.name, "is_system": _flag(is_system("", g.name))}, g.pop_inflight) for g in groups],
     )
     metric(
         "rocketmq_pop_revive_retry_messages_total",

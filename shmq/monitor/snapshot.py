@@ -29,6 +29,7 @@ class GroupRow:
     version: int
     committed: dict[tuple[str, int], int]
     lag_by_queue: dict[tuple[str, int], int]
+    pop_inflight: int = 0  # POP messages handed out to its members, not yet acked or revived
 
     @property
     def lag(self) -> int:
@@ -150,6 +151,7 @@ def snapshot_of(
             int(g["version"]),
             committed.get(int(row), {}),
             lags.get(int(row), {}),
+            int(g["inflight"]),
         )
     broker = BrokerRow(
         int(h["broker_pid"]),

@@ -29,7 +29,7 @@ import sysv_ipc
 
 from shmq.broker.answers import PACKED
 from shmq.broker.core import BrokerCore
-from shmq.broker.health import ReplicaHealth, gather
+from shmq.broker.health import ReplicaHealth, gather, pop_inflight_by_group
 from shmq.broker.publish import StatePublisher
 from shmq.codec import frames as P
 from shmq.config import BrokerConfig
@@ -499,6 +499,7 @@ class BrokerController:
     def _publish_health(self) -> None:
         try:
             self.publisher.health(gather(self.core, self.replication_health()))
+            self.publisher.pop_inflight(pop_inflight_by_group(self.core))
         except Exception:  # the monitor's numbers must never stop the broker
             log.exception("publishing the broker health failed")
 

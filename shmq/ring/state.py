@@ -39,7 +39,7 @@ from shmq.ring.shm import Segment, ipc_name, unlink_segment
 
 MAGIC = 0x4554415453514D53  # b"SMQSTATE" as little-endian
 VERSION = 4  # 2: the stats row gained the broker health fields (role, disk, backlogs, replicas); 3: meta_gen;
-# 4: the stats row gained pop_inflight and pop_revived
+# 4: the stats row gained pop_inflight and pop_revived, group rows inflight
 HEADER_BYTES = 1024
 _SEQ = 8
 SEQ_WORD = _SEQ  # the seqlock as a native 8-byte word of the header (``StateReader.words``)
@@ -112,7 +112,10 @@ TOPIC = np.dtype(
     align=True,
 )
 QUEUE = np.dtype([("topic", "<u4"), ("queue_id", "<u4"), ("min_offset", "<i8"), ("max_offset", "<i8")], align=True)
-GROUP = np.dtype([("used", "u1"), ("model", "u1"), ("members", "<u4"), ("version", "<u8"), ("name", NAME)], align=True)
+GROUP = np.dtype(
+    [("used", "u1"), ("model", "u1"), ("members", "<u4"), ("version", "<u8"), ("name", NAME), ("inflight", "<u8")],
+    align=True,
+)
 MEMBER = np.dtype([("used", "u1"), ("group", "<u4"), ("client_id", "<u8")], align=True)
 OFFSET = np.dtype([("used", "u1"), ("group", "<u4"), ("queue", "<u4"), ("offset", "<i8")], align=True)
 CLIENT = np.dtype(

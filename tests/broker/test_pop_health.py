@@ -8,7 +8,7 @@ import time
 import pytest
 
 from shmq.broker.answers import Peer
-from shmq.broker.health import ReplicaHealth, gather
+from shmq.broker.health import ReplicaHealth, gather, pop_inflight_by_group
 
 from .pop_helpers import ack, join, open_core, pop, put, tick
 
@@ -35,6 +35,8 @@ def test_in_flight_falls_with_acks_and_revives_count_the_rest(core) -> None:
     assert _pop_figures(core) == (5, 0)
     ack(core, w, r, rows=[0, 1])
     assert _pop_figures(core) == (3, 0)
+    assert pop_inflight_by_group(core) == {"wg": 3}
     time.sleep(0.06)
     tick(core)  # the three not acked within 50 ms go to %RETRY%wg
     assert _pop_figures(core) == (0, 3)
+    assert pop_inflight_by_group(core) == {}

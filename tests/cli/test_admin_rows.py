@@ -25,7 +25,7 @@ def _view() -> StateView:
     v.queues[1] = (3, 1, 0, 5)
     v.topics[5] = (1, 6, 1, 1, 2, 4, 400, 0, 0, b"%DLQ%cg")
     v.queues[2] = (5, 0, 1, 4)
-    v.groups[1] = (1, 0, 1, 3, b"cg")
+    v.groups[1] = (1, 0, 1, 3, b"cg", 0)
     v.clients[0] = (1, ROLE_CONSUMER, 42, 7, 1, 1001, 2000, 64, 0)
     v.clients[2] = (1, ROLE_PRODUCER, 41, 6, -1, 1000, 1000, 0, 128)
     return v

@@ -95,6 +95,30 @@ def test_scrapes_follow_the_broker_down_up_and_restarted(exporter, ipc_tracker: 
         assert _value(samples, "shmq_topic_max_offset", topic="Metrics") == 25  # offsets persist
 
 
+def test_pop_messages_in_flight_per_group_then_acked(exporter, ipc_tracker: IpcTracker, tmp_path) -> None:
+    """The broker publishes POP messages in flight (total and per group) with its once-a-second health."""
+    name, url = exporter
+    with shmq.Broker(ipc_tracker.store(str(tmp_path / "store")), name, SMALL):
+        with Producer("pg", broker=name) as p:
+            for i in range(5):
+                p.send(Message("Jobs", b"job %d" % i))
+        sc = shmq.SimpleConsumer("workers", broker=name, subscriptions={"Jobs": "*"}, await_duration=0.5).start()
+        try:
+            got: list = []
+            assert wait_for(lambda: got.extend(sc.receive(16, 60.0)) or len(got) == 5, timeout=30)
+            assert wait_for(
+                lambda: _value(_scrape(url), "shmq_group_pop_inflight_messages", group="workers") == 5, timeout=30
+            )
+            assert _value(_scrape(url), "shmq_pop_inflight_messages") == 5
+            for m in got[:3]:
+                sc.ack(m)
+            assert wait_for(
+                lambda: _value(_scrape(url), "shmq_group_pop_inflight_messages", group="workers") == 2, timeout=30
+            )
+        finally:
+            sc.shutdown()
+
+
 def test_root_links_metrics_and_other_paths_are_404(exporter) -> None:
     _, url = exporter
     root = url.removesuffix("metrics")

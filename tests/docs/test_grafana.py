@@ -63,7 +63,7 @@ def test_every_query_names_only_served_metrics() -> None:
         "shmq_broker_messages_in_total",
         "shmq_group_lag",
         "shmq_flush_lag_bytes",
-        "shmq_pop_inflight_messages",
+        "shmq_group_pop_inflight_messages",
     ):
         assert name in used, name
 

@@ -81,7 +81,13 @@ def _snapshot(process: ProcessRow = ProcessRow(12.5, 50_000_000, 9, 3.25)) -> Sn
     orders = TopicStatus("Orders", 6, 2, 2, False, 100, 10_000, [QueueStatus(0, 10, 60), QueueStatus(1, 0, 40)])
     dlq = TopicStatus("%DLQ%cg", 6, 1, 1, True, 3, 300, [QueueStatus(0, 0, 3)])
     cg = GroupRow(
-        'we"ird\\g\nx', False, 2, 7, {("Orders", 0): 50, ("Orders", 1): 40}, {("Orders", 0): 10, ("Orders", 1): 0}
+        'we"ird\\g\nx',
+        False,
+        2,
+        7,
+        {("Orders", 0): 50, ("Orders", 1): 40},
+        {("Orders", 0): 10, ("Orders", 1): 0},
+        pop_inflight=5,
     )
     clients = (
         ClientInfo(1, 999, "consumer", cg.name, 0, 64, 0),
@@ -195,6 +201,9 @@ shmq_topic_queues{broker="b1",topic="Orders"} 2
 # HELP shmq_group_members Consumers attached in the group
 # TYPE shmq_group_members gauge
 shmq_group_members{broker="b1",group="we\"ird\\g\nx"} 2
+# HELP shmq_group_pop_inflight_messages POP (SimpleConsumer) messages handed out to the group, not yet acked or revived
+# TYPE shmq_group_pop_inflight_messages gauge
+shmq_group_pop_inflight_messages{broker="b1",group="we\"ird\\g\nx"} 5
 # HELP shmq_group_lag Messages of the topic the group has not committed yet (its backlog)
 # TYPE shmq_group_lag gauge
 shmq_group_lag{broker="b1",group="we\"ird\\g\nx",topic="Orders"} 10

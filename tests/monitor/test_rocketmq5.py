@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from shmq.client.admin_state import ClientInfo
 from shmq.monitor import rocketmq5
 from tests.monitor.snapshots import group, snapshot, topic
@@ -15,9 +17,8 @@ def _text(**broker_fields: object) -> str:
     retry = topic("%RETRY%cg", [7], size=50)
     dlq = topic("%DLQ%cg", [3], size=50)
     delay = topic("SCHEDULE_TOPIC_XXXX", [5], size=80)
-    cg = group(
-        "cg", {"Orders": orders, "%RETRY%cg": retry}, {("Orders", 0): 50, ("Orders", 1): 10, ("%RETRY%cg", 0): 4}, 2
-    )
+    committed = {("Orders", 0): 50, ("Orders", 1): 10, ("%RETRY%cg", 0): 4}
+    cg = replace(group("cg", {"Orders": orders, "%RETRY%cg": retry}, committed, 2), pop_inflight=4)
     clients = (
         ClientInfo(1, 10, "producer", None, 0, 0, 0),
         ClientInfo(2, 11, "consumer", "cg", 0, 0, 0),
@@ -51,6 +52,7 @@ def test_rip46_values_and_labels() -> None:
     assert _get(samples, "rocketmq_consumer_lag_messages", topic="Orders", is_retry="false", **cg) == 40
     assert _get(samples, "rocketmq_consumer_lag_messages", topic="%RETRY%cg", is_retry="true", **cg) == 3
     assert _get(samples, "rocketmq_send_to_dlq_messages_total", **cg) == 3
+    assert _get(samples, "rocketmq_consumer_inflight_messages", **cg) == 4
     assert _get(samples, "rocketmq_half_messages") == 2
     assert _get(samples, "rocketmq_producer_connections", language="python") == 2
     assert _get(samples, "rocketmq_consumer_connections", language="python", **cg) == 2

@@ -17,7 +17,7 @@ def _view() -> StateView:
     v.queues[4] = (3, 0, 10, 60)
     v.queues[5] = (3, 1, 0, 40)
     v.queues[6] = (5, 0, 0, 3)
-    v.groups[1] = (1, 0, 2, 7, b"cg")
+    v.groups[1] = (1, 0, 2, 7, b"cg", 4)
     v.offsets[0] = (1, 1, 4, 50)
     v.offsets[1] = (1, 1, 5, 40)
     v.clients[0] = (1, 2, 999, 5, 1, 77, 1000, 64, 0)
@@ -35,7 +35,7 @@ def test_topics_groups_clients_and_health() -> None:
     assert snap.topics["%DLQ%cg"].system and snap.topics["%DLQ%cg"].dlq and not orders.system
     cg = snap.groups["cg"]
     assert cg.committed == {("Orders", 0): 50, ("Orders", 1): 40}
-    assert (cg.lag, cg.members, cg.version) == (10, 2, 7)
+    assert (cg.lag, cg.members, cg.version, cg.pop_inflight) == (10, 2, 7, 4)
     (c,) = snap.clients
     assert (c.role, c.pid, c.group, c.request_fill) == ("consumer", 999, "cg", 64)
     b = snap.broker

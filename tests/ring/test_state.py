@@ -29,7 +29,7 @@ def test_layout_is_pure_and_aligned():
     view.queues[5:8]["max_offset"] = [10, 20, 30]
     assert view.topic_slot("Orders") == 1 and view.topic_slot("Nope") is None
     assert list(view.topic_queues(1)["max_offset"]) == [10, 20, 30]
-    view.groups[0] = (1, 0, 2, 7, b"cg")
+    view.groups[0] = (1, 0, 2, 7, b"cg", 0)
     view.members[:3] = [(1, 0, 99), (1, 0, 42), (0, 0, 5)]
     assert view.group_slot("cg") == 0 and view.group_members(0) == [42, 99]
 
