@@ -9,7 +9,8 @@ same one clients watch, says so). While no broker runs the endpoint still answer
 
 ``--names rocketmq5`` serves RocketMQ 5's metric names (RIP-46, ``shmq.monitor.rocketmq5``)
 instead of the ``shmq_`` ones, for dashboards made for a RocketMQ 5 cluster; ``shmq_up`` and
-the name server's metrics keep their names in both sets.
+the name server's metrics keep their names in both sets. Its lag latency also maps the
+broker's store files read-only (``shmq.monitor.lag_age``), as a consumer does.
 
 Loopback by default: topic and group names are business data, and the endpoint has no
 authentication; another address is served only when asked, with a warning.
@@ -33,6 +34,7 @@ from shmq.client.connection import broker_name_or_default
 from shmq.errors import BrokerGoneError, BrokerNotFoundError, ConfigError, ShmqError
 from shmq.monitor import rocketmq5
 from shmq.monitor.cluster import RoutedSet
+from shmq.monitor.lag_age import LagAges
 from shmq.monitor.prometheus import CONTENT_TYPE, Family, down_families, families, merge, namesrv_families
 from shmq.monitor.snapshot import ProcessWatch, Snapshot, take
 from shmq.namesrv.routes import namesrv_or_env
@@ -87,6 +89,7 @@ class Scraper:
         self.names, self.cluster = names, cluster
         self.label = f"Broker {broker}"  # what the root page names
         self._reader: StateReader | None = None
+        self._lag_ages: LagAges | None = None  # --names rocketmq5: the store, read for lag latency
         self._alive: Watch | None = None
         self._process = ProcessWatch()
         self._lock = threading.Lock()
@@ -99,9 +102,14 @@ class Scraper:
         """This broker's metric families in the chosen name set (only ``shmq_up 0`` while it is down)."""
         with self._lock:
             snap = self._snapshot()
-        if snap is None:
-            return down_families(self.broker)
-        return rocketmq5.families(snap, self.cluster) if self.names == "rocketmq5" else families(snap)
+            if snap is None:
+                return down_families(self.broker)
+            if self.names != "rocketmq5":
+                return families(snap)
+            if self._lag_ages is None or self._lag_ages.store_dir != snap.broker.store_dir:
+                self._close_lag_ages()
+                self._lag_ages = LagAges(snap.broker.store_dir)
+            return rocketmq5.families(snap, self.cluster, self._lag_ages.ages_ms(snap, snap.taken_ms))
 
     def _snapshot(self) -> Snapshot | None:
         """The broker's snapshot, or None while it is down. A mapping whose broker died is
@@ -144,6 +152,12 @@ class Scraper:
         if self._reader is not None:
             self._reader.close()
         self._reader, self._alive = None, None
+        self._close_lag_ages()  # a restarted broker may have another store: map afresh
+
+    def _close_lag_ages(self) -> None:
+        if self._lag_ages is not None:
+            self._lag_ages.close()
+        self._lag_ages = None
 
 
 class ClusterScraper:

@@ -66,9 +66,13 @@ def is_system(topic: str, group: str = "") -> bool:
     return system_topic or group.lower().startswith(SYSTEM_GROUP_PREFIXES)
 
 
-def families(snap: Snapshot, cluster: str = DEFAULT_CLUSTER) -> list[Family]:
+def families(
+    snap: Snapshot, cluster: str = DEFAULT_CLUSTER, lag_ages_ms: dict[tuple[str, str], int] | None = None
+) -> list[Family]:
     """Every RIP-46 family ``snap`` can fill, with ``shmq_up`` first (RocketMQ has no such metric;
-    it is what tells a broker down from an exporter down)."""
+    it is what tells a broker down from an exporter down). ``lag_ages_ms``: (group, topic) -> age
+    of the oldest message the group has not committed (``shmq.monitor.lag_age``), read from the
+    store; without it ``rocketmq_consumer_lag_latency`` has no samples."""
     b = snap.broker
     common = {"cluster": cluster, "node_type": "broker", "node_id": snap.name}
     out = [up_family(snap.name, True)]
@@ -109,14 +113,16 @@ def families(snap: Snapshot, cluster: str = DEFAULT_CLUSTER) -> list[Family]:
 
     groups = sorted(snap.groups.values(), key=lambda g: g.name)
     lag: list[tuple[dict[str, str], float | None]] = []
+    latency: list[tuple[dict[str, str], float | None]] = []
+    ages = lag_ages_ms or {}
     consumed: list[tuple[dict[str, str], float | None]] = []
     for g in groups:
         for topic in g.topics():
             keys = [k for k in g.committed if k[0] == topic]
             labels = {"topic": topic, "consumer_group": g.name, "is_system": _flag(is_system(topic, g.name))}
-            lag.append(
-                ({**labels, "is_retry": _flag(is_retry_topic(topic))}, sum(g.lag_by_queue.get(k, 0) for k in keys))
-            )
+            lag_labels = {**labels, "is_retry": _flag(is_retry_topic(topic))}
+            lag.append((lag_labels, sum(g.lag_by_queue.get(k, 0) for k in keys)))
+            latency.append((lag_labels, ages.get((g.name, topic))))
             if not (is_retry_topic(topic) or is_dlq_topic(topic)):
                 consumed.append((labels, sum(g.committed[k] for k in keys)))
     metric(
@@ -126,6 +132,7 @@ def families(snap: Snapshot, cluster: str = DEFAULT_CLUSTER) -> list[Family]:
         consumed,
     )
     metric("rocketmq_consumer_lag_messages", "gauge", "Consumer lag messages", lag)
+    metric("rocketmq_consumer_lag_latency", "gauge", "Consumer lag time, in milliseconds", latency)
     dead = {t.topic.removeprefix("%DLQ%"): t.msgs_in for t in topics if is_dlq_topic(t.topic)}
     metric(
         "rocketmq_send_to_dlq_messages_total",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -117,6 +118,41 @@ def test_pop_messages_in_flight_per_group_then_acked(exporter, ipc_tracker: IpcT
             )
         finally:
             sc.shutdown()
+
+
+def test_rocketmq5_lag_latency_is_the_age_of_the_oldest_message_not_committed(
+    ipc_tracker: IpcTracker, tmp_path
+) -> None:
+    name = ipc_tracker.name("x")
+    with shmq.Broker(ipc_tracker.store(str(tmp_path / "store")), name, SMALL):
+        shmq.Admin(name).create_topic("Aged", queues=1)
+        with Producer("pg", broker=name) as p:
+            t0 = time.time()
+            for i in range(5):
+                p.send(Message("Aged", b"early %d" % i))
+            t1 = time.time()
+            time.sleep(1.5)
+            for i in range(5):
+                p.send(Message("Aged", b"late %d" % i))
+        c = shmq.LitePullConsumer(
+            "ager", broker=name, consume_from=shmq.ConsumeFrom.FIRST_OFFSET, auto_commit=False, pull_batch_size=1
+        )
+        c.subscribe("Aged")
+        c.start()
+        try:
+            assert wait_for(lambda: len(c.poll(timeout=1.0)) == 1, timeout=30)
+            c.commit_sync()  # offset 1: "early 1" is the oldest message the group has not committed
+            args = ["--name", name, "--names", "rocketmq5"]
+            with exporter_process(args, f"serving broker {name!r}") as url:
+                labels = {"consumer_group": "ager", "topic": "Aged"}
+                assert wait_for(lambda: _value(_scrape(url), "rocketmq_consumer_lag_messages", **labels) == 9)
+                before = time.time()
+                age = _value(_scrape(url), "rocketmq_consumer_lag_latency", **labels)
+                after = time.time()
+        finally:
+            c.shutdown()
+    assert age is not None
+    assert (before - t1) * 1000 - 50 <= age <= (after - t0) * 1000 + 50  # 50 ms: clocks read at other moments
 
 
 def test_root_links_metrics_and_other_paths_are_404(exporter) -> None:

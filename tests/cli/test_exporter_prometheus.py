@@ -123,6 +123,7 @@ def test_prometheus_scrapes_rates_and_lag_in_both_name_sets(ipc_tracker: IpcTrac
         prometheus({"shmq": _host_port(plain), "rmq5": _host_port(rmq)}) as prom,
     ):
         assert wait_for(lambda: _one(prom, 'up{job="shmq"}') == 1 and _one(prom, 'up{job="rmq5"}') == 1)
+        started = time.time()  # before the first message is stored
         with Producer("prom-pg", broker=name) as p:
             for i in range(SENT):  # over ~3 s: several scrapes see the counter grow
                 p.send(Message(TOPIC, b"order %d" % i))
@@ -158,6 +159,8 @@ def test_prometheus_scrapes_rates_and_lag_in_both_name_sets(ipc_tracker: IpcTrac
             labels = _query(prom, rmq_lag)[0]["metric"]
             assert (labels["cluster"], labels["node_type"], labels["node_id"]) == ("c1", "broker", name)
             assert _one(prom, f'rocketmq_messages_out_total{{consumer_group="{GROUP}",topic="{TOPIC}"}}') == taken
+            age = _one(prom, f'rocketmq_consumer_lag_latency{{consumer_group="{GROUP}",topic="{TOPIC}"}}')
+            assert age is not None and 0 < age < (time.time() - started) * 1000
 
             # rates: while sending, rate() over the sending period is positive, and irate() is
             # exactly the last two scraped samples' difference over their time apart

@@ -12,7 +12,7 @@ from tests.monitor.test_prometheus import parse
 COMMON = {("cluster", "c1"), ("node_type", "broker"), ("node_id", "b1")}
 
 
-def _text(**broker_fields: object) -> str:
+def _text(ages: dict[tuple[str, str], int] | None = None, **broker_fields: object) -> str:
     orders = topic("Orders", [60, 40], size=100)
     retry = topic("%RETRY%cg", [7], size=50)
     dlq = topic("%DLQ%cg", [3], size=50)
@@ -25,7 +25,7 @@ def _text(**broker_fields: object) -> str:
         ClientInfo(3, 12, "transaction_producer", None, 0, 0, 0),
     )
     snap = snapshot(60, [orders, retry, dlq, delay], [cg], clients, **broker_fields)
-    return "".join(f.render() for f in rocketmq5.families(snap, "c1"))
+    return "".join(f.render() for f in rocketmq5.families(snap, "c1", ages))
 
 
 def _get(samples: dict, name: str, **labels: str) -> float:
@@ -71,3 +71,12 @@ def test_retry_and_dlq_topics_are_not_messages_in_or_out() -> None:
 def test_unknown_flush_offset_is_left_out() -> None:
     _, samples = parse(_text(flush_offset=-1))
     assert not [k for k in samples if k[0] == "rocketmq_storage_flush_behind_bytes"]
+
+
+def test_lag_latency_comes_from_the_ages_given() -> None:
+    _, samples = parse(_text({("cg", "Orders"): 1234}))
+    labels = {"topic": "Orders", "consumer_group": "cg", "is_system": "false", "is_retry": "false"}
+    assert _get(samples, "rocketmq_consumer_lag_latency", **labels) == 1234
+    assert len([k for k in samples if k[0] == "rocketmq_consumer_lag_latency"]) == 1  # no age known: no sample
+    _, without = parse(_text())
+    assert not [k for k in without if k[0] == "rocketmq_consumer_lag_latency"]
