@@ -35,7 +35,7 @@ from shmq.errors import BrokerGoneError, BrokerNotFoundError, ConfigError, ShmqE
 from shmq.monitor import rocketmq5
 from shmq.monitor.cluster import RoutedSet
 from shmq.monitor.lag_age import LagAges
-from shmq.monitor.prometheus import CONTENT_TYPE, Family, down_families, families, merge, namesrv_families
+from shmq.monitor.prometheus import CONTENT_TYPE, Family, down_families, families, merge, namesrv_families, render
 from shmq.monitor.snapshot import ProcessWatch, Snapshot, take
 from shmq.namesrv.routes import namesrv_or_env
 from shmq.ring.liveness import Watch
@@ -96,7 +96,7 @@ class Scraper:
         self._last_problem = ""
 
     def metrics(self) -> str:
-        return "".join(f.render() for f in self.families())
+        return render(self.families())
 
     def families(self) -> list[Family]:
         """This broker's metric families in the chosen name set (only ``shmq_up 0`` while it is down)."""
@@ -178,7 +178,7 @@ class ClusterScraper:
             up = self._brokers.problem is None and self._brokers.server_alive()
             parts = [namesrv_families(self.namesrv, up, len(members))]
             parts += [scraper.families() for _b, scraper in members]
-        return "".join(f.render() for f in merge(parts))
+        return render(merge(parts))
 
     def close(self) -> None:
         self._brokers.close()

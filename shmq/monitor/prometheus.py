@@ -96,13 +96,8 @@ def up_family(broker: str, up: bool) -> Family:
     return f
 
 
-def down_exposition(broker: str) -> str:
-    """What a scrape returns while the broker is down: only ``shmq_up 0`` (the endpoint still answers)."""
-    return up_family(broker, False).render()
-
-
 def down_families(broker: str) -> list[Family]:
-    """``down_exposition``'s one family, for merging with other brokers' families."""
+    """What a scrape holds while the broker is down: only ``shmq_up 0`` (the endpoint still answers)."""
     return [up_family(broker, False)]
 
 
@@ -126,9 +121,10 @@ def merge(parts: Iterable[list[Family]]) -> list[Family]:
     return list(out.values())
 
 
-def exposition(snap: Snapshot) -> str:
-    """The whole snapshot as exposition text, families in a fixed order (stable for diffs and tests)."""
-    return "".join(f.render() for f in families(snap))
+def render(families_: Iterable[Family]) -> str:
+    """Families as the text of one scrape, in their order (``families`` keeps a fixed one: stable
+    for diffs and tests)."""
+    return "".join(f.render() for f in families_)
 
 
 def families(snap: Snapshot) -> list[Family]:

@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 from shmq.client.admin_state import ClientInfo, QueueStatus, TopicStatus
-from shmq.monitor.prometheus import down_exposition, escape_label, exposition, format_value
+from shmq.monitor.prometheus import down_families, escape_label, families, format_value, render
 from shmq.monitor.snapshot import BrokerRow, GroupRow, ProcessRow, Snapshot
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
@@ -224,11 +224,11 @@ shmq_client_ring_used_bytes_max{broker="b1",role="producer",ring="response"} 128
 
 
 def test_golden_text() -> None:
-    assert exposition(_snapshot()) == GOLDEN
+    assert render(families(_snapshot())) == GOLDEN
 
 
 def test_parsed_back_values_and_types() -> None:
-    types, samples = parse(exposition(_snapshot()))
+    types, samples = parse(render(families(_snapshot())))
     assert types["shmq_topic_messages_in_total"] == "counter" and types["shmq_group_lag"] == "gauge"
     group = 'we"ird\\g\nx'
     assert samples[("shmq_group_lag", frozenset({("broker", "b1"), ("group", group), ("topic", "Orders")}))] == 10
@@ -240,7 +240,7 @@ def test_unreported_values_are_left_out() -> None:
     snap = _snapshot(ProcessRow())
     b = snap.broker
     snap = replace(snap, broker=replace(b, flush_offset=-1, disk_used_ratio=-1.0, replicas=0, health_ms=0))
-    _, samples = parse(exposition(snap))
+    _, samples = parse(render(families(snap)))
     names = {name for name, _ in samples}
     for gone in (
         "shmq_flush_lag_bytes",
@@ -257,13 +257,13 @@ def test_unreported_values_are_left_out() -> None:
 def test_replica_reports_lag_to_its_master_and_no_replica_counts() -> None:
     snap = _snapshot()
     snap = replace(snap, broker=replace(snap.broker, role="SLAVE", replica_offset=4000, master_offset=4600))
-    _, samples = parse(exposition(snap))
+    _, samples = parse(render(families(snap)))
     assert samples[("shmq_replica_lag_bytes", frozenset({("broker", "b1")}))] == 600
     assert not any(name == "shmq_replicas" for name, _ in samples)
 
 
 def test_down_is_only_up_zero() -> None:
-    types, samples = parse(down_exposition('b"1'))
+    types, samples = parse(render(down_families('b"1')))
     assert types == {"shmq_up": "gauge"} and samples == {("shmq_up", frozenset({("broker", 'b"1')})): 0}
 
 

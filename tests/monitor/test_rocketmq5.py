@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from shmq.client.admin_state import ClientInfo
 from shmq.monitor import rocketmq5
+from shmq.monitor.prometheus import render
 from tests.monitor.snapshots import group, snapshot, topic
 from tests.monitor.test_prometheus import parse
 
@@ -25,7 +26,7 @@ def _text(ages: dict[tuple[str, str], int] | None = None, **broker_fields: objec
         ClientInfo(3, 12, "transaction_producer", None, 0, 0, 0),
     )
     snap = snapshot(60, [orders, retry, dlq, delay], [cg], clients, **broker_fields)
-    return "".join(f.render() for f in rocketmq5.families(snap, "c1", ages))
+    return render(rocketmq5.families(snap, "c1", ages))
 
 
 def _get(samples: dict, name: str, **labels: str) -> float:
