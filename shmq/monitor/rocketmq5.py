@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from shmq.model.system_topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     TRANS_HALF_TOPIC,
@@ -133,7 +134,7 @@ def families(
     )
     metric("rocketmq_consumer_lag_messages", "gauge", "Consumer lag messages", lag)
     metric("rocketmq_consumer_lag_latency", "gauge", "Consumer lag time, in milliseconds", latency)
-    dead = {t.topic.removeprefix("%DLQ%"): t.msgs_in for t in topics if is_dlq_topic(t.topic)}
+    dead = {t.topic.removeprefix(DLQ_GROUP_TOPIC_PREFIX): t.msgs_in for t in topics if is_dlq_topic(t.topic)}
     metric(
         "rocketmq_send_to_dlq_messages_total",
         "counter",
