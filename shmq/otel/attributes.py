@@ -26,7 +26,6 @@ OPERATION_TYPE = "messaging.operation.type"
 DESTINATION = "messaging.destination.name"
 PARTITION = "messaging.destination.partition.id"  # the queue id
 MESSAGE_ID = "messaging.message.id"
-BODY_SIZE = "messaging.message.body.size"
 BATCH_COUNT = "messaging.batch.message_count"
 CONSUMER_GROUP = "messaging.consumer.group.name"
 TAG = "messaging.rocketmq.message.tag"
@@ -89,7 +88,6 @@ def send_attributes(sent: Sent, topic: str) -> dict[str, Attr]:
     if isinstance(sent, Message):
         props = sent.properties
         attrs[MESSAGE_TYPE] = message_type(props, bool(sent.delivery_rules))
-        attrs[BODY_SIZE] = len(sent.body)
         if sent.tags:
             attrs[TAG] = sent.tags
         keys = _keys(sent.keys)
@@ -126,7 +124,6 @@ def consume_attributes(
     if len(msgs) == 1:
         m = msgs[0]
         attrs[MESSAGE_ID] = m.msg_id
-        attrs[BODY_SIZE] = len(m.body)
         attrs[PARTITION] = str(m.queue_id)
         attrs[MESSAGE_TYPE] = message_type(m.properties, False)
         if m.tags:

@@ -6,8 +6,9 @@ imported. Instrumented: ``SHMQ_OTEL`` is not ``0``, opentelemetry-api is importa
 application set a TracerProvider (spans) or a MeterProvider (metrics) before making the client.
 
 Why the provider must be set first: with no provider, OpenTelemetry's API hands out no-op
-proxies, and a client that registered a send hook anyway would lose its auto batches (hooked
-sends go one by one) and pay the hook on every send for spans nobody records. A client made
+proxies, and a client that registered its hooks anyway would pay them on every send and
+listener call for spans nobody records (and a cluster producer's sends would leave its
+cluster-wide auto batches, see shmq.client.producer.cluster). A client made
 before the providers is not instrumented; make it after ``set_tracer_provider`` /
 ``set_meter_provider``, as OpenTelemetry's own instrumentations expect their providers first.
 """

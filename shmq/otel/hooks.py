@@ -78,11 +78,14 @@ class SendSpanHook:
         span = ctx.props.get(SPAN)
         if span is not None:
             r = ctx.result
-            if r is not None:
+            if r is not None:  # one call: the SDK takes the span's lock once per call
+                q = r.queue
                 if isinstance(ctx.message, Message):
-                    span.set_attribute(A.MESSAGE_ID, r.msg_id)
-                span.set_attribute(A.PARTITION, str(r.queue.queue_id))
-                span.set_attribute(A.SERVER_ADDRESS, r.queue.broker_name)
+                    span.set_attributes(
+                        {A.MESSAGE_ID: r.msg_id, A.PARTITION: str(q.queue_id), A.SERVER_ADDRESS: q.broker_name}
+                    )
+                else:
+                    span.set_attributes({A.PARTITION: str(q.queue_id), A.SERVER_ADDRESS: q.broker_name})
             if error is not None:
                 _fail(span, error, exc)
             span.end()

@@ -100,8 +100,9 @@ class ClusterProducer(Producer):
         if topic is not None:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, None, namesrv=name), topic)
             self.register_send_hook(SendTraceHook(self.tracer))
-        # OpenTelemetry (shmq.otel): each broker's producer traces its own attempts; sends then
-        # go one by one, as with any hook, so that each span's parent is its sender's span
+        # OpenTelemetry (shmq.otel): each broker's producer traces its own attempts; sends leave
+        # the cluster-wide batches, as with any hook, so that each send span is started in its
+        # sender's thread (its parent is the sender's span); the broker's producer still batches
         self.otel = otel_send_hook(group)
         if self.otel is not None:
             self._batching = None
