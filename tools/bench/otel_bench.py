@@ -15,7 +15,7 @@ PushConsumer with a per-message listener: the consumer's process spans). Reporte
 and mode, medians of ``--rounds``: the rate and the child's CPU per message (all its threads),
 and the CPU over ``off``: what each message pays for the mode.
 
-    .venv/bin/python tools/bench/otel_bench.py [--seconds S] [--messages N] [--rounds R] [--modes ...] [--kinds ...]
+    .venv/bin/python /path/to/otel_bench.py [--seconds S] [--messages N] [--rounds R] [--modes ...] [--kinds ...]
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import threading
 import time
 from typing import Any
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+sys.path.insert(0, os.getcwd())  # the tree to measure: run it from there (mode off also runs on a tree without shmq.otel)
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PushConsumer
