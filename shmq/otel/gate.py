@@ -16,6 +16,7 @@ before the providers is not instrumented; make it after ``set_tracer_provider`` 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ from shmq.trace.dispatcher import INNER_PRODUCER_PREFIX
 if TYPE_CHECKING:
     from shmq.otel.hooks import ProcessSpanHook, ReceiveObserver, SendSpanHook
     from shmq.otel.instruments import Instruments
+
+log = logging.getLogger(__name__)
 
 ENV = "SHMQ_OTEL"  # "0": never instrument, and never import opentelemetry
 
@@ -48,10 +51,15 @@ def installed() -> bool:
 def _instruments(group: str) -> Instruments | None:
     """The process's tracer and meters if a provider is set; None for shmq's own trace producer
     (its sends carry trace records of other sends: spans of them would only be noise)."""
+    global _installed
     if group.startswith(INNER_PRODUCER_PREFIX) or not installed():
         return None
-    from shmq.otel.instruments import current
-
+    try:
+        from shmq.otel.instruments import current
+    except ImportError as e:  # an opentelemetry too old or half installed: say so once, run without it
+        _installed = False
+        log.warning("OpenTelemetry is installed but cannot be used (%s): shmq's clients are not instrumented", e)
+        return None
     return current()
 
 

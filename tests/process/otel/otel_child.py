@@ -223,12 +223,14 @@ def aio(args: dict[str, Any]) -> dict[str, Any]:
 
 def untraced(args: dict[str, Any]) -> dict[str, Any]:
     """Send and consume without asking for OpenTelemetry; report which of its modules got loaded.
-    ``block``: make opentelemetry unimportable first (as where the extra is not installed)."""
-    if args.get("block"):
+    ``block``: make that package unimportable first (``opentelemetry``: as where the extra is
+    not installed; one of its modules: as a broken install)."""
+    blocked = args.get("block")
+    if blocked:
 
         class Blocker:
             def find_spec(self, name: str, *_: object) -> None:
-                if name == "opentelemetry" or name.startswith("opentelemetry."):
+                if name == blocked or name.startswith(blocked + "."):
                     raise ModuleNotFoundError(f"No module named {name!r}")
 
         sys.meta_path.insert(0, Blocker())  # type: ignore[arg-type]

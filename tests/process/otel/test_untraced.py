@@ -10,8 +10,9 @@ from tests.process.otel.test_spans import child
 def test_switched_off_or_absent_imports_nothing(store_dir, broker_name, config, tmp_path):
     with shmq.Broker(store_dir, broker_name, config):
         off = child(tmp_path, "untraced", env={"SHMQ_OTEL": "0"}, broker=broker_name, topic="ON", group="g")
-        absent = child(tmp_path, "untraced", broker=broker_name, topic="ON", block=True)
+        absent = child(tmp_path, "untraced", broker=broker_name, topic="ON", block="opentelemetry")
         unset = child(tmp_path, "untraced", broker=broker_name, topic="ON")
+        broken = child(tmp_path, "untraced", broker=broker_name, topic="ON", block="opentelemetry.metrics")
     for out in (off, absent):
         assert sorted(out["bodies"]) == ["x", "y"] and not out["producer_otel"]
         assert out["loaded"] == []
@@ -19,6 +20,9 @@ def test_switched_off_or_absent_imports_nothing(store_dir, broker_name, config, 
     assert sorted(unset["bodies"]) == ["x", "y"] and not unset["producer_otel"]
     assert "opentelemetry.trace" in unset["loaded"]
     assert not {"shmq.otel.hooks", "shmq.otel.propagation"} & set(unset["loaded"])
+    # a half-installed OpenTelemetry (the metrics API missing): the clients run without it
+    assert sorted(broken["bodies"]) == ["x", "y"] and not broken["producer_otel"]
+    assert "shmq.otel.hooks" not in broken["loaded"]
 
 
 def test_switched_off_with_a_provider_set(store_dir, broker_name, config, tmp_path):
