@@ -11,7 +11,9 @@ are global to a process), 100-byte bodies, a fresh store per run. Modes:
 
 Kinds: ``sync`` (``send``), ``async`` (``send_async``, 256 in flight, auto-batched where no
 hook), ``push`` (a backlog sent beforehand by a producer of the same mode, drained by a
-PushConsumer with a per-message listener: the consumer's process spans). Reported per kind
+PushConsumer with a per-message listener: the consumer's process spans), ``span`` (modes
+traced and metered only, no broker: the send hook's before and after per send, in-process,
+next to the OpenTelemetry SDK's bare span: shmq's part of a traced send). Reported per kind
 and mode, medians of ``--rounds``: the rate and the child's CPU per message (all its threads),
 and the CPU over ``off``: what each message pays for the mode.
 
@@ -31,7 +33,9 @@ import threading
 import time
 from typing import Any
 
-sys.path.insert(0, os.getcwd())  # the tree to measure: run it from there (mode off also runs on a tree without shmq.otel)
+sys.path.insert(
+    0, os.getcwd()
+)  # the tree to measure: run it from there (mode off also runs on a tree without shmq.otel)
 
 import shmq
 from shmq import ConsumeFrom, ConsumeResult, Message, MessageBatch, Producer, PushConsumer
@@ -125,9 +129,47 @@ def _push(broker: str, mode: str, count: int) -> tuple[float, float]:
         c.shutdown()
 
 
+def _span_cost(count: int) -> tuple[float, float]:
+    """In this process, no broker: CPU per send of the send hook's before and after (span,
+    attributes, traceparent, end), and of the SDK's span alone (start with no attributes, end).
+    Mode traced or metered only (the hook exists only with a provider)."""
+    from opentelemetry import trace
+
+    from shmq.client.hooks import SYNC, SendMessageContext
+    from shmq.otel.gate import send_hook
+
+    hook = send_hook("bench")
+    if hook is None:
+        raise SystemExit("kind span needs mode traced or metered")
+    tracer = trace.get_tracer("bench")
+    msg = Message(TOPIC, BODY, tags="TagA", keys="k1")
+
+    def hooked() -> None:
+        ctx = SendMessageContext("bench", msg, SYNC)
+        hook.send_message_before(ctx)
+        hook.send_message_after(ctx)
+
+    def bare() -> None:
+        tracer.start_span("send").end()
+
+    out = []
+    for f in (hooked, bare):
+        for _ in range(count // 10):
+            f()  # warm up
+        cpu = time.process_time()
+        for _ in range(count):
+            f()
+        out.append((time.process_time() - cpu) / count * 1e6)
+    return out[0], out[1]
+
+
 def child(argv: list[str]) -> None:
     mode, kind, broker, seconds, count = argv[0], argv[1], argv[2], float(argv[3]), int(argv[4])
     _providers(mode)
+    if kind == "span":
+        hooked, bare = _span_cost(count)
+        print(json.dumps({"rate": 1e6 / hooked, "cpu_us": hooked, "sdk_span_us": bare}))
+        return
     rate, cpu = _push(broker, mode, count) if kind == "push" else _sends(broker, mode, kind, seconds)
     print(json.dumps({"rate": rate, "cpu_us": cpu}))
 
@@ -172,7 +214,12 @@ def main() -> None:
             rate = statistics.median(r["rate"] for r in runs)
             cpu = statistics.median(r["cpu_us"] for r in runs)
             base = cpu if base is None else base
-            print(f"{kind:6} {mode:8} {rate:16,.0f} {cpu:10.1f} {cpu - base:+9.1f}", flush=True)
+            sdk = (
+                f"  (the SDK's bare span: {statistics.median(r['sdk_span_us'] for r in runs):.1f})"
+                if kind == "span"
+                else ""
+            )
+            print(f"{kind:6} {mode:8} {rate:16,.0f} {cpu:10.1f} {cpu - base:+9.1f}{sdk}", flush=True)
 
 
 if __name__ == "__main__":
