@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK (the dev extra) is not installed")
+
 import shmq
 from tests.process.otel.test_spans import by_name, child
 

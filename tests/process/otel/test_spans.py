@@ -9,6 +9,10 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK (the dev extra) is not installed")
+
 import shmq
 from tests.process.cluster import running_cluster
 

@@ -3,6 +3,10 @@ no hook, no auto-batch lost, and (extra absent or switched off) nothing of OpenT
 
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK (the dev extra) is not installed")
+
 import shmq
 from tests.process.otel.test_spans import child
 
