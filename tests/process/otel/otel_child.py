@@ -184,8 +184,8 @@ def pull(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def aio(args: dict[str, Any]) -> dict[str, Any]:
-    """shmq.aio: three tasks, each in a span of its own, send at once; then an aio push consumer
-    and an aio lite pull consumer read them."""
+    """shmq.aio: three tasks, each in a span of its own, send at once; then an aio push consumer,
+    an aio lite pull consumer and an aio SimpleConsumer read them."""
     from opentelemetry import trace
 
     tracer = trace.get_tracer("app")
@@ -216,7 +216,16 @@ def aio(args: dict[str, Any]) -> dict[str, Any]:
             deadline = time.monotonic() + WAIT_S
             while len(polled) < 3 and time.monotonic() < deadline:
                 polled += [m.body.decode() for m in await lp.poll(1.0)]
-        return {"ids": list(ids), "bodies": got, "polled": polled}
+        popped: list[str] = []
+        async with shmq.aio.SimpleConsumer(
+            "otel-aio-sg", subscriptions={topic: "*"}, await_duration=1.0, **where(args)
+        ) as sc:
+            deadline = time.monotonic() + WAIT_S
+            while len(popped) < 3 and time.monotonic() < deadline:
+                for m in await sc.receive(16, 30.0):
+                    popped.append(m.body.decode())
+                    await sc.ack(m)
+        return {"ids": list(ids), "bodies": got, "polled": polled, "popped": popped}
 
     return asyncio.run(run())
 

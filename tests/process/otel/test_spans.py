@@ -140,9 +140,12 @@ def test_aio_twins(store_dir, broker_name, config, tmp_path):
     assert sorted(got["bodies"]) == ["t0", "t1", "t2"] and len(processes) == 3
     assert {p["parent"] for p in processes} == set(send_of.values())
     assert all(send_of[p["attributes"]["messaging.message.id"]] == p["parent"] for p in processes)
-    receives = by_name(spans, "receive OA")
-    assert sorted(got["polled"]) == ["t0", "t1", "t2"]
-    assert {x for r in receives for x in r["links"]} == set(send_of.values())
+    assert sorted(got["polled"]) == sorted(got["popped"]) == ["t0", "t1", "t2"]
+    for group in ("otel-aio-lg", "otel-aio-sg"):
+        receives = [
+            r for r in by_name(spans, "receive OA") if r["attributes"]["messaging.consumer.group.name"] == group
+        ]
+        assert {x for r in receives for x in r["links"]} == set(send_of.values()), group
 
 
 def test_a_cluster_carries_the_trace(ipc_tracker, tmp_path):
