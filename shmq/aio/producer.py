@@ -45,6 +45,10 @@ class Producer:
         self._wake_scheduled = False  # a call_soon_threadsafe(_deliver) is on its way
         self._unanswered = 0  # sends awaited through this object, not answered yet (flush)
         self._all_answered: asyncio.Event | None = None  # set by _deliver when _unanswered is 0
+        # traced by OpenTelemetry (shmq.otel): each send is handed over in its own task, whose
+        # current span is the send span's parent (the end-of-iteration flush runs in the context
+        # of whichever task scheduled it)
+        self._traced = self.sync.otel is not None and self.sync.otel.tracer is not None
 
     @property
     def group(self) -> str:
@@ -82,7 +86,7 @@ class Producer:
         loop = self._running_loop()
         fut: asyncio.Future[SendResult] = loop.create_future()
         self._unanswered += 1
-        if selector is not None or msg.delivery_rules:  # its own queue, or never batched: one by one
+        if selector is not None or msg.delivery_rules or self._traced:  # its own queue, never batched, or traced
             self._watch(fut, self.sync.send_async(msg, selector=selector, arg=arg, timeout=timeout))
             self._schedule_flush(loop)  # the accumulator holds it: written at the end of the iteration
         else:

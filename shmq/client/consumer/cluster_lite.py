@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shmq.client.consumer.cluster_member import ClusterMember, part_kwargs
 from shmq.client.consumer.lite_pull import EXCLUSIVE, LitePullConsumer
@@ -25,6 +25,10 @@ from shmq.model.consumer_types import MessageModel
 from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
+from shmq.otel.gate import receive_observer as otel_receive_observer
+
+if TYPE_CHECKING:
+    from shmq.otel.hooks import ReceiveObserver
 
 log = logging.getLogger("shmq.client.consumer.lite_pull")  # the records read as the lite consumer's
 
@@ -46,6 +50,9 @@ class ClusterLitePullConsumer:
         )
         self._assigned: set[MessageQueue] | None = None  # assign(): the queues of every broker
         self._running = False
+        # OpenTelemetry (shmq.otel): this poll is observed, not each part's
+        model = MessageModel(kwargs.get("model", MessageModel.CLUSTERING))
+        self.otel: ReceiveObserver | None = otel_receive_observer(group, model)
 
     def _part(self, broker_name: str, _replica: str | None) -> LitePullConsumer:
         part = LitePullConsumer(self.group, broker_name, **part_kwargs(self._kwargs, broker_name))
@@ -54,6 +61,7 @@ class ClusterLitePullConsumer:
         if self._assigned is not None:  # a broker that registers later gets its share of the assignment
             part.assign([mq for mq in self._assigned if mq.broker_name == broker_name])
         part.notify_arrivals(self._arrived)
+        part.otel = None
         return part
 
     def subscribe(self, topic: str, expression: str | Expression | Predicate = "*") -> None:
@@ -96,6 +104,11 @@ class ClusterLitePullConsumer:
 
     def poll(self, timeout: float = 5.0) -> list[MessageExt]:
         """Up to ``pull_batch_size`` messages of any broker as soon as some are there, [] after ``timeout``."""
+        if self.otel is not None:
+            return self.otel.receive(self._poll, timeout)
+        return self._poll(timeout)
+
+    def _poll(self, timeout: float) -> list[MessageExt]:
         if not self._running:
             raise ShmqError("start() the consumer before poll()")
         deadline = time.monotonic() + timeout

@@ -15,7 +15,7 @@ import itertools
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shmq.client.consumer.cluster_member import ClusterMember
 from shmq.client.consumer.simple import ANSWER_GRACE_S, SimpleConsumer, check_receive, pop_subscription, receipt_of
@@ -24,6 +24,10 @@ from shmq.errors import BadArgumentError, ShmqError
 from shmq.filter.tags import Expression
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
+from shmq.otel.gate import receive_observer as otel_receive_observer
+
+if TYPE_CHECKING:
+    from shmq.otel.hooks import ReceiveObserver
 
 log = logging.getLogger("shmq.client.consumer.simple")  # the records read as the simple consumer's
 
@@ -44,6 +48,8 @@ class ClusterSimpleConsumer:
             namesrv, group, self._part, False, float(kwargs.get("start_timeout", 3.0)), log
         )
         self._running = False
+        # OpenTelemetry (shmq.otel): this receive is observed (the parts' are never called)
+        self.otel: ReceiveObserver | None = otel_receive_observer(group, None)
 
     def _part(self, broker_name: str, _replica: str | None) -> SimpleConsumer:
         part = SimpleConsumer(self.group, broker_name, subscriptions=self._subscriptions, **self._kwargs)
@@ -87,6 +93,11 @@ class ClusterSimpleConsumer:
 
     def receive(self, max_message_num: int, invisible_duration: float) -> list[MessageExt]:
         """As ``SimpleConsumer.receive``, from any broker of the cluster."""
+        if self.otel is not None:
+            return self.otel.receive(self._receive, max_message_num, invisible_duration)
+        return self._receive(max_message_num, invisible_duration)
+
+    def _receive(self, max_message_num: int, invisible_duration: float) -> list[MessageExt]:
         invisible_ms = check_receive(max_message_num, invisible_duration)
         if not self._running:
             raise ShmqError("start() the SimpleConsumer before receive()")

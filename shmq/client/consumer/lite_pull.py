@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shmq.client.consumer.member import REBALANCE_POLL_S, MQConsumerInner
 from shmq.client.consumer.offset_store import LocalFileOffsetStore
@@ -51,6 +51,10 @@ from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import receive_observer as otel_receive_observer
+
+if TYPE_CHECKING:
+    from shmq.otel.hooks import ReceiveObserver
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +139,9 @@ class LitePullConsumer(MQConsumerInner):
         self._arrived: threading.Event | None = None  # also set when messages are ready (a cluster's poll)
         self._subscription_type: str | None = None  # SUBSCRIBE or ASSIGN, once either is used
         self._paused: set[MessageQueue] = set()
+        # OpenTelemetry (shmq.otel): receive spans and metrics per poll, when instrumented (a
+        # cluster's consumer sets its parts' to None: its own poll is the one observed)
+        self.otel: ReceiveObserver | None = otel_receive_observer(group, self.model)
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -244,6 +251,11 @@ class LitePullConsumer(MQConsumerInner):
 
         Each queue's messages come in queue order; across polls every message comes once (until
         a ``seek``, or a rebalance hands a queue whose offsets were not committed to another member)."""
+        if self.otel is not None:
+            return self.otel.receive(self._poll, timeout)
+        return self._poll(timeout)
+
+    def _poll(self, timeout: float) -> list[MessageExt]:
         if not self._running:
             raise ShmqError("start() the consumer before poll()")
         deadline = time.monotonic() + timeout

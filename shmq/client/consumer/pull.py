@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -23,6 +23,10 @@ from shmq.model.consumer_types import PullResult, PullStatus
 from shmq.model.message import MessageQueue
 from shmq.model.reprs import client_repr
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import receive_observer as otel_receive_observer
+
+if TYPE_CHECKING:
+    from shmq.otel.hooks import ReceiveObserver
 
 CONSUMER_RING_BYTES = 256 * 1024  # requests and answers are small: PULL_WAIT, COMMIT_OFFSET, WAKE
 
@@ -61,6 +65,8 @@ class PullConsumer:
         self._lock = threading.Lock()  # the store reader is not thread-safe
         self._offsets = OffsetTable()
         self._expressions: dict[str, Subscription] = {}
+        # OpenTelemetry (shmq.otel): receive spans and metrics per ``pull``, when instrumented
+        self.otel: ReceiveObserver | None = otel_receive_observer(group, None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,6 +170,13 @@ class PullConsumer:
         RocketMQ's pull fails with NO_PERMISSION; ``BadExpressionError`` for a bad expression.
         ``expression`` may be a predicate ``fn(msg) -> bool`` (see shmq.filter.function): the
         messages it rejects are skipped as tag mismatches are."""
+        if self.otel is not None:
+            return self.otel.receive(self._pull, mq, expression, offset, max_nums, timeout)
+        return self._pull(mq, expression, offset, max_nums, timeout)
+
+    def _pull(
+        self, mq: MessageQueue, expression: str | Expression | Predicate, offset: int, max_nums: int, timeout: float
+    ) -> PullResult:
         result = self.pull_batch(mq, expression, offset=offset, max_nums=max_nums, timeout=timeout)
         result.messages  # noqa: B018 - decode now, so the caller's time is spent here and the views can go
         return result

@@ -58,6 +58,7 @@ from shmq.model.message import MessageQueue
 from shmq.model.message_ext import MessageExt
 from shmq.model.reprs import client_repr
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import process_hook as otel_process_hook
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import ConsumeTraceHook
 
@@ -180,6 +181,10 @@ class PushConsumer(MQConsumerInner):
         if topic is not None:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
             self.register_consume_hook(ConsumeTraceHook(self.tracer))
+        # OpenTelemetry (shmq.otel): a process span around each listener call, when instrumented
+        otel = otel_process_hook(group, self.model)
+        if otel is not None:
+            self.register_consume_hook(otel)
         # clustering: messages not consumed go back to the broker (retry topic, DLQ)
         self._send_back = (
             SendBackClient(self._conn, group, max_reconsume_times) if self.model is MessageModel.CLUSTERING else None

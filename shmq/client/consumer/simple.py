@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -43,7 +43,11 @@ from shmq.model.message_ext import MessageExt, PoppedMessageExt, ReceiptHandle
 from shmq.model.reprs import client_repr
 from shmq.model.system_topics import RETRY_GROUP_TOPIC_PREFIX
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import receive_observer as otel_receive_observer
 from shmq.store.read.reader import StoreReader
+
+if TYPE_CHECKING:
+    from shmq.otel.hooks import ReceiveObserver
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +161,8 @@ class SimpleConsumer:
         self._spill: list[MessageExt] = []  # messages of a kept answer a smaller receive left
         self._running = False
         self._closed = False  # shut down: not started again (its receipts went with it)
+        # OpenTelemetry (shmq.otel): receive spans and metrics per receive, when instrumented
+        self.otel: ReceiveObserver | None = otel_receive_observer(group, None)
 
     def join_cluster(self, client_id: int, scope: object = None) -> None:
         """Make this the part on one broker of a cluster's consumer (before ``start``): attach as
@@ -254,6 +260,11 @@ class SimpleConsumer:
     def receive(self, max_message_num: int, invisible_duration: float) -> list[MessageExt]:
         """Up to ``max_message_num`` messages, each invisible to the group for
         ``invisible_duration`` s; waits up to ``await_duration`` for one; [] if none came."""
+        if self.otel is not None:
+            return self.otel.receive(self._receive, max_message_num, invisible_duration)
+        return self._receive(max_message_num, invisible_duration)
+
+    def _receive(self, max_message_num: int, invisible_duration: float) -> list[MessageExt]:
         invisible_ms = check_receive(max_message_num, invisible_duration)
         kept = self.take_kept(max_message_num)
         if kept:

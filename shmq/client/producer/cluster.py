@@ -38,6 +38,7 @@ from shmq.errors import (
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult
 from shmq.model.reprs import client_repr
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import send_hook as otel_send_hook
 from shmq.trace.dispatcher import AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
 
@@ -99,6 +100,12 @@ class ClusterProducer(Producer):
         if topic is not None:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, None, namesrv=name), topic)
             self.register_send_hook(SendTraceHook(self.tracer))
+        # OpenTelemetry (shmq.otel): each broker's producer traces its own attempts; sends leave
+        # the cluster-wide batches, as with any hook, so that each send span is started in its
+        # sender's thread (its parent is the sender's span); the broker's producer still batches
+        self.otel = otel_send_hook(group)
+        if self.otel is not None:
+            self._batching = None
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -48,6 +48,7 @@ from shmq.errors import (
 from shmq.model.message import Message, MessageBatch, MessageQueue, SendResult, SendStatus
 from shmq.model.reprs import client_repr
 from shmq.namesrv.routes import namesrv_or_env
+from shmq.otel.gate import send_hook as otel_send_hook
 from shmq.ring.state import StateView
 from shmq.trace.dispatcher import INNER_PRODUCER_PREFIX, TRACE_RING_BYTES, AsyncTraceDispatcher, trace_topic
 from shmq.trace.hooks import SendTraceHook
@@ -210,6 +211,11 @@ class Producer:
         if topic is not None:
             self.tracer = AsyncTraceDispatcher(inner_producer(group, broker), topic)
             self.register_send_hook(SendTraceHook(self.tracer))
+        # OpenTelemetry spans and metrics (shmq.otel): a send hook when the extra is installed and
+        # a provider was set, else None and nothing of OpenTelemetry imported
+        self.otel = otel_send_hook(group)
+        if self.otel is not None:
+            self.register_send_hook(self.otel)
 
     def register_send_hook(self, hook: SendMessageHook) -> None:
         """Call ``hook.send_message_before(ctx)`` / ``send_message_after(ctx)`` around every send
