@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -92,6 +92,12 @@ class _Pending:
     resendable: bool = False  # an idempotent SEND: resent with FLAG_RESEND, the broker stores it once
     attempt_deadline: float = 0.0  # an idempotent SEND's attempt with no answer by then is resent
     req_ids: list[int] = field(default_factory=list)  # of every attempt: the first answer wins
+    # set by ``Producer._finish`` once the future is done: what a sync send waiting for its answer
+    # polls (``Future.done`` takes the future's lock through two Python-level calls each time)
+    finished: bool = False
+
+    def is_finished(self) -> bool:
+        return self.finished
 
 
 def _written() -> None:
@@ -311,16 +317,17 @@ class Producer:
         s = self._conn.hold_responses()
         start = time.perf_counter()
         try:
-            fut = self._submit_one(msg, qid, timeout, oneway=False)
+            p = cast(_Pending, self._send_request(msg, qid, timeout, 0, False))  # not oneway: a request
             window = sync_poll_window(self._answer_time)
             if window:
-                self._conn.poll(s, fut.done, window)
-            if not fut.done():
-                self._conn.wait_answer(s, fut.done, self._awaits_nothing)
+                self._conn.poll(s, p.is_finished, window)
+            if not p.finished:
+                self._conn.wait_answer(s, p.is_finished, self._awaits_nothing)
         finally:
             self._conn.release_responses(s)
         try:
-            return fut.result()
+            result: SendResult = p.future.result()
+            return result
         finally:
             self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
 
@@ -507,16 +514,24 @@ class Producer:
         self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0
     ) -> Future[SendResult]:
         """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
+        p = self._send_request(msg, qid, timeout, sysflag, oneway)
+        return p.future if p is not None else None  # type: ignore[return-value]
+
+    def _send_request(
+        self, msg: Message, qid: int, timeout: float | None, sysflag: int, oneway: bool
+    ) -> _Pending | None:
+        """``_submit_one``'s work: the request awaiting the answer (None for a oneway send)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
+        record_len = e.record_len
+        size = P.send_size(len(e.topic_b), len(e.key_hashes), record_len)
         flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
         sysflag |= e.sysflag
 
         def fill_with(fl: int) -> Fill:  # the frame's flags: a resend's add FLAG_RESEND
             def fill(view: memoryview, req_id: int) -> None:
                 p = P.encode_send_header(
-                    view, req_id, time.monotonic_ns(), qid, fl, e.tags_code, e.topic_b, e.key_hashes, e.record_len
+                    view, req_id, time.monotonic_ns(), qid, fl, e.tags_code, e.topic_b, e.key_hashes, record_len
                 )
                 fmt.pack_message_into(
                     view,
@@ -536,7 +551,7 @@ class Producer:
         fill = fill_with(flags)
         if oneway:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
-            return None  # type: ignore[return-value]
+            return None
 
         def build(r: P.SendResultFrame) -> SendResult:
             return SendResult(
@@ -554,7 +569,7 @@ class Producer:
         # a parked message (delay, timer, transaction half) is stored under another topic than
         # its UNIQ_KEY is looked up in: never resent
         resend = fill_with(flags | P.FLAG_RESEND) if self.idempotent and not flags & P.FLAG_INSPECT else None
-        return self._submit(P.SEND, size, fill, build, deadline, resend)
+        return self._request(P.SEND, size, fill, build, deadline, resend)
 
     # ------------------------------------------------------------------ requests and retries
 
@@ -569,7 +584,20 @@ class Producer:
     ) -> Future[R]:
         """Write a request and await its answer in ``_pending``; ``resend``: how an idempotent
         SEND is written again (flagged), after a timeout of its attempt or a lost broker."""
-        fut: Future[R] = Future()
+        future: Future[R] = self._request(kind, size, fill, build, deadline, resend).future
+        return future
+
+    def _request(
+        self,
+        kind: int,
+        size: int,
+        fill: Fill,
+        build: Callable[[Any], Any],
+        deadline: float,
+        resend: Fill | None = None,
+    ) -> _Pending:
+        """``_submit``'s work: the request, registered and written."""
+        fut: Future[Any] = Future()
         p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
 
         def attempt() -> None:
@@ -592,7 +620,7 @@ class Producer:
         except BaseException:
             self._in_flight.discard(p)
             raise
-        return fut
+        return p
 
     def _attempt_timeout(self) -> float:
         """How long one attempt of an idempotent send waits for its answer before it is resent."""
@@ -638,6 +666,7 @@ class Producer:
                 else:
                     p.future.set_result(result)
         finally:
+            p.finished = True
             p.resend = _written
             for req_id in p.req_ids:  # the other attempts' answers are not awaited any more
                 self._pending.pop(req_id, None)
@@ -650,7 +679,7 @@ class Producer:
             r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
             p = self._pending.pop(r.req_id, None)
             if p is not None:
-                self._finish(p, None, p.build(r) if not p.future.done() else None)
+                self._finish(p, None, p.build(r) if not p.finished else None)
         elif kind == P.ERROR:
             err = P.decode_error(view)
             p = self._pending.pop(err.req_id, None)
