@@ -523,27 +523,28 @@ class Producer:
         """``_submit_one``'s work: the request awaiting the answer (None for a oneway send)."""
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
-        record_len = e.record_len
-        size = P.send_size(len(e.topic_b), len(e.key_hashes), record_len)
+        size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
         flags = (P.FLAG_ONEWAY if oneway else 0) | (P.FLAG_INSPECT if msg.delivery_rules or sysflag else 0)
         sysflag |= e.sysflag
 
         def fill_with(fl: int) -> Fill:  # the frame's flags: a resend's add FLAG_RESEND
             def fill(view: memoryview, req_id: int) -> None:
-                p = P.encode_send_header(
-                    view, req_id, time.monotonic_ns(), qid, fl, e.tags_code, e.topic_b, e.key_hashes, record_len
-                )
-                fmt.pack_message_into(
+                P.pack_send(
                     view,
-                    p,
+                    req_id,
+                    time.monotonic_ns(),
+                    qid,
+                    fl,
+                    e.tags_code,
                     e.topic_b,
+                    e.key_hashes,
                     e.body,
                     e.props_b,
                     e.crc,
-                    flag=e.flag,
-                    sysflag=sysflag,
-                    born_timestamp=int(time.time() * 1000),
-                    born_host=self._born_host(),
+                    e.flag,
+                    sysflag,
+                    int(time.time() * 1000),
+                    self._born_host(),
                 )
 
             return fill
