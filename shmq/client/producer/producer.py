@@ -8,12 +8,13 @@ broker restart the next send attaches again (``shmq.client.connection.BrokerConn
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -82,9 +83,64 @@ R = TypeVar("R")
 Fill = Callable[[memoryview, int], None]  # writes a request into the ring at its request id
 
 
+class _Settable(Protocol):
+    """What a request completes: a Future, or a sync send's ``_Outcome``."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException | None) -> None: ...
+
+
+class _Outcome:
+    """A sync send's result: what ``Producer._finish`` sets and the sending thread reads, without
+    a Future's Condition (made, taken three times and notified per send, a dozen Python-level
+    calls that a sync send pays cold after its wake-up). Nobody else sees it. The sending thread
+    reads it once ``done()``; if it has to wait for the reader thread instead (another thread
+    is the ring's deputy), ``result`` makes an Event then and waits on it: it stores the Event
+    before it looks at ``_done`` again, and ``_settle`` stores ``_done`` before it looks for the
+    Event, so one of them sees the other's store."""
+
+    __slots__ = ("_done", "_value", "_error", "_event")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: Any) -> None:
+        self._value = result
+        self._settle()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._error = exception
+        self._settle()
+
+    def _settle(self) -> None:
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def result(self) -> Any:
+        """The result, or the error raised; waits until there is one."""
+        if not self._done:
+            event = self._event = threading.Event()
+            if not self._done:
+                event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @dataclass(eq=False)
 class _Pending:
-    future: Future[Any]  # gets what ``build`` makes of the answer: a SendResult, or a list of them
+    future: _Settable  # gets what ``build`` makes of the answer: a SendResult, or a list of them
     resend: Callable[[], None]
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
@@ -92,12 +148,6 @@ class _Pending:
     resendable: bool = False  # an idempotent SEND: resent with FLAG_RESEND, the broker stores it once
     attempt_deadline: float = 0.0  # an idempotent SEND's attempt with no answer by then is resent
     req_ids: list[int] = field(default_factory=list)  # of every attempt: the first answer wins
-    # set by ``Producer._finish`` once the future is done: what a sync send waiting for its answer
-    # polls (``Future.done`` takes the future's lock through two Python-level calls each time)
-    finished: bool = False
-
-    def is_finished(self) -> bool:
-        return self.finished
 
 
 def _written() -> None:
@@ -317,16 +367,17 @@ class Producer:
         s = self._conn.hold_responses()
         start = time.perf_counter()
         try:
-            p = cast(_Pending, self._send_request(msg, qid, timeout, 0, False))  # not oneway: a request
+            outcome = _Outcome()
+            self._send_request(msg, qid, timeout, 0, outcome)
             window = sync_poll_window(self._answer_time)
             if window:
-                self._conn.poll(s, p.is_finished, window)
-            if not p.finished:
-                self._conn.wait_answer(s, p.is_finished, self._awaits_nothing)
+                self._conn.poll(s, outcome.done, window)
+            if not outcome.done():
+                self._conn.wait_answer(s, outcome.done, self._awaits_nothing)
         finally:
             self._conn.release_responses(s)
         try:
-            result: SendResult = p.future.result()
+            result: SendResult = outcome.result()
             return result
         finally:
             self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
@@ -514,13 +565,15 @@ class Producer:
         self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0
     ) -> Future[SendResult]:
         """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
-        p = self._send_request(msg, qid, timeout, sysflag, oneway)
-        return p.future if p is not None else None  # type: ignore[return-value]
+        fut: Future[SendResult] | None = None if oneway else Future()
+        self._send_request(msg, qid, timeout, sysflag, fut)
+        return fut  # type: ignore[return-value]
 
     def _send_request(
-        self, msg: Message, qid: int, timeout: float | None, sysflag: int, oneway: bool
-    ) -> _Pending | None:
-        """``_submit_one``'s work: the request awaiting the answer (None for a oneway send)."""
+        self, msg: Message, qid: int, timeout: float | None, sysflag: int, future: _Settable | None
+    ) -> None:
+        """``_submit_one``'s work: the answer goes to ``future`` (None: a oneway send)."""
+        oneway = future is None
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
@@ -550,9 +603,9 @@ class Producer:
             return fill
 
         fill = fill_with(flags)
-        if oneway:
+        if future is None:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
-            return None
+            return
 
         def build(r: P.SendResultFrame) -> SendResult:
             return SendResult(
@@ -570,7 +623,7 @@ class Producer:
         # a parked message (delay, timer, transaction half) is stored under another topic than
         # its UNIQ_KEY is looked up in: never resent
         resend = fill_with(flags | P.FLAG_RESEND) if self.idempotent and not flags & P.FLAG_INSPECT else None
-        return self._request(P.SEND, size, fill, build, deadline, resend)
+        self._request(P.SEND, size, fill, build, deadline, future, resend)
 
     # ------------------------------------------------------------------ requests and retries
 
@@ -585,7 +638,8 @@ class Producer:
     ) -> Future[R]:
         """Write a request and await its answer in ``_pending``; ``resend``: how an idempotent
         SEND is written again (flagged), after a timeout of its attempt or a lost broker."""
-        future: Future[R] = self._request(kind, size, fill, build, deadline, resend).future
+        future: Future[R] = Future()
+        self._request(kind, size, fill, build, deadline, future, resend)
         return future
 
     def _request(
@@ -595,11 +649,11 @@ class Producer:
         fill: Fill,
         build: Callable[[Any], Any],
         deadline: float,
+        future: _Settable,
         resend: Fill | None = None,
-    ) -> _Pending:
-        """``_submit``'s work: the request, registered and written."""
-        fut: Future[Any] = Future()
-        p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
+    ) -> None:
+        """``_submit``'s work: the request that completes ``future``, registered and written."""
+        p = _Pending(future, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
 
         def attempt() -> None:
             req_id = next_request_id()
@@ -621,7 +675,6 @@ class Producer:
         except BaseException:
             self._in_flight.discard(p)
             raise
-        return p
 
     def _attempt_timeout(self) -> float:
         """How long one attempt of an idempotent send waits for its answer before it is resent."""
@@ -667,7 +720,6 @@ class Producer:
                 else:
                     p.future.set_result(result)
         finally:
-            p.finished = True
             p.resend = _written
             for req_id in p.req_ids:  # the other attempts' answers are not awaited any more
                 self._pending.pop(req_id, None)
@@ -680,7 +732,7 @@ class Producer:
             r = P.decode_send_result(view) if kind == P.SEND_RESULT else P.decode_send_multi_result(view)
             p = self._pending.pop(r.req_id, None)
             if p is not None:
-                self._finish(p, None, p.build(r) if not p.finished else None)
+                self._finish(p, None, p.build(r) if not p.future.done() else None)
         elif kind == P.ERROR:
             err = P.decode_error(view)
             p = self._pending.pop(err.req_id, None)
