@@ -17,11 +17,14 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 from shmq._speedups._crc cimport crc32
-from shmq._speedups._layout cimport (MESSAGE_MAGIC, OFF_BODY, OFF_BODYCRC, OFF_BODYLEN, OFF_BORNHOST,
+from shmq._speedups._layout cimport (FIXED_OVERHEAD, MESSAGE_MAGIC, OFF_BODY, OFF_BODYCRC, OFF_BODYLEN, OFF_BORNHOST,
                                     OFF_BORNTIMESTAMP, OFF_FLAG, OFF_SYSFLAG, UNIQ_COUNTER, UNIQ_LEN,
                                     put_record_head, put_uniq_counter)
 
-LAYOUT = {"MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_BODYCRC": OFF_BODYCRC, "OFF_FLAG": OFF_FLAG,
+cdef enum:
+    SEND_HEADER_BYTES = 40  # shmq.codec.frames' SEND header "<QqiIqHHI"
+
+LAYOUT = {"SEND_HEADER_BYTES": SEND_HEADER_BYTES, "FIXED_OVERHEAD": FIXED_OVERHEAD, "MESSAGE_MAGIC": MESSAGE_MAGIC, "OFF_BODYCRC": OFF_BODYCRC, "OFF_FLAG": OFF_FLAG,
           "OFF_SYSFLAG": OFF_SYSFLAG, "OFF_BORNTIMESTAMP": OFF_BORNTIMESTAMP, "OFF_BORNHOST": OFF_BORNHOST,
           "OFF_BODYLEN": OFF_BODYLEN, "OFF_BODY": OFF_BODY, "UNIQ_LEN": UNIQ_LEN, "UNIQ_COUNTER": UNIQ_COUNTER}
 """The constants compiled in, checked against shmq.codec.record and the encoder by the tests."""
@@ -171,3 +174,97 @@ def bodies_fit(bodies, Py_ssize_t limit):
         if size > limit:
             return False
     return True
+
+
+cdef void _put_le32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = v & 0xFF
+    p[1] = (v >> 8) & 0xFF
+    p[2] = (v >> 16) & 0xFF
+    p[3] = (v >> 24) & 0xFF
+
+
+cdef void _put_le64(uint8_t* p, uint64_t v) noexcept nogil:
+    _put_le32(p, <uint32_t>(v & 0xFFFFFFFFu))
+    _put_le32(p + 4, <uint32_t>(v >> 32))
+
+
+def pack_send(buf, req_id, enqueue_ns, queue_id, flags, tags_code, topic_b, key_hashes, body, props_b, crc, flag,
+              sysflag, born_timestamp, born_host):
+    """shmq.codec.frames.pack_send in one pass. Anything the fast path does not take as it is (a
+    value out of its field's range, a buffer too short or read-only, a body that is not a
+    contiguous byte buffer) goes to the reference, which then writes it or raises its error."""
+    cdef uint8_t[::1] out
+    cdef const uint8_t[::1] b
+    cdef uint64_t rid
+    cdef int64_t ens, tc, bts, bh
+    cdef int32_t qid, c, fl, sf
+    cdef uint32_t frame_flags
+    cdef Py_ssize_t t, n, i, p, body_len, props_len, record_len, need
+    cdef uint8_t* r
+    try:
+        if type(topic_b) is not bytes or type(props_b) is not bytes:
+            raise TypeError
+        for v in (req_id, enqueue_ns, queue_id, flags, tags_code, crc, flag, sysflag, born_timestamp, born_host):
+            if type(v) is not int:  # a C conversion would take a float's or an __int__'s value
+                raise TypeError
+        out = buf
+        b = body
+        rid = req_id
+        ens = enqueue_ns
+        qid = queue_id
+        frame_flags = flags
+        tc = tags_code
+        c = crc
+        fl = flag
+        sf = sysflag
+        bts = born_timestamp
+        bh = born_host
+        n = len(key_hashes)
+        t = len(topic_b)
+        body_len = b.shape[0]
+        props_len = len(props_b)
+        record_len = FIXED_OVERHEAD + body_len + t + props_len
+        need = SEND_HEADER_BYTES + ((t + 7) & ~7) + 8 * n + record_len
+        if t > 0xFF or n > 0xFFFF or props_len > 0xFFFF or record_len > 0x7FFFFFFF or out.shape[0] < need:
+            raise ValueError
+        p = SEND_HEADER_BYTES + ((t + 7) & ~7)
+        for i in range(n):
+            k = key_hashes[i]
+            if type(k) is not int:
+                raise TypeError
+            _put_le64(&out[p + 8 * i], <uint64_t>(<int64_t>k))
+    except Exception:
+        return _reference()(buf, req_id, enqueue_ns, queue_id, flags, tags_code, topic_b, key_hashes, body,
+                                    props_b, crc, flag, sysflag, born_timestamp, born_host)
+    _put_le64(&out[0], rid)
+    _put_le64(&out[8], <uint64_t>ens)
+    _put_le32(&out[16], <uint32_t>qid)
+    _put_le32(&out[20], frame_flags)
+    _put_le64(&out[24], <uint64_t>tc)
+    out[32] = <uint8_t>t
+    out[33] = 0
+    out[34] = n & 0xFF
+    out[35] = (n >> 8) & 0xFF
+    _put_le32(&out[36], <uint32_t>record_len)
+    memcpy(&out[SEND_HEADER_BYTES], PyBytes_AS_STRING(topic_b), t)  # its padding left as it is, as the reference
+    p = SEND_HEADER_BYTES + ((t + 7) & ~7) + 8 * n
+    r = put_record_head(&out[p], record_len, <uint32_t>c, <uint32_t>fl, <uint32_t>sf, bts, bh,
+                        &b[0] if body_len else <const uint8_t*>b"", body_len)
+    r[0] = <uint8_t>t
+    memcpy(r + 1, PyBytes_AS_STRING(topic_b), t)
+    r += 1 + t
+    r[0] = (props_len >> 8) & 0xFF
+    r[1] = props_len & 0xFF
+    memcpy(r + 2, PyBytes_AS_STRING(props_b), props_len)
+
+
+cdef object _reference_pack_send = None
+
+
+cdef object _reference():
+    """The Python pack_send (registered by shmq.codec.frames when it picked this twin)."""
+    global _reference_pack_send
+    if _reference_pack_send is None:
+        from shmq import _speedups
+        _reference_pack_send = _speedups.reference("_producer", "pack_send")
+    return _reference_pack_send

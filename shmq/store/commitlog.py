@@ -301,7 +301,7 @@ class CommitLog:
     def flush(self, least_pages: int = 0) -> tuple[int, int]:
         """Flush dirty segments if at least `least_pages` pages are dirty; returns the covered (offset, ts)."""
         covered = self.confirmed
-        return covered if self.queue.flush(least_pages) else (-1, 0)
+        return covered if self.queue.flush(least_pages, datasync=self.write_through) else (-1, 0)
 
     def close(self) -> None:
         self.queue.close()

@@ -4,8 +4,9 @@ ASYNC_FLUSH: a thread flushes the commitlog every flushIntervalCommitLog ms once
 flushCommitLogLeastPages pages are dirty (and everything at least every
 flushCommitLogThoroughInterval). SYNC_FLUSH: group commit: an append asks for its end offset
 to be flushed; one flush covers every request waiting, then they are all answered. Flushing
-is an msync of the range written since the last flush (``MappedFile.flush``), which releases
-the GIL while the disk works.
+is an msync of the range written since the last flush, or under SYNC_FLUSH (whose commitlog
+is written with pwrite) an fdatasync of the segment (``MappedFile.flush`` says why it is as
+durable); both release the GIL while the disk works.
 """
 
 from __future__ import annotations

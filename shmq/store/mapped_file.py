@@ -258,7 +258,7 @@ class MappedFile:
             n = os.pwrite(self._write_fd, view, pos)
             view, pos = view[n:], pos + n
 
-    def flush(self) -> int:
+    def flush(self, datasync: bool = False) -> int:
         """Make everything written so far durable; returns the flushed position.
 
         Syncs only the pages from the last flush to ``wrote_position`` (msync of that range),
@@ -266,12 +266,27 @@ class MappedFile:
         and the next store into it faults (~10 us per 4 KiB page on ext4, measured): an
         fdatasync also cleaned the warmed pages ahead of the writer, so every page it later
         filled faulted once, which made a 370 KB batch copy take ~0.9 ms instead of ~55 us.
+
+        ``datasync``: a segment written through its descriptor (``write``: the SYNC_FLUSH
+        commitlog, whose writer never stores through the mapping, so nothing faults) is synced
+        with fdatasync on that descriptor instead. The same durability: on Linux
+        ``msync(MS_SYNC)`` of a shared file mapping is ``vfs_fsync_range(file, start, end, 1)``
+        (mm/msync.c), and ``fdatasync(fd)`` is that call over the whole file
+        (``vfs_fsync_range(file, 0, LLONG_MAX, 1)``, fs/sync.c); a file has one page cache, so
+        the pages ``pwrite`` dirtied and those stored through any MAP_SHARED mapping of it are
+        the same pages, and fdatasync(2) writes every dirty one back, flushes the disk's cache
+        and the metadata needed to read them (the segment's size is fixed when it is created).
+        Measured with 8 SYNC_FLUSH senders on the 2-core VM (three interleaved pairs): a group
+        flush of ~1.5 ms (msync) took ~1.05 ms, and the broker loop's CPU per send fell ~10 %.
+        A segment whose descriptor is closed (filled, ``end_writes``) takes the msync.
         """
         pos = self.wrote_position
         if pos > self.flushed_position:
             start = self.flushed_position & ~(PAGE_SIZE - 1)
             with self._fd_lock:
-                if self._address:
+                if datasync and self._write_fd >= 0:
+                    os.fdatasync(self._write_fd)
+                elif self._address:
                     sync_range(self._address + start, pos - start)
             self.flushed_position = pos
         return pos
@@ -583,13 +598,14 @@ class MappedFileQueue:
             return None
         return self.files[i]
 
-    def flush(self, least_pages: int = 0) -> bool:
-        """Flush dirty segments if at least `least_pages` pages are dirty; True if it did."""
+    def flush(self, least_pages: int = 0, datasync: bool = False) -> bool:
+        """Flush dirty segments if at least `least_pages` pages are dirty; True if it did.
+        ``datasync``: segments written through their descriptor are fdatasync'd (``MappedFile.flush``)."""
         if least_pages and self.dirty_pages() < least_pages:
             return False
         for mf in self.files:
             if mf.wrote_position > mf.flushed_position:
-                mf.flush()
+                mf.flush(datasync)
         return True
 
     def dirty_pages(self) -> int:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from shmq import _speedups
 from shmq.client.producer import encoder as E
+from shmq.codec import frames as P
 from shmq.codec import ids
 from shmq.codec import record as fmt
 from shmq.model.message import Message, MessageBatch
@@ -44,7 +45,7 @@ def test_layout_constants_match_the_reference() -> None:
     compiled_or_skip("_producer", "pack_uniform")
     import shmq._speedups._producer as c
 
-    reference = {"UNIQ_LEN": E._UNIQ_LEN, "UNIQ_COUNTER": E._UNIQ_COUNTER}
+    reference = {"UNIQ_LEN": E._UNIQ_LEN, "UNIQ_COUNTER": E._UNIQ_COUNTER, "SEND_HEADER_BYTES": P.SEND_HEADER_BYTES}
     for name, value in c.LAYOUT.items():
         assert reference.get(name, getattr(fmt, name, None)) == value, name
 

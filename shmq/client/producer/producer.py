@@ -8,12 +8,13 @@ broker restart the next send attaches again (``shmq.client.connection.BrokerConn
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from shmq.client import exit_close
 from shmq.client.connection import BrokerConnection, Session, next_request_id
@@ -83,9 +84,64 @@ R = TypeVar("R")
 Fill = Callable[[memoryview, int], None]  # writes a request into the ring at its request id
 
 
+class _Settable(Protocol):
+    """What a request completes: a Future, or a sync send's ``_Outcome``."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException | None) -> None: ...
+
+
+class _Outcome:
+    """A sync send's result: what ``Producer._finish`` sets and the sending thread reads, without
+    a Future's Condition (made, taken three times and notified per send, a dozen Python-level
+    calls that a sync send pays cold after its wake-up). Nobody else sees it. The sending thread
+    reads it once ``done()``; if it has to wait for the reader thread instead (another thread
+    is the ring's deputy), ``result`` makes an Event then and waits on it: it stores the Event
+    before it looks at ``_done`` again, and ``_settle`` stores ``_done`` before it looks for the
+    Event, so one of them sees the other's store."""
+
+    __slots__ = ("_done", "_value", "_error", "_event")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._event: threading.Event | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: Any) -> None:
+        self._value = result
+        self._settle()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        self._error = exception
+        self._settle()
+
+    def _settle(self) -> None:
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()
+
+    def result(self) -> Any:
+        """The result, or the error raised; waits until there is one."""
+        if not self._done:
+            event = self._event = threading.Event()
+            if not self._done:
+                event.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 @dataclass(eq=False)
 class _Pending:
-    future: Future[Any]  # gets what ``build`` makes of the answer: a SendResult, or a list of them
+    future: _Settable  # gets what ``build`` makes of the answer: a SendResult, or a list of them
     resend: Callable[[], None]
     build: Callable[[Any], Any]  # answer frame -> what the future gets
     deadline: float  # of the whole send (sendMsgTimeout)
@@ -317,16 +373,18 @@ class Producer:
         s = self._conn.hold_responses()
         start = time.perf_counter()
         try:
-            fut = self._submit_one(msg, qid, timeout, oneway=False)
+            outcome = _Outcome()
+            self._send_request(msg, qid, timeout, 0, outcome)
             window = sync_poll_window(self._answer_time)
             if window:
-                self._conn.poll(s, fut.done, window)
-            if not fut.done():
-                self._conn.wait_answer(s, fut.done, self._awaits_nothing)
+                self._conn.poll(s, outcome.done, window)
+            if not outcome.done():
+                self._conn.wait_answer(s, outcome.done, self._awaits_nothing)
         finally:
             self._conn.release_responses(s)
         try:
-            return fut.result()
+            result: SendResult = outcome.result()
+            return result
         finally:
             self._answer_time = recent_answer_time(self._answer_time, time.perf_counter() - start)
 
@@ -513,6 +571,15 @@ class Producer:
         self, msg: Message, qid: int, timeout: float | None, oneway: bool, sysflag: int = 0
     ) -> Future[SendResult]:
         """Encode and write one SEND; ``sysflag`` bits are added to the record's (a transaction half)."""
+        fut: Future[SendResult] | None = None if oneway else Future()
+        self._send_request(msg, qid, timeout, sysflag, fut)
+        return fut  # type: ignore[return-value]
+
+    def _send_request(
+        self, msg: Message, qid: int, timeout: float | None, sysflag: int, future: _Settable | None
+    ) -> None:
+        """``_submit_one``'s work: the answer goes to ``future`` (None: a oneway send)."""
+        oneway = future is None
         e = self._encoder.encode(msg)
         deadline = time.monotonic() + (self.send_msg_timeout if timeout is None else timeout)
         size = P.send_size(len(e.topic_b), len(e.key_hashes), e.record_len)
@@ -521,28 +588,30 @@ class Producer:
 
         def fill_with(fl: int) -> Fill:  # the frame's flags: a resend's add FLAG_RESEND
             def fill(view: memoryview, req_id: int) -> None:
-                p = P.encode_send_header(
-                    view, req_id, time.monotonic_ns(), qid, fl, e.tags_code, e.topic_b, e.key_hashes, e.record_len
-                )
-                fmt.pack_message_into(
+                P.pack_send(
                     view,
-                    p,
+                    req_id,
+                    time.monotonic_ns(),
+                    qid,
+                    fl,
+                    e.tags_code,
                     e.topic_b,
+                    e.key_hashes,
                     e.body,
                     e.props_b,
                     e.crc,
-                    flag=e.flag,
-                    sysflag=sysflag,
-                    born_timestamp=int(time.time() * 1000),
-                    born_host=self._born_host(),
+                    e.flag,
+                    sysflag,
+                    int(time.time() * 1000),
+                    self._born_host(),
                 )
 
             return fill
 
         fill = fill_with(flags)
-        if oneway:
+        if future is None:
             self._write(P.SEND, size, fill, next_request_id(), deadline)
-            return None  # type: ignore[return-value]
+            return
 
         def build(r: P.SendResultFrame) -> SendResult:
             return SendResult(
@@ -560,7 +629,7 @@ class Producer:
         # a parked message (delay, timer, transaction half) is stored under another topic than
         # its UNIQ_KEY is looked up in: never resent
         resend = fill_with(flags | P.FLAG_RESEND) if self.idempotent and not flags & P.FLAG_INSPECT else None
-        return self._submit(P.SEND, size, fill, build, deadline, resend)
+        self._request(P.SEND, size, fill, build, deadline, future, resend)
 
     # ------------------------------------------------------------------ requests and retries
 
@@ -575,8 +644,22 @@ class Producer:
     ) -> Future[R]:
         """Write a request and await its answer in ``_pending``; ``resend``: how an idempotent
         SEND is written again (flagged), after a timeout of its attempt or a lost broker."""
-        fut: Future[R] = Future()
-        p = _Pending(fut, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
+        future: Future[R] = Future()
+        self._request(kind, size, fill, build, deadline, future, resend)
+        return future
+
+    def _request(
+        self,
+        kind: int,
+        size: int,
+        fill: Fill,
+        build: Callable[[Any], Any],
+        deadline: float,
+        future: _Settable,
+        resend: Fill | None = None,
+    ) -> None:
+        """``_submit``'s work: the request that completes ``future``, registered and written."""
+        p = _Pending(future, lambda: None, build, deadline, self.retry_times_when_send_failed, resend is not None)
 
         def attempt() -> None:
             req_id = next_request_id()
@@ -598,7 +681,6 @@ class Producer:
         except BaseException:
             self._in_flight.discard(p)
             raise
-        return fut
 
     def _attempt_timeout(self) -> float:
         """How long one attempt of an idempotent send waits for its answer before it is resent."""

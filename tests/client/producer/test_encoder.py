@@ -135,3 +135,45 @@ def test_message_batch_equals_the_same_messages_as_a_list(bodies, tags, keys, pr
 def test_message_batch_with_wrong_number_of_keys_is_refused():
     with pytest.raises(ValueError, match="2 bodies but 1 keys"):
         MessageEncoder().encode_batch(MessageBatch("T", [b"a", b"b"], keys=["k"]), 0, 0)
+
+
+class _SameUniq:
+    """A UNIQ_KEY source that gives the same id to both encoders compared."""
+
+    def __init__(self, uniq: str) -> None:
+        self.uniq = uniq
+
+    def next(self) -> str:
+        return self.uniq
+
+
+plain_messages = st.builds(
+    Message,
+    topic=st.sampled_from(["Orders", "T%1"]),
+    body=st.one_of(st.binary(max_size=40), st.binary(min_size=300, max_size=300)),
+    tags=st.one_of(st.none(), st.just(""), st.sampled_from(["TagA", "TagB"])),
+    keys=st.one_of(st.none(), st.just(""), st.lists(words, max_size=3).map(" ".join)),
+    properties=st.one_of(st.none(), st.just({}), st.dictionaries(words, words, max_size=2)),
+    flag=st.integers(0, 5),
+    delay_level=st.sampled_from([0, 0, 3]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_messages)
+def test_encode_equals_the_general_path(m):
+    """``encode`` takes a shortcut for the usual message; every field it gives is the general path's."""
+    enc = MessageEncoder(compress_over=200)
+    enc.uniq = _SameUniq("0A1B2C3D4E5F60718293A4B5C6D7E8F9")  # type: ignore[assignment]
+    assert enc.encode(m) == enc._encode_any(m)
+
+
+def test_encode_plain_refuses_as_the_general_path():
+    enc = MessageEncoder()
+    with pytest.raises(BadTopicError):
+        enc.encode(Message("bad topic", b"x"))
+    long_keys = " ".join(f"k{i:05d}" for i in range(6000))
+    with pytest.raises(fmt.BadPropertiesError):
+        enc.encode(Message("Orders", b"x", keys=long_keys))
+    with pytest.raises(fmt.BadPropertiesError):
+        enc.encode(Message("Orders", b"x", tags="a\x01b"))
