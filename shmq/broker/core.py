@@ -38,6 +38,7 @@ from shmq.broker.routes import topic_resolver
 from shmq.broker.schedule import DeliveryRulesHook, now_ms
 from shmq.broker.timer import TimerService
 from shmq.broker.topics import TopicConfig, TopicConfigManager
+from shmq.broker.touched_rows import TouchedRows
 from shmq.broker.transaction import TransactionalMessageService, live_producers
 from shmq.codec import frames as P
 from shmq.codec import pop_frames as PF
@@ -133,6 +134,7 @@ class BrokerCore:
             P.RESET_OFFSET_ACK: self.resets.handle_ack,
         }
         self._touched: dict[tuple[str, int], None] = {}
+        self.touched_rows = TouchedRows(store.writer.queue_slots)  # queues puts wrote through the table
         self._counts: dict[str, list[int]] = {}
         self.busy = 0  # sends refused for waiting too long, since the last counters
         # a master parks delayed messages and transaction halves and brings them back when due;
@@ -236,7 +238,7 @@ class BrokerCore:
         n = replica.release(time.monotonic_ns()) if replica is not None and replica.groups else 0
         if self.answers.pending:
             n += self.answers.group_commit()
-        if self._touched:
+        if self._touched or self.touched_rows.pending:
             self._after_puts()
         self.pop.end_pass()
         return n
@@ -279,12 +281,16 @@ class BrokerCore:
         cnt[0] += msgs
         cnt[1] += nbytes
 
-    def count_records(self, topics: list[str], topic_idx: list[int], queue_ids: list[int], sizes: list[int]) -> None:
-        """``count(topics[k], q, 1, size)`` for each record of a SEND_MULTI (one loop, no call per record)."""
+    def count_records(
+        self, topics: list[str], topic_idx: list[int], queue_ids: list[int], sizes: list[int], touch: bool = True
+    ) -> None:
+        """``count(topics[k], q, 1, size)`` for each record of a SEND_MULTI (one loop, no call per
+        record); ``touch`` False: the queues are in ``touched_rows`` already."""
         touched, counts = self._touched, self._counts
         for k, q, size in zip(topic_idx, queue_ids, sizes):
             topic = topics[k]
-            touched[(topic, q)] = None
+            if touch:
+                touched[(topic, q)] = None
             cnt = counts.get(topic)
             if cnt is None:
                 cnt = counts[topic] = [0, 0]
@@ -364,6 +370,10 @@ class BrokerCore:
         """
         find = self.store.find_consume_queue
         wake = self.pull.wake if self.pull.waiters else None
+        rows = self.touched_rows.take() if self.touched_rows.pending else None
+        if rows is not None and (wake is not None or self.pop.waiters.by_group):  # waiters go by name
+            self._touched.update(dict.fromkeys(self.touched_rows.keys(rows)))
+            rows = None
         if self.pop.waiters.by_group:
             self.pop.wake_topics({topic for topic, _ in self._touched})
         items = []
@@ -377,7 +387,8 @@ class BrokerCore:
                 wake(topic, qid, hi)
         self._touched.clear()
         if self.publisher is not None:
-            self.publisher.queue_offsets(items, self.store.commitlog.max_offset)
+            state, highs = (None, None) if rows is None else self.touched_rows.published(self.publisher, rows)
+            self.publisher.queue_offsets(items, self.store.commitlog.max_offset, state, highs)
 
     # ------------------------------------------------------------------ topics, groups, offsets
 

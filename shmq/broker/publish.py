@@ -43,6 +43,7 @@ class StatePublisher:
         self._group_rows: dict[str, int] = {}
         self._inflight: dict[str, int] = {}  # group -> POP messages in flight, as last published
         self._offset_rows: dict[tuple[str, str, int], int] = {}
+        self.generation = 0  # grows whenever queue rows may have moved: cached rows are then stale
 
     # ------------------------------------------------------------------ topics and queues
 
@@ -80,6 +81,7 @@ class StatePublisher:
                 moved |= compacted
                 blocks[name] = (queue_next - size, size)
         self._topic_rows, self._queue_blocks, self._queue_next = rows, blocks, queue_next
+        self.generation += 1
         initial = not self._shapes
         self._shapes = {n: _shape(tc) for n, tc in topics.items()}
         rewrite = list(topics) if moved else changed
@@ -129,14 +131,22 @@ class StatePublisher:
         block = self._queue_blocks.get(topic)
         return block[0] + queue_id if block is not None and 0 <= queue_id < block[1] else None
 
-    def queue_offsets(self, items: Iterable[tuple[str, int, int, int]], max_phy_offset: int) -> None:
+    def queue_offsets(
+        self,
+        items: Iterable[tuple[str, int, int, int]],
+        max_phy_offset: int,
+        rows: np.ndarray | None = None,
+        highs: np.ndarray | None = None,
+    ) -> None:
         """Publish (topic, qid, min, max) and the commitlog's end after a pass of puts (the end
         on the timer tick only left a message an acknowledged send just stored invisible to
         ``Admin.view_message`` and the other store lookups for up to a tick).
 
         The hot path of every broker pass: plain aligned 8-byte stores through a ``memoryview``
         of the queue table (one ``memcpy`` each, never torn) instead of numpy structured-field
-        assignment, which costs ~1 us per field; the seqlock is still bumped once.
+        assignment, which costs ~1 us per field; the seqlock is still bumped once. ``rows`` (queue
+        rows, from ``queue_row``) get their max offsets ``highs`` in one scatter: the queues a put
+        through the store's queue table touched, whose min offsets the put did not move.
         """
         w = self.writer
         q64 = w.queue_words
@@ -149,6 +159,9 @@ class StatePublisher:
                     i = row * per_row
                     q64[i + _MIN_WORD] = lo
                     q64[i + _MAX_WORD] = hi
+            if rows is not None and highs is not None and len(rows):
+                # a view made and dropped here: one kept would stop the segment's close
+                np.frombuffer(q64, np.int64)[rows * per_row + _MAX_WORD] = highs
             w.stats_words[_MAX_PHY_WORD] = max_phy_offset
         finally:
             w.end(seq)

@@ -132,20 +132,30 @@ class Routes:
         writes, queues, codes = [0] * n, [-1] * n, [0] * n
         marks = set(topic_idx[auto].tolist()) if auto.any() else ()
         entries, resolve = self._topics, self._resolve
+        # A frame's topic table names each topic once: resolved straight, no _Route kept but for
+        # a topic that fails (``route`` then gives its reason without resolving it again).
         for k in dict.fromkeys(topic_idx.tolist()):  # in order of first use
             topic = topics[k]
-            t = entries.get(topic)
+            t = entries.get(topic) if entries else None
             if t is None:
-                t = entries[topic] = _Route(*resolve(topic))
-            tc = t.config
-            if tc is None:
-                codes[k] = t.code
-                continue
+                tc, code, reason = resolve(topic)
+                if tc is None:
+                    entries[topic] = _Route(None, code, reason)
+                    codes[k] = code
+                    continue
+            else:
+                tc = t.config
+                if tc is None:
+                    codes[k] = t.code
+                    continue
             writes[k] = tc.write_queue_nums
             if k in marks:
-                if t.auto is None:
-                    t.auto = tc.next_queue()
-                queues[k] = t.auto
+                if t is None:
+                    queues[k] = tc.next_queue()
+                else:
+                    if t.auto is None:
+                        t.auto = tc.next_queue()
+                    queues[k] = t.auto
         return np.array(writes, np.int64), np.array(queues, np.int64), np.array(codes, np.int64)
 
     def _entry(self, topic: str) -> _Route:

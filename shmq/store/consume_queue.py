@@ -17,6 +17,7 @@ import numpy as np
 from shmq import _speedups
 from shmq.codec import record as fmt
 from shmq.store.mapped_file import MappedFile, MappedFileQueue
+from shmq.store.queue_slots import MAX_OFFSET, MAX_PHYS_END, WIDTH, QueueSlots
 
 log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
@@ -48,9 +49,44 @@ class ConsumeQueue:
         self.queue = MappedFileQueue(self.directory, file_size)
         self.entries_per_file = file_size // fmt.CQ_ENTRY_SIZE
         self._views: dict[int, np.ndarray] = {}
+        # (table, slot): max_offset and max_phys_end live in a QueueSlots row (one reference,
+        # replaced whole, so a reader never pairs one table with another's slot)
+        self._row: tuple[QueueSlots, int] = (QueueSlots(1), 0)
+        self._row[0].add(self)
         self.min_offset = 0  # first queue offset still readable
         self.max_offset = 0  # next queue offset to write
         self.max_phys_end = -1  # end of the last dispatched record in the commitlog
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to write."""
+        t, i = self._row
+        return t.words[i * WIDTH + MAX_OFFSET]
+
+    @max_offset.setter
+    def max_offset(self, value: int) -> None:
+        t, i = self._row
+        t.words[i * WIDTH + MAX_OFFSET] = value
+
+    @property
+    def max_phys_end(self) -> int:
+        """The end of the last dispatched record in the commitlog (-1: none)."""
+        t, i = self._row
+        return t.words[i * WIDTH + MAX_PHYS_END]
+
+    @max_phys_end.setter
+    def max_phys_end(self, value: int) -> None:
+        t, i = self._row
+        t.words[i * WIDTH + MAX_PHYS_END] = value
+
+    def move_to(self, table: QueueSlots, slot: int) -> None:
+        """Keep the numbers in ``table``'s row ``slot`` from now on (QueueSlots.adopt copied them)."""
+        self._row = (table, slot)
+
+    def _detach(self) -> None:
+        """Before the files change: the table's cached last file is dropped (attached again by the put)."""
+        t, i = self._row
+        t.detach(i)
 
     # ------------------------------------------------------------------ files
 
@@ -151,6 +187,7 @@ class ConsumeQueue:
         return changed
 
     def _set_end(self, end_bytes: int) -> None:
+        self._detach()
         self._drop_views_after(end_bytes)
         self.queue.truncate(end_bytes)
         self.max_offset = end_bytes // fmt.CQ_ENTRY_SIZE
@@ -338,6 +375,7 @@ class ConsumeQueue:
             if last is not None and int(last["offset"]) + int(last["size"]) > min_commitlog_offset:
                 break
             self._views.pop(files[0].file_from_offset, None)
+            self._detach()
             self.queue.delete_first(1)
             deleted += 1
         if deleted:
@@ -352,10 +390,14 @@ class ConsumeQueue:
         return self.queue.flush(least_pages)
 
     def close(self) -> None:
+        t, i = self._row
+        t.release(i)
         self._views.clear()
         self.queue.close()
 
     def destroy(self) -> None:
+        t, i = self._row
+        t.release(i)
         self._views.clear()
         for mf in self.queue.files:
             mf.destroy()

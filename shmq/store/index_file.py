@@ -9,7 +9,9 @@ count is the number of entries (0 for a new file), so an all-zero file is a vali
 Writes go through one shared mmap in this order: entries, index count, slots, slots-used,
 end phys offset, end timestamp. The end phys offset is the commit point of a put: after a
 crash, `truncate` drops entries past it, repairs slots that point at dropped entries, and the
-store re-dispatches those records.
+store re-dispatches those records. The record at the end itself may have only some of its keys
+(the end moves with each key of a one-record put, and with each file a batch fills, also in the
+middle of a record's keys): the re-dispatch adds the ones missing (`hashes_at` says which are there).
 """
 
 from __future__ import annotations
@@ -326,6 +328,15 @@ class IndexFile:
             num = prev if prev < num else 0  # chains only point back; anything else is damage
         return out
 
+    def hashes_at(self, phys_offset: int) -> np.ndarray:
+        """Key hashes of this file's entries for the record at ``phys_offset`` (entries are in
+        phys order)."""
+        phys = self._entries["phys_offset"][1 : self._count + 1]
+        lo = int(np.searchsorted(phys, phys_offset, "left"))
+        hi = int(np.searchsorted(phys, phys_offset, "right"))
+        del phys  # a view of the map: close() fails while one is alive
+        return self._entries["key_hash"][1 + lo : 1 + hi].astype(np.int64)
+
     # ------------------------------------------------------------------ repair
 
     def truncate(self, phys_end: int) -> None:
@@ -568,6 +579,15 @@ class IndexService:
                 if f.index_count and f.begin_timestamp <= end_ts and f.end_timestamp >= begin_ts:
                     out += f.query(key_hash, begin_ts, end_ts, max_num - len(out))
         return out
+
+    def hashes_at(self, phys_offset: int) -> np.ndarray:
+        """Key hashes indexed for the record at ``phys_offset``, looked up in the two newest files
+        that hold entries: enough for the index's last record (``end_phys_offset``), the one a
+        crash may have left with only some of its keys (in one file, or split over two)."""
+        with self._lock:
+            used = [f for f in self._files if f.index_count][-2:]
+            parts = [f.hashes_at(phys_offset) for f in used]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
     def _newest_used(self) -> IndexFile | None:
         return next((f for f in reversed(self._files) if f.index_count), None)

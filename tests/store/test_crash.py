@@ -177,6 +177,27 @@ def test_rebuild_lost_folder(harness, folder):
     h.kill_round()  # and the rebuilt store survives the next crash too
 
 
+# --------------------------------------------------------------------------- killed between a record's keys
+
+
+@pytest.mark.parametrize("point", ["index-key", "index-roll"])
+def test_kill_between_a_records_index_keys(harness, point):
+    """The child kills itself when the index holds some of a record's keys but not all: a
+    one-record put after its UNIQ_KEY entry, before its KEYS entry ('index-key'); a batch after
+    the index file it filled in the middle of a record, before the next file ('index-roll').
+    Recovery completes that record's keys: the next start finds it by every key."""
+    h = harness
+    info = h.run_child(kill_at=point, timeout=60)
+    assert info.started and not info.clean
+    h.reopen_and_verify(info, query_all=True)
+    in_flight = [
+        seq for seq in h.model if seq >= info.start_seq and not any(a.seq <= seq < a.seq + a.n for a in info.acks)
+    ]
+    assert in_flight, "the put that was killed is in the store (its records come after every acked one)"
+    # the records of the killed put joined the model: this round looks each of them up by key
+    h.reopen_and_verify(h.run_child(max_puts=1), query_all=True)
+
+
 # --------------------------------------------------------------------------- clean shutdown
 
 

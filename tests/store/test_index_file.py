@@ -22,6 +22,7 @@ from shmq.codec.record import (
     index_key_hash,
 )
 from shmq.store.index_file import IndexFile, IndexService
+from shmq.store.write.dispatch import DispatchRequest, IndexDispatcher
 
 T0 = 1_700_000_000_000
 FAR = 2**62
@@ -326,6 +327,40 @@ def test_service_truncate_removes_whole_files(tmp_path):
     assert svc.end_phys_offset == -1 and svc.last_store_timestamp == 0 and os.listdir(tmp_path) == []
     svc.put_batch(*arrays(records[:2]))
     assert svc.query("T", "a", 100, 0, FAR) == [100, 0]
+    svc.close()
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_redispatch_completes_the_last_records_keys(tmp_path, split):
+    """The index as a crash between a record's keys leaves it: R's first key in, its second
+    not (split: R's first key filled the file, so its second goes to the next one). Its end
+    is at R; a re-dispatch of the log (key timestamps given) adds R's missing key only."""
+    svc = IndexService(str(tmp_path), 3, 4)  # 3 entries a file
+    a1, a2, r1, r2 = (index_key_hash("T", k) for k in ("a1", "a2", "r1", "r2"))
+    if split:
+        svc.put([a1, a2], 0, T0)
+    svc.put([r1], 100, T0 + 1)  # killed here: r2 never written
+    assert svc.end_phys_offset == 100 and len(svc.files) == 1
+    req = DispatchRequest(
+        [],
+        None,
+        [0],
+        np.array([0, 100], np.int64),
+        np.array([100, 100], np.int64),
+        np.zeros(2, np.int64),
+        T0 + 1,
+        np.array([a1, a2, r1, r2], np.int64),
+        np.array([0, 0, 1, 1], np.int64),
+        np.array([T0, T0, T0 + 1, T0 + 1], np.int64),
+    )
+    IndexDispatcher(svc).dispatch(req)
+    assert svc.query("T", "r2", 10, 0, FAR) == [100]
+    assert svc.query("T", "r1", 10, 0, FAR) == [100]  # not twice
+    assert svc.query("T", "a1", 10, 0, FAR) == ([0] if split else [])  # a record below the end: not indexed again
+    assert sum(f.index_count for f in svc.files) == (4 if split else 2)
+    assert len(svc.files) == (2 if split else 1)
+    IndexDispatcher(svc).dispatch(req)  # idempotent from then on
+    assert sum(f.index_count for f in svc.files) == (4 if split else 2)
     svc.close()
 
 

@@ -1,6 +1,6 @@
 """Crash-test child: appends to a MessageStore (SYNC_FLUSH unless told) until it is killed.
 
-    python tools/chaos/crash_child.py STORE_DIR START_SEQ SEED ACK_FILE [--max-puts N]
+    python tools/chaos/crash_child.py STORE_DIR START_SEQ SEED ACK_FILE [--max-puts N] [--kill-at POINT]
 
 Every record carries a sequence number (its KEYS property) from which its body, and nothing
 else, is derived (`body_for`), so the parent can check any record it finds, acknowledged or
@@ -13,6 +13,8 @@ The first line is `R <recovery ms>` once the store is open. Puts alternate at ra
 single records, user batches of 1-64 records, and puts of 1-32 separate
 records each to a random queue (one ack line per record), bodies 0-3000 bytes, over a few
 queues.
+With --kill-at the child SIGKILLs itself at an exact point of its writes instead of waiting
+for the parent's kill (`KILL_POINTS`), once the store is open.
 The shared helpers (`CONFIG`, `body_for`, `ROUTES`) are imported by the parent and by
 tools/chaos/store_crash.py, so child and checker agree by construction.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -74,9 +77,52 @@ def props_for(seq: int, uniq: ids.UniqKeyGenerator) -> dict[str, str]:
     return fmt.message_properties(tags=tags_for(seq), keys=str(seq), uniq_key=uniq.next())
 
 
+# Where --kill-at stops the child: points a timed SIGKILL hits too rarely to test by chance.
+KILL_POINTS = {
+    "index-key": "a one-record put, after its first index key (its UNIQ_KEY), before the next (its KEYS)",
+    "index-roll": "a put of several records, after the index file it filled in the middle of a record's "
+    "keys, before the next file holds the rest of them",
+}
+
+
+def arm_kill(point: str) -> None:
+    """SIGKILL this process at ``point`` (a name of ``KILL_POINTS``), the first time it is reached."""
+    import numpy as np
+
+    from shmq.store.index_file import IndexFile
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if point == "index-key":
+        put = IndexFile.put
+
+        def put_then_die(self: IndexFile, key_hash: int, phys_offset: int, store_timestamp: int) -> bool:
+            done = put(self, key_hash, phys_offset, store_timestamp)
+            die()
+            return done
+
+        IndexFile.put = put_then_die  # type: ignore[method-assign]
+    elif point == "index-roll":
+        put_batch = IndexFile.put_batch
+
+        def put_batch_then_die(
+            self: IndexFile, key_hashes: np.ndarray, phys_offsets: np.ndarray, store_timestamps: np.ndarray
+        ) -> int:
+            n = put_batch(self, key_hashes, phys_offsets, store_timestamps)
+            if 0 < n < len(key_hashes) and phys_offsets[n] == phys_offsets[n - 1]:
+                die()
+            return n
+
+        IndexFile.put_batch = put_batch_then_die  # type: ignore[method-assign]
+    else:
+        raise SystemExit(f"--kill-at: {point!r} is not one of {', '.join(KILL_POINTS)}")
+
+
 def main(argv: list[str]) -> int:
     store_dir, start_seq, seed, ack_path = argv[0], int(argv[1]), int(argv[2]), argv[3]
     max_puts = int(argv[argv.index("--max-puts") + 1]) if "--max-puts" in argv else -1
+    kill_at = argv[argv.index("--kill-at") + 1] if "--kill-at" in argv else None
 
     from shmq.store.message_store import MessageStore
     from shmq.store.write.result import PutStatus
@@ -85,6 +131,8 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     store = MessageStore(store_dir, CONFIG).start()
     os.write(ack_fd, f"R {(time.monotonic() - t0) * 1000:.1f}\n".encode())
+    if kill_at is not None:
+        arm_kill(kill_at)
     rng = random.Random(seed)
     uniq = ids.UniqKeyGenerator()
     seq = start_seq
@@ -290,9 +338,11 @@ class CrashHarness:
         kill_at_spawn_ms: float | None = None,
         max_puts: int | None = None,
         timeout: float = 30.0,
+        kill_at: str | None = None,
     ) -> RoundInfo:
         """Start the child; SIGKILL it `run_ms` after it opened the store (or `kill_at_spawn_ms`
-        after spawning it, which may land inside its recovery); or let it do `max_puts` and exit."""
+        after spawning it, which may land inside its recovery); or let it do `max_puts` and exit;
+        or let it kill itself at `kill_at` (a name of KILL_POINTS)."""
         import signal
         import subprocess
 
@@ -309,6 +359,8 @@ class CrashHarness:
         ]
         if max_puts is not None:
             cmd += ["--max-puts", str(max_puts)]
+        if kill_at is not None:
+            cmd += ["--kill-at", kill_at]
         err_path = ack_path + ".err"
         with open(err_path, "wb") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
@@ -317,6 +369,12 @@ class CrashHarness:
             if max_puts is not None:
                 rc = proc.wait(timeout)
                 _ck(rc == 0, f"child exited {rc}: {Path(err_path).read_text()[-2000:]}")
+            elif kill_at is not None:
+                rc = proc.wait(timeout)
+                _ck(
+                    rc == -signal.SIGKILL,
+                    f"child did not kill itself at {kill_at} ({rc}): {Path(err_path).read_text()[-2000:]}",
+                )
             else:
                 if kill_at_spawn_ms is not None:
                     deadline = t_spawn + kill_at_spawn_ms / 1000

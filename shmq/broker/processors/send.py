@@ -174,7 +174,15 @@ class SendProcessor:
                 )
                 stored = np.flatnonzero(status == 0)
                 sizes = np.diff(m.batch.starts, append=len(m.batch.buf))
-                self.core.count_records(topics, tix[stored].tolist(), qids[stored].tolist(), sizes[stored].tolist())
+                if r.queue_rows is not None:  # its queues published from their table rows
+                    self.core.touched_rows.add(r.queue_rows)
+                self.core.count_records(
+                    topics,
+                    tix[stored].tolist(),
+                    qids[stored].tolist(),
+                    sizes[stored].tolist(),
+                    touch=r.queue_rows is None,
+                )
         if m.flags & P.FLAG_ONEWAY:
             return
         result = P.SendMultiResultFrame(m.req_id, ts, self._host, status, qids, queue_offsets, phys, message)

@@ -44,6 +44,8 @@ class IndexSink(Protocol):
 
     def put(self, key_hashes: list[int], phys_offset: int, store_timestamp: int) -> None: ...
 
+    def hashes_at(self, phys_offset: int) -> np.ndarray: ...
+
 
 @dataclass(slots=True)
 class DispatchRequest:
@@ -138,7 +140,8 @@ put_rows = _speedups.pick("_queues", "put_rows", put_rows)
 
 
 class IndexDispatcher:
-    """Index entries for the keys of records not indexed yet (the index is idempotent by offset)."""
+    """Index entries for the keys of records not indexed yet (the index is idempotent by offset,
+    and for the record at its end by key hash)."""
 
     def __init__(self, index: IndexSink) -> None:
         self.index = index
@@ -166,7 +169,16 @@ class IndexDispatcher:
             index.put(key_hashes.tolist(), int(req.phys_offsets[0]), req.store_timestamp)
             return
         phys_k = np.asarray(req.phys_offsets)[req.key_records]
-        fresh = phys_k > index.end_phys_offset
+        end = index.end_phys_offset
+        fresh = phys_k > end
+        if req.key_timestamps is not None:
+            # records read back from the log (recovery, the replica): the index's last record
+            # may hold only some of its keys, as a crash between them leaves it (the index's end
+            # moves with each key of a one-record put and with each file a batch fills); its
+            # missing keys go in now
+            last = phys_k == end
+            if last.any():
+                fresh |= last & ~np.isin(key_hashes, index.hashes_at(end))
         if fresh.any():
             ts = req.key_timestamps if req.key_timestamps is not None else np.full(len(phys_k), req.store_timestamp)
             index.put_batch(key_hashes[fresh], phys_k[fresh], ts[fresh])

@@ -31,8 +31,9 @@ from shmq.store.commitlog import CommitLog
 from shmq.store.consume_queue import ConsumeQueue, reserve_each
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService, MappedFile
+from shmq.store.queue_slots import QueueSlots
 from shmq.store.space import DiskSpace
-from shmq.store.write import plain_put
+from shmq.store.write import multi_put, plain_put
 from shmq.store.write.dispatch import (
     ConsumeQueueDispatcher,
     Dispatcher,
@@ -72,6 +73,7 @@ class LogWriter:
         self.max_body, self.max_record = record_limits(config)
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self._queues_lock = threading.Lock()
+        self.queue_slots = QueueSlots()  # the queues' hot numbers, for the put over many queues (multi_put)
         self.dispatchers: list[Dispatcher] = [ConsumeQueueDispatcher()]
         self.index: IndexService | None = None
         self.accepting = False  # puts are taken (the store is running)
@@ -284,6 +286,26 @@ class LogWriter:
                 phys,
                 np.arange(qoff, qoff + n, dtype=np.int64),
             )
+        if multi_put.ENABLED:
+            with self.put_lock:
+                self._closed_check()
+                taken = multi_put.take(self, req, sizes, missing_crc, enters)
+                if taken is not None:
+                    res, qoffs, slots, ts = taken
+                    self.publish(res.wrote_offset + res.wrote_bytes, ts)
+            if taken is not None:
+                phys = _per_record(res.phys_offsets)
+                return PutMessageResult(
+                    PutStatus.PUT_OK,
+                    res.wrote_offset,
+                    res.wrote_bytes,
+                    int(qoffs[0]),
+                    n,
+                    ts,
+                    phys,
+                    qoffs,
+                    queue_rows=slots,
+                )
         tid, qids = req.topic_ids(), req.queue_id_array()
         ent = np.flatnonzero(enters)
         queues, gid, rank, rows = group_by_queue(tid, qids, ent)

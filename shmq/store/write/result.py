@@ -29,6 +29,9 @@ class PutMessageResult:
     _qoffs: np.ndarray | None = None  # None for a single stored record: made when asked for
     refused: np.ndarray | None = None  # per record: 0 stored, k > 0 refused for refusals[k - 1]; None: all stored
     refusals: Sequence[tuple[int, str]] = ()  # (response code, reason)
+    # per record its queue's row in the writer's QueueSlots table (-1: none), when the put went
+    # through the table: the broker publishes those queues' max offsets from the table's rows
+    queue_rows: np.ndarray | None = None
 
     @classmethod
     def nothing_stored(cls, n: int) -> PutMessageResult:
@@ -57,6 +60,10 @@ class PutMessageResult:
         phys[rows] = self.phys_offsets
         qoffs[rows] = self.queue_offsets
         self._phys, self._qoffs = phys, qoffs
+        if self.queue_rows is not None:
+            spread = np.full(n, -1, np.int64)
+            spread[rows] = self.queue_rows
+            self.queue_rows = spread
         return self
 
     def reason(self, i: int) -> tuple[int, str]:
