@@ -57,7 +57,12 @@ def load_and_recover(store: MessageStore) -> None:
     if store.index is not None:
         store.index.truncate(end)
     expected = recovery.expected_queue_ends(store.store_dir, store.commitlog)
-    damaged.update(recovery.short_queues({k: cq.max_offset for k, cq in queues.items()}, expected))
+    short = recovery.short_queues({k: cq.max_offset for k, cq in queues.items()}, expected)
+    if cq_lost:  # the re-dispatch below starts at the log's min offset: it rebuilds them, once
+        if short:
+            recovery.log_damaged(set(short))
+    else:
+        damaged.update(short)
     start = recovery.redispatch_start(
         store.commitlog,
         queues.values(),
@@ -68,6 +73,8 @@ def load_and_recover(store: MessageStore) -> None:
     )
     try:
         damaged.update(writer.redispatch(start))
+        if cq_lost and short:
+            recovery.continue_rebuilt([queues[k] for k in short if k in queues], expected)
         if damaged:
             recovery.log_damaged(damaged)
             for key in damaged:

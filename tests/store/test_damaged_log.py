@@ -182,6 +182,23 @@ def test_after_a_crash_the_damage_is_skipped_too(tmp_path, config, lost):
         assert consume_all(store_dir, topic, PER_TOPIC) == expect
 
 
+def test_a_lost_consumequeue_folder_is_rebuilt_once(tmp_path, config, caplog):
+    """consumequeue/ gone: the re-dispatch from the log's start rebuilds every queue, named
+    once in the log, and nothing is re-dispatched a second time."""
+    store_dir = str(tmp_path / "store")
+    fill(store_dir, config)
+    shutil.rmtree(os.path.join(store_dir, "consumequeue"))
+    with caplog.at_level(logging.INFO, logger="shmq"):
+        store = MessageStore(store_dir, config).start()
+        store.shutdown()
+    passes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("re-dispatched")]
+    assert len(passes) == 1, passes
+    lost = [r.getMessage() for r in caplog.records if "lost entries" in r.getMessage()]
+    assert len(lost) == 1 and all(t in lost[0] for t in TOPICS), lost
+    for topic in TOPICS:
+        assert [b for _, b in consume_all(store_dir, topic, PER_TOPIC)] == [body_of(topic, i) for i in range(PER_TOPIC)]
+
+
 def test_a_copy_that_cannot_be_saved_does_not_stop_the_start(tmp_path, config, caplog):
     store_dir = str(tmp_path / "store")
     where = fill(store_dir, config)
