@@ -10,6 +10,10 @@ consume-queue and index entries in the reference's write order; ``take`` moves t
 and the writer publishes them as its ``put`` does. Whenever the reference could do anything else
 (a refusal, a hook that acts, a roll, a reservation, a new queue, a missing CRC), nothing is
 written and the put takes the reference path: same bytes, same result, same errors.
+
+``take_frame`` is the same lane for a SEND_BATCH frame still in the client's request ring
+(``put_frame``): the broker skips the decode and the private copy of the frame, the records
+are copied once, into the commitlog, and checked there.
 """
 
 from __future__ import annotations
