@@ -99,3 +99,37 @@ def decode_send_batch(payload):
     body = memoryview(data)[at + 8 * words:]
     return _SendBatch(req_id, enq, qid, flags, topic,
                       _EncodedBatch(body, arrays[:c], arrays[c:2 * c], arrays[2 * c:2 * c + k], arrays[2 * c + k:]))
+
+
+def send_batch_arrays(payload, Py_ssize_t topic_len, Py_ssize_t count, Py_ssize_t n):
+    """See ``shmq.codec.frames.send_batch_arrays``: one copy of the four columns, then the
+    decoder's checks on that copy (the ring may change under the broker)."""
+    cdef const unsigned char[::1] src
+    cdef int64_t[::1] view
+    cdef int64_t* a
+    cdef Py_ssize_t at = BATCH_HEADER + ((topic_len + 7) & ~7), words = 2 * (count + n), i, blen
+    try:
+        src = payload
+    except (ValueError, TypeError, BufferError):
+        return _reference_arrays(payload, topic_len, count, n)
+    if count < 1 or n < 0 or topic_len < 0 or src.shape[0] < at + 8 * words + 1:
+        return None
+    blen = src.shape[0] - at - 8 * words
+    arrays = np.empty(words, np.int64)
+    view = arrays
+    a = &view[0]
+    memcpy(a, &src[at], words * 8)
+    for i in range(n):
+        if a[2 * count + n + i] < 0 or a[2 * count + n + i] >= count:
+            return None
+    if a[0] != 0 or a[count - 1] >= blen:
+        return None
+    for i in range(1, count):  # np.diff's wrapping subtraction, as in decode_send_batch
+        if <int64_t>(<uint64_t>a[i] - <uint64_t>a[i - 1]) <= 0:
+            return None
+    return arrays
+
+
+cdef object _reference_arrays(payload, Py_ssize_t topic_len, Py_ssize_t count, Py_ssize_t n):
+    from shmq import _speedups
+    return _speedups.reference("_put", "send_batch_arrays")(payload, topic_len, count, n)

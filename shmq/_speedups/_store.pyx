@@ -305,7 +305,7 @@ def records_pass(buf, starts, sizes, header, ids, topics, max_body, max_record):
 # every record; QUEUEOFFSET + PHYSICALOFFSET of every record; consume-queue offsets, tags, sizes;
 # index begin (a new file), entries, count, slots, then slots used, end phys, end ts.
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 cdef extern from *:
     """
@@ -359,6 +359,20 @@ cdef bint _plain_records(const uint8_t* src, Py_ssize_t length, const int64_t[:]
     return True
 
 
+cdef bint _room(Py_ssize_t cl_size, Py_ssize_t cl_pos, Py_ssize_t cl_limit, Py_ssize_t length, Py_ssize_t cq_size,
+                Py_ssize_t cq_pos, Py_ssize_t cq_limit, Py_ssize_t n, Py_ssize_t ix_size, Py_ssize_t nkeys,
+                int64_t slot_num, int64_t idx_count, Py_ssize_t idx_limit, Py_ssize_t entry_base) noexcept nogil:
+    """The rooms the reference's reservations would find (no roll, no reservation), inside each
+    map: ``length`` bytes of log, ``n`` consume-queue entries, ``nkeys`` index entries."""
+    if cl_pos < 0 or cl_limit > cl_size or cl_pos > cl_limit - length \
+            or cq_pos < 0 or cq_limit > cq_size or n > (cq_limit - cq_pos) // CQ_ENTRY_SIZE:
+        return False
+    return not nkeys or not (slot_num < 1 or idx_count < 0 or slot_num > ix_size or idx_count > ix_size
+                             or idx_limit > ix_size or entry_base > ix_size
+                             or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base
+                             or nkeys > (idx_limit - entry_base) // INDEX_ENTRY_SIZE - idx_count - 1)
+
+
 def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t max_body, int64_t max_record,
               bint user_batch, cl_mm, Py_ssize_t cl_pos, int64_t cl_from, Py_ssize_t cl_limit, int32_t qid,
               int64_t qoff, int64_t ts, int64_t host, cq_mm, Py_ssize_t cq_pos, Py_ssize_t cq_limit,
@@ -374,13 +388,6 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
     cdef uint8_t[::1] ix
     cdef Py_ssize_t n, nkeys, i, length, t = len(topic)
     cdef const uint8_t* name = topic
-    cdef uint8_t* d
-    cdef uint8_t* e
-    cdef int64_t base, emptied = 0, first
-    cdef uint64_t buckets = 2
-    cdef int64_t* keys = NULL
-    cdef int32_t* last = NULL
-    cdef int32_t* old = NULL
     cdef bint ok
     try:  # bytes-like of format "B" (bytes, mmap, their memoryviews), int64 arrays: else the reference's
         src, at, tg, kh, kr, phys = buf, starts, tags, key_hashes, key_records, phys_out
@@ -403,15 +410,105 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
         ok = _plain_records(&src[0], length, at, name, t, max_body, max_record, user_batch)
     if not ok:
         return -1
-    # the rooms the reference's reservations would find (no roll, no reservation), inside each map
-    if cl_pos < 0 or cl_limit > cl.shape[0] or cl_pos > cl_limit - length \
-            or cq_pos < 0 or cq_limit > cq.shape[0] or n > (cq_limit - cq_pos) // CQ_ENTRY_SIZE:
+    if not _room(cl.shape[0], cl_pos, cl_limit, length, cq.shape[0], cq_pos, cq_limit, n,
+                 ix.shape[0] if nkeys else 0, nkeys, slot_num, idx_count, idx_limit, entry_base):
         return -2
-    if nkeys and (slot_num < 1 or idx_count < 0 or slot_num > ix.shape[0] or idx_count > ix.shape[0]
-                  or idx_limit > ix.shape[0] or entry_base > ix.shape[0]
-                  or INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE > entry_base
-                  or nkeys > (idx_limit - entry_base) // INDEX_ENTRY_SIZE - idx_count - 1):
+    with nogil:
+        memcpy(&cl[0] + cl_pos, &src[0], length)
+    if not nkeys:
+        ix = None
+    return _store_copied(&cl[0] + cl_pos, at, tg, kh, kr, phys, length, cl_from + cl_pos, qid, qoff, ts, host,
+                         &cq[0] + cq_pos, ix, slot_num, entry_base, idx_count, begin_ts, slots_used)
+
+
+# ``put_frame`` is ``shmq.store.write.plain_put.put_frame``: the plain put of a SEND_BATCH frame
+# (docs/FORMAT.md section 11) straight from the client's request ring. The ring is shared
+# memory its client may write at any time: the frame's arrays come as the private copy
+# ``send_batch_arrays`` made and checked, and the records are copied once, into the commitlog,
+# and checked there; records that fail are zeroed again and the answer is -1, as for any other
+# way out: the reference path then decodes the frame and gives its result or error.
+
+cdef extern from *:
+    """
+    enum { SHMQ_BATCH_HEADER = 40 };
+    """
+    enum:
+        BATCH_HEADER "SHMQ_BATCH_HEADER"
+
+FRAME_LAYOUT = {"_BATCH.size": BATCH_HEADER}
+"""The SEND_BATCH header size compiled in, checked against shmq.codec.frames by the tests."""
+
+
+def put_frame(payload, arrays, bytes topic, int64_t max_body, int64_t max_record, cl_mm, Py_ssize_t cl_pos,
+              int64_t cl_from, Py_ssize_t cl_limit, int32_t qid, int64_t qoff, int64_t ts, int64_t host, cq_mm,
+              Py_ssize_t cq_pos, Py_ssize_t cq_limit, idx_mm, int64_t slot_num, Py_ssize_t entry_base,
+              int64_t idx_count, int64_t begin_ts, int64_t slots_used, Py_ssize_t idx_limit, int64_t end_phys,
+              phys_out):
+    """See ``shmq.store.write.plain_put.put_frame``: the index slots newly used, or -1 / -2 with
+    nothing written (as ``put_plain``)."""
+    cdef const uint8_t[::1] src
+    cdef const int64_t[::1] w
+    cdef int64_t[::1] phys
+    cdef uint8_t[::1] cl, cq
+    cdef uint8_t[::1] ix
+    cdef Py_ssize_t size, t = len(topic), count, nkeys, blen, i
+    cdef const uint8_t* name = topic
+    cdef uint8_t* d
+    cdef bint ok
+    try:
+        src, w, phys = payload, arrays, phys_out
+        cl, cq = cl_mm, cq_mm
+        if idx_mm is not None:
+            ix = idx_mm
+    except (ValueError, TypeError, BufferError):
+        return -1
+    count = phys.shape[0]
+    nkeys = (w.shape[0] - 2 * count) // 2
+    if count < 2 or t > 255 or nkeys < 0 or w.shape[0] != 2 * (count + nkeys):
+        return -1
+    size = src.shape[0]
+    blen = size - BATCH_HEADER - ((t + 7) & ~7) - 8 * w.shape[0]  # the records: the frame's tail
+    if blen < 1 or blen > max_body:
+        return -1
+    for i in range(nkeys):
+        if w[2 * count + nkeys + i] < 0 or w[2 * count + nkeys + i] >= count:
+            return -1
+    if idx_mm is None:
+        nkeys = 0
+    elif nkeys and cl_from + cl_pos <= end_phys:  # keys of records the index has (the reference skips them)
+        return -1
+    if not _room(cl.shape[0], cl_pos, cl_limit, blen, cq.shape[0], cq_pos, cq_limit, count,
+                 ix.shape[0] if nkeys else 0, nkeys, slot_num, idx_count, idx_limit, entry_base):
         return -2
+    d = &cl[0] + cl_pos
+    with nogil:
+        memcpy(d, &src[size - blen], blen)
+        ok = _plain_records(d, blen, w[:count], name, t, max_body, max_record, True)
+        if not ok:
+            memset(d, 0, blen)
+    if not ok:
+        return -1
+    if not nkeys:
+        ix = None
+    return _store_copied(d, w[:count], w[count:2 * count], w[2 * count:2 * count + nkeys],
+                         w[2 * count + nkeys:2 * count + 2 * nkeys], phys, blen, cl_from + cl_pos, qid, qoff, ts,
+                         host, &cq[0] + cq_pos, ix, slot_num, entry_base, idx_count, begin_ts, slots_used)
+
+
+cdef int64_t _store_copied(uint8_t* d, const int64_t[:] at, const int64_t[:] tg, const int64_t[:] kh,
+                           const int64_t[:] kr, int64_t[::1] phys, Py_ssize_t length, int64_t base, int32_t qid,
+                           int64_t qoff, int64_t ts, int64_t host, uint8_t* c, uint8_t[::1] ix, int64_t slot_num,
+                           Py_ssize_t entry_base, int64_t idx_count, int64_t begin_ts, int64_t slots_used) except -3:
+    """The writes after the records' bytes are in the commitlog at ``d`` (log offset ``base``),
+    every check passed: the owned fields, the consume-queue entries at ``c``, the index
+    entries (``ix`` None: no keys). Returns the index slots newly used."""
+    cdef Py_ssize_t n = at.shape[0], nkeys = kh.shape[0], i
+    cdef uint8_t* e
+    cdef int64_t emptied = 0
+    cdef uint64_t buckets = 2
+    cdef int64_t* keys = NULL
+    cdef int32_t* last = NULL
+    cdef int32_t* old = NULL
     if nkeys:
         while buckets < <uint64_t>(2 * nkeys):
             buckets <<= 1
@@ -427,26 +524,22 @@ def put_plain(buf, starts, tags, key_hashes, key_records, bytes topic, int64_t m
         kts = np.empty(nkeys, np.int64)
     try:
         with nogil:
-            d = &cl[0] + cl_pos
-            memcpy(d, &src[0], length)
             for i in range(n):
                 e = d + at[i]
                 put_u32(e + OFF_QUEUEID, <uint32_t>qid)
                 put_u64(e + OFF_STORETIMESTAMP, <uint64_t>ts)
                 put_u64(e + OFF_STOREHOST, <uint64_t>host)
-            base = cl_from + cl_pos
             for i in range(n):
                 e = d + at[i]
                 phys[i] = base + at[i]
                 put_u64(e + OFF_QUEUEOFFSET, <uint64_t>(qoff + i))
                 put_u64(e + OFF_PHYSICALOFFSET, <uint64_t>phys[i])
-            d = &cq[0] + cq_pos
             for i in range(n):
-                put_u64(d + i * CQ_ENTRY_SIZE, <uint64_t>phys[i])
+                put_u64(c + i * CQ_ENTRY_SIZE, <uint64_t>phys[i])
             for i in range(n):
-                put_u64(d + i * CQ_ENTRY_SIZE + 12, <uint64_t>tg[i])
+                put_u64(c + i * CQ_ENTRY_SIZE + 12, <uint64_t>tg[i])
             for i in range(n):  # last: recovery takes a non-zero size as a whole entry
-                put_u32(d + i * CQ_ENTRY_SIZE + 8, <uint32_t>(at[i + 1] - at[i] if i + 1 < n else length - at[i]))
+                put_u32(c + i * CQ_ENTRY_SIZE + 8, <uint32_t>(at[i + 1] - at[i] if i + 1 < n else length - at[i]))
         if nkeys:
             _plain_index(ix, kh, kr, phys, kphys, kts, slot_num, entry_base, idx_count, begin_ts, ts,
                          keys, last, old, buckets - 1, &emptied, slots_used)

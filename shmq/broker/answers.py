@@ -25,7 +25,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("shmq.broker")
 
 PACKED = 0  # out item kind: (PACKED, bytes of whole SEND_RESULT frames)
-Results = list[P.SendResultFrame] | list[P.SendMultiResultFrame] | np.ndarray
+_STATUS_AT = 8  # a SEND_RESULT payload's status: u16 after the request id
+
+
+class EncodedResult:
+    """One SEND_RESULT payload encoded already (the compiled SEND_BATCH lane's answer, its phys
+    offsets written by the put itself); its status can still change until it is answered."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytearray) -> None:
+        self.payload = payload
+
+    def __len__(self) -> int:
+        return 1  # one answer
+
+    def set_status(self, status: int) -> None:
+        self.payload[_STATUS_AT : _STATUS_AT + 2] = status.to_bytes(2, "little")
+
+
+Results = list[P.SendResultFrame] | list[P.SendMultiResultFrame] | np.ndarray | EncodedResult
 
 
 @dataclass(eq=False)
@@ -55,6 +74,9 @@ def set_status(results: Results, status: int) -> None:
     if isinstance(results, np.ndarray):
         results["status"] = status
         return
+    if isinstance(results, EncodedResult):
+        results.set_status(status)
+        return
     for r in results:
         if isinstance(r, P.SendMultiResultFrame):
             r.statuses[r.statuses == P.SEND_OK] = status
@@ -66,6 +88,8 @@ def answer(peer: Peer, results: Results) -> None:
     """Queue ``results`` on ``peer``'s out (packed rows as one block)."""
     if isinstance(results, np.ndarray):
         peer.out.append((PACKED, results.tobytes()))
+    elif isinstance(results, EncodedResult):
+        peer.out.append((P.SEND_RESULT, bytes(results.payload)))
     else:
         peer.out.extend(encoded(r) for r in results)
 

@@ -352,6 +352,45 @@ def encode_send_batch(
     return bytes(buf)
 
 
+def send_batch_head(payload: ReadBuffer) -> tuple[int, int, int, int, str, int, int, int] | None:
+    """(req id, enqueue ns, queue id, flags, topic, count, key count, records bytes) of a
+    SEND_BATCH frame whose header ``decode_send_batch`` would pass, without touching its arrays
+    or records; None for any other frame (``decode_send_batch`` then says what is wrong)."""
+    try:
+        req_id, enq, qid, flags, t, _, count, n, blen = _BATCH.unpack_from(payload)
+    except struct.error:
+        return None
+    p = _BATCH.size
+    if t == 0 or t > fmt.MAX_TOPIC_LENGTH or count == 0 or len(payload) != p + _pad8(t) + 16 * (count + n) + blen:
+        return None
+    try:
+        topic = bytes(payload[p : p + t]).decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return req_id, enq, qid, flags, topic, count, n, blen
+
+
+def send_batch_arrays(payload: ReadBuffer, topic_len: int, count: int, n: int) -> np.ndarray | None:
+    """The record starts, tags codes, key hashes and key record numbers of a SEND_BATCH frame
+    whose header ``send_batch_head`` passed (``topic_len``, ``count`` records, ``n`` keys), as
+    one private int64 array in that order, when ``decode_send_batch`` would accept them; None
+    when it would not (it then says why). Read before anything else of the frame is acted on."""
+    p = _BATCH.size + _pad8(topic_len)
+    if len(payload) < p + 16 * (count + n) + 1:
+        return None
+    a = np.frombuffer(bytes(payload[p : p + 16 * (count + n)]), "<i8").astype(np.int64)
+    starts, key_records = a[:count], a[2 * count + n :]
+    blen = len(payload) - p - 16 * (count + n)
+    if n and (key_records.min() < 0 or key_records.max() >= count):
+        return None
+    if count == 0 or starts[0] != 0 or (np.diff(starts) <= 0).any() or starts[-1] >= blen:
+        return None
+    return a
+
+
+send_batch_arrays = _speedups.pick("_put", "send_batch_arrays", send_batch_arrays)
+
+
 def decode_send_batch(payload: ReadBuffer) -> SendBatch:
     try:
         req_id, enq, qid, flags, t, _, count, n, blen = _BATCH.unpack_from(payload)
@@ -613,6 +652,30 @@ def encode_send_result(r: SendResultFrame) -> bytes:
         assert r.phys_offsets is not None, "a batch's SEND_RESULT carries each record's phys offset"
         return head + struct.pack(f"<{r.count}q", *r.phys_offsets)
     return head
+
+
+def batch_result_buffer(count: int) -> tuple[bytearray, np.ndarray]:
+    """A SEND_RESULT payload for a batch of ``count`` records, to be filled in place: the buffer
+    and its phys offsets as an int64 array over it (where the put writes them)."""
+    buf = bytearray(_RESULT.size + 8 * count)
+    return buf, np.frombuffer(buf, "<i8", count, _RESULT.size)
+
+
+def fill_batch_result(
+    buf: bytearray,
+    req_id: int,
+    queue_id: int,
+    queue_offset: int,
+    phys_offset: int,
+    store_timestamp: int,
+    store_host: int,
+    count: int,
+) -> None:
+    """The header of a ``batch_result_buffer`` (status SEND_OK): the same payload as
+    ``encode_send_result`` of that batch's ``SendResultFrame``."""
+    _RESULT.pack_into(
+        buf, 0, req_id, SEND_OK, 0, queue_id, queue_offset, phys_offset, store_timestamp, store_host, count
+    )
 
 
 # A run of single-message SEND_RESULTs encoded at once, as whole ring frames ([u32 length][u32

@@ -12,13 +12,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from shmq.codec import record as fmt
 from shmq.config import SYNC_FLUSH, BrokerConfig
 from shmq.store import files, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.cleanup import CleanupService
 from shmq.store.commitlog import CommitLog
-from shmq.store.consume_queue import ConsumeQueue, flush_queues
+from shmq.store.consume_queue import MAX_QUEUE_ID, ConsumeQueue, flush_queues
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
@@ -31,6 +33,8 @@ from shmq.store.write.log_writer import LogWriter, QueueKey
 from shmq.store.write.result import PutMessageResult, PutStatus
 
 log = logging.getLogger(__name__)
+_MAX_PROBES = 4096  # put_frame's remembered hook questions (one per queue sent to)
+_NO_RECORDS = fmt.EncodedBatch(b"", *(np.empty(0, np.int64) for _ in range(4)))
 
 
 class MessageStore(MessageLookup):
@@ -60,6 +64,7 @@ class MessageStore(MessageLookup):
         self.writer = LogWriter(self.store_dir, self.config, self.commitlog, self.space, self.allocator)
         self._services: list[ServiceThread] = []
         self.put_hooks: list[PutHook] = [RecordCheck(self.config), QueueCheck()]
+        self._probes: dict[QueueKey, PutRequest] = {}  # what put_frame asks the hooks, per queue
         self.group_commit: GroupCommitService | None = None
         self.clean_service: CleanupService | None = None
 
@@ -227,6 +232,28 @@ class MessageStore(MessageLookup):
             hook.before_put(req)
         result = writer.put(req)
         return self._await_flush(result) if wait_flush and result.msg_num else result
+
+    def put_frame(
+        self, topic: str, qid: int, payload: memoryview, arrays: np.ndarray, size: int, phys: np.ndarray
+    ) -> tuple[int, int] | None:
+        """The plain lane for a user's batch still in its SEND_BATCH frame (``payload``, the
+        client's request ring; ``arrays``: its columns as ``send_batch_arrays`` copied and
+        checked them; ``size`` bytes of records as its header says):
+        (first queue offset, store timestamp) with each record's phys offset in ``phys``, the
+        flush left to the caller; None with nothing written, whenever ``put`` of the decoded
+        frame could do anything else than the plain lane does (a hook that may act, a store
+        not writable, a new queue, a roll, a record the checks refuse, a bad frame)."""
+        if not plain_put.FRAME_ENABLED or not 0 <= qid <= MAX_QUEUE_ID or not self.writer.writable():
+            return None
+        probe = self._probes.get((topic, qid))
+        if probe is None:
+            if len(self._probes) >= _MAX_PROBES:
+                self._probes.clear()
+            probe = self._probes[(topic, qid)] = PutRequest(_NO_RECORDS, [topic], None, qid, user_batch=True)
+        for hook in self.put_hooks:
+            if not hook.plain_lane(probe):
+                return None
+        return self.writer.put_frame(topic, qid, payload, arrays, size, phys)
 
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
         if self.group_commit is None:

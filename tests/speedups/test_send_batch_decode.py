@@ -148,3 +148,60 @@ def test_each_check_fails_the_same(decoders, starts, key_records, why) -> None:
 def test_non_ascii_topic_fails_the_same(decoders) -> None:
     head = struct.pack("<QqiIHHIII", 1, 2, 3, 4, 2, 0, 1, 0, 100) + "é".encode() + bytes(6)
     _same(decoders, head + np.array([0, 0], "<i8").tobytes() + bytes(100))
+
+
+# ---------------------------------------------------------------------------- the lane's reads
+# The broker's SEND_BATCH lane reads a frame as send_batch_head + send_batch_arrays: together
+# they must accept exactly the frames decode_send_batch accepts, with the same fields and columns.
+
+
+def _lane_reads(arrays_fn, payload):
+    head = P.send_batch_head(memoryview(payload))
+    if head is None:
+        return None
+    a = arrays_fn(memoryview(payload), len(head[4]), head[5], head[6])
+    return None if a is None else (head, a.dtype == np.int64, a.tolist())
+
+
+def _same_as_decode(payload) -> None:
+    compiled = compiled_or_skip("_put", "send_batch_arrays")
+    want = _lane_reads(_speedups.reference("_put", "send_batch_arrays"), payload)
+    assert _lane_reads(compiled, payload) == want
+    got = _outcome(_speedups.reference("_put", "decode_send_batch"), payload)
+    if got[0] == "error":
+        assert want is None
+    else:
+        req_id, enq, qid, flags, topic, buf, starts, tags, keys, key_records = got
+        count, n = len(starts), len(keys)
+        assert want == ((req_id, enq, qid, flags, topic, count, n, len(buf)), True, starts + tags + keys + key_records)
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames())
+def test_lane_reads_valid_frames_as_decode(payload) -> None:
+    _same_as_decode(payload)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    frames(),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=6),
+    st.integers(-40, 40),
+)
+def test_lane_reads_damaged_frames_as_decode(payload, flips, resize) -> None:
+    raw = bytearray(payload)
+    for at, value in flips:
+        raw[at % len(raw)] = value
+    raw = raw[: len(raw) + resize] if resize < 0 else raw + bytes(resize)
+    _same_as_decode(bytes(raw))
+
+
+@pytest.mark.parametrize(
+    "starts,key_records",
+    [([1, 100], []), ([0, 0], []), ([0, 50, 40], []), ([0, 500], []), ([0, -(2**63) + 1], []), ([0, 50], [2])],
+)
+def test_lane_reads_refuse_each_check(starts, key_records) -> None:
+    count, n, blen = len(starts), len(key_records), 200
+    head = struct.pack("<QqiIHHIII", 1, 2, 3, 4, 5, 0, count, n, blen) + b"Topic\0\0\0"
+    arrays = np.array(starts + [7] * count + [11] * n + key_records, "<i8").tobytes()
+    _same_as_decode(head + arrays + bytes(blen))

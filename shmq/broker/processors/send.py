@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from shmq.broker.answers import Peer
+from shmq.broker.answers import EncodedResult, Peer
 from shmq.broker.processors.resend import first_copy
 from shmq.broker.routes import Routes
 from shmq.codec import frames as P
 from shmq.codec import record as fmt
 from shmq.errors import DiskFullError, ShmqError, StoreClosedError, plain_message
+from shmq.store.write import plain_put
 from shmq.store.write.hooks import PutRequest
 
 if TYPE_CHECKING:
@@ -101,10 +102,21 @@ class SendProcessor:
     # ------------------------------------------------------------------ frames
 
     def send_batch(self, peer: Peer, view: memoryview, now: int) -> None:
+        """A SEND_BATCH: the plain lane straight from the ring frame when it takes it, else
+        decoded and put (the reference, same bytes and answers)."""
+        route = None  # routed once per frame: the broker's choice of queue moves on once
+        head = P.send_batch_head(view) if plain_put.FRAME_ENABLED else None
+        if head is not None and now - head[1] <= self.wait_ns:
+            # the columns first: a frame the decoder refuses is refused before it is routed
+            arrays = P.send_batch_arrays(view, len(head[4]), head[5], head[6])
+            if arrays is not None:
+                route = Routes(self.core.resolve_topic).route(head[4], head[2])
+                if not route[1] and self._batch_lane(peer, view, head, arrays, route[0]):
+                    return
         b = P.decode_send_batch(view)
         if now - b.enqueue_ns > self.wait_ns:
             return self.reject_busy(peer, b.req_id, b.flags, now - b.enqueue_ns)
-        qid, code, message = Routes(self.core.resolve_topic).route(b.topic, b.queue_id)
+        qid, code, message = route or Routes(self.core.resolve_topic).route(b.topic, b.queue_id)
         if code:
             return self._error(peer, b.req_id, b.flags, code, message)
         try:
@@ -130,6 +142,29 @@ class SendProcessor:
             )
         self.core.count(b.topic, qid, r.msg_num, r.wrote_bytes)
         self.core.answers.add(peer, r.end_offset, results)
+
+    def _batch_lane(
+        self,
+        peer: Peer,
+        view: memoryview,
+        head: tuple[int, int, int, int, str, int, int, int],
+        arrays: np.ndarray,
+        qid: int,
+    ) -> bool:
+        """Store a SEND_BATCH's records from the ring in one compiled pass and queue its answer,
+        encoded as the put writes it; False with nothing stored or answered."""
+        req_id, _, _, flags, topic, count, _, size = head
+        buf, phys = P.batch_result_buffer(count)
+        taken = self.store.put_frame(topic, qid, view, arrays, size, phys)
+        if taken is None:
+            return False
+        qoff, ts = taken
+        first = int(phys[0])
+        self.core.count(topic, qid, count, size)
+        if not flags & P.FLAG_ONEWAY:
+            P.fill_batch_result(buf, req_id, qid, qoff, first, ts, self._host, count)
+            self.core.answers.add(peer, first + size, EncodedResult(buf))
+        return True
 
     def send_multi(self, peer: Peer, view: memoryview, now: int) -> None:
         """A SEND_MULTI (records of many topics, each sent rarely), stored with one put.

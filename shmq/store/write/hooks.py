@@ -145,7 +145,9 @@ class PutHook(Protocol):
         """Whether ``before_put`` would leave ``req`` untouched (a put of several records of one
         topic and queue, no rows to inspect): then the writer may store it in one compiled pass
         without calling ``before_put`` (``shmq.store.write.plain_put``). A hook that may act on
-        such a put answers False; a subclass that changes ``before_put`` must answer again."""
+        such a put answers False; a subclass that changes ``before_put`` must answer again.
+        The broker's SEND_BATCH lane asks before the frame is decoded: ``req.batch`` then holds
+        no records, and the answer must come from the topic, queue id and ``user_batch``."""
         ...
 
 

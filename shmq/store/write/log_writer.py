@@ -244,6 +244,20 @@ class LogWriter:
             np.arange(qoff, qoff + n, dtype=np.int64),
         )
 
+    def put_frame(
+        self, topic: str, qid: int, payload: memoryview, arrays: np.ndarray, size: int, phys: np.ndarray
+    ) -> tuple[int, int] | None:
+        """The plain lane for a SEND_BATCH frame still in its request ring (``plain_put.take_frame``):
+        (first queue offset, store timestamp) with ``phys`` filled, or None with nothing written."""
+        with self.put_lock:
+            self._closed_check()
+            taken = plain_put.take_frame(self, topic, qid, payload, arrays, size, phys)
+            if taken is None:
+                return None
+            _, qoff, ts = taken
+            self.publish(int(phys[0]) + size, ts)
+        return qoff, ts
+
     def _write(self, req: PutRequest) -> PutMessageResult:
         """Append and dispatch records that all passed the hooks: one record without numpy, one
         queue without grouping, else grouped by queue (ranks within each queue, in log order)."""
