@@ -195,7 +195,7 @@ def pack_send(
     header and the record (``fmt.pack_message_into``). A sync send writes one per message; the
     compiled twin (``shmq._speedups._producer``) is one call instead of five Python-level ones,
     which a sync send pays cold after each wake-up."""
-    record_len = fmt.FIXED_OVERHEAD + len(body) + len(topic_b) + len(props_b)  # fmt.record_size
+    record_len = fmt.record_size(len(body), len(topic_b), len(props_b))
     p = encode_send_header(buf, req_id, enqueue_ns, queue_id, flags, tags_code, topic_b, key_hashes, record_len)
     fmt.pack_message_into(
         buf,

@@ -20,7 +20,7 @@ from shmq.store import files, queue_table, startup
 from shmq.store.checkpoint import StoreCheckpoint
 from shmq.store.cleanup import CleanupService
 from shmq.store.commitlog import CommitLog
-from shmq.store.consume_queue import MAX_QUEUE_ID, ConsumeQueue, flush_queues
+from shmq.store.consume_queue import ConsumeQueue, flush_queues
 from shmq.store.flush import FlushConsumeQueueService, FlushRealTimeService, GroupCommitService, ServiceThread
 from shmq.store.index_file import IndexService
 from shmq.store.mapped_file import AllocateMappedFileService
@@ -243,16 +243,15 @@ class MessageStore(MessageLookup):
         flush left to the caller; None with nothing written, whenever ``put`` of the decoded
         frame could do anything else than the plain lane does (a hook that may act, a store
         not writable, a new queue, a roll, a record the checks refuse, a bad frame)."""
-        if not plain_put.FRAME_ENABLED or not 0 <= qid <= MAX_QUEUE_ID or not self.writer.writable():
+        if not plain_put.FRAME_ENABLED or not self.writer.writable():
             return None
         probe = self._probes.get((topic, qid))
         if probe is None:
             if len(self._probes) >= _MAX_PROBES:
                 self._probes.clear()
             probe = self._probes[(topic, qid)] = PutRequest(_NO_RECORDS, [topic], None, qid, user_batch=True)
-        for hook in self.put_hooks:
-            if not hook.plain_lane(probe):
-                return None
+        if not plain_put.lane_open(probe, self.put_hooks):  # the queue id's range and every hook
+            return None
         return self.writer.put_frame(topic, qid, payload, arrays, size, phys)
 
     def _await_flush(self, result: PutMessageResult) -> PutMessageResult:
