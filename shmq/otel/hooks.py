@@ -80,12 +80,10 @@ class SendSpanHook:
             r = ctx.result
             if r is not None:  # one call: the SDK takes the span's lock once per call
                 q = r.queue
+                where = {A.PARTITION: str(q.queue_id), A.SERVER_ADDRESS: q.broker_name}
                 if isinstance(ctx.message, Message):
-                    span.set_attributes(
-                        {A.MESSAGE_ID: r.msg_id, A.PARTITION: str(q.queue_id), A.SERVER_ADDRESS: q.broker_name}
-                    )
-                else:
-                    span.set_attributes({A.PARTITION: str(q.queue_id), A.SERVER_ADDRESS: q.broker_name})
+                    where[A.MESSAGE_ID] = r.msg_id
+                span.set_attributes(where)
             if error is not None:
                 _fail(span, error, exc)
             span.end()

@@ -58,11 +58,10 @@ def load_and_recover(store: MessageStore) -> None:
         store.index.truncate(end)
     expected = recovery.expected_queue_ends(store.store_dir, store.commitlog)
     short = recovery.short_queues({k: cq.max_offset for k, cq in queues.items()}, expected)
-    if cq_lost:  # the re-dispatch below starts at the log's min offset: it rebuilds them, once
-        if short:
-            recovery.log_damaged(set(short))
-    else:
+    if not cq_lost:
         damaged.update(short)
+    elif short:  # the re-dispatch below starts at the log's min offset: it rebuilds them, once
+        recovery.log_damaged(set(short))
     start = recovery.redispatch_start(
         store.commitlog,
         queues.values(),
